@@ -1,0 +1,173 @@
+"""Pool derivation: from a Snapshot to the DesiredState the controller would make the cluster hold.
+
+One pure function, :func:`derive`, serves the CLI (``get``/``derive``), the controller and tests.
+Spec: spec/pools.md (whole file), spec/four-view.md, spec/presets.md. Order of work:
+
+1. settings from the ``gpustack-settings`` Secret (rules/settings.yaml);
+2. Nodes with NodeFeature labels propagated; managed nodes contribute ResourceFlavors (§2);
+3. derived InstanceTypes for pools that have none (create-only, §4), defaulted as the webhook would;
+4. one ClusterQueue per InstanceType not being deleted, its LocalQueues, the AdmissionCheck (§7-§8);
+5. InstanceType status for every type (§10), the InstanceTypeFlavor catalog (§11).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from runtime.engine import catalog as catalog_mod
+from runtime.engine import instancetypes as its
+from runtime.engine import queues
+from runtime.engine.flavors import FlavorPlan, plan_flavors, render_flavor
+from runtime.engine.instancetypes import devices_selector, matches
+from runtime.engine.nodes import effective_node_labels, node_views
+from runtime.engine.policy import Policy
+from runtime.engine.settings import Settings, decode_secret_data, resolve
+from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
+
+MIXED = "instance-type-mixed-on-node"
+DERIVED = "instance-type-derived-from-node"
+
+
+@dataclass
+class DesiredState:
+    """What the cluster should hold after one reconcile of a snapshot.
+
+    Lists are in name order. ``instance_types`` holds every InstanceType after the reconcile (the
+    snapshot's, unchanged but for ``status``, plus the created ones); ``created_instance_types``
+    names the derived ones this reconcile authors (create-only). ``flavor_deletes`` are our
+    ResourceFlavors (``resource.gpustack.ai/type: nodes``) without contributors.
+    """
+
+    settings: Settings
+    resource_flavors: list[dict] = field(default_factory=list)
+    flavor_deletes: list[str] = field(default_factory=list)
+    cluster_queues: list[dict] = field(default_factory=list)
+    local_queues: list[dict] = field(default_factory=list)
+    admission_checks: list[dict] = field(default_factory=list)
+    instance_types: list[dict] = field(default_factory=list)
+    created_instance_types: list[str] = field(default_factory=list)
+    instance_type_flavors: list[dict] = field(default_factory=list)
+    devices: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def objects(self) -> list[dict]:
+        """Every object accelpolicy writes, for ``kubectl apply -f -`` (status included)."""
+        created = set(self.created_instance_types)
+        return (self.resource_flavors + self.admission_checks
+                + [it for it in self.instance_types if name_of(it) in created]
+                + self.cluster_queues + self.local_queues + self.instance_type_flavors)
+
+
+def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:
+    """Settings from the Secret named in rules/settings.yaml (defaults when it is absent)."""
+    catalog = policy.settings
+    secret = snapshot.get("Secret", catalog.secretName, catalog.namespace)
+    return resolve(catalog, decode_secret_data(secret))
+
+
+def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
+    """Compute the DesiredState of ``snapshot`` under ``policy`` (pure: no I/O, clock or env)."""
+    settings = settings_of(policy, snapshot)
+    state = DesiredState(settings=settings, warnings=list(snapshot.warnings))
+    for name in settings.invalid:
+        state.warnings.append(f"setting {name}: stored value does not parse; using its default")
+    aware = settings.flag(its.AWARE)
+
+    nodes = node_views(policy, snapshot)
+    for node in nodes:
+        if node.managed and (not node.os or not node.arch):
+            state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
+    plans = plan_flavors(policy, snapshot, nodes, settings.flag(MIXED))
+    rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
+    state.resource_flavors = list(rendered.values())
+    flavor_type = policy.derivation.resourceTypes["flavor"]
+    state.flavor_deletes = [name_of(f) for f in snapshot.list("ResourceFlavor")
+                            if labels_of(f).get(policy.key("resourceType")) == flavor_type and name_of(f) not in rendered]
+
+    # Derived InstanceTypes (create-only) ------------------------------------------------------
+    existing = {name_of(it): it for it in snapshot.list("InstanceType")}
+    types = dict(existing)
+    if settings.flag(DERIVED):
+        first_plan: dict[str, FlavorPlan] = {}
+        for name, plan in plans.items():  # name order: the first flavor of a pool gives its preset
+            variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch, "aware": aware}
+            pool = (policy.derivation.pools.device if plan.kind == "device" else policy.derivation.pools.cpu).evaluate(variables)
+            first_plan.setdefault(pool, plan)
+        for pool, plan in first_plan.items():
+            if pool in types:
+                continue
+            created = its.derived_type(policy, pool, plan, aware)
+            types[pool] = its.default_instance_type(policy, created, aware, state.resource_flavors)
+            state.created_instance_types.append(pool)
+
+    # Queues and status ----------------------------------------------------------------------------
+    namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
+                  if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces
+                  and (ns.get("status") or {}).get("phase") != "Terminating"]
+    devices = _devices_with_effective_labels(policy, snapshot)
+    state.devices = devices
+    for name in sorted(types):
+        it = copy.deepcopy(types[name])
+        labels = queues.queue_labels(policy, it, aware)
+        flavors = queues.queue_flavors(policy, labels, plans, rendered)
+        old_queue = snapshot.get("ClusterQueue", name)
+        queue = None
+        phase_message = ""
+        if not is_deleting(it):
+            queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors)
+            state.cluster_queues.append(queue)
+            state.local_queues.extend(queues.local_queues(policy, queue, namespaces))
+        queue_state = _queue_state(queue, old_queue, phase_message)
+        selector = devices_selector(policy, labels)
+        pool_devices = [d for d in devices if matches(selector, labels_of(d))]
+        it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
+        state.instance_types.append(it)
+    state.admission_checks = [queues.admission_check(policy)]
+    state.instance_type_flavors = catalog_mod.catalog(policy, plans, aware)
+    return state
+
+
+def _queue_state(queue: dict | None, old: dict | None, phase_message: str) -> dict:
+    """Facts for the phase table: the desired stop policy, reservations and Active condition.
+
+    A queue the snapshot already holds reports its own ``Active`` condition and reservations. A
+    queue this reconcile creates is read as Kueue would report it: Active, since every flavor it
+    references exists and the AdmissionCheck is kept Active by the controller.
+    """
+    if queue is None:
+        stop = ((old or {}).get("spec") or {}).get("stopPolicy", "HoldAndDrain") if old else "None"
+        return {"stopPolicy": stop, "active": "Missing", "reserved": _reserved(old), "message": "",
+                "reservedCpuMillis": its.reserved_cpu_millis(old), "phaseMessage": phase_message}
+    active, message = "True", ""
+    for cond in ((old or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Active":
+            active, message = str(cond.get("status", "Unknown")), cond.get("message", "")
+    return {"stopPolicy": queue["spec"].get("stopPolicy", "None"), "active": active, "message": message,
+            "reserved": _reserved(old), "reservedCpuMillis": its.reserved_cpu_millis(old),
+            "phaseMessage": phase_message}
+
+
+def _reserved(queue: dict | None) -> bool:
+    status = (queue or {}).get("status") or {}
+    return int(status.get("reservingWorkloads") or 0) > 0 or int(status.get("admittedWorkloads") or 0) > 0
+
+
+def _devices_with_effective_labels(policy: Policy, snapshot: Snapshot) -> list[dict]:
+    """Devices objects whose ``gpustack.ai/managed`` label mirrors the Node's effective label, as
+    the agent keeps it (node-facts.md §7.1)."""
+    effective = effective_node_labels(policy, snapshot)
+    managed = policy.key("managed")
+    out = []
+    for devices in snapshot.list("Devices"):
+        node_labels = effective.get(name_of(devices))
+        if node_labels is None:
+            out.append(devices)
+            continue
+        d = copy.deepcopy(devices)
+        labels = d.setdefault("metadata", {}).setdefault("labels", {})
+        if managed in node_labels:
+            labels[managed] = node_labels[managed]
+        else:
+            labels.pop(managed, None)
+        out.append(d)
+    return out

@@ -1,0 +1,129 @@
+"""An immutable snapshot of cluster objects, indexed by kind and name.
+
+Objects are JSON-shaped dicts exactly as the API server returns them. The snapshot is what every
+engine call reads; where it came from (a watch cache, files) is the caller's business. Source of the
+kinds: spec/README.md §4.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping
+
+# kind -> (apiVersion, namespaced)
+KNOWN_KINDS: dict[str, tuple[str, bool]] = {
+    "Namespace": ("v1", False),
+    "Node": ("v1", False),
+    "Secret": ("v1", True),
+    "Pod": ("v1", True),
+    "ConfigMap": ("v1", True),
+    "PersistentVolumeClaim": ("v1", True),
+    "PersistentVolume": ("v1", False),
+    "StorageClass": ("storage.k8s.io/v1", False),
+    "Service": ("v1", True),
+    "NodeFeature": ("nfd.k8s-sigs.io/v1alpha1", True),
+    "ResourceFlavor": ("kueue.x-k8s.io/v1beta2", False),
+    "ClusterQueue": ("kueue.x-k8s.io/v1beta2", False),
+    "LocalQueue": ("kueue.x-k8s.io/v1beta2", True),
+    "AdmissionCheck": ("kueue.x-k8s.io/v1beta2", False),
+    "Workload": ("kueue.x-k8s.io/v1beta2", True),
+    "InstanceType": ("worker.gpustack.ai/v1", False),
+    "InstanceTypeFlavor": ("worker.gpustack.ai/v1", False),
+    "Instance": ("worker.gpustack.ai/v1", True),
+    "Devices": ("worker.gpustack.ai/v1", False),
+    "InstancePersistentVolume": ("worker.gpustack.ai/v1", True),
+    "Setting": ("gpustack.ai/v1", True),
+}
+
+
+class SnapshotError(ValueError):
+    """An object that cannot enter a snapshot (no kind, no name, not a mapping)."""
+
+
+def object_ref(obj: Mapping) -> str:
+    """`Kind namespace/name` or `Kind name`, for messages."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    name = meta.get("name", "<unnamed>")
+    return f"{obj.get('kind', '<no kind>')} {ns + '/' if ns else ''}{name}"
+
+
+def name_of(obj: Mapping) -> str:
+    return obj["metadata"]["name"]
+
+
+def labels_of(obj: Mapping) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def annotations_of(obj: Mapping) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def is_deleting(obj: Mapping) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Objects by kind, then by ``(namespace, name)`` (namespace "" for cluster-scoped kinds).
+
+    ``warnings`` carries what was skipped while building it (unknown kinds). Build with
+    :meth:`from_objects`; never mutate the dicts it holds.
+    """
+
+    objects: Mapping[str, Mapping[tuple[str, str], dict]]
+    warnings: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>") -> "Snapshot":
+        """Index ``objects``; unknown kinds are skipped with a warning; a later duplicate replaces an
+        earlier one (as a re-apply would).
+
+        Raises :class:`SnapshotError` naming ``origin`` and the object for a non-mapping object, a
+        missing ``kind`` or ``metadata.name``, or a namespaced kind without ``metadata.namespace``
+        (Instances, LocalQueues and NodeFeatures default to namespace ``default`` like kubectl does).
+        """
+        index: dict[str, dict[tuple[str, str], dict]] = {}
+        warnings: list[str] = []
+        for i, obj in enumerate(objects):
+            if not isinstance(obj, Mapping):
+                raise SnapshotError(f"{origin}: item {i} is not an object (got {type(obj).__name__})")
+            kind = obj.get("kind")
+            if not kind or not isinstance(kind, str):
+                raise SnapshotError(f"{origin}: item {i} has no kind")
+            meta = obj.get("metadata")
+            if not isinstance(meta, Mapping) or not meta.get("name"):
+                raise SnapshotError(f"{origin}: {kind} at item {i} has no metadata.name")
+            if kind not in KNOWN_KINDS:
+                warnings.append(f"{origin}: skipped {object_ref(obj)}: kind {kind} is not used by accelpolicy")
+                continue
+            namespaced = KNOWN_KINDS[kind][1]
+            namespace = meta.get("namespace") or ("default" if namespaced else "")
+            if not namespaced:
+                namespace = ""
+            labels = meta.get("labels")
+            if labels is not None and not isinstance(labels, Mapping):
+                raise SnapshotError(f"{origin}: {object_ref(obj)}: metadata.labels must be a map")
+            for key, value in (labels or {}).items():
+                if not isinstance(value, str):
+                    raise SnapshotError(f"{origin}: {object_ref(obj)}: label {key} must be a string, "
+                                        f"got {value!r} (quote it in YAML)")
+            index.setdefault(kind, {})[(namespace, meta["name"])] = dict(obj)
+        frozen = {kind: MappingProxyType(items) for kind, items in index.items()}
+        return cls(objects=MappingProxyType(frozen), warnings=tuple(warnings))
+
+    def list(self, kind: str) -> list[dict]:
+        """Objects of ``kind`` in (namespace, name) order, as kubectl lists them."""
+        items = self.objects.get(kind, {})
+        return [items[key] for key in sorted(items)]
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
+        return self.objects.get(kind, {}).get((namespace, name))
+
+    def __iter__(self) -> Iterator[dict]:
+        for kind in sorted(self.objects):
+            yield from self.list(kind)
+
+    def count(self, kind: str) -> int:
+        return len(self.objects.get(kind, {}))

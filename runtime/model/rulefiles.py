@@ -1,0 +1,240 @@
+"""Pydantic models of the rule-file kinds under ``rules/`` (format: rules/README.md).
+
+Every rule file is a Kubernetes-shaped document ``{apiVersion, kind, metadata: {name}, spec}`` with
+``apiVersion: rules.accelpolicy.dev/v1alpha1``. Fields typed :class:`Expr` hold CEL source; the loader
+compiles each one once (``Expr.program``) and reports failures as ``file:line field.path: message``.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+API_VERSION = "rules.accelpolicy.dev/v1alpha1"
+
+
+class Expr(str):
+    """CEL source text; ``program`` is set by the loader (a compiled :class:`CelExpression`)."""
+
+    program: Any = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(cls, core_schema.str_schema(min_length=1))
+
+    def evaluate(self, activation: dict, memo: bool = True) -> Any:
+        """Evaluate the compiled program (see runtime.rules.cel.CelExpression.evaluate)."""
+        return self.program.evaluate(activation, memo=memo)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True)
+
+
+class Metadata(Strict):
+    name: str = Field(min_length=1)
+    annotations: dict[str, str] = {}
+
+
+# --- constants ---------------------------------------------------------------------------------
+class ConstantsSpec(Strict):
+    creditsPerAccelerator: int = Field(gt=0, description="D: credits of one whole accelerator")
+    sharesPerAccelerator: int = Field(gt=0, description="ownership shares per accelerator")
+    percentPerAccelerator: int = Field(gt=0, description="VRAM percent units per accelerator")
+
+    @property
+    def share(self) -> int:
+        return self.creditsPerAccelerator // self.sharesPerAccelerator
+
+    @property
+    def pct(self) -> int:
+        return self.creditsPerAccelerator // self.percentPerAccelerator
+
+
+# --- manufacturers -------------------------------------------------------------------------------
+class Manufacturer(Strict):
+    id: str = Field(pattern=r"^[a-z0-9]+$")
+    base: str = Field(min_length=1, description="base extended-resource name, e.g. nvidia.com/gpu")
+    pciVendor: str = ""
+    partitionKind: str = ""
+    runtimeName: str = ""
+    logicalSlices: int = Field(ge=0)
+    coresOvercommit: bool = False
+
+
+class ManufacturerTableSpec(Strict):
+    genericSentinel: str
+    pciClassPrefixes: list[str] = []
+    manufacturers: list[Manufacturer]
+
+    @field_validator("manufacturers")
+    @classmethod
+    def _unique(cls, value: list[Manufacturer]) -> list[Manufacturer]:
+        seen = set()
+        for m in value:
+            if m.id in seen:
+                raise ValueError(f"manufacturer {m.id!r} listed twice")
+            seen.add(m.id)
+        return value
+
+    def by_id(self) -> dict[str, Manufacturer]:
+        return {m.id: m for m in self.manufacturers}
+
+
+# --- labels ----------------------------------------------------------------------------------------
+class LabelCatalogSpec(Strict):
+    keys: dict[str, str] = Field(description="role -> label/annotation key")
+    prefixes: dict[str, str] = Field(description="role -> key prefix ending in '/'")
+    propagatedPrefixes: list[str] = Field(description="Node label prefixes NodeFeatures own (NFD merge)")
+    fitLabelSuffix: str = Field(description="fit labels (controller-written) end their prefix with this")
+
+
+# --- node facts ------------------------------------------------------------------------------------
+class CruftSpec(Strict):
+    cutAt: str = ""
+    deleteTokens: list[str] = []
+    leadingPattern: str = ""
+    trailingSuffixes: list[str] = []
+    trailingPattern: str = ""
+
+
+class FamilyRow(Strict):
+    major: list[int]
+    family: str
+    minorBelow: Optional[int] = None
+    familyAtOrAbove: str = ""
+
+
+class NodeFactsSpec(Strict):
+    cpuVendors: dict[str, str]
+    cpuImplementers: dict[str, str] = {}
+    unknownVendors: list[str] = []
+    cruft: CruftSpec
+    keyBudget: int = Field(description="63 minus the longest key suffix (decision 13)")
+    nvidiaFamilies: list[FamilyRow] = []
+    groupIdMemorySuffixBudget: int = 7
+    eccMultiply: list[int] = [16, 15]
+    gddrBusWidthBelow: int = 1024
+
+
+# --- settings --------------------------------------------------------------------------------------
+class SettingDef(Strict):
+    name: str
+    default: str
+    type: Literal["bool", "image"]
+    description: str
+
+
+class SettingCatalogSpec(Strict):
+    namespace: str
+    namespaceEnv: str = "KUBERNETES_POD_NAMESPACE"
+    secretName: str
+    envPrefix: str = "GPUSTACK_"
+    booleanTrue: list[str]
+    booleanFalse: list[str]
+    settings: list[SettingDef]
+
+
+# --- pool derivation -------------------------------------------------------------------------------
+class FlavorRule(Strict):
+    when: Expr
+    name: Expr
+
+
+class PoolNames(Strict):
+    cpu: Expr
+    device: Expr
+
+
+class DerivedTypeSpec(Strict):
+    cpuUnit: dict[str, str]
+    localStorage: str
+
+
+class AdmissionCheckSpec(Strict):
+    name: str
+    controllerName: str
+    labels: dict[str, str] = {}
+
+
+class ClusterQueueSpec(Strict):
+    template: dict[str, Any]
+    maxFlavors: int = Field(gt=0)
+    creditsResourcePrefix: str
+    tooManyFlavorsMessage: Expr
+
+
+class PoolDerivationSpec(Strict):
+    systemNamespace: str
+    reservedNamespaces: list[str]
+    managed: Expr
+    flavors: dict[Literal["cpu", "device"], FlavorRule]
+    pools: PoolNames
+    catalog: PoolNames
+    generalGroup: Expr
+    entrance: Expr
+    derivedType: DerivedTypeSpec
+    clusterQueue: ClusterQueueSpec
+    admissionCheck: AdmissionCheckSpec
+    resourceTypes: dict[Literal["flavor", "queue"], str]
+
+
+# --- presets -----------------------------------------------------------------------------------------
+class PresetRefinement(Strict):
+    token: str
+    tier: str
+
+
+class PresetEntry(Strict):
+    prefixes: list[str] = Field(min_length=1)
+    tier: str
+    by: list[PresetRefinement] = []
+
+
+class PresetTableSpec(Strict):
+    tiers: dict[str, dict[str, str]]
+    fallbackTier: str
+    dropLeadingTokens: list[str] = []
+    manufacturers: dict[str, list[PresetEntry]]
+
+
+# --- four-view ---------------------------------------------------------------------------------------
+class FourViewSpec(Strict):
+    sharedOnceMaxReading: Literal["shareSum", "acceleratorCount"] = "shareSum"
+
+
+# --- decision tables (durable_rules backend) ---------------------------------------------------------
+class DecisionRow(Strict):
+    name: str
+    when: dict[str, Any] = Field(description="fact -> required value; all must hold (empty = always)")
+    then: dict[str, Any] = Field(description="outputs; a string value '$fact' copies a fact")
+
+
+class DecisionTableSpec(Strict):
+    backend: Literal["durable"] = "durable"
+    facts: list[str]
+    rows: list[DecisionRow] = Field(min_length=1)
+
+
+SPEC_MODELS: dict[str, type[BaseModel]] = {
+    "Constants": ConstantsSpec,
+    "ManufacturerTable": ManufacturerTableSpec,
+    "LabelCatalog": LabelCatalogSpec,
+    "NodeFacts": NodeFactsSpec,
+    "SettingCatalog": SettingCatalogSpec,
+    "PoolDerivation": PoolDerivationSpec,
+    "PresetTable": PresetTableSpec,
+    "FourView": FourViewSpec,
+    "DecisionTable": DecisionTableSpec,
+}
+
+
+class RuleDocument(Strict):
+    """The envelope shared by every rule file."""
+
+    apiVersion: Literal["rules.accelpolicy.dev/v1alpha1"]
+    kind: str
+    metadata: Metadata
+    spec: dict[str, Any]

@@ -1,0 +1,38 @@
+"""Custom CEL functions, declared as data: name -> pure function on CEL values.
+
+Every function here is pure (no I/O, no clock, no environment). Rule files call them by name, e.g.
+``"gpustack-fnv64-" + fnv64a(name)``. Add a function by adding it to :data:`FUNCTIONS`.
+"""
+from __future__ import annotations
+
+from celpy import celtypes
+
+from runtime.engine import normalize
+
+
+def fnv64a(text: celtypes.StringType) -> celtypes.StringType:
+    """16 lowercase hex digits of FNV-1a 64-bit over the UTF-8 bytes of ``text`` (pools.md §12)."""
+    return celtypes.StringType(normalize.fnv64a_hex(str(text)))
+
+
+def objectName(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 - CEL naming
+    """A key made safe for an object name: each `_` becomes `-` (node-facts.md §5.7)."""
+    return celtypes.StringType(normalize.object_name_safe(str(text)))
+
+
+def quantity(value: celtypes.IntType) -> celtypes.StringType:
+    """Canonical decimal-SI quantity string of an integer: 1600000 -> "1600k" (pod-requests.md §8)."""
+    return celtypes.StringType(normalize.format_decimal_quantity(int(value)))
+
+
+def beforeDash(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 - CEL naming
+    """The text before the first `-` (manufacturer of an aKey, CPU manufacturer of a gKey)."""
+    return celtypes.StringType(str(text).split("-", 1)[0])
+
+
+FUNCTIONS = {
+    "fnv64a": fnv64a,
+    "objectName": objectName,
+    "quantity": quantity,
+    "beforeDash": beforeDash,
+}

@@ -1,0 +1,102 @@
+"""YAML documents with the line of every field, for `file:line field.path: message` errors.
+
+PyYAML composes the node tree (which carries marks); this module builds plain Python values from it
+and a map ``path tuple -> 1-based line``. Paths use keys and list indexes: ``("spec", "rules", 3,
+"expression")``; :func:`dotted` renders them as ``spec.rules[3].expression``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+
+class YamlSourceError(ValueError):
+    """The text is not YAML; ``line`` is 1-based (0 when unknown)."""
+
+    def __init__(self, message: str, line: int = 0):
+        super().__init__(message)
+        self.line = line
+
+
+@dataclass
+class SourceDocument:
+    """One YAML document: its value, its first line, and the line of each field path."""
+
+    value: Any
+    line: int
+    lines: dict[tuple, int] = field(default_factory=dict)
+
+    def line_of(self, path: tuple) -> int:
+        """The line of ``path`` or of its nearest ancestor that has one."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.line
+
+
+def dotted(path: tuple | list) -> str:
+    """("spec", "rules", 3, "expression") -> "spec.rules[3].expression"."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<document>"
+
+
+_CONSTRUCTOR = yaml.SafeLoader
+
+
+def _build(node: yaml.Node, path: tuple, lines: dict) -> Any:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out = {}
+        for key_node, value_node in node.value:
+            key = _build_scalar(key_node)
+            out[key] = _build(value_node, path + (key,), lines)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(child, path + (i,), lines) for i, child in enumerate(node.value)]
+    return _build_scalar(node)
+
+
+def _build_scalar(node: yaml.Node) -> Any:
+    loader = _CONSTRUCTOR("")
+    try:
+        return loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+
+
+def load_documents(text: str) -> list[SourceDocument]:
+    """Parse a multi-document YAML text; empty documents are skipped.
+
+    Raises :class:`YamlSourceError` with the failing line.
+    """
+    try:
+        loader = yaml.SafeLoader(text)
+        docs = []
+        try:
+            while loader.check_node():
+                node = loader.get_node()
+                if node is None:
+                    continue
+                lines: dict[tuple, int] = {}
+                value = _build(node, (), lines)
+                if value is None:
+                    continue
+                docs.append(SourceDocument(value=value, line=node.start_mark.line + 1, lines=lines))
+        finally:
+            loader.dispose()
+        return docs
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        raise YamlSourceError(f"not valid YAML: {exc.problem or exc}", line) from exc
+    except yaml.YAMLError as exc:
+        raise YamlSourceError(f"not valid YAML: {exc}") from exc
