@@ -1,0 +1,6 @@
+"""Pydantic models: rule-file kinds (rulefiles), and the kinds other modules register.
+
+A module that defines more rule kinds adds them to ``rulefiles.SPEC_MODELS`` at import time and is
+imported here, so the loader knows every kind.
+"""
+from runtime.model import rulefiles  # noqa: F401
