@@ -1,12 +1,14 @@
 """Read a cluster snapshot from files: the I/O half of :class:`runtime.engine.snapshot.Snapshot`.
 
-A path is a file, a directory (read recursively: ``*.yaml``, ``*.yml``, ``*.json``, in path order) or
+A path is a file, a directory (read recursively, following symlinked directories: ``*.yaml``,
+``*.yml``, ``*.json``, in path order, so ``dir/base/...`` comes before ``dir/overlay.yaml``) or
 ``-`` for standard input. Documents may be multi-document YAML and ``kind: List`` (``items``); several
 paths layer, a later object replacing an earlier one of the same kind and name, as a re-apply would.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Iterable, TextIO
@@ -19,8 +21,9 @@ SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    if path.is_dir():  # os.walk follows symlinked directories (a step fixture links its base)
+        found = [Path(root) / name for root, _, names in os.walk(path, followlinks=True) for name in names]
+        return sorted(p for p in found if p.suffix in SUFFIXES)
     if path.is_file():
         return [path]
     raise SnapshotError(f"{path}: no such file or directory")

@@ -11,6 +11,8 @@ import click
 
 # Subcommand modules; each exposes a click command named `command`.
 _SUBCOMMANDS = [
+    "get",
+    "derive",
 ]
 
 

@@ -50,12 +50,42 @@ class DesiredState:
     devices: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
+        """What ``kubectl get <kind>`` lists once this state is applied to ``snapshot``'s cluster:
+        the objects accelpolicy keeps, plus same-kind objects it does not own (name order)."""
+        ours = {
+            "ResourceFlavor": self.resource_flavors, "ClusterQueue": self.cluster_queues,
+            "LocalQueue": self.local_queues, "AdmissionCheck": self.admission_checks,
+            "InstanceType": self.instance_types, "InstanceTypeFlavor": self.instance_type_flavors,
+            "Devices": self.devices,
+        }.get(kind)
+        if ours is None:
+            return snapshot.list(kind)
+        if kind in ("InstanceType", "InstanceTypeFlavor", "Devices"):
+            return list(ours)
+        keep = {(o["metadata"].get("namespace", ""), name_of(o)) for o in ours}
+        deleted = set(self.flavor_deletes) if kind == "ResourceFlavor" else set()
+        foreign = [o for o in snapshot.list(kind)
+                   if ((o["metadata"].get("namespace") or ""), name_of(o)) not in keep and name_of(o) not in deleted
+                   and not _owned(policy, o, kind)]
+        merged = list(ours) + foreign
+        return sorted(merged, key=lambda o: ((o["metadata"].get("namespace") or ""), name_of(o)))
+
     def objects(self) -> list[dict]:
         """Every object accelpolicy writes, for ``kubectl apply -f -`` (status included)."""
         created = set(self.created_instance_types)
         return (self.resource_flavors + self.admission_checks
                 + [it for it in self.instance_types if name_of(it) in created]
                 + self.cluster_queues + self.local_queues + self.instance_type_flavors)
+
+
+def _owned(policy: Policy, obj: dict, kind: str) -> bool:
+    """Queues of ours that this state no longer keeps (the queue of a deleted type, its LocalQueues)."""
+    if kind == "ClusterQueue":
+        return labels_of(obj).get(policy.key("resourceType")) == policy.derivation.resourceTypes["queue"]
+    if kind == "LocalQueue":
+        return policy.key("queueAnnotation") in ((obj.get("metadata") or {}).get("annotations") or {})
+    return False
 
 
 def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:

@@ -1,0 +1,31 @@
+"""`accelpolicy derive --snapshot PATH`: every object the controller would write, for kubectl apply."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from runtime.cli.common import bad_input_exits, emit, load_policy, rules_option, snapshot_option, warn
+from runtime.engine.derive import derive
+from runtime.snapshots import load_snapshot
+
+
+@click.command("derive")
+@snapshot_option
+@rules_option
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@bad_input_exits
+def command(snapshots: tuple[str, ...], rules_dir: Path, output: str) -> None:
+    """Print the derived objects as one stream that `kubectl apply -f -` accepts.
+
+    ResourceFlavors, the AdmissionCheck, the derived InstanceTypes this reconcile creates
+    (create-only: existing types are never rewritten), ClusterQueues, LocalQueues and the
+    InstanceTypeFlavor catalog. Flavors the controller would delete are listed on stderr.
+    """
+    policy = load_policy(rules_dir)
+    snapshot = load_snapshot(snapshots)
+    state = derive(policy, snapshot)
+    warn(state.warnings)
+    for name in state.flavor_deletes:
+        click.echo(f"would delete: resourceflavor.kueue.x-k8s.io/{name} (no managed node contributes)", err=True)
+    emit(state.objects(), output)
