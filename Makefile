@@ -28,6 +28,9 @@ unit: install  ## tests that need no cluster
 test: install lint  ## everything: unit, rule suites, control plane, e2e
 	$(BIN)/python -m pytest
 
+demo: install  ## the seed walkthrough, step by step (snapshot replay), printing the pools
+	$(BIN)/accelpolicy demo
+
 bench: install  ## benchmarks (figures, not pass/fail)
 	$(BIN)/python benchmarks/derive.py
 

@@ -13,6 +13,7 @@ import click
 _SUBCOMMANDS = [
     "get",
     "derive",
+    "demo",
 ]
 
 
