@@ -59,13 +59,17 @@ def load_policy(rules_dir: Path) -> Policy:
     return Policy(load_rules(rules_dir))
 
 
-def emit(objects: list[dict], output: str, as_list: bool = True) -> None:
-    """Print objects as YAML (multi-document stream) or JSON (a v1 List)."""
+def emit(objects: list[dict], output: str, as_list: bool = True, stream: bool = False) -> None:
+    """Print objects as kubectl does: a ``v1 List`` (or the single object when ``as_list`` is false) in
+    YAML or JSON; ``stream`` prints a multi-document YAML stream instead (for ``kubectl apply -f -``)."""
+    if stream and output == "yaml":
+        click.echo(yaml.safe_dump_all(objects, sort_keys=False, width=200, explicit_start=True).rstrip("\n"))
+        return
+    payload = {"apiVersion": "v1", "kind": "List", "items": objects} if as_list else objects[0]
     if output == "json":
-        payload = {"apiVersion": "v1", "kind": "List", "items": objects} if as_list else objects[0]
         click.echo(json.dumps(payload, indent=2))
     else:
-        click.echo(yaml.safe_dump_all(objects, sort_keys=False, width=200, explicit_start=True).rstrip("\n"))
+        click.echo(yaml.safe_dump(payload, sort_keys=False, width=200).rstrip("\n"))
 
 
 def warn(messages) -> None:

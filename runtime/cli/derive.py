@@ -28,4 +28,4 @@ def command(snapshots: tuple[str, ...], rules_dir: Path, output: str) -> None:
     warn(state.warnings)
     for name in state.flavor_deletes:
         click.echo(f"would delete: resourceflavor.kueue.x-k8s.io/{name} (no managed node contributes)", err=True)
-    emit(state.objects(), output)
+    emit(state.objects(), output, stream=True)

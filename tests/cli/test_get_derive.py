@@ -1,0 +1,82 @@
+"""The `accelpolicy get` / `derive` / `demo` commands as an operator runs them."""
+from __future__ import annotations
+
+import shutil
+
+import yaml
+from click.testing import CliRunner
+
+from runtime.cli import main
+from runtime.rules.loader import DEFAULT_RULES_DIR
+from tests.seedfiles import FIXTURES, seed_table
+
+STEP1 = str(FIXTURES / "seed" / "step1")
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
+
+
+def test_get_instancetypes_prints_the_seed_table():
+    result = run("get", "instancetypes", "--snapshot", STEP1)
+    assert result.exit_code == 0
+    assert result.output.rstrip("\n") == seed_table("step1-instancetype.txt")
+
+
+def test_kubectl_spellings_resolve_to_the_same_kind():
+    outputs = {run("get", name, "--snapshot", STEP1).output for name in ("instancetype", "instancetypes", "instype", "InstanceType.worker.gpustack.ai")}
+    assert len(outputs) == 1
+
+
+def test_wide_adds_the_partitions_column():
+    header = run("get", "instancetypes", "-o", "wide", "--snapshot", STEP1).output.splitlines()[0]
+    assert header.split()[-2:] == ["PHASE", "PARTITIONS"]
+    assert header.endswith("PHASE    PARTITIONS")  # PHASE is as wide as "Active", then three spaces
+
+
+def test_snapshot_from_stdin_and_json_list():
+    text = "".join(p.read_text() for p in sorted((FIXTURES / "seed" / "common").glob("*.yaml")))
+    result = run("get", "cq", "-o", "json", "--snapshot", "-", input=text)
+    assert result.exit_code == 0
+    names = [item["metadata"]["name"] for item in yaml.safe_load(result.output)["items"]]
+    assert names == ["gpustack--generic-linux-amd64", "gpustack--nvidia-a10g-linux-amd64",
+                     "gpustack--nvidia-tesla-t4-linux-amd64"]
+
+
+def test_derive_prints_an_apply_stream():
+    result = run("derive", "--snapshot", STEP1)
+    docs = list(yaml.safe_load_all(result.output))
+    kinds = [d["kind"] for d in docs]
+    assert kinds.count("ResourceFlavor") == 7 and kinds.count("ClusterQueue") == 3
+    assert kinds.count("InstanceType") == 3 and kinds.count("LocalQueue") == 3
+    assert kinds.count("AdmissionCheck") == 1 and kinds.count("InstanceTypeFlavor") == 3
+
+
+def test_unknown_kind_is_exit_2_with_a_message():
+    result = CliRunner().invoke(main, ["get", "pods", "--snapshot", STEP1])
+    assert result.exit_code == 2
+    assert 'doesn\'t have a resource type "pods"' in result.stderr
+
+
+def test_missing_snapshot_is_exit_2_naming_the_path(tmp_path):
+    result = CliRunner().invoke(main, ["get", "rf", "--snapshot", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'nope'}: no such file or directory" in result.stderr
+
+
+def test_broken_rules_are_exit_2_with_file_line_and_field(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    path = rules / "pools" / "derivation.yaml"
+    path.write_text(path.read_text().replace("generalGroup: 'aware ? gKey : \"generic\"'", "generalGroup: 'aware ? gKey :'"))
+    result = CliRunner().invoke(main, ["get", "rf", "--snapshot", STEP1, "--rules", str(rules)])
+    assert result.exit_code == 2
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("  generalGroup:"))
+    assert f"rules/pools/derivation.yaml:{line} spec.generalGroup: CEL syntax error" in result.stderr
+
+
+def test_demo_prints_every_step():
+    result = run("demo")
+    assert result.exit_code == 0
+    assert result.output.count("$ kubectl get instancetypes") == 9
+    assert seed_table("step5-after-aware.txt") in result.output
