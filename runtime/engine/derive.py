@@ -144,7 +144,7 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
         queue = None
         phase_message = ""
         if not is_deleting(it):
-            queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors)
+            queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors, old_queue)
             state.cluster_queues.append(queue)
             state.local_queues.extend(queues.local_queues(policy, queue, namespaces))
         queue_state = _queue_state(queue, old_queue, phase_message)
@@ -177,9 +177,7 @@ def _queue_state(queue: dict | None, old: dict | None, phase_message: str) -> di
             "phaseMessage": phase_message}
 
 
-def _reserved(queue: dict | None) -> bool:
-    status = (queue or {}).get("status") or {}
-    return int(status.get("reservingWorkloads") or 0) > 0 or int(status.get("admittedWorkloads") or 0) > 0
+_reserved = queues.holds_reservations
 
 
 def _devices_with_effective_labels(policy: Policy, snapshot: Snapshot) -> list[dict]:

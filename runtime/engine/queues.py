@@ -33,9 +33,24 @@ def queue_flavors(policy: Policy, labels: dict[str, str], plans: dict[str, Flavo
     return sorted(chosen, key=lambda p: (p.count, p.name))
 
 
+DRAIN = "instance-type-drain-when-no-flavors"
+
+
+def holds_reservations(queue: dict | None) -> bool:
+    """Whether Workloads still hold a reservation or admission in ``queue`` (its Kueue status)."""
+    status = (queue or {}).get("status") or {}
+    return int(status.get("reservingWorkloads") or 0) > 0 or int(status.get("admittedWorkloads") or 0) > 0
+
+
 def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str, str],
-                  flavors: list[FlavorPlan]) -> tuple[dict, str]:
-    """(ClusterQueue object, phaseMessage) for one InstanceType (§7.1-§7.4)."""
+                  flavors: list[FlavorPlan], old: dict | None = None) -> tuple[dict, str]:
+    """(ClusterQueue object, phaseMessage) for one InstanceType (§7.1-§7.4).
+
+    ``old`` is the queue as the cluster holds it. When the pool lost every flavor while Workloads
+    still hold reservations, the old groups are kept: with ``instance-type-drain-when-no-flavors``
+    the queue goes ``HoldAndDrain`` (Kueue evicts, the Instances are stopped), otherwise it waits for
+    the reservations to clear; once none remains the groups are emptied (§7.4).
+    """
     spec_it = it.get("spec") or {}
     rules = policy.derivation.clusterQueue
     spec = copy.deepcopy(rules.template)
@@ -56,8 +71,12 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
                        "flavors": [{"name": plan.name, "resources": [{"name": resource, "nominalQuota": quota(plan)}]}
                                    for plan in flavors]})
     spec["resourceGroups"] = groups
+    old_spec = (old or {}).get("spec") or {}
     if spec_it.get("inactive"):
         spec["stopPolicy"] = "Hold"
+    if not flavors and old_spec.get("resourceGroups") and holds_reservations(old):
+        spec["resourceGroups"] = old_spec["resourceGroups"]
+        spec["stopPolicy"] = "HoldAndDrain" if settings.flag(DRAIN) else old_spec.get("stopPolicy", spec["stopPolicy"])
     if is_deleting(it):
         spec["stopPolicy"] = "HoldAndDrain"
     if acceleratable and settings.flag(DERIVED):
