@@ -20,6 +20,7 @@ KNOWN_KINDS: dict[str, tuple[str, bool]] = {
     "PersistentVolumeClaim": ("v1", True),
     "PersistentVolume": ("v1", False),
     "StorageClass": ("storage.k8s.io/v1", False),
+    "RuntimeClass": ("node.k8s.io/v1", False),
     "Service": ("v1", True),
     "NodeFeature": ("nfd.k8s-sigs.io/v1alpha1", True),
     "ResourceFlavor": ("kueue.x-k8s.io/v1beta2", False),

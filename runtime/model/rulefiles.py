@@ -238,3 +238,49 @@ class RuleDocument(Strict):
     kind: str
     metadata: Metadata
     spec: dict[str, Any]
+
+
+# --- instance pods (spec/instances.md §11-§12) --------------------------------------------------------
+class PodVolumeNames(Strict):
+    workspace: str
+    additionalPrefix: str
+    sshKeys: str
+    sshKeysMountPath: str
+    sshKeysDefaultMode: int
+
+
+class SshSidecar(Strict):
+    capabilities: list[str]
+    volumeMountEnv: str
+    imageSetting: str
+
+
+class OvercommitSpec(Strict):
+    setting: str
+    cpuMillisPerCore: int = Field(gt=0)
+    acceleratedCpuMillisPerCore: int = Field(gt=0)
+    memoryMiPerGi: int = Field(gt=0)
+    storageMiPerGi: int = Field(gt=0)
+
+
+class PlacementSpec(Strict):
+    setting: str
+    noProvisioner: str
+    missingMessage: str
+    unboundMessage: str
+
+
+class InstancePodSpec(Strict):
+    workloadContainer: str
+    sshContainer: str
+    podSpec: dict[str, Any]
+    workloadSecurityContext: dict[str, Any]
+    portName: Expr
+    volumes: PodVolumeNames
+    ssh: SshSidecar
+    overcommit: OvercommitSpec
+    resourceKeys: dict[Literal["sliced", "memoryPercentage", "coresPercentage", "partitioned", "profile", "visibility"], str]
+    placement: PlacementSpec
+
+
+SPEC_MODELS["InstancePod"] = InstancePodSpec

@@ -30,7 +30,13 @@ def beforeDash(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 
     return celtypes.StringType(str(text).split("-", 1)[0])
 
 
+def lowerAscii(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 - CEL strings extension name
+    """ASCII lower-casing (the CEL strings extension's ``lowerAscii``, absent from cel-python)."""
+    return celtypes.StringType("".join(ch.lower() if "A" <= ch <= "Z" else ch for ch in str(text)))
+
+
 FUNCTIONS = {
+    "lowerAscii": lowerAscii,
     "fnv64a": fnv64a,
     "objectName": objectName,
     "quantity": quantity,
