@@ -34,7 +34,9 @@ class DesiredState:
 
     Lists are in name order. ``instance_types`` holds every InstanceType after the reconcile (the
     snapshot's, unchanged but for ``status``, plus the created ones); ``created_instance_types``
-    names the derived ones this reconcile authors (create-only). ``flavor_deletes`` are our
+    names the derived ones this reconcile authors (create-only); ``enriched_instance_types`` the
+    existing ones whose empty descriptors the defaulting fills now that a flavor matches (pools.md
+    §6.1: the only update the controller makes to a type's spec). ``flavor_deletes`` are our
     ResourceFlavors (``resource.gpustack.ai/type: nodes``) without contributors.
     """
 
@@ -46,6 +48,7 @@ class DesiredState:
     admission_checks: list[dict] = field(default_factory=list)
     instance_types: list[dict] = field(default_factory=list)
     created_instance_types: list[str] = field(default_factory=list)
+    enriched_instance_types: list[str] = field(default_factory=list)
     instance_type_flavors: list[dict] = field(default_factory=list)
     devices: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -73,7 +76,7 @@ class DesiredState:
 
     def objects(self) -> list[dict]:
         """Every object accelpolicy writes, for ``kubectl apply -f -`` (status included)."""
-        created = set(self.created_instance_types)
+        created = set(self.created_instance_types) | set(self.enriched_instance_types)
         return (self.resource_flavors + self.admission_checks
                 + [it for it in self.instance_types if name_of(it) in created]
                 + self.cluster_queues + self.local_queues + self.instance_type_flavors)
@@ -129,6 +132,14 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
             created = its.derived_type(policy, pool, plan, aware)
             types[pool] = its.default_instance_type(policy, created, aware, state.resource_flavors)
             state.created_instance_types.append(pool)
+
+    # Types whose descriptors are still empty get the defaulting again once a flavor matches (§6.1)
+    for name, it in existing.items():
+        if its.needs_enrichment(it):
+            defaulted = its.default_instance_type(policy, it, aware, state.resource_flavors)
+            if not its.needs_enrichment(defaulted):
+                types[name] = defaulted
+                state.enriched_instance_types.append(name)
 
     # Queues and status ----------------------------------------------------------------------------
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")

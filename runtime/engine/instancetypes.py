@@ -99,6 +99,16 @@ def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Itera
     return out
 
 
+def needs_enrichment(it: dict) -> bool:
+    """Whether an InstanceType's descriptors are still empty (pools.md §6.1 step 5)."""
+    spec = it.get("spec") or {}
+    if is_deleting(it) or (spec.get("acceleratable") and not spec.get("acceleratorGroup")):
+        return False
+    if not spec.get("acceleratable"):
+        return False  # CPU types carry no descriptors while awareness is off; nothing to wait for
+    return not (spec.get("manufacturer") or spec.get("product") or spec.get("memory"))
+
+
 def _enrich(policy: Policy, spec: dict, labels: dict, aware: bool, flavors: Iterable[dict]) -> None:
     acceleratable = bool(spec.get("acceleratable"))
     if not acceleratable and not aware:

@@ -123,11 +123,29 @@ def test_step5_aware_clusterqueue_labels(policy):
     assert "general.feature.gpustack.ai/amd-epyc-7r32" not in collapsed["metadata"]["labels"]
 
 
-def test_step4_custom_type_keeps_its_spec_and_gets_a_status(policy):
+CUSTOM_AFTER_DEFAULTING = {  # spec/pools.md §6.1, "The Step 4 custom type after defaulting"
+    "labels": {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "feature.gpustack.ai/acceleratable": "true",
+               "acceleratable.feature.gpustack.ai/nvidia-a10g": "true",
+               "schedule.gpustack.ai/queue-entrance": RIGHT_ENTRANCE},
+    "spec": {"acceleratable": True, "acceleratorGroup": "nvidia-a10g", "generalGroup": "generic", "os": "linux",
+             "arch": "amd64", "manufacturer": "nvidia", "product": "NVIDIA-A10G", "family": "Ampere", "memory": "24Gi",
+             "cores": "10240",
+             "feature": {"logicalSliced": {"maxSize": 128, "coresPercentageOvercommit": True, "memoryPercentageStep": 1},
+                         "physicalSliced": {"maxSize": 0}},
+             "unitResources": {"cpu": "12", "ram": "128Gi"}, "localStorage": "200Gi"},
+}
+
+
+def test_step4_custom_type_is_defaulted_and_gets_a_status(policy):
     state, _ = state_of(policy, "step4-custom-type")
     assert state.created_instance_types == []          # create-only: nothing authored again
+    assert state.enriched_instance_types == ["a10g-12c128g"]
     it = _by_name(state.instance_types, "a10g-12c128g")
-    assert it["spec"] == seed_object("step4-instancetype-a10g-12c128g.yaml")["spec"]
+    authored = seed_object("step4-instancetype-a10g-12c128g.yaml")
+    assert subset_mismatches(authored["spec"], it["spec"]) == []   # nothing the administrator wrote changes
+    assert it["metadata"]["labels"] == CUSTOM_AFTER_DEFAULTING["labels"]
+    assert it["spec"] == CUSTOM_AFTER_DEFAULTING["spec"]
+    assert it["metadata"]["finalizers"] == ["gpustack.ai/controlled"]
     assert it["status"]["entrance"] == RIGHT_ENTRANCE
     assert it["status"]["summary"] == {"unit": "12/128Gi/200Gi", "accelerator": "1/1 10/10 100/100 0/0",
                                        "cpu": "0/0", "partitions": ""}
