@@ -270,6 +270,12 @@ class PlacementSpec(Strict):
     unboundMessage: str
 
 
+class LifecycleSpec(Strict):
+    requeueSeconds: int = Field(gt=0)
+    rebuildWindowSeconds: int = Field(gt=0)
+    admissionErrorReason: str
+
+
 class InstancePodSpec(Strict):
     workloadContainer: str
     sshContainer: str
@@ -281,6 +287,7 @@ class InstancePodSpec(Strict):
     overcommit: OvercommitSpec
     resourceKeys: dict[Literal["sliced", "memoryPercentage", "coresPercentage", "partitioned", "profile", "visibility"], str]
     placement: PlacementSpec
+    lifecycle: LifecycleSpec
 
 
 SPEC_MODELS["InstancePod"] = InstancePodSpec
