@@ -11,6 +11,7 @@ import click
 
 # Subcommand modules; each exposes a click command named `command`.
 _SUBCOMMANDS = [
+    "agent",
 ]
 
 
