@@ -156,7 +156,8 @@ class NodeAgent:
         for obj in (plan.worker, plan.device_manager):
             if obj is not None:
                 action, _ = c.upsert_custom(nf.group, nf.version, nf.plural, obj)
-                done.append(f"{action} NodeFeature {obj['metadata']['name']}")
+                if action != "unchanged":
+                    done.append(f"{action} NodeFeature {obj['metadata']['name']}")
         if plan.accelerators_known and plan.device_manager is None:
             name = node_feature_name(self.policy, self.node_name, "deviceManager")
             if c.delete_custom_owned(nf.group, nf.version, nf.plural, name, self.namespace, uid, self.node_name):
@@ -176,7 +177,8 @@ class NodeAgent:
                 done.append("patched Node capacity")
         if plan.devices is not None:
             action, _ = c.upsert_custom(dv.group, dv.version, dv.plural, plan.devices)
-            done.append(f"{action} Devices {self.node_name}")
+            if action != "unchanged":
+                done.append(f"{action} Devices {self.node_name}")
             if c.replace_custom_status(dv.group, dv.version, dv.plural, self.node_name, plan.devices["status"]):
                 done.append(f"wrote Devices {self.node_name} status")
         elif plan.accelerators_known:

@@ -16,7 +16,8 @@ from runtime.rules.loader import load_rules
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "seed" / "common"
-CAPACITY_CPU = {"node-cpu": "16", "node-a10g": "4", "node-t4-a": "4", "node-t4-b": "48", "node-h100": "224"}
+CAPACITY_CPU = {"node-cpu": "16", "node-a10g": "4", "node-t4-a": "4", "node-t4-b": "48", "node-h100": "224",
+                "node-l4": "16", "node-a100": "96"}
 
 
 @pytest.fixture(scope="session")
