@@ -36,7 +36,7 @@ def select_backend(name: str | None = None, facts: str | None = None) -> Acceler
     if name not in BACKENDS:
         raise ValueError(f"unknown probe backend {name!r} (known: {', '.join(BACKENDS)}; env {BACKEND_ENV})")
     if name == "fake":
-        return RecordedBackend(facts or os.environ.get(FACTS_ENV))
+        return RecordedBackend(facts or os.environ.get(FACTS_ENV) or None)
     return NvmlBackend()
 
 
