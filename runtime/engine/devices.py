@@ -92,7 +92,7 @@ def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, An
 
 def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: str,
                    groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """§7.1: os and arch and ``gpustack.ai/managed`` copied from the Node (each only when present),
+    """§7.1: os and arch and the managed key copied from the Node (each only when present),
     ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group with a healthy accelerator."""
     true = agent_rules(policy).trueValue
     labels: dict[str, str] = {}
