@@ -139,3 +139,11 @@ def test_nodefeatures_are_owned_by_the_node(plan):
         assert nf["metadata"]["ownerReferences"] == [
             {"apiVersion": "v1", "kind": "Node", "name": "node-t4-a", "uid": "uid-node-t4-a", "controller": True}]
         assert "blockOwnerDeletion" not in nf["metadata"]["ownerReferences"][0]
+
+
+@pytest.mark.parametrize("node", SEED_NODES)
+def test_node_capacity_matches_the_fixtures(plan, node):
+    want = fixture_object("nodes.yaml", node)["status"]
+    got = plan(node).node_patch.get("status", {"capacity": {}, "allocatable": {}})
+    for part in ("capacity", "allocatable"):
+        assert got[part] == {k: v for k, v in want[part].items() if k != "cpu"}
