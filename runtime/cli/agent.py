@@ -14,10 +14,12 @@ import sys
 
 import click
 import yaml
+from loguru import logger
 
 from probes.backend import BACKENDS, select_backend
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
+from runtime.engine.agentenv import apply_manufacturer_env
 from runtime.engine.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
@@ -66,6 +68,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         click.echo(str(exc), err=True)
         sys.exit(2)
     rules = agent_rules(policy)
+    for name in apply_manufacturer_env(policy, os.environ):
+        logger.info("manufacturer override from {}", name)
     try:
         probe = select_backend(backend, facts)
     except ValueError as exc:

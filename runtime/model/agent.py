@@ -6,6 +6,7 @@ Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -123,6 +124,11 @@ class MemorySuffixSpec(Strict):
     stripTrailing: str = ""
 
 
+class ManufacturerEnvSpec(Strict):
+    prefix: str
+    fields: dict[Literal["base", "runtimeName", "pciVendor", "partitionKind"], str]
+
+
 class NodeAgentSpec(Strict):
     """spec of rules/agent.yaml; field meanings are commented there."""
 
@@ -135,6 +141,7 @@ class NodeAgentSpec(Strict):
     falseValue: str
     settings: AgentSettingNames
     groupIdWithMemoryEnv: str
+    manufacturerEnv: ManufacturerEnvSpec
     eccRuleManufacturers: list[str] = []
     familyTableManufacturers: list[str] = []
     memorySuffix: MemorySuffixSpec

@@ -71,3 +71,21 @@ def test_other_recorded_accelerators(plan, stem, akey, memory, family):
     assert labels[prefix] == "true"
     assert labels[f"{prefix}.memory"] == memory
     assert labels[f"{prefix}.family"] == family
+
+
+def test_manufacturer_env_overrides(plan):
+    from runtime.engine.agentenv import manufacturers_with_env
+    from runtime.engine.agentplan import plan_node
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+    from conftest import facts, seed_node
+
+    own = Policy(load_rules())
+    table, used = manufacturers_with_env(own, {"GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME": "example.com/gpu",
+                                               "GPUSTACK_NVIDIA_PARTITION_KIND": "", "GPUSTACK_AMD_PCI_VENDOR_ID": "abcd"})
+    assert used == ["GPUSTACK_AMD_PCI_VENDOR_ID", "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME"]
+    assert table["nvidia"].base == "example.com/gpu" and table["nvidia"].partitionKind == "mig"
+    assert table["amd"].pciVendor == "abcd" and own.manufacturers["nvidia"].base == "nvidia.com/gpu"
+    own.manufacturers = table
+    p = plan_node(own, facts("node-a10g"), seed_node("node-a10g"), resolve(own.settings, {}))
+    assert p.node_patch["status"]["capacity"]["example.com/gpu.sliced.units"] == "1600k"
