@@ -216,12 +216,24 @@ class NodeAgent:
             self.log.problem("reconcile", f"{type(exc).__name__}: {exc}")
             return None
 
-    def run(self, interval: float, stop: threading.Event | None = None) -> None:
-        """Reconcile every ``interval`` seconds until ``stop`` is set."""
+    def watches(self) -> list:
+        """The client's watch specs for this node (Node, NodeFeatures, Pods, settings Secret)."""
+        nf, catalog = self.rules.nodeFeature, self.policy.settings
+        return self.client.node_watches(
+            self.node_name, nf.group, nf.version, nf.plural, self.namespace, self.policy.key("nodeFeatureNode"),
+            os.environ.get(catalog.namespaceEnv) or catalog.namespace, catalog.secretName)
+
+    def run(self, interval: float, stop: threading.Event | None = None, watch: bool = True) -> None:
+        """Reconcile at start, on every watched change (when ``watch`` and a client), and at least every
+        ``interval`` seconds (the probe has no change events), until ``stop`` is set."""
         stop = stop or threading.Event()
+        wake = threading.Event()
+        if watch and self.client is not None:
+            self.client.start_watches(self.watches(), wake, stop)
         while not stop.is_set():
+            wake.clear()
             self.reconcile()
-            stop.wait(interval)
+            wake.wait(interval)
 
 
 def _cpu_or_empty(cpu: Mapping[str, Any]) -> CpuFacts:

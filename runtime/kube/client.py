@@ -7,6 +7,8 @@ Objects go in and come out as JSON-shaped dicts (camelCase, as the API server st
 * writes: :meth:`upsert_custom` (create, or replace labels/ownerReferences/spec keeping the
   resourceVersion), :meth:`replace_custom_status`, :meth:`patch_node_annotations`,
   :meth:`patch_node_status`, :meth:`warn` (a Warning Event).
+* :meth:`node_watches` + :meth:`start_watches` - daemon threads that set a wake-up Event on every
+  change of what the agent depends on (Node, its NodeFeatures, its Pods, the settings Secret).
 * :meth:`delete_custom_owned` deletes only an object whose controller ownerReference is the given
   owner: the agent never deletes what it does not own.
 
@@ -17,10 +19,13 @@ propagates.
 from __future__ import annotations
 
 import datetime
+import threading
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from loguru import logger
@@ -176,6 +181,29 @@ class KubeClient:
         """Merge-patch the Node's status subresource (capacity/allocatable keys)."""
         self.core.patch_node_status(name, {"status": dict(status)})
 
+    def node_watches(self, node: str, feature_group: str, feature_version: str, feature_plural: str,
+                     namespace: str, node_label: str, secret_namespace: str, secret_name: str) -> list[WatchSpec]:
+        """What the agent reacts to (node-facts.md §3.3, §7.6): its Node, its NodeFeatures, the Pods on
+        the node and the settings Secret."""
+        return [
+            WatchSpec("Node", self.core.list_node, kwargs={"field_selector": f"metadata.name={node}"}),
+            WatchSpec("Pod", self.core.list_pod_for_all_namespaces, kwargs={"field_selector": f"spec.nodeName={node}"}),
+            WatchSpec("NodeFeature", self.custom.list_namespaced_custom_object,
+                      (feature_group, feature_version, namespace, feature_plural),
+                      {"label_selector": f"{node_label}={node}"}),
+            WatchSpec("Secret", self.core.list_namespaced_secret, (secret_namespace,),
+                      {"field_selector": f"metadata.name={secret_name}"}),
+        ]
+
+    def start_watches(self, specs: list[WatchSpec], wake: threading.Event, stop: threading.Event) -> list[threading.Thread]:
+        """One daemon thread per :class:`WatchSpec` running :func:`watch_forever`."""
+        threads = []
+        for spec in specs:
+            t = threading.Thread(target=watch_forever, args=(spec, wake, stop), name=f"watch-{spec.kind}", daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
+
     @_retry
     def warn(self, involved: Mapping[str, Any], reason: str, message: str, component: str) -> None:
         """Record a Warning Event on ``involved`` (keys ``api_version, kind, name``, optional ``namespace, uid``).
@@ -192,6 +220,35 @@ class KubeClient:
             self.core.create_namespaced_event(ns, body)
         except ApiException as exc:
             logger.warning("cannot record event {} on {} {}: {}", reason, involved.get("kind"), involved.get("name"), exc)
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One watched list: ``kind`` names it in logs; ``list_call`` is a bound list method of the API
+    (e.g. ``core.list_node``); ``args``/``kwargs`` its arguments (selectors)."""
+
+    kind: str
+    list_call: Callable[..., Any]
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def watch_forever(spec: WatchSpec, wake: threading.Event, stop: threading.Event,
+                  timeout_seconds: int = 300, backoff: float = 5.0) -> None:
+    """Set ``wake`` on every event of ``spec`` until ``stop``; restart the watch when it ends or fails
+    (logging the failure, then waiting ``backoff`` seconds). Meant for a daemon thread."""
+    while not stop.is_set():
+        watcher = k8s_watch.Watch()
+        try:
+            for _ in watcher.stream(spec.list_call, *spec.args, timeout_seconds=timeout_seconds, **spec.kwargs):
+                wake.set()
+                if stop.is_set():
+                    break
+        except Exception as exc:  # the loop must survive API outages
+            logger.warning("watch of {} failed, retrying in {}s: {}", spec.kind, backoff, exc)
+            stop.wait(backoff)
+        finally:
+            watcher.stop()
 
 
 def retry_conflicts(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -157,3 +157,21 @@ def test_allocation_source_resolution(tmp_path):
     assert resolve_allocation_source("annotation", str(sock)) == "annotation"
     with pytest.raises(ValueError, match="unknown allocation source 'kubelet'"):
         resolve_allocation_source("kubelet", str(sock))
+
+
+def test_run_loop_reconciles_until_stopped(policy):
+    import threading
+    client = FakeClient(seed_node("node-a10g"))
+    agent, _ = _agent(policy, client)
+    stop = threading.Event()
+    passes = []
+    real = agent.reconcile
+
+    def counted(dry_run=False):
+        passes.append(1)
+        if len(passes) == 2:
+            stop.set()
+        return real(dry_run)
+    agent.reconcile = counted
+    agent.run(0.01, stop=stop, watch=False)
+    assert len(passes) == 2 and WORKER in client.objects

@@ -82,3 +82,39 @@ def test_delete_only_what_the_node_owns():
 def test_owned_by():
     obj = _nf({})
     assert owned_by(obj, "u1", "n1") and not owned_by(obj, "u2", "n1") and owned_by(obj, "", "n1")
+
+
+def test_watch_sets_the_wake_event_and_survives_failures(monkeypatch):
+    import threading
+    from runtime.kube import client as kc
+
+    calls = []
+
+    class FakeWatch:
+        def stream(self, fn, *args, **kwargs):
+            calls.append((args, kwargs))
+            if len(calls) == 1:
+                raise ApiException(status=500)
+            yield {"type": "MODIFIED"}
+            stop.set()
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(kc.k8s_watch, "Watch", FakeWatch)
+    wake, stop = threading.Event(), threading.Event()
+    spec = kc.WatchSpec("Node", lambda **kw: None, kwargs={"field_selector": "metadata.name=n1"})
+    kc.watch_forever(spec, wake, stop, backoff=0)
+    assert wake.is_set() and len(calls) == 2
+    assert calls[1][1]["field_selector"] == "metadata.name=n1"
+
+
+def test_node_watches_select_this_node():
+    c = _client()
+    specs = c.node_watches("n1", G, V, P, "gpustack-system", "nfd.node.kubernetes.io/node-name",
+                           "gpustack-system", "gpustack-settings")
+    assert [(s.kind, dict(s.kwargs)) for s in specs] == [
+        ("Node", {"field_selector": "metadata.name=n1"}),
+        ("Pod", {"field_selector": "spec.nodeName=n1"}),
+        ("NodeFeature", {"label_selector": "nfd.node.kubernetes.io/node-name=n1"}),
+        ("Secret", {"field_selector": "metadata.name=gpustack-settings"})]
