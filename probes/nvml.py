@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import warnings
 from typing import Any
 
 from loguru import logger
@@ -35,7 +36,9 @@ class NvmlBackend:
     def _nvml(self) -> Any:
         if self._module is None:
             try:
-                self._module = importlib.import_module("pynvml")
+                with warnings.catch_warnings():  # the pynvml wrapper package warns that it is deprecated
+                    warnings.simplefilter("ignore", FutureWarning)
+                    self._module = importlib.import_module("pynvml")
             except ImportError as exc:
                 raise ProbeError("library", f"pynvml is not importable: {exc}", exc) from exc
         return self._module

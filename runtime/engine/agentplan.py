@@ -86,8 +86,10 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     node_labels = meta.get("labels") or {}
     capacity_now = (node.get("status") or {}).get("capacity") or {}
     groups = accelerator_groups(policy, facts.accelerators, group_id_with_memory) if accelerators_known else []
-    has_accelerator = any(g.healthy for g in groups)
     worker_labels_now = ((worker_now or {}).get("spec") or {}).get("labels") or {}
+    # unknown accelerators (probe failure): keep whatever cpu-only state the worker NodeFeature has
+    has_accelerator = any(g.healthy for g in groups) if accelerators_known \
+        else policy.key("cpuOnly") not in worker_labels_now
     managed = managed_value(policy, worker_labels_now, node_labels, settings)
     cores = cores_from_capacity(capacity_now.get("cpu"))
     worker = _node_feature(policy, node, "worker",

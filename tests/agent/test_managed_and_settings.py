@@ -89,3 +89,11 @@ def test_manufacturer_env_overrides(plan):
     own.manufacturers = table
     p = plan_node(own, facts("node-a10g"), seed_node("node-a10g"), resolve(own.settings, {}))
     assert p.node_patch["status"]["capacity"]["example.com/gpu.sliced.units"] == "1600k"
+
+
+def test_probe_failure_does_not_flip_cpu_only(plan, policy):
+    not_mixed = _settings(policy, instance_type_mixed_on_node="false")
+    p = plan("node-a10g", settings=not_mixed, accelerators_known=False, worker_now=_worker({MANAGED: "true"}))
+    assert CPU_ONLY not in p.worker["spec"]["labels"]
+    p = plan("node-cpu", settings=not_mixed, accelerators_known=False, worker_now=_worker({CPU_ONLY: "true"}))
+    assert p.worker["spec"]["labels"][CPU_ONLY] == "true"
