@@ -67,7 +67,7 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
         entry["physicalIndexes"] = [acc.minor]
     entry["status"] = {
         "unhealthy": not acc.healthy,
-        "logicalSliced": {"count": 0 if physical["count"] > 0 else manu.logicalSlices,
+        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 else manu.logicalSlices,
                           "coresPercentageOvercommit": manu.coresOvercommit},
         "physicalSliced": physical,
     }
