@@ -1,0 +1,65 @@
+"""CPU probe: the raw facts of spec/node-facts.md §1.1 from ``/proc/cpuinfo``.
+
+Returns the ``cpu`` mapping of the recorded-facts document (§1.3); normalization to the gKey and
+the CPU detail is the engine's (runtime.engine.nodefacts.gkey), because probes never import the
+engine (import-linter contract).
+"""
+from __future__ import annotations
+
+import math
+import os
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+CPUINFO = "/proc/cpuinfo"
+
+# /proc/cpuinfo field -> recorded-facts field. Kernel spellings, not policy.
+_FIELDS = {"vendor_id": "vendorId", "CPU implementer": "implementer", "model name": "modelName",
+           "cpu family": "family", "model": "model"}
+
+
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """The first processor block of a ``/proc/cpuinfo`` text as ``{vendorId, implementer, modelName,
+    family, model}`` (missing fields are ""). arm64 kernels print ``CPU implementer`` and no
+    ``vendor_id``/``model name``."""
+    out = {v: "" for v in _FIELDS.values()}
+    seen_processor = False
+    for line in text.splitlines():
+        if not line.strip():
+            if seen_processor and any(out.values()):
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "processor":
+            if seen_processor and any(out.values()):
+                break
+            seen_processor = True
+        field = _FIELDS.get(key)
+        if field and not out[field]:
+            out[field] = value
+    return out
+
+
+def read_cpu(path: str | os.PathLike = CPUINFO) -> dict[str, str]:
+    """Read and parse ``path`` (default ``/proc/cpuinfo``). Raises OSError naming the path."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise OSError(f"cannot read CPU facts from {path}: {exc.strerror or exc}") from exc
+    return parse_cpuinfo(text)
+
+
+def core_count(capacity_cpu: str | int | None = None) -> int:
+    """§1.1 cores: the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4) when given,
+    else ``os.cpu_count()`` (outside a cluster). Raises ValueError for an unreadable value."""
+    if capacity_cpu in (None, ""):
+        return os.cpu_count() or 0
+    text = str(capacity_cpu).strip()
+    try:
+        value = Decimal(text[:-1]) / 1000 if text.endswith("m") else Decimal(text)
+    except InvalidOperation:
+        raise ValueError(f"Node status.capacity.cpu is not a CPU quantity: {capacity_cpu!r}") from None
+    return int(math.ceil(value))

@@ -1,0 +1,151 @@
+"""NVIDIA probe through NVML (pynvml): per-device facts of spec/node-facts.md §1.2.
+
+``NvmlBackend().accelerators()`` returns the ``accelerators`` list of the recorded-facts document
+(§1.3); grouping per (name, memory MiB) is the engine's. pynvml is imported lazily, so this module
+imports on machines without the NVIDIA library; a missing library raises
+:class:`probes.errors.ProbeError` ``kind="library"``, a failing driver ``kind="driver"``. A device
+that fails after enumeration (e.g. ``NVML_ERROR_GPU_IS_LOST``) is reported with ``healthy: false``.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import warnings
+from typing import Any
+
+from loguru import logger
+
+from probes.errors import ProbeError
+
+MANUFACTURER = "nvidia"  # the manufacturer id this probe reports (rules/manufacturers.yaml)
+_PLACEMENT_SLOTS = 32    # room for possible placements per profile (an H100 has at most 8 slices)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class NvmlBackend:
+    """Real NVML. ``module`` lets tests inject a stand-in for ``pynvml``."""
+
+    name = "real"
+
+    def __init__(self, module: Any = None):
+        self._module = module
+
+    def _nvml(self) -> Any:
+        if self._module is None:
+            try:
+                with warnings.catch_warnings():  # the pynvml wrapper package warns that it is deprecated
+                    warnings.simplefilter("ignore", FutureWarning)
+                    self._module = importlib.import_module("pynvml")
+            except ImportError as exc:
+                raise ProbeError("library", f"pynvml is not importable: {exc}", exc) from exc
+        return self._module
+
+    def cpu(self) -> dict[str, str] | None:
+        """NVML knows nothing about the CPU: None (the agent reads /proc/cpuinfo)."""
+        return None
+
+    def accelerators(self) -> list[dict[str, Any]]:
+        """Probe every NVIDIA device. Raises ProbeError (library/driver); see module docstring."""
+        nv = self._nvml()
+        try:
+            nv.nvmlInit()
+        except Exception as exc:  # pynvml raises NVMLError subclasses built at runtime
+            kind = "library" if type(exc).__name__ == "NVMLError_LibraryNotFound" else "driver"
+            raise ProbeError(kind, f"nvmlInit failed: {exc}", exc) from exc
+        try:
+            try:
+                driver = _text(nv.nvmlSystemGetDriverVersion())
+                cuda = int(nv.nvmlSystemGetCudaDriverVersion())
+                count = int(nv.nvmlDeviceGetCount())
+            except Exception as exc:
+                raise ProbeError("driver", f"NVML system query failed: {exc}", exc) from exc
+            out = []
+            for index in range(count):
+                device = self._device(nv, index, driver, cuda)
+                if device is not None:
+                    out.append(device)
+            return out
+        finally:
+            try:
+                nv.nvmlShutdown()
+            except Exception:  # shutting down a half-initialised NVML is best effort
+                pass
+
+    def _device(self, nv: Any, index: int, driver: str, cuda: int) -> dict[str, Any] | None:
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+        except Exception as exc:
+            logger.warning("NVML device {}: no handle or UUID, not reported: {}", index, exc)
+            return None
+        facts: dict[str, Any] = {"manufacturer": MANUFACTURER, "uuid": uuid, "index": index, "name": "",
+                                 "memoryMib": 0, "driverVersion": driver, "cudaDriverVersion": cuda,
+                                 "healthy": True}
+        try:
+            facts["name"] = _text(nv.nvmlDeviceGetName(handle))
+            facts["minor"] = int(nv.nvmlDeviceGetMinorNumber(handle))
+            facts["memoryMib"] = self._memory_mib(nv, handle)
+            facts["memoryBusWidth"] = self._optional(nv.nvmlDeviceGetMemoryBusWidth, handle, 0)
+            ecc = self._optional(nv.nvmlDeviceGetEccMode, handle, [0, 0])
+            facts["eccEnabled"] = bool(ecc[0])
+            facts["computeCapability"] = list(nv.nvmlDeviceGetCudaComputeCapability(handle))
+            facts["cores"] = self._optional(nv.nvmlDeviceGetNumGpuCores, handle, 0)
+            mig = self._optional(nv.nvmlDeviceGetMigMode, handle, [0, 0])
+            facts["migEnabled"] = bool(mig[0])
+            if facts["migEnabled"]:
+                facts["migProfiles"] = self._profiles(nv, handle)
+        except Exception as exc:
+            logger.warning("NVML device {} ({}): probe failed, reported unhealthy: {}", index, uuid, exc)
+            facts["healthy"] = False
+            facts["name"] = facts["name"] or uuid
+        return facts
+
+    @staticmethod
+    def _optional(fn: Any, handle: Any, default: Any) -> Any:
+        """Queries a device may not support (NVML_ERROR_NOT_SUPPORTED) read as ``default``."""
+        try:
+            return fn(handle)
+        except Exception as exc:
+            if type(exc).__name__ == "NVMLError_NotSupported":
+                return default
+            raise
+
+    @staticmethod
+    def _memory_mib(nv: Any, handle: Any) -> int:
+        try:
+            info = nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2)
+        except Exception:
+            info = nv.nvmlDeviceGetMemoryInfo(handle)
+        return int(info.total) // 2**20
+
+    def _profiles(self, nv: Any, handle: Any) -> list[dict[str, Any]]:
+        """GPU-instance profiles with their possible placements (§1.2 ``migProfiles``)."""
+        out = []
+        for profile in range(int(nv.NVML_GPU_INSTANCE_PROFILE_COUNT)):
+            try:
+                info = nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+            except Exception:  # profile not offered by this device
+                continue
+            placements = self._placements(nv, handle, int(info.id), int(info.instanceCount))
+            out.append({"name": _text(info.name), "memoryMib": int(info.memorySizeMB),
+                        "computeSlices": int(info.sliceCount),
+                        "memorySlices": placements[0]["length"] if placements else 0,
+                        "count": int(info.instanceCount), "placements": placements})
+        return out
+
+    @staticmethod
+    def _placements(nv: Any, handle: Any, profile_id: int, capacity: int) -> list[dict[str, int]]:
+        if capacity <= 0:
+            return []
+        size = max(capacity, _PLACEMENT_SLOTS)
+        array = (nv.c_nvmlGpuInstancePlacement_t * size)()
+        count = ctypes.c_uint(size)
+        try:
+            nv.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+        except Exception as exc:
+            logger.warning("NVML profile {}: no placements: {}", profile_id, exc)
+            return []
+        return [{"start": int(array[i].start), "length": int(array[i].size)} for i in range(count.value)]

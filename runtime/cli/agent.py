@@ -1,0 +1,105 @@
+"""`accelpolicy agent`: the per-node agent (spec/README.md §3.1, spec/node-facts.md).
+
+Runs forever (every ``--interval`` seconds) unless ``--once``. ``--dry-run -o yaml`` prints what it
+would write (NodeFeatures, the Node annotation/capacity patch, Devices) and writes nothing; with
+``--facts FILE --node-capacity-cpu N`` and no ``--kubeconfig`` it needs no cluster at all.
+Exit codes: 0 success, 2 bad input (unreadable facts, broken rules, bad flag combination).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+
+import click
+import yaml
+from loguru import logger
+
+from probes.backend import BACKENDS, select_backend
+from probes.cpu import CPUINFO
+from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
+from runtime.engine.agentenv import apply_manufacturer_env
+from runtime.engine.nodefacts import agent_rules
+from runtime.engine.policy import Policy
+from runtime.engine.settings import parse_bool
+from runtime.rules.loader import RuleLoadError, load_rules
+
+_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -> dict:
+    """The Node a cluster-less dry run plans against: this host's os/arch, ``--node-label`` pairs."""
+    node_labels = {policy.key("os"): platform.system().lower(),
+                   policy.key("arch"): _ARCH.get(platform.machine().lower(), platform.machine().lower())}
+    for pair in labels:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--node-label")
+        node_labels[key] = value
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": "", "labels": node_labels},
+            "status": {"capacity": {"cpu": cpu}}}
+
+
+@click.command("agent")
+@click.option("--node", "node_name", required=True, help="this node's name (the Node object)")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+@click.option("--once", is_flag=True, help="reconcile once and exit")
+@click.option("--dry-run", is_flag=True, help="print what would be written; write nothing")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
+              help="accelerator probe: real (pynvml) or fake (recorded facts); env ACCELPOLICY_NVML_BACKEND")
+@click.option("--facts", type=click.Path(dir_okay=False), default=None,
+              help="recorded-facts document for --backend fake; env ACCELPOLICY_RECORDED_FACTS")
+@click.option("--allocation-source", type=click.Choice(ALLOCATION_SOURCES), default="auto", show_default=True,
+              help="where the ledger's allocations come from (spec/node-facts.md §7.5)")
+@click.option("--node-capacity-cpu", default=None, help="cluster-less dry run: the Node's status.capacity.cpu")
+@click.option("--node-label", "node_labels", multiple=True, help="cluster-less dry run: a Node label KEY=VALUE")
+@click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
+@click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), default=None, help="rules directory")
+def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, node_capacity_cpu,
+            node_labels, cpuinfo, interval, rules_dir) -> None:
+    """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
+    try:
+        policy = Policy(load_rules(rules_dir))
+    except RuleLoadError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    rules = agent_rules(policy)
+    for name in apply_manufacturer_env(policy, os.environ):
+        logger.info("manufacturer override from {}", name)
+    try:
+        probe = select_backend(backend, facts)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    with_memory = bool(parse_bool(policy.settings, os.environ.get(rules.groupIdWithMemoryEnv, "")))
+    offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
+    client = node = None
+    if offline:
+        node = _offline_node(policy, node_name, node_capacity_cpu, node_labels)
+    else:
+        from runtime.kube.client import KubeClient  # only a cluster run needs the kubernetes client
+        try:
+            client = KubeClient.load(kubeconfig)
+        except Exception as exc:
+            raise click.UsageError(f"no cluster configuration ({exc}); for a cluster-less dry run give "
+                                   "--dry-run --facts FILE --node-capacity-cpu N") from None
+    try:
+        agent = NodeAgent(policy, probe, node_name, client=client, node=node, cpuinfo=cpuinfo,
+                          allocation_source=allocation_source, group_id_with_memory=with_memory)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if dry_run or once:
+        plan = agent.reconcile(dry_run=dry_run)
+        if plan is None:
+            sys.exit(2)
+        if dry_run:
+            objects = plan.objects()
+            if output == "json":
+                click.echo(json.dumps(objects, indent=2))
+            else:
+                click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+        return
+    agent.run(interval)

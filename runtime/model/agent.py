@@ -1,0 +1,156 @@
+"""Rule kind ``NodeAgent`` (rules/agent.yaml): the node agent's keys, suffixes, capacity key
+templates, ledger modes and messages (spec/node-facts.md §3, §6-§8).
+
+Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from runtime.model import rulefiles
+from runtime.model.rulefiles import Strict
+
+
+class ObjectKindSpec(Strict):
+    apiVersion: str
+    kind: str
+    plural: str
+
+    @property
+    def group(self) -> str:
+        return self.apiVersion.split("/", 1)[0]
+
+    @property
+    def version(self) -> str:
+        return self.apiVersion.split("/", 1)[1]
+
+
+class NodeFeatureRole(Strict):
+    nameSuffix: str = Field(min_length=1, description="NodeFeature name = <node><nameSuffix>")
+    partOf: str = Field(min_length=1, description="value of app.kubernetes.io/part-of")
+
+
+class NodeFeatureSpec(ObjectKindSpec):
+    worker: NodeFeatureRole
+    deviceManager: NodeFeatureRole
+
+
+class LabelSuffixes(Strict):
+    count: str
+    memory: str
+    cores: str
+    family: str
+    product: str
+    comcap: str
+    driverVersion: str
+    runtimeVersion: str
+
+
+class AgentSettingNames(Strict):
+    manual: str
+    mixedOnNode: str
+
+
+class ProfileRewrite(Strict):
+    manufacturer: str
+    pattern: str
+    replacement: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
+class CapacityKeys(Strict):
+    slicedUnits: str
+    slicedCoresPercentage: str
+    slicedMemoryPercentage: str
+    slicedMemoryMib: str
+    partitionedUnits: str
+    partitionedProfile: str
+    percentPerSlice: int = Field(gt=0)
+
+
+class LedgerModes(Strict):
+    none: int
+    exclusive: int
+    shared: int
+    sliced: int
+    partitioned: int
+
+
+class LedgerMessages(Strict):
+    notJson: str
+    badEntry: str
+    unknownGroup: str
+    unknownAccelerator: str
+    badMode: str
+    impliedCharge: str
+    chargeRange: str
+    missingProfile: str
+    modeConflict: str
+    capabilityConflict: str
+    unhealthyConflict: str
+    profileConflict: str
+
+
+class LedgerEvents(Strict):
+    invalidAllocation: str
+    allocationConflict: str
+
+
+class LedgerSpec(Strict):
+    modes: LedgerModes
+    finishedPhases: list[str]
+    events: LedgerEvents
+    messages: LedgerMessages
+    capabilityWords: dict[str, str]
+
+
+class PodResourcesSpec(Strict):
+    socket: str
+    deviceIdSeparator: str
+
+
+class MemorySuffixSpec(Strict):
+    zero: str
+    small: str
+    smallBelowMib: int = Field(gt=0)
+    stripTrailing: str = ""
+
+
+class ManufacturerEnvSpec(Strict):
+    prefix: str
+    fields: dict[Literal["base", "runtimeName", "pciVendor", "partitionKind"], str]
+
+
+class NodeAgentSpec(Strict):
+    """spec of rules/agent.yaml; field meanings are commented there."""
+
+    namespace: str
+    namespaceEnv: str
+    nodeFeature: NodeFeatureSpec
+    devices: ObjectKindSpec
+    suffixes: LabelSuffixes
+    trueValue: str
+    falseValue: str
+    settings: AgentSettingNames
+    groupIdWithMemoryEnv: str
+    manufacturerEnv: ManufacturerEnvSpec
+    eccRuleManufacturers: list[str] = []
+    familyTableManufacturers: list[str] = []
+    memorySuffix: MemorySuffixSpec
+    runtimeVersionDivisors: list[int] = Field(min_length=2, max_length=2)
+    profileRewrites: list[ProfileRewrite] = []
+    profileSegmentPattern: str
+    capacity: CapacityKeys
+    ledger: LedgerSpec
+    podResources: PodResourcesSpec
+
+
+rulefiles.SPEC_MODELS["NodeAgent"] = NodeAgentSpec

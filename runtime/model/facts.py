@@ -1,0 +1,114 @@
+"""The recorded-facts document: what the probes report about one node (spec/node-facts.md §1.3).
+
+Shape (YAML or JSON; units in the field names)::
+
+    node: node-a10g
+    cpu: {vendorId: AuthenticAMD, implementer: "", modelName: AMD EPYC 7R32, family: "23", model: "49"}
+    accelerators:
+      - {manufacturer: nvidia, uuid: GPU-..., index: 0, minor: 0, name: NVIDIA A10G, memoryMib: 23028,
+         memoryBusWidth: 384, eccEnabled: true, computeCapability: [8, 6], cores: 10240,
+         driverVersion: 580.159.03, cudaDriverVersion: 13000, migEnabled: false, healthy: true,
+         migProfiles: [{name: MIG 1g.10gb, memoryMib: 10240, computeSlices: 1, memorySlices: 1,
+                        count: 7, placements: [{start: 0, length: 1}, ...]}]}
+
+Both the real NVML probe and the recorded backend produce this shape; :func:`parse_facts` validates
+it and raises :class:`FactsError` naming the source and the field path.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class CpuFacts(_Facts):
+    """§1.1: raw /proc/cpuinfo values (strings as read)."""
+
+    vendorId: str = ""
+    implementer: str = Field("", description="arm64 'CPU implementer', e.g. 0x41")
+    modelName: str = ""
+    family: str = ""
+    model: str = ""
+
+    @field_validator("family", "model", mode="before")
+    @classmethod
+    def _as_text(cls, value: Any) -> str:
+        return "" if value is None else str(value)
+
+
+class Placement(_Facts):
+    """A legal placement of a partition profile: memory slices ``start`` .. ``start+length-1``."""
+
+    start: int = Field(ge=0)
+    length: int = Field(gt=0)
+
+
+class PartitionProfile(_Facts):
+    """One GPU-instance profile as the vendor reports it (name not yet respelled, §7.2)."""
+
+    name: str = Field(min_length=1)
+    memoryMib: int = Field(ge=0)
+    computeSlices: int = Field(ge=0)
+    memorySlices: int = Field(ge=0)
+    count: int = Field(ge=0, description="instances of this profile one accelerator can host")
+    placements: list[Placement] = []
+
+
+class AcceleratorFacts(_Facts):
+    """§1.2: one accelerator. memoryMib is the raw total (before the ECC rule of §5.5)."""
+
+    manufacturer: str = Field(min_length=1)
+    uuid: str = Field(min_length=1)
+    index: int = Field(ge=0)
+    minor: Optional[int] = Field(None, ge=0)
+    name: str = Field(min_length=1)
+    memoryMib: int = Field(ge=0)
+    memoryBusWidth: int = 0
+    eccEnabled: bool = False
+    computeCapability: tuple[int, int] = (0, 0)
+    cores: int = Field(0, ge=0)
+    driverVersion: str = ""
+    cudaDriverVersion: int = 0
+    migEnabled: bool = False
+    migProfiles: list[PartitionProfile] = []
+    healthy: bool = True
+
+
+class NodeFactsDoc(_Facts):
+    """A whole recorded-facts document (one node)."""
+
+    node: str = ""
+    cpu: CpuFacts = CpuFacts()
+    accelerators: list[AcceleratorFacts] = []
+
+    @field_validator("accelerators")
+    @classmethod
+    def _unique(cls, value: list[AcceleratorFacts]) -> list[AcceleratorFacts]:
+        seen: set[str] = set()
+        for acc in value:
+            if acc.uuid in seen:
+                raise ValueError(f"accelerator uuid {acc.uuid!r} listed twice")
+            seen.add(acc.uuid)
+        return value
+
+
+class FactsError(ValueError):
+    """A facts document that does not have the §1.3 shape; the message names source and field."""
+
+
+def parse_facts(data: Any, source: str = "<facts>") -> NodeFactsDoc:
+    """Validate a loaded facts mapping. Raises :class:`FactsError` (``source: field.path: msg``)."""
+    if not isinstance(data, dict):
+        raise FactsError(f"{source}: a facts document must be a mapping, got {type(data).__name__}")
+    try:
+        return NodeFactsDoc.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"]) or "<document>"
+            lines.append(f"{source}: {path}: {err['msg']}")
+        raise FactsError("\n".join(lines)) from None

@@ -1,0 +1,85 @@
+"""`accelpolicy agent --dry-run`, backend selection and facts-document errors."""
+from __future__ import annotations
+
+import yaml
+from click.testing import CliRunner
+
+import pytest
+
+from probes.backend import select_backend
+from probes.fake import RecordedBackend, load_document, recorded
+from probes.nvml import NvmlBackend
+from runtime.cli import main
+from runtime.model.facts import FactsError, parse_facts
+
+from conftest import fixture_object
+
+
+def _dry_run(*args, env=None):
+    result = CliRunner().invoke(main, ["agent", "--dry-run", *args], env=env)
+    return result
+
+
+def test_dry_run_prints_the_seed_objects_without_a_cluster():
+    result = _dry_run("--node", "node-a10g", "--backend", "fake", "--facts", str(recorded("node-a10g")),
+                      "--node-capacity-cpu", "4", "--node-label", "gpustack.ai/managed=true",
+                      "--node-label", "kubernetes.io/arch=amd64", "--node-label", "kubernetes.io/os=linux")
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs] == ["NodeFeature", "NodeFeature", "Node", "Devices"]
+    for nf in docs[:2]:
+        want = fixture_object("nodefeatures.yaml", nf["metadata"]["name"])
+        assert nf["spec"] == want["spec"] and nf["metadata"]["labels"] == want["metadata"]["labels"]
+        assert nf["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    want = fixture_object("devices.yaml", "node-a10g")
+    assert {k: docs[3][k] for k in ("spec", "status")} == {k: want[k] for k in ("spec", "status")}
+    assert docs[3]["metadata"]["labels"] == want["metadata"]["labels"]
+    assert docs[2]["metadata"]["annotations"] == {"feature.gpustack.ai/cpu-name": "AMD EPYC 7R32",
+                                                  "feature.gpustack.ai/cpu-family": "23"}
+
+
+def test_dry_run_backend_from_environment():
+    env = {"ACCELPOLICY_NVML_BACKEND": "fake", "ACCELPOLICY_RECORDED_FACTS": str(recorded("node-cpu"))}
+    result = _dry_run("--node", "node-cpu", "--node-capacity-cpu", "16", "-o", "json", env=env)
+    assert result.exit_code == 0, result.output
+    import json
+    docs = json.loads(result.stdout)
+    assert [d["kind"] for d in docs] == ["NodeFeature", "Node"]
+    assert docs[0]["spec"]["labels"]["general.feature.gpustack.ai/amd-epyc-7r13.count"] == "16"
+
+
+def test_fake_backend_without_facts_is_a_usage_error():
+    result = _dry_run("--node", "n", "--backend", "fake", "--node-capacity-cpu", "1",
+                      env={"ACCELPOLICY_RECORDED_FACTS": ""})
+    assert result.exit_code == 2
+    assert "needs recorded facts" in result.output
+
+
+def test_backend_selection(monkeypatch):
+    monkeypatch.delenv("ACCELPOLICY_NVML_BACKEND", raising=False)
+    assert isinstance(select_backend(), NvmlBackend)
+    assert isinstance(select_backend("fake", str(recorded("node-t4-a"))), RecordedBackend)
+    with pytest.raises(ValueError, match="unknown probe backend 'gpu'"):
+        select_backend("gpu")
+
+
+def test_facts_errors_name_the_file_and_field(tmp_path):
+    doc = load_document(recorded("node-a10g"))
+    doc["accelerators"][0]["memoryMib"] = "lots"
+    with pytest.raises(FactsError, match=r"node-a10g.yaml: accelerators\.0\.memoryMib: "):
+        parse_facts(doc, "node-a10g.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just a list\n")
+    with pytest.raises(ValueError, match="bad.yaml: a facts document must be a mapping"):
+        load_document(bad)
+    with pytest.raises(ValueError, match="no recorded facts 'node-x'"):
+        recorded("node-x")
+
+
+def test_every_recorded_document_is_valid():
+    from probes.fake import RECORDED_DIR
+    stems = sorted(p.stem for p in RECORDED_DIR.glob("*.yaml"))
+    assert stems == ["node-a100", "node-a10g", "node-cpu", "node-h100-mig-mixed", "node-h100-mig-off",
+                     "node-h100-mig-on", "node-l4", "node-t4-a", "node-t4-b"]
+    for stem in stems:
+        assert parse_facts(load_document(recorded(stem)), stem).node
