@@ -74,11 +74,10 @@ def load_snapshot(paths: Iterable[str | Path], stdin: TextIO | None = None) -> S
     objects, origins = read_objects(list(paths), stdin)
     merged: list = []
     warnings: list[str] = []
+    position: dict[str, int] = {}
     for obj, origin in zip(objects, origins):
-        try:
-            snap = Snapshot.from_objects([obj], origin=origin)
-        except SnapshotError:
-            raise
+        item = position[origin] = position.get(origin, -1) + 1  # the object's place in its file
+        snap = Snapshot.from_objects([obj], origin=origin, first_item=item)
         warnings.extend(snap.warnings)
         if not snap.warnings:
             merged.append(obj)

@@ -19,7 +19,7 @@ from runtime.engine import instancetypes as its
 from runtime.engine import queues
 from runtime.engine.flavors import FlavorPlan, plan_flavors, render_flavor
 from runtime.engine.instancetypes import devices_selector, matches
-from runtime.engine.nodes import effective_node_labels, node_views
+from runtime.engine.nodes import NodeView, effective_node_labels, node_views
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
@@ -77,6 +77,8 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
     for node in nodes:
         if node.managed and (not node.os or not node.arch):
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
+        if node.managed:
+            state.warnings.extend(_unparsable_counts(policy, node))
     plans = plan_flavors(policy, snapshot, nodes, settings.flag(MIXED))
     rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
     state.resource_flavors = list(rendered.values())
@@ -125,6 +127,26 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
     state.admission_checks = [queues.admission_check(policy)]
     state.instance_type_flavors = catalog_mod.catalog(policy, plans, aware)
     return state
+
+
+def _unparsable_counts(policy: Policy, node: NodeView) -> list[str]:
+    """Warnings for a managed node's ``.count`` labels that are not integers (pools.md §2.1 reads
+    them as 0, so the node contributes no flavor of that kind; the warning says why)."""
+    out = []
+    checks = []
+    if node.gkey:
+        checks.append((f"{policy.prefix('general')}{node.gkey}.count", "CPU flavor"))
+    checks.extend((f"{policy.prefix('acceleratable')}{akey}.count", f"device flavor for {akey}") for akey in node.akeys)
+    for key, what in checks:
+        value = node.labels.get(key)
+        if value is None:
+            continue
+        try:
+            int(value.strip())
+        except ValueError:
+            out.append(f"Node {node.name}: label {key}={value!r} is not an integer; "
+                       f"the node contributes no {what}")
+    return out
 
 
 def _queue_state(queue: dict | None, old: dict | None, phase_message: str) -> dict:

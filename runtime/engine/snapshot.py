@@ -76,22 +76,25 @@ class Snapshot:
     warnings: tuple[str, ...] = field(default=())
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>") -> "Snapshot":
+    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>", first_item: int = 0) -> "Snapshot":
         """Index ``objects``; unknown kinds are skipped with a warning; a later duplicate replaces an
         earlier one (as a re-apply would).
 
         Raises :class:`SnapshotError` naming ``origin`` and the object for a non-mapping object, a
-        missing ``kind`` or ``metadata.name``, or a namespaced kind without ``metadata.namespace``
-        (Instances, LocalQueues and NodeFeatures default to namespace ``default`` like kubectl does).
+        missing ``kind`` or ``metadata.name``, or a label, annotation or NodeFeature ``spec.labels``
+        value that is not a string. Namespaced kinds without ``metadata.namespace`` (Instances,
+        LocalQueues, NodeFeatures) default to namespace ``default`` like kubectl does. Items are
+        numbered from ``first_item`` (0-based position of the object in ``origin``).
         """
         index: dict[str, dict[tuple[str, str], dict]] = {}
         warnings: list[str] = []
-        for i, obj in enumerate(objects):
+        for i, obj in enumerate(objects, start=first_item):
             if not isinstance(obj, Mapping):
                 raise SnapshotError(f"{origin}: item {i} is not an object (got {type(obj).__name__})")
             kind = obj.get("kind")
             if not kind or not isinstance(kind, str):
-                raise SnapshotError(f"{origin}: item {i} has no kind")
+                name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
+                raise SnapshotError(f"{origin}: item {i}{f' (metadata.name {name})' if name else ''} has no kind")
             meta = obj.get("metadata")
             if not isinstance(meta, Mapping) or not meta.get("name"):
                 raise SnapshotError(f"{origin}: {kind} at item {i} has no metadata.name")
@@ -102,13 +105,17 @@ class Snapshot:
             namespace = meta.get("namespace") or ("default" if namespaced else "")
             if not namespaced:
                 namespace = ""
-            labels = meta.get("labels")
-            if labels is not None and not isinstance(labels, Mapping):
-                raise SnapshotError(f"{origin}: {object_ref(obj)}: metadata.labels must be a map")
-            for key, value in (labels or {}).items():
-                if not isinstance(value, str):
-                    raise SnapshotError(f"{origin}: {object_ref(obj)}: label {key} must be a string, "
-                                        f"got {value!r} (quote it in YAML)")
+            maps = [("metadata.labels", "label", meta.get("labels")),
+                    ("metadata.annotations", "annotation", meta.get("annotations"))]
+            if kind == "NodeFeature":  # propagated to the Node as labels (node-facts.md §4)
+                maps.append(("spec.labels", "label", (obj.get("spec") or {}).get("labels")))
+            for field_path, what, values in maps:
+                if values is not None and not isinstance(values, Mapping):
+                    raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path} must be a map")
+                for key, value in (values or {}).items():
+                    if not isinstance(value, str):
+                        raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path}: {what} {key} must be a "
+                                            f"string, got {value!r} (quote it in YAML)")
             index.setdefault(kind, {})[(namespace, meta["name"])] = dict(obj)
         frozen = {kind: MappingProxyType(items) for kind, items in index.items()}
         return cls(objects=MappingProxyType(frozen), warnings=tuple(warnings))
