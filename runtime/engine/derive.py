@@ -73,7 +73,8 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")
     aware = settings.flag(its.AWARE)
 
-    nodes = node_views(policy, snapshot)
+    effective = effective_node_labels(policy, snapshot)  # once: node views and Devices both read it
+    nodes = node_views(policy, snapshot, effective)
     for node in nodes:
         if node.managed and (not node.os or not node.arch):
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
@@ -106,7 +107,7 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
                   if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
-    devices = _devices_with_effective_labels(policy, snapshot)
+    devices = _devices_with_effective_labels(policy, snapshot, effective)
     state.devices = devices
     for name in sorted(types):
         it = copy.deepcopy(types[name])
@@ -174,22 +175,28 @@ def _reserved(queue: dict | None) -> bool:
     return int(status.get("reservingWorkloads") or 0) > 0 or int(status.get("admittedWorkloads") or 0) > 0
 
 
-def _devices_with_effective_labels(policy: Policy, snapshot: Snapshot) -> list[dict]:
+def _devices_with_effective_labels(policy: Policy, snapshot: Snapshot,
+                                   effective: dict[str, dict[str, str]]) -> list[dict]:
     """Devices objects whose ``gpustack.ai/managed`` label mirrors the Node's effective label, as
-    the agent keeps it (node-facts.md §7.1)."""
-    effective = effective_node_labels(policy, snapshot)
+    the agent keeps it (node-facts.md §7.1).
+
+    ``effective``: node name -> effective labels (:func:`effective_node_labels`). An object whose
+    label already mirrors the Node is returned as is; otherwise only its ``metadata``/``labels``
+    are copied and ``spec``/``status`` stay shared with the snapshot (read-only, like every
+    snapshot object): a deep copy of every ledger dominated derive time on large clusters.
+    """
     managed = policy.key("managed")
     out = []
     for devices in snapshot.list("Devices"):
         node_labels = effective.get(name_of(devices))
-        if node_labels is None:
+        current = labels_of(devices)
+        if node_labels is None or node_labels.get(managed) == current.get(managed):
             out.append(devices)
             continue
-        d = copy.deepcopy(devices)
-        labels = d.setdefault("metadata", {}).setdefault("labels", {})
+        labels = dict(current)
         if managed in node_labels:
             labels[managed] = node_labels[managed]
         else:
             labels.pop(managed, None)
-        out.append(d)
+        out.append({**devices, "metadata": {**(devices.get("metadata") or {}), "labels": labels}})
     return out
