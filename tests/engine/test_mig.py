@@ -279,3 +279,31 @@ def test_partitioned_pool_without_ledger_rows_reads_capability(policy, tmp_path)
     status = _h100_type(state)["status"]
     assert status["summary"]["accelerator"] == "0/0 0/0 0/0 1/56"
     assert status["acceleratorPartitioned"]["remainingProfiles"] == _by_profile(56, 32, 24, 16, 8, 8)
+
+
+def test_unmanaged_mig_node_reads_zero_and_snapshot_is_not_mutated(policy):
+    """four-view.md §2.2: the pool's only node unmanaged -> its Devices (label mirrored from the
+    Node, node-facts.md §7.1) is not selected -> every view 0/0, capacity 0, no profile lists. The
+    snapshot's own Devices object keeps its label (derive never mutates its input)."""
+    from runtime.engine.snapshot import Snapshot
+
+    managed_state = _derive(policy, "config2-partitioned-3g")
+    existing = _h100_type(managed_state)
+    snapshot = load_snapshot([FIXTURES / "common", FIXTURES / "config2-partitioned-3g"])
+    objects = []
+    for obj in snapshot:
+        if obj["kind"] == "NodeFeature" and obj["metadata"]["name"] == "node-h100-gpustack-worker":
+            obj = {**obj, "spec": {"labels": {**obj["spec"]["labels"], "gpustack.ai/managed": "false"}}}
+        objects.append(obj)
+    objects.append(existing)
+    unmanaged = Snapshot.from_objects(objects)
+    state = derive(policy, unmanaged)
+    status = _h100_type(state)["status"]
+    assert status["summary"]["accelerator"] == "0/0 0/0 0/0 0/0"
+    for view in ("accelerator", "acceleratorShared", "acceleratorSliced", "acceleratorPartitioned"):
+        assert status[view] == _view(0, 0, 0)
+    assert status["summary"]["partitions"] == ""
+    (mirrored,) = state.devices
+    assert mirrored["metadata"]["labels"]["gpustack.ai/managed"] == "false"
+    assert unmanaged.get("Devices", "node-h100")["metadata"]["labels"]["gpustack.ai/managed"] == "true"
+    assert _ledger(state)[0] == GPU0_AFTER_3G  # the ledger itself is carried over unchanged
