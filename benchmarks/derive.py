@@ -12,7 +12,7 @@ ratio, and, for 1,000 nodes, the time to load the same objects from YAML text th
 ``runtime/snapshots.py``. Goal (issue 2): 5,000 nodes <= 2 s, <= 10x load time, growth near linear.
 
 Usage: ``.venv/bin/python benchmarks/derive.py [--sizes 100,1000,5000] [--runs 5] [--seed 7]
-[--profile SIZE] [--no-yaml]`` (``make bench``). ``--profile`` prints the cProfile top functions of one derive.
+[--profile SIZE] [--no-yaml] [--aware]`` (``make bench``). ``--profile`` prints the cProfile top functions of one derive.
 """
 from __future__ import annotations
 
@@ -131,8 +131,9 @@ def _accelerator_spec(product: Product, index: int, uuid: str, mig: bool, unheal
     return {"id": uuid, "index": index, "physicalIndexes": [index], "status": status}
 
 
-def generate(nodes: int, seed: int = 7) -> list[dict]:
-    """The objects of a synthetic cluster of ``nodes`` Nodes (deterministic for a given seed)."""
+def generate(nodes: int, seed: int = 7, aware: bool = False) -> list[dict]:
+    """The objects of a synthetic cluster of ``nodes`` Nodes (deterministic for a given seed);
+    ``aware`` turns ``instance-type-aware-cpu-manufacturer`` on (one pool per CPU x accelerator)."""
     rng = random.Random(seed)
     objects: list[dict] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
@@ -141,7 +142,8 @@ def generate(nodes: int, seed: int = 7) -> list[dict]:
     objects.append({"apiVersion": "v1", "kind": "Secret",
                     "metadata": {"name": "gpustack-settings", "namespace": "gpustack-system"},
                     "data": {"instance-type-derived-from-node": base64.b64encode(b"true").decode(),
-                             "instance-type-aware-cpu-manufacturer": base64.b64encode(b"false").decode()}})
+                             "instance-type-aware-cpu-manufacturer": base64.b64encode(
+                                 b"true" if aware else b"false").decode()}})
     for i in range(nodes):
         name = f"node-{i:05d}"
         arch = "arm64" if rng.random() < 0.2 else "amd64"
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", type=int, default=0, help="cProfile one derive of this size and print the top")
+    parser.add_argument("--aware", action="store_true", help="CPU-manufacturer awareness on (more pools)")
     parser.add_argument("--no-yaml", action="store_true", help="skip the (slow) YAML-text load of the 1k snapshot")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {args.runs} warm runs per size (python {sys.version.split()[0]})")
 
     if args.profile:
-        snapshot = Snapshot.from_objects(generate(args.profile, args.seed))
+        snapshot = Snapshot.from_objects(generate(args.profile, args.seed, args.aware))
         derive(policy, snapshot)
         profiler = cProfile.Profile()
         profiler.enable()
@@ -246,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     wall: dict[int, float] = {}
     cpu: dict[int, float] = {}
     for size in sizes:
-        objects = generate(size, args.seed)
+        objects = generate(size, args.seed, args.aware)
         snapshot = Snapshot.from_objects(objects)
         state = derive(policy, snapshot)  # warm-up, untimed
         load, load_cpu = _median_seconds(lambda: Snapshot.from_objects(objects), args.runs)

@@ -109,6 +109,7 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
     devices = _devices_with_effective_labels(policy, snapshot, effective)
     state.devices = devices
+    by_label = _label_index(devices)
     for name in sorted(types):
         it = copy.deepcopy(types[name])
         labels = queues.queue_labels(policy, it, aware)
@@ -122,7 +123,7 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
             state.local_queues.extend(queues.local_queues(policy, queue, namespaces))
         queue_state = _queue_state(queue, old_queue, phase_message)
         selector = devices_selector(policy, labels)
-        pool_devices = [d for d in devices if matches(selector, labels_of(d))]
+        pool_devices = _select(selector, devices, by_label)
         it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
         state.instance_types.append(it)
     state.admission_checks = [queues.admission_check(policy)]
@@ -148,6 +149,28 @@ def _unparsable_counts(policy: Policy, node: NodeView) -> list[str]:
             out.append(f"Node {node.name}: label {key}={value!r} is not an integer; "
                        f"the node contributes no {what}")
     return out
+
+
+def _label_index(objects: list[dict]) -> dict[tuple[str, str], list[int]]:
+    """(label key, value) -> positions in ``objects`` (ascending) of the objects carrying it."""
+    index: dict[tuple[str, str], list[int]] = {}
+    for i, obj in enumerate(objects):
+        for item in labels_of(obj).items():
+            index.setdefault(item, []).append(i)
+    return index
+
+
+def _select(selector: dict[str, str] | None, objects: list[dict],
+            index: dict[tuple[str, str], list[int]]) -> list[dict]:
+    """The objects matching ``selector`` in their order, as ``[o for o in objects if matches(...)]``
+    but scanning only the candidates of the selector's rarest label (pools x Devices was the
+    largest cost of derive with CPU awareness on: 41 pools x 3,500 Devices)."""
+    if selector is None:
+        return []
+    if not selector:
+        return list(objects)
+    candidates = min((index.get(item, []) for item in selector.items()), key=len)
+    return [objects[i] for i in candidates if matches(selector, labels_of(objects[i]))]
 
 
 def _queue_state(queue: dict | None, old: dict | None, phase_message: str) -> dict:
