@@ -67,36 +67,30 @@ def test_malformed_yaml_in_a_directory_is_refused_whole(tmp_path):
     assert str(err.value).startswith(f"{bad}:4: not valid YAML or JSON")
 
 
-def test_object_without_name_names_file_kind_and_position(tmp_path):
-    bad = _write(tmp_path / "objs.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ok\n---\n"
-                                          "apiVersion: v1\nkind: Node\nmetadata:\n  labels: {a: b}\n")
+NAMESPACE_OK = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ok\n---\n"
+REFUSED = [  # (id, file text, message after "<file>: ")
+    ("no-name", NAMESPACE_OK + "apiVersion: v1\nkind: Node\nmetadata:\n  labels: {a: b}\n",
+     "Node at item 1 has no metadata.name"),
+    ("no-kind", NAMESPACE_OK + "apiVersion: v1\nmetadata:\n  name: node-x\n",
+     "item 1 (metadata.name node-x) has no kind"),
+    ("not-an-object", "- just\n- a list\n", "item 0 is not an object (got list)"),
+    ("int-label", f"apiVersion: v1\nkind: Node\nmetadata:\n  name: node-t4-b\n  labels:\n    {T4_KEY}: 4\n",
+     f"Node node-t4-b: metadata.labels: label {T4_KEY} must be a string, got 4 (quote it in YAML)"),
+    ("int-annotation", "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  annotations:\n"
+                       "    feature.gpustack.ai/cpu-family: 25\n",
+     "Node n1: metadata.annotations: annotation feature.gpustack.ai/cpu-family must be a string, got 25 "
+     "(quote it in YAML)"),
+]
+
+
+@pytest.mark.parametrize("text, message", [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
+def test_object_refused_names_file_and_object(tmp_path, text, message):
+    """Missing kind or metadata.name, a non-object document, a non-string label or annotation value:
+    one SnapshotError naming the file, the object (kind and name, or its place in the file)."""
+    bad = _write(tmp_path / "objs.yaml", text)
     with pytest.raises(SnapshotError) as err:
         load_snapshot([bad])
-    assert str(err.value) == f"{bad}: Node at item 1 has no metadata.name"
-
-
-def test_object_without_kind_names_file_and_object(tmp_path):
-    bad = _write(tmp_path / "objs.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ok\n---\n"
-                                          "apiVersion: v1\nmetadata:\n  name: node-x\n")
-    with pytest.raises(SnapshotError) as err:
-        load_snapshot([bad])
-    assert str(err.value) == f"{bad}: item 1 (metadata.name node-x) has no kind"
-
-
-def test_document_that_is_not_an_object(tmp_path):
-    bad = _write(tmp_path / "objs.yaml", "- just\n- a list\n")
-    with pytest.raises(SnapshotError) as err:
-        load_snapshot([bad])
-    assert str(err.value) == f"{bad}: item 0 is not an object (got list)"
-
-
-def test_non_string_label_value_names_file_object_and_key(tmp_path):
-    bad = _write(tmp_path / "node.yaml", "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-t4-b\n  labels:\n"
-                                         f"    {T4_KEY}: 4\n")
-    with pytest.raises(SnapshotError) as err:
-        load_snapshot([bad])
-    assert str(err.value) == (f"{bad}: Node node-t4-b: metadata.labels: label {T4_KEY} must be a string, "
-                              "got 4 (quote it in YAML)")
+    assert str(err.value) == f"{bad}: {message}"
 
 
 def test_non_string_nodefeature_label_is_refused(tmp_path):
@@ -112,15 +106,6 @@ def test_non_string_nodefeature_label_is_refused(tmp_path):
         load_snapshot([root])
     assert str(err.value) == (f"{root / 'nodefeatures.yaml'}: NodeFeature gpustack-system/node-cpu-gpustack-worker: "
                               "spec.labels: label gpustack.ai/managed must be a string, got True (quote it in YAML)")
-
-
-def test_non_string_annotation_is_refused(tmp_path):
-    bad = _write(tmp_path / "node.yaml", "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  annotations:\n"
-                                         "    feature.gpustack.ai/cpu-family: 25\n")
-    with pytest.raises(SnapshotError) as err:
-        load_snapshot([bad])
-    assert str(err.value) == (f"{bad}: Node n1: metadata.annotations: annotation feature.gpustack.ai/cpu-family "
-                              "must be a string, got 25 (quote it in YAML)")
 
 
 def test_from_objects_names_origin():

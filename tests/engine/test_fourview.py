@@ -106,23 +106,17 @@ def _capacities(fv: fourview.FourView) -> tuple[int, int, int, int]:
     return fv.ex.capacity, fv.sh.capacity, fv.sl.capacity, fv.pt.capacity
 
 
+@pytest.mark.parametrize("reading", ["default_policy", "option_policy"])
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e[0] for e in EXAMPLES])
-def test_worked_example_default_reading(default_policy, example):
-    """§4 with the default SH reading ``shareSum``."""
-    _, devs, akey, ex, sh, _, sl, pt, caps = example
-    fv = fourview.compute(default_policy, devs, akey)
-    assert _pairs(fv) == (ex, sh, sl, pt)
+def test_worked_example(request, reading, example):
+    """§4 under the default SH reading ``shareSum`` and the ``acceleratorCount`` option: only SH
+    onceMaxRequest changes with the option; capacity and remaining do not."""
+    _, devs, akey, ex, sh, sh_option, sl, pt, caps = example
+    fv = fourview.compute(request.getfixturevalue(reading), devs, akey)
+    shared = sh if reading == "default_policy" else sh_option
+    assert _pairs(fv) == (ex, shared, sl, pt)
     assert _capacities(fv) == caps
-    assert fv.summary() == f"{ex} {sh} {sl} {pt}"
-
-
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e[0] for e in EXAMPLES])
-def test_worked_example_accelerator_count_reading(option_policy, example):
-    """§4 column "SH (option)": only SH onceMaxRequest changes; capacity and remaining do not."""
-    _, devs, akey, ex, _, sh_option, sl, pt, caps = example
-    fv = fourview.compute(option_policy, devs, akey)
-    assert _pairs(fv) == (ex, sh_option, sl, pt)
-    assert _capacities(fv) == caps
+    assert fv.summary() == f"{ex} {shared} {sl} {pt}"
 
 
 def test_example_4_unmanaged_node_is_not_selected(default_policy):

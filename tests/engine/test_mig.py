@@ -6,6 +6,7 @@ four-view.md §5, node-facts.md §7); none is computed from the engine.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -118,153 +119,104 @@ def _ledger(state) -> dict[int, dict]:
 
 FREE = {"mode": 0, "remaining": 1600000}
 FREE_MIG = {**FREE, "remainingProfiles": _by_profile(7, 4, 3, 2, 1, 1)}
+SLICE_50 = {"mode": 3, "allocated": 800000, "remaining": 800000, "allocatedSlices": 1}  # mig.md §4 GPU 5
+LOGICAL_8 = {"count": 1024, "coresPercentageOvercommit": True}
+LOGICAL_5 = {"count": 640, "coresPercentageOvercommit": True}
 
 
-# -- §2 / §5 all logical ---------------------------------------------------------------------------
-@pytest.mark.parametrize("config", ["config1-logical", "config5-back-logical"])
-def test_all_logical(policy, config):
-    """mig.md §2 (and §5, after MIG is switched off again): `8/8 80/80 100/800 0/0`."""
-    state = _derive(policy, config)
+@dataclass(frozen=True)
+class Case:
+    """One MIG layout of spec/mig.md and every figure it prints.
+
+    Views are (capacity, onceMaxRequest, remaining) for EX, SH, SL, PT; ``remaining`` /
+    ``allocated`` are the pool's profile lists (None: the field is absent); ``physical_count``
+    / ``physical`` the slicedDetail.physical count and per-profile counts (None: no profiles); ``ledger`` index -> entry.
+    """
+
+    config: str
+    column: str
+    ex: tuple
+    sh: tuple
+    sl: tuple
+    pt: tuple
+    partitions: str
+    remaining: tuple | None
+    allocated: list | None
+    logical: dict
+    physical_count: int
+    physical: tuple | None
+    mig_on: frozenset
+    ledger: dict
+
+
+ALL_FREE = {i: FREE for i in range(8)}
+CASES = [
+    Case("config1-logical", "8/8 80/80 100/800 0/0", (8, 8, 8), (80, 80, 80), (800, 100, 800), (0, 0, 0),
+         "", None, None, LOGICAL_8, 0, None, frozenset(), ALL_FREE),
+    Case("config2-partitioned", "0/0 0/0 0/0 1/56", (0, 0, 0), (0, 0, 0), (0, 0, 0), (56, 1, 56),
+         "1g.10gb=56,1g.20gb=32,2g.20gb=24,3g.40gb=16,4g.40gb=8,7g.80gb=8", (56, 32, 24, 16, 8, 8), None,
+         {"count": 0}, 56, (56, 32, 24, 16, 8, 8), frozenset(range(8)), {i: FREE_MIG for i in range(8)}),
+    # PT remaining 52 = 7 x 7 + GPU 0's best single profile (3, never 3+2+1+1); capacity stays 56
+    Case("config2-partitioned-3g", "0/0 0/0 0/0 1/52", (0, 0, 0), (0, 0, 0), (0, 0, 0), (56, 1, 52),
+         "1g.10gb=52,1g.20gb=30,2g.20gb=22,3g.40gb=15,4g.40gb=7,7g.80gb=7", (52, 30, 22, 15, 7, 7),
+         [{"name": "3g.40gb", "count": 1}], {"count": 0}, 56, (56, 32, 24, 16, 8, 8), frozenset(range(8)),
+         {0: GPU0_AFTER_3G, **{i: FREE_MIG for i in range(1, 8)}}),
+    Case("config3-mixed", "5/5 50/50 100/500 1/21", (5, 5, 5), (50, 50, 50), (500, 100, 500), (21, 1, 21),
+         "1g.10gb=21,1g.20gb=12,2g.20gb=9,3g.40gb=6,4g.40gb=3,7g.80gb=3", (21, 12, 9, 6, 3, 3), None,
+         LOGICAL_5, 21, (21, 12, 9, 6, 3, 3), frozenset({0, 1, 2}),
+         {**{i: FREE_MIG for i in range(3)}, **{i: FREE for i in range(3, 8)}}),
+    # EX 4 (GPUs 3, 4, 6, 7); SH 40 (GPU 5 is Sliced, not Shared); SL 4 x 100 + 50; PT 2 x 7 + 3;
+    # remainingProfiles = 2 x capability + GPU 0's ledger
+    Case("config3-mixed-used", "4/4 40/40 100/450 1/17", (5, 4, 4), (50, 40, 40), (500, 100, 450), (21, 1, 17),
+         "1g.10gb=17,1g.20gb=10,2g.20gb=7,3g.40gb=5,4g.40gb=2,7g.80gb=2", (17, 10, 7, 5, 2, 2),
+         [{"name": "3g.40gb", "count": 1}], LOGICAL_5, 21, (21, 12, 9, 6, 3, 3), frozenset({0, 1, 2}),
+         {0: GPU0_AFTER_3G, 1: FREE_MIG, 2: FREE_MIG, 3: FREE, 4: FREE, 5: SLICE_50, 6: FREE, 7: FREE}),
+    # §5: MIG off on all 8 again, the Devices object updated in place
+    Case("config5-back-logical", "8/8 80/80 100/800 0/0", (8, 8, 8), (80, 80, 80), (800, 100, 800), (0, 0, 0),
+         "", None, None, LOGICAL_8, 0, None, frozenset(), ALL_FREE),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.config for c in CASES])
+def test_mig_configuration(policy, case):
+    """mig.md §2-§5: the InstanceType's four views, profile lists, summary and slicedDetail, and
+    the Devices capability and ledger of each layout."""
+    state = _derive(policy, case.config)
     it = _h100_type(state)
     status = it["status"]
     _assert_common(it)
-    assert status["summary"]["accelerator"] == "8/8 80/80 100/800 0/0"
-    assert status["accelerator"] == _view(8, 8, 8)
-    assert status["acceleratorShared"] == _view(80, 80, 80)
-    assert status["acceleratorSliced"] == _view(800, 100, 800)
-    assert status["acceleratorPartitioned"] == _view(0, 0, 0)  # no profile lists at all
-    assert status["summary"]["partitions"] == ""
-    assert status["detail"]["slicedDetail"] == {"logical": {"count": 1024, "coresPercentageOvercommit": True},
-                                                "physical": {"count": 0}}
-    _assert_capability(state, set())
-    assert _ledger(state) == {i: FREE for i in range(8)}
+    assert status["summary"]["accelerator"] == case.column
+    assert status["accelerator"] == _view(*case.ex)
+    assert status["acceleratorShared"] == _view(*case.sh)
+    assert status["acceleratorSliced"] == _view(*case.sl)
+    pt = dict(status["acceleratorPartitioned"])
+    assert pt.pop("remainingProfiles", None) == (_by_profile(*case.remaining) if case.remaining else None)
+    assert pt.pop("allocatedProfiles", None) == case.allocated  # only names with instances
+    assert pt == _view(*case.pt)
+    assert status["summary"]["partitions"] == case.partitions
+    physical = {"count": case.physical_count}
+    if case.physical:
+        physical["profiles"] = _physical_detail(*case.physical)
+    assert status["detail"]["slicedDetail"] == {"logical": case.logical, "physical": physical}
+    _assert_capability(state, set(case.mig_on))
+    assert _ledger(state) == case.ledger
 
 
-def test_all_logical_flavor_notes(policy):
-    """The device flavor of the all-logical node: 8 per node, sliceable, no partition capability."""
-    state = _derive(policy, "config1-logical")
+@pytest.mark.parametrize("config, sliceable, logical, physical", [
+    ("config1-logical", "true", 128, 0),
+    ("config2-partitioned", "false", 0, 7),  # no healthy logically sliceable accelerator -> L 0
+    ("config3-mixed", "true", 128, 7),
+])
+def test_flavor_notes(policy, config, sliceable, logical, physical):
+    """pools.md §2.3: the device flavor's `sliceable` and `feature` notes (L, P) per layout."""
+    state = _derive(policy, config)
     (flavor,) = [f for f in state.resource_flavors if f["metadata"]["name"] == FLAVOR]
     notes = flavor["metadata"]["annotations"]
     assert flavor["metadata"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-h100-80gb-hbm3.count"] == "8"
-    assert notes["note.gpustack.ai/sliceable"] == "true"
-    assert notes["note.gpustack.ai/feature"] == ('{"logicalSliced":{"maxSize":128,"coresPercentageOvercommit":true,'
-                                                 '"memoryPercentageStep":1},"physicalSliced":{"maxSize":0}}')
-
-
-# -- §3 all partitioned ----------------------------------------------------------------------------
-def test_all_partitioned_fresh(policy):
-    """mig.md §3 fresh: `0/0 0/0 0/0 1/56` (56 = 8 x 7); capacities 0, 0, 0, 56."""
-    state = _derive(policy, "config2-partitioned")
-    it = _h100_type(state)
-    status = it["status"]
-    _assert_common(it)
-    assert status["summary"]["accelerator"] == "0/0 0/0 0/0 1/56"
-    assert status["accelerator"] == _view(0, 0, 0)
-    assert status["acceleratorShared"] == _view(0, 0, 0)
-    assert status["acceleratorSliced"] == _view(0, 0, 0)
-    pt = status["acceleratorPartitioned"]
-    assert {k: pt[k] for k in ("capacity", "onceMaxRequest", "remaining")} == _view(56, 1, 56)
-    assert "allocatedProfiles" not in pt  # only names with instances; none held
-    assert pt["remainingProfiles"] == _by_profile(56, 32, 24, 16, 8, 8)
-    assert status["summary"]["partitions"] == "1g.10gb=56,1g.20gb=32,2g.20gb=24,3g.40gb=16,4g.40gb=8,7g.80gb=8"
-    assert status["detail"]["slicedDetail"] == {
-        "logical": {"count": 0},
-        "physical": {"count": 56, "profiles": _physical_detail(56, 32, 24, 16, 8, 8)}}
-    _assert_capability(state, set(range(8)))
-    assert _ledger(state) == {i: FREE_MIG for i in range(8)}
-
-
-def test_all_partitioned_flavor_notes(policy):
-    """pools.md §2.3: no healthy logically sliceable accelerator -> L 0, sliceable false; P 7."""
-    state = _derive(policy, "config2-partitioned")
-    (flavor,) = [f for f in state.resource_flavors if f["metadata"]["name"] == FLAVOR]
-    notes = flavor["metadata"]["annotations"]
-    assert notes["note.gpustack.ai/sliceable"] == "false"
-    assert notes["note.gpustack.ai/feature"] == ('{"logicalSliced":{"maxSize":0,"coresPercentageOvercommit":true,'
-                                                 '"memoryPercentageStep":1},"physicalSliced":{"maxSize":7}}')
-
-
-def test_all_partitioned_one_3g(policy):
-    """mig.md §3 after one 3g.40gb on GPU 0 at memory slices 0-3: `0/0 0/0 0/0 1/52`.
-
-    PT remaining 52 = 7 x 7 + GPU 0's best single profile (3, never 3+2+1+1); capacity stays 56.
-    """
-    state = _derive(policy, "config2-partitioned-3g")
-    it = _h100_type(state)
-    status = it["status"]
-    _assert_common(it)
-    assert status["summary"]["accelerator"] == "0/0 0/0 0/0 1/52"
-    assert status["accelerator"] == _view(0, 0, 0)
-    assert status["acceleratorShared"] == _view(0, 0, 0)
-    assert status["acceleratorSliced"] == _view(0, 0, 0)
-    pt = status["acceleratorPartitioned"]
-    assert {k: pt[k] for k in ("capacity", "onceMaxRequest", "remaining")} == _view(56, 1, 52)
-    assert pt["allocatedProfiles"] == [{"name": "3g.40gb", "count": 1}]
-    assert pt["remainingProfiles"] == _by_profile(52, 30, 22, 15, 7, 7)
-    assert status["summary"]["partitions"] == "1g.10gb=52,1g.20gb=30,2g.20gb=22,3g.40gb=15,4g.40gb=7,7g.80gb=7"
-    physical = status["detail"]["slicedDetail"]["physical"]
-    assert physical["count"] == 56  # capability, unchanged by carving
-    assert {p["name"]: p["count"] for p in physical["profiles"]}["4g.40gb"] == 8
-    assert physical["profiles"] == _physical_detail(56, 32, 24, 16, 8, 8)
-    _assert_capability(state, set(range(8)))
-    ledger = _ledger(state)
-    assert ledger[0] == GPU0_AFTER_3G
-    assert all(ledger[i] == FREE_MIG for i in range(1, 8))
-
-
-# -- §4 mixed ----------------------------------------------------------------------------------------
-def test_mixed_fresh(policy):
-    """mig.md §4 fresh: `5/5 50/50 100/500 1/21`; capacities 5, 50, 500, 21."""
-    state = _derive(policy, "config3-mixed")
-    it = _h100_type(state)
-    status = it["status"]
-    _assert_common(it)
-    assert status["summary"]["accelerator"] == "5/5 50/50 100/500 1/21"
-    assert status["accelerator"] == _view(5, 5, 5)
-    assert status["acceleratorShared"] == _view(50, 50, 50)
-    assert status["acceleratorSliced"] == _view(500, 100, 500)
-    pt = status["acceleratorPartitioned"]
-    assert {k: pt[k] for k in ("capacity", "onceMaxRequest", "remaining")} == _view(21, 1, 21)
-    assert "allocatedProfiles" not in pt
-    assert pt["remainingProfiles"] == _by_profile(21, 12, 9, 6, 3, 3)
-    assert status["summary"]["partitions"] == "1g.10gb=21,1g.20gb=12,2g.20gb=9,3g.40gb=6,4g.40gb=3,7g.80gb=3"
-    assert status["detail"]["slicedDetail"] == {
-        "logical": {"count": 640, "coresPercentageOvercommit": True},
-        "physical": {"count": 21, "profiles": _physical_detail(21, 12, 9, 6, 3, 3)}}
-    _assert_capability(state, {0, 1, 2})
-    ledger = _ledger(state)
-    assert [ledger[i] for i in range(3)] == [FREE_MIG] * 3
-    assert [ledger[i] for i in range(3, 8)] == [FREE] * 5
-
-
-def test_mixed_with_partition_and_slice(policy):
-    """mig.md §4: a 3g.40gb on GPU 0 and a 50 % slice on GPU 5: `4/4 40/40 100/450 1/17`.
-
-    EX 4 (GPUs 3, 4, 6, 7); SH 40 (GPU 5 is Sliced, not Shared); SL 4 x 100 + 50; PT 2 x 7 + 3.
-    """
-    state = _derive(policy, "config3-mixed-used")
-    it = _h100_type(state)
-    status = it["status"]
-    _assert_common(it)
-    assert status["summary"]["accelerator"] == "4/4 40/40 100/450 1/17"
-    assert status["accelerator"] == _view(5, 4, 4)
-    assert status["acceleratorShared"] == _view(50, 40, 40)
-    assert status["acceleratorSliced"] == _view(500, 100, 450)
-    pt = status["acceleratorPartitioned"]
-    assert {k: pt[k] for k in ("capacity", "onceMaxRequest", "remaining")} == _view(21, 1, 17)
-    assert pt["allocatedProfiles"] == [{"name": "3g.40gb", "count": 1}]
-    # Σ ledger counts: 2 x capability + GPU 0's remaining profiles
-    assert pt["remainingProfiles"] == _by_profile(17, 10, 7, 5, 2, 2)
-    assert status["summary"]["partitions"] == "1g.10gb=17,1g.20gb=10,2g.20gb=7,3g.40gb=5,4g.40gb=2,7g.80gb=2"
-    assert status["detail"]["slicedDetail"] == {
-        "logical": {"count": 640, "coresPercentageOvercommit": True},
-        "physical": {"count": 21, "profiles": _physical_detail(21, 12, 9, 6, 3, 3)}}
-    _assert_capability(state, {0, 1, 2})
-    ledger = _ledger(state)
-    assert ledger[0] == GPU0_AFTER_3G
-    assert ledger[5] == {"mode": 3, "allocated": 800000, "remaining": 800000, "allocatedSlices": 1}
-    assert [ledger[i] for i in (1, 2)] == [FREE_MIG] * 2
-    assert [ledger[i] for i in (3, 4, 6, 7)] == [FREE] * 4
+    assert notes["note.gpustack.ai/sliceable"] == sliceable
+    assert notes["note.gpustack.ai/feature"] == (
+        f'{{"logicalSliced":{{"maxSize":{logical},"coresPercentageOvercommit":true,"memoryPercentageStep":1}},'
+        f'"physicalSliced":{{"maxSize":{physical}}}}}')
 
 
 def test_partitioned_pool_without_ledger_rows_reads_capability(policy, tmp_path):
