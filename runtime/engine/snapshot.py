@@ -36,6 +36,63 @@ KNOWN_KINDS: dict[str, tuple[str, bool]] = {
 }
 
 
+class Required:
+    """A field that must be present (in a shape table below)."""
+
+    def __init__(self, kind: type):
+        self.kind = kind
+
+
+_PROFILE_COUNT = [{"name": Required(str), "count": int}]
+# The fields the engine reads from a Devices object (node-facts.md §7.2-§7.3), by type. Fields not
+# listed are not checked; absent or null fields read as their zero value.
+DEVICES_SHAPE: dict = {
+    "spec": {"groups": [{"id": str, "manufacturer": str, "accelerators": [{
+        "id": str, "index": int,
+        "status": {"unhealthy": bool, "logicalSliced": {"count": int, "coresPercentageOvercommit": bool},
+                   "physicalSliced": {"count": int, "profiles": [
+                       {"name": Required(str), "count": int, "memoryMib": int}]}}}]}]},
+    "status": {"groups": [{"id": str, "manufacturer": str, "accelerators": [{
+        "id": str, "index": int, "mode": int, "allocated": int, "remaining": int, "allocatedSlices": int,
+        "allocatedProfiles": _PROFILE_COUNT, "remainingProfiles": _PROFILE_COUNT}]}]},
+}
+_TYPE_NAMES = {int: "an integer", str: "a string", bool: "a boolean"}
+
+
+def _dotted(path: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def _shape_problem(value, shape, path: tuple) -> str | None:
+    """The first place where ``value`` does not fit ``shape`` (a dict of fields, a one-item list
+    for "list of", or a type), as ``field.path: must be ...``; None when it fits."""
+    if isinstance(shape, Required):
+        if value is None:
+            return f"{_dotted(path)}: required"
+        shape = shape.kind
+    if value is None:
+        return None
+    if isinstance(shape, dict):
+        if not isinstance(value, Mapping):
+            return f"{_dotted(path) or '<object>'}: must be a map, got {value!r}"
+        for key, sub in shape.items():
+            problem = _shape_problem(value.get(key), sub, path + (key,))
+            if problem:
+                return problem
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{_dotted(path)}: must be a list, got {value!r}"
+        for i, item in enumerate(value):
+            problem = _shape_problem(item, shape[0], path + (i,))
+            if problem:
+                return problem
+        return None
+    if not isinstance(value, shape) or (shape is int and isinstance(value, bool)):
+        return f"{_dotted(path)}: must be {_TYPE_NAMES[shape]}, got {value!r}"
+    return None
+
+
 class SnapshotError(ValueError):
     """An object that cannot enter a snapshot (no kind, no name, not a mapping)."""
 
@@ -81,8 +138,8 @@ class Snapshot:
         earlier one (as a re-apply would).
 
         Raises :class:`SnapshotError` naming ``origin`` and the object for a non-mapping object, a
-        missing ``kind`` or ``metadata.name``, or a label, annotation or NodeFeature ``spec.labels``
-        value that is not a string. Namespaced kinds without ``metadata.namespace`` (Instances,
+        missing ``kind`` or ``metadata.name``, a label, annotation or NodeFeature ``spec.labels``
+        value that is not a string, or a Devices field of the wrong type (:data:`DEVICES_SHAPE`). Namespaced kinds without ``metadata.namespace`` (Instances,
         LocalQueues, NodeFeatures) default to namespace ``default`` like kubectl does. Items are
         numbered from ``first_item`` (0-based position of the object in ``origin``).
         """
@@ -116,6 +173,10 @@ class Snapshot:
                     if not isinstance(value, str):
                         raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path}: {what} {key} must be a "
                                             f"string, got {value!r} (quote it in YAML)")
+            if kind == "Devices":
+                problem = _shape_problem(obj, DEVICES_SHAPE, ())
+                if problem:
+                    raise SnapshotError(f"{origin}: {object_ref(obj)}: {problem}")
             index.setdefault(kind, {})[(namespace, meta["name"])] = dict(obj)
         frozen = {kind: MappingProxyType(items) for kind, items in index.items()}
         return cls(objects=MappingProxyType(frozen), warnings=tuple(warnings))

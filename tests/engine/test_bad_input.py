@@ -108,6 +108,59 @@ def test_non_string_nodefeature_label_is_refused(tmp_path):
                               "spec.labels: label gpustack.ai/managed must be a string, got True (quote it in YAML)")
 
 
+def _a10g(doc: dict) -> tuple[dict, dict]:
+    """The spec and ledger entries of node-a10g's only accelerator."""
+    return doc["spec"]["groups"][0]["accelerators"][0], doc["status"]["groups"][0]["accelerators"][0]
+
+
+def _set_remaining(doc):
+    _a10g(doc)[1]["remaining"] = "lots"
+
+
+def _set_unhealthy(doc):
+    _a10g(doc)[0]["status"]["unhealthy"] = "no"
+
+
+def _groups_map(doc):
+    doc["spec"]["groups"] = {"a10g": doc["spec"]["groups"][0]}
+
+
+def _nameless_profile(doc):
+    _a10g(doc)[1]["remainingProfiles"] = [{"count": 3}]
+
+
+def _bool_count(doc):
+    _a10g(doc)[0]["status"]["logicalSliced"]["count"] = True
+
+
+BAD_DEVICES = [  # (id, edit of node-a10g's Devices, problem)
+    ("ledger-remaining-text", _set_remaining,
+     "status.groups[0].accelerators[0].remaining: must be an integer, got 'lots'"),
+    ("unhealthy-text", _set_unhealthy,
+     "spec.groups[0].accelerators[0].status.unhealthy: must be a boolean, got 'no'"),
+    ("groups-not-a-list", _groups_map, "spec.groups: must be a list, got {'a10g': "),
+    ("profile-without-name", _nameless_profile,
+     "status.groups[0].accelerators[0].remainingProfiles[0].name: required"),
+    ("count-is-bool", _bool_count,
+     "spec.groups[0].accelerators[0].status.logicalSliced.count: must be an integer, got True"),
+]
+
+
+@pytest.mark.parametrize("edit, problem", [b[1:] for b in BAD_DEVICES], ids=[b[0] for b in BAD_DEVICES])
+def test_devices_field_of_wrong_type_names_file_object_and_field(tmp_path, edit, problem):
+    """A Devices field the four-view reads, of the wrong type: refused when the snapshot is read
+    (not a traceback from derive), naming file, object and field path."""
+    root = _seed_copy(tmp_path)
+
+    def only_a10g(doc):
+        if doc["metadata"]["name"] == "node-a10g":
+            edit(doc)
+    _edit_docs(root / "devices.yaml", only_a10g)
+    with pytest.raises(SnapshotError) as err:
+        load_snapshot([root])
+    assert str(err.value).startswith(f"{root / 'devices.yaml'}: Devices node-a10g: {problem}")
+
+
 def test_from_objects_names_origin():
     with pytest.raises(SnapshotError) as err:
         Snapshot.from_objects([{"kind": "Node", "metadata": {}}], origin="watch-cache")
