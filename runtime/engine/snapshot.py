@@ -93,6 +93,70 @@ def _shape_problem(value, shape, path: tuple) -> str | None:
     return None
 
 
+def _fits(value, kind: type) -> bool:
+    return value is None or type(value) is kind
+
+
+def _items(value) -> list:
+    """``value`` when it is a list of maps; raises _Misfit otherwise (absent reads as empty)."""
+    if value is None:
+        return []
+    if type(value) is not list or not all(isinstance(v, dict) for v in value):
+        raise _Misfit
+    return value
+
+
+class _Misfit(Exception):
+    pass
+
+
+def _devices_fit(obj) -> bool:
+    """Fast path of ``_shape_problem(obj, DEVICES_SHAPE)``: True when the object certainly fits
+    (explicit loops: the generic walk made loading 5,000 nodes 3x slower). False sends the object
+    to the generic walk, which names the field."""
+    try:
+        for side, acc_ints, profile_lists in (("spec", ("index",), ()),
+                                              ("status", ("index", "mode", "allocated", "remaining", "allocatedSlices"),
+                                               ("allocatedProfiles", "remainingProfiles"))):
+            part = obj.get(side)
+            if part is None:
+                continue
+            if not isinstance(part, dict):
+                return False
+            for group in _items(part.get("groups")):
+                if not (_fits(group.get("id"), str) and _fits(group.get("manufacturer"), str)):
+                    return False
+                for acc in _items(group.get("accelerators")):
+                    if not _fits(acc.get("id"), str) or not all(_fits(acc.get(k), int) for k in acc_ints):
+                        return False
+                    for key in profile_lists:
+                        for p in _items(acc.get(key)):
+                            if type(p.get("name")) is not str or not _fits(p.get("count"), int):
+                                return False
+                    if side == "spec" and not _status_fits(acc.get("status")):
+                        return False
+    except _Misfit:
+        return False
+    return True
+
+
+def _status_fits(status) -> bool:
+    if status is None:
+        return True
+    if not isinstance(status, dict) or not _fits(status.get("unhealthy"), bool):
+        return False
+    logical, physical = status.get("logicalSliced"), status.get("physicalSliced")
+    if logical is not None and not (isinstance(logical, dict) and _fits(logical.get("count"), int)
+                                    and _fits(logical.get("coresPercentageOvercommit"), bool)):
+        return False
+    if physical is None:
+        return True
+    if not isinstance(physical, dict) or not _fits(physical.get("count"), int):
+        return False
+    return all(type(p.get("name")) is str and _fits(p.get("count"), int) and _fits(p.get("memoryMib"), int)
+               for p in _items(physical.get("profiles")))
+
+
 class SnapshotError(ValueError):
     """An object that cannot enter a snapshot (no kind, no name, not a mapping)."""
 
@@ -173,7 +237,7 @@ class Snapshot:
                     if not isinstance(value, str):
                         raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path}: {what} {key} must be a "
                                             f"string, got {value!r} (quote it in YAML)")
-            if kind == "Devices":
+            if kind == "Devices" and not _devices_fit(obj):
                 problem = _shape_problem(obj, DEVICES_SHAPE, ())
                 if problem:
                     raise SnapshotError(f"{origin}: {object_ref(obj)}: {problem}")

@@ -161,6 +161,27 @@ def test_devices_field_of_wrong_type_names_file_object_and_field(tmp_path, edit,
     assert str(err.value).startswith(f"{root / 'devices.yaml'}: Devices node-a10g: {problem}")
 
 
+def test_devices_fast_check_agrees_with_the_shape_walk():
+    """The fast Devices check accepts every fixture the generic walk accepts, and rejects every
+    broken case above (so the error always comes from the walk, with the field named)."""
+    import copy
+
+    from runtime.engine.snapshot import DEVICES_SHAPE, _devices_fit, _shape_problem
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    good = [d for f in sorted(fixtures.rglob("devices.yaml")) for d in yaml.safe_load_all(f.read_text())]
+    assert len(good) >= 9
+    for doc in good:
+        assert _shape_problem(doc, DEVICES_SHAPE, ()) is None
+        assert _devices_fit(doc), doc["metadata"]["name"]
+    a10g = next(d for d in good if d["metadata"]["name"] == "node-a10g")
+    for _, edit, _ in BAD_DEVICES:
+        broken = copy.deepcopy(a10g)
+        edit(broken)
+        assert not _devices_fit(broken)
+        assert _shape_problem(broken, DEVICES_SHAPE, ()) is not None
+
+
 def test_from_objects_names_origin():
     with pytest.raises(SnapshotError) as err:
         Snapshot.from_objects([{"kind": "Node", "metadata": {}}], origin="watch-cache")
