@@ -85,6 +85,7 @@ PRODUCTS = [
 
 
 def sanitize(value: str) -> str:
+    """Label-value form of a product name (node-facts.md §5.4, enough for these names)."""
     return "-".join(value.split())
 
 

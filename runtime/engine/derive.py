@@ -35,7 +35,11 @@ class DesiredState:
     Lists are in name order. ``instance_types`` holds every InstanceType after the reconcile (the
     snapshot's, unchanged but for ``status``, plus the created ones); ``created_instance_types``
     names the derived ones this reconcile authors (create-only). ``flavor_deletes`` are our
-    ResourceFlavors (``resource.gpustack.ai/type: nodes``) without contributors.
+    ResourceFlavors (``resource.gpustack.ai/type: nodes``) without contributors. ``devices`` are
+    the snapshot's Devices with the managed label mirrored from their Node; they share ``spec`` and
+    ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat them as
+    read-only. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
+    nodes without os/arch, ``.count`` labels that are not integers, unparsable settings).
     """
 
     settings: Settings
