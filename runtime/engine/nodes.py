@@ -82,9 +82,14 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
     )
 
 
-def node_views(policy: Policy, snapshot: Snapshot) -> list[NodeView]:
-    """Every Node of the snapshot (deleting ones excluded), in name order."""
-    effective = effective_node_labels(policy, snapshot)
+def node_views(policy: Policy, snapshot: Snapshot,
+               effective: dict[str, dict[str, str]] | None = None) -> list[NodeView]:
+    """Every Node of the snapshot (deleting ones excluded), in name order.
+
+    ``effective``: :func:`effective_node_labels` of ``snapshot`` when the caller already has it.
+    """
+    if effective is None:
+        effective = effective_node_labels(policy, snapshot)
     views = []
     for node in snapshot.list("Node"):
         if is_deleting(node):

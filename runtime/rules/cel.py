@@ -15,6 +15,7 @@ evaluation has no clock, no I/O and no environment, so equal inputs give equal o
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -68,8 +69,20 @@ def from_cel(value: Any) -> Any:
     return value
 
 
+_ATOMS = (str, int, float, type(None))  # bool is an int
+
+
 def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    """A hashable memo key for a JSON-shaped value (maps become sorted item tuples).
+
+    Atoms are tested first and maps through ``collections.abc``: ``isinstance(x, typing.Mapping)``
+    on every label value cost half of ``derive`` on a 5,000-node snapshot.
+    """
+    if isinstance(value, _ATOMS):
+        return value
+    if isinstance(value, dict):
+        return tuple(sorted((k, v if isinstance(v, _ATOMS) else _freeze(v)) for k, v in value.items()))
+    if isinstance(value, AbcMapping):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
