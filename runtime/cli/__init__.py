@@ -14,6 +14,7 @@ _SUBCOMMANDS = [
     "get",
     "derive",
     "demo",
+    "controller",
 ]
 
 
