@@ -107,7 +107,7 @@ class KindCache:
         self._stop.set()
         stream = self._stream
         if stream is not None:
-            stream.close()
+            stream.abort()
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -184,6 +184,8 @@ class KindCache:
         stream = self.session.stream(self._path(), query, timeout=self.watch_timeout + 30)
         self._stream = stream
         try:
+            if self._stop.is_set():  # stop() ran before the stream was visible to it
+                return
             for event in stream:
                 if self._stop.is_set():
                     return

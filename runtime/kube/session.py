@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,10 +146,22 @@ class WatchStream:
                 yield json.loads(line)
 
     def close(self) -> None:
+        """Close from the reading thread (releases the connection)."""
         try:
             self._resp.close()
             self._resp.release_conn()
         except Exception:  # noqa: BLE001 - closing a broken stream is best effort
+            pass
+
+    def abort(self) -> None:
+        """Stop from another thread: shut the socket down so a blocked read returns at once
+        (closing the response itself would wait for the reader's buffer lock)."""
+        conn = getattr(self._resp, "connection", None) or getattr(self._resp, "_connection", None)
+        sock = getattr(conn, "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
             pass
 
 
@@ -162,18 +175,23 @@ def connect(kubeconfig: str | Path | None = None, context: str | None = None) ->
 
     Raises :class:`KubeConfigError` when no usable configuration is found.
     """
+    cfg = k8s_client.Configuration()
+    cfg.connection_pool_maxsize = POOL_SIZE  # one connection per watch thread plus writers
     if kubeconfig is None and not os.environ.get("KUBECONFIG"):
         try:
-            k8s_config.load_incluster_config()
-            return Session(k8s_client.ApiClient())
+            k8s_config.load_incluster_config(client_configuration=cfg)
+            return Session(k8s_client.ApiClient(cfg))
         except k8s_config.ConfigException:
             pass
     try:
-        api_client = k8s_config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None,
-                                                       context=context)
+        k8s_config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
+                                    client_configuration=cfg)
     except (k8s_config.ConfigException, OSError) as exc:
         raise KubeConfigError(f"no usable kubeconfig ({kubeconfig or '$KUBECONFIG or ~/.kube/config'}): {exc}") from exc
-    return Session(api_client)
+    return Session(k8s_client.ApiClient(cfg))
+
+
+POOL_SIZE = 32
 
 
 class KubeConfigError(RuntimeError):
