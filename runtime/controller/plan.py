@@ -82,12 +82,17 @@ def _without_status(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if k != "status"}
 
 
+def _pairs(objects: list[dict], kind: str, snapshot: Snapshot):
+    """(name, desired, live or None) for each desired cluster-scoped object of ``kind``."""
+    for obj in objects:
+        name = name_of(obj)
+        yield name, obj, snapshot.get(kind, name)
+
+
 def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
     out = []
     note = policy.prefix("note")
-    for flavor in state.resource_flavors:
-        name = name_of(flavor)
-        live = snapshot.get("ResourceFlavor", name)
+    for name, flavor, live in _pairs(state.resource_flavors, "ResourceFlavor", snapshot):
         if live is None:
             out.append(Action("apply", "ResourceFlavor", name, body=flavor, reason="missing"))
             continue
@@ -113,9 +118,7 @@ def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Ac
 
 def _admission_checks(state: DesiredState, snapshot: Snapshot, now: str) -> list[Action]:
     out = []
-    for check in state.admission_checks:
-        name = name_of(check)
-        live = snapshot.get("AdmissionCheck", name)
+    for name, check, live in _pairs(state.admission_checks, "AdmissionCheck", snapshot):
         if live is None or not _contains(check["metadata"].get("labels") or {}, labels_of(live)) \
                 or not _contains(check["spec"], live.get("spec") or {}):
             out.append(Action("apply", "AdmissionCheck", name, body=check, reason="missing or differs"))
@@ -153,10 +156,8 @@ def _queue_matches(policy: Policy, want: dict, live: dict) -> tuple[bool, dict]:
 def _cluster_queues(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
     out = []
     wanted = set()
-    for queue in state.cluster_queues:
-        name = name_of(queue)
+    for name, queue, live in _pairs(state.cluster_queues, "ClusterQueue", snapshot):
         wanted.add(name)
-        live = snapshot.get("ClusterQueue", name)
         if live is not None and is_deleting(live):
             continue
         if live is None:
@@ -197,9 +198,7 @@ def _local_queues(policy: Policy, state: DesiredState, snapshot: Snapshot) -> li
 def _instance_type_status(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
     out = []
     finalizer = policy.key("finalizer")
-    for it in state.instance_types:
-        name = name_of(it)
-        live = snapshot.get("InstanceType", name)
+    for name, it, live in _pairs(state.instance_types, "InstanceType", snapshot):
         if live is None and name not in state.created_instance_types:
             continue
         if live is None or (live.get("status") or {}) != it.get("status"):
@@ -213,10 +212,8 @@ def _instance_type_status(policy: Policy, state: DesiredState, snapshot: Snapsho
 def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
     out = []
     wanted = set()
-    for entry in state.instance_type_flavors:
-        name = name_of(entry)
+    for name, entry, live in _pairs(state.instance_type_flavors, "InstanceTypeFlavor", snapshot):
         wanted.add(name)
-        live = snapshot.get("InstanceTypeFlavor", name)
         if live is None or (live.get("spec") or {}) != entry["spec"]:
             out.append(Action("apply", "InstanceTypeFlavor", name, body=entry, reason="missing or differs"))
             extra = {k: None for k in ((live or {}).get("spec") or {}) if k not in entry["spec"]}
