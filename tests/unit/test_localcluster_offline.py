@@ -5,15 +5,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
-from pathlib import Path
 
 import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from runtime.localcluster import (CONTROLPLANE_VERSION, LocalCluster, MissingBinariesError,
-                                  find_binaries, our_crds, pinned_version)
+from runtime.localcluster import (CONTROLPLANE_VERSION, MissingBinariesError, find_binaries, our_crds,
+                                  pinned_version)
 from runtime.localcluster.binaries import repo_root
 from runtime.localcluster.certs import generate_pki
 from runtime.localcluster.testing import parse_table
