@@ -1,3 +1,5 @@
+// Pins the control plane that `make controlplane` (build.sh) builds: kube-apiserver and
+// kube-scheduler from k8s.io/kubernetes, etcd from go.etcd.io/etcd/server/v3 (see tools.go).
 module accelpolicy.local/e2e/controlplane
 
 go 1.26.0

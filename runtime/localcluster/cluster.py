@@ -1,4 +1,4 @@
-"""Start and stop etcd + kube-apiserver on 127.0.0.1 for tests and demos.
+"""Start and stop etcd + kube-apiserver (and optionally kube-scheduler) on 127.0.0.1.
 
 Typical use::
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import json
-import os
 import shutil
 import signal
 import socket
@@ -34,7 +33,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from .binaries import ControlPlaneBinaries, LocalClusterError, find_binaries
+from .binaries import ControlPlaneBinaries, LocalClusterError, MissingBinariesError, find_binaries
 from .certs import Pki, generate_pki
 
 _LOG_TAIL_BYTES = 4000
@@ -100,6 +99,9 @@ class LocalCluster:
         extra_apiserver_args: more ``--flag=value`` arguments for kube-apiserver (appended, so they
             override the defaults).
         keep_workdir: keep the temporary directory after :meth:`stop` (for post-mortem logs).
+        scheduler: also run kube-scheduler (leader election off) against the API server, so Pods
+            get bound to Node objects; needs the kube-scheduler binary (:class:`MissingBinariesError`
+            otherwise). No kubelet runs: bound Pods stay Pending.
 
     After :meth:`start`: :attr:`kubeconfig` (Path), :attr:`server` (``https://127.0.0.1:<port>``),
     :attr:`etcd_url`, :attr:`pki` (certificate paths), :attr:`start_seconds` (wall seconds from
@@ -112,12 +114,16 @@ class LocalCluster:
 
     def __init__(self, binaries: ControlPlaneBinaries | None = None, *, workdir: Path | None = None,
                  start_timeout: float = 120.0, extra_apiserver_args: Sequence[str] = (),
-                 keep_workdir: bool = False):
+                 keep_workdir: bool = False, scheduler: bool = False):
         self.binaries = binaries or find_binaries()
         self._given_workdir = Path(workdir) if workdir else None
         self.start_timeout = start_timeout
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.keep_workdir = keep_workdir
+        self.scheduler = scheduler
+        if scheduler and self.binaries.kube_scheduler is None:
+            raise MissingBinariesError(
+                f"kube-scheduler missing in {self.binaries.directory}; run `make controlplane`")
         self.workdir: Path | None = None
         self.kubeconfig: Path | None = None
         self.server: str | None = None
@@ -156,6 +162,8 @@ class LocalCluster:
             self._start_etcd(t0)
             self._start_apiserver(t0)
             self._write_kubeconfig()
+            if self.scheduler:
+                self._start_scheduler(t0)
         except BaseException:
             self.stop()
             raise
@@ -163,7 +171,7 @@ class LocalCluster:
         return self
 
     def stop(self, grace: float = 15.0) -> None:
-        """Stop kube-apiserver, then etcd (SIGTERM, SIGKILL after ``grace`` seconds); idempotent.
+        """Stop kube-scheduler, kube-apiserver, then etcd (SIGTERM, SIGKILL after ``grace`` seconds); idempotent.
 
         Removes a temporary workdir unless ``keep_workdir`` was set.
         """
@@ -217,8 +225,10 @@ class LocalCluster:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
-            # No controller-manager runs, so no token controller creates "default" ServiceAccounts.
-            "--disable-admission-plugins=ServiceAccount",
+            # No controller-manager runs: no token controller creates "default" ServiceAccounts, and
+            # no node-lifecycle controller would lift the not-ready taint TaintNodesByCondition puts
+            # on every new Node, so both admission plugins are off.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             # Loopback addresses are not valid Endpoints; nothing in-cluster needs the service.
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
@@ -236,6 +246,28 @@ class LocalCluster:
             except (OSError, urllib.error.URLError):
                 return False
         self._wait(proc, ready, t0)
+
+    def _start_scheduler(self, t0: float) -> None:
+        assert self.workdir and self.kubeconfig and self.binaries.kube_scheduler
+        port = _free_port()
+        proc = _Proc("kube-scheduler", [
+            str(self.binaries.kube_scheduler), f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.workdir / 'scheduler-certs'}", "--v=0",
+        ], self.workdir / "kube-scheduler.log")
+        self._procs.append(proc)
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE  # self-signed serving cert
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=5,
+                                            context=insecure) as r:
+                    return r.status == 200
+            except (OSError, urllib.error.URLError):
+                return False
+        self._wait(proc, healthy, t0)
 
     def _wait(self, proc: _Proc, probe, t0: float) -> None:
         deadline = t0 + self.start_timeout

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,9 +124,7 @@ def session_cluster() -> tuple[LocalCluster, Kubectl]:
         cluster = LocalCluster().start()
         try:
             kubectl = Kubectl(cluster.kubeconfig)
-            t = time.monotonic()
             install_crds(kubectl, all_crds())
-            cluster.crd_seconds = time.monotonic() - t  # type: ignore[attr-defined]
         except BaseException:
             cluster.stop()
             raise

@@ -1,4 +1,9 @@
-"""Fixtures for tests on a real kube-apiserver + etcd (marker ``controlplane``)."""
+"""Fixtures for tests on a real kube-apiserver + etcd (marker ``controlplane``).
+
+One cluster serves the whole pytest process (``session_cluster``; e2e's local backend shares it).
+Tests must therefore set up the state they assert on (e.g. replace every object of a kind) and not
+assume an empty cluster; modules run one after another, never concurrently.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -47,3 +46,33 @@ def test_failed_start_cleans_up(control_plane, tmp_path):
     assert processes_mentioning(str(workdir)) == []  # etcd was stopped too
     assert (workdir / "kube-apiserver.log").exists()  # a given workdir is kept for post-mortems
     assert not cluster.running
+
+
+def test_scheduler_binds_a_pod_to_a_node(control_plane):
+    """With scheduler=True a Pod is bound to a (kubelet-less) Node object by kube-scheduler."""
+    import json
+    import time
+
+    with LocalCluster(scheduler=True) as cluster:
+        kubectl = Kubectl(cluster.kubeconfig)
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-sched",
+                                                              "labels": {"kubernetes.io/hostname": "node-sched"}}}))
+        kubectl("patch", "node", "node-sched", "--subresource=status", "--type=merge", "-p", json.dumps({"status": {
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake",
+                            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "ubuntu:24.04",
+                                     "resources": {"requests": {"cpu": "1"}}}]}}))
+        deadline = time.monotonic() + 60
+        node = ""
+        while time.monotonic() < deadline and not node:
+            node = kubectl.stdout("get", "pod", "p", "-n", "default", "-o", "jsonpath={.spec.nodeName}")
+            time.sleep(0.5)
+        assert node == "node-sched", cluster.logs().get("kube-scheduler")
+        assert processes_mentioning(str(cluster.workdir))
+        workdir = cluster.workdir
+    assert processes_mentioning(str(workdir)) == []

@@ -5,15 +5,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
-from pathlib import Path
 
 import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from runtime.localcluster import (CONTROLPLANE_VERSION, LocalCluster, MissingBinariesError,
-                                  find_binaries, our_crds, pinned_version)
+from runtime.localcluster import (CONTROLPLANE_VERSION, MissingBinariesError, find_binaries, our_crds,
+                                  pinned_version)
 from runtime.localcluster.binaries import repo_root
 from runtime.localcluster.certs import generate_pki
 from runtime.localcluster.testing import parse_table
@@ -125,3 +124,22 @@ def test_our_crds_declare_no_cel_rules_and_preserve_nothing():
     assert "x-kubernetes-validations" not in text
     assert "x-kubernetes-preserve-unknown-fields" not in text
     assert all(yaml.safe_load(p.read_text()) for p in (ROOT / "crds").glob("*.yaml"))
+
+
+def test_conversion_webhook_is_replaced_by_strategy_none():
+    from runtime.localcluster.crds import _strip_conversion_webhook
+    crd = {"spec": {"conversion": {"strategy": "Webhook", "webhook": {"clientConfig": {
+        "service": {"namespace": "system", "name": "webhook-service", "path": "/convert"}}}}}}
+    assert _strip_conversion_webhook(crd)["spec"]["conversion"] == {"strategy": "None"}
+    plain = {"spec": {"group": "g"}}
+    assert _strip_conversion_webhook(plain) == {"spec": {"group": "g"}}
+
+
+def test_bad_crd_file_is_named(tmp_path):
+    from runtime.localcluster import LocalClusterError
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    with pytest.raises(LocalClusterError, match=r"a\.yaml: expected CustomResourceDefinition, found kind 'ConfigMap'"):
+        our_crds(tmp_path)
+    (tmp_path / "a.yaml").write_text("kind: [unclosed\n")
+    with pytest.raises(LocalClusterError, match=r"a\.yaml: not valid YAML"):
+        our_crds(tmp_path)
