@@ -25,9 +25,11 @@ from typing import Mapping
 from loguru import logger
 
 from runtime.controller import settings_seed
+from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.plan import Action, plan
 from runtime.engine.derive import DesiredState, derive
 from runtime.engine.policy import Policy
+from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import name_of
 from runtime.kube.applier import Applier, Write
 from runtime.kube.cache import ClusterCache, WatchedKind
@@ -74,6 +76,7 @@ class Controller:
         self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
+        self._reported: set[tuple[str, str]] = set()
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -125,7 +128,8 @@ class Controller:
         t0 = time.monotonic()
         start_writes = len(self.applier.writes)
         snapshot = self.cache.snapshot()
-        state = derive(self.policy, snapshot, live=True)
+        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace)
+        self._report_invalid_settings(state, snapshot)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         actions = plan(self.policy, state, snapshot, now=now)
         result = ReconcileResult(planned=actions, state=state)
@@ -143,6 +147,25 @@ class Controller:
         logger.info("reconcile: {} actions, {} writes, {} errors in {:.3f}s",
                     len(actions), len(result.writes), len(result.errors), result.seconds)
         return result
+
+    def _report_invalid_settings(self, state: DesiredState, snapshot) -> None:
+        """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does
+        not parse (spec/settings.md §1), once per setting and value in this process."""
+        catalog = self.policy.settings
+        secret = snapshot.get("Secret", catalog.secretName, self.settings_namespace)
+        if secret is None:
+            return
+        raw = decode_secret_data(secret)
+        for name in state.settings.invalid:
+            key = (name, raw.get(name, ""))
+            if key in self._reported:
+                continue
+            self._reported.add(key)
+            event = invalid_setting_event(secret, name, key[1], datetime.now(timezone.utc))
+            try:
+                self.applier.create(event)
+            except KubeApiError as exc:
+                logger.warning("InvalidSetting event for {}: {}", name, exc)
 
     def _execute(self, action: Action) -> None:
         applier = self.applier
@@ -209,10 +232,10 @@ class Controller:
     _last_run: float = 0.0
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """For tests: True once no event is pending and the last reconcile wrote nothing."""
+        """For tests: True once no event is pending and the last reconcile planned nothing."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self._dirty.is_set() and self.reconciles and not self.reconciles[-1].writes:
+            if not self._dirty.is_set() and self.reconciles and not self.reconciles[-1].planned:
                 return True
             time.sleep(0.05)
         return False

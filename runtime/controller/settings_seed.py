@@ -13,6 +13,7 @@ another (the catalog's ``namespaceEnv``).
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from typing import Mapping
 
 from runtime.model.rulefiles import SettingCatalogSpec
@@ -39,3 +40,20 @@ def missing_data(catalog: SettingCatalogSpec, stored: Mapping[str, str] | None, 
 def secret_namespace(catalog: SettingCatalogSpec, env: Mapping[str, str]) -> str:
     """Where the settings Secret lives (env ``KUBERNETES_POD_NAMESPACE`` overrides the catalog)."""
     return env.get(catalog.namespaceEnv) or catalog.namespace
+
+
+def invalid_setting_event(secret: Mapping, setting: str, value: str, now: datetime) -> dict:
+    """The Warning Event ``InvalidSetting`` (core/v1) on ``secret`` for a stored value of ``setting``
+    that does not parse (spec/settings.md §1); the default is used meanwhile."""
+    meta = secret["metadata"]
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "InvalidSetting",
+        "metadata": {"name": f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}",
+                     "namespace": meta.get("namespace") or "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Secret", "name": meta["name"],
+                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+        "message": f"setting {setting}: stored value {value!r} does not parse; using its default",
+        "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }

@@ -88,22 +88,28 @@ def _owned(policy: Policy, obj: dict, kind: str) -> bool:
     return False
 
 
-def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:
-    """Settings from the Secret named in rules/settings.yaml (defaults when it is absent)."""
+def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
+    """Settings from the Secret named in rules/settings.yaml (defaults when it is absent).
+
+    ``namespace``: where the Secret lives when not the catalog's (env ``KUBERNETES_POD_NAMESPACE``
+    of the controller, spec/settings.md §1).
+    """
     catalog = policy.settings
-    secret = snapshot.get("Secret", catalog.secretName, catalog.namespace)
+    secret = snapshot.get("Secret", catalog.secretName, namespace or catalog.namespace)
     return resolve(catalog, decode_secret_data(secret))
 
 
-def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False) -> DesiredState:
+def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
+           settings_namespace: str | None = None) -> DesiredState:
     """Compute the DesiredState of ``snapshot`` under ``policy`` (pure: no I/O, clock or env).
 
     ``live=False`` (snapshot mode, the CLI and the seed replays): a queue without a Kueue status
     reads as Kueue would soon report it, ``Active``. ``live=True`` (the controller): the phase shows
     what Kueue reports now, so a queue without an ``Active`` condition, or one this reconcile
-    creates, reads ``Activating`` (spec/pools.md §10.1).
+    creates, reads ``Activating`` (spec/pools.md §10.1). ``settings_namespace``: see
+    :func:`settings_of`.
     """
-    settings = settings_of(policy, snapshot)
+    settings = settings_of(policy, snapshot, settings_namespace)
     state = DesiredState(settings=settings, warnings=list(snapshot.warnings))
     for name in settings.invalid:
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")

@@ -70,6 +70,7 @@ class KindCache:
         self.synced = threading.Event()
         self.lists = self.events = self.relists = self.errors = 0
         self._items: dict[tuple[str, str], dict] = {}
+        self._tombstones: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its DELETED event
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stream = None
@@ -212,6 +213,7 @@ class KindCache:
                 held = self._items.get(_key(obj))
                 if held is None or (_rv(held) or 0) <= (_rv(obj) or 0):
                     self._items.pop(_key(obj), None)
+                    self._tombstones[_key(obj)] = _rv(obj) or 0
         else:
             self._store(obj)
         if version:
@@ -220,11 +222,18 @@ class KindCache:
             self.on_event(self.kind, kind, obj)
 
     def _store(self, obj: dict) -> None:
+        key, version = _key(obj), _rv(obj)
         with self._lock:
-            held = self._items.get(_key(obj))
-            if held is not None and _rv(held) is not None and _rv(obj) is not None and _rv(held) > _rv(obj):
+            held = self._items.get(key)
+            if held is not None and _rv(held) is not None and version is not None and _rv(held) > version:
                 return
-            self._items[_key(obj)] = obj
+            if version is not None and version <= self._tombstones.get(key, -1):
+                return  # a write-through answer arriving after the object's DELETED event
+            if (obj.get("metadata") or {}).get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+                self._items.pop(key, None)  # the server removes it now; its DELETED event follows
+                return
+            self._tombstones.pop(key, None)
+            self._items[key] = obj
 
 
 class ClusterCache:

@@ -112,6 +112,21 @@ def test_write_through_is_not_rolled_back_by_an_older_event():
     assert cache.get("a")["metadata"]["labels"] == {"v": "newer"}
 
 
+def test_write_through_after_delete_event_does_not_resurrect():
+    session = FakeSession(lists=[{"metadata": {"resourceVersion": "1"}, "items": []}], watches=[])
+    cache = KindCache(session, WatchedKind("Node"))
+    cache.observe(node("a", 10))
+    cache._handle({"type": "DELETED", "object": node("a", 12)})
+    cache.observe(node("a", 11))          # the answer to our last patch, processed late
+    assert cache.get("a") is None
+    gone = node("b", 20)
+    gone["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
+    cache.observe(gone)
+    assert cache.get("b") is None
+    cache.observe(node("a", 30))          # created again later
+    assert cache.get("a") is not None
+
+
 # -- settings seeding -----------------------------------------------------------------------------------
 def b64(text):
     return base64.b64encode(text.encode()).decode()

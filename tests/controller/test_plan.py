@@ -254,3 +254,14 @@ def test_awareness_flip_adds_aware_pools_and_keeps_collapsed_types(policy, aware
     assert len(types) == 8 and "gpustack--nvidia-a10g-linux-amd64" in types
     catalog = sorted(k[2] for k in cluster.objects if k[0] == "InstanceTypeFlavor")
     assert len(catalog) == 5 and "gpustack--nvidia-a10g" not in catalog
+
+
+def test_settings_secret_in_another_namespace(policy):
+    import base64
+    objects = [o for o in common_objects() if o["kind"] != "Secret"]
+    objects.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "gpustack-settings", "namespace": "ops"},
+                    "data": {"instance-type-aware-cpu-manufacturer": base64.b64encode(b"true").decode()}})
+    snapshot = Snapshot.from_objects(objects)
+    assert len(derive(policy, snapshot, live=True).created_instance_types) == 3
+    aware = derive(policy, snapshot, live=True, settings_namespace="ops")
+    assert len(aware.created_instance_types) == 5
