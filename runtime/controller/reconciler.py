@@ -96,6 +96,7 @@ class Controller:
         return self
 
     def stop(self) -> None:
+        """Stop the watch caches (a running :meth:`run` is stopped through its own event)."""
         self.cache.stop()
 
     def seed_settings(self) -> list[str]:

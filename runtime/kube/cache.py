@@ -85,6 +85,7 @@ class KindCache:
             return list(self._items.values())
 
     def get(self, name: str, namespace: str = "") -> dict | None:
+        """One cached object (namespace "" for cluster-scoped kinds), or None."""
         with self._lock:
             return self._items.get((namespace, name))
 
@@ -100,17 +101,20 @@ class KindCache:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> "KindCache":
+        """Start the list+watch thread (a daemon); returns self."""
         self._thread = threading.Thread(target=self._run, name=f"cache-{self.kind}", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Ask the thread to end; an open watch is aborted at once."""
         self._stop.set()
         stream = self._stream
         if stream is not None:
             stream.abort()
 
     def join(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for the thread to end."""
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -258,6 +262,7 @@ class ClusterCache:
             self.caches[w.kind] = KindCache(session, w, on_event, watch_timeout=watch_timeout)
 
     def start(self) -> "ClusterCache":
+        """Start every kind's thread; returns self."""
         for cache in self.caches.values():
             cache.start()
         return self
@@ -271,6 +276,7 @@ class ClusterCache:
         return True
 
     def stop(self) -> None:
+        """Stop every kind's thread (each joined up to 2 s)."""
         for cache in self.caches.values():
             cache.stop()
         for cache in self.caches.values():
@@ -280,6 +286,7 @@ class ClusterCache:
         return self.caches[kind]
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
+        """One cached object of ``kind``, or None (also for a kind not watched)."""
         cache = self.caches.get(kind)
         return cache.get(name, namespace) if cache else None
 

@@ -43,6 +43,7 @@ class KubeApiError(RuntimeError):
 
     @classmethod
     def from_dynamic(cls, exc: DynamicApiError) -> "KubeApiError":
+        """The error of a ``kubernetes.dynamic`` exception (reason and message from its Status body)."""
         status = int(getattr(exc, "status", 0) or 0)
         reason, message = str(getattr(exc, "reason", "") or ""), str(exc)
         body = getattr(exc, "body", None)
