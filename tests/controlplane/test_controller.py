@@ -212,6 +212,29 @@ def test_unmanage_and_readmit_with_the_running_loop(running, kubectl):
     assert running.wait_idle(10)
 
 
+def test_broken_watches_resume_and_an_expired_version_relists(running, kubectl):
+    """Every watch connection is cut; the NodeFeature cache is also sent back to resourceVersion 1,
+    which the API server answers with 410 Gone. The caches resume (the others without a new list),
+    and the loop still follows a NodeFeature patch."""
+    caches = running.cache.caches
+    lists = {kind: c.lists for kind, c in caches.items()}
+    nf = caches["NodeFeature"]
+    relists = nf.relists
+    nf._version = "1"
+    for cache in caches.values():
+        if cache._stream is not None:
+            cache._stream.abort()
+    _patch_managed(kubectl, "false")
+    seconds, _ = _wait_for(kubectl, lambda r: without_phase(r) == without_phase(seed_rows("step2-after-unmanage.txt")))
+    FIGURES.setdefault("after cut watches: NodeFeature patch -> correct table, seconds", []).append(seconds)
+    assert nf.relists == relists + 1 and nf.lists == lists["NodeFeature"] + 1
+    assert {kind: c.lists for kind, c in caches.items() if kind != "NodeFeature"} == \
+        {kind: n for kind, n in lists.items() if kind != "NodeFeature"}
+    _patch_managed(kubectl, "true")
+    _wait_for(kubectl, lambda r: without_phase(r) == without_phase(seed_rows("step1-instancetype.txt")))
+    assert running.wait_idle(10)
+
+
 def test_flavor_with_changed_node_labels_is_recreated(running, kubectl):
     before = json.loads(kubectl.stdout("get", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "-o", "json"))
     kubectl("patch", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "--type=merge",
