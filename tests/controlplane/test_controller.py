@@ -26,7 +26,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.localcluster.testing import parse_table
 from runtime.rules.loader import load_rules
-from tests.seedfiles import FIXTURES, seed_table
+from tests.seedfiles import FIXTURES, seed_file, seed_table
 
 COMMON = FIXTURES / "seed" / "common"
 A10G_TYPE = "gpustack--nvidia-a10g-linux-amd64"
@@ -120,7 +120,7 @@ def test_second_reconcile_writes_nothing(ctl):
 
 def test_live_objects_carry_our_fields(ctl, kubectl):
     flavor = json.loads(kubectl.stdout("get", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "-o", "json"))
-    want = yaml.safe_load(open(seed_table.__globals__["seed_file"]("objects", "step1-resourceflavor-accelerated.yaml")))
+    want = yaml.safe_load(seed_file("objects", "step1-resourceflavor-accelerated.yaml").read_text())
     assert flavor["metadata"]["labels"] == want["metadata"]["labels"]
     assert flavor["spec"] == want["spec"]
     assert json.loads(flavor["metadata"]["annotations"]["note.gpustack.ai/feature"])["logicalSliced"]["maxSize"] == 128
@@ -145,7 +145,7 @@ def test_live_objects_carry_our_fields(ctl, kubectl):
 
 
 def test_administrator_type_is_never_modified_or_deleted(ctl, kubectl):
-    kubectl("apply", "-f", seed_table.__globals__["seed_file"]("objects", "step4-instancetype-a10g-12c128g.yaml"))
+    kubectl("apply", "-f", str(seed_file("objects", "step4-instancetype-a10g-12c128g.yaml")))
     before = json.loads(kubectl.stdout("get", "instancetypes", "a10g-12c128g", "-o", "json"))
     assert ctl.reconcile().errors == []
     assert ctl.reconcile().writes == []
