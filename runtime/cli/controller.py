@@ -41,6 +41,9 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     except KubeConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except KubeApiError as exc:
+        click.echo(f"error: cannot reach the API server: {exc}", err=True)
+        sys.exit(1)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

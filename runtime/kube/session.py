@@ -25,6 +25,7 @@ from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
 from kubernetes.watch.watch import iter_resp_lines
+from urllib3.exceptions import HTTPError
 
 from runtime.engine.snapshot import KNOWN_KINDS
 
@@ -85,8 +86,15 @@ class Session:
     """
 
     def __init__(self, api_client: k8s_client.ApiClient):
+        """Discovers the server's API groups; raises :class:`KubeApiError` (status 0,
+        ``Unreachable``) when the server cannot be reached, or the server's error."""
         self.api_client = api_client
-        self.dynamic = DynamicClient(api_client)
+        try:
+            self.dynamic = DynamicClient(api_client)
+        except DynamicApiError as exc:
+            raise KubeApiError.from_dynamic(exc) from exc
+        except (HTTPError, OSError) as exc:
+            raise KubeApiError(0, "Unreachable", f"{api_client.configuration.host}: {exc}") from exc
         self._refs: dict[str, ResourceRef] = {}
         self._lock = threading.Lock()
 
@@ -121,6 +129,8 @@ class Session:
                                         _request_timeout=timeout)
         except DynamicApiError as exc:
             raise KubeApiError.from_dynamic(exc) from exc
+        except HTTPError as exc:
+            raise KubeApiError(0, "Unreachable", str(exc)) from exc
         data = resp.data
         return json.loads(data) if data else {}
 
