@@ -25,7 +25,10 @@ lint: install  ## layer contracts (import-linter)
 unit: install  ## tests that need no cluster
 	$(BIN)/python -m pytest -m 'not controlplane and not e2e'
 
-test: install lint  ## everything: unit, rule suites, control plane, e2e
+controlplane:  ## build kube-apiserver, kube-scheduler, etcd into $(ACCELPOLICY_CACHE)/bin (no-op when built)
+	bash e2e/controlplane/build.sh
+
+test: install lint controlplane  ## everything: unit, rule suites, control plane, e2e
 	$(BIN)/python -m pytest
 
 demo: install  ## the seed walkthrough, step by step (snapshot replay), printing the pools

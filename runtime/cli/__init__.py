@@ -15,6 +15,7 @@ _SUBCOMMANDS = [
     "derive",
     "demo",
     "agent",
+    "controller",
 ]
 
 

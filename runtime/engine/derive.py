@@ -95,16 +95,28 @@ def _owned(policy: Policy, obj: dict, kind: str) -> bool:
     return False
 
 
-def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:
-    """Settings from the Secret named in rules/settings.yaml (defaults when it is absent)."""
+def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
+    """Settings from the Secret named in rules/settings.yaml (defaults when it is absent).
+
+    ``namespace``: where the Secret lives when not the catalog's (env ``KUBERNETES_POD_NAMESPACE``
+    of the controller, spec/settings.md §1).
+    """
     catalog = policy.settings
-    secret = snapshot.get("Secret", catalog.secretName, catalog.namespace)
+    secret = snapshot.get("Secret", catalog.secretName, namespace or catalog.namespace)
     return resolve(catalog, decode_secret_data(secret))
 
 
-def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
-    """Compute the DesiredState of ``snapshot`` under ``policy`` (pure: no I/O, clock or env)."""
-    settings = settings_of(policy, snapshot)
+def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
+           settings_namespace: str | None = None) -> DesiredState:
+    """Compute the DesiredState of ``snapshot`` under ``policy`` (pure: no I/O, clock or env).
+
+    ``live=False`` (snapshot mode, the CLI and the seed replays): a queue without a Kueue status
+    reads as Kueue would soon report it, ``Active``. ``live=True`` (the controller): the phase shows
+    what Kueue reports now, so a queue without an ``Active`` condition, or one this reconcile
+    creates, reads ``Activating`` (spec/pools.md §10.1). ``settings_namespace``: see
+    :func:`settings_of`.
+    """
+    settings = settings_of(policy, snapshot, settings_namespace)
     state = DesiredState(settings=settings, warnings=list(snapshot.warnings))
     for name in settings.invalid:
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")
@@ -166,7 +178,7 @@ def derive(policy: Policy, snapshot: Snapshot) -> DesiredState:
             queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors, old_queue)
             state.cluster_queues.append(queue)
             state.local_queues.extend(queues.local_queues(policy, queue, namespaces))
-        queue_state = _queue_state(queue, old_queue, phase_message)
+        queue_state = _queue_state(queue, old_queue, phase_message, live)
         selector = devices_selector(policy, labels)
         pool_devices = _select(selector, devices, by_label)
         it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
@@ -218,18 +230,22 @@ def _select(selector: dict[str, str] | None, objects: list[dict],
     return [objects[i] for i in candidates if matches(selector, labels_of(objects[i]))]
 
 
-def _queue_state(queue: dict | None, old: dict | None, phase_message: str) -> dict:
+def _queue_state(queue: dict | None, old: dict | None, phase_message: str, live: bool = False) -> dict:
     """Facts for the phase table: the desired stop policy, reservations and Active condition.
 
     A queue the snapshot already holds reports its own ``Active`` condition and reservations. A
-    queue this reconcile creates is read as Kueue would report it: Active, since every flavor it
-    references exists and the AdmissionCheck is kept Active by the controller.
+    queue without that condition (or created by this reconcile) is read, in snapshot mode, as Kueue
+    would report it: Active, since every flavor it references exists and the AdmissionCheck is kept
+    Active by the controller; in live mode as it is now: ``Missing`` (not created yet) or
+    ``Unknown`` (no condition), both ``Activating``.
     """
     if queue is None:
         stop = ((old or {}).get("spec") or {}).get("stopPolicy", "HoldAndDrain") if old else "None"
         return {"stopPolicy": stop, "active": "Missing", "reserved": _reserved(old), "message": "",
                 "reservedCpuMillis": its.reserved_cpu_millis(old), "phaseMessage": phase_message}
     active, message = "True", ""
+    if live:
+        active = "Missing" if old is None else "Unknown"
     for cond in ((old or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Active":
             active, message = str(cond.get("status", "Unknown")), cond.get("message", "")

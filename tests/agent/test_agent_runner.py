@@ -6,9 +6,9 @@ import base64
 import pytest
 from loguru import logger
 
-from conftest import seed_node
-from fakeclient import FakeClient
-from helpers import A10G, entry, group, pod
+from tests.agent.conftest import seed_node
+from tests.agent.fakeclient import FakeClient
+from tests.agent.helpers import A10G, entry, group, pod
 from probes.fake import RecordedBackend, recorded
 from runtime.agent.runner import NodeAgent, resolve_allocation_source
 

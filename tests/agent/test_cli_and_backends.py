@@ -12,7 +12,7 @@ from probes.nvml import NvmlBackend
 from runtime.cli import main
 from runtime.model.facts import FactsError, parse_facts
 
-from conftest import fixture_object
+from tests.agent.conftest import fixture_object
 
 
 def _dry_run(*args, env=None):

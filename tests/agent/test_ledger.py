@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import facts
-from helpers import A10G, H100, entry, group, pod
+from tests.agent.conftest import facts
+from tests.agent.helpers import A10G, H100, entry, group, pod
 from runtime.engine.agentplan import plan_node
 from runtime.engine.ledger import parse_allocation
 
@@ -119,7 +119,7 @@ def test_invalid_annotation_is_ignored_with_an_event_on_the_pod(plan, annotation
 def test_unhealthy_accelerator_is_left_out_and_charges_conflict(policy, defaults):
     f = facts("node-t4-b")
     f.accelerators[1].healthy = False
-    from conftest import seed_node
+    from tests.agent.conftest import seed_node
     held = pod("p", [group("tesla-t4", entry("GPU-3f6e8b21-90c4-4d7a-b5e2-1a9c8d7e6f01", 1, 1))])
     p = plan_node(policy, f, seed_node("node-t4-b"), defaults, pods=[held])
     assert [a["index"] for a in p.devices["status"]["groups"][0]["accelerators"]] == [0, 2, 3]

@@ -78,7 +78,7 @@ def test_manufacturer_env_overrides(plan):
     from runtime.engine.agentplan import plan_node
     from runtime.engine.policy import Policy
     from runtime.rules.loader import load_rules
-    from conftest import facts, seed_node
+    from tests.agent.conftest import facts, seed_node
 
     own = Policy(load_rules())
     table, used = manufacturers_with_env(own, {"GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME": "example.com/gpu",

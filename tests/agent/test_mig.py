@@ -2,7 +2,7 @@
 example's ledger (node-facts.md §7-§8)."""
 from __future__ import annotations
 
-from helpers import H100, entry, group, pod
+from tests.agent.helpers import H100, entry, group, pod
 
 GID = "h100-80gb-hbm3"
 MIG = "nvidia.com/gpu.partitioned.mig-"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fixture_object, seed_object
+from tests.agent.conftest import fixture_object, seed_object
 
 SEED_NODES = ["node-cpu", "node-a10g", "node-t4-a", "node-t4-b"]
 

@@ -1,0 +1,149 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease (spec/README.md §3: the controller is a
+leader-elected Deployment, ``gpustack-operator-worker``).
+
+The holder renews ``spec.renewTime`` every ``renew_seconds``; a candidate takes the Lease when it is
+free, held by itself, or not renewed for ``leaseDurationSeconds``. Every write is an update guarded by
+the Lease's resourceVersion, so two candidates never both win (the loser gets 409 and retries).
+Leadership that cannot be renewed within the lease duration is given up (``on_lost``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from loguru import logger
+
+from runtime.kube.session import KubeApiError, Session
+
+LEASE_NAME = "gpustack-operator-worker"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _fmt(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    return None
+
+
+class LeaderElector:
+    """Acquire, renew and release one Lease for ``identity``."""
+
+    def __init__(self, session: Session, name: str, namespace: str, identity: str,
+                 lease_seconds: int = 15, renew_seconds: float = 5.0, retry_seconds: float = 2.0):
+        self.session, self.name, self.namespace, self.identity = session, name, namespace, identity
+        self.lease_seconds, self.renew_seconds, self.retry_seconds = lease_seconds, renew_seconds, retry_seconds
+        self.leading = False
+        self._stop_renew = threading.Event()
+
+    def _paths(self) -> tuple[str, str]:
+        ref = self.session.ref("Lease")
+        return ref.path(namespace=self.namespace), ref.path(namespace=self.namespace, name=self.name)
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt; True when this identity holds the Lease afterwards."""
+        collection, path = self._paths()
+        now = _now()
+        try:
+            lease = self.session.call("get", path)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
+                             "acquireTime": _fmt(now), "renewTime": _fmt(now), "leaseTransitions": 0}}
+            try:
+                self.session.call("post", collection, body=body)
+                return True
+            except KubeApiError as err:
+                if err.status == 409:
+                    return False
+                raise
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        duration = int(spec.get("leaseDurationSeconds") or self.lease_seconds)
+        expired = renewed is None or now > renewed + timedelta(seconds=duration)
+        if holder and holder != self.identity and not expired:
+            return False
+        new_spec = dict(spec, holderIdentity=self.identity, leaseDurationSeconds=self.lease_seconds,
+                        renewTime=_fmt(now))
+        if holder != self.identity:
+            new_spec["acquireTime"] = _fmt(now)
+            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        lease["spec"] = new_spec
+        try:
+            self.session.call("put", path, body=lease)  # metadata.resourceVersion guards the update
+            return True
+        except KubeApiError as exc:
+            if exc.status == 409:
+                return False
+            raise
+
+    def acquire(self, stop: threading.Event) -> bool:
+        """Block until this identity leads (True) or ``stop`` is set (False)."""
+        while not stop.is_set():
+            try:
+                if self.try_acquire_or_renew():
+                    self.leading = True
+                    logger.info("leader Lease {}/{} acquired by {}", self.namespace, self.name, self.identity)
+                    return True
+            except KubeApiError as exc:
+                logger.warning("leader election: {}", exc)
+            stop.wait(self.retry_seconds)
+        return False
+
+    def keep_renewing(self, on_lost: Callable[[], None]) -> threading.Thread:
+        """Renew in a daemon thread; call ``on_lost`` once renewal fails for a lease duration."""
+        def loop() -> None:
+            last_ok = time.monotonic()
+            while not self._stop_renew.wait(self.renew_seconds):
+                try:
+                    if self.try_acquire_or_renew():
+                        last_ok = time.monotonic()
+                        continue
+                except KubeApiError as exc:
+                    logger.warning("leader Lease renewal: {}", exc)
+                if time.monotonic() - last_ok > self.lease_seconds or not self._still_mine():
+                    self.leading = False
+                    logger.error("leadership of {}/{} lost", self.namespace, self.name)
+                    on_lost()
+                    return
+        thread = threading.Thread(target=loop, name="lease-renew", daemon=True)
+        thread.start()
+        return thread
+
+    def _still_mine(self) -> bool:
+        try:
+            lease = self.session.call("get", self._paths()[1])
+        except KubeApiError:
+            return True  # unknown: keep trying until the duration passes
+        return (lease.get("spec") or {}).get("holderIdentity") == self.identity
+
+    def release(self) -> None:
+        """Stop renewing and clear the holder so a successor need not wait for expiry."""
+        self._stop_renew.set()
+        if not self.leading:
+            return
+        try:
+            lease = self.session.call("get", self._paths()[1])
+            if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = ""
+                self.session.call("put", self._paths()[1], body=lease)
+        except KubeApiError as exc:
+            logger.warning("leader Lease release: {}", exc)
+        self.leading = False

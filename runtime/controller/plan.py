@@ -1,0 +1,225 @@
+"""The difference between a DesiredState and what the cluster holds, as a list of writes.
+
+Pure: :func:`plan` reads the engine's :class:`DesiredState` and the :class:`Snapshot` it was derived
+from (the watch cache) and returns :class:`Action` s in the order they must run. Nothing is planned
+for an object that already matches, so a reconcile of an unchanged cluster plans nothing.
+
+Rules (spec/pools.md):
+
+* ResourceFlavor (§2.4): missing -> apply; ``spec.nodeLabels`` differ -> recreate (delete, then
+  apply; never patched); our labels missing or notes differ -> apply (labels are never removed, the
+  notes are replaced wholesale: stale notes are pruned); no contributor -> delete. A flavor being
+  deleted is left alone.
+* AdmissionCheck (§8.2): labels/spec applied; its ``Active`` condition kept ``True``.
+* InstanceType (§4, §10): derived types created (create-only; an existing type's spec and labels are
+  never written); ``status`` written for every type when it differs; a deleting type's finalizer is
+  removed once its ClusterQueue is gone (§7.4).
+* ClusterQueue (§7): labels, ``resourceGroups``, ``admissionChecksStrategy``, ``stopPolicy`` kept
+  equal (stale ``general.``/``acceleratable.`` labels pruned); our queues without an InstanceType
+  deleted, a queue being deleted set to ``HoldAndDrain``.
+* LocalQueue (§8.1): created when missing (owner reference filled at execution), never updated;
+  ours without a desired counterpart deleted.
+* InstanceTypeFlavor (§11): created, rewritten when the spec differs, stale ones deleted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.engine.derive import DesiredState
+from runtime.engine.policy import Policy
+from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
+from runtime.kube.ownership import owned
+
+
+@dataclass(frozen=True)
+class Action:
+    """One write. ``verb``: ``apply`` (server-side apply ``body``), ``apply-status``, ``create``
+    (create-only), ``recreate`` (delete the live object, then apply ``body``), ``patch`` (merge patch
+    ``body``), ``delete``, ``remove-finalizer`` (``body`` = the live object). ``reason`` says why."""
+
+    verb: str
+    kind: str
+    name: str
+    namespace: str = ""
+    body: dict | None = None
+    reason: str = ""
+
+
+def _contains(want, got) -> bool:
+    """``want`` is a subset of ``got`` (maps by key, lists element-wise with equal length)."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(k in got and _contains(v, got[k]) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(got, list) and len(want) == len(got) and all(_contains(w, g) for w, g in zip(want, got))
+    return want == got
+
+
+def _ns(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("namespace") or ""
+
+
+def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "") -> list[Action]:
+    """Actions turning ``snapshot``'s cluster into ``state`` (see the module docstring).
+
+    ``now``: RFC 3339 time for condition transitions the plan writes (the AdmissionCheck's).
+    """
+    actions: list[Action] = []
+    actions += _flavors(policy, state, snapshot)
+    actions += _admission_checks(state, snapshot, now)
+    created = set(state.created_instance_types)
+    for it in state.instance_types:
+        if name_of(it) in created and snapshot.get("InstanceType", name_of(it)) is None:
+            actions.append(Action("create", "InstanceType", name_of(it), body=_without_status(it),
+                                  reason="derived pool type (create-only)"))
+    actions += _cluster_queues(policy, state, snapshot)
+    actions += _local_queues(policy, state, snapshot)
+    actions += _instance_type_status(policy, state, snapshot)
+    actions += _catalog(state, snapshot)
+    return actions
+
+
+def _without_status(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k != "status"}
+
+
+def _pairs(objects: list[dict], kind: str, snapshot: Snapshot):
+    """(name, desired, live or None) for each desired cluster-scoped object of ``kind``."""
+    for obj in objects:
+        name = name_of(obj)
+        yield name, obj, snapshot.get(kind, name)
+
+
+def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
+    out = []
+    note = policy.prefix("note")
+    for name, flavor, live in _pairs(state.resource_flavors, "ResourceFlavor", snapshot):
+        if live is None:
+            out.append(Action("apply", "ResourceFlavor", name, body=flavor, reason="missing"))
+            continue
+        if is_deleting(live):
+            continue  # recreated once it is gone
+        if (live.get("spec") or {}).get("nodeLabels") != flavor["spec"]["nodeLabels"]:
+            out.append(Action("recreate", "ResourceFlavor", name, body=flavor, reason="spec.nodeLabels differ"))
+            continue
+        live_notes = {k: v for k, v in annotations_of(live).items() if k.startswith(note)}
+        want_notes = flavor["metadata"].get("annotations") or {}
+        if not _contains(flavor["metadata"]["labels"], labels_of(live)) or live_notes != want_notes:
+            out.append(Action("apply", "ResourceFlavor", name, body=flavor, reason="labels or notes differ"))
+            stale = {k: None for k in live_notes if k not in want_notes}
+            if stale:
+                out.append(Action("patch", "ResourceFlavor", name, body={"metadata": {"annotations": stale}},
+                                  reason="stale notes"))
+    for name in state.flavor_deletes:
+        live = snapshot.get("ResourceFlavor", name)
+        if live is not None and not is_deleting(live):
+            out.append(Action("delete", "ResourceFlavor", name, body=live, reason="no contributor"))
+    return out
+
+
+def _admission_checks(state: DesiredState, snapshot: Snapshot, now: str) -> list[Action]:
+    out = []
+    for name, check, live in _pairs(state.admission_checks, "AdmissionCheck", snapshot):
+        if live is None or not _contains(check["metadata"].get("labels") or {}, labels_of(live)) \
+                or not _contains(check["spec"], live.get("spec") or {}):
+            out.append(Action("apply", "AdmissionCheck", name, body=check, reason="missing or differs"))
+        conditions = ((live or {}).get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions):
+            status = {"conditions": [{"type": "Active", "status": "True", "reason": "Active",
+                                      "message": "accelpolicy answers this check",
+                                      "lastTransitionTime": now or "1970-01-01T00:00:00Z"}]}
+            out.append(Action("apply-status", "AdmissionCheck", name, body={**check, "status": status},
+                              reason="keep Active"))
+    return out
+
+
+def _queue_matches(policy: Policy, want: dict, live: dict) -> tuple[bool, dict]:
+    """(live equals want on the kept fields, merge patch pruning what others own)."""
+    prefixes = (policy.prefix("general"), policy.prefix("acceleratable"))
+    want_labels = want["metadata"]["labels"]
+    live_labels = labels_of(live)
+    stale = {k: None for k in live_labels if k.startswith(prefixes) and k not in want_labels}
+    spec, live_spec = want["spec"], live.get("spec") or {}
+    ok = _contains(want_labels, live_labels) and not stale
+    ok = ok and _contains(spec.get("resourceGroups", []), live_spec.get("resourceGroups") or [])
+    ok = ok and live_spec.get("stopPolicy", "None") == spec.get("stopPolicy", "None")
+    prune: dict = {}
+    if stale:
+        prune["metadata"] = {"labels": stale}
+    if "admissionChecksStrategy" in spec:
+        ok = ok and _contains(spec["admissionChecksStrategy"], live_spec.get("admissionChecksStrategy") or {})
+    elif live_spec.get("admissionChecksStrategy"):
+        ok = False
+        prune["spec"] = {"admissionChecksStrategy": None}
+    return ok, prune
+
+
+def _cluster_queues(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
+    out = []
+    wanted = set()
+    for name, queue, live in _pairs(state.cluster_queues, "ClusterQueue", snapshot):
+        wanted.add(name)
+        if live is not None and is_deleting(live):
+            continue
+        if live is None:
+            out.append(Action("apply", "ClusterQueue", name, body=queue, reason="missing"))
+            continue
+        ok, prune = _queue_matches(policy, queue, live)
+        if not ok:
+            out.append(Action("apply", "ClusterQueue", name, body=queue, reason="kept fields differ"))
+            if prune:
+                out.append(Action("patch", "ClusterQueue", name, body=prune, reason="prune stale fields"))
+    for live in snapshot.list("ClusterQueue"):
+        name = name_of(live)
+        if name in wanted or not owned(policy, live):
+            continue
+        if not is_deleting(live):
+            out.append(Action("delete", "ClusterQueue", name, body=live, reason="no InstanceType"))
+        elif (live.get("spec") or {}).get("stopPolicy") != "HoldAndDrain":
+            out.append(Action("patch", "ClusterQueue", name, body={"spec": {"stopPolicy": "HoldAndDrain"}},
+                              reason="queue being deleted"))
+    return out
+
+
+def _local_queues(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
+    out = []
+    wanted = set()
+    for lq in state.local_queues:
+        key = (_ns(lq), name_of(lq))
+        wanted.add(key)
+        if snapshot.get("LocalQueue", key[1], key[0]) is None:
+            out.append(Action("create", "LocalQueue", key[1], key[0], body=lq, reason="missing (create-only)"))
+    for live in snapshot.list("LocalQueue"):
+        key = (_ns(live), name_of(live))
+        if key not in wanted and owned(policy, live) and not is_deleting(live):
+            out.append(Action("delete", "LocalQueue", key[1], key[0], body=live, reason="its queue is not kept"))
+    return out
+
+
+def _instance_type_status(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
+    out = []
+    finalizer = policy.key("finalizer")
+    for name, it, live in _pairs(state.instance_types, "InstanceType", snapshot):
+        if live is None and name not in state.created_instance_types:
+            continue
+        if live is None or (live.get("status") or {}) != it.get("status"):
+            out.append(Action("apply-status", "InstanceType", name, body=it, reason="status differs"))
+        if live is not None and is_deleting(live) and finalizer in (live["metadata"].get("finalizers") or []) \
+                and snapshot.get("ClusterQueue", name) is None:
+            out.append(Action("remove-finalizer", "InstanceType", name, body=live, reason="its queue is gone"))
+    return out
+
+
+def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
+    out = []
+    wanted = set()
+    for name, entry, live in _pairs(state.instance_type_flavors, "InstanceTypeFlavor", snapshot):
+        wanted.add(name)
+        if live is None or (live.get("spec") or {}) != entry["spec"]:
+            out.append(Action("apply", "InstanceTypeFlavor", name, body=entry, reason="missing or differs"))
+            extra = {k: None for k in ((live or {}).get("spec") or {}) if k not in entry["spec"]}
+            if extra:
+                out.append(Action("patch", "InstanceTypeFlavor", name, body={"spec": extra}, reason="stale fields"))
+    for live in snapshot.list("InstanceTypeFlavor"):
+        if name_of(live) not in wanted and not is_deleting(live):
+            out.append(Action("delete", "InstanceTypeFlavor", name_of(live), body=live, reason="not in the catalog"))
+    return out

@@ -1,0 +1,242 @@
+"""The live controller: watch caches -> Snapshot -> derive() -> plan -> writes (issue 6, first slice).
+
+Level-triggered: every cache event marks the cluster dirty; the loop waits a short coalescing
+window, then reconciles the whole desired state from one snapshot. A reconcile's own writes come
+back as events and cause one more reconcile, which finds nothing to do (idempotence: the plan is
+empty when the cluster matches, see :mod:`runtime.controller.plan`). Settings live in the watched
+Secret, so a settings change re-triggers a reconcile without a restart (spec/settings.md §3).
+
+Typical use::
+
+    controller = Controller(connect(kubeconfig), policy)
+    controller.start()               # caches synced, settings Secret seeded
+    result = controller.reconcile()  # one pass; result.writes lists what was written
+    controller.run(stop_event)       # or: loop until stop_event is set
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Mapping
+
+from loguru import logger
+
+from runtime.controller import settings_seed
+from runtime.controller.settings_seed import invalid_setting_event
+from runtime.controller.plan import Action, plan
+from runtime.engine.derive import DesiredState, derive
+from runtime.engine.policy import Policy
+from runtime.engine.settings import decode_secret_data
+from runtime.engine.snapshot import name_of
+from runtime.kube.applier import Applier, Write
+from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.session import KubeApiError, Session
+
+# What the pools depend on (spec/pools.md §2.4 triggers); Workloads/Pods come with later slices.
+WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
+           "AdmissionCheck", "InstanceType", "InstanceTypeFlavor")
+
+
+@dataclass
+class ReconcileResult:
+    """One pass: ``writes`` made, ``errors`` (one line per failed action), ``seconds`` taken,
+    ``planned`` actions, and the ``state`` derived."""
+
+    writes: list[Write] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    planned: list[Action] = field(default_factory=list)
+    seconds: float = 0.0
+    state: DesiredState | None = None
+
+
+class Controller:
+    """Keeps one cluster equal to ``derive(policy, snapshot)``.
+
+    ``coalesce_seconds``: how long events are gathered before a reconcile; ``resync_seconds``: a
+    reconcile runs at least this often without events; ``env``: where the settings seeds are read.
+    """
+
+    def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
+                 resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None):
+        self.session = session
+        self.policy = policy
+        self.coalesce_seconds = coalesce_seconds
+        self.resync_seconds = resync_seconds
+        self.env = dict(os.environ if env is None else env)
+        catalog = policy.settings
+        self.settings_namespace = settings_seed.secret_namespace(catalog, self.env)
+        watched = [WatchedKind(k) for k in WATCHED]
+        watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
+                                   field_selector=f"metadata.name={catalog.secretName}"))
+        self._dirty = threading.Event()
+        self.events = 0
+        self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
+        self.applier = Applier(session, policy, cache=self.cache)
+        self.reconciles: list[ReconcileResult] = []
+        self._reported: set[tuple[str, str]] = set()
+
+    # -- events ----------------------------------------------------------------------------------------
+    def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
+        self.events += 1
+        self._dirty.set()
+
+    # -- start -----------------------------------------------------------------------------------------
+    def start(self, sync_timeout: float = 60.0) -> "Controller":
+        """Start the caches, wait for their first list, seed the settings Secret.
+
+        Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
+        """
+        self.cache.start()
+        if not self.cache.wait_synced(sync_timeout):
+            raise TimeoutError(f"watch caches not synced within {sync_timeout}s")
+        self.seed_settings()
+        return self
+
+    def stop(self) -> None:
+        """Stop the watch caches (a running :meth:`run` is stopped through its own event)."""
+        self.cache.stop()
+
+    def seed_settings(self) -> list[str]:
+        """Create the settings Secret or add its missing keys (spec/settings.md §1); returns the
+        keys written. A missing namespace is logged, not raised (the next start tries again)."""
+        catalog = self.policy.settings
+        secret = self.applier.get("Secret", catalog.secretName, self.settings_namespace)
+        data = settings_seed.missing_data(catalog, (secret or {}).get("data") if secret else None, self.env)
+        if not data:
+            return []
+        try:
+            if secret is None:
+                result = self.applier.create({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                                              "metadata": {"name": catalog.secretName,
+                                                           "namespace": self.settings_namespace},
+                                              "data": data})
+                if result is None:  # created meanwhile by someone else: add what is missing
+                    return self.seed_settings()
+            else:
+                self.applier.merge_patch("Secret", catalog.secretName, {"data": data}, self.settings_namespace)
+        except KubeApiError as exc:
+            logger.warning("settings Secret {}/{} not seeded: {}", self.settings_namespace, catalog.secretName, exc)
+            return []
+        return sorted(data)
+
+    # -- one pass --------------------------------------------------------------------------------------
+    def reconcile(self) -> ReconcileResult:
+        """Derive from the cache and execute the plan; failures of single actions are collected
+        in ``errors`` (and mark the cluster dirty for a retry), not raised."""
+        t0 = time.monotonic()
+        start_writes = len(self.applier.writes)
+        snapshot = self.cache.snapshot()
+        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace)
+        self._report_invalid_settings(state, snapshot)
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        actions = plan(self.policy, state, snapshot, now=now)
+        result = ReconcileResult(planned=actions, state=state)
+        for action in actions:
+            try:
+                self._execute(action)
+            except (KubeApiError, RuntimeError) as exc:
+                result.errors.append(f"{action.verb} {action.kind} {action.name}: {exc}")
+                logger.warning("{} {} {}: {}", action.verb, action.kind, action.name, exc)
+        if result.errors:
+            self._dirty.set()
+        result.writes = self.applier.writes[start_writes:]
+        result.seconds = time.monotonic() - t0
+        self.reconciles.append(result)
+        logger.info("reconcile: {} actions, {} writes, {} errors in {:.3f}s",
+                    len(actions), len(result.writes), len(result.errors), result.seconds)
+        return result
+
+    def _report_invalid_settings(self, state: DesiredState, snapshot) -> None:
+        """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does
+        not parse (spec/settings.md §1), once per setting and value in this process."""
+        catalog = self.policy.settings
+        secret = snapshot.get("Secret", catalog.secretName, self.settings_namespace)
+        if secret is None:
+            return
+        raw = decode_secret_data(secret)
+        for name in state.settings.invalid:
+            key = (name, raw.get(name, ""))
+            if key in self._reported:
+                continue
+            self._reported.add(key)
+            event = invalid_setting_event(secret, name, key[1], datetime.now(timezone.utc))
+            try:
+                self.applier.create(event)
+            except KubeApiError as exc:
+                logger.warning("InvalidSetting event for {}: {}", name, exc)
+
+    def _execute(self, action: Action) -> None:
+        applier = self.applier
+        if action.verb == "apply":
+            applier.apply(action.body)
+        elif action.verb == "apply-status":
+            applier.apply_status(action.body)
+        elif action.verb == "create":
+            body = action.body
+            if action.kind == "LocalQueue":
+                body = self._with_owner(body)
+            applier.create(body)
+        elif action.verb == "patch":
+            applier.merge_patch(action.kind, action.name, action.body, action.namespace)
+        elif action.verb == "delete":
+            applier.delete(action.body)
+        elif action.verb == "recreate":
+            live = self.cache.get(action.kind, action.name)
+            if live is not None:
+                applier.delete(live)
+            if applier.get(action.kind, action.name) is None:
+                applier.apply(action.body)
+            # else: still held by a finalizer; its DELETED event brings the next reconcile.
+        elif action.verb == "remove-finalizer":
+            finalizers = action.body["metadata"].get("finalizers") or []
+            index = finalizers.index(self.policy.key("finalizer"))
+            applier.json_patch(action.kind, action.name, [
+                {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizers[index]},
+                {"op": "remove", "path": f"/metadata/finalizers/{index}"}])
+        else:
+            raise RuntimeError(f"unknown action verb {action.verb}")
+
+    def _with_owner(self, lq: dict) -> dict:
+        """A LocalQueue with the controller owner reference to its ClusterQueue (§8.1)."""
+        queue_name = lq["spec"]["clusterQueue"]
+        queue = self.cache.get("ClusterQueue", queue_name)
+        uid = (queue or {}).get("metadata", {}).get("uid")
+        if not uid:
+            raise RuntimeError(f"LocalQueue {name_of(lq)}: ClusterQueue {queue_name} has no uid yet")
+        body = {**lq, "metadata": {**lq["metadata"], "ownerReferences": [{
+            "apiVersion": queue.get("apiVersion", "kueue.x-k8s.io/v1beta2"), "kind": "ClusterQueue",
+            "name": queue_name, "uid": uid, "controller": True, "blockOwnerDeletion": True}]}}
+        return body
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set."""
+        self._dirty.set()
+        while not stop.is_set():
+            if not self._dirty.wait(timeout=min(self.resync_seconds, 1.0)):
+                if time.monotonic() - self._last_run < self.resync_seconds:
+                    continue
+            if stop.wait(self.coalesce_seconds):
+                break
+            self._dirty.clear()
+            try:
+                self.reconcile()
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive; retry after a pause
+                logger.exception("reconcile failed: {}", exc)
+                self._dirty.set()
+                stop.wait(1.0)
+            self._last_run = time.monotonic()
+
+    _last_run: float = 0.0
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """For tests: True once no event is pending and the last reconcile planned nothing."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._dirty.is_set() and self.reconciles and not self.reconciles[-1].planned:
+                return True
+            time.sleep(0.05)
+        return False

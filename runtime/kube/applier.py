@@ -1,0 +1,173 @@
+"""Writes to the API server on behalf of the controller, counted and guarded.
+
+* :meth:`Applier.apply`: server-side apply (field manager ``accelpolicy``, ``force=true`` so our
+  fields are ours even where another manager set them). Fields we applied before and leave out
+  are removed by the server; fields of other managers stay.
+* :meth:`Applier.apply_status`: the same through the ``status`` subresource.
+* :meth:`Applier.create`: create-only objects (derived InstanceTypes, LocalQueues): POST, and
+  ``AlreadyExists`` is not an error (returns None).
+* :meth:`Applier.merge_patch` / :meth:`Applier.json_patch`: pruning keys other managers own and
+  finalizer removal.
+* :meth:`Applier.delete`: only objects accelpolicy owns (:func:`owned`): ResourceFlavors labelled
+  ``resource.gpustack.ai/type: nodes``, InstanceTypeFlavors, ClusterQueues labelled
+  ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated ``schedule.gpustack.ai/queue``.
+  InstanceTypes are never deleted (spec/pools.md §4). Anything else raises :class:`NotOwnedError`.
+
+``409 Conflict`` (a stale resourceVersion), ``429`` and ``5xx`` answers are retried with tenacity
+(5 attempts, exponential wait). Every successful write is appended to :attr:`Applier.writes` and,
+when a cache is given, written through to it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from runtime.engine.policy import Policy
+from runtime.kube.ownership import owned
+from runtime.kube.session import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, KubeApiError, Session
+
+FIELD_MANAGER = "accelpolicy"
+
+
+class NotOwnedError(RuntimeError):
+    """A delete of an object accelpolicy does not own was refused (a bug in the caller)."""
+
+
+@dataclass(frozen=True)
+class Write:
+    """One successful mutating request: ``verb`` (apply, apply-status, create, patch, delete)."""
+
+    verb: str
+    kind: str
+    name: str
+    namespace: str = ""
+
+
+def _transient(exc: BaseException) -> bool:
+    if not isinstance(exc, KubeApiError):
+        return False
+    if exc.status == 409:
+        return exc.reason != "AlreadyExists"
+    return exc.status in (429, 500, 502, 503, 504)
+
+
+_retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
+               wait=wait_exponential(multiplier=0.1, max=2.0), reraise=True)
+
+
+class Applier:
+    """Mutating calls for one :class:`Session`; ``cache`` (a ClusterCache) receives the answers."""
+
+    def __init__(self, session: Session, policy: Policy, cache=None, field_manager: str = FIELD_MANAGER):
+        self.session = session
+        self.policy = policy
+        self.cache = cache
+        self.field_manager = field_manager
+        self.writes: list[Write] = []
+        self._lock = threading.Lock()
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _path(self, kind: str, name: str, namespace: str = "", subresource: str | None = None) -> str:
+        return self.session.ref(kind).path(namespace=namespace or None, name=name, subresource=subresource)
+
+    def _record(self, verb: str, kind: str, name: str, namespace: str, result: dict | None) -> None:
+        with self._lock:
+            self.writes.append(Write(verb, kind, name, namespace or ""))
+        if self.cache is None or kind not in getattr(self.cache, "caches", {}):
+            return
+        if verb == "delete":
+            self.cache[kind].forget(name, namespace or "")
+        elif result and result.get("metadata"):
+            result.setdefault("kind", kind)
+            self.cache[kind].observe(result)
+
+    @staticmethod
+    def _ident(obj: dict) -> tuple[str, str, str]:
+        meta = obj["metadata"]
+        return obj["kind"], meta["name"], meta.get("namespace") or ""
+
+    # -- writes --------------------------------------------------------------------------------------
+    @_retry
+    def apply(self, obj: dict) -> dict:
+        """Server-side apply ``obj`` (apiVersion, kind, metadata.name[, namespace] required)."""
+        kind, name, ns = self._ident(obj)
+        result = self.session.call("patch", self._path(kind, name, ns), body=obj, content_type=APPLY_PATCH,
+                                   query={"fieldManager": self.field_manager, "force": "true"})
+        self._record("apply", kind, name, ns, result)
+        return result
+
+    @_retry
+    def apply_status(self, obj: dict) -> dict:
+        """Server-side apply ``obj["status"]`` through the status subresource."""
+        kind, name, ns = self._ident(obj)
+        meta = {"name": name, **({"namespace": ns} if ns else {})}
+        body = {"apiVersion": obj["apiVersion"], "kind": kind, "metadata": meta, "status": obj["status"]}
+        result = self.session.call("patch", self._path(kind, name, ns, "status"), body=body,
+                                   content_type=APPLY_PATCH,
+                                   query={"fieldManager": self.field_manager, "force": "true"})
+        self._record("apply-status", kind, name, ns, result)
+        return result
+
+    @_retry
+    def create(self, obj: dict) -> dict | None:
+        """Create ``obj`` (its ``status``, if any, is not sent); None when it already exists."""
+        kind, name, ns = self._ident(obj)
+        body = {k: v for k, v in obj.items() if k != "status"}
+        path = self.session.ref(kind).path(namespace=ns or None)
+        try:
+            result = self.session.call("post", path, body=body, query={"fieldManager": self.field_manager})
+        except KubeApiError as exc:
+            if exc.status == 409 and exc.reason == "AlreadyExists":
+                return None
+            raise
+        self._record("create", kind, name, ns, result)
+        return result
+
+    @_retry
+    def merge_patch(self, kind: str, name: str, patch: dict, namespace: str = "") -> dict:
+        """JSON merge patch (``None`` values delete keys)."""
+        result = self.session.call("patch", self._path(kind, name, namespace), body=patch,
+                                   content_type=MERGE_PATCH, query={"fieldManager": self.field_manager})
+        self._record("patch", kind, name, namespace, result)
+        return result
+
+    @_retry
+    def json_patch(self, kind: str, name: str, ops: list[dict], namespace: str = "") -> dict:
+        """RFC 6902 JSON patch (use a ``test`` op to guard against concurrent changes)."""
+        result = self.session.call("patch", self._path(kind, name, namespace), body=ops,
+                                   content_type=JSON_PATCH, query={"fieldManager": self.field_manager})
+        self._record("patch", kind, name, namespace, result)
+        return result
+
+    @_retry
+    def delete(self, obj: dict) -> bool:
+        """Delete ``obj`` if accelpolicy owns it (else :class:`NotOwnedError`); False when it was
+        already gone. The delete is preconditioned on the object's uid when known."""
+        kind, name, ns = self._ident(obj)
+        if not owned(self.policy, obj):
+            raise NotOwnedError(f"refusing to delete {kind} {name}: not owned by accelpolicy")
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        uid = obj["metadata"].get("uid")
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.session.call("delete", self._path(kind, name, ns), body=body)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                if self.cache is not None and kind in getattr(self.cache, "caches", {}):
+                    self.cache[kind].forget(name, ns)
+                return False
+            raise
+        self._record("delete", kind, name, ns, None)
+        return True
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
+        """Read one object from the server (None when absent)."""
+        try:
+            return self.session.call("get", self._path(kind, name, namespace))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise

@@ -1,0 +1,296 @@
+"""List+watch caches, one thread per kind, and the engine Snapshot built from them.
+
+Per kind (:class:`KindCache`): list (paged) to learn every object and the collection's
+resourceVersion, then watch from that version with ``allowWatchBookmarks=true``; each event updates
+the cache and calls the event callback ``on_event(kind, event_type, obj)``. A watch that ends (server
+timeout) resumes from the last resourceVersion seen (events and bookmarks); ``410 Gone`` (an
+``ERROR`` event or the HTTP status) relists. Other errors back off (up to 5 s) and retry.
+
+The controller writes through the cache (:meth:`KindCache.observe`, :meth:`KindCache.forget`) with
+the server's answers, so a reconcile right after a write sees it even before its watch event
+arrives; an event older than what the cache holds is not allowed to roll it back.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from loguru import logger
+
+from runtime.engine.snapshot import Snapshot
+from runtime.kube.session import KubeApiError
+
+EventCallback = Callable[[str, str, dict], None]
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    """A kind to cache, optionally narrowed to one namespace and a field selector (e.g. the
+    settings Secret: ``namespace="gpustack-system"``, ``field_selector="metadata.name=gpustack-settings"``)."""
+
+    kind: str
+    namespace: str | None = None
+    field_selector: str | None = None
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+def _rv(obj: dict) -> int | None:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta["name"]
+
+
+class KindCache:
+    """The cached objects of one :class:`WatchedKind`, kept by a daemon thread.
+
+    ``synced`` is set after the first complete list. Counters for tests and reports: ``lists``,
+    ``events``, ``relists`` (410 Gone), ``errors``.
+    """
+
+    def __init__(self, session, watched: WatchedKind, on_event: EventCallback | None = None,
+                 watch_timeout: int = 300, page_size: int = 500):
+        self.session = session
+        self.watched = watched
+        self.kind = watched.kind
+        self.on_event = on_event
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.synced = threading.Event()
+        self.lists = self.events = self.relists = self.errors = 0
+        self._items: dict[tuple[str, str], dict] = {}
+        self._tombstones: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its DELETED event
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stream = None
+        self._thread: threading.Thread | None = None
+        self._version: str | None = None
+        self._ref = None
+
+    # -- reading ----------------------------------------------------------------------------------
+    def objects(self) -> list[dict]:
+        """Every cached object (the dicts are shared: do not mutate them)."""
+        with self._lock:
+            return list(self._items.values())
+
+    def get(self, name: str, namespace: str = "") -> dict | None:
+        """One cached object (namespace "" for cluster-scoped kinds), or None."""
+        with self._lock:
+            return self._items.get((namespace, name))
+
+    # -- write-through ------------------------------------------------------------------------------
+    def observe(self, obj: dict) -> None:
+        """Record an object the server just returned (unless the cache already holds a newer one)."""
+        self._store(obj)
+
+    def forget(self, name: str, namespace: str = "") -> None:
+        """Drop an object the server just deleted."""
+        with self._lock:
+            self._items.pop((namespace, name), None)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> "KindCache":
+        """Start the list+watch thread (a daemon); returns self."""
+        self._thread = threading.Thread(target=self._run, name=f"cache-{self.kind}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the thread to end; an open watch is aborted at once."""
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.abort()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for the thread to end."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                if self._version is None:
+                    self._list()
+                self._watch()
+                backoff = 0.2
+            except _Gone:
+                logger.info("{} watch expired (410 Gone): relisting", self.kind)
+                self.relists += 1
+                self._version = None
+            except Exception as exc:  # noqa: BLE001 - any transport error: back off and retry
+                if self._stop.is_set():
+                    break
+                self.errors += 1
+                if isinstance(exc, KubeApiError) and exc.status == 410:
+                    self.relists += 1
+                    self._version = None
+                    continue
+                logger.warning("{} cache: {}; retrying in {:.1f}s", self.kind, exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _path(self) -> str:
+        if self._ref is None:
+            self._ref = self.session.ref(self.kind)
+        return self._ref.path(namespace=self.watched.namespace)
+
+    def _query(self) -> dict:
+        query = {}
+        if self.watched.field_selector:
+            query["fieldSelector"] = self.watched.field_selector
+        return query
+
+    def _list(self) -> None:
+        path = self._path()
+        items: dict[tuple[str, str], dict] = {}
+        cont = None
+        while True:
+            query = {**self._query(), "limit": self.page_size}
+            if cont:
+                query["continue"] = cont
+            page = self.session.call("get", path, query=query)
+            api_version = page.get("apiVersion", "v1")
+            for obj in page.get("items") or []:
+                obj.setdefault("kind", self.kind)
+                obj.setdefault("apiVersion", api_version)
+                items[_key(obj)] = obj
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                version = meta.get("resourceVersion")
+                break
+        with self._lock:
+            old = self._items
+            self._items = items
+        self.lists += 1
+        self._version = version
+        first = not self.synced.is_set()
+        self.synced.set()
+        if not first and self.on_event and old != items:
+            self.on_event(self.kind, "RELIST", {})
+
+    def _watch(self) -> None:
+        query = {**self._query(), "watch": "true", "allowWatchBookmarks": "true",
+                 "resourceVersion": self._version, "timeoutSeconds": self.watch_timeout}
+        stream = self.session.stream(self._path(), query, timeout=self.watch_timeout + 30)
+        self._stream = stream
+        try:
+            if self._stop.is_set():  # stop() ran before the stream was visible to it
+                return
+            for event in stream:
+                if self._stop.is_set():
+                    return
+                self._handle(event)
+        finally:
+            self._stream = None
+            stream.close()
+
+    def _handle(self, event: dict) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone()
+            raise KubeApiError(int(obj.get("code") or 0), obj.get("reason", ""), obj.get("message", ""))
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            if version:
+                self._version = version
+            return
+        obj.setdefault("kind", self.kind)
+        self.events += 1
+        if kind == "DELETED":
+            with self._lock:
+                held = self._items.get(_key(obj))
+                if held is None or (_rv(held) or 0) <= (_rv(obj) or 0):
+                    self._items.pop(_key(obj), None)
+                    self._tombstones[_key(obj)] = _rv(obj) or 0
+        else:
+            self._store(obj)
+        if version:
+            self._version = version
+        if self.on_event:
+            self.on_event(self.kind, kind, obj)
+
+    def _store(self, obj: dict) -> None:
+        key, version = _key(obj), _rv(obj)
+        with self._lock:
+            held = self._items.get(key)
+            if held is not None and _rv(held) is not None and version is not None and _rv(held) > version:
+                return
+            if version is not None and version <= self._tombstones.get(key, -1):
+                return  # a write-through answer arriving after the object's DELETED event
+            if (obj.get("metadata") or {}).get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+                self._items.pop(key, None)  # the server removes it now; its DELETED event follows
+                return
+            self._tombstones.pop(key, None)
+            self._items[key] = obj
+
+
+class ClusterCache:
+    """One :class:`KindCache` per watched kind, sharing an event callback.
+
+    Kinds the server does not serve (a CRD not installed) are left out with a warning; they read
+    as empty.
+    """
+
+    def __init__(self, session, watched: Iterable[WatchedKind], on_event: EventCallback | None = None,
+                 watch_timeout: int = 300):
+        self.session = session
+        self.caches: dict[str, KindCache] = {}
+        self.missing: list[str] = []
+        for w in watched:
+            try:
+                session.ref(w.kind)
+            except KubeApiError as exc:
+                logger.warning("not watching {}: {}", w.kind, exc)
+                self.missing.append(w.kind)
+                continue
+            self.caches[w.kind] = KindCache(session, w, on_event, watch_timeout=watch_timeout)
+
+    def start(self) -> "ClusterCache":
+        """Start every kind's thread; returns self."""
+        for cache in self.caches.values():
+            cache.start()
+        return self
+
+    def wait_synced(self, timeout: float = 60.0) -> bool:
+        """Block until every cache listed once; False on timeout."""
+        deadline = time.monotonic() + timeout
+        for cache in self.caches.values():
+            if not cache.synced.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Stop every kind's thread (each joined up to 2 s)."""
+        for cache in self.caches.values():
+            cache.stop()
+        for cache in self.caches.values():
+            cache.join(2.0)
+
+    def __getitem__(self, kind: str) -> KindCache:
+        return self.caches[kind]
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
+        """One cached object of ``kind``, or None (also for a kind not watched)."""
+        cache = self.caches.get(kind)
+        return cache.get(name, namespace) if cache else None
+
+    def snapshot(self) -> Snapshot:
+        """Every cached object as an engine :class:`Snapshot` (deep copies)."""
+        objects = [copy.deepcopy(o) for cache in self.caches.values() for o in cache.objects()]
+        return Snapshot.from_objects(objects, origin="<watch cache>")

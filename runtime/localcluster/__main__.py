@@ -1,0 +1,42 @@
+"""``python -m runtime.localcluster``: run a local control plane with all CRDs until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from . import Kubectl, LocalCluster, LocalClusterError, all_crds, install_crds
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the cluster, install CRDs (unless ``--no-crds``), print the kubeconfig, wait for a signal."""
+    ap = argparse.ArgumentParser(prog="python -m runtime.localcluster", description=__doc__)
+    ap.add_argument("--no-crds", action="store_true", help="do not install Kueue/NFD/accelpolicy CRDs")
+    ap.add_argument("--once", action="store_true", help="start, report timings, stop (a smoke check)")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        with LocalCluster() as cluster:
+            print(f"control plane ready in {cluster.start_seconds:.1f}s: {cluster.server}", flush=True)
+            if not args.no_crds:
+                t = time.monotonic()
+                names = install_crds(Kubectl(cluster.kubeconfig), all_crds())
+                print(f"{len(names)} CRDs established in {time.monotonic() - t:.1f}s", flush=True)
+            print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+            if not args.once:
+                while cluster.running:
+                    time.sleep(1)
+                print("a control-plane process exited", file=sys.stderr)
+                return 1
+    except LocalClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Locate the control-plane binaries that ``make controlplane`` builds.
+
+``e2e/controlplane/build.sh`` builds kube-apiserver, kube-scheduler and etcd from the Go modules
+pinned in ``e2e/controlplane/go.mod`` into ``$ACCELPOLICY_CACHE/bin/<version>/`` where
+``<version>`` is ``k8s-<kubernetes version>_etcd-<etcd version>`` and ``ACCELPOLICY_CACHE``
+defaults to ``~/.cache/accelpolicy``. This module computes the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Version key of the pinned control plane; must match e2e/controlplane/go.mod (a test checks it).
+CONTROLPLANE_VERSION = "k8s-v1.37.2_etcd-v3.7.0"
+
+#: Environment variable naming a directory that holds the three binaries (overrides the cache).
+BIN_DIR_ENV = "ACCELPOLICY_CONTROLPLANE_BIN"
+
+
+class LocalClusterError(RuntimeError):
+    """The local control plane could not be prepared, started or used."""
+
+
+class MissingBinariesError(LocalClusterError):
+    """kube-apiserver or etcd is not built yet; the message says to run ``make controlplane``."""
+
+
+def repo_root() -> Path:
+    """Return the accelpolicy checkout this package was imported from (holds ``e2e/controlplane``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """Return ``$ACCELPOLICY_CACHE`` or its default ``~/.cache/accelpolicy``."""
+    return Path(os.environ.get("ACCELPOLICY_CACHE") or Path.home() / ".cache" / "accelpolicy")
+
+
+def pinned_version(go_mod: Path | None = None) -> str:
+    """Read the version key ``k8s-vX_etcd-vY`` from ``e2e/controlplane/go.mod``.
+
+    Falls back to :data:`CONTROLPLANE_VERSION` when the go.mod is not there (an installed package
+    without its checkout). Raises :class:`LocalClusterError` when the file exists but does not
+    require both ``k8s.io/kubernetes`` and ``go.etcd.io/etcd/server/v3``.
+    """
+    path = go_mod or repo_root() / "e2e" / "controlplane" / "go.mod"
+    if not path.is_file():
+        return CONTROLPLANE_VERSION
+    text = path.read_text()
+    k8s = re.search(r"^\s*k8s\.io/kubernetes\s+(v\S+)", text, re.M)
+    etcd = re.search(r"^\s*go\.etcd\.io/etcd/server/v3\s+(v\S+)", text, re.M)
+    if not (k8s and etcd):
+        raise LocalClusterError(f"{path}: does not require k8s.io/kubernetes and go.etcd.io/etcd/server/v3")
+    return f"k8s-{k8s.group(1)}_etcd-{etcd.group(1)}"
+
+
+@dataclass(frozen=True)
+class ControlPlaneBinaries:
+    """Paths of the built control-plane programs.
+
+    ``kube_scheduler`` is ``None`` when that binary is absent (it is optional for an API-only
+    cluster).
+    """
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_scheduler: Path | None
+    directory: Path
+
+
+def binaries_dir() -> Path:
+    """Directory the binaries are expected in: ``$ACCELPOLICY_CONTROLPLANE_BIN`` or the cache."""
+    override = os.environ.get(BIN_DIR_ENV)
+    if override:
+        return Path(override)
+    return cache_dir() / "bin" / pinned_version()
+
+
+def find_binaries(directory: Path | None = None) -> ControlPlaneBinaries:
+    """Return the control-plane binaries in ``directory`` (default :func:`binaries_dir`).
+
+    Raises :class:`MissingBinariesError` naming the directory and the missing programs, with the
+    instruction ``run `make controlplane``` when etcd or kube-apiserver is missing or not
+    executable.
+    """
+    d = Path(directory) if directory else binaries_dir()
+    found = {name: d / name for name in ("etcd", "kube-apiserver", "kube-scheduler")}
+    missing = [n for n in ("etcd", "kube-apiserver") if not os.access(found[n], os.X_OK)]
+    if missing:
+        raise MissingBinariesError(
+            f"control-plane binaries missing in {d}: {', '.join(missing)}; "
+            f"run `make controlplane` (builds them from e2e/controlplane/go.mod) "
+            f"or point {BIN_DIR_ENV} at a directory that has them"
+        )
+    sched = found["kube-scheduler"] if os.access(found["kube-scheduler"], os.X_OK) else None
+    return ControlPlaneBinaries(etcd=found["etcd"], kube_apiserver=found["kube-apiserver"],
+                                kube_scheduler=sched, directory=d)

@@ -1,0 +1,307 @@
+"""Start and stop etcd + kube-apiserver (and optionally kube-scheduler) on 127.0.0.1.
+
+Typical use::
+
+    from runtime.localcluster import LocalCluster
+
+    with LocalCluster() as cluster:          # starts etcd, then kube-apiserver; waits for /readyz
+        print(cluster.kubeconfig)            # admin kubeconfig (client certificate, system:masters)
+
+Both processes run in a fresh temporary directory (data, certificates, logs, kubeconfig) on free
+loopback ports. They are stopped (SIGTERM, then SIGKILL after a grace period) and the directory
+removed when the ``with`` block ends, when :meth:`LocalCluster.stop` is called, at interpreter exit
+(``atexit``), and on Linux also when the starting Python thread dies abruptly
+(``PR_SET_PDEATHSIG``), so no process outlives its test session.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Sequence
+
+from .binaries import ControlPlaneBinaries, LocalClusterError, MissingBinariesError, find_binaries
+from .certs import Pki, generate_pki
+
+_LOG_TAIL_BYTES = 4000
+
+
+def _free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
+
+
+def _tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "(no log)"
+    return data[-limit:].decode(errors="replace")
+
+
+class _Proc:
+    """One child process with its log file."""
+
+    def __init__(self, name: str, argv: Sequence[str], log: Path):
+        self.name, self.argv, self.log = name, list(argv), log
+        self._log_file = open(log, "wb")
+        self.popen = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+
+    def exited(self) -> int | None:
+        return self.popen.poll()
+
+    def stop(self, grace: float) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+        self._log_file.close()
+
+
+class LocalCluster:
+    """An etcd + kube-apiserver pair on 127.0.0.1 with an admin kubeconfig.
+
+    Parameters:
+        binaries: the programs to run; default :func:`find_binaries` (raises
+            :class:`MissingBinariesError` saying "run `make controlplane`" when they are not built).
+        workdir: directory for data, certificates, logs and the kubeconfig; default a new temporary
+            directory that :meth:`stop` removes (a given directory is kept).
+        start_timeout: seconds to wait for etcd health and then for the API server's ``/readyz``.
+        extra_apiserver_args: more ``--flag=value`` arguments for kube-apiserver (appended, so they
+            override the defaults).
+        keep_workdir: keep the temporary directory after :meth:`stop` (for post-mortem logs).
+        scheduler: also run kube-scheduler (leader election off) against the API server, so Pods
+            get bound to Node objects; needs the kube-scheduler binary (:class:`MissingBinariesError`
+            otherwise). No kubelet runs: bound Pods stay Pending.
+
+    After :meth:`start`: :attr:`kubeconfig` (Path), :attr:`server` (``https://127.0.0.1:<port>``),
+    :attr:`etcd_url`, :attr:`pki` (certificate paths), :attr:`start_seconds` (wall seconds from
+    launching etcd to API-server readiness).
+
+    Errors: :class:`LocalClusterError` when a process exits early or does not become ready in time;
+    the message names the process and ends with the tail of its log. A failed start stops whatever
+    was started before raising.
+    """
+
+    def __init__(self, binaries: ControlPlaneBinaries | None = None, *, workdir: Path | None = None,
+                 start_timeout: float = 120.0, extra_apiserver_args: Sequence[str] = (),
+                 keep_workdir: bool = False, scheduler: bool = False):
+        self.binaries = binaries or find_binaries()
+        self._given_workdir = Path(workdir) if workdir else None
+        self.start_timeout = start_timeout
+        self.extra_apiserver_args = list(extra_apiserver_args)
+        self.keep_workdir = keep_workdir
+        self.scheduler = scheduler
+        if scheduler and self.binaries.kube_scheduler is None:
+            raise MissingBinariesError(
+                f"kube-scheduler missing in {self.binaries.directory}; run `make controlplane`")
+        self.workdir: Path | None = None
+        self.kubeconfig: Path | None = None
+        self.server: str | None = None
+        self.etcd_url: str | None = None
+        self.pki: Pki | None = None
+        self.start_seconds: float | None = None
+        self._procs: list[_Proc] = []
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        """True while both processes are alive."""
+        return bool(self._procs) and all(p.exited() is None for p in self._procs)
+
+    def start(self) -> "LocalCluster":
+        """Start etcd and kube-apiserver, wait until ready, write the kubeconfig; returns ``self``.
+
+        Raises :class:`LocalClusterError` (after cleaning up) when either does not come up.
+        """
+        if self._procs:
+            raise LocalClusterError("LocalCluster already started")
+        t0 = time.monotonic()
+        self.workdir = self._given_workdir or Path(tempfile.mkdtemp(prefix="accelpolicy-cp-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        try:
+            (self.workdir / "pki").mkdir(exist_ok=True)
+            self.pki = generate_pki(self.workdir / "pki")
+            self._start_etcd(t0)
+            self._start_apiserver(t0)
+            self._write_kubeconfig()
+            if self.scheduler:
+                self._start_scheduler(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop kube-scheduler, kube-apiserver, then etcd (SIGTERM, SIGKILL after ``grace`` seconds); idempotent.
+
+        Removes a temporary workdir unless ``keep_workdir`` was set.
+        """
+        with self._lock:
+            procs, self._procs = self._procs, []
+            for p in reversed(procs):
+                p.stop(grace)
+            atexit.unregister(self.stop)
+            if (self.workdir and self._given_workdir is None and not self.keep_workdir
+                    and self.workdir.exists()):
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- internals -------------------------------------------------------------------------
+    def _start_etcd(self, t0: float) -> None:
+        assert self.workdir
+        client, peer = _free_port(), _free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        proc = _Proc("etcd", [
+            str(self.binaries.etcd), "--name=accelpolicy",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=accelpolicy=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ], self.workdir / "etcd.log")
+        self._procs.append(proc)
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as r:
+                    return json.loads(r.read()).get("health") == "true"
+            except (OSError, ValueError):
+                return False
+        self._wait(proc, healthy, t0)
+
+    def _start_apiserver(self, t0: float) -> None:
+        assert self.workdir and self.pki and self.etcd_url
+        port = _free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        pki = self.pki
+        args = [
+            str(self.binaries.kube_apiserver),
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--etcd-servers={self.etcd_url}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--service-account-key-file={pki.sa_public_key}",
+            f"--service-account-signing-key-file={pki.sa_private_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC",
+            # No controller-manager runs: no token controller creates "default" ServiceAccounts, and
+            # no node-lifecycle controller would lift the not-ready taint TaintNodesByCondition puts
+            # on every new Node, so both admission plugins are off.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # Loopback addresses are not valid Endpoints; nothing in-cluster needs the service.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            "--v=0",
+        ] + self.extra_apiserver_args
+        proc = _Proc("kube-apiserver", args, self.workdir / "kube-apiserver.log")
+        self._procs.append(proc)
+        ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+        ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"{self.server}/readyz", timeout=5, context=ctx) as r:
+                    return r.status == 200
+            except (OSError, urllib.error.URLError):
+                return False
+        self._wait(proc, ready, t0)
+
+    def _start_scheduler(self, t0: float) -> None:
+        assert self.workdir and self.kubeconfig and self.binaries.kube_scheduler
+        port = _free_port()
+        proc = _Proc("kube-scheduler", [
+            str(self.binaries.kube_scheduler), f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.workdir / 'scheduler-certs'}", "--v=0",
+        ], self.workdir / "kube-scheduler.log")
+        self._procs.append(proc)
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE  # self-signed serving cert
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=5,
+                                            context=insecure) as r:
+                    return r.status == 200
+            except (OSError, urllib.error.URLError):
+                return False
+        self._wait(proc, healthy, t0)
+
+    def _wait(self, proc: _Proc, probe, t0: float) -> None:
+        deadline = t0 + self.start_timeout
+        while True:
+            code = proc.exited()
+            if code is not None:
+                raise LocalClusterError(
+                    f"{proc.name} exited with code {code} during start; log {proc.log}:\n{_tail(proc.log)}")
+            if probe():
+                return
+            if time.monotonic() > deadline:
+                raise LocalClusterError(
+                    f"{proc.name} not ready after {self.start_timeout:.0f}s; log {proc.log}:\n{_tail(proc.log)}")
+            time.sleep(0.2)
+
+    def _write_kubeconfig(self) -> None:
+        assert self.workdir and self.pki and self.server
+        cfg = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "accelpolicy-local", "cluster": {
+                "server": self.server, "certificate-authority": str(self.pki.ca_cert)}}],
+            "users": [{"name": "accelpolicy-admin", "user": {
+                "client-certificate": str(self.pki.admin_cert), "client-key": str(self.pki.admin_key)}}],
+            "contexts": [{"name": "accelpolicy-local", "context": {
+                "cluster": "accelpolicy-local", "user": "accelpolicy-admin", "namespace": "default"}}],
+            "current-context": "accelpolicy-local",
+        }
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.kubeconfig.write_text(json.dumps(cfg, indent=2))  # JSON is valid YAML
+        self.kubeconfig.chmod(0o600)
+
+    def logs(self) -> dict[str, str]:
+        """Return the last few KB of each process log, keyed by process name (for diagnostics)."""
+        return {p.name: _tail(p.log) for p in self._procs}
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(server={self.server!r}, workdir={str(self.workdir)!r}, running={self.running})"

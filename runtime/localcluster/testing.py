@@ -1,0 +1,132 @@
+"""Helpers for tests that run against a cluster (no pytest import here).
+
+* :func:`shared_dir` / :func:`seed_objects` / :func:`seed_tables`: the project's ``shared/`` folder
+  (``$ACCELPOLICY_SHARED``, else ``../shared`` beside the checkout) and its seed contract.
+* :func:`session_cluster`: one :class:`LocalCluster` per process with every CRD installed, shared by
+  all test directories that ask for it and stopped at interpreter exit.
+* :func:`parse_table`: split ``kubectl get`` output into rows of ``{HEADER: value}`` by the
+  header's column offsets (values may contain single spaces).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .binaries import LocalClusterError, repo_root
+from .cluster import LocalCluster
+from .crds import all_crds, install_crds
+from .kubectl import Kubectl
+
+SHARED_ENV = "ACCELPOLICY_SHARED"
+
+
+def shared_dir() -> Path | None:
+    """Return the shared/ folder (``$ACCELPOLICY_SHARED`` or ``<repo>/../shared``) or ``None``.
+
+    ``None`` means absent: tests that need the seed skip with a reason naming both locations.
+    Raises :class:`LocalClusterError` when ``$ACCELPOLICY_SHARED`` is set but is not a directory.
+    """
+    env = os.environ.get(SHARED_ENV)
+    if env:
+        if not Path(env).is_dir():
+            raise LocalClusterError(f"${SHARED_ENV}={env} is not a directory")
+        return Path(env).resolve()
+    candidate = repo_root().parent / "shared"
+    return candidate.resolve() if (candidate / "seed").is_dir() else None
+
+
+def shared_missing_reason() -> str:
+    """The skip reason used when :func:`shared_dir` is ``None``."""
+    return (f"seed contract not found: set ${SHARED_ENV} to the shared/ folder "
+            f"(looked for {repo_root().parent / 'shared'})")
+
+
+@dataclass(frozen=True)
+class SeedObject:
+    """One object of ``shared/seed/objects/*.yaml``: its file and parsed body."""
+
+    path: Path
+    body: dict
+
+    @property
+    def kind(self) -> str:
+        return self.body["kind"]
+
+    @property
+    def name(self) -> str:
+        return self.body["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str | None:
+        return self.body["metadata"].get("namespace")
+
+
+def seed_objects(shared: Path) -> list[SeedObject]:
+    """Parse every ``seed/objects/*.yaml`` (one object per file, sorted by file name).
+
+    Raises :class:`LocalClusterError` naming the file when it is not one YAML mapping with
+    apiVersion, kind and metadata.name.
+    """
+    out = []
+    for path in sorted((shared / "seed" / "objects").glob("*.yaml")):
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        except yaml.YAMLError as e:
+            raise LocalClusterError(f"{path}: not valid YAML: {e}") from e
+        if len(docs) != 1 or not isinstance(docs[0], dict) or not all(
+                docs[0].get(k) for k in ("apiVersion", "kind")) or not docs[0].get("metadata", {}).get("name"):
+            raise LocalClusterError(f"{path}: expected one object with apiVersion, kind and metadata.name")
+        out.append(SeedObject(path, docs[0]))
+    return out
+
+
+def seed_tables(shared: Path) -> dict[str, str]:
+    """Return ``{file stem: text}`` for every ``seed/tables/*.txt``."""
+    return {p.stem: p.read_text() for p in sorted((shared / "seed" / "tables").glob("*.txt"))}
+
+
+_HEADER_CELL = re.compile(r"\S+(?: \S+)*")
+
+
+def parse_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
+    """Split ``kubectl get`` text into ``(headers, rows)``.
+
+    Column boundaries are the header cells' start offsets (cells are separated by 2+ spaces, a
+    header may contain one space, e.g. ``PENDING WORKLOADS``); each value is the stripped slice
+    between two starts, so values with single spaces (``1/1 10/10 100/100 0/0``) survive.
+    """
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return [], []
+    cells = list(_HEADER_CELL.finditer(lines[0]))
+    headers = [m.group(0) for m in cells]
+    starts = [m.start() for m in cells] + [None]
+    rows = [{h: ln[starts[i]:starts[i + 1]].strip() for i, h in enumerate(headers)} for ln in lines[1:]]
+    return headers, rows
+
+
+_session: tuple[LocalCluster, Kubectl] | None = None
+
+
+def session_cluster() -> tuple[LocalCluster, Kubectl]:
+    """Start (once per process) a LocalCluster with Kueue's, NFD's and our CRDs Established.
+
+    Returns ``(cluster, kubectl)``. The cluster stops at interpreter exit (LocalCluster's atexit).
+    Raises :class:`MissingBinariesError` ("run `make controlplane`") or :class:`LocalClusterError`.
+    """
+    global _session
+    if _session is None or not _session[0].running:
+        cluster = LocalCluster().start()
+        try:
+            kubectl = Kubectl(cluster.kubeconfig)
+            install_crds(kubectl, all_crds())
+        except BaseException:
+            cluster.stop()
+            raise
+        _session = (cluster, kubectl)
+    return _session

@@ -1,0 +1,214 @@
+"""Watch-cache protocol (list, resume, bookmarks, 410 relist) against a scripted fake server, the
+settings seeding rules (spec/settings.md §1) and the leader Lease, without a real API server."""
+from __future__ import annotations
+
+import base64
+import threading
+import time
+
+import pytest
+
+from runtime.controller import settings_seed
+from runtime.controller.leader import LeaderElector
+from runtime.kube.cache import KindCache, WatchedKind
+from runtime.kube.session import KubeApiError, ResourceRef
+
+
+def node(name, rv, **labels):
+    return {"metadata": {"name": name, "resourceVersion": str(rv), "labels": labels}}
+
+
+class FakeStream:
+    def __init__(self, events):
+        self.events = events
+
+    def __iter__(self):
+        yield from self.events
+
+    def close(self):
+        pass
+
+    def abort(self):
+        pass
+
+
+class FakeSession:
+    """Lists and watch streams scripted per call; records the queries it was sent."""
+
+    def __init__(self, lists, watches):
+        self.lists, self.watches = list(lists), list(watches)
+        self.list_queries, self.watch_queries = [], []
+        self.done = threading.Event()
+
+    def ref(self, kind):
+        return ResourceRef(kind, "v1", "nodes", False)
+
+    def call(self, method, path, query=None, **_):
+        self.list_queries.append(query)
+        return self.lists.pop(0)
+
+    def stream(self, path, query, timeout):
+        self.watch_queries.append(dict(query))
+        if not self.watches:
+            self.done.set()
+            time.sleep(0.05)
+            raise KubeApiError(503, "ServiceUnavailable", "script ended")
+        item = self.watches.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return FakeStream(item)
+
+
+def run_cache(session, **kw):
+    events = []
+    cache = KindCache(session, WatchedKind("Node"), on_event=lambda k, t, o: events.append((t, o.get("metadata", {}).get("name"))), **kw)
+    cache.start()
+    assert session.done.wait(5)
+    cache.stop()
+    cache.join(2)
+    return cache, events
+
+
+def test_list_then_watch_resumes_from_bookmarks_and_relists_on_410():
+    session = FakeSession(
+        lists=[{"apiVersion": "v1", "metadata": {"resourceVersion": "10"}, "items": [node("a", 5), node("b", 7)]},
+               {"apiVersion": "v1", "metadata": {"resourceVersion": "40"}, "items": [node("a", 5), node("c", 39)]}],
+        watches=[
+            [{"type": "ADDED", "object": node("c", 11)},
+             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20"}}}],
+            [{"type": "DELETED", "object": node("b", 21)},
+             {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old"}}],
+            [{"type": "MODIFIED", "object": node("a", 41, x="1")}],
+        ])
+    cache, events = run_cache(session)
+    # watch 1 starts at the list's version, watch 2 at the bookmark's, watch 3 after the relist
+    assert [q["resourceVersion"] for q in session.watch_queries[:3]] == ["10", "20", "40"]
+    assert all(q["allowWatchBookmarks"] == "true" and q["watch"] == "true" for q in session.watch_queries)
+    assert cache.lists == 2 and cache.relists == 1
+    assert sorted(o["metadata"]["name"] for o in cache.objects()) == ["a", "c"]
+    assert cache.get("a")["metadata"]["labels"] == {"x": "1"}
+    assert all(o["kind"] == "Node" for o in cache.objects())
+    assert events[:2] == [("ADDED", "c"), ("DELETED", "b")]
+    assert ("RELIST", None) in events and events[-1] == ("MODIFIED", "a")
+
+
+def test_list_pages_are_followed():
+    session = FakeSession(
+        lists=[{"metadata": {"continue": "tok"}, "items": [node("a", 1)]},
+               {"metadata": {"resourceVersion": "9"}, "items": [node("b", 2)]}],
+        watches=[])
+    cache, _ = run_cache(session, page_size=1)
+    assert session.list_queries[0] == {"limit": 1} and session.list_queries[1] == {"limit": 1, "continue": "tok"}
+    assert sorted(o["metadata"]["name"] for o in cache.objects()) == ["a", "b"]
+
+
+def test_write_through_is_not_rolled_back_by_an_older_event():
+    session = FakeSession(lists=[{"metadata": {"resourceVersion": "1"}, "items": []}], watches=[])
+    cache = KindCache(session, WatchedKind("Node"))
+    cache.observe(node("a", 50, v="new"))
+    cache._handle({"type": "MODIFIED", "object": node("a", 49, v="old")})
+    assert cache.get("a")["metadata"]["labels"] == {"v": "new"}
+    cache._handle({"type": "MODIFIED", "object": node("a", 51, v="newer")})
+    assert cache.get("a")["metadata"]["labels"] == {"v": "newer"}
+
+
+def test_write_through_after_delete_event_does_not_resurrect():
+    session = FakeSession(lists=[{"metadata": {"resourceVersion": "1"}, "items": []}], watches=[])
+    cache = KindCache(session, WatchedKind("Node"))
+    cache.observe(node("a", 10))
+    cache._handle({"type": "DELETED", "object": node("a", 12)})
+    cache.observe(node("a", 11))          # the answer to our last patch, processed late
+    assert cache.get("a") is None
+    gone = node("b", 20)
+    gone["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
+    cache.observe(gone)
+    assert cache.get("b") is None
+    cache.observe(node("a", 30))          # created again later
+    assert cache.get("a") is not None
+
+
+# -- settings seeding -----------------------------------------------------------------------------------
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_missing_secret_is_seeded_with_every_default_and_env_overrides(policy):
+    data = settings_seed.missing_data(policy.settings, None, {"GPUSTACK_INSTANCE_PRIVILEGED_ALLOWED": "true"})
+    assert len(data) == 11
+    assert base64.b64decode(data["instance-privileged-allowed"]).decode() == "true"
+    assert base64.b64decode(data["instance-type-derived-from-node"]).decode() == "true"
+    assert base64.b64decode(data["instance-ssh-server-image"]).decode() == "gpustack/ssh-server:v1.3.0"
+
+
+def test_stored_keys_are_never_overwritten(policy):
+    stored = {"instance-privileged-allowed": b64("false"), "not-a-setting": b64("x")}
+    data = settings_seed.missing_data(policy.settings, stored, {"GPUSTACK_INSTANCE_PRIVILEGED_ALLOWED": "true"})
+    assert "instance-privileged-allowed" not in data and "not-a-setting" not in data
+    assert len(data) == 10
+
+
+def test_settings_namespace_env(policy):
+    assert settings_seed.secret_namespace(policy.settings, {}) == "gpustack-system"
+    assert settings_seed.secret_namespace(policy.settings, {"KUBERNETES_POD_NAMESPACE": "ops"}) == "ops"
+    assert settings_seed.env_name(policy.settings, "workload-fit-affinity") == "GPUSTACK_WORKLOAD_FIT_AFFINITY"
+
+
+# -- leader Lease ---------------------------------------------------------------------------------------
+class LeaseServer:
+    """One Lease in memory with resourceVersion checks, as the API server does."""
+
+    def __init__(self):
+        self.lease = None
+        self.rv = 0
+
+    def ref(self, kind):
+        return ResourceRef("Lease", "coordination.k8s.io/v1", "leases", True)
+
+    def call(self, method, path, body=None, **_):
+        if method == "get":
+            if self.lease is None:
+                raise KubeApiError(404, "NotFound", "no lease")
+            import copy
+            return copy.deepcopy(self.lease)
+        if method == "post":
+            if self.lease is not None:
+                raise KubeApiError(409, "AlreadyExists", "exists")
+        if method == "put" and body["metadata"].get("resourceVersion") != str(self.rv):
+            raise KubeApiError(409, "Conflict", "stale")
+        self.rv += 1
+        body["metadata"]["resourceVersion"] = str(self.rv)
+        self.lease = body
+        return body
+
+
+def test_lease_is_exclusive_until_released_or_expired():
+    server = LeaseServer()
+    a = LeaderElector(server, "gpustack-operator-worker", "gpustack-system", "a", lease_seconds=15)
+    b = LeaderElector(server, "gpustack-operator-worker", "gpustack-system", "b", lease_seconds=15)
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False
+    assert a.try_acquire_or_renew() is True          # renewal
+    assert server.lease["spec"]["holderIdentity"] == "a"
+    a.leading = True
+    a.release()
+    assert server.lease["spec"]["holderIdentity"] == ""
+    assert b.try_acquire_or_renew() is True
+    assert server.lease["spec"]["leaseTransitions"] == 1
+    # an expired holder is replaced
+    server.lease["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"
+    assert a.try_acquire_or_renew() is True and server.lease["spec"]["holderIdentity"] == "a"
+
+
+def test_acquire_stops_when_asked():
+    server = LeaseServer()
+    LeaderElector(server, "l", "ns", "other").try_acquire_or_renew()
+    stop = threading.Event()
+    stop.set()
+    assert LeaderElector(server, "l", "ns", "me", retry_seconds=0.01).acquire(stop) is False
+
+
+@pytest.mark.parametrize("status, reason, retried", [(409, "Conflict", True), (409, "AlreadyExists", False),
+                                                      (503, "", True), (404, "NotFound", False)])
+def test_transient_errors_are_retried(status, reason, retried):
+    from runtime.kube.applier import _transient
+    assert _transient(KubeApiError(status, reason, "")) is retried

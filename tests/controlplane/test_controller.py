@@ -1,0 +1,307 @@
+"""The live controller on a real kube-apiserver + etcd (issue 6, first slice).
+
+The seed cluster (tests/fixtures/seed/common: Nodes, NodeFeatures, Devices with their status,
+Namespaces, the settings Secret) is written with kubectl; the controller (runtime.controller) runs
+in this process against the same server. Then ``kubectl get`` must print the seed's tables.
+
+PHASE: only Kueue's CRDs are installed, not its controller, so no ClusterQueue ever gets an
+``Active`` condition and every InstanceType reads ``Activating`` (spec/pools.md §10.1: "queue
+missing or condition Unknown"). The seed (captured with Kueue running) prints ``Active``; the
+tests compare every other column exactly and assert PHASE == ``Activating``. Nor does NFD master
+run: Node labels do not follow NodeFeatures by themselves; the controller reads the NodeFeatures
+itself, as the engine's snapshot mode does (runtime/engine/nodes.py ``effective_node_labels``).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+
+import pytest
+import yaml
+
+from runtime.controller.reconciler import Controller
+from runtime.engine.policy import Policy
+from runtime.kube.session import connect
+from runtime.localcluster.testing import parse_table
+from runtime.rules.loader import load_rules
+from tests.seedfiles import FIXTURES, seed_file, seed_table
+
+COMMON = FIXTURES / "seed" / "common"
+A10G_TYPE = "gpustack--nvidia-a10g-linux-amd64"
+GENERIC_TYPE = "gpustack--generic-linux-amd64"
+A10G_FLAVOR = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d"
+A10G_CPU_FLAVOR = "gpustack--amd-epyc-7r32-linux-amd64-4c"
+OUR_KINDS = ["instancetypes.worker.gpustack.ai", "instancetypeflavors.worker.gpustack.ai",
+             "clusterqueues.kueue.x-k8s.io", "resourceflavors.kueue.x-k8s.io",
+             "admissionchecks.kueue.x-k8s.io", "devices.worker.gpustack.ai", "nodes"]
+FIGURES: dict[str, list[float]] = {}
+
+
+def _clean(kubectl) -> None:
+    # InstanceTypes carry our finalizer: drop it so the delete completes without the controller.
+    for name in kubectl.stdout("get", "instancetypes", "-o", "name").split():
+        kubectl("patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    kubectl("delete", "localqueues.kueue.x-k8s.io", "--all", "-A", "--wait=true")
+    kubectl("delete", "nodefeatures.nfd.k8s-sigs.io", "--all", "-A", "--wait=true")
+    for kind in OUR_KINDS:
+        kubectl("delete", kind, "--all", "--wait=true")
+    kubectl("delete", "secret", "gpustack-settings", "-n", "gpustack-system", "--ignore-not-found")
+    kubectl("delete", "lease", "gpustack-operator-worker", "-n", "gpustack-system", "--ignore-not-found")
+
+
+def _apply_seed_cluster(kubectl) -> None:
+    kubectl("apply", "-f", str(COMMON / "namespaces.yaml"))
+    for name in ("nodes.yaml", "nodefeatures.yaml", "devices.yaml", "settings.yaml"):
+        kubectl("apply", "--validate=strict", "-f", str(COMMON / name))
+    for name, resource in (("nodes.yaml", "node"), ("devices.yaml", "devices.worker.gpustack.ai")):
+        for doc in yaml.safe_load_all((COMMON / name).read_text()):
+            if doc and doc.get("status"):
+                kubectl("patch", resource, doc["metadata"]["name"], "--subresource=status", "--type=merge",
+                        "-p", json.dumps({"status": doc["status"]}))
+
+
+@pytest.fixture(scope="module")
+def ctl(control_plane):
+    cluster, kubectl = control_plane
+    _clean(kubectl)
+    _apply_seed_cluster(kubectl)
+    controller = Controller(connect(cluster.kubeconfig), Policy(load_rules()), coalesce_seconds=0.1, env={})
+    controller.start()
+    yield controller
+    controller.stop()
+    _clean(kubectl)
+    for key, values in FIGURES.items():
+        print(f"\n[controller figure] {key}: {', '.join(f'{v:.3f}' for v in values)}")
+
+
+def rows(kubectl, kind="instancetypes"):
+    return parse_table(kubectl.stdout("get", kind))[1]
+
+
+def seed_rows(table):
+    return parse_table(seed_table(table))[1]
+
+
+def without_phase(rows_):
+    return [{k: v for k, v in r.items() if k != "PHASE"} for r in rows_]
+
+
+def names(kubectl, kind):
+    return sorted(r["NAME"] for r in rows(kubectl, kind))
+
+
+def test_first_reconcile_prints_the_seed_step1_tables(ctl, kubectl):
+    result = ctl.reconcile()
+    FIGURES.setdefault("first reconcile seconds", []).append(result.seconds)
+    assert result.errors == []
+    got = rows(kubectl)
+    assert without_phase(got) == without_phase(seed_rows("step1-instancetype.txt"))
+    assert {r["PHASE"] for r in got} == {"Activating"}  # no Kueue controller: see the module docstring
+    assert names(kubectl, "resourceflavors.kueue.x-k8s.io") == sorted(
+        r["NAME"] for r in seed_rows("step1-resourceflavor.txt"))
+    # PENDING WORKLOADS is Kueue's status.pendingWorkloads: empty without Kueue's controller
+    queues = rows(kubectl, "clusterqueues.kueue.x-k8s.io")
+    assert [(r["NAME"], r["COHORT"]) for r in queues] == \
+        [(r["NAME"], r["COHORT"]) for r in seed_rows("step1-clusterqueue.txt")]
+    assert {r["PENDING WORKLOADS"] for r in queues} == {""}
+    catalog = rows(kubectl, "instancetypeflavors")
+    assert sorted(map(sorted, (r.items() for r in catalog))) == \
+        sorted(map(sorted, (r.items() for r in seed_rows("step1-instancetypeflavor.txt"))))
+
+
+def test_second_reconcile_writes_nothing(ctl):
+    result = ctl.reconcile()
+    FIGURES.setdefault("idle reconcile seconds", []).append(result.seconds)
+    FIGURES.setdefault("writes per idle reconcile", []).append(float(len(result.writes)))
+    assert result.planned == [] and result.writes == [] and result.errors == []
+
+
+def test_live_objects_carry_our_fields(ctl, kubectl):
+    flavor = json.loads(kubectl.stdout("get", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "-o", "json"))
+    want = yaml.safe_load(seed_file("objects", "step1-resourceflavor-accelerated.yaml").read_text())
+    assert flavor["metadata"]["labels"] == want["metadata"]["labels"]
+    assert flavor["spec"] == want["spec"]
+    assert json.loads(flavor["metadata"]["annotations"]["note.gpustack.ai/feature"])["logicalSliced"]["maxSize"] == 128
+    managers = json.loads(kubectl.stdout("get", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "-o", "json",
+                                         "--show-managed-fields"))["metadata"]["managedFields"]
+    assert {(m["manager"], m["operation"]) for m in managers} == {("accelpolicy", "Apply")}
+    queue = json.loads(kubectl.stdout("get", "clusterqueues.kueue.x-k8s.io", A10G_TYPE, "-o", "json"))
+    lq = json.loads(kubectl.stdout("get", "localqueues.kueue.x-k8s.io", "-n", "default",
+                                   "gpustack-fnv64-c4680bb149644f1c", "-o", "json"))
+    assert lq["spec"]["clusterQueue"] == A10G_TYPE
+    assert lq["metadata"]["ownerReferences"][0]["uid"] == queue["metadata"]["uid"]
+    assert queue["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "gpustack-node-devices"}]}
+    check = json.loads(kubectl.stdout("get", "admissionchecks.kueue.x-k8s.io", "gpustack-node-devices", "-o", "json"))
+    assert [(c["type"], c["status"]) for c in check["status"]["conditions"]] == [("Active", "True")]
+    it = json.loads(kubectl.stdout("get", "instancetypes", A10G_TYPE, "-o", "json"))
+    assert it["metadata"]["labels"]["schedule.gpustack.ai/derived-from-node"] == "true"
+    assert it["status"]["detail"]["computeCapability"] == "8.6"
+    # the settings Secret was seeded with the missing keys; the stored ones kept
+    secret = json.loads(kubectl.stdout("get", "secret", "-n", "gpustack-system", "gpustack-settings", "-o", "json"))
+    assert len(secret["data"]) == 11
+    assert secret["data"]["instance-type-aware-cpu-manufacturer"] == "ZmFsc2U="
+
+
+def test_administrator_type_is_never_modified_or_deleted(ctl, kubectl):
+    kubectl("apply", "-f", str(seed_file("objects", "step4-instancetype-a10g-12c128g.yaml")))
+    before = json.loads(kubectl.stdout("get", "instancetypes", "a10g-12c128g", "-o", "json"))
+    assert ctl.reconcile().errors == []
+    assert ctl.reconcile().writes == []
+    after = json.loads(kubectl.stdout("get", "instancetypes", "a10g-12c128g", "-o", "json"))
+    for field in ("labels", "generation", "finalizers", "annotations"):
+        assert after["metadata"].get(field) == before["metadata"].get(field), field
+    assert after["spec"] == before["spec"]
+    assert after["status"]["entrance"] == "gpustack-fnv64-d4c0e6cd72686015"
+    assert after["status"]["summary"]["accelerator"] == "1/1 10/10 100/100 0/0"
+    assert "a10g-12c128g" in names(kubectl, "clusterqueues.kueue.x-k8s.io")
+    # the administrator deletes it: its queue and LocalQueue go, the derived types stay
+    kubectl("delete", "instancetypes", "a10g-12c128g", "--wait=true")
+    result = ctl.reconcile()
+    namespaces = [n for n in kubectl.stdout("get", "namespaces", "-o", "name").split()
+                  if n not in ("namespace/gpustack-system", "namespace/kube-system")]
+    assert sorted((w.verb, w.kind, w.name, w.namespace) for w in result.writes) == [
+        ("delete", "ClusterQueue", "a10g-12c128g", "")] + sorted(
+        ("delete", "LocalQueue", "gpustack-fnv64-d4c0e6cd72686015", n.split("/")[1]) for n in namespaces)
+    assert names(kubectl, "instancetypes") == sorted([GENERIC_TYPE, A10G_TYPE, "gpustack--nvidia-tesla-t4-linux-amd64"])
+
+
+def _wait_for(kubectl, predicate, timeout=20.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = rows(kubectl)
+        if predicate(got):
+            return time.monotonic() - t0, got
+        time.sleep(0.05)
+    raise AssertionError(f"table not reached in {timeout}s: {got}")
+
+
+@pytest.fixture(scope="module")
+def running(ctl):
+    stop = threading.Event()
+    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
+    thread.start()
+    yield ctl
+    stop.set()
+    thread.join(10)
+
+
+def _patch_managed(kubectl, value):
+    kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+            "-p", json.dumps({"spec": {"labels": {"gpustack.ai/managed": value}}}))
+
+
+def test_unmanage_and_readmit_with_the_running_loop(running, kubectl):
+    want = without_phase(seed_rows("step2-after-unmanage.txt"))
+    _patch_managed(kubectl, "false")
+    seconds, got = _wait_for(kubectl, lambda r: without_phase(r) == want)
+    FIGURES.setdefault("NodeFeature patch -> correct table, seconds", []).append(seconds)
+    flavors = names(kubectl, "resourceflavors.kueue.x-k8s.io")
+    assert len(flavors) == 5 and A10G_FLAVOR not in flavors and A10G_CPU_FLAVOR not in flavors
+    assert "gpustack--nvidia-a10g" not in names(kubectl, "instancetypeflavors")
+    a10g = next(r for r in got if r["NAME"] == A10G_TYPE)
+    assert a10g["ACCELERATOR(EX/SH/SL/PT)"] == "0/0 0/0 0/0 0/0"
+    assert next(r for r in got if r["NAME"] == GENERIC_TYPE)["CPU"] == "48/68"
+
+    want = without_phase(seed_rows("step2-after-readmit.txt"))
+    _patch_managed(kubectl, "true")
+    seconds, _ = _wait_for(kubectl, lambda r: without_phase(r) == want)
+    FIGURES["NodeFeature patch -> correct table, seconds"].append(seconds)
+    assert len(names(kubectl, "resourceflavors.kueue.x-k8s.io")) == 7
+    assert running.wait_idle(10)
+
+
+def test_broken_watches_resume_and_an_expired_version_relists(running, kubectl):
+    """Every watch connection is cut; the NodeFeature cache is also sent back to resourceVersion 1,
+    which the API server answers with 410 Gone. The caches resume (the others without a new list),
+    and the loop still follows a NodeFeature patch."""
+    caches = running.cache.caches
+    lists = {kind: c.lists for kind, c in caches.items()}
+    nf = caches["NodeFeature"]
+    relists = nf.relists
+    nf._version = "1"
+    for cache in caches.values():
+        if cache._stream is not None:
+            cache._stream.abort()
+    _patch_managed(kubectl, "false")
+    seconds, _ = _wait_for(kubectl, lambda r: without_phase(r) == without_phase(seed_rows("step2-after-unmanage.txt")))
+    FIGURES.setdefault("after cut watches: NodeFeature patch -> correct table, seconds", []).append(seconds)
+    assert nf.relists == relists + 1 and nf.lists == lists["NodeFeature"] + 1
+    assert {kind: c.lists for kind, c in caches.items() if kind != "NodeFeature"} == \
+        {kind: n for kind, n in lists.items() if kind != "NodeFeature"}
+    _patch_managed(kubectl, "true")
+    _wait_for(kubectl, lambda r: without_phase(r) == without_phase(seed_rows("step1-instancetype.txt")))
+    assert running.wait_idle(10)
+
+
+def test_flavor_with_changed_node_labels_is_recreated(running, kubectl):
+    before = json.loads(kubectl.stdout("get", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "-o", "json"))
+    kubectl("patch", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "--type=merge",
+            "-p", '{"spec":{"nodeLabels":{"zone":"a"}}}')
+
+    def recreated():
+        got = json.loads(kubectl.stdout("get", "resourceflavors.kueue.x-k8s.io", A10G_FLAVOR, "-o", "json",
+                                        check=False) or "{}")
+        return got.get("metadata", {}).get("uid") not in (None, before["metadata"]["uid"]) and got
+    deadline = time.monotonic() + 20
+    while not (got := recreated()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert got, "flavor not recreated"
+    assert got["spec"]["nodeLabels"] == before["spec"]["nodeLabels"]
+    assert running.wait_idle(10)
+
+
+def test_deleted_derived_type_loses_queue_then_finalizer_and_is_authored_again(running, kubectl):
+    name = "gpustack--nvidia-tesla-t4-linux-amd64"
+    before = json.loads(kubectl.stdout("get", "instancetypes", name, "-o", "json"))
+    assert before["metadata"]["finalizers"] == ["gpustack.ai/controlled"]
+    kubectl("delete", "instancetypes", name, "--wait=false")
+    deadline = time.monotonic() + 20
+    got = {}
+    while time.monotonic() < deadline:
+        got = json.loads(kubectl.stdout("get", "instancetypes", name, "-o", "json", check=False) or "{}")
+        if got.get("metadata", {}).get("uid") not in (None, before["metadata"]["uid"]) and got.get("status"):
+            break
+        time.sleep(0.05)
+    assert got["metadata"]["uid"] != before["metadata"]["uid"], "type not authored again"
+    assert got["spec"] == before["spec"] and got["status"]["summary"] == before["status"]["summary"]
+    assert name in names(kubectl, "clusterqueues.kueue.x-k8s.io")
+    assert running.wait_idle(10)
+    assert without_phase(rows(kubectl)) == without_phase(seed_rows("step1-instancetype.txt"))
+
+
+def test_unparsable_setting_reads_as_default_with_a_warning_event(running, kubectl):
+    kubectl("-n", "gpustack-system", "patch", "secret", "gpustack-settings", "--type=merge",
+            "-p", '{"data":{"instance-type-mixed-on-node":"bWF5YmU="}}')  # "maybe"
+    deadline = time.monotonic() + 20
+    events = []
+    while time.monotonic() < deadline and not events:
+        events = [e for e in json.loads(kubectl.stdout("get", "events", "-n", "gpustack-system", "-o", "json"))["items"]
+                  if e.get("reason") == "InvalidSetting"]
+        time.sleep(0.1)
+    assert [(e["type"], e["involvedObject"]["name"]) for e in events] == [("Warning", "gpustack-settings")]
+    assert "instance-type-mixed-on-node" in events[0]["message"]
+    assert running.wait_idle(10)
+    assert len(names(kubectl, "resourceflavors.kueue.x-k8s.io")) == 7  # the default (true) still applies
+    kubectl("-n", "gpustack-system", "patch", "secret", "gpustack-settings", "--type=merge",
+            "-p", '{"data":{"instance-type-mixed-on-node":"dHJ1ZQ=="}}')
+
+
+def test_settings_change_takes_effect_without_restart(running, kubectl):
+    kubectl("-n", "gpustack-system", "patch", "secret", "gpustack-settings", "--type=merge",
+            "-p", '{"data":{"instance-type-aware-cpu-manufacturer":"dHJ1ZQ=="}}')
+    want = without_phase(seed_rows("step5-after-aware.txt"))
+    seconds, _ = _wait_for(kubectl, lambda r: without_phase(r) == want)
+    FIGURES.setdefault("settings Secret patch -> correct table, seconds", []).append(seconds)
+    catalog = rows(kubectl, "instancetypeflavors")
+    assert sorted(map(sorted, (r.items() for r in catalog))) == \
+        sorted(map(sorted, (r.items() for r in seed_rows("step5-instancetypeflavor.txt"))))
+    assert len(names(kubectl, "resourceflavors.kueue.x-k8s.io")) == 7
+    assert running.wait_idle(10)
+    idle = [r for r in running.reconciles if not r.planned]
+    # reconciles with nothing planned wrote nothing, but for the one InvalidSetting Event above
+    assert idle and sum(len(r.writes) for r in idle) == 1
+    assert [w.kind for r in idle for w in r.writes] == ["Event"]
+    FIGURES.setdefault("median reconcile seconds (loop)", []).append(
+        statistics.median(r.seconds for r in running.reconciles))
