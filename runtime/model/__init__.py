@@ -4,3 +4,4 @@ A module that defines more rule kinds adds them to ``rulefiles.SPEC_MODELS`` at 
 imported here, so the loader knows every kind.
 """
 from runtime.model import rulefiles  # noqa: F401
+from runtime.model import admission  # noqa: F401,E402
