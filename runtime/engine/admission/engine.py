@@ -62,6 +62,21 @@ class _Scope:
         return _Scope(self.base, dict(self.variables), self.item if item is MISSING else item)
 
 
+_MEMO_LIMIT = 8192
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable, type-tagged copy of a JSON value (dict/list/bool/float tagged: no 1 == True)."""
+    t = type(value)
+    if t is dict:
+        return (1, tuple((k, _freeze(v)) for k, v in value.items()))
+    if t is list:
+        return (2, tuple(_freeze(v) for v in value))
+    if t is bool or t is float:
+        return (3 if t is bool else 4, value)
+    return value
+
+
 def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
     cached = getattr(expr, "_refs", None)
     if cached is None:
@@ -85,6 +100,7 @@ class AdmissionEngine:
                               for m in policy.manufacturer_table.manufacturers],
             "constants": policy.constants.model_dump(),
         }
+        self._memo: dict[int, dict] = {}
         self.policies: dict[str, AdmissionPolicySpec] = {}
         self.params: dict[str, dict] = {}
         tables = {doc.name: doc.spec.values for doc in policy.ruleset.all("AdmissionParams")}
@@ -96,6 +112,7 @@ class AdmissionEngine:
                     raise KeyError(f"{doc.file}:{doc.line} spec.paramsFrom: no AdmissionParams named {ref!r}")
                 merged.update(tables[ref])
             self.params[doc.name] = {**merged, **doc.spec.params}
+        self._params_frozen = {id(p): _freeze(p) for p in self.params.values()}  # params live as long
 
     # -- selection -----------------------------------------------------------------------------------
     def by_path(self, path: str) -> Optional[str]:
@@ -163,7 +180,7 @@ class AdmissionEngine:
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
-            "params": self.params[name], "settings": dict(view.settings),
+            "params": self.params[name], "settings": dict(view.settings), "_frozen": {},
         }
         scope = _Scope(base, {})
         try:
@@ -193,16 +210,46 @@ class AdmissionEngine:
         return outcome
 
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
+        """Evaluate with only the referenced names; memoised on their frozen values.
+
+        Frozen forms are cached per review by object identity (``scope.base['_frozen']``), and for
+        the policy params for the engine's life, so each large value is frozen once.
+        """
         names, var_names = _refs(expr)
         act: dict[str, Any] = {}
+        key: list = []
+        frozen = scope.base["_frozen"]
         for n in names:
             if n == "variables":
-                act["variables"] = {v: scope.variables[v] for v in var_names if v in scope.variables}
-            elif n == "item":
-                act["item"] = None if scope.item is MISSING else scope.item
+                value = {v: scope.variables[v] for v in var_names if v in scope.variables}
+                key.append(tuple((v, self._frozen(scope.variables[v], frozen)) for v in value))
             else:
-                act[n] = scope.base[n]
-        return expr.evaluate(act, memo=True)
+                value = (None if scope.item is MISSING else scope.item) if n == "item" else scope.base[n]
+                key.append(self._frozen(value, frozen))
+            act[n] = value
+        memo = self._memo.setdefault(id(expr), {})
+        k = tuple(key)
+        try:
+            return memo[k]
+        except KeyError:
+            pass
+        result = expr.evaluate(act, memo=False)
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[k] = result
+        return result
+
+    def _frozen(self, value: Any, cache: dict) -> Any:
+        if type(value) not in (dict, list):
+            return _freeze(value)
+        ident = id(value)
+        hit = self._params_frozen.get(ident)
+        if hit is not None:
+            return hit
+        entry = cache.get(ident)
+        if entry is None:  # keep the value alive: its id must not be reused during this review
+            entry = cache[ident] = (value, _freeze(value))
+        return entry[1]
 
     def _lookup(self, lk, scope: _Scope, view: AdmissionView) -> list[dict]:
         if lk.when is not None and self._eval(lk.when, scope) is not True:
