@@ -11,6 +11,9 @@ import click
 
 # Subcommand modules; each exposes a click command named `command`.
 _SUBCOMMANDS = [
+    "admit",
+    "ruletest",
+    "webhook",
 ]
 
 
