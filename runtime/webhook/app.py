@@ -101,8 +101,8 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
         if body is None:
             return _answer(bad_request("", f"request body exceeds {state.max_body_bytes} bytes"), "")
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            data = json.loads(body, parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return _answer(bad_request("", "request body is not JSON"), "")
         if not state.ready:
             uid = _uid_of(data)
@@ -120,6 +120,10 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
     routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]
     routes += [Route(path, review, methods=["POST"]) for path in paths]
     return Starlette(routes=routes)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 def _uid_of(data) -> str:
