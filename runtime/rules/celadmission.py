@@ -65,6 +65,17 @@ def qIsInt(value) -> celtypes.BoolType:  # noqa: N802
     return celtypes.BoolType(q is not None and q == q.to_integral_value())
 
 
+def qIsZero(value) -> celtypes.BoolType:  # noqa: N802
+    """True when the quantity is 0 (an absent field reads as 0 in the rules: pass `'0'`)."""
+    return celtypes.BoolType(_quantity(value) == 0)
+
+
+def qCompare(a, b) -> celtypes.IntType:  # noqa: N802
+    """-1, 0 or 1 comparing two quantities exactly (`1500m` < `2`); unparsable reads as 0."""
+    x, y = _quantity(a) or Decimal(0), _quantity(b) or Decimal(0)
+    return celtypes.IntType((x > y) - (x < y))
+
+
 def qError(value) -> celtypes.StringType:  # noqa: N802
     """'' for a valid quantity, else the parser's message (pod-requests.md §7.1 `parse memory`)."""
     try:
@@ -93,6 +104,17 @@ def join(items, sep) -> celtypes.StringType:
 def flatten(items) -> celtypes.ListType:
     """A list of lists -> one list, in order."""
     return celtypes.ListType([x for sub in items for x in sub])
+
+
+def minOf(items, default) -> Any:  # noqa: N802
+    """The smallest element of ``items``, or ``default`` when empty."""
+    return min(items) if len(items) else default
+
+
+def indexed(items) -> celtypes.ListType:
+    """``[{'i': 0, 'v': x0}, ...]``: a list with its indexes (field paths need them)."""
+    return celtypes.ListType([celtypes.MapType({celtypes.StringType("i"): celtypes.IntType(i),
+                                                celtypes.StringType("v"): v}) for i, v in enumerate(items)])
 
 
 def maxOf(items, default) -> Any:  # noqa: N802
@@ -237,8 +259,8 @@ def withNodeRequirement(affinity, requirement) -> celtypes.MapType:  # noqa: N80
 
 FUNCTIONS = {
     "qValid": qValid, "qValue": qValue, "qFloor": qFloor, "qIsOne": qIsOne, "qIsInt": qIsInt,
-    "qError": qError, "binaryQuantity": binaryQuantity,
-    "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "dig": dig,
+    "qError": qError, "qIsZero": qIsZero, "qCompare": qCompare, "binaryQuantity": binaryQuantity,
+    "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf, "indexed": indexed, "dig": dig,
     "cleanPath": cleanPath, "pathElements": pathElements, "matches": matches,
     "resourceFamily": resourceFamily, "podContainers": podContainers,
     "withNodeRequirement": withNodeRequirement,

@@ -98,6 +98,8 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
             ops[path]["value"] = value
         elif not old_present:
             ops[path] = {"op": "add", "path": path, "value": value}
+            if isinstance(value, (dict, list)):
+                created.add(id(value))  # later writes beneath it ride on this operation
         elif old != value:
             ops[path] = {"op": "replace", "path": path, "value": value}
     ordered = sorted(ops.values(), key=lambda op: _sort_key(op["path"], order or {}))
