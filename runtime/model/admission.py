@@ -98,8 +98,8 @@ class Validation(Strict):
             return self
         if self.expression is None or self.reason is None:
             raise ValueError("a validation needs expression and reason")
-        if not self.message and self.messageExpression is None:
-            raise ValueError("a validation needs message or messageExpression")
+        if not self.message and self.messageExpression is None and self.reason != "NotFound":
+            raise ValueError("a validation needs message or messageExpression (only NotFound may go without)")
         return self
 
 

@@ -12,6 +12,7 @@ A suite::
       cases:
         - name: rule 1a
           operation: CREATE                    # default CREATE
+          useTemplate: false                   # optional: the object as written
           object: {...}
           oldObject: {...}                     # optional (merged onto objectTemplate too)
           snapshot: [...]                      # optional per-case override
@@ -74,11 +75,15 @@ class CaseResult:
 
 
 def merge(base: Any, over: Any) -> Any:
-    """Deep merge: maps merge key by key, everything else (lists included) is replaced."""
+    """Deep merge (JSON merge patch): maps merge key by key, ``null`` removes a key, anything else
+    (lists included) is replaced."""
     if isinstance(base, dict) and isinstance(over, dict):
         out = copy.deepcopy(base)
         for key, value in over.items():
-            out[key] = merge(base.get(key), value) if key in base else copy.deepcopy(value)
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = merge(base.get(key), value) if key in base else copy.deepcopy(value)
         return out
     return copy.deepcopy(over)
 
@@ -96,10 +101,10 @@ def load_cases(rules_dir: Path | str) -> list[Case]:
                 continue
             spec = doc.get("spec") or {}
             suite = (doc.get("metadata") or {}).get("name") or path.stem
-            template = spec.get("objectTemplate") or {}
             for i, raw in enumerate(spec.get("cases") or []):
                 if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw:
                     raise ValueError(f"{path}: case {i} needs name and expect")
+                template = (spec.get("objectTemplate") or {}) if raw.get("useTemplate", True) else {}
                 old = raw.get("oldObject")
                 cases.append(Case(
                     suite=suite, name=str(raw["name"]), file=str(path),

@@ -19,8 +19,8 @@ def runner() -> Runner:
 
 def test_suites_are_present():
     suites = {c.suite for c in CASES}
-    assert {"pods-seed", "pods-pools"} <= suites
-    assert len(CASES) >= 40
+    assert {"pods-seed", "pods-pools", "instances-seed", "instances-pools"} <= suites
+    assert len(CASES) >= 120
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
