@@ -130,6 +130,7 @@ class Mutation(Strict):
     when: Optional[Expr] = None
     denials: list[Denial] = []
     writes: list[Write] = []
+    builtin: Optional[str] = Field(None, description="a named built-in mutation (runtime.engine.admission.builtins)")
 
 
 class AdmissionParamsSpec(Strict):

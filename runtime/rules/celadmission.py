@@ -122,6 +122,15 @@ def maxOf(items, default) -> Any:  # noqa: N802
     return max(items) if len(items) else default
 
 
+def isEmpty(value) -> celtypes.BoolType:  # noqa: N802
+    """True for null, '', 0, false, an empty list or an empty map (Go's zero values)."""
+    if value is None:
+        return celtypes.BoolType(True)
+    if isinstance(value, (str, list, dict)):
+        return celtypes.BoolType(len(value) == 0)
+    return celtypes.BoolType(not value)
+
+
 def dig(value, path, default) -> Any:
     """``value[p0][p1]...`` following map keys and list indexes; ``default`` where the path ends."""
     cur = value
@@ -260,7 +269,7 @@ def withNodeRequirement(affinity, requirement) -> celtypes.MapType:  # noqa: N80
 FUNCTIONS = {
     "qValid": qValid, "qValue": qValue, "qFloor": qFloor, "qIsOne": qIsOne, "qIsInt": qIsInt,
     "qError": qError, "qIsZero": qIsZero, "qCompare": qCompare, "binaryQuantity": binaryQuantity,
-    "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf, "indexed": indexed, "dig": dig,
+    "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf, "indexed": indexed, "dig": dig, "isEmpty": isEmpty,
     "cleanPath": cleanPath, "pathElements": pathElements, "matches": matches,
     "resourceFamily": resourceFamily, "podContainers": podContainers,
     "withNodeRequirement": withNodeRequirement,

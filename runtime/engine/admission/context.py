@@ -50,7 +50,8 @@ def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:
 def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool = True) -> AdmissionView:
     """The view admission judges against.
 
-    ``derive_state`` True replaces the snapshot's InstanceTypes by the derived ones (with status);
+    ``derive_state`` True replaces the snapshot's InstanceTypes and ResourceFlavors by the derived
+    ones (InstanceTypes with status);
     False uses the snapshot as given (tests that spell out InstanceType status). ``None`` -> empty.
     """
     snapshot = snapshot or Snapshot.from_objects([])
@@ -59,6 +60,8 @@ def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool
         from runtime.engine.derive import derive
 
         state = derive(policy, snapshot)
-        objects = [o for o in snapshot if o.get("kind") != "InstanceType"] + list(state.instance_types)
+        replaced = ("InstanceType", "ResourceFlavor")
+        objects = ([o for o in snapshot if o.get("kind") not in replaced]
+                   + list(state.instance_types) + list(state.resource_flavors))
         snapshot = Snapshot.from_objects(objects, origin="derived")
     return AdmissionView(snapshot=snapshot, settings=dict(settings.values))

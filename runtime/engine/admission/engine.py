@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
-from runtime.engine.admission.patch import apply_writes
+from runtime.engine.admission.builtins import BUILTINS
+from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.verdict import MISSING, FieldError, Outcome
 from runtime.engine.policy import Policy
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
@@ -99,12 +100,22 @@ class AdmissionEngine:
             "manufacturers": [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind}
                               for m in policy.manufacturer_table.manufacturers],
             "constants": policy.constants.model_dump(),
+            "settingCatalog": {
+                "namespace": policy.settings.namespace,
+                "names": sorted(d.name for d in policy.settings.settings),
+                "types": {d.name: d.type for d in policy.settings.settings},
+                "booleans": list(policy.settings.booleanTrue) + list(policy.settings.booleanFalse),
+            },
         }
         self._memo: dict[int, dict] = {}
         self.policies: dict[str, AdmissionPolicySpec] = {}
         self.params: dict[str, dict] = {}
         tables = {doc.name: doc.spec.values for doc in policy.ruleset.all("AdmissionParams")}
         for doc in policy.ruleset.all("AdmissionPolicy"):
+            for mutation in doc.spec.mutations:
+                if mutation.builtin is not None and mutation.builtin not in BUILTINS:
+                    raise KeyError(f"{doc.file}:{doc.line} mutation {mutation.name}: unknown builtin "
+                                   f"{mutation.builtin!r} (known: {', '.join(sorted(BUILTINS))})")
             self.policies[doc.name] = doc.spec
             merged = dict(shared)
             for ref in doc.spec.paramsFrom:
@@ -180,7 +191,7 @@ class AdmissionEngine:
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
-            "params": self.params[name], "settings": dict(view.settings), "_frozen": {},
+            "params": self.params[name], "settings": dict(view.settings), "_frozen": {}, "_view": view,
         }
         scope = _Scope(base, {})
         try:
@@ -308,6 +319,12 @@ class AdmissionEngine:
                     code = 500 if denial.reason == "InternalError" else 403
                     raise _Stop(denial=(code, denial.reason, message))
             wrote = False
+            if mutation.builtin is not None:
+                base = sub.base
+                new = BUILTINS[mutation.builtin](self.policy, base["object"], base["_view"], base["params"])
+                changes = diff_writes(base["object"], new, 2)
+                writes.extend(changes)
+                wrote = bool(changes)
             for write in mutation.writes:
                 if write.when is not None and self._eval(write.when, sub) is not True:
                     continue

@@ -15,6 +15,16 @@ from typing import Any, Iterable, Mapping, Sequence
 Path = tuple
 
 
+class _Remove:
+    """Sentinel write value: remove the key (``remove`` operation when present)."""
+
+    def __repr__(self) -> str:
+        return "REMOVE"
+
+
+REMOVE = _Remove()
+
+
 def escape(segment: Any) -> str:
     """One JSON-pointer segment: `nvidia.com/gpu` -> `nvidia.com~1gpu`."""
     return str(segment).replace("~", "~0").replace("/", "~1")
@@ -56,7 +66,7 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
         path = tuple(path)
         if not path:
             raise ValueError("a write needs a non-empty path")
-        value = copy.deepcopy(value)
+        value = value if value is REMOVE else copy.deepcopy(value)
         cur: Any = mutated
         inside_new = False
         done = False
@@ -69,6 +79,9 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
             if not isinstance(cur, dict):
                 raise ValueError(f"write {pointer(path)}: {pointer(path[:i])} is not an object")
             nxt = cur.get(seg)
+            if nxt is None and value is REMOVE:
+                done = True
+                break
             if nxt is None:
                 new = _nest(path[i + 1:], value)
                 cur[seg] = new
@@ -83,6 +96,12 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
         if done:
             continue
         last = path[-1]
+        if value is REMOVE:
+            if isinstance(cur, dict) and last in cur:
+                del cur[last]
+                if not inside_new:
+                    ops[path] = {"op": "remove", "path": path}
+            continue
         if isinstance(cur, list):
             if not isinstance(last, int) or not 0 <= last < len(cur):
                 raise ValueError(f"write {pointer(path)}: index {last!r} out of range")
@@ -103,5 +122,28 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
         elif old != value:
             ops[path] = {"op": "replace", "path": path, "value": value}
     ordered = sorted(ops.values(), key=lambda op: _sort_key(op["path"], order or {}))
-    return mutated, [{"op": op["op"], "path": pointer(op["path"]), "value": copy.deepcopy(op["value"])}
-                     for op in ordered]
+    out = []
+    for op in ordered:
+        rendered = {"op": op["op"], "path": pointer(op["path"])}
+        if op["op"] != "remove":
+            rendered["value"] = copy.deepcopy(op["value"])
+        out.append(rendered)
+    return mutated, out
+
+
+def diff_writes(old: Any, new: Any, depth: int, path: Path = ()) -> list[tuple[Path, Any]]:
+    """Writes turning ``old`` into ``new``, comparing maps down to ``depth`` levels (whole values below).
+
+    A key missing from ``new`` becomes a :data:`REMOVE` write.
+    """
+    if depth == 0 or not isinstance(old, dict) or not isinstance(new, dict):
+        return [] if old == new else [(path, new)]
+    writes: list[tuple[Path, Any]] = []
+    for key in sorted(set(old) | set(new)):
+        if key not in new:
+            writes.append((path + (key,), REMOVE))
+        elif key not in old:
+            writes.append((path + (key,), new[key]))
+        else:
+            writes.extend(diff_writes(old[key], new[key], depth - 1, path + (key,)))
+    return writes
