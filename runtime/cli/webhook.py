@@ -19,7 +19,9 @@ from runtime.engine.admission import AdmissionEngine, admission_view
 @click.option("--port", default=9443, show_default=True, type=int)
 @click.option("--snapshot", multiple=True, help="cluster snapshot files/directories the webhooks read")
 @click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=int)
-def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes):
+@click.option("--always-allow", is_flag=True,
+              help="benchmark floor: same server and TLS, every review allowed without evaluating rules")
+def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes, always_allow):
     """Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics.
 
     Either --cert and --key, or --self-signed DIR. Binds 127.0.0.1 unless --host says otherwise.
@@ -35,7 +37,7 @@ def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_by
         fail("give --cert and --key, or --self-signed DIR")
     policy = policy_from(rules)
     engine = AdmissionEngine(policy)
-    state = WebhookState(max_body_bytes=max_body_bytes)
+    state = WebhookState(max_body_bytes=max_body_bytes, always_allow=always_allow)
     app = build_app(state, {spec.path: name for name, spec in engine.policies.items()})
     state.set_ready(engine, admission_view(policy, snapshot_from(snapshot)))
     for name, spec in sorted(engine.policies.items()):

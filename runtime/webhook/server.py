@@ -43,8 +43,12 @@ def _config(app, certfile: Optional[str], keyfile: Optional[str], log_level: str
 
 
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    """A listening TCP socket (SO_REUSEADDR) on ``host:port``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening TCP socket (SO_REUSEADDR) on ``host:port``.
+
+    ``proto`` must be IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only then, and
+    without it every response (headers and body are written separately) waits ~40 ms for a delayed ACK.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
