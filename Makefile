@@ -30,6 +30,7 @@ test: install lint  ## everything: unit, rule suites, control plane, e2e
 
 bench: install  ## benchmarks (figures, not pass/fail)
 	$(BIN)/python benchmarks/derive.py
+	$(BIN)/python benchmarks/webhook.py
 
 clean:  ## remove the venv and caches inside the clone (not the control-plane cache)
 	rm -rf $(VENV) .pytest_cache

@@ -14,8 +14,8 @@ from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
 from runtime.rules.ruletests import Case, Runner, load_cases
 
-SEED = Path("/work/shared/seed/objects")
 ROOT = Path(DEFAULT_RULES_DIR).parent
+SEED = ROOT.parent / "shared" / "seed" / "objects"  # shared/ sits beside the clone (worktree and CI)
 SNAPSHOT = str(ROOT / "tests" / "fixtures" / "seed" / "common")
 
 STEP3 = """\
