@@ -127,6 +127,7 @@ class Runner:
         self._views: dict = {}
 
     def view(self, snapshot: tuple[str, ...], derive: bool):
+        """The AdmissionView of ``snapshot`` paths (relative to ``base_dir``), built once."""
         key = (snapshot, derive)
         if key not in self._views:
             snap = load_snapshot([self.base_dir / p for p in snapshot]) if snapshot else None
@@ -157,5 +158,6 @@ class Runner:
         return result
 
     def run_all(self, cases: list[Case]) -> Iterator[CaseResult]:
+        """:meth:`run` for each case, in order."""
         for case in cases:
             yield self.run(case)

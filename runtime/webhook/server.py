@@ -78,6 +78,7 @@ class ServerThread:
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def start(self) -> "ServerThread":
+        """Start serving; returns self once connections are accepted (RuntimeError after 10 s)."""
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:
@@ -87,6 +88,7 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
+        """Ask uvicorn to exit, join the thread, close the listening socket."""
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()
