@@ -50,8 +50,8 @@ def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:
 def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool = True) -> AdmissionView:
     """The view admission judges against.
 
-    ``derive_state`` True replaces the snapshot's InstanceTypes and ResourceFlavors by the derived
-    ones (InstanceTypes with status);
+    ``derive_state`` True replaces the snapshot's InstanceTypes, ResourceFlavors, ClusterQueues and
+    LocalQueues by the derived ones (InstanceTypes with status);
     False uses the snapshot as given (tests that spell out InstanceType status). ``None`` -> empty.
     """
     snapshot = snapshot or Snapshot.from_objects([])
@@ -60,8 +60,9 @@ def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool
         from runtime.engine.derive import derive
 
         state = derive(policy, snapshot)
-        replaced = ("InstanceType", "ResourceFlavor")
+        replaced = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
         objects = ([o for o in snapshot if o.get("kind") not in replaced]
-                   + list(state.instance_types) + list(state.resource_flavors))
+                   + list(state.instance_types) + list(state.resource_flavors)
+                   + list(state.cluster_queues) + list(state.local_queues))
         snapshot = Snapshot.from_objects(objects, origin="derived")
     return AdmissionView(snapshot=snapshot, settings=dict(settings.values))

@@ -179,7 +179,11 @@ class AdmissionEngine:
         return final
 
     def run(self, name: str, request: AdmissionRequest, view: AdmissionView) -> Outcome:
-        """Judge ``request`` with policy ``name``. Rule evaluation failures become InternalError."""
+        """Judge ``request`` with policy ``name``.
+
+        A rule evaluation failure becomes a 500 InternalError denial, or, for a policy with
+        ``failurePolicy: Ignore``, an unchanged admission.
+        """
         spec = self.policies[name]
         meta = request.object.get("metadata") or request.old_object.get("metadata") or {}
         outcome = Outcome(policy=name, kind=spec.match.kind, group=spec.match.group,
@@ -195,7 +199,9 @@ class AdmissionEngine:
         }
         scope = _Scope(base, {})
         try:
-            base["lookups"] = {lk.name: self._lookup(lk, scope, view) for lk in spec.lookups}
+            base["lookups"] = {}
+            for lk in spec.lookups:  # in order: a lookup may read the ones before it (a new dict each time)
+                base["lookups"] = {**base["lookups"], lk.name: self._lookup(lk, scope, view)}
             self._variables(spec.variables, scope)
             if spec.type == "validating":
                 self._validate(spec.validations, scope, outcome)
@@ -215,9 +221,10 @@ class AdmissionEngine:
                 outcome.errors = []
                 outcome.denial = stop.denial
         except (CelEvalError, ValueError, KeyError, TypeError) as exc:
-            outcome.errors = []
-            outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
+            outcome.errors, outcome.patch, outcome.mutated = [], [], None
             outcome.rules.append("rule-error")
+            if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
+                outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
         return outcome
 
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
