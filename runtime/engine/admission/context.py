@@ -15,6 +15,9 @@ from runtime.engine.settings import Settings, decode_secret_data, resolve
 from runtime.engine.snapshot import Snapshot, labels_of
 
 
+_EMPTY: list = []
+
+
 @dataclass
 class AdmissionView:
     """Objects admission reads (``snapshot``) and the settings in force (name -> value)."""
@@ -22,14 +25,19 @@ class AdmissionView:
     snapshot: Snapshot
     settings: Mapping[str, object]
     _label_index: dict = field(default_factory=dict, repr=False)
+    _by_name: dict = field(default_factory=dict, repr=False)
 
     def get(self, kind: str, name: str, namespace: str = "") -> list[dict]:
-        """``[object]`` or ``[]``."""
-        obj = self.snapshot.get(kind, name, namespace)
-        return [obj] if obj is not None else []
+        """``[object]`` or ``[]``; the same list object on every call (callers must not mutate it)."""
+        key = (kind, name, namespace)
+        hit = self._by_name.get(key)
+        if hit is None:
+            obj = self.snapshot.get(kind, name, namespace)
+            hit = self._by_name[key] = [obj] if obj is not None else []
+        return hit
 
     def by_label(self, kind: str, key: str, value: str) -> list[dict]:
-        """Objects of ``kind`` whose label ``key`` equals ``value``, in name order."""
+        """Objects of ``kind`` whose label ``key`` equals ``value``, in name order (a shared list)."""
         index = self._label_index.get((kind, key))
         if index is None:
             index = {}
@@ -38,7 +46,7 @@ class AdmissionView:
                 if val is not None:
                     index.setdefault(val, []).append(obj)
             self._label_index[(kind, key)] = index
-        return list(index.get(value, []))
+        return index.get(value, _EMPTY)
 
 
 def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:

@@ -64,6 +64,7 @@ class _Scope:
 
 
 _MEMO_LIMIT = 8192
+_PINNED_LIMIT = 50000
 
 
 def _freeze(value: Any) -> Any:
@@ -108,6 +109,7 @@ class AdmissionEngine:
             },
         }
         self._memo: dict[int, dict] = {}
+        self._pinned: dict[int, tuple] = {}
         self.policies: dict[str, AdmissionPolicySpec] = {}
         self.params: dict[str, dict] = {}
         tables = {doc.name: doc.spec.values for doc in policy.ruleset.all("AdmissionParams")}
@@ -195,7 +197,7 @@ class AdmissionEngine:
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
-            "params": self.params[name], "settings": dict(view.settings), "_frozen": {}, "_view": view,
+            "params": self.params[name], "settings": dict(view.settings), "_view": view,
         }
         scope = _Scope(base, {})
         try:
@@ -230,13 +232,14 @@ class AdmissionEngine:
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
         """Evaluate with only the referenced names; memoised on their frozen values.
 
-        Frozen forms are cached per review by object identity (``scope.base['_frozen']``), and for
-        the policy params for the engine's life, so each large value is frozen once.
+        Frozen forms are cached by object identity with the object pinned (so its id cannot be
+        reused while cached): params, cluster objects and memoised results are frozen once, a
+        request's own values once per review.
         """
         names, var_names = _refs(expr)
         act: dict[str, Any] = {}
         key: list = []
-        frozen = scope.base["_frozen"]
+        frozen = self._pinned
         for n in names:
             if n == "variables":
                 value = {v: scope.variables[v] for v in var_names if v in scope.variables}
@@ -265,7 +268,9 @@ class AdmissionEngine:
         if hit is not None:
             return hit
         entry = cache.get(ident)
-        if entry is None:  # keep the value alive: its id must not be reused during this review
+        if entry is None:  # pin the value: its id must not be reused while the entry lives
+            if len(cache) >= _PINNED_LIMIT:
+                cache.clear()
             entry = cache[ident] = (value, _freeze(value))
         return entry[1]
 
