@@ -15,6 +15,7 @@ A suite::
           useTemplate: false                   # optional: the object as written
           object: {...}
           oldObject: {...}                     # optional (merged onto objectTemplate too)
+          user: system:serviceaccount:...      # optional request.userInfo.username
           snapshot: [...]                      # optional per-case override
           expect:
             allowed: false
@@ -55,6 +56,7 @@ class Case:
     snapshot: tuple[str, ...]
     derive: bool
     expect: dict
+    user: str = ""
 
     @property
     def id(self) -> str:
@@ -113,7 +115,7 @@ def load_cases(rules_dir: Path | str) -> list[Case]:
                     old_object=merge(template, old) if old is not None else None,
                     snapshot=tuple(raw.get("snapshot", spec.get("snapshot")) or ()),
                     derive=bool(raw.get("derive", spec.get("derive", True))),
-                    expect=raw["expect"]))
+                    expect=raw["expect"], user=str(raw.get("user", ""))))
     return cases
 
 
@@ -137,6 +139,8 @@ class Runner:
     def run(self, case: Case) -> CaseResult:
         """Judge one case and compare with ``expect``."""
         review = review_for(case.object, case.operation, case.old_object, uid="rule-test")
+        if case.user:
+            review["request"]["userInfo"] = {"username": case.user}
         response, outcome = decide(self.engine, review, self.view(case.snapshot, case.derive))
         result = CaseResult(case=case, response=response)
         got = response["response"]

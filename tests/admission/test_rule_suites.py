@@ -19,7 +19,7 @@ def runner() -> Runner:
 
 def test_suites_are_present():
     suites = {c.suite for c in CASES}
-    assert {"pods-seed", "pods-pools", "instances-seed", "instances-pools", "instancetypes", "settings", "mig-instances", "mig-pods", "workloads"} <= suites
+    assert {"pods-seed", "pods-pools", "instances-seed", "instances-pools", "instancetypes", "settings", "mig-instances", "mig-pods", "workloads", "instancetypeflavors"} <= suites
     assert len(CASES) >= 120
 
 

@@ -217,6 +217,9 @@ class AdmissionEngine:
                 if stop.error.reason == "InternalError":
                     outcome.errors = []
                     outcome.denial = (500, "InternalError", stop.error.detail)
+                elif stop.error.reason == "Forbidden" and not stop.error.field:  # a guard, not a field
+                    outcome.errors = []
+                    outcome.denial = (403, "Forbidden", stop.error.detail)
                 else:
                     outcome.errors = [stop.error]
             else:
