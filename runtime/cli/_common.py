@@ -25,6 +25,16 @@ def policy_from(rules: str | None) -> Policy:
         fail(str(exc))
 
 
+def engine_from(policy: Policy):
+    """The AdmissionEngine of ``policy``; a dangling ``paramsFrom``/``builtin`` exits 2."""
+    from runtime.engine.admission import AdmissionEngine
+
+    try:
+        return AdmissionEngine(policy)
+    except KeyError as exc:
+        fail(str(exc.args[0]) if exc.args else str(exc))
+
+
 def snapshot_from(paths: tuple[str, ...]):
     """The snapshot of ``paths`` (None when empty); unreadable input exits 2."""
     if not paths:

@@ -11,8 +11,8 @@ import sys
 import click
 import yaml
 
-from runtime.cli._common import fail, policy_from, snapshot_from
-from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
+from runtime.cli._common import engine_from, fail, policy_from, snapshot_from
+from runtime.engine.admission import admission_view, decide, review_for
 
 
 def _read_object(path: str) -> dict:
@@ -67,7 +67,7 @@ def command(filename, old, operation, snapshot, no_derive, rules, output):
         old_obj = obj
     view = admission_view(policy, snapshot_from(snapshot), derive_state=not no_derive)
     review = review_for(obj, operation, old_obj)
-    answer, outcome = decide(AdmissionEngine(policy), review, view)
+    answer, outcome = decide(engine_from(policy), review, view)
     if output == "json":
         click.echo(json.dumps({**review, "response": answer["response"]}, indent=2))
     else:

@@ -5,8 +5,8 @@ import tempfile
 
 import click
 
-from runtime.cli._common import fail, policy_from, snapshot_from
-from runtime.engine.admission import AdmissionEngine, admission_view
+from runtime.cli._common import engine_from, fail, policy_from, snapshot_from
+from runtime.engine.admission import admission_view
 
 
 @click.command("webhook")
@@ -36,7 +36,7 @@ def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_by
     elif not (cert and key):
         fail("give --cert and --key, or --self-signed DIR")
     policy = policy_from(rules)
-    engine = AdmissionEngine(policy)
+    engine = engine_from(policy)
     state = WebhookState(max_body_bytes=max_body_bytes, always_allow=always_allow)
     app = build_app(state, {spec.path: name for name, spec in engine.policies.items()})
     state.set_ready(engine, admission_view(policy, snapshot_from(snapshot)))
