@@ -24,7 +24,10 @@ def command(rules_dir, match, verbose):
         cases = [c for c in load_cases(rules_dir) if match in c.id]
     except (OSError, ValueError) as exc:
         fail(str(exc))
-    runner = Runner(policy, Path(rules_dir).resolve().parent)
+    try:
+        runner = Runner(policy, Path(rules_dir).resolve().parent)
+    except KeyError as exc:  # a dangling paramsFrom/builtin
+        fail(str(exc.args[0]) if exc.args else str(exc))
     failed = 0
     for result in runner.run_all(cases):
         if not result.passed:
