@@ -36,6 +36,7 @@ demo: install  ## the seed walkthrough, step by step (snapshot replay), printing
 
 bench: install  ## benchmarks (figures, not pass/fail)
 	$(BIN)/python benchmarks/derive.py
+	$(BIN)/python benchmarks/webhook.py
 
 clean:  ## remove the venv and caches inside the clone (not the control-plane cache)
 	rm -rf $(VENV) .pytest_cache

@@ -16,6 +16,9 @@ _SUBCOMMANDS = [
     "demo",
     "agent",
     "controller",
+    "admit",
+    "ruletest",
+    "webhook",
 ]
 
 

@@ -5,3 +5,4 @@ imported here, so the loader knows every kind.
 """
 from runtime.model import rulefiles  # noqa: F401
 from runtime.model import agent  # noqa: F401  (kind NodeAgent)
+from runtime.model import admission  # noqa: F401,E402

@@ -42,3 +42,9 @@ FUNCTIONS = {
     "quantity": quantity,
     "beforeDash": beforeDash,
 }
+
+# Admission helpers (rules/admission/*.yaml) live in their own module; merged here so every
+# expression sees one table.
+from runtime.rules.celadmission import FUNCTIONS as _ADMISSION_FUNCTIONS  # noqa: E402
+
+FUNCTIONS.update(_ADMISSION_FUNCTIONS)

@@ -1,0 +1,41 @@
+"""`accelpolicy test RULES_DIR`: run the rule test suites under RULES_DIR/tests (issue 5, item 8)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from runtime.cli._common import fail, policy_from
+from runtime.rules.ruletests import Runner, load_cases
+
+
+@click.command("test")
+@click.argument("rules_dir", default="rules", type=click.Path(file_okay=False))
+@click.option("-k", "match", default="", help="only cases whose suite::name contains this text")
+@click.option("-v", "--verbose", is_flag=True, help="list every case, not only failures")
+def command(rules_dir, match, verbose):
+    """Run every AdmissionTests suite under RULES_DIR/tests; exit 1 when a case fails.
+
+    Snapshot paths in suites are relative to RULES_DIR's parent (the repository root).
+    """
+    policy = policy_from(rules_dir)
+    try:
+        cases = [c for c in load_cases(rules_dir) if match in c.id]
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    try:
+        runner = Runner(policy, Path(rules_dir).resolve().parent)
+    except KeyError as exc:  # a dangling paramsFrom/builtin
+        fail(str(exc.args[0]) if exc.args else str(exc))
+    failed = 0
+    for result in runner.run_all(cases):
+        if not result.passed:
+            failed += 1
+            click.echo(f"FAIL {result.case.id} ({result.case.file})")
+            for problem in result.problems:
+                click.echo("  " + problem.replace("\n", "\n  "))
+        elif verbose:
+            click.echo(f"ok   {result.case.id}")
+    click.echo(f"{len(cases) - failed} passed, {failed} failed, {len(cases)} cases")
+    sys.exit(1 if failed else 0)

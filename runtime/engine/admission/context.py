@@ -1,0 +1,76 @@
+"""What admission may read of the cluster: a Snapshot after derivation, plus resolved settings.
+
+:func:`admission_view` builds it from a raw snapshot: derivation (spec/pools.md) fills in the
+InstanceTypes the controller would hold, with their computed ``status`` (entrance, detail,
+capacities), so admission sees e.g. the fronting InstanceType of a queue. Lookups by label are
+indexed once per view. Pure: no I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from runtime.engine.policy import Policy
+from runtime.engine.settings import Settings, decode_secret_data, resolve
+from runtime.engine.snapshot import Snapshot, labels_of
+
+
+_EMPTY: list = []
+
+
+@dataclass
+class AdmissionView:
+    """Objects admission reads (``snapshot``) and the settings in force (name -> value)."""
+
+    snapshot: Snapshot
+    settings: Mapping[str, object]
+    _label_index: dict = field(default_factory=dict, repr=False)
+    _by_name: dict = field(default_factory=dict, repr=False)
+
+    def get(self, kind: str, name: str, namespace: str = "") -> list[dict]:
+        """``[object]`` or ``[]``; the same list object on every call (callers must not mutate it)."""
+        key = (kind, name, namespace)
+        hit = self._by_name.get(key)
+        if hit is None:
+            obj = self.snapshot.get(kind, name, namespace)
+            hit = self._by_name[key] = [obj] if obj is not None else []
+        return hit
+
+    def by_label(self, kind: str, key: str, value: str) -> list[dict]:
+        """Objects of ``kind`` whose label ``key`` equals ``value``, in name order (a shared list)."""
+        index = self._label_index.get((kind, key))
+        if index is None:
+            index = {}
+            for obj in self.snapshot.list(kind):
+                val = labels_of(obj).get(key)
+                if val is not None:
+                    index.setdefault(val, []).append(obj)
+            self._label_index[(kind, key)] = index
+        return index.get(value, _EMPTY)
+
+
+def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:
+    """Settings resolved from the snapshot's settings Secret (spec/settings.md §1)."""
+    secret = snapshot.get("Secret", policy.settings.secretName, policy.settings.namespace)
+    return resolve(policy.settings, decode_secret_data(secret))
+
+
+def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool = True) -> AdmissionView:
+    """The view admission judges against.
+
+    ``derive_state`` True replaces the snapshot's InstanceTypes, ResourceFlavors, ClusterQueues and
+    LocalQueues by the derived ones (InstanceTypes with status);
+    False uses the snapshot as given (tests that spell out InstanceType status). ``None`` -> empty.
+    """
+    snapshot = snapshot or Snapshot.from_objects([])
+    settings = settings_of(policy, snapshot)
+    if derive_state:
+        from runtime.engine.derive import derive
+
+        state = derive(policy, snapshot)
+        replaced = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
+        objects = ([o for o in snapshot if o.get("kind") not in replaced]
+                   + list(state.instance_types) + list(state.resource_flavors)
+                   + list(state.cluster_queues) + list(state.local_queues))
+        snapshot = Snapshot.from_objects(objects, origin="derived")
+    return AdmissionView(snapshot=snapshot, settings=dict(settings.values))

@@ -1,0 +1,149 @@
+"""Writes -> JSONPatch (RFC 6902) in canonical order (spec/pod-requests.md §7.6).
+
+A write is ``(path, value)`` with ``path`` a tuple of object keys and list indexes. Applying the
+writes to a copy of the object yields the mutated object; the patch is the difference restricted to
+the written locations: ``add`` for an absent key (an absent ancestor map is added whole, holding
+every write beneath it), ``replace`` for a changed value, nothing when equal. Keys are escaped
+(``~`` -> ``~0``, ``/`` -> ``~1``). Operations sort by path, each segment ranked by ``order``
+(segment -> rank; ranked strings first, then indexes numerically, then other strings lexically).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Mapping, Sequence
+
+Path = tuple
+
+
+class _Remove:
+    """Sentinel write value: remove the key (``remove`` operation when present)."""
+
+    def __repr__(self) -> str:
+        return "REMOVE"
+
+
+REMOVE = _Remove()
+
+
+def escape(segment: Any) -> str:
+    """One JSON-pointer segment: `nvidia.com/gpu` -> `nvidia.com~1gpu`."""
+    return str(segment).replace("~", "~0").replace("/", "~1")
+
+
+def pointer(path: Sequence) -> str:
+    """A path tuple as a JSON pointer (`/spec/containers/0/resources`)."""
+    return "".join("/" + escape(s) for s in path)
+
+
+def _sort_key(path: Sequence, order: Mapping[str, int]) -> tuple:
+    key = []
+    for seg in path:
+        if isinstance(seg, int):
+            key.append((1, seg, ""))
+        elif seg in order:
+            key.append((0, order[seg], ""))
+        else:
+            key.append((2, 0, str(seg)))
+    return tuple(key)
+
+
+def _nest(rest: Sequence, value: Any) -> Any:
+    for seg in reversed(rest):
+        value = {seg: value}
+    return value
+
+
+def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
+                 order: Mapping[str, int] | None = None) -> tuple[dict, list[dict]]:
+    """Apply ``writes`` to a deep copy of ``obj``; returns ``(mutated, patch operations)``.
+
+    Raises ValueError for a path through a non-container or an index out of range (a rule bug).
+    """
+    mutated = copy.deepcopy(dict(obj))
+    ops: dict[Path, dict] = {}
+    created: set[int] = set()  # ids of maps this patch adds whole
+    for path, value in writes:
+        path = tuple(path)
+        if not path:
+            raise ValueError("a write needs a non-empty path")
+        value = value if value is REMOVE else copy.deepcopy(value)
+        cur: Any = mutated
+        inside_new = False
+        done = False
+        for i, seg in enumerate(path[:-1]):
+            if isinstance(cur, list):
+                if not isinstance(seg, int) or not 0 <= seg < len(cur):
+                    raise ValueError(f"write {pointer(path)}: index {seg!r} out of range")
+                cur = cur[seg]
+                continue
+            if not isinstance(cur, dict):
+                raise ValueError(f"write {pointer(path)}: {pointer(path[:i])} is not an object")
+            nxt = cur.get(seg)
+            if nxt is None and value is REMOVE:
+                done = True
+                break
+            if nxt is None:
+                new = _nest(path[i + 1:], value)
+                cur[seg] = new
+                created.add(id(new))
+                if not inside_new:
+                    ops[path[: i + 1]] = {"op": "add", "path": path[: i + 1], "value": new}
+                done = True
+                break
+            if id(nxt) in created:
+                inside_new = True
+            cur = nxt
+        if done:
+            continue
+        last = path[-1]
+        if value is REMOVE:
+            if isinstance(cur, dict) and last in cur:
+                del cur[last]
+                if not inside_new:
+                    ops[path] = {"op": "remove", "path": path}
+            continue
+        if isinstance(cur, list):
+            if not isinstance(last, int) or not 0 <= last < len(cur):
+                raise ValueError(f"write {pointer(path)}: index {last!r} out of range")
+            old_present, old = True, cur[last]
+        elif isinstance(cur, dict):
+            old_present, old = last in cur, cur.get(last)
+        else:
+            raise ValueError(f"write {pointer(path)}: parent is not an object")
+        cur[last] = value
+        if inside_new:
+            continue
+        if path in ops:
+            ops[path]["value"] = value
+        elif not old_present:
+            ops[path] = {"op": "add", "path": path, "value": value}
+            if isinstance(value, (dict, list)):
+                created.add(id(value))  # later writes beneath it ride on this operation
+        elif old != value:
+            ops[path] = {"op": "replace", "path": path, "value": value}
+    ordered = sorted(ops.values(), key=lambda op: _sort_key(op["path"], order or {}))
+    out = []
+    for op in ordered:
+        rendered = {"op": op["op"], "path": pointer(op["path"])}
+        if op["op"] != "remove":
+            rendered["value"] = copy.deepcopy(op["value"])
+        out.append(rendered)
+    return mutated, out
+
+
+def diff_writes(old: Any, new: Any, depth: int, path: Path = ()) -> list[tuple[Path, Any]]:
+    """Writes turning ``old`` into ``new``, comparing maps down to ``depth`` levels (whole values below).
+
+    A key missing from ``new`` becomes a :data:`REMOVE` write.
+    """
+    if depth == 0 or not isinstance(old, dict) or not isinstance(new, dict):
+        return [] if old == new else [(path, new)]
+    writes: list[tuple[Path, Any]] = []
+    for key in sorted(set(old) | set(new)):
+        if key not in new:
+            writes.append((path + (key,), REMOVE))
+        elif key not in old:
+            writes.append((path + (key,), new[key]))
+        else:
+            writes.extend(diff_writes(old[key], new[key], depth - 1, path + (key,)))
+    return writes

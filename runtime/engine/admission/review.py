@@ -1,0 +1,102 @@
+"""Reading an AdmissionReview v1 request, and building one for offline use (``accelpolicy admit``).
+
+:func:`parse_review` type-checks everything the engine reads and raises :class:`BadReview` (with
+the uid when one could be read) for anything else, so a malformed review is answered with a
+well-formed denial (or HTTP 400 without a uid), never a crash.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Optional
+
+from runtime.engine.admission.engine import AdmissionRequest
+
+API_VERSION = "admission.k8s.io/v1"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class BadReview(ValueError):
+    """A request body that is not a usable AdmissionReview; ``uid`` is None when none was readable."""
+
+    def __init__(self, message: str, uid: Optional[str] = None):
+        super().__init__(message)
+        self.uid = uid
+
+
+def _mapping(value: Any, what: str, uid: Optional[str], optional: bool = True) -> dict:
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise BadReview(f"{what} must be an object", uid)
+    return value
+
+
+def _string(value: Any, what: str, uid: Optional[str]) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadReview(f"{what} must be a string", uid)
+    return value
+
+
+def parse_review(body: Any) -> AdmissionRequest:
+    """A decoded JSON body -> :class:`AdmissionRequest`. Raises :class:`BadReview`."""
+    if not isinstance(body, dict):
+        raise BadReview("the body must be an AdmissionReview object")
+    request = body.get("request")
+    uid = request.get("uid") if isinstance(request, dict) else None
+    uid = uid if isinstance(uid, str) and uid else None
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != "AdmissionReview":
+        raise BadReview(f"expected apiVersion {API_VERSION}, kind AdmissionReview", uid)
+    if not isinstance(request, dict):
+        raise BadReview("request must be an object", uid)
+    if uid is None:
+        raise BadReview("request.uid must be a non-empty string")
+    kind = _mapping(request.get("kind"), "request.kind", uid, optional=False)
+    for key in ("group", "version", "kind"):
+        _string(kind.get(key), f"request.kind.{key}", uid)
+    resource = _mapping(request.get("resource"), "request.resource", uid)
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise BadReview(f"request.operation must be one of {', '.join(OPERATIONS)}", uid)
+    obj = _mapping(request.get("object"), "request.object", uid)
+    old = _mapping(request.get("oldObject"), "request.oldObject", uid)
+    if operation in ("CREATE", "UPDATE") and not obj:
+        raise BadReview(f"request.object is required for {operation}", uid)
+    meta = _mapping(obj.get("metadata"), "request.object.metadata", uid)
+    labels = _mapping(meta.get("labels"), "request.object.metadata.labels", uid)
+    if any(not isinstance(v, str) for v in labels.values()):
+        raise BadReview("request.object.metadata.labels values must be strings", uid)
+    return AdmissionRequest(
+        uid=uid, kind=kind, resource=resource, operation=operation,
+        name=_string(request.get("name"), "request.name", uid) or _string(meta.get("name"), "metadata.name", uid),
+        namespace=_string(request.get("namespace"), "request.namespace", uid)
+        or _string(meta.get("namespace"), "metadata.namespace", uid),
+        object=obj, old_object=old, user=_mapping(request.get("userInfo"), "request.userInfo", uid))
+
+
+def review_for(obj: dict, operation: str = "CREATE", old: Optional[dict] = None,
+               uid: Optional[str] = None) -> dict:
+    """An AdmissionReview v1 request for ``obj`` as kube-apiserver would send it (offline use).
+
+    ``kind.group``/``version`` come from ``obj['apiVersion']``; ``resource`` is the lower-case
+    plural of the kind; the namespace defaults to ``default`` for a namespaced object without one.
+    """
+    source = obj or old or {}
+    api_version = str(source.get("apiVersion", "v1"))
+    group, _, version = api_version.rpartition("/")
+    kind = str(source.get("kind", ""))
+    meta = source.get("metadata") or {}
+    request: dict[str, Any] = {
+        "uid": uid or str(uuid.uuid4()),
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+        "operation": operation,
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", "default" if kind in ("Pod", "Instance", "Setting") else ""),
+        "userInfo": {"username": "accelpolicy-admit"},
+        "object": None if operation == "DELETE" else obj,
+        "oldObject": old,
+        "dryRun": True,
+    }
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request}

@@ -1,0 +1,146 @@
+"""Field errors, their rendering, and the AdmissionReview v1 response (spec/pod-requests.md §5).
+
+Pure functions: :func:`render_error` renders one field error the way kube-apiserver does
+(``<path>: <Type>: <detail>``); :func:`build_response` turns an :class:`Outcome` into the
+``response`` of an AdmissionReview v1 (uid echoed; denial ``status``; base64 JSONPatch).
+
+Status codes (documented choice, issue 5): a field-error list is ``422 Invalid``; a mutating
+webhook's denial is ``403 Forbidden``; an internal, retryable failure is ``500 InternalError``
+answered alone (decision 16); a malformed review is ``400 BadRequest``.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+MISSING = object()
+
+# reason -> (rendered type, StatusCause reason)
+_TYPES = {
+    "Forbidden": ("Forbidden", "FieldValueForbidden"),
+    "Required": ("Required value", "FieldValueRequired"),
+    "Invalid": ("Invalid value", "FieldValueInvalid"),
+    "NotFound": ("Not found", "FieldValueNotFound"),
+    "Unsupported": ("Unsupported value", "FieldValueNotSupported"),
+}
+_WITH_VALUE = {"Invalid", "NotFound", "Unsupported"}
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One field error: ``reason`` (Forbidden, Required, Invalid, NotFound, Unsupported), the field
+    path (``spec.containers[0].resources.limits[nvidia.com/gpu.sliced]``), the offending value
+    (JSON; :data:`MISSING` when none) and the detail text. ``rule`` names the rule (metrics)."""
+
+    reason: str
+    field: str
+    detail: str
+    value: Any = MISSING
+    rule: str = ""
+
+    def body(self) -> str:
+        """``<Type>: <detail>`` (Kubernetes ErrorBody)."""
+        label = _TYPES[self.reason][0]
+        if self.reason in _WITH_VALUE:
+            label = f"{label}: {render_value('' if self.value is MISSING else self.value)}"
+        return f"{label}: {self.detail}" if self.detail else label
+
+    def render(self) -> str:
+        """``<path>: <Type>: <detail>``."""
+        return f"{self.field}: {self.body()}" if self.field else self.body()
+
+
+def render_value(value: Any) -> str:
+    """A field value as the API server prints it: strings quoted, numbers and booleans bare."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def aggregate(errors: list[FieldError]) -> str:
+    """The single rendered error, or ``[e1, e2, ...]`` with identical strings once."""
+    seen: list[str] = []
+    for err in errors:
+        text = err.render()
+        if text not in seen:
+            seen.append(text)
+    return seen[0] if len(seen) == 1 else "[" + ", ".join(seen) + "]"
+
+
+@dataclass
+class Outcome:
+    """What one review decided.
+
+    ``errors`` non-empty -> 422 Invalid; ``denial`` ``(code, reason, message)`` -> that status;
+    otherwise allowed with ``patch`` (JSONPatch operations, possibly empty). ``rules`` names the
+    rules that fired (metrics); ``mutated`` is the patched object (allowed mutations only).
+    """
+
+    policy: str
+    kind: str = ""
+    group: str = ""
+    object_kind: str = ""
+    name: str = ""
+    errors: list[FieldError] = field(default_factory=list)
+    denial: Optional[tuple[int, str, str]] = None
+    patch: list[dict] = field(default_factory=list)
+    mutated: Optional[dict] = None
+    rules: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return not self.errors and self.denial is None
+
+    def verdict(self) -> str:
+        """``allowed``, ``patched``, ``invalid``, ``forbidden``, ``internal`` or ``bad-request``."""
+        if self.errors:
+            return "invalid"
+        if self.denial is not None:
+            return {403: "forbidden", 500: "internal", 400: "bad-request"}.get(self.denial[0], "denied")
+        return "patched" if self.patch else "allowed"
+
+
+def status_of(outcome: Outcome) -> Optional[dict]:
+    """The ``metav1.Status`` of a denial, or None when allowed."""
+    if outcome.errors:
+        message = f'{outcome.object_kind} "{outcome.name}" is invalid: {aggregate(outcome.errors)}'
+        details: dict[str, Any] = {"name": outcome.name, "kind": outcome.kind,
+                                   "causes": [{"reason": _TYPES[e.reason][1], "message": e.body(),
+                                               "field": e.field} for e in outcome.errors]}
+        if outcome.group:
+            details["group"] = outcome.group
+        return {"status": "Failure", "message": message, "reason": "Invalid", "details": details,
+                "code": 422}
+    if outcome.denial is not None:
+        code, reason, message = outcome.denial
+        if reason == "InternalError":
+            message = f"Internal error occurred: {message}"
+        return {"status": "Failure", "message": message, "reason": reason, "code": code}
+    return None
+
+
+def build_response(uid: str, outcome: Outcome) -> dict:
+    """The full AdmissionReview v1 answer for request ``uid``.
+
+    Allowed with a non-empty patch -> ``patchType: JSONPatch`` and the patch base64-encoded.
+    """
+    response: dict[str, Any] = {"uid": uid, "allowed": outcome.allowed}
+    status = status_of(outcome)
+    if status is not None:
+        response["status"] = status
+    elif outcome.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(
+            json.dumps(outcome.patch, separators=(",", ":")).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def bad_request(uid: str, message: str) -> dict:
+    """A well-formed denial for a review the server could read a uid from but not judge."""
+    return build_response(uid, Outcome(policy="", denial=(400, "BadRequest", message)))

@@ -1,0 +1,176 @@
+"""Rule kind ``AdmissionPolicy``: one admission webhook written as data (format: rules/README.md).
+
+A policy says what it matches (``match``: the request's kind, operations, required labels), which
+cluster objects it reads (``lookups``), named CEL ``variables`` computed once per review, and then
+either ``validations`` (a validating webhook: field errors collected in order) or ``mutations`` (a
+mutating webhook: writes whose values are CEL, turned into a JSONPatch; ``denials`` answer 403/500).
+
+CEL activation names: ``object``, ``oldObject`` (``{}`` when absent), ``request`` (``operation``,
+``namespace``, ``name``), ``params`` (the policy's own data plus the shared tables the engine adds:
+``manufacturers``, ``constants``), ``settings`` (resolved setting values), ``lookups``,
+``variables`` and, inside ``forEach``, ``item`` (its local ``variables`` are merged into
+``variables``). Spec: spec/pod-requests.md §3-§8, spec/instances.md §4-§9, spec/pools.md §6,
+spec/settings.md §4.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from runtime.model import rulefiles
+from runtime.model.rulefiles import Expr, Strict
+
+Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "InternalError"]
+
+
+class Match(Strict):
+    """Which AdmissionReview requests the policy judges (spec/README.md §3.2 webhook table)."""
+
+    group: str = Field("", description="API group of the object ('' for core)")
+    kind: str = Field(min_length=1, description="object kind, e.g. Pod")
+    resource: str = Field(min_length=1, description="plural resource, e.g. pods")
+    operations: list[Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]] = Field(min_length=1)
+    labelsExist: list[str] = Field([], description="objectSelector: each label key must exist")
+    skipDeleting: bool = Field(False, description="UPDATE of an object with a deletionTimestamp is allowed untouched")
+
+
+class Variable(Strict):
+    """A named CEL value, computed once per review (or once per ``forEach`` item)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    expression: Expr
+
+
+class Lookup(Strict):
+    """Cluster objects a policy reads: by name, or listed by one label's value.
+
+    Bound as ``lookups.<name>``: a list of objects (0 or 1 for a by-name lookup). ``when`` false (or
+    the name/value expression yielding ``""``) binds an empty list without reading.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    kind: str
+    namespaced: bool = False
+    nameExpression: Optional[Expr] = None
+    labelKey: str = ""
+    labelValueExpression: Optional[Expr] = None
+    when: Optional[Expr] = None
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> "Lookup":
+        if (self.nameExpression is None) == (self.labelValueExpression is None):
+            raise ValueError("a lookup needs exactly one of nameExpression, labelValueExpression")
+        if self.labelValueExpression is not None and not self.labelKey:
+            raise ValueError("labelValueExpression needs labelKey")
+        return self
+
+
+class Validation(Strict):
+    """One field-error rule, or a group of them (``validations``) run per ``forEach`` item.
+
+    ``expression`` is true when the object is valid (Kubernetes ValidatingAdmissionPolicy sense);
+    ``when`` false skips the rule. A failing rule yields one error at ``field``/``fieldExpression``
+    with ``reason`` and ``message``/``messageExpression``; ``value`` is the offending value rendered
+    after ``Invalid value:`` (strings quoted, numbers bare). ``alone: true`` answers this error alone
+    and stops; reason ``InternalError`` always does (spec/README.md decision 16); an alone
+    ``Forbidden`` without a field is a guard answered ``403 Forbidden`` with the bare message.
+    """
+
+    name: str = ""
+    forEach: Optional[Expr] = None
+    variables: list[Variable] = []
+    when: Optional[Expr] = None
+    expression: Optional[Expr] = None
+    reason: Optional[Reason] = None
+    field: str = ""
+    fieldExpression: Optional[Expr] = None
+    message: str = ""
+    messageExpression: Optional[Expr] = None
+    value: Optional[Expr] = None
+    alone: bool = False
+    validations: list["Validation"] = []
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Validation":
+        if self.validations:
+            if self.expression is not None:
+                raise ValueError("a validation group has no expression of its own")
+            return self
+        if self.expression is None or self.reason is None:
+            raise ValueError("a validation needs expression and reason")
+        if not self.message and self.messageExpression is None and self.reason != "NotFound":
+            raise ValueError("a validation needs message or messageExpression (only NotFound may go without)")
+        return self
+
+
+class Denial(Strict):
+    """A mutating-webhook refusal: ``expression`` true denies with ``reason`` (403 Forbidden or 500)."""
+
+    name: str = ""
+    expression: Expr
+    message: str = ""
+    messageExpression: Optional[Expr] = None
+    reason: Literal["Forbidden", "InternalError"] = "Forbidden"
+
+
+class Write(Strict):
+    """Set ``value`` at each path of ``paths`` (a CEL list of paths; a path is a list of keys/indexes)."""
+
+    when: Optional[Expr] = None
+    paths: Expr
+    value: Expr
+
+
+class Mutation(Strict):
+    """A step of a mutating webhook: denials first (in order), then writes; optionally per item."""
+
+    name: str
+    forEach: Optional[Expr] = None
+    variables: list[Variable] = []
+    when: Optional[Expr] = None
+    denials: list[Denial] = []
+    writes: list[Write] = []
+    builtin: Optional[str] = Field(None, description="a named built-in mutation (runtime.engine.admission.builtins)")
+
+
+class AdmissionParamsSpec(Strict):
+    """``kind: AdmissionParams``: data tables shared by policies (``paramsFrom``), under ``values``."""
+
+    values: dict[str, Any]
+
+
+class AdmissionPolicySpec(Strict):
+    """``kind: AdmissionPolicy``: one webhook (mutating when it has ``mutations``).
+
+    ``webhook`` is the registered webhook name, ``path`` its HTTPS path; ``objectKind`` renders the
+    Invalid message (``Pod "x" is invalid: ...``); ``patchOrder`` ranks path segments for the
+    canonical JSONPatch order (unranked strings sort after ranked ones, then lexically; indexes
+    numerically).
+    """
+
+    webhook: str = Field(min_length=1)
+    path: str = Field(pattern=r"^/[A-Za-z0-9/_.-]+$")
+    type: Literal["validating", "mutating"]
+    objectKind: str = Field(min_length=1)
+    match: Match
+    failurePolicy: Literal["Fail", "Ignore"] = "Fail"
+    paramsFrom: list[str] = Field([], description="AdmissionParams documents merged into params, in order")
+    params: dict[str, Any] = {}
+    lookups: list[Lookup] = []
+    variables: list[Variable] = []
+    validations: list[Validation] = []
+    mutations: list[Mutation] = []
+    patchOrder: dict[str, int] = {}
+
+    @model_validator(mode="after")
+    def _kind_body(self) -> "AdmissionPolicySpec":
+        if self.type == "validating" and self.mutations:
+            raise ValueError("a validating policy has no mutations")
+        if self.type == "mutating" and self.validations:
+            raise ValueError("a mutating policy has no validations (use denials)")
+        return self
+
+
+rulefiles.SPEC_MODELS["AdmissionPolicy"] = AdmissionPolicySpec
+rulefiles.SPEC_MODELS["AdmissionParams"] = AdmissionParamsSpec

@@ -1,0 +1,276 @@
+"""Custom CEL functions used by the admission rules (rules/admission/*.yaml), declared as data.
+
+Pure functions on CEL values: the tables they need (resource-key patterns, manufacturers) are
+passed in by the rule file, never read here. Merged into :data:`runtime.rules.celfunctions.FUNCTIONS`.
+Spec: pod-requests.md §2 (family classifier), §4 (containers and values), §7.4 (affinity placement),
+§8 (quantities); instances.md §5 (path cleaning, DNS-1123 names).
+"""
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from decimal import Decimal
+from typing import Any
+
+from celpy import celtypes
+from celpy.adapter import json_to_cel
+
+from runtime.engine import normalize
+
+
+def _py(value: Any) -> Any:
+    import runtime.rules.cel as cel  # cel imports this module's table; resolve at call time
+
+    return cel.from_cel(value)
+
+
+def _cel(value: Any) -> Any:
+    return json_to_cel(value)
+
+
+# --- quantities ---------------------------------------------------------------------------------------
+def _quantity(value: Any) -> Decimal | None:
+    try:
+        return normalize.parse_quantity(_py(value))
+    except normalize.QuantityError:
+        return None
+
+
+def qValid(value) -> celtypes.BoolType:  # noqa: N802 - CEL naming
+    """True when ``value`` (string or number) is a Kubernetes quantity."""
+    return celtypes.BoolType(_quantity(value) is not None)
+
+
+def qValue(value) -> celtypes.IntType:  # noqa: N802
+    """Quantity ``Value()``: rounded up to an integer (`0.5` -> 1, `1m` -> 1); 0 when unparsable."""
+    q = _quantity(value)
+    return celtypes.IntType(0 if q is None else math.ceil(q))
+
+
+def qFloor(value) -> celtypes.IntType:  # noqa: N802
+    """Quantity rounded down to an integer (`24Gi` -> 25769803776); 0 when unparsable."""
+    q = _quantity(value)
+    return celtypes.IntType(0 if q is None else math.floor(q))
+
+
+def qIsOne(value) -> celtypes.BoolType:  # noqa: N802
+    """True when the quantity itself equals 1 (`1m` is not 1) (pod-requests.md §4)."""
+    return celtypes.BoolType(_quantity(value) == 1)
+
+
+def qIsInt(value) -> celtypes.BoolType:  # noqa: N802
+    """True when the quantity is a whole number (`1m` is not)."""
+    q = _quantity(value)
+    return celtypes.BoolType(q is not None and q == q.to_integral_value())
+
+
+def qIsZero(value) -> celtypes.BoolType:  # noqa: N802
+    """True when the quantity is 0 (an absent field reads as 0 in the rules: pass `'0'`)."""
+    return celtypes.BoolType(_quantity(value) == 0)
+
+
+def qCompare(a, b) -> celtypes.IntType:  # noqa: N802
+    """-1, 0 or 1 comparing two quantities exactly (`1500m` < `2`); unparsable reads as 0."""
+    x, y = _quantity(a) or Decimal(0), _quantity(b) or Decimal(0)
+    return celtypes.IntType((x > y) - (x < y))
+
+
+def qError(value) -> celtypes.StringType:  # noqa: N802
+    """'' for a valid quantity, else the parser's message (pod-requests.md §7.1 `parse memory`)."""
+    try:
+        normalize.parse_quantity(_py(value))
+        return celtypes.StringType("")
+    except normalize.QuantityError as exc:
+        return celtypes.StringType(str(exc))
+
+
+def binaryQuantity(value) -> celtypes.StringType:  # noqa: N802
+    """Bytes -> canonical binary quantity (`24Gi`, `1536Mi`) (pod-requests.md §8)."""
+    return celtypes.StringType(normalize.format_binary_quantity(int(value)))
+
+
+# --- lists and strings --------------------------------------------------------------------------------
+def sortedUnique(items) -> celtypes.ListType:  # noqa: N802
+    """Sorted, de-duplicated list of strings (families, profiles in messages)."""
+    return _cel(normalize.sorted_unique(str(i) for i in items))
+
+
+def join(items, sep) -> celtypes.StringType:
+    """Items joined by ``sep`` (`[a b]` spellings in messages)."""
+    return celtypes.StringType(str(sep).join(str(_py(i)) for i in items))
+
+
+def flatten(items) -> celtypes.ListType:
+    """A list of lists -> one list, in order."""
+    return celtypes.ListType([x for sub in items for x in sub])
+
+
+def minOf(items, default) -> Any:  # noqa: N802
+    """The smallest element of ``items``, or ``default`` when empty."""
+    return min(items) if len(items) else default
+
+
+def indexed(items) -> celtypes.ListType:
+    """``[{'i': 0, 'v': x0}, ...]``: a list with its indexes (field paths need them)."""
+    return celtypes.ListType([celtypes.MapType({celtypes.StringType("i"): celtypes.IntType(i),
+                                                celtypes.StringType("v"): v}) for i, v in enumerate(items)])
+
+
+def maxOf(items, default) -> Any:  # noqa: N802
+    """The largest element of ``items``, or ``default`` when empty."""
+    return max(items) if len(items) else default
+
+
+def isEmpty(value) -> celtypes.BoolType:  # noqa: N802
+    """True for null, '', 0, false, an empty list or an empty map (Go's zero values)."""
+    if value is None:
+        return celtypes.BoolType(True)
+    if isinstance(value, (str, list, dict)):
+        return celtypes.BoolType(len(value) == 0)
+    return celtypes.BoolType(not value)
+
+
+def dig(value, path, default) -> Any:
+    """``value[p0][p1]...`` following map keys and list indexes; ``default`` where the path ends."""
+    cur = value
+    for seg in path:
+        if isinstance(cur, celtypes.MapType) and seg in cur:
+            cur = cur[seg]
+        elif isinstance(cur, celtypes.ListType) and isinstance(seg, int) and 0 <= int(seg) < len(cur):
+            cur = cur[int(seg)]
+        else:
+            return default
+    return default if cur is None else cur
+
+
+def cleanPath(path) -> celtypes.StringType:  # noqa: N802
+    """Lexical cleaning of instances.md §5 (Go path.Clean); '' stays ''."""
+    text = str(path)
+    return celtypes.StringType(posixpath.normpath(text).replace("//", "/") if text else "")
+
+
+def pathElements(path) -> celtypes.ListType:  # noqa: N802
+    """The `/`-separated elements of a path, empty ones dropped."""
+    return _cel([p for p in str(path).split("/") if p])
+
+
+def matches(text, pattern) -> celtypes.BoolType:
+    """Full-match of ``pattern`` (Python regular expression) against ``text``."""
+    return celtypes.BoolType(re.fullmatch(str(pattern), str(text)) is not None)
+
+
+# --- resource keys and containers (pod-requests.md §2, §4) ---------------------------------------------
+def _family(name: str, table: dict, manufacturers: list) -> dict:
+    """ResourceFamilyOf + base + profile for one key, driven by ``table`` (rules/admission/pods.yaml)."""
+    none = {"family": "none", "base": "", "profile": ""}
+    vis_prefix, vis_suffix = table["visibilityPrefix"], table["visibilitySuffix"]
+    ids = {m["id"] for m in manufacturers}
+    bases = {m["base"] for m in manufacturers}
+    if name.startswith(vis_prefix):
+        rest = name[len(vis_prefix):]
+        if rest.endswith(vis_suffix) and rest[: -len(vis_suffix)] in ids:
+            return {"family": "visibility", "base": "", "profile": ""}
+        return none
+    for m in manufacturers:
+        if not m.get("partitionKind"):
+            continue
+        prefix = m["base"] + table["profileInfix"] + m["partitionKind"] + "-"
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return {"family": table["profileFamily"], "base": m["base"], "profile": name[len(prefix):]}
+    for row in table["suffixes"]:
+        suffix = row["suffix"]
+        if name.endswith(suffix) and name[: -len(suffix)] in bases:
+            return {"family": row["family"], "base": name[: -len(suffix)], "profile": ""}
+    if name in bases:
+        return {"family": table["baseFamily"], "base": name, "profile": ""}
+    return none
+
+
+def resourceFamily(name, table, manufacturers) -> celtypes.MapType:  # noqa: N802
+    """``{family, base, profile}`` of a resource key (pod-requests.md §2)."""
+    return _cel(_family(str(name), _py(table), _py(manufacturers)))
+
+
+def _quantity_text(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def podContainers(pod, table, manufacturers) -> celtypes.ListType:  # noqa: N802
+    """The Pod's containers in manifest order (init, then app) with their accelerator claims.
+
+    Each item: ``list`` (`initContainers`/`containers`), ``index``, ``field``
+    (`spec.containers[0]`), ``name``, ``group`` (`init`, `running`, `sidecar`), ``keys`` (key ->
+    quantity text: requests, else limits; accelerator and per-profile keys only), ``claims`` (sorted
+    families), ``bases`` (family -> sorted bases, every family present), ``profiles`` (sorted
+    ``{key, base, profile}``). Visibility and `none` keys never claim (pod-requests.md §4).
+    """
+    pod = _py(pod) or {}
+    table, manufacturers = _py(table), _py(manufacturers)
+    spec = pod.get("spec") or {}
+    out = []
+    for list_name in ("initContainers", "containers"):
+        for i, ctr in enumerate(spec.get(list_name) or []):
+            ctr = ctr if isinstance(ctr, dict) else {}
+            res = ctr.get("resources") or {}
+            requests, limits = res.get("requests") or {}, res.get("limits") or {}
+            keys: dict[str, str] = {}
+            bases: dict[str, set] = {f: set() for f in table["families"]}
+            profiles = []
+            for key in sorted(set(requests) | set(limits)):
+                info = _family(str(key), table, manufacturers)
+                if info["family"] not in bases:
+                    continue
+                keys[key] = _quantity_text(requests[key] if key in requests else limits[key])
+                bases[info["family"]].add(info["base"])
+                if info["profile"]:
+                    profiles.append({"key": key, "base": info["base"], "profile": info["profile"]})
+            if list_name == "containers":
+                group = "running"
+            else:
+                group = "sidecar" if ctr.get("restartPolicy") == "Always" else "init"
+            out.append({
+                "list": list_name, "index": i, "field": f"spec.{list_name}[{i}]",
+                "name": str(ctr.get("name", "")), "group": group, "keys": keys,
+                "claims": sorted(f for f, b in bases.items() if b),
+                "bases": {f: sorted(b) for f, b in bases.items()}, "profiles": profiles,
+            })
+    return _cel(out)
+
+
+# --- node affinity (pod-requests.md §7.4 placement) ----------------------------------------------------
+def withNodeRequirement(affinity, requirement) -> celtypes.MapType:  # noqa: N802
+    """``affinity`` with ``requirement`` added to the required node-affinity terms.
+
+    No required terms -> one new term holding it; otherwise appended to every term with any
+    ``matchExpressions`` or ``matchFields`` (empty terms left alone), never twice.
+    """
+    aff = _py(affinity) or {}
+    req = _py(requirement)
+    node = dict(aff.get("nodeAffinity") or {})
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required or not required.get("nodeSelectorTerms"):
+        required = {**(required or {}), "nodeSelectorTerms": [{"matchExpressions": [req]}]}
+    else:
+        terms = []
+        for term in required["nodeSelectorTerms"]:
+            term = dict(term)
+            if term.get("matchExpressions") or term.get("matchFields"):
+                exprs = list(term.get("matchExpressions") or [])
+                if req not in exprs:
+                    exprs.append(req)
+                term["matchExpressions"] = exprs
+            terms.append(term)
+        required = {**required, "nodeSelectorTerms": terms}
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    return _cel({**aff, "nodeAffinity": node})
+
+
+FUNCTIONS = {
+    "qValid": qValid, "qValue": qValue, "qFloor": qFloor, "qIsOne": qIsOne, "qIsInt": qIsInt,
+    "qError": qError, "qIsZero": qIsZero, "qCompare": qCompare, "binaryQuantity": binaryQuantity,
+    "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf, "indexed": indexed, "dig": dig, "isEmpty": isEmpty,
+    "cleanPath": cleanPath, "pathElements": pathElements, "matches": matches,
+    "resourceFamily": resourceFamily, "podContainers": podContainers,
+    "withNodeRequirement": withNodeRequirement,
+}

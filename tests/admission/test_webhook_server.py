@@ -1,0 +1,178 @@
+"""The webhook app: endpoints, well-formed answers to malformed input (hypothesis), real HTTPS."""
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from runtime.engine.admission import AdmissionEngine, admission_view, review_for
+from runtime.engine.policy import Policy
+from runtime.rules.loader import load_rules
+from runtime.snapshots import load_snapshot
+from runtime.webhook.app import WebhookState, build_app
+from runtime.webhook.server import ServerThread, self_signed
+
+A10G_QUEUE = "gpustack-fnv64-c4680bb149644f1c"
+
+
+def _pod(limits: dict, name: str = "demo") -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": A10G_QUEUE}},
+            "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}}
+
+
+@pytest.fixture(scope="module")
+def state() -> WebhookState:
+    policy = Policy(load_rules())
+    engine = AdmissionEngine(policy)
+    st_ = WebhookState(max_body_bytes=64 * 1024)
+    st_.set_ready(engine, admission_view(policy, load_snapshot(["tests/fixtures/seed/common"])))
+    return st_
+
+
+@pytest.fixture(scope="module")
+def client(state) -> TestClient:
+    app = build_app(state, {s.path: n for n, s in state.engine.policies.items()})
+    return TestClient(app)
+
+
+def test_health_ready_and_metrics(client, state):
+    assert client.get("/healthz").text == "ok"
+    assert client.get("/readyz").status_code == 200
+    client.post("/validate-pods", json=review_for(_pod({"nvidia.com/gpu": "1", "amd.com/gpu.shared": "1"})))
+    text = client.get("/metrics").text
+    assert 'accelpolicy_admission_reviews_total{verdict="invalid",webhook="pods-validation"}' in text
+    assert 'accelpolicy_admission_rule_hits_total{rule="rule-1a",webhook="pods-validation"}' in text
+    assert "accelpolicy_admission_review_seconds_bucket" in text
+
+
+def test_not_ready_until_rules_and_view_are_loaded():
+    st_ = WebhookState()
+    app = build_app(st_, {"/validate-pods": "pods-validation"})
+    c = TestClient(app)
+    assert c.get("/readyz").status_code == 503
+    r = c.post("/validate-pods", json=review_for(_pod({}), uid="u-1"))
+    assert r.status_code == 200
+    assert r.json()["response"] == {"uid": "u-1", "allowed": False, "status": {
+        "status": "Failure", "message": "Internal error occurred: webhook not ready; retry",
+        "reason": "InternalError", "code": 500}}
+
+
+def test_mutation_path_returns_base64_jsonpatch(client):
+    pod = _pod({"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.memory-percentage": "20",
+                "nvidia.com/gpu.sliced.cores-percentage": "100"})
+    r = client.post("/mutate-pods", json=review_for(pod, uid="abc"))
+    resp = r.json()["response"]
+    assert resp["uid"] == "abc" and resp["allowed"] is True and resp["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(resp["patch"])) == [
+        {"op": "add", "path": "/spec/containers/0/resources/requests", "value": {"nvidia.com/gpu.sliced.units": "320k"}},
+        {"op": "add", "path": "/spec/containers/0/resources/limits/nvidia.com~1gpu.sliced.units", "value": "320k"}]
+
+
+def test_denial_echoes_uid_with_causes(client):
+    r = client.post("/validate-pods", json=review_for(_pod({"nvidia.com/gpu.sliced": "2",
+                                                            "nvidia.com/gpu.sliced.memory-percentage": "20"}), uid="u-9"))
+    status = r.json()["response"]["status"]
+    assert r.status_code == 200 and r.json()["response"]["uid"] == "u-9"
+    assert status["code"] == 422 and status["reason"] == "Invalid"
+    assert status["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "spec.containers[0].resources.limits[nvidia.com/gpu.sliced]",
+        "message": 'Invalid value: "2": a logical slice request is always a single accelerator; '
+                   "multi-accelerator logical slicing is not supported yet"}]
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b"not json", 400, "request body is not JSON"),
+    (b"[]", 400, "the body must be an AdmissionReview object"),
+    (json.dumps({"apiVersion": "v1", "kind": "AdmissionReview", "request": {"uid": "x"}}).encode(), 200,
+     "expected apiVersion admission.k8s.io/v1, kind AdmissionReview"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(), 400,
+     "request.uid must be a non-empty string"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                 "request": {"uid": "u", "kind": "Pod", "operation": "CREATE"}}).encode(), 200,
+     "request.kind must be an object"),
+    (b"{" + b" " * (70 * 1024) + b"}", 400, "request body exceeds 65536 bytes"),
+    (b'{"apiVersion": NaN}', 400, "request body is not JSON"),
+    (b"[" * 5000 + b"]" * 5000, 400, "request body is not JSON"),
+])
+def test_malformed_reviews_get_well_formed_denials(client, body, status, message):
+    r = client.post("/validate-pods", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status
+    resp = r.json()["response"]
+    assert resp["allowed"] is False
+    assert resp["status"] == {"status": "Failure", "message": message, "reason": "BadRequest", "code": 400}
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=20)
+
+
+def _check(r) -> None:
+    assert r.status_code in (200, 400)
+    body = r.json()
+    assert body["apiVersion"] == "admission.k8s.io/v1" and body["kind"] == "AdmissionReview"
+    assert isinstance(body["response"]["allowed"], bool)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.binary(max_size=200))
+def test_fuzz_raw_bytes(client, body):
+    _check(client.post("/validate-pods", content=body))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(request=st.dictionaries(st.sampled_from(["uid", "kind", "operation", "object", "oldObject", "name",
+                                                "namespace", "resource", "userInfo"]), _json, max_size=9),
+       path=st.sampled_from(["/validate-pods", "/mutate-pods"]))
+def test_fuzz_request_fields(client, request, path):
+    r = client.post(path, json={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    _check(r)
+    if isinstance(request.get("uid"), str) and request["uid"]:
+        assert r.json()["response"]["uid"] == request["uid"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(containers=st.lists(st.fixed_dictionaries({"name": st.text(max_size=5)}, optional={
+    "restartPolicy": st.sampled_from(["Always", "Never", 3]),
+    "resources": st.dictionaries(st.sampled_from(["limits", "requests", "claims"]),
+                                 st.dictionaries(st.sampled_from([
+                                     "nvidia.com/gpu", "nvidia.com/gpu.sliced", "nvidia.com/gpu.shared",
+                                     "nvidia.com/gpu.sliced.memory-percentage", "nvidia.com/gpu.sliced.memory-mib",
+                                     "nvidia.com/gpu.partitioned", "nvidia.com/gpu.partitioned.mig-1g.10gb",
+                                     "amd.com/gpu", "cpu"]),
+                                     st.sampled_from(["1", "2", "0", "-1", "1m", "150", "abc", "", 1, 2.5, None, True]),
+                                     max_size=4) | _json, max_size=2)}), max_size=3),
+       path=st.sampled_from(["/validate-pods", "/mutate-pods"]))
+def test_fuzz_pod_shapes(client, containers, path):
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "f", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": A10G_QUEUE}},
+           "spec": {"containers": containers}}
+    r = client.post(path, json=review_for(pod, uid="fz"))
+    _check(r)
+    assert r.status_code == 200 and r.json()["response"]["uid"] == "fz"
+
+
+def test_real_https_server(state, tmp_path):
+    paths = self_signed(tmp_path)
+    app = build_app(state, {s.path: n for n, s in state.engine.policies.items()})
+    server = ServerThread(app, str(paths["cert"]), str(paths["key"])).start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(paths["ca"]))
+        with httpx.Client(verify=ctx, base_url=server.url) as http:
+            assert http.get("/healthz").text == "ok"
+            r = http.post("/validate-pods", json=review_for(_pod({"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "1"}),
+                                                            uid="tls"))
+            assert r.json()["response"]["status"]["message"] == (
+                'Pod "demo" is invalid: spec: Forbidden: a Pod may request only one accelerator family, '
+                "found [exclusive shared]")
+            assert http.post("/validate-pods", content=b"\x00\xff").status_code == 400
+    finally:
+        server.stop()
+    assert server.url.startswith("https://127.0.0.1:")
