@@ -11,7 +11,7 @@ import sys
 import click
 import yaml
 
-from runtime.cli._common import engine_from, fail, policy_from, snapshot_from
+from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
 from runtime.engine.admission import admission_view, decide, review_for
 
 

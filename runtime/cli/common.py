@@ -9,7 +9,7 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 import click
 import yaml
@@ -18,6 +18,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.snapshot import SnapshotError
 from runtime.report.tables import UnknownKindError
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
+from runtime.snapshots import load_snapshot
 
 EXIT_BAD_INPUT = 2
 
@@ -36,6 +37,17 @@ def snapshot_option(func: Callable) -> Callable:
                              "for stdin. Repeat to layer: later objects replace earlier ones.")(func)
 
 
+def fail(message: str) -> NoReturn:
+    """Print ``error: <message>`` on stderr and exit with code 2 (bad input)."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _refused(exc: RuleLoadError) -> str:
+    return "rule files refused (the previous rules, if any, stay in force):\n" + "\n".join(
+        f"  {problem}" for problem in exc.problems)
+
+
 def bad_input_exits(func: Callable) -> Callable:
     """Turn the known bad-input errors into a message on stderr and exit code 2."""
     @functools.wraps(func)
@@ -43,20 +55,43 @@ def bad_input_exits(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except RuleLoadError as exc:
-            click.echo("error: rule files refused (the previous rules, if any, stay in force):", err=True)
-            for problem in exc.problems:
-                click.echo(f"  {problem}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            fail(_refused(exc))
         except (SnapshotError, UnknownKindError) as exc:
-            message = exc.args[0] if exc.args else str(exc)
-            click.echo(f"error: {message}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            fail(exc.args[0] if exc.args else str(exc))
     return wrapper
 
 
-def load_policy(rules_dir: Path) -> Policy:
-    """Load and compile the rule files (RuleLoadError on any problem)."""
-    return Policy(load_rules(rules_dir))
+def load_policy(rules_dir: Path | str | None) -> Policy:
+    """Load and compile the rule files (default directory when None); RuleLoadError on any problem."""
+    return Policy(load_rules(rules_dir or DEFAULT_RULES_DIR))
+
+
+def policy_from(rules: Path | str | None) -> Policy:
+    """:func:`load_policy`; a broken rule file exits 2 listing every problem."""
+    try:
+        return load_policy(rules)
+    except RuleLoadError as exc:
+        fail(_refused(exc))
+
+
+def engine_from(policy: Policy):
+    """The AdmissionEngine of ``policy``; a dangling ``paramsFrom``/``builtin`` exits 2."""
+    from runtime.engine.admission import AdmissionEngine
+
+    try:
+        return AdmissionEngine(policy)
+    except KeyError as exc:
+        fail(str(exc.args[0]) if exc.args else str(exc))
+
+
+def snapshot_from(paths: tuple[str, ...]):
+    """The snapshot of ``paths`` (None when empty); unreadable input exits 2."""
+    if not paths:
+        return None
+    try:
+        return load_snapshot(list(paths))
+    except SnapshotError as exc:
+        fail(str(exc))
 
 
 def emit(objects: list[dict], output: str, as_list: bool = True, stream: bool = False) -> None:

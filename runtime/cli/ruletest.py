@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli._common import fail, policy_from
+from runtime.cli.common import fail, policy_from
 from runtime.rules.ruletests import Runner, load_cases
 
 

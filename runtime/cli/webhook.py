@@ -5,7 +5,7 @@ import tempfile
 
 import click
 
-from runtime.cli._common import engine_from, fail, policy_from, snapshot_from
+from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
 from runtime.engine.admission import admission_view
 
 
