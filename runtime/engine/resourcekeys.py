@@ -49,9 +49,9 @@ def resource_family(name: str, table: Mapping[str, Any], manufacturers: Sequence
 
 
 def classifier_manufacturers(policy: "Policy") -> list[dict[str, Any]]:
-    """The manufacturer table as the classifier reads it: ``[{id, base, partitionKind}]`` in file order."""
-    return [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind}
-            for m in policy.manufacturer_table.manufacturers]
+    """The manufacturer table as the classifier reads it: ``[{id, base, partitionKind}]`` in file order,
+    from ``policy.manufacturers`` (so the agent's ``GPUSTACK_<ID>_*`` overrides apply)."""
+    return [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind} for m in policy.manufacturers.values()]
 
 
 def classifier_table(policy: "Policy", params_name: str) -> dict[str, Any]:
