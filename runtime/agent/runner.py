@@ -210,10 +210,10 @@ class NodeAgent:
                     any(alloc_now.get(k) != v for k, v in status["allocatable"].items()):
                 c.patch_node_status(self.node_name, status)
                 done.append("patched Node capacity")
-        allocation_key = self.policy.key("allocation")
-        for (pod_ns, pod_name), text in sorted(plan.pod_annotations.items()):
-            c.patch_pod_annotations(pod_ns, pod_name, {allocation_key: text})
-            done.append(f"annotated Pod {pod_ns}/{pod_name}")
+        for patch in plan.pod_patches:
+            meta = patch["metadata"]
+            c.patch_pod_annotations(meta["namespace"], meta["name"], meta["annotations"])
+            done.append(f"annotated Pod {meta['namespace']}/{meta['name']}")
         if plan.devices is not None:
             action, _ = c.upsert_custom(dv.group, dv.version, dv.plural, plan.devices)
             if action != "unchanged":

@@ -33,8 +33,9 @@ class AgentPlan:
     devices: dict[str, Any] | None
     events: list[LedgerEvent] = field(default_factory=list)
     accelerators_known: bool = True
-    # (namespace, name) -> allocation annotation text to write (PodResources source, only where it differs)
-    pod_annotations: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Pod metadata patches {apiVersion, kind, metadata: {name, namespace, annotations: {allocation key:
+    # JSON}}}: PodResources source only, only Pods whose annotation differs, by namespace/name
+    pod_patches: list[dict[str, Any]] = field(default_factory=list)
 
     def objects(self) -> list[dict[str, Any]]:
         """Everything the agent would write, in write order (for ``--dry-run -o yaml``)."""
@@ -44,7 +45,7 @@ class AgentPlan:
         out.append(self.node_patch)
         if self.accelerators_known and self.devices is not None:
             out.append(self.devices)
-        return out
+        return out + self.pod_patches
 
 
 def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,7 +83,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
     ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
     ``List`` as dicts, §7.5) given: the Pods' allocation annotations are computed from it
-    (runtime/engine/podresources.py), the differing ones land in ``pod_annotations``, and the ledger
+    (runtime/engine/podresources.py), the differing ones land in ``pod_patches``, and the ledger
     is rebuilt from the Pods as they will be once annotated. Raises ValueError for an unknown
     accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """
@@ -103,7 +104,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
                            worker_labels(policy, facts.cpu, cores, managed, has_accelerator, settings), ns)
     device_manager = devices = None
     events: list[LedgerEvent] = []
-    pod_annotations: dict[tuple[str, str], str] = {}
+    pod_patches: list[dict[str, Any]] = []
     status: dict[str, Any] | None = None
     spec: dict[str, Any] = {"groups": []}
     if groups:
@@ -116,8 +117,10 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
             docs, events = pod_allocations(policy, name, spec, pod_resources, pods,
                                            mig_device_index(policy, facts.accelerators))
             current = {pod_key(p): p for p in pods}
-            pod_annotations = {k: annotation_text(d) for k, d in docs.items()
-                               if annotation_differs(policy, current[k], d)}
+            pod_patches = [{"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": k[1], "namespace": k[0],
+                                         "annotations": {policy.key("allocation"): annotation_text(d)}}}
+                           for k, d in sorted(docs.items()) if annotation_differs(policy, current[k], d)]
             pods = with_annotations(policy, pods, docs)
         status, ledger_events = rebuild_ledger(policy, name, spec, pods)
         events = events + ledger_events
@@ -135,4 +138,4 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     if capacity:
         node_patch["status"] = {"capacity": dict(capacity), "allocatable": dict(capacity)}
     return AgentPlan(worker=worker, device_manager=device_manager, node_patch=node_patch, devices=devices,
-                     events=events, accelerators_known=accelerators_known, pod_annotations=pod_annotations)
+                     events=events, accelerators_known=accelerators_known, pod_patches=pod_patches)

@@ -202,7 +202,13 @@ def test_agent_patches_only_pods_whose_annotation_differs(policy, kubelet):
         ("demo", "no-devices", {"main": []}),
         ("kube-system", "not-listed-by-the-api", {"main": [("nvidia.com/gpu", [ids[3]])]}),
     ])
-    agent, client, _ = run_agent(policy, socket, pods, stem="node-t4-b")
+    agent, client, plan = run_agent(policy, socket, pods, stem="node-t4-b")
+    assert [(o["metadata"]["name"], o["metadata"]["annotations"][ALLOCATED]) for o in plan.objects()
+            if o["kind"] == "Pod"] == [
+        ("p-missing", '{"main":[{"id":"tesla-t4","manufacturer":"nvidia","accelerators":[{"id":"%s","index":1,'
+                      '"mode":2,"allocated":160000}]}]}' % ids[1]),
+        ("p-stale", '{"main":[{"id":"tesla-t4","manufacturer":"nvidia","accelerators":[{"id":"%s","index":2,'
+                    '"mode":1,"allocated":1600000}]}]}' % ids[2])]
     assert [c for c in client.calls if c.startswith("annotate pod")] == ["annotate pod demo/p-missing",
                                                                          "annotate pod demo/p-stale"]
     assert annotation_of(client, "p-same") == same
