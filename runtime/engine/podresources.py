@@ -91,6 +91,32 @@ def _units(value: Any, credits: int) -> int | None:
     return int(q)
 
 
+_Hit = tuple[int, Mapping[str, Any], Mapping[str, Any]]   # (group order, group spec, accelerator spec)
+
+
+def _resolve(device: str, manufacturer: str, by_id: Mapping[tuple[str, str], _Hit],
+             mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]],
+             separator: str) -> tuple[_Hit | None, str, tuple[int, int] | None]:
+    """Device ID -> (accelerator hit or None, MIG profile or "", MIG placement or None) (§7.5)."""
+    if device in mig_devices:
+        parent, profile, placement = mig_devices[device]
+        return by_id.get((manufacturer, parent)), profile, placement
+    # the accelerator id itself, or "<id><separator><anything>"
+    hit = by_id.get((manufacturer, device)) or by_id.get((manufacturer, device.split(separator, 1)[0]))
+    return hit, "", None
+
+
+def _groups(found: Mapping[tuple, tuple[Mapping[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Accelerator entries (keyed so that sorting gives spec order) -> §7.4 allocation groups."""
+    groups: list[dict[str, Any]] = []
+    for sort_key in sorted(found):
+        group, item = found[sort_key]
+        if not groups or (groups[-1]["id"], groups[-1]["manufacturer"]) != (group["id"], group["manufacturer"]):
+            groups.append({"id": group["id"], "manufacturer": group["manufacturer"], "accelerators": []})
+        groups[-1]["accelerators"].append(item)
+    return groups
+
+
 def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_resources: Sequence[Mapping[str, Any]],
                     pods: Sequence[Mapping[str, Any]], mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]]
                     | None = None) -> tuple[dict[PodKey, dict[str, list[dict[str, Any]]]], list[LedgerEvent]]:
@@ -111,7 +137,7 @@ def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_reso
     manu_of_base = {m["base"]: m for m in manufacturers}
     family_mode = {"exclusive": modes.exclusive, "shared": modes.shared, "sliced": modes.sliced,
                    "partitioned": modes.partitioned}
-    by_id: dict[tuple[str, str], tuple[int, Mapping[str, Any], Mapping[str, Any]]] = {}
+    by_id: dict[tuple[str, str], _Hit] = {}
     for order, g in enumerate(spec.get("groups", [])):
         for a in g["accelerators"]:
             by_id[(g["manufacturer"], a["id"])] = (order, g, a)
@@ -146,14 +172,7 @@ def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_reso
                                                                   node=node, manufacturer=manu["id"], **fields)
                         events.append(LedgerEvent("Pod", key[0], key[1], reason, text))
 
-                    profile, placement = "", None
-                    if device in mig_devices:
-                        parent, profile, placement = mig_devices[device]
-                        hit = by_id.get((manu["id"], parent))
-                    else:
-                        # the accelerator id itself, or "<id><separator><anything>"
-                        hit = by_id.get((manu["id"], device)) or \
-                            by_id.get((manu["id"], device.split(pr.deviceIdSeparator, 1)[0]))
+                    hit, profile, placement = _resolve(device, manu["id"], by_id, mig_devices, pr.deviceIdSeparator)
                     if hit is None:
                         warn("unknownDevice")
                         continue
@@ -187,12 +206,7 @@ def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_reso
                         instance = device
                     sort_key = (order, acc["index"], placement[0] if placement else -1, acc["id"], instance)
                     found.setdefault(sort_key, (group, item))
-            groups: list[dict[str, Any]] = []
-            for sort_key in sorted(found):
-                group, item = found[sort_key]
-                if not groups or (groups[-1]["id"], groups[-1]["manufacturer"]) != (group["id"], group["manufacturer"]):
-                    groups.append({"id": group["id"], "manufacturer": group["manufacturer"], "accelerators": []})
-                groups[-1]["accelerators"].append(item)
+            groups = _groups(found)
             if groups:
                 doc[cname] = groups
         if doc:

@@ -17,6 +17,7 @@ from loguru import logger
 
 from probes.fake import RecordedBackend, load_document, recorded
 from runtime.agent.runner import NodeAgent
+from runtime.engine.podresources import pod_allocations
 from runtime.kube.podresources import PodResourcesError, api_pb2, api_pb2_grpc, list_pod_resources
 from tests.agent.conftest import seed_node
 from tests.agent.fakeclient import FakeClient
@@ -257,3 +258,36 @@ def test_list_returns_camel_case_dicts(kubelet):
     socket, _ = kubelet([("demo", "p", {"main": [("nvidia.com/gpu", [A10G])]})])
     assert list_pod_resources(socket) == [{"name": "p", "namespace": "demo", "containers": [
         {"name": "main", "devices": [{"resourceName": "nvidia.com/gpu", "deviceIds": [A10G]}]}]}]
+
+
+@pytest.mark.parametrize("requests, message", [
+    ({"nvidia.com/gpu.partitioned.units": "200k"},
+     "has no known partition profile (no MIG device in the probe facts, and not exactly one "
+     "nvidia.com/gpu.partitioned.mig-* request); ignored"),
+    ({"nvidia.com/gpu.partitioned.units": "200k", "nvidia.com/gpu.partitioned.mig-1g.10gb": "1",
+      "nvidia.com/gpu.partitioned.mig-3g.40gb": "1"},
+     "has no known partition profile (no MIG device in the probe facts, and not exactly one "
+     "nvidia.com/gpu.partitioned.mig-* request); ignored"),
+    ({"nvidia.com/gpu.partitioned.units": "1500m", "nvidia.com/gpu.partitioned.mig-1g.10gb": "1"},
+     "needs the container's nvidia.com/gpu.partitioned.units request as an integer in 1..1600000, got '1500m'; ignored"),
+    ({"nvidia.com/gpu.partitioned.units": "2M", "nvidia.com/gpu.partitioned.mig-1g.10gb": "1"},
+     "needs the container's nvidia.com/gpu.partitioned.units request as an integer in 1..1600000, got '2M'; ignored"),
+], ids=["no-profile", "two-profiles", "fractional-units", "units-above-D"])
+def test_partition_devices_that_cannot_be_charged_are_reported(policy, plan, requests, message):
+    spec = plan("node-h100-mig-on").devices["spec"]
+    prs = [{"name": "p", "namespace": "demo",
+            "containers": [{"name": "main", "devices": [{"resourceName": "nvidia.com/gpu.partitioned",
+                                                         "deviceIds": [H100.format(0)]}]}]}]
+    docs, events = pod_allocations(policy, "node-h100", spec, prs, [api_pod("p", requests)])
+    assert docs == {}
+    assert [(e.reason, e.name) for e in events] == [("InvalidAllocation", "p")]
+    assert events[0].message == (f"PodResources: container main: nvidia.com/gpu.partitioned device {H100.format(0)} "
+                                 + message)
+
+
+def test_visibility_and_unknown_keys_are_not_allocations(policy, plan):
+    spec = plan("node-a10g").devices["spec"]
+    prs = [{"name": "p", "namespace": "demo", "containers": [{"name": "ssh", "devices": [
+        {"resourceName": "device.gpustack.ai/nvidia.visibility", "deviceIds": [A10G]},
+        {"resourceName": "device.gpustack.ai/rdma", "deviceIds": ["mlx5_0"]}]}]}]
+    assert pod_allocations(policy, "node-a10g", spec, prs, [api_pod("p", container="ssh")]) == ({}, [])
