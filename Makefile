@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
-.PHONY: help install test unit lint controlplane demo bench clean
+.PHONY: help install test unit lint controlplane demo bench clean podresources-stubs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,6 +37,10 @@ demo: install  ## the seed walkthrough, step by step (snapshot replay), printing
 bench: install  ## benchmarks (figures, not pass/fail)
 	$(BIN)/python benchmarks/derive.py
 	$(BIN)/python benchmarks/webhook.py
+
+podresources-stubs: install  ## regenerate runtime/kube/podresources/api_pb2*.py from k8s.io/kubelet api.proto (Go proxy)
+	$(BIN)/pip install --quiet -e '.[codegen]'
+	PY=$(CURDIR)/$(BIN)/python bash runtime/kube/podresources/regenerate.sh
 
 clean:  ## remove the venv and caches inside the clone (not the control-plane cache)
 	rm -rf $(VENV) .pytest_cache

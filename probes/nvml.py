@@ -5,6 +5,8 @@
 imports on machines without the NVIDIA library; a missing library raises
 :class:`probes.errors.ProbeError` ``kind="library"``, a failing driver ``kind="driver"``. A device
 that fails after enumeration (e.g. ``NVML_ERROR_GPU_IS_LOST``) is reported with ``healthy: false``.
+A MIG-enabled device also reports its existing MIG devices (``migDevices``: UUID, profile, placement),
+which the agent uses to map kubelet PodResources device IDs (§7.5).
 """
 from __future__ import annotations
 
@@ -96,7 +98,9 @@ class NvmlBackend:
             mig = self._optional(nv.nvmlDeviceGetMigMode, handle, [0, 0])
             facts["migEnabled"] = bool(mig[0])
             if facts["migEnabled"]:
-                facts["migProfiles"] = self._profiles(nv, handle)
+                infos = self._profile_infos(nv, handle)
+                facts["migProfiles"] = self._profiles(nv, handle, infos)
+                facts["migDevices"] = self._mig_devices(nv, handle, uuid, {int(i.id): _text(i.name) for i in infos})
         except Exception as exc:
             logger.warning("NVML device {} ({}): probe failed, reported unhealthy: {}", index, uuid, exc)
             facts["healthy"] = False
@@ -121,19 +125,59 @@ class NvmlBackend:
             info = nv.nvmlDeviceGetMemoryInfo(handle)
         return int(info.total) // 2**20
 
-    def _profiles(self, nv: Any, handle: Any) -> list[dict[str, Any]]:
-        """GPU-instance profiles with their possible placements (§1.2 ``migProfiles``)."""
+    @staticmethod
+    def _profile_infos(nv: Any, handle: Any) -> list[Any]:
+        """The GPU-instance profile infos this device offers (``id``, ``name``, sizes, ``instanceCount``)."""
         out = []
         for profile in range(int(nv.NVML_GPU_INSTANCE_PROFILE_COUNT)):
             try:
-                info = nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+                out.append(nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile))
             except Exception:  # profile not offered by this device
                 continue
+        return out
+
+    def _profiles(self, nv: Any, handle: Any, infos: list[Any]) -> list[dict[str, Any]]:
+        """GPU-instance profiles with their possible placements (§1.2 ``migProfiles``)."""
+        out = []
+        for info in infos:
             placements = self._placements(nv, handle, int(info.id), int(info.instanceCount))
             out.append({"name": _text(info.name), "memoryMib": int(info.memorySizeMB),
                         "computeSlices": int(info.sliceCount),
                         "memorySlices": placements[0]["length"] if placements else 0,
                         "count": int(info.instanceCount), "placements": placements})
+        return out
+
+    @staticmethod
+    def _mig_devices(nv: Any, handle: Any, parent: str, names: dict[int, str]) -> list[dict[str, Any]]:
+        """The existing MIG devices of a MIG-enabled device (§1.2 ``migDevices``): per MIG device its
+        UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor spelling)
+        and placement (spec/node-facts.md §7.5). Empty slots are skipped; a device that cannot be
+        read is logged and left out (the agent then falls back to the Pod's profile request)."""
+        try:
+            slots = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
+        except Exception as exc:
+            logger.warning("NVML device {}: cannot list MIG devices: {}", parent, exc)
+            return []
+        out = []
+        for slot in range(slots):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except Exception:  # NVML_ERROR_NOT_FOUND: no MIG device in this slot
+                continue
+            try:
+                uuid = _text(nv.nvmlDeviceGetUUID(mig))
+                instance = nv.nvmlDeviceGetGpuInstanceById(handle, int(nv.nvmlDeviceGetGpuInstanceId(mig)))
+                info = nv.nvmlGpuInstanceGetInfo(instance)
+            except Exception as exc:
+                logger.warning("NVML device {} MIG slot {}: not reported: {}", parent, slot, exc)
+                continue
+            name = names.get(int(info.profileId))
+            if name is None:
+                logger.warning("NVML device {} MIG device {}: unknown GPU-instance profile id {}", parent, uuid,
+                               info.profileId)
+                continue
+            out.append({"uuid": uuid, "profile": name,
+                        "placement": {"start": int(info.placement.start), "length": int(info.placement.size)}})
         return out
 
     @staticmethod

@@ -23,6 +23,7 @@ from runtime.engine.agentplan import AgentPlan, node_feature_name, plan_node
 from runtime.engine.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
+from runtime.kube.podresources import PodResourcesError, list_pod_resources
 from runtime.model.facts import CpuFacts, FactsError, NodeFactsDoc, parse_facts
 
 ALLOCATION_SOURCES = ("auto", "podresources", "annotation")
@@ -60,7 +61,8 @@ class NodeAgent:
 
     def __init__(self, policy: Policy, backend: AcceleratorBackend, node_name: str, *, client: Any = None,
                  node: Mapping[str, Any] | None = None, cpuinfo: str = CPUINFO, allocation_source: str = "auto",
-                 group_id_with_memory: bool = False, namespace: str | None = None):
+                 group_id_with_memory: bool = False, namespace: str | None = None,
+                 podresources_socket: str | None = None):
         self.policy = policy
         self.rules = agent_rules(policy)
         self.backend = backend
@@ -70,13 +72,44 @@ class NodeAgent:
         self.cpuinfo = cpuinfo
         self.group_id_with_memory = group_id_with_memory
         self.namespace = namespace or os.environ.get(self.rules.namespaceEnv) or self.rules.namespace
-        self.allocation_source = resolve_allocation_source(allocation_source, self.rules.podResources.socket)
+        self.podresources_socket = podresources_socket or self.rules.podResources.socket
+        resolve_allocation_source(allocation_source, self.podresources_socket)   # validates the choice
+        self.allocation_choice = allocation_source
         self.log = OnceLog()
         self._seen_accelerators = False
         self._recorded_events: set[tuple[str, str, str, str]] = set()
-        if self.allocation_source == "podresources":
-            self.log.problem("allocations", "reading kubelet PodResources is not implemented in this build; "
-                             "the ledger is rebuilt from the Pods' allocation annotations", "WARNING")
+
+    @property
+    def allocation_source(self) -> str:
+        """The source this pass uses: ``auto`` is resolved against the socket on every pass."""
+        return resolve_allocation_source(self.allocation_choice, self.podresources_socket)
+
+    # -- allocations (§7.5) ------------------------------------------------------------------------
+    def pod_resources(self) -> list[dict[str, Any]] | None:
+        """kubelet's PodResources ``List`` (dicts), or None when the ledger comes from the annotations.
+
+        ``auto`` without the socket: None, logged once at INFO. ``podresources`` without the socket,
+        or a failing call: None with an ERROR logged once per distinct cause; the agent keeps running
+        on the annotations and logs the recovery once when the socket answers again.
+        """
+        socket = self.podresources_socket
+        if self.allocation_source == "annotation":
+            if self.allocation_choice == "auto":
+                self.log.problem("allocations", f"no kubelet PodResources socket at {socket}; the ledger is "
+                                 "rebuilt from the Pods' allocation annotations", "INFO")
+            return None
+        if not Path(socket).exists():
+            self.log.problem("allocations", f"--allocation-source podresources: the kubelet PodResources socket "
+                             f"{socket} does not exist; the ledger is rebuilt from the Pods' allocation "
+                             "annotations until it appears")
+            return None
+        try:
+            found = list_pod_resources(socket, self.rules.podResources.timeoutSeconds)
+        except PodResourcesError as exc:
+            self.log.problem("allocations", f"{exc}; the ledger is rebuilt from the Pods' allocation annotations")
+            return None
+        self.log.ok("allocations")
+        return found
 
     # -- probe -------------------------------------------------------------------------------------
     def probe(self) -> tuple[NodeFactsDoc, bool]:
@@ -140,11 +173,13 @@ class NodeAgent:
                                                 node_feature_name(self.policy, self.node_name, "worker"),
                                                 self.namespace)
             pods = self.client.pods_on_node(self.node_name)
+            pod_resources = self.pod_resources()
         else:
             node = dict(self.node or {"metadata": {"name": self.node_name}})
+            pod_resources = None
         return plan_node(self.policy, facts, node, settings, worker_now=worker_now, pods=pods,
                          accelerators_known=known, group_id_with_memory=self.group_id_with_memory,
-                         namespace=self.namespace)
+                         namespace=self.namespace, pod_resources=pod_resources)
 
     # -- apply -------------------------------------------------------------------------------------
     def apply(self, plan: AgentPlan) -> list[str]:
@@ -175,6 +210,10 @@ class NodeAgent:
                     any(alloc_now.get(k) != v for k, v in status["allocatable"].items()):
                 c.patch_node_status(self.node_name, status)
                 done.append("patched Node capacity")
+        for patch in plan.pod_patches:
+            meta = patch["metadata"]
+            c.patch_pod_annotations(meta["namespace"], meta["name"], meta["annotations"])
+            done.append(f"annotated Pod {meta['namespace']}/{meta['name']}")
         if plan.devices is not None:
             action, _ = c.upsert_custom(dv.group, dv.version, dv.plural, plan.devices)
             if action != "unchanged":

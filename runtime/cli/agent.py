@@ -54,13 +54,15 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
               help="recorded-facts document for --backend fake; env ACCELPOLICY_RECORDED_FACTS")
 @click.option("--allocation-source", type=click.Choice(ALLOCATION_SOURCES), default="auto", show_default=True,
               help="where the ledger's allocations come from (spec/node-facts.md §7.5)")
+@click.option("--podresources-socket", default=None,
+              help="kubelet PodResources socket [default: rules/agent.yaml podResources.socket]")
 @click.option("--node-capacity-cpu", default=None, help="cluster-less dry run: the Node's status.capacity.cpu")
 @click.option("--node-label", "node_labels", multiple=True, help="cluster-less dry run: a Node label KEY=VALUE")
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), default=None, help="rules directory")
-def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, node_capacity_cpu,
-            node_labels, cpuinfo, interval, rules_dir) -> None:
+def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
+            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir) -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     try:
         policy = Policy(load_rules(rules_dir))
@@ -88,7 +90,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
                                    "--dry-run --facts FILE --node-capacity-cpu N") from None
     try:
         agent = NodeAgent(policy, probe, node_name, client=client, node=node, cpuinfo=cpuinfo,
-                          allocation_source=allocation_source, group_id_with_memory=with_memory)
+                          allocation_source=allocation_source, group_id_with_memory=with_memory,
+                          podresources_socket=podresources_socket)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if dry_run or once:

@@ -15,6 +15,8 @@ from runtime.engine.agentlabels import cpu_annotations, device_manager_labels, m
 from runtime.engine.devices import devices_labels, devices_spec, node_capacity
 from runtime.engine.ledger import LedgerEvent, rebuild_ledger
 from runtime.engine.nodefacts import accelerator_groups, agent_rules, cores_from_capacity, gkey
+from runtime.engine.podresources import annotation_differs, annotation_text, mig_device_index, pod_allocations, \
+    pod_key, with_annotations
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.model.facts import NodeFactsDoc
@@ -31,6 +33,9 @@ class AgentPlan:
     devices: dict[str, Any] | None
     events: list[LedgerEvent] = field(default_factory=list)
     accelerators_known: bool = True
+    # Pod metadata patches {apiVersion, kind, metadata: {name, namespace, annotations: {allocation key:
+    # JSON}}}: PodResources source only, only Pods whose annotation differs, by namespace/name
+    pod_patches: list[dict[str, Any]] = field(default_factory=list)
 
     def objects(self) -> list[dict[str, Any]]:
         """Everything the agent would write, in write order (for ``--dry-run -o yaml``)."""
@@ -40,7 +45,7 @@ class AgentPlan:
         out.append(self.node_patch)
         if self.accelerators_known and self.devices is not None:
             out.append(self.devices)
-        return out
+        return out + self.pod_patches
 
 
 def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,11 +77,14 @@ def _node_feature(policy: Policy, node: Mapping[str, Any], role: str, labels: di
 def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], settings: Settings, *,
               worker_now: Mapping[str, Any] | None = None, pods: list[Mapping[str, Any]] | None = None,
               accelerators_known: bool = True, group_id_with_memory: bool = False,
-              namespace: str | None = None) -> AgentPlan:
+              namespace: str | None = None, pod_resources: list[Mapping[str, Any]] | None = None) -> AgentPlan:
     """Compute the node's desired objects (see module docstring).
 
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
-    ``namespace`` defaults to the rules' system namespace. Raises ValueError for an unknown
+    ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
+    ``List`` as dicts, §7.5) given: the Pods' allocation annotations are computed from it
+    (runtime/engine/podresources.py), the differing ones land in ``pod_patches``, and the ledger
+    is rebuilt from the Pods as they will be once annotated. Raises ValueError for an unknown
     accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """
     rules = agent_rules(policy)
@@ -96,6 +104,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
                            worker_labels(policy, facts.cpu, cores, managed, has_accelerator, settings), ns)
     device_manager = devices = None
     events: list[LedgerEvent] = []
+    pod_patches: list[dict[str, Any]] = []
     status: dict[str, Any] | None = None
     spec: dict[str, Any] = {"groups": []}
     if groups:
@@ -103,7 +112,18 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
         if dm_labels:
             device_manager = _node_feature(policy, node, "deviceManager", dm_labels, ns)
         spec = devices_spec(policy, groups)
-        status, events = rebuild_ledger(policy, name, spec, list(pods or []))
+        pods = list(pods or [])
+        if pod_resources is not None:
+            docs, events = pod_allocations(policy, name, spec, pod_resources, pods,
+                                           mig_device_index(policy, facts.accelerators))
+            current = {pod_key(p): p for p in pods}
+            pod_patches = [{"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": k[1], "namespace": k[0],
+                                         "annotations": {policy.key("allocation"): annotation_text(d)}}}
+                           for k, d in sorted(docs.items()) if annotation_differs(policy, current[k], d)]
+            pods = with_annotations(policy, pods, docs)
+        status, ledger_events = rebuild_ledger(policy, name, spec, pods)
+        events = events + ledger_events
         devices = {
             "apiVersion": rules.devices.apiVersion, "kind": rules.devices.kind,
             "metadata": {"name": name, "labels": devices_labels(policy, node_labels, gkey(policy, facts.cpu), groups),
@@ -118,4 +138,4 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     if capacity:
         node_patch["status"] = {"capacity": dict(capacity), "allocatable": dict(capacity)}
     return AgentPlan(worker=worker, device_manager=device_manager, node_patch=node_patch, devices=devices,
-                     events=events, accelerators_known=accelerators_known)
+                     events=events, accelerators_known=accelerators_known, pod_patches=pod_patches)

@@ -6,7 +6,7 @@ Objects go in and come out as JSON-shaped dicts (camelCase, as the API server st
 * reads: :meth:`get_node`, :meth:`get_custom`, :meth:`get_secret`, :meth:`pods_on_node`.
 * writes: :meth:`upsert_custom` (create, or replace labels/ownerReferences/spec keeping the
   resourceVersion), :meth:`replace_custom_status`, :meth:`patch_node_annotations`,
-  :meth:`patch_node_status`, :meth:`warn` (a Warning Event).
+  :meth:`patch_node_status`, :meth:`patch_pod_annotations`, :meth:`warn` (a Warning Event).
 * :meth:`node_watches` + :meth:`start_watches` - daemon threads that set a wake-up Event on every
   change of what the agent depends on (Node, its NodeFeatures, its Pods, the settings Secret).
 * :meth:`delete_custom_owned` deletes only an object whose controller ownerReference is the given
@@ -175,6 +175,11 @@ class KubeClient:
     def patch_node_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
         """Merge-patch only the given annotation keys onto the Node."""
         self.core.patch_node(name, {"metadata": {"annotations": dict(annotations)}})
+
+    @_retry
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge-patch only the given annotation keys onto the Pod ``namespace``/``name``."""
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": dict(annotations)}})
 
     @_retry
     def patch_node_status(self, name: str, status: Mapping[str, Any]) -> None:

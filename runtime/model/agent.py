@@ -112,9 +112,18 @@ class LedgerSpec(Strict):
     capabilityWords: dict[str, str]
 
 
+class PodResourcesMessages(Strict):
+    unknownDevice: str
+    missingUnits: str
+    missingProfile: str
+
+
 class PodResourcesSpec(Strict):
     socket: str
-    deviceIdSeparator: str
+    timeoutSeconds: float = Field(10, gt=0)
+    deviceIdSeparator: str = Field(min_length=1)
+    resourceKeysParams: str = Field(min_length=1)
+    messages: PodResourcesMessages
 
 
 class MemorySuffixSpec(Strict):

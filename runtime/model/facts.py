@@ -9,7 +9,8 @@ Shape (YAML or JSON; units in the field names)::
          memoryBusWidth: 384, eccEnabled: true, computeCapability: [8, 6], cores: 10240,
          driverVersion: 580.159.03, cudaDriverVersion: 13000, migEnabled: false, healthy: true,
          migProfiles: [{name: MIG 1g.10gb, memoryMib: 10240, computeSlices: 1, memorySlices: 1,
-                        count: 7, placements: [{start: 0, length: 1}, ...]}]}
+                        count: 7, placements: [{start: 0, length: 1}, ...]}],
+         migDevices: [{uuid: MIG-..., profile: MIG 3g.40gb, placement: {start: 0, length: 4}}]}
 
 Both the real NVML probe and the recorded backend produce this shape; :func:`parse_facts` validates
 it and raises :class:`FactsError` naming the source and the field path.
@@ -58,6 +59,16 @@ class PartitionProfile(_Facts):
     placements: list[Placement] = []
 
 
+class MigDevice(_Facts):
+    """One existing partition instance (MIG device) on an accelerator: the ID kubelet's PodResources
+    reports for it, its profile (vendor spelling, e.g. ``MIG 3g.40gb``) and its placement
+    (spec/node-facts.md §7.5)."""
+
+    uuid: str = Field(min_length=1)
+    profile: str = Field(min_length=1)
+    placement: Optional[Placement] = None
+
+
 class AcceleratorFacts(_Facts):
     """§1.2: one accelerator. memoryMib is the raw total (before the ECC rule of §5.5)."""
 
@@ -75,6 +86,7 @@ class AcceleratorFacts(_Facts):
     cudaDriverVersion: int = 0
     migEnabled: bool = False
     migProfiles: list[PartitionProfile] = []
+    migDevices: list[MigDevice] = Field([], description="existing MIG devices (absent when unknown)")
     healthy: bool = True
 
 

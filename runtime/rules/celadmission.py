@@ -17,6 +17,7 @@ from celpy import celtypes
 from celpy.adapter import json_to_cel
 
 from runtime.engine import normalize
+from runtime.engine.resourcekeys import resource_family
 
 
 def _py(value: Any) -> Any:
@@ -161,35 +162,10 @@ def matches(text, pattern) -> celtypes.BoolType:
 
 
 # --- resource keys and containers (pod-requests.md §2, §4) ---------------------------------------------
-def _family(name: str, table: dict, manufacturers: list) -> dict:
-    """ResourceFamilyOf + base + profile for one key, driven by ``table`` (rules/admission/pods.yaml)."""
-    none = {"family": "none", "base": "", "profile": ""}
-    vis_prefix, vis_suffix = table["visibilityPrefix"], table["visibilitySuffix"]
-    ids = {m["id"] for m in manufacturers}
-    bases = {m["base"] for m in manufacturers}
-    if name.startswith(vis_prefix):
-        rest = name[len(vis_prefix):]
-        if rest.endswith(vis_suffix) and rest[: -len(vis_suffix)] in ids:
-            return {"family": "visibility", "base": "", "profile": ""}
-        return none
-    for m in manufacturers:
-        if not m.get("partitionKind"):
-            continue
-        prefix = m["base"] + table["profileInfix"] + m["partitionKind"] + "-"
-        if name.startswith(prefix) and len(name) > len(prefix):
-            return {"family": table["profileFamily"], "base": m["base"], "profile": name[len(prefix):]}
-    for row in table["suffixes"]:
-        suffix = row["suffix"]
-        if name.endswith(suffix) and name[: -len(suffix)] in bases:
-            return {"family": row["family"], "base": name[: -len(suffix)], "profile": ""}
-    if name in bases:
-        return {"family": table["baseFamily"], "base": name, "profile": ""}
-    return none
-
-
+# The classifier itself is runtime.engine.resourcekeys.resource_family (shared with the node agent).
 def resourceFamily(name, table, manufacturers) -> celtypes.MapType:  # noqa: N802
     """``{family, base, profile}`` of a resource key (pod-requests.md §2)."""
-    return _cel(_family(str(name), _py(table), _py(manufacturers)))
+    return _cel(resource_family(str(name), _py(table), _py(manufacturers)))
 
 
 def _quantity_text(value: Any) -> str:
@@ -218,7 +194,7 @@ def podContainers(pod, table, manufacturers) -> celtypes.ListType:  # noqa: N802
             bases: dict[str, set] = {f: set() for f in table["families"]}
             profiles = []
             for key in sorted(set(requests) | set(limits)):
-                info = _family(str(key), table, manufacturers)
+                info = resource_family(str(key), table, manufacturers)
                 if info["family"] not in bases:
                     continue
                 keys[key] = _quantity_text(requests[key] if key in requests else limits[key])

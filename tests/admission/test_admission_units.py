@@ -11,6 +11,7 @@ from runtime.engine.admission import AdmissionEngine, BadReview, Outcome, build_
 from runtime.engine.admission.patch import REMOVE, apply_writes, diff_writes, escape
 from runtime.engine.admission.verdict import FieldError, aggregate, render_value
 from runtime.engine.policy import Policy
+from runtime.engine.resourcekeys import resource_family
 from runtime.rules import celadmission
 from runtime.rules.cel import compile_expression
 from runtime.rules.loader import load_rules
@@ -36,12 +37,12 @@ def engine() -> AdmissionEngine:
 ])
 def test_family_classifier(engine, name, family):
     params = engine.params["pods-validation"]
-    assert celadmission._family(name, params["resourceKeys"], params["manufacturers"])["family"] == family
+    assert resource_family(name, params["resourceKeys"], params["manufacturers"])["family"] == family
 
 
 def test_family_base_and_profile(engine):
     params = engine.params["pods-validation"]
-    got = celadmission._family("nvidia.com/gpu.partitioned.mig-3g.40gb", params["resourceKeys"], params["manufacturers"])
+    got = resource_family("nvidia.com/gpu.partitioned.mig-3g.40gb", params["resourceKeys"], params["manufacturers"])
     assert got == {"family": "partitioned", "base": "nvidia.com/gpu", "profile": "3g.40gb"}
 
 

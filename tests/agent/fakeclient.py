@@ -73,6 +73,14 @@ class FakeClient:
         self.node["metadata"].setdefault("annotations", {}).update(annotations)
         self.calls.append("annotate node")
 
+    def patch_pod_annotations(self, namespace, name, annotations):
+        for p in self.pods:
+            if p["metadata"].get("namespace") == namespace and p["metadata"]["name"] == name:
+                p["metadata"].setdefault("annotations", {}).update(annotations)
+                self.calls.append(f"annotate pod {namespace}/{name}")
+                return
+        raise LookupError(f"no Pod {namespace}/{name}")
+
     def patch_node_status(self, name, status):
         for part in ("capacity", "allocatable"):
             self.node.setdefault("status", {}).setdefault(part, {}).update(status[part])

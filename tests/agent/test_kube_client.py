@@ -118,3 +118,12 @@ def test_node_watches_select_this_node():
         ("Pod", {"field_selector": "spec.nodeName=n1"}),
         ("NodeFeature", {"label_selector": "nfd.node.kubernetes.io/node-name=n1"}),
         ("Secret", {"field_selector": "metadata.name=gpustack-settings"})]
+
+
+def test_patch_pod_annotations_merges_only_the_given_key():
+    c = _client()
+    c.core.patch_namespaced_pod.side_effect = [ApiException(status=503), None]    # transient, retried
+    c.patch_pod_annotations("demo", "p", {"device.gpustack.ai/accelerator.allocated": "{}"})
+    assert c.core.patch_namespaced_pod.call_count == 2
+    assert c.core.patch_namespaced_pod.call_args.args == (
+        "p", "demo", {"metadata": {"annotations": {"device.gpustack.ai/accelerator.allocated": "{}"}}})

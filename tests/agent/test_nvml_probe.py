@@ -19,6 +19,10 @@ class NVMLError_NotSupported(Exception):
     pass
 
 
+class NVMLError_NotFound(Exception):
+    pass
+
+
 class NVMLError_LibraryNotFound(Exception):
     pass
 
@@ -87,6 +91,23 @@ def fake_pynvml(devices, init_error=None):
             array[i].start, array[i].size = s, length
         count_ref._obj.value = len(starts)
     m.nvmlDeviceGetGpuInstancePossiblePlacements = placements
+
+    # existing MIG devices: d["migDevices"] = {slot: (uuid, gpu instance id, profile id, start, size)}
+    m.nvmlDeviceGetMaxMigDeviceCount = lambda d: 7
+
+    def mig_handle(d, slot):
+        if slot not in d.get("migDevices", {}):
+            raise NVMLError_NotFound("no MIG device")
+        return (d, slot)
+    m.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
+    m.nvmlDeviceGetUUID = lambda h: h[0]["migDevices"][h[1]][0] if isinstance(h, tuple) else h["uuid"]
+    m.nvmlDeviceGetGpuInstanceId = lambda h: h[0]["migDevices"][h[1]][1]
+
+    def gpu_instance(d, gi):
+        return next(v for v in d["migDevices"].values() if v[1] == gi)
+    m.nvmlDeviceGetGpuInstanceById = gpu_instance
+    m.nvmlGpuInstanceGetInfo = lambda v: types.SimpleNamespace(
+        profileId=v[2], placement=types.SimpleNamespace(start=v[3], size=v[4]))
     return m
 
 
@@ -108,6 +129,18 @@ def test_device_facts_have_the_recorded_shape():
         {"name": "MIG 3g.40gb", "memoryMib": 40960, "computeSlices": 3, "memorySlices": 4, "count": 2,
          "placements": [{"start": 0, "length": 4}, {"start": 4, "length": 4}]}]
     parse_facts({"accelerators": accs}, "nvml")     # validates against the §1.3 model
+
+
+def test_existing_mig_devices_are_reported_with_profile_and_placement():
+    # slot 0: a 3g.40gb instance (profile id 12) at slices 4-7; slot 3: a 1g.10gb (id 10) at slice 1
+    h100 = dict(H100, migDevices={0: ("MIG-aaaa", 5, 12, 4, 4), 3: ("MIG-bbbb", 9, 10, 1, 1)})
+    accs = NvmlBackend(fake_pynvml([A10G, h100])).accelerators()
+    assert "migDevices" not in accs[0]
+    assert accs[1]["migDevices"] == [
+        {"uuid": "MIG-aaaa", "profile": "MIG 3g.40gb", "placement": {"start": 4, "length": 4}},
+        {"uuid": "MIG-bbbb", "profile": "MIG 1g.10gb", "placement": {"start": 1, "length": 1}}]
+    facts = parse_facts({"accelerators": accs}, "nvml")
+    assert facts.accelerators[1].migDevices[0].placement.start == 4
 
 
 def test_unsupported_bus_width_reads_as_zero():

@@ -20,6 +20,7 @@ from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.verdict import MISSING, FieldError, Outcome
 from runtime.engine.policy import Policy
+from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelEvalError
@@ -98,8 +99,7 @@ class AdmissionEngine:
     def __init__(self, policy: Policy):
         self.policy = policy
         shared = {
-            "manufacturers": [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind}
-                              for m in policy.manufacturer_table.manufacturers],
+            "manufacturers": classifier_manufacturers(policy),
             "constants": policy.constants.model_dump(),
             "settingCatalog": {
                 "namespace": policy.settings.namespace,
