@@ -4,8 +4,9 @@ For every cached Instance, :func:`plan_instances` calls the engine's
 :func:`runtime.engine.instancelife.plan_instance` with
 
 * the Pod of the same name and namespace, but only when its controller ownerReference is that
-  Instance (uid); a same-named Pod owned by anything else is never passed on, created over or
-  deleted: the Instance is skipped and reported in ``InstanceActions.foreign``;
+  Instance (uid). A same-named Pod owned by anything else is never deleted nor created over: the
+  engine sees no Pod, its ``CREATE_POD`` is dropped, and the Instance is reported in
+  ``InstanceActions.foreign`` (a deleted Instance still loses its finalizer, leaving that Pod be);
 * its InstanceType as the engine derived it (``DesiredState.instance_types``: computed ``status``
   with ``entrance`` and ``detail``) with the live object's ``metadata`` (so a deletion timestamp
   counts, §10.2), or None when neither exists;
@@ -50,8 +51,8 @@ from runtime.kube.ownership import owned_by_instance
 @dataclass
 class InstanceActions:
     """``actions`` for every Instance in order; ``requeue``: seconds until the next pass is due (0:
-    only on events); ``foreign``: ``namespace/name`` of Instances skipped because a same-named Pod
-    is not theirs."""
+    only on events); ``foreign``: ``namespace/name`` of Instances whose same-named Pod is not theirs
+    (no Pod is created for them)."""
 
     actions: list[Action] = field(default_factory=list)
     requeue: float = 0.0
@@ -94,9 +95,10 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
         meta = instance["metadata"]
         name, namespace = meta["name"], meta.get("namespace") or "default"
         pod = snapshot.get("Pod", name, namespace)
-        if pod is not None and not owned_by_instance(pod, meta.get("uid")):
+        foreign = pod is not None and not owned_by_instance(pod, meta.get("uid"))
+        if foreign:
             out.foreign.append(f"{namespace}/{name}")
-            continue
+            pod = None
         type_name = (instance.get("spec") or {}).get("type") or ""
         instance_type = instance_type_for(state, snapshot, type_name)
         queue = snapshot.get("ClusterQueue", type_name) if type_name else None
@@ -117,6 +119,8 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
             elif verb == DELETE_POD:
                 rest.append(Action("delete", "Pod", name, namespace, body=pod, reason="stop, delete or rebuild"))
             elif verb == CREATE_POD:
+                if foreign:
+                    continue
                 rest.append(Action("create", "Pod", name, namespace, body=payload, reason="no Pod yet"))
             else:
                 raise ValueError(f"unknown Instance action {verb}")

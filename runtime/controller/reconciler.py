@@ -92,6 +92,7 @@ class Controller:
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
+        self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
         self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
 
     # -- events ----------------------------------------------------------------------------------------
@@ -150,8 +151,9 @@ class Controller:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         actions = plan(self.policy, state, snapshot, now=now)
         instances = plan_instances(self.policy, state, snapshot)
-        for key in instances.foreign:
+        for key in set(instances.foreign) - self._foreign:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
+        self._foreign = set(instances.foreign)
         actions += instances.actions
         if "Setting" in self.cache.caches:
             actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
