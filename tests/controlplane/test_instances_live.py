@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import threading
 import time
 
 import pytest
@@ -26,7 +25,7 @@ from runtime.controller.reconciler import Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
-from tests.controlplane.test_controller import _apply_seed_cluster, _clean
+from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
 from tests.seedfiles import seed_object
 
 POLICY = Policy(load_rules())
@@ -107,12 +106,8 @@ def live(control_plane):
     controller = Controller(connect(cluster.kubeconfig), POLICY, coalesce_seconds=0.1, env={})
     controller.start()
     assert controller.reconcile().errors == []
-    stop = threading.Event()
-    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-    thread.start()
-    yield controller
-    stop.set()
-    thread.join(10)
+    with loop_running(controller):
+        yield controller
     controller.stop()
     _clean_instances(kubectl)
     _clean(kubectl)
