@@ -12,6 +12,7 @@ from runtime.controller.settingsview import plan_settings
 from runtime.engine.derive import derive
 from runtime.engine.instancepods import allocations_from_pod
 from runtime.engine.snapshot import Snapshot
+from runtime.kube.ownership import owned, owned_by_instance
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES
 
@@ -163,3 +164,12 @@ def test_the_value_the_secret_holds_is_a_no_op_and_no_secret_defers_the_write(po
     assert verbs(same) == [("apply-status", "Setting")] and same[0].body["status"]["observedGeneration"] == 2
     deferred = only(settings_plan(policy, setting(name, 2, 1, value="true")), name)
     assert deferred == []   # observedGeneration stays 1 until the Secret exists
+
+
+def test_only_pods_an_instance_controls_count_as_ours(policy):
+    assert owned(policy, pod()) and owned_by_instance(pod(), "u-3")
+    assert not owned_by_instance(pod(), "u-4")
+    assert not owned(policy, pod(owner=None))
+    assert not owned(policy, pod(owner={**OWNER, "controller": False}))
+    assert not owned(policy, pod(owner={**OWNER, "kind": "ReplicaSet", "apiVersion": "apps/v1"}))
+    assert not owned(policy, pod(owner={**OWNER, "apiVersion": "example.com/v1"}))
