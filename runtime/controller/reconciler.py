@@ -6,6 +6,12 @@ back as events and cause one more reconcile, which finds nothing to do (idempote
 empty when the cluster matches, see :mod:`runtime.controller.plan`). Settings live in the watched
 Secret, so a settings change re-triggers a reconcile without a restart (spec/settings.md §3).
 
+Each pass plans, in order: the pools (:func:`runtime.controller.plan.plan`), every Instance
+(:func:`runtime.controller.instances.plan_instances`, spec/instances.md §10-§12) and the Setting
+view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2). An Instance that
+asks for a requeue (e.g. a Pod being deleted) gets another pass after that many seconds even
+without an event.
+
 Typical use::
 
     controller = Controller(connect(kubeconfig), policy)
@@ -25,8 +31,10 @@ from typing import Mapping
 from loguru import logger
 
 from runtime.controller import settings_seed
-from runtime.controller.settings_seed import invalid_setting_event
+from runtime.controller.instances import plan_instances
 from runtime.controller.plan import Action, plan
+from runtime.controller.settings_seed import invalid_setting_event
+from runtime.controller.settingsview import plan_settings
 from runtime.engine.derive import DesiredState, derive
 from runtime.engine.policy import Policy
 from runtime.engine.settings import decode_secret_data
@@ -35,9 +43,15 @@ from runtime.kube.applier import Applier, Write
 from runtime.kube.cache import ClusterCache, WatchedKind
 from runtime.kube.session import KubeApiError, Session
 
-# What the pools depend on (spec/pools.md §2.4 triggers); Workloads/Pods come with later slices.
+# What the pools depend on (spec/pools.md §2.4 triggers), then what Instances depend on
+# (spec/instances.md §10-§12: their Pods, the claims, volumes and classes of §12, RuntimeClasses of
+# §11.1); Workloads come with a later slice. The settings Secret and the Setting view are watched in
+# the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
-           "AdmissionCheck", "InstanceType", "InstanceTypeFlavor")
+           "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
+           "Instance", "Pod", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass")
+# Which finalizer (label-catalog key role) the controller keeps on each kind.
+FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
 
 
 @dataclass
@@ -71,12 +85,15 @@ class Controller:
         watched = [WatchedKind(k) for k in WATCHED]
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
+        watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
         self._dirty = threading.Event()
         self.events = 0
         self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
+        self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
+        self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -133,6 +150,14 @@ class Controller:
         self._report_invalid_settings(state, snapshot)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         actions = plan(self.policy, state, snapshot, now=now)
+        instances = plan_instances(self.policy, state, snapshot)
+        for key in set(instances.foreign) - self._foreign:
+            logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
+        self._foreign = set(instances.foreign)
+        actions += instances.actions
+        if "Setting" in self.cache.caches:
+            actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
+        self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
         result = ReconcileResult(planned=actions, state=state)
         for action in actions:
             try:
@@ -192,10 +217,17 @@ class Controller:
             # else: still held by a finalizer; its DELETED event brings the next reconcile.
         elif action.verb == "remove-finalizer":
             finalizers = action.body["metadata"].get("finalizers") or []
-            index = finalizers.index(self.policy.key("finalizer"))
+            index = finalizers.index(self.policy.key(FINALIZER_ROLES[action.kind]))
             applier.json_patch(action.kind, action.name, [
                 {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizers[index]},
-                {"op": "remove", "path": f"/metadata/finalizers/{index}"}])
+                {"op": "remove", "path": f"/metadata/finalizers/{index}"}], action.namespace)
+        elif action.verb == "add-finalizer":
+            finalizers = action.body["metadata"].get("finalizers")
+            finalizer = self.policy.key(FINALIZER_ROLES[action.kind])
+            ops = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                   {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}] if finalizers else \
+                [{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
+            applier.json_patch(action.kind, action.name, ops, action.namespace)
         else:
             raise RuntimeError(f"unknown action verb {action.verb}")
 
@@ -216,8 +248,9 @@ class Controller:
         """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set."""
         self._dirty.set()
         while not stop.is_set():
-            if not self._dirty.wait(timeout=min(self.resync_seconds, 1.0)):
-                if time.monotonic() - self._last_run < self.resync_seconds:
+            if not self._dirty.wait(timeout=min(self.resync_seconds, 0.25)):
+                due = self._requeue_at is not None and time.monotonic() >= self._requeue_at
+                if not due and time.monotonic() - self._last_run < self.resync_seconds:
                     continue
             if stop.wait(self.coalesce_seconds):
                 break

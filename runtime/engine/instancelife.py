@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.engine.instancepods import phase_from_pod, render_pod
+from runtime.engine.instancepods import allocations_from_pod, phase_from_pod, render_pod
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, is_deleting
@@ -83,6 +83,9 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
         ([{"ip": pod_status["podIP"]}] if pod_status.get("podIP") else [])
     if ips:
         status["podIPs"] = ips
+    allocations = allocations_from_pod(policy, pod)
+    if allocations:
+        status["allocations"] = allocations
     plan.status = status
     return plan
 

@@ -6,6 +6,7 @@ nothing binds). ``phase_from_pod`` reads the Instance phase from the Pod's condi
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -276,3 +277,29 @@ def phase_from_pod(policy: Policy, pod: dict) -> dict:
              "ready": cond("Ready").get("status", "Unknown"), "readyReason": cond("Ready").get("reason") or ""}
     _, out = policy.decision_table("instance-phase").decide(facts)
     return {k: v for k, v in out.items() if v != ""}
+
+
+def allocations_from_pod(policy: Policy, pod: dict) -> list[dict]:
+    """``Instance.status.allocations`` (§3): the Pod's allocation annotation (node-facts.md §7.4,
+    key role ``allocation``), a JSON object container -> [group], with every container's groups
+    merged: one entry per (group ``id``, ``manufacturer``) in first-seen order, accelerators
+    concatenated in container order. An absent or unparsable annotation gives ``[]`` (the agent
+    reports a bad one as ``InvalidAllocation``; the Instance just shows none)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(policy.key("allocation"))
+    if not text:
+        return []
+    try:
+        by_container = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(by_container, dict):
+        return []
+    merged: dict[tuple[str, str], dict] = {}
+    for groups in by_container.values():
+        for group in groups if isinstance(groups, list) else []:
+            if not isinstance(group, dict):
+                continue
+            key = (str(group.get("id", "")), str(group.get("manufacturer", "")))
+            entry = merged.setdefault(key, {"id": key[0], "manufacturer": key[1], "accelerators": []})
+            entry["accelerators"].extend(a for a in group.get("accelerators") or [] if isinstance(a, dict))
+    return list(merged.values())

@@ -10,8 +10,10 @@
   finalizer removal.
 * :meth:`Applier.delete`: only objects accelpolicy owns (:func:`owned`): ResourceFlavors labelled
   ``resource.gpustack.ai/type: nodes``, InstanceTypeFlavors, ClusterQueues labelled
-  ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated ``schedule.gpustack.ai/queue``.
-  InstanceTypes are never deleted (spec/pools.md §4). Anything else raises :class:`NotOwnedError`.
+  ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated ``schedule.gpustack.ai/queue``,
+  Pods whose controller ownerReference is an Instance (spec/instances.md §11.1; the Instance
+  reconciler also checks it is *that* Instance). InstanceTypes are never deleted (spec/pools.md §4).
+  Anything else raises :class:`NotOwnedError`.
 
 ``409 Conflict`` (a stale resourceVersion), ``429`` and ``5xx`` answers are retried with tenacity
 (5 attempts, exponential wait). Every successful write is appended to :attr:`Applier.writes` and,

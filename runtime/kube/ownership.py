@@ -1,4 +1,5 @@
-"""Which objects accelpolicy owns, and so may delete (spec/pools.md §2.4, §4, §7-§8, §11).
+"""Which objects accelpolicy owns, and so may delete (spec/pools.md §2.4, §4, §7-§8, §11;
+spec/instances.md §11.1).
 
 Kept apart from :mod:`runtime.kube.applier` so the pure planner can use the same rule without
 importing the client library.
@@ -6,14 +7,32 @@ importing the client library.
 from __future__ import annotations
 
 from runtime.engine.policy import Policy
-from runtime.engine.snapshot import annotations_of, labels_of
+from runtime.engine.snapshot import KNOWN_KINDS, annotations_of, labels_of
+
+
+def controller_owner(obj: dict) -> dict | None:
+    """The ownerReference of ``obj`` marked ``controller: true``, or None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def owned_by_instance(obj: dict, instance_uid: str | None = None) -> bool:
+    """Whether ``obj``'s controller ownerReference is an Instance (``worker.gpustack.ai``), and, when
+    ``instance_uid`` is given, that Instance (spec/instances.md §11.1)."""
+    ref = controller_owner(obj)
+    if ref is None or ref.get("kind") != "Instance" or ref.get("apiVersion") != KNOWN_KINDS["Instance"][0]:
+        return False
+    return instance_uid is None or ref.get("uid") == instance_uid
 
 
 def owned(policy: Policy, obj: dict) -> bool:
     """Whether accelpolicy owns ``obj``: ResourceFlavors labelled ``resource.gpustack.ai/type: nodes``,
     ClusterQueues labelled ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated
-    ``schedule.gpustack.ai/queue``, every InstanceTypeFlavor. Never an InstanceType (create-only,
-    §4) nor any other kind. Keys and values come from the policy."""
+    ``schedule.gpustack.ai/queue``, every InstanceTypeFlavor, Pods whose controller ownerReference is
+    an Instance. Never an InstanceType (create-only, §4) nor any other kind. Keys and values come
+    from the policy."""
     kind = obj.get("kind")
     resource_type = labels_of(obj).get(policy.key("resourceType"))
     types = policy.derivation.resourceTypes
@@ -23,4 +42,6 @@ def owned(policy: Policy, obj: dict) -> bool:
         return resource_type == types["queue"]
     if kind == "LocalQueue":
         return policy.key("queueAnnotation") in annotations_of(obj)
+    if kind == "Pod":
+        return owned_by_instance(obj)
     return kind == "InstanceTypeFlavor"

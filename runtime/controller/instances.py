@@ -1,0 +1,137 @@
+"""The Instance reconciler (spec/instances.md §10-§12): engine decisions turned into controller writes.
+
+For every cached Instance, :func:`plan_instances` calls the engine's
+:func:`runtime.engine.instancelife.plan_instance` with
+
+* the Pod of the same name and namespace, but only when its controller ownerReference is that
+  Instance (uid). A same-named Pod owned by anything else is never deleted nor created over: the
+  engine sees no Pod, its ``CREATE_POD`` is dropped, and the Instance is reported in
+  ``InstanceActions.foreign`` (a deleted Instance still loses its finalizer, leaving that Pod be);
+* its InstanceType as the engine derived it (``DesiredState.instance_types``: computed ``status``
+  with ``entrance`` and ``detail``) with the live object's ``metadata`` (so a deletion timestamp
+  counts, §10.2), or None when neither exists;
+* the live ClusterQueue of that type (same name), whose ``spec.stopPolicy`` drives the drain stop.
+
+and turns the :class:`~runtime.engine.instancelife.InstancePlan` into :class:`Action` s for
+:meth:`runtime.controller.reconciler.Controller._execute`:
+
+======================  ===================================================================
+engine action           Action
+======================  ===================================================================
+ADD_FINALIZER           ``add-finalizer`` Instance (JSON patch; key role ``instanceFinalizer``)
+(plan.status)           ``apply-status`` Instance (status subresource), only when it differs
+SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge patch)
+DELETE_POD              ``delete`` Pod (the applier refuses a Pod no Instance controls)
+CREATE_POD              ``create`` Pod (rendered once, never re-diffed; no ``spec.nodeName``)
+REMOVE_FINALIZER        ``remove-finalizer`` Instance
+======================  ===================================================================
+
+The status goes first, so a drain writes phase ``Stopping`` before ``spec.stop`` and the Pod delete
+(§10.2). ``InstanceActions.requeue`` is the smallest ``plan.requeue`` > 0 (seconds), after which the
+controller reconciles again without an event.
+
+Re-enqueueing (§10.2): the controller reconciles every Instance on every pass, and any event
+(an InstanceType's deletion timestamp, a ClusterQueue's ``stopPolicy``, a Pod, a PVC, the settings
+Secret) starts a pass, so every Instance of a type is looked at again when its type or queue changes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from runtime.controller.plan import Action
+from runtime.engine.derive import DesiredState
+from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, DELETE_POD, REMOVE_FINALIZER, SET_STOP,
+                                         plan_instance)
+from runtime.engine.policy import Policy
+from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, name_of
+from runtime.kube.ownership import owned_by_instance
+
+
+@dataclass
+class InstanceActions:
+    """``actions`` for every Instance in order; ``requeue``: seconds until the next pass is due (0:
+    only on events); ``foreign``: ``namespace/name`` of Instances whose same-named Pod is not theirs
+    (no Pod is created for them)."""
+
+    actions: list[Action] = field(default_factory=list)
+    requeue: float = 0.0
+    foreign: list[str] = field(default_factory=list)
+
+
+def _created(obj: dict | None) -> datetime | None:
+    stamp = ((obj or {}).get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return None
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+
+
+def pod_age_seconds(instance: dict, pod: dict | None) -> float:
+    """Pod creation minus Instance creation in seconds (§10.1 step 5); 0 when either is unknown."""
+    pod_at, instance_at = _created(pod), _created(instance)
+    if pod_at is None or instance_at is None:
+        return 0.0
+    return (pod_at - instance_at).total_seconds()
+
+
+def instance_type_for(state: DesiredState, snapshot: Snapshot, name: str) -> dict | None:
+    """The InstanceType ``name`` with its derived status and the live metadata (None if neither the
+    cluster nor this reconcile holds it; a derived type created by this very reconcile counts)."""
+    desired = next((it for it in state.instance_types if name_of(it) == name), None)
+    live = snapshot.get("InstanceType", name) if name else None
+    if desired is None:
+        return live
+    if live is None:
+        return desired
+    return {**desired, "metadata": live["metadata"]}
+
+
+def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> InstanceActions:
+    """Actions bringing every Instance of ``snapshot`` one step further (see the module docstring)."""
+    out = InstanceActions()
+    requeues = []
+    api_version = KNOWN_KINDS["Instance"][0]
+    for instance in snapshot.list("Instance"):
+        meta = instance["metadata"]
+        name, namespace = meta["name"], meta.get("namespace") or "default"
+        pod = snapshot.get("Pod", name, namespace)
+        foreign = pod is not None and not owned_by_instance(pod, meta.get("uid"))
+        if foreign:
+            out.foreign.append(f"{namespace}/{name}")
+            pod = None
+        type_name = (instance.get("spec") or {}).get("type") or ""
+        instance_type = instance_type_for(state, snapshot, type_name)
+        queue = snapshot.get("ClusterQueue", type_name) if type_name else None
+        decided = plan_instance(policy, state.settings, snapshot, instance, pod, instance_type, queue,
+                                pod_age_seconds(instance, pod))
+        first: list[Action] = []
+        rest: list[Action] = []
+        for verb, payload in decided.actions:
+            if verb == ADD_FINALIZER:
+                first.append(Action("add-finalizer", "Instance", name, namespace, body=instance,
+                                    reason="ensure the Instance finalizer"))
+            elif verb == REMOVE_FINALIZER:
+                rest.append(Action("remove-finalizer", "Instance", name, namespace, body=instance,
+                                   reason="its Pod is gone"))
+            elif verb == SET_STOP:
+                rest.append(Action("patch", "Instance", name, namespace, body={"spec": {"stop": bool(payload)}},
+                                   reason="drain stop: type gone, being deleted, or its queue HoldAndDrain"))
+            elif verb == DELETE_POD:
+                rest.append(Action("delete", "Pod", name, namespace, body=pod, reason="stop, delete or rebuild"))
+            elif verb == CREATE_POD:
+                if foreign:
+                    continue
+                rest.append(Action("create", "Pod", name, namespace, body=payload, reason="no Pod yet"))
+            else:
+                raise ValueError(f"unknown Instance action {verb}")
+        if decided.status is not None and decided.status != (instance.get("status") or {}):
+            first.append(Action("apply-status", "Instance", name, namespace,
+                                body={"apiVersion": instance.get("apiVersion", api_version), "kind": "Instance",
+                                      "metadata": {"name": name, "namespace": namespace},
+                                      "status": decided.status},
+                                reason=f"phase {decided.status.get('phase', '')}"))
+        out.actions += first + rest
+        if decided.requeue > 0:
+            requeues.append(decided.requeue)
+    out.requeue = float(min(requeues)) if requeues else 0.0
+    return out

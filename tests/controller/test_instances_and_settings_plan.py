@@ -1,0 +1,175 @@
+"""The controller's Instance and Setting-view plans (runtime/controller/instances.py, settingsview.py):
+pure, on the seed's step-4 snapshot (spec/instances.md §10-§11, spec/settings.md §2)."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from runtime.controller.instances import plan_instances
+from runtime.controller.settingsview import plan_settings
+from runtime.engine.derive import derive
+from runtime.engine.instancepods import allocations_from_pod
+from runtime.engine.snapshot import Snapshot
+from runtime.kube.ownership import owned, owned_by_instance
+from runtime.snapshots import load_snapshot
+from tests.seedfiles import FIXTURES
+
+FIN = "worker.gpustack.ai/instance"
+OWNER = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "name": "custom-demo", "uid": "u-3",
+         "controller": True, "blockOwnerDeletion": True}
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_snapshot([FIXTURES / "seed" / "step4-custom-type"])
+
+
+def instance(**meta):
+    inst = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance",
+            "metadata": {"name": "custom-demo", "namespace": "default", "uid": "u-3",
+                         "creationTimestamp": "2026-11-29T10:00:00Z", "finalizers": [FIN]},
+            "spec": {"type": "a10g-12c128g", "image": "ubuntu:24.04",
+                     "resources": {"accelerator": "1", "cpu": "12", "ram": "128Gi", "localStorage": "15Gi"},
+                     "volume": {"ephemeral": {"capacity": "1Gi"}}}}
+    inst["metadata"].update(meta)
+    return inst
+
+
+def pod(owner=OWNER, **meta):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "custom-demo", "namespace": "default", "uid": "p-1",
+                         "creationTimestamp": "2026-11-29T10:00:01Z",
+                         **({"ownerReferences": [owner]} if owner else {}), **meta},
+            "spec": {"containers": [{"name": "main", "image": "ubuntu:24.04"}]}}
+
+
+def planned(policy, base, *objects, drop_type=False):
+    objs = [o for o in base if not (drop_type and o.get("kind") == "InstanceType"
+                                    and o["metadata"]["name"] == "a10g-12c128g")]
+    snapshot = Snapshot.from_objects(objs + list(objects))
+    state = derive(policy, snapshot)
+    return plan_instances(policy, state, snapshot)
+
+
+def verbs(actions):
+    return [(a.verb, a.kind) for a in actions]
+
+
+def test_new_instance_gets_finalizer_then_pod(policy, base):
+    out = planned(policy, base, instance(finalizers=[]))
+    assert verbs(out.actions) == [("add-finalizer", "Instance"), ("create", "Pod")]
+    body = out.actions[1].body
+    assert body["metadata"]["ownerReferences"] == [OWNER]
+    assert "nodeName" not in body["spec"]
+    assert out.requeue == 0 and out.foreign == []
+
+
+def test_drain_writes_stopping_first_then_stop_then_deletes_the_pod(policy, base):
+    out = planned(policy, base, instance(), pod(), drop_type=True)
+    assert verbs(out.actions) == [("apply-status", "Instance"), ("patch", "Instance"), ("delete", "Pod")]
+    assert out.actions[0].body["status"] == {"phase": "Stopping"}
+    assert out.actions[1].body == {"spec": {"stop": True}}
+    assert out.requeue == 2.0
+
+
+def test_a_foreign_pod_is_neither_deleted_nor_created_over(policy, base):
+    stranger = pod(owner={**OWNER, "uid": "someone-else"})
+    out = planned(policy, base, instance(), stranger)
+    assert out.foreign == ["default/custom-demo"]
+    assert [a for a in out.actions if a.kind == "Pod"] == []
+    deleting = planned(policy, base, instance(deletionTimestamp="2026-11-29T11:00:00Z"), pod(owner=None))
+    assert verbs(deleting.actions) == [("apply-status", "Instance"), ("remove-finalizer", "Instance")]
+
+
+def test_unchanged_status_is_not_written_again(policy, base):
+    inst = instance()
+    inst["status"] = {"phase": "Scheduling"}
+    assert planned(policy, base, inst, pod()).actions == []
+
+
+def test_allocations_merge_containers_by_group(policy):
+    acc = lambda i, n: {"id": f"GPU-{i}", "index": i, "mode": 3, "allocated": n}  # noqa: E731
+    text = json.dumps({"main": [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [acc(0, 5)]},
+                                {"id": "t4", "manufacturer": "nvidia", "accelerators": [acc(1, 7)]}],
+                       "sshd": [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [acc(2, 9)]}]})
+    got = allocations_from_pod(policy, {"metadata": {"annotations": {policy.key("allocation"): text}}})
+    assert got == [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [acc(0, 5), acc(2, 9)]},
+                   {"id": "t4", "manufacturer": "nvidia", "accelerators": [acc(1, 7)]}]
+    assert allocations_from_pod(policy, {"metadata": {"annotations": {policy.key("allocation"): "{not json"}}}) == []
+    assert allocations_from_pod(policy, {"metadata": {}}) == []
+
+
+# -- Setting view -------------------------------------------------------------------------------------
+NS = "gpustack-system"
+
+
+def secret(**values):
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "gpustack-settings", "namespace": NS},
+            "data": {k.replace("_", "-"): base64.b64encode(v.encode()).decode() for k, v in values.items()}}
+
+
+def setting(name, generation, observed, value=None, status_value="false"):
+    obj = {"apiVersion": "gpustack.ai/v1", "kind": "Setting",
+           "metadata": {"name": name, "namespace": NS, "generation": generation}}
+    if value is not None:
+        obj["spec"] = {"value": value}
+    if observed:
+        obj["status"] = {"description": "gate for taking spec.privileged on Instances", "editable": True,
+                         "sensitive": False, "value": status_value, "observedGeneration": observed}
+    return obj
+
+
+def settings_plan(policy, *objects):
+    return plan_settings(policy.settings, NS, Snapshot.from_objects(list(objects)))
+
+
+def test_every_setting_is_created_with_status_showing_the_secret_or_default(policy):
+    actions = settings_plan(policy, secret(instance_privileged_allowed="true"))
+    assert len(actions) == 22 and verbs(actions) == [("create", "Setting"), ("apply-status", "Setting")] * 11
+    by_name = {a.name: a.body["status"] for a in actions if a.verb == "apply-status"}
+    assert by_name["instance-privileged-allowed"] == {
+        "description": "gate for taking spec.privileged on Instances", "editable": True, "sensitive": False,
+        "value": "true", "observedGeneration": 1}
+    assert by_name["instance-ssh-server-image"]["value"] == "gpustack/ssh-server:v1.3.0"   # missing key: default
+    assert "spec" not in actions[0].body
+
+
+def only(actions, name):
+    return [a for a in actions if a.name in (name, "gpustack-settings") and a.verb != "create"]
+
+
+def test_a_new_spec_value_goes_to_the_secret_then_observed_generation(policy):
+    name = "instance-privileged-allowed"
+    actions = only(settings_plan(policy, secret(instance_privileged_allowed="false"),
+                                 setting(name, 2, 1, value="true")), name)
+    assert verbs(actions) == [("patch", "Secret"), ("apply-status", "Setting")]
+    assert actions[0].body == {"data": {name: base64.b64encode(b"true").decode()}}
+    assert actions[1].body["status"]["value"] == "true" and actions[1].body["status"]["observedGeneration"] == 2
+
+
+def test_a_stale_spec_value_is_not_reapplied_and_the_status_mirrors_the_secret(policy):
+    name = "instance-privileged-allowed"
+    actions = only(settings_plan(policy, secret(instance_privileged_allowed="false"),
+                                 setting(name, 2, 2, value="true", status_value="true")), name)
+    assert verbs(actions) == [("apply-status", "Setting")]
+    assert actions[0].body["status"]["value"] == "false" and actions[0].body["status"]["observedGeneration"] == 2
+
+
+def test_the_value_the_secret_holds_is_a_no_op_and_no_secret_defers_the_write(policy):
+    name = "instance-privileged-allowed"
+    same = only(settings_plan(policy, secret(instance_privileged_allowed="true"),
+                              setting(name, 2, 1, value="true", status_value="true")), name)
+    assert verbs(same) == [("apply-status", "Setting")] and same[0].body["status"]["observedGeneration"] == 2
+    deferred = only(settings_plan(policy, setting(name, 2, 1, value="true")), name)
+    assert deferred == []   # observedGeneration stays 1 until the Secret exists
+
+
+def test_only_pods_an_instance_controls_count_as_ours(policy):
+    assert owned(policy, pod()) and owned_by_instance(pod(), "u-3")
+    assert not owned_by_instance(pod(), "u-4")
+    assert not owned(policy, pod(owner=None))
+    assert not owned(policy, pod(owner={**OWNER, "controller": False}))
+    assert not owned(policy, pod(owner={**OWNER, "kind": "ReplicaSet", "apiVersion": "apps/v1"}))
+    assert not owned(policy, pod(owner={**OWNER, "apiVersion": "example.com/v1"}))

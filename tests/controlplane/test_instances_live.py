@@ -1,0 +1,301 @@
+"""The Instance reconciler and the Setting view on a real kube-apiserver + etcd (issue 6).
+
+The seed cluster is applied as in test_controller.py and the controller loop runs in this process.
+Instances are applied as the defaulting webhook would have left them (``spec.resources`` with cpu,
+ram and localStorage filled in, spec/instances.md §4): no webhook runs here.
+
+What the local cluster does not do: there is no kubelet, no kube-scheduler (the session cluster
+runs without it) and no Kueue controller or webhook. So Pods are never gated, admitted, bound or
+started; they stay Pending without conditions, which the phase table of §10.4 reads as
+``Scheduling`` (PodScheduled Unknown). Deleting an unbound Pod is immediate (no kubelet grace), so a
+stop finishes at once. The tests assert those phases, and a phase after a condition is written into
+a Pod's status by hand, as the scheduler would.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import time
+
+import pytest
+import yaml
+
+from runtime.controller.reconciler import Controller
+from runtime.engine.policy import Policy
+from runtime.kube.session import connect
+from runtime.rules.loader import load_rules
+from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
+from tests.seedfiles import seed_object
+
+POLICY = Policy(load_rules())
+A10G_ENTRANCE = "gpustack-fnv64-c4680bb149644f1c"   # status.entrance of gpustack--nvidia-a10g-linux-amd64
+NS = "default"
+SYSTEM = "gpustack-system"
+FINALIZER = POLICY.key("instanceFinalizer")
+ALLOCATION = POLICY.key("allocation")
+FIGURES: dict[str, list[float]] = {}
+
+
+def _get(kubectl, *args) -> dict:
+    out = kubectl.stdout("get", *args, "-o", "json", check=False)
+    return json.loads(out) if out.strip() else {}
+
+
+def _wait(fetch, predicate, timeout=20.0, what="condition"):
+    """Poll ``fetch()`` until ``predicate(value)``; returns (seconds, value)."""
+    t0 = time.monotonic()
+    value = None
+    while time.monotonic() - t0 < timeout:
+        value = fetch()
+        if predicate(value):
+            return time.monotonic() - t0, value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached in {timeout}s; last: {json.dumps(value)[:2000]}")
+
+
+def _instance(kubectl, name):
+    return _get(kubectl, "instance", name, "-n", NS)
+
+
+def _pod(kubectl, name):
+    return _get(kubectl, "pod", name, "-n", NS)
+
+
+def _setting(kubectl, name):
+    return _get(kubectl, "setting", name, "-n", SYSTEM)
+
+
+def _secret_values(kubectl) -> dict[str, str]:
+    data = _get(kubectl, "secret", "-n", SYSTEM, POLICY.settings.secretName).get("data") or {}
+    return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+def _with_resources(doc: dict, cpu: str, ram: str, local_storage: str) -> dict:
+    """The seed Instance as the defaulting webhook leaves it (§4)."""
+    doc = copy.deepcopy(doc)
+    doc["spec"]["resources"].update({"cpu": cpu, "ram": ram, "localStorage": local_storage})
+    return doc
+
+
+def _apply(kubectl, doc: dict) -> None:
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+
+
+def _clean_instances(kubectl) -> None:
+    for name in kubectl.stdout("get", "instances", "-n", NS, "-o", "name").split():
+        kubectl("patch", name, "-n", NS, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    kubectl("delete", "instances", "--all", "-n", NS, "--wait=true")
+    kubectl("delete", "pods", "--all", "-n", NS, "--wait=true")
+    kubectl("delete", "settings", "--all", "-n", SYSTEM, "--wait=true")
+    kubectl("delete", "instancetypes", "a10g-12c128g", "--ignore-not-found", "--wait=true")
+
+
+def _set_secret(kubectl, name: str, value: str) -> None:
+    kubectl("-n", SYSTEM, "patch", "secret", POLICY.settings.secretName, "--type=merge",
+            "-p", json.dumps({"data": {name: base64.b64encode(value.encode()).decode()}}))
+
+
+@pytest.fixture(scope="module")
+def live(control_plane):
+    """The seed cluster, one reconcile done, then the controller loop running."""
+    cluster, kubectl = control_plane
+    _clean(kubectl)
+    _clean_instances(kubectl)
+    _apply_seed_cluster(kubectl)
+    controller = Controller(connect(cluster.kubeconfig), POLICY, coalesce_seconds=0.1, env={})
+    controller.start()
+    assert controller.reconcile().errors == []
+    with loop_running(controller):
+        yield controller
+    controller.stop()
+    _clean_instances(kubectl)
+    _clean(kubectl)
+    for key, values in FIGURES.items():
+        print(f"\n[instances figure] {key}: {', '.join(f'{v:.3f}' for v in values)}")
+
+
+def test_sliced_demo_gets_its_pod(live, kubectl):
+    doc = _with_resources(seed_object("step3-instance-sliced-demo.yaml"), "1", "12Gi", "15Gi")
+    t0 = time.monotonic()
+    _apply(kubectl, doc)
+    _, pod = _wait(lambda: _pod(kubectl, "sliced-demo"), bool, what="Pod sliced-demo")
+    FIGURES.setdefault("kubectl apply Instance -> Pod exists, seconds", []).append(time.monotonic() - t0)
+    inst = _instance(kubectl, "sliced-demo")
+    uid = inst["metadata"]["uid"]
+    assert pod["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": A10G_ENTRANCE, "app.kubernetes.io/part-of": uid}
+    assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance",
+                                                   "name": "sliced-demo", "uid": uid, "controller": True,
+                                                   "blockOwnerDeletion": True}]
+    assert "nodeName" not in pod["spec"] and "nodeSelector" not in pod["spec"]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
+    main = pod["spec"]["containers"][0]
+    assert main["resources"] == {   # overcommit on (the default): §11.4 request vectors
+        "limits": {"cpu": "1", "memory": "12Gi", "ephemeral-storage": "15Gi", "nvidia.com/gpu.sliced": "1",
+                   "nvidia.com/gpu.sliced.memory-percentage": "20", "nvidia.com/gpu.sliced.cores-percentage": "100"},
+        "requests": {"cpu": "100m", "memory": "1536Mi", "ephemeral-storage": "1920Mi", "nvidia.com/gpu.sliced": "1",
+                     "nvidia.com/gpu.sliced.memory-percentage": "20",
+                     "nvidia.com/gpu.sliced.cores-percentage": "100"}}
+    assert pod["spec"]["volumes"] == [{"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}]
+    assert pod["spec"]["hostIPC"] is True and pod["spec"]["automountServiceAccountToken"] is False
+    # no scheduler/kubelet: the Pod has no conditions, PodScheduled reads Unknown -> Scheduling (§10.4)
+    _, inst = _wait(lambda: _instance(kubectl, "sliced-demo"),
+                    lambda i: (i.get("status") or {}).get("phase") == "Scheduling", what="phase Scheduling")
+    assert inst["status"] == {"phase": "Scheduling"}
+    assert inst["metadata"]["finalizers"] == [FINALIZER]
+    assert live.wait_idle(10)
+
+
+def test_pod_conditions_and_allocation_show_in_the_instance(live, kubectl):
+    # what the scheduler would write when it cannot place the Pod
+    kubectl("patch", "pod", "sliced-demo", "-n", NS, "--subresource=status", "--type=merge", "-p", json.dumps(
+        {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": "0/4 nodes are available"}]}}))
+    _, inst = _wait(lambda: _instance(kubectl, "sliced-demo"),
+                    lambda i: (i.get("status") or {}).get("phase") == "Pending", what="phase Pending")
+    assert inst["status"] == {"phase": "Pending", "phaseMessage": "0/4 nodes are available"}
+    groups = [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [
+        {"id": "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575", "index": 0, "mode": 3, "allocated": 320000}]}]
+    sidecar = [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [
+        {"id": "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575", "index": 0, "mode": 3, "allocated": 1}]}]
+    kubectl("annotate", "pod", "sliced-demo", "-n", NS,
+            f"{ALLOCATION}={json.dumps({'main': groups, 'sshd': sidecar})}")
+    _, inst = _wait(lambda: _instance(kubectl, "sliced-demo"),
+                    lambda i: (i.get("status") or {}).get("allocations"), what="status.allocations")
+    # both containers' groups merged into one group per (id, manufacturer)
+    assert inst["status"]["allocations"] == [{"id": "a10g", "manufacturer": "nvidia",
+                                              "accelerators": groups[0]["accelerators"] + sidecar[0]["accelerators"]}]
+    assert inst["status"]["phase"] == "Pending"
+    assert live.wait_idle(10)
+
+
+def test_pinned_demo_waits_for_its_claim_then_pins_by_node_selector(live, kubectl):
+    doc = _with_resources(seed_object("step6-instance-pinned-demo.yaml"), "8", "32Gi", "15Gi")
+    _apply(kubectl, doc)
+    _, inst = _wait(lambda: _instance(kubectl, "pinned-demo"),
+                    lambda i: (i.get("status") or {}).get("phase") == "Starting", what="phase Starting")
+    assert inst["status"] == {"phase": "Starting",
+                              "phaseMessage": 'PersistentVolumeClaim "datasets" does not exist in this namespace'}
+    assert live.wait_idle(10)
+    assert _pod(kubectl, "pinned-demo") == {}
+    # the escape: placement off (through the Setting view) -> the Pod uses the claim name only
+    kubectl("-n", SYSTEM, "patch", "setting", "instance-persistent-volume-placement", "--type", "merge",
+            "-p", '{"spec":{"value":"false"}}')
+    _, pod = _wait(lambda: _pod(kubectl, "pinned-demo"), bool, what="Pod pinned-demo")
+    node = _get(kubectl, "node", "node-t4-b")
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-t4-b"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-b"}
+    assert "nodeName" not in pod["spec"] and "affinity" not in pod["spec"]
+    assert pod["spec"]["volumes"] == [
+        {"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "additional-0", "persistentVolumeClaim": {"claimName": "datasets"}},
+        {"name": "additional-1", "configMap": {"name": "model-config", "defaultMode": 420}},
+        {"name": "additional-2", "hostPath": {"path": "/var/lib/gpustack-cache", "type": "DirectoryOrCreate"}}]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
+    main = pod["spec"]["containers"][0]
+    assert main["volumeMounts"] == [
+        {"name": "workspace", "mountPath": "/workspace"},
+        {"name": "additional-0", "mountPath": "/mnt/datasets"},
+        {"name": "additional-1", "mountPath": "/etc/model/config.json", "subPath": "config.json", "readOnly": True},
+        {"name": "additional-2", "mountPath": "/mnt/host-cache", "readOnly": True}]
+    assert main["resources"]["limits"] == {"cpu": "8", "memory": "32Gi", "ephemeral-storage": "15Gi",
+                                           "nvidia.com/gpu": "1"}
+    assert main["resources"]["requests"] == {"cpu": "800m", "memory": "4Gi", "ephemeral-storage": "1920Mi",
+                                             "nvidia.com/gpu": "1"}
+    _, inst = _wait(lambda: _instance(kubectl, "pinned-demo"),
+                    lambda i: (i.get("status") or {}).get("phase") == "Scheduling", what="phase Scheduling")
+    assert inst["status"] == {"phase": "Scheduling"}
+    assert live.wait_idle(10)
+
+
+def test_deleting_the_type_drains_its_instance(live, kubectl):
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(seed_object("step4-instancetype-a10g-12c128g.yaml")))
+    _wait(lambda: _get(kubectl, "instancetype", "a10g-12c128g"),
+          lambda t: (t.get("status") or {}).get("entrance"), what="a10g-12c128g entrance")
+    _apply(kubectl, _with_resources(seed_object("step4-instance-custom-demo.yaml"), "12", "128Gi", "15Gi"))
+    _, pod = _wait(lambda: _pod(kubectl, "custom-demo"), bool, what="Pod custom-demo")
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpustack-fnv64-d4c0e6cd72686015"
+    kubectl("delete", "instancetypes", "a10g-12c128g", "--wait=true")
+    _, inst = _wait(lambda: _instance(kubectl, "custom-demo"),
+                    lambda i: (i.get("status") or {}).get("phase") == "Stopped", what="phase Stopped")
+    assert inst["spec"]["stop"] is True
+    assert inst["status"] == {"phase": "Stopped"}
+    assert _pod(kubectl, "custom-demo") == {}
+    assert live.wait_idle(10)
+    # spec.stop keeps it stopped (§10.2): no Pod comes back
+    assert _pod(kubectl, "custom-demo") == {}
+
+
+def test_deleted_instance_loses_pod_then_finalizer(live, kubectl):
+    kubectl("delete", "instance", "sliced-demo", "-n", NS, "--wait=false")
+    _wait(lambda: _instance(kubectl, "sliced-demo"), lambda i: i == {}, what="sliced-demo gone")
+    assert _pod(kubectl, "sliced-demo") == {}
+    assert live.wait_idle(10)
+
+
+def test_a_pod_not_owned_by_the_instance_is_never_touched(live, kubectl):
+    foreign = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "foreign-demo", "namespace": NS},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    _apply(kubectl, foreign)
+    uid = _pod(kubectl, "foreign-demo")["metadata"]["uid"]
+    doc = _with_resources(seed_object("step3-instance-sliced-demo.yaml"), "1", "12Gi", "15Gi")
+    doc["metadata"]["name"] = "foreign-demo"
+    _apply(kubectl, doc)
+    _wait(lambda: _instance(kubectl, "foreign-demo"),
+          lambda i: FINALIZER in (i.get("metadata") or {}).get("finalizers", []), what="finalizer")
+    assert live.wait_idle(10)
+    pod = _pod(kubectl, "foreign-demo")
+    assert pod["metadata"]["uid"] == uid and "ownerReferences" not in pod["metadata"]
+    kubectl("delete", "instance", "foreign-demo", "-n", NS, "--wait=true")   # finalizer dropped, Pod left
+    assert live.wait_idle(10)
+    assert _pod(kubectl, "foreign-demo")["metadata"]["uid"] == uid
+    kubectl("delete", "pod", "foreign-demo", "-n", NS, "--wait=true")
+
+
+def test_setting_view_objects_mirror_the_secret(live, kubectl):
+    catalog = POLICY.settings
+    stored = _secret_values(kubectl)
+    items = json.loads(kubectl.stdout("get", "settings", "-n", SYSTEM, "-o", "json"))["items"]
+    assert sorted(s["metadata"]["name"] for s in items) == sorted(s.name for s in catalog.settings)
+    assert len(items) == 11
+    for item in items:
+        name = item["metadata"]["name"]
+        setting = next(s for s in catalog.settings if s.name == name)
+        assert "value" not in (item.get("spec") or {}) or name == "instance-persistent-volume-placement"
+        assert item["status"] == {"description": setting.description, "editable": True, "sensitive": False,
+                                  "value": stored[name],
+                                  "observedGeneration": item["metadata"]["generation"]}, name
+    assert stored["instance-persistent-volume-placement"] == "false"   # the pinned-demo test's write
+    assert stored["instance-type-derived-from-node"] == "true"
+
+
+def test_setting_spec_value_is_written_to_the_secret(live, kubectl):
+    name = "instance-privileged-allowed"
+    before = _setting(kubectl, name)
+    assert before["status"]["value"] == "false"   # missing from the seed Secret: seeded with the default
+    t0 = time.monotonic()
+    kubectl("-n", SYSTEM, "patch", "setting", name, "--type", "merge", "-p", '{"spec":{"value":"true"}}')
+    _, got = _wait(lambda: _setting(kubectl, name),
+                   lambda s: s["status"].get("observedGeneration") == s["metadata"]["generation"]
+                   and s["metadata"]["generation"] > before["metadata"]["generation"], what="observedGeneration")
+    FIGURES.setdefault("Setting patch -> observedGeneration, seconds", []).append(time.monotonic() - t0)
+    assert got["status"]["value"] == "true"
+    assert _secret_values(kubectl)[name] == "true"
+    # a direct Secret write shows in status.value; spec.value stays and is not re-applied
+    _set_secret(kubectl, name, "false")
+    _, got = _wait(lambda: _setting(kubectl, name), lambda s: s["status"]["value"] == "false", what="status.value")
+    assert got["spec"] == {"value": "true"}
+    assert got["status"]["observedGeneration"] == got["metadata"]["generation"]
+    assert live.wait_idle(10)
+    assert _secret_values(kubectl)[name] == "false"
+
+
+def test_deleted_setting_is_recreated(live, kubectl):
+    name = "workload-fit-affinity"
+    uid = _setting(kubectl, name)["metadata"]["uid"]
+    kubectl("-n", SYSTEM, "delete", "setting", name, "--wait=true")
+    _, got = _wait(lambda: _setting(kubectl, name),
+                   lambda s: s and s["metadata"]["uid"] != uid and s.get("status"), what="Setting recreated")
+    assert "spec" not in got or "value" not in got["spec"]
+    assert got["status"]["value"] == "true" and got["status"]["observedGeneration"] == 1
