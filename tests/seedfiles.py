@@ -1,30 +1,28 @@
-"""Access to the seed (``../shared/seed`` beside the repository, or env ACCELPOLICY_SHARED) and to
-kubectl-table parsing for column-exact comparison.
+"""Access to the seed (``../shared/seed`` beside the repository, or env ACCELPOLICY_SHARED; located by
+runtime.localcluster.testing) and kubectl-table rows for column-exact comparison.
 
 Tests that need the seed skip with a clear reason when it is absent (it is present in CI).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
+from runtime.localcluster.testing import parse_table as _parse_table
+from runtime.localcluster.testing import shared_dir, shared_missing_reason
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-def shared_dir() -> Path:
-    env = os.environ.get("ACCELPOLICY_SHARED")
-    return Path(env) if env else REPO.parent / "shared"
-
-
 def seed_file(*parts: str) -> Path:
     """Path of a seed file; skips the calling test when the seed is not beside the repository."""
-    path = shared_dir().joinpath("seed", *parts)
-    if not path.exists():
-        pytest.skip(f"seed file {path} not found (set ACCELPOLICY_SHARED to the shared/ directory)")
+    shared = shared_dir()
+    path = shared.joinpath("seed", *parts) if shared else None
+    if path is None or not path.exists():
+        pytest.skip(f"seed file {'/'.join(parts)} not found: {shared_missing_reason()}")
     return path
 
 
@@ -37,20 +35,8 @@ def seed_table(name: str) -> str:
 
 
 def parse_table(text: str) -> list[dict[str, str]]:
-    """Rows of a kubectl table as {HEADER: cell}, split at the header's column starts."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    header = lines[0]
-    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 2:i] == "  ")]
-    names = [header[start:(starts[k + 1] if k + 1 < len(starts) else len(header))].strip()
-             for k, start in enumerate(starts)]
-    rows = []
-    for line in lines[1:]:
-        cells = {}
-        for k, start in enumerate(starts):
-            end = starts[k + 1] if k + 1 < len(starts) else len(line)
-            cells[names[k]] = line[start:end].strip()
-        rows.append(cells)
-    return rows
+    """Rows of a kubectl table as {HEADER: cell} (the control-plane tests' parser, rows only)."""
+    return _parse_table(text)[1]
 
 
 def without(rows: list[dict], column: str) -> list[dict]:

@@ -1,7 +1,6 @@
 """Shared fixtures of the agent tests: the loaded policy, seed objects, and a planner over recorded facts."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.settings import resolve
 from runtime.model.facts import parse_facts
 from runtime.rules.loader import load_rules
+from runtime.localcluster.testing import shared_dir, shared_missing_reason
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "seed" / "common"
@@ -42,17 +42,10 @@ def fixture_object(file: str, name: str) -> dict:
     raise KeyError(f"{file} has no object {name}")
 
 
-def shared_dir() -> Path | None:
-    """The shared spec/seed directory: env ACCELPOLICY_SHARED, else <repo>/../shared."""
-    env = os.environ.get("ACCELPOLICY_SHARED")
-    path = Path(env) if env else REPO.parent / "shared"
-    return path if (path / "seed" / "objects").is_dir() else None
-
-
 def seed_object(file: str) -> dict:
     base = shared_dir()
     if base is None:
-        pytest.skip("the shared seed directory is absent (set ACCELPOLICY_SHARED or place it at <repo>/../shared)")
+        pytest.skip(shared_missing_reason())
     return load_all(base / "seed" / "objects" / file)[0]
 
 
