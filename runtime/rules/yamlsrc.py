@@ -58,6 +58,9 @@ def _build(node: yaml.Node, path: tuple, lines: dict) -> Any:
         out = {}
         for key_node, value_node in node.value:
             key = _build_scalar(key_node)
+            if key in out:  # PyYAML would silently keep the last value; a rule file must not
+                raise YamlSourceError(f"duplicate key {key!r} in {dotted(path)} (first at line {lines[path + (key,)]})",
+                                      key_node.start_mark.line + 1)
             out[key] = _build(value_node, path + (key,), lines)
         return out
     if isinstance(node, yaml.SequenceNode):

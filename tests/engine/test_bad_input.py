@@ -346,3 +346,22 @@ def test_broken_copy_never_replaces_working_rules(policy, rules_copy):
     fixed = load_rules(rules_copy)
     assert fixed.generation > good.generation
     assert Policy(fixed).fourview.sharedOnceMaxReading == "acceleratorCount"
+
+
+def test_a_duplicate_key_in_a_rule_file_is_refused_with_both_lines(tmp_path):
+    # PyYAML keeps the last of two equal keys; a rule file must not change meaning silently.
+    import shutil
+
+    from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
+
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    path = rules / "pools" / "fourview.yaml"
+    text = path.read_text()
+    path.write_text(text + "  sharedOnceMaxReading: acceleratorCount\n")
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("  sharedOnceMaxReading:"))
+    with pytest.raises(RuleLoadError) as err:
+        load_rules(rules)
+    assert [str(p) for p in err.value.problems] == [
+        f"rules/pools/fourview.yaml:{len(text.splitlines()) + 1} <document>: "
+        f"duplicate key 'sharedOnceMaxReading' in spec (first at line {first})"]
