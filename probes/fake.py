@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from probes.errors import ProbeError
+from runtime.model.facts import parse_facts
 
 RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
 
@@ -57,6 +58,7 @@ class RecordedBackend:
                 raise ValueError("the fake backend needs recorded facts: --facts FILE or ACCELPOLICY_RECORDED_FACTS")
             document = load_document(path)
         self.source = str(path) if path is not None else "<document>"
+        parse_facts(document, self.source)  # FactsError naming file and field: a wrong shape is not "no GPUs"
         self.document = document
         self._failure: ProbeError | None = None
         self._lost: set[str] = set()

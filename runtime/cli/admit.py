@@ -9,18 +9,19 @@ import json
 import sys
 
 import click
-import yaml
 
 from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
 from runtime.engine.admission import admission_view, decide, review_for
+from runtime.engine.snapshot import SnapshotError
+from runtime.snapshots import read_objects
 
 
 def _read_object(path: str) -> dict:
+    """The one object of ``path`` (file or '-'), read as snapshots are (same errors, exit 2)."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except (OSError, yaml.YAMLError) as exc:
-        fail(f"{path}: {exc}")
+        docs, _ = read_objects([path])
+    except SnapshotError as exc:
+        fail(str(exc))
     if len(docs) != 1 or not isinstance(docs[0], dict):
         fail(f"{path}: expected exactly one object, found {len(docs)} documents")
     return docs[0]
@@ -51,7 +52,8 @@ def render_text(review: dict, answer: dict) -> str:
               help="default: UPDATE with --old, else CREATE")
 @click.option("--snapshot", "snapshot", multiple=True, help="cluster snapshot files/directories (repeatable)")
 @click.option("--no-derive", is_flag=True, help="judge against the snapshot as given (no derivation)")
-@click.option("--rules", default=None, help="rules directory (default: the repository's rules/)")
+@click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
+              help="rules directory (default: the repository's rules/, or env ACCELPOLICY_RULES)")
 @click.option("-o", "--output", type=click.Choice(["json", "text"]), default="json")
 def command(filename, old, operation, snapshot, no_derive, rules, output):
     """Judge one object as the admission webhooks would and print the AdmissionReview.
@@ -65,6 +67,11 @@ def command(filename, old, operation, snapshot, no_derive, rules, output):
     operation = operation or ("UPDATE" if old_obj else "CREATE")
     if operation == "DELETE" and old_obj is None:
         old_obj = obj
+    if operation == "UPDATE" and old_obj is None:
+        fail("--operation UPDATE needs --old OLD.yaml (the object as the cluster holds it)")
+    if not isinstance(obj, dict) or not obj.get("kind") or not (obj.get("metadata") or {}).get("name") and \
+            not (obj.get("metadata") or {}).get("generateName"):
+        fail(f"{filename}: not a Kubernetes object (needs kind and metadata.name)")
     view = admission_view(policy, snapshot_from(snapshot), derive_state=not no_derive)
     review = review_for(obj, operation, old_obj)
     answer, outcome = decide(engine_from(policy), review, view)

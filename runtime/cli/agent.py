@@ -60,7 +60,8 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
 @click.option("--node-label", "node_labels", multiple=True, help="cluster-less dry run: a Node label KEY=VALUE")
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
-@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), default=None, help="rules directory")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
+              help="rules directory (default: the repository's rules/, or env ACCELPOLICY_RULES)")
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
             node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir) -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
@@ -76,6 +77,9 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         probe = select_backend(backend, facts)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    recorded_node = getattr(probe, "node", "")
+    if recorded_node and recorded_node != node_name:
+        raise click.UsageError(f"the recorded facts describe node {recorded_node!r}, not --node {node_name!r}")
     with_memory = bool(parse_bool(policy.settings, os.environ.get(rules.groupIdWithMemoryEnv, "")))
     offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
     client = node = None
@@ -101,7 +105,7 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         if dry_run:
             objects = plan.objects()
             if output == "json":
-                click.echo(json.dumps(objects, indent=2))
+                click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
             else:
                 click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
         return

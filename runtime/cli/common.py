@@ -17,6 +17,7 @@ import yaml
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import SnapshotError
 from runtime.report.tables import UnknownKindError
+from runtime.rules.cel import CelEvalError
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
 from runtime.snapshots import load_snapshot
 
@@ -58,6 +59,8 @@ def bad_input_exits(func: Callable) -> Callable:
             fail(_refused(exc))
         except (SnapshotError, UnknownKindError) as exc:
             fail(exc.args[0] if exc.args else str(exc))
+        except CelEvalError as exc:
+            fail(f"a rule failed to evaluate (fix the rule file it names): {exc}")
     return wrapper
 
 

@@ -30,8 +30,11 @@ STEPS = (
 @rules_option
 @bad_input_exits
 def command(steps_dir: Path, rules_dir: Path) -> None:
-    """Replay the seed walkthrough (shared/seed) from snapshots and print `kubectl get instancetypes`
-    after each step, as the controller would leave the cluster."""
+    """Replay the seed walkthrough from snapshots (tests/fixtures/seed/<step>/) and print
+    `kubectl get instancetypes` after each step, as the controller would leave the cluster.
+
+    Step 4's custom type shows the entrance of its own name (gpustack-fnv64-d4c0e6cd72686015); the
+    seed's capture shows a stale hash of an older name (spec decision 3)."""
     policy = load_policy(rules_dir)
     table = resolve_kind("instancetypes")
     for step, title in STEPS:

@@ -46,6 +46,8 @@ def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], rules
         objects = [by_name[n] for n in names if n in by_name]
         if missing and not objects:
             raise SystemExit(1)
+    else:
+        missing = []
     if output in ("table", "wide"):
         click.echo(render(table, objects, wide=output == "wide", headers=not no_headers))
     elif output == "name":
@@ -56,3 +58,5 @@ def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], rules
         emit(objects, output, as_list=False)
     else:
         emit(objects, output)
+    if missing:
+        raise SystemExit(1)  # like kubectl: the found objects are printed, the exit code says not all were

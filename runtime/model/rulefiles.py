@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"
 
@@ -198,6 +198,22 @@ class PresetTableSpec(Strict):
     fallbackTier: str
     dropLeadingTokens: list[str] = []
     manufacturers: dict[str, list[PresetEntry]]
+
+    @model_validator(mode="after")
+    def _tiers_exist(self) -> "PresetTableSpec":
+        known = set(self.tiers)
+        used = [("fallbackTier", self.fallbackTier)]
+        for manu, entries in self.manufacturers.items():
+            for i, entry in enumerate(entries):
+                used.append((f"manufacturers.{manu}[{i}].tier", entry.tier))
+                used.extend((f"manufacturers.{manu}[{i}].by[{j}].tier", r.tier) for j, r in enumerate(entry.by))
+        for where, tier in used:
+            if tier not in known:
+                raise ValueError(f"{where}: unknown tier {tier!r} (tiers: {', '.join(sorted(known))})")
+        for name, unit in self.tiers.items():
+            if set(unit) != {"cpu", "ram"}:
+                raise ValueError(f"tiers.{name}: must give exactly cpu and ram")
+        return self
 
 
 # --- four-view ---------------------------------------------------------------------------------------

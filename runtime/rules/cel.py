@@ -14,6 +14,7 @@ evaluation has no clock, no I/O and no environment, so equal inputs give equal o
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ import runtime as _runtime_pkg
 from runtime.rules import celfunctions
 
 _celeval.__dict__.setdefault("runtime", _runtime_pkg)
+# cel-python logs every evaluation failure at ERROR before raising it; CelEvalError reports it, once.
+logging.getLogger("celpy").setLevel(logging.CRITICAL)
 _LOCK = threading.RLock()
 _ENV = celpy.Environment(runner_class=celpy.CompiledRunner)
 
@@ -130,10 +133,24 @@ class CelExpression:
 
 
 def _describe(exc: BaseException) -> str:
+    """The innermost cause of a cel-python error: ``('evaluation error', cls, ('unbound function',
+    KeyError, ('fnv64',)))`` -> ``unbound function: fnv64``."""
+    parts: list[str] = []
     args = getattr(exc, "args", ())
-    if args and isinstance(args[0], str):
-        return args[0]
-    return str(exc)
+    while args:
+        head = args[0]
+        if isinstance(head, str) and head not in ("evaluation error",):
+            parts.append(head)
+        nested = args[-1] if len(args) > 1 else None
+        if isinstance(nested, tuple):
+            args = nested
+        elif isinstance(nested, BaseException):
+            args = getattr(nested, "args", ())
+        else:
+            if isinstance(head, str) and not parts:
+                parts.append(head)
+            break
+    return ": ".join(dict.fromkeys(parts)) or str(exc)
 
 
 def compile_expression(source: str, where: str = "<expr>") -> CelExpression:

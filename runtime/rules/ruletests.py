@@ -128,11 +128,21 @@ class Runner:
         self.base_dir = Path(base_dir)
         self._views: dict = {}
 
+    def _resolve(self, path: str) -> Path:
+        """A suite's snapshot path: relative to the rules directory's parent, or — for an edited
+        copy of rules/ placed elsewhere — to the repository the default rules live in."""
+        from runtime.rules.loader import DEFAULT_RULES_DIR
+
+        candidate = self.base_dir / path
+        if candidate.exists() or Path(path).is_absolute():
+            return candidate
+        return DEFAULT_RULES_DIR.parent / path
+
     def view(self, snapshot: tuple[str, ...], derive: bool):
         """The AdmissionView of ``snapshot`` paths (relative to ``base_dir``), built once."""
         key = (snapshot, derive)
         if key not in self._views:
-            snap = load_snapshot([self.base_dir / p for p in snapshot]) if snapshot else None
+            snap = load_snapshot([self._resolve(p) for p in snapshot]) if snapshot else None
             self._views[key] = admission_view(self.policy, snap, derive_state=derive)
         return self._views[key]
 

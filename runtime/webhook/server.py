@@ -55,11 +55,18 @@ def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
-def serve(app, host: str, port: int, certfile: Optional[str], keyfile: Optional[str],
-          log_level: str = "warning") -> None:
-    """Serve in the foreground until interrupted."""
+def check_tls(certfile: str, keyfile: str) -> None:
+    """Load the serving certificate and key once, so a missing or malformed file is reported before
+    serving. Raises OSError (missing file) or ssl.SSLError (not a PEM certificate/key pair)."""
+    import ssl
+
+    ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+
+
+def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning") -> None:
+    """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted."""
     server = uvicorn.Server(_config(app, certfile, keyfile, log_level))
-    server.run(sockets=[bind(host, port)])
+    server.run(sockets=[sock])
 
 
 class ServerThread:

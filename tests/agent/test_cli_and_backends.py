@@ -43,7 +43,9 @@ def test_dry_run_backend_from_environment():
     result = _dry_run("--node", "node-cpu", "--node-capacity-cpu", "16", "-o", "json", env=env)
     assert result.exit_code == 0, result.output
     import json
-    docs = json.loads(result.stdout)
+    listing = json.loads(result.stdout)
+    assert (listing["apiVersion"], listing["kind"]) == ("v1", "List")  # kubectl apply -f - accepts it
+    docs = listing["items"]
     assert [d["kind"] for d in docs] == ["NodeFeature", "Node"]
     assert docs[0]["spec"]["labels"]["general.feature.gpustack.ai/amd-epyc-7r13.count"] == "16"
 
@@ -83,3 +85,18 @@ def test_every_recorded_document_is_valid():
                      "node-h100-mig-on", "node-l4", "node-t4-a", "node-t4-b"]
     for stem in stems:
         assert parse_facts(load_document(recorded(stem)), stem).node
+
+
+def test_facts_of_the_wrong_shape_are_refused_naming_the_file(tmp_path):
+    bad = tmp_path / "facts.yaml"
+    bad.write_text("node: n\ncpu: {vendorId: AuthenticAMD, modelName: AMD EPYC 7R32}\ndevices: []\n")
+    result = _dry_run("--node", "n", "--backend", "fake", "--facts", str(bad), "--node-capacity-cpu", "1")
+    assert result.exit_code == 2
+    assert f"{bad}: devices: Extra inputs are not permitted" in result.output
+
+
+def test_facts_of_another_node_are_refused():
+    result = _dry_run("--node", "node-cpu", "--backend", "fake", "--facts", str(recorded("node-a10g")),
+                      "--node-capacity-cpu", "4")
+    assert result.exit_code == 2
+    assert "the recorded facts describe node 'node-a10g', not --node 'node-cpu'" in result.output

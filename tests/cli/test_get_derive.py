@@ -35,7 +35,7 @@ def test_wide_adds_the_partitions_column():
 
 
 def test_snapshot_from_stdin_and_json_list():
-    text = "".join(p.read_text() for p in sorted((FIXTURES / "seed" / "common").glob("*.yaml")))
+    text = "---\n".join(p.read_text() for p in sorted((FIXTURES / "seed" / "common").glob("*.yaml")))
     result = run("get", "cq", "-o", "json", "--snapshot", "-", input=text)
     assert result.exit_code == 0
     names = [item["metadata"]["name"] for item in yaml.safe_load(result.output)["items"]]
@@ -80,3 +80,44 @@ def test_demo_prints_every_step():
     assert result.exit_code == 0
     assert result.output.count("$ kubectl get instancetypes") == 9
     assert seed_table("step5-after-aware.txt") in result.output
+
+
+def test_get_exits_1_when_any_named_object_is_missing():
+    result = run_raw("get", "instancetypes", "nosuch", "gpustack--generic-linux-amd64", "--snapshot", STEP1)
+    assert result.exit_code == 1
+    assert "gpustack--generic-linux-amd64" in result.stdout
+    assert 'instancetypes.worker.gpustack.ai "nosuch" not found' in result.stderr
+
+
+def test_a_rule_that_fails_to_evaluate_is_exit_2_naming_file_field_and_cause(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    path = rules / "pools" / "derivation.yaml"
+    path.write_text(path.read_text().replace("fnv64a(name)", "fnv64(name)"))
+    result = run_raw("get", "instancetypes", "--snapshot", STEP1, "--rules", str(rules))
+    assert result.exit_code == 2
+    assert "rules/pools/derivation.yaml:" in result.stderr and "spec.entrance" in result.stderr
+    assert "unbound function: fnv64" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_an_unknown_preset_tier_is_refused_at_load(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    path = rules / "pools" / "presets.yaml"
+    path.write_text(path.read_text().replace("- {prefixes: [t4], tier: small}", "- {prefixes: [t4], tier: huge}"))
+    result = run_raw("get", "instancetypes", "--snapshot", STEP1, "--rules", str(rules))
+    assert result.exit_code == 2
+    assert "unknown tier 'huge'" in result.stderr
+
+
+def test_a_snapshot_with_a_duplicate_key_is_refused(tmp_path):
+    path = tmp_path / "ns.yaml"
+    path.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  name: b\n")
+    result = run_raw("get", "rf", "--snapshot", str(path))
+    assert result.exit_code == 2
+    assert f"{path}:5: not valid YAML or JSON: duplicate key 'name' (first at line 4)" in result.stderr
+
+
+def run_raw(*args):
+    return CliRunner().invoke(main, list(args))
