@@ -47,7 +47,9 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    controller = Controller(session, policy, coalesce_seconds=coalesce_seconds)
+    # --once is a single pass: fit labels are written in it rather than after their window (§9)
+    controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
+                            fit_coalesce_seconds=0.0 if once else None)
     try:
         if once:
             controller.start()

@@ -20,12 +20,16 @@ Rules (spec/pools.md):
 * LocalQueue (§8.1): created when missing (owner reference filled at execution), never updated;
   ours without a desired counterpart deleted.
 * InstanceTypeFlavor (§11): created, rewritten when the spec differs, stale ones deleted.
+* Node fit labels (spec/node-facts.md §9): one merge patch of a Node's labels when a fit label
+  (keys under the ``fitSliced``/``fitShared`` prefixes of rules/labels.yaml) is missing, differs or
+  should be gone (node unmanaged, no Devices, model gone). No other Node label is ever written.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from runtime.engine.derive import DesiredState
+from runtime.engine.fit import fit_labels
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 from runtime.kube.ownership import owned
@@ -75,6 +79,7 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "")
     actions += _local_queues(policy, state, snapshot)
     actions += _instance_type_status(policy, state, snapshot)
     actions += _catalog(state, snapshot)
+    actions += _fit_labels(policy, state, snapshot)
     return actions
 
 
@@ -222,4 +227,31 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
     for live in snapshot.list("InstanceTypeFlavor"):
         if name_of(live) not in wanted and not is_deleting(live):
             out.append(Action("delete", "InstanceTypeFlavor", name_of(live), body=live, reason="not in the catalog"))
+    return out
+
+
+def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
+    """Per-node fit label patches (spec/node-facts.md §9), in Node name order.
+
+    The wanted labels are :func:`runtime.engine.fit.fit_labels` of the node's Devices object (the
+    state's, named after the Node) for the nodes in ``state.managed_nodes``; a Node without Devices
+    (or whose Devices is being deleted) wants none. The patch sets the missing and differing values
+    and removes (``None``) the fit labels no longer wanted; nothing is planned when they match.
+    Nodes being deleted are left alone.
+    """
+    prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
+    managed = set(state.managed_nodes)
+    devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
+    out = []
+    for node in snapshot.list("Node"):
+        name = name_of(node)
+        if is_deleting(node):
+            continue
+        have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
+        want = fit_labels(policy, devices[name], name in managed) if name in devices else {}
+        if want == have:
+            continue
+        labels: dict = {k: None for k in have if k not in want}
+        labels.update({k: v for k, v in want.items() if have.get(k) != v})
+        out.append(Action("patch", "Node", name, body={"metadata": {"labels": labels}}, reason="fit labels differ"))
     return out

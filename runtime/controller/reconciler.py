@@ -12,6 +12,11 @@ view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §
 asks for a requeue (e.g. a Pod being deleted) gets another pass after that many seconds even
 without an event.
 
+Fit labels (spec/node-facts.md §9) have their own coalescing window (``fitCoalesceSeconds`` of
+rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, and the first pass
+at least that long after writes the patches planned then (a pass is requeued for that moment).
+``ReconcileResult.deferred`` lists the patches held back.
+
 Typical use::
 
     controller = Controller(connect(kubeconfig), policy)
@@ -57,11 +62,13 @@ FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
 @dataclass
 class ReconcileResult:
     """One pass: ``writes`` made, ``errors`` (one line per failed action), ``seconds`` taken,
-    ``planned`` actions, and the ``state`` derived."""
+    ``planned`` actions, the fit label patches ``deferred`` to a later pass (their coalescing
+    window is open), and the ``state`` derived."""
 
     writes: list[Write] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     planned: list[Action] = field(default_factory=list)
+    deferred: list[Action] = field(default_factory=list)
     seconds: float = 0.0
     state: DesiredState | None = None
 
@@ -70,14 +77,20 @@ class Controller:
     """Keeps one cluster equal to ``derive(policy, snapshot)``.
 
     ``coalesce_seconds``: how long events are gathered before a reconcile; ``resync_seconds``: a
-    reconcile runs at least this often without events; ``env``: where the settings seeds are read.
+    reconcile runs at least this often without events; ``env``: where the settings seeds are read;
+    ``fit_coalesce_seconds``: the fit label window (None: ``fitCoalesceSeconds`` of the rules; 0
+    writes fit labels in the pass that plans them, as ``--once`` needs).
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
-                 resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None):
+                 resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None,
+                 fit_coalesce_seconds: float | None = None):
         self.session = session
         self.policy = policy
         self.coalesce_seconds = coalesce_seconds
+        self.fit_coalesce_seconds = policy.labels.fitCoalesceSeconds if fit_coalesce_seconds is None \
+            else fit_coalesce_seconds
+        self._fit_since: float | None = None  # monotonic time a fit label patch was first deferred
         self.resync_seconds = resync_seconds
         self.env = dict(os.environ if env is None else env)
         catalog = policy.settings
@@ -158,7 +171,8 @@ class Controller:
         if "Setting" in self.cache.caches:
             actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
         self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
-        result = ReconcileResult(planned=actions, state=state)
+        actions, deferred = self._hold_fit_labels(actions)
+        result = ReconcileResult(planned=actions, deferred=deferred, state=state)
         for action in actions:
             try:
                 self._execute(action)
@@ -173,6 +187,24 @@ class Controller:
         logger.info("reconcile: {} actions, {} writes, {} errors in {:.3f}s",
                     len(actions), len(result.writes), len(result.errors), result.seconds)
         return result
+
+    def _hold_fit_labels(self, actions: list[Action]) -> tuple[list[Action], list[Action]]:
+        """(actions to run now, fit label patches deferred): the coalescing window of
+        spec/node-facts.md §9 (see the module docstring). A deferral requeues a pass for when the
+        window closes."""
+        fit = [a for a in actions if a.kind == "Node"]
+        now = time.monotonic()
+        if not fit or self.fit_coalesce_seconds <= 0:
+            self._fit_since = None
+            return actions, []
+        if self._fit_since is None:
+            self._fit_since = now
+        due = self._fit_since + self.fit_coalesce_seconds
+        if now >= due:
+            self._fit_since = None
+            return actions, []
+        self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
+        return [a for a in actions if a.kind != "Node"], fit
 
     def _report_invalid_settings(self, state: DesiredState, snapshot) -> None:
         """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does
@@ -266,10 +298,12 @@ class Controller:
     _last_run: float = 0.0
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """For tests: True once no event is pending and the last reconcile planned nothing."""
+        """For tests: True once no event is pending and the last reconcile planned (and deferred)
+        nothing."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self._dirty.is_set() and self.reconciles and not self.reconciles[-1].planned:
+            last = self.reconciles[-1] if self.reconciles else None
+            if not self._dirty.is_set() and last is not None and not last.planned and not last.deferred:
                 return True
             time.sleep(0.05)
         return False

@@ -40,7 +40,8 @@ class DesiredState:
     ResourceFlavors (``resource.gpustack.ai/type: nodes``) without contributors. ``devices`` are
     the snapshot's Devices with the managed label mirrored from their Node; they share ``spec`` and
     ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat them as
-    read-only. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
+    read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
+    spec/node-facts.md §9 are written on these only). ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
     nodes without os/arch, ``.count`` labels that are not integers, unparsable settings).
     """
 
@@ -55,6 +56,7 @@ class DesiredState:
     enriched_instance_types: list[str] = field(default_factory=list)
     instance_type_flavors: list[dict] = field(default_factory=list)
     devices: list[dict] = field(default_factory=list)
+    managed_nodes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
@@ -124,6 +126,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
 
     effective = effective_node_labels(policy, snapshot)  # once: node views and Devices both read it
     nodes = node_views(policy, snapshot, effective)
+    state.managed_nodes = [node.name for node in nodes if node.managed]
     for node in nodes:
         if node.managed and (not node.os or not node.arch):
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")

@@ -89,6 +89,9 @@ class LabelCatalogSpec(Strict):
     prefixes: dict[str, str] = Field(description="role -> key prefix ending in '/'")
     propagatedPrefixes: list[str] = Field(description="Node label prefixes NodeFeatures own (NFD merge)")
     fitLabelSuffix: str = Field(description="fit labels (controller-written) end their prefix with this")
+    fitCoalesceSeconds: float = Field(default=3.0, ge=0,
+                                      description="how long the controller gathers fit label changes before "
+                                                  "writing them (spec/node-facts.md §9)")
 
 
 # --- node facts ------------------------------------------------------------------------------------

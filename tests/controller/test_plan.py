@@ -104,7 +104,7 @@ def test_first_reconcile_of_the_seed_creates_every_pool_object(policy):
     assert counts(actions) == Counter({
         ("apply", "ResourceFlavor"): 7, ("apply", "AdmissionCheck"): 1, ("apply-status", "AdmissionCheck"): 1,
         ("create", "InstanceType"): 3, ("apply", "ClusterQueue"): 3, ("create", "LocalQueue"): 3,
-        ("apply-status", "InstanceType"): 3, ("apply", "InstanceTypeFlavor"): 3})
+        ("apply-status", "InstanceType"): 3, ("apply", "InstanceTypeFlavor"): 3, ("patch", "Node"): 3})
     # dependency order: flavors before queues, queues before their LocalQueues, types before status
     verbs = [(a.verb, a.kind) for a in actions]
     assert verbs.index(("apply", "ClusterQueue")) > verbs.index(("apply", "ResourceFlavor"))
@@ -123,7 +123,7 @@ def test_second_plan_is_empty(policy):
     cluster = MemCluster(common_objects())
     history = converge(policy, cluster)
     assert len(history) == 2 and history[-1] == []
-    assert len(history[0]) == 24  # 7 + 2 + 3 + 3 + 3 + 3 + 3
+    assert len(history[0]) == 27  # 7 + 2 + 3 + 3 + 3 + 3 + 3 + 3 fit-label patches (node-cpu has none)
 
 
 def test_snapshot_mode_is_unchanged_by_the_live_flag(policy):

@@ -68,7 +68,9 @@ def ctl(control_plane):
     cluster, kubectl = control_plane
     _clean(kubectl)
     _apply_seed_cluster(kubectl)
-    controller = Controller(connect(cluster.kubeconfig), Policy(load_rules()), coalesce_seconds=0.1, env={})
+    # fit labels in the pass that plans them; their window is exercised by test_fit_labels_follow_the_ledger
+    controller = Controller(connect(cluster.kubeconfig), Policy(load_rules()), coalesce_seconds=0.1, env={},
+                            fit_coalesce_seconds=0)
     controller.start()
     yield controller
     controller.stop()
@@ -117,6 +119,58 @@ def test_second_reconcile_writes_nothing(ctl):
     FIGURES.setdefault("idle reconcile seconds", []).append(result.seconds)
     FIGURES.setdefault("writes per idle reconcile", []).append(float(len(result.writes)))
     assert result.planned == [] and result.writes == [] and result.errors == []
+
+
+def _fit(ctl, kubectl, node: str) -> dict[str, str]:
+    """The Node's labels under the two fit prefixes of rules/labels.yaml (spec/node-facts.md §9)."""
+    prefixes = (ctl.policy.prefix("fitSliced"), ctl.policy.prefix("fitShared"))
+    labels = json.loads(kubectl.stdout("get", "node", node, "-o", "json"))["metadata"]["labels"]
+    return {k: v for k, v in labels.items() if k.startswith(prefixes)}
+
+
+def _fit_keys(ctl, akey: str) -> tuple[str, str]:
+    return ctl.policy.prefix("fitSliced") + akey, ctl.policy.prefix("fitShared") + akey
+
+
+def _patch_ledger(ctl, kubectl, **entry) -> None:
+    """node-a10g's Devices status = the seed's with ``entry`` on its accelerator; waits for the cache."""
+    doc = next(d for d in yaml.safe_load_all((COMMON / "devices.yaml").read_text())
+               if d and d["metadata"]["name"] == "node-a10g")
+    doc["status"]["groups"][0]["accelerators"][0].update(entry)
+    kubectl("patch", "devices.worker.gpustack.ai", "node-a10g", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": doc["status"]}))
+    deadline = time.monotonic() + 10
+    while (ctl.cache.get("Devices", "node-a10g") or {}).get("status") != doc["status"]:
+        assert time.monotonic() < deadline, "Devices status not seen by the cache"
+        time.sleep(0.05)
+
+
+def test_fit_labels_follow_the_ledger(ctl, kubectl):
+    """§9 on the live cluster: the seed's idle values, the 20 % slice, the coalescing window, and
+    an idle pass that writes nothing."""
+    a10g, t4 = _fit_keys(ctl, "nvidia-a10g"), _fit_keys(ctl, "nvidia-tesla-t4")
+    assert _fit(ctl, kubectl, "node-a10g") == dict(zip(a10g, ("1600000", "1")))
+    assert _fit(ctl, kubectl, "node-t4-b") == dict(zip(t4, ("1600000", "4")))
+    assert _fit(ctl, kubectl, "node-cpu") == {}
+    ctl.fit_coalesce_seconds = 1.0  # the window (rules: 3 s), shortened for the test
+    try:
+        _patch_ledger(ctl, kubectl, mode=3, allocated=320000, remaining=1280000, allocatedSlices=1)
+        first = ctl.reconcile()
+        assert [(a.verb, a.kind, a.name) for a in first.deferred] == [("patch", "Node", "node-a10g")]
+        assert not [w for w in first.writes if w.kind == "Node"]
+        assert _fit(ctl, kubectl, "node-a10g") == dict(zip(a10g, ("1600000", "1")))
+        time.sleep(1.0)
+        later = ctl.reconcile()
+        assert [(w.verb, w.kind, w.name) for w in later.writes] == [("patch", "Node", "node-a10g")]
+        assert _fit(ctl, kubectl, "node-a10g") == dict(zip(a10g, ("1280000", "0")))
+        idle = ctl.reconcile()
+        assert idle.planned == [] and idle.deferred == [] and idle.writes == []
+    finally:
+        ctl.fit_coalesce_seconds = 0
+        _patch_ledger(ctl, kubectl)  # back to the seed's idle ledger for the tests below
+        assert ctl.reconcile().errors == []
+    assert _fit(ctl, kubectl, "node-a10g") == dict(zip(a10g, ("1600000", "1")))
+    assert ctl.reconcile().writes == []
 
 
 def test_live_objects_carry_our_fields(ctl, kubectl):

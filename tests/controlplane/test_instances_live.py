@@ -103,7 +103,8 @@ def live(control_plane):
     _clean(kubectl)
     _clean_instances(kubectl)
     _apply_seed_cluster(kubectl)
-    controller = Controller(connect(cluster.kubeconfig), POLICY, coalesce_seconds=0.1, env={})
+    controller = Controller(connect(cluster.kubeconfig), POLICY, coalesce_seconds=0.1, env={},
+                            fit_coalesce_seconds=0)
     controller.start()
     assert controller.reconcile().errors == []
     with loop_running(controller):
