@@ -6,8 +6,8 @@
 * :meth:`Applier.apply_status`: the same through the ``status`` subresource.
 * :meth:`Applier.create`: create-only objects (derived InstanceTypes, LocalQueues): POST, and
   ``AlreadyExists`` is not an error (returns None).
-* :meth:`Applier.merge_patch` / :meth:`Applier.json_patch`: pruning keys other managers own and
-  finalizer removal.
+* :meth:`Applier.merge_patch` / :meth:`Applier.json_patch`: pruning keys other managers own,
+  finalizer removal and the Node fit labels (spec/node-facts.md §9; only those keys are sent).
 * :meth:`Applier.delete`: only objects accelpolicy owns (:func:`owned`): ResourceFlavors labelled
   ``resource.gpustack.ai/type: nodes``, InstanceTypeFlavors, ClusterQueues labelled
   ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated ``schedule.gpustack.ai/queue``,
