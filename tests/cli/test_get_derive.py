@@ -13,6 +13,16 @@ from tests.seedfiles import FIXTURES, seed_table
 STEP1 = str(FIXTURES / "seed" / "step1")
 
 
+def edited_rules(tmp_path, relative: str, old: str, new: str):
+    """A copy of rules/ with one replacement in one file; returns (rules dir, edited file)."""
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    path = rules / relative
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    return rules, path
+
+
 def run(*args, input=None):
     return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
 
@@ -65,10 +75,8 @@ def test_missing_snapshot_is_exit_2_naming_the_path(tmp_path):
 
 
 def test_broken_rules_are_exit_2_with_file_line_and_field(tmp_path):
-    rules = tmp_path / "rules"
-    shutil.copytree(DEFAULT_RULES_DIR, rules)
-    path = rules / "pools" / "derivation.yaml"
-    path.write_text(path.read_text().replace("generalGroup: 'aware ? gKey : \"generic\"'", "generalGroup: 'aware ? gKey :'"))
+    rules, path = edited_rules(tmp_path, "pools/derivation.yaml",
+                               "generalGroup: 'aware ? gKey : \"generic\"'", "generalGroup: 'aware ? gKey :'")
     result = CliRunner().invoke(main, ["get", "rf", "--snapshot", STEP1, "--rules", str(rules)])
     assert result.exit_code == 2
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("  generalGroup:"))
@@ -90,10 +98,7 @@ def test_get_exits_1_when_any_named_object_is_missing():
 
 
 def test_a_rule_that_fails_to_evaluate_is_exit_2_naming_file_field_and_cause(tmp_path):
-    rules = tmp_path / "rules"
-    shutil.copytree(DEFAULT_RULES_DIR, rules)
-    path = rules / "pools" / "derivation.yaml"
-    path.write_text(path.read_text().replace("fnv64a(name)", "fnv64(name)"))
+    rules, _ = edited_rules(tmp_path, "pools/derivation.yaml", "fnv64a(name)", "fnv64(name)")
     result = run_raw("get", "instancetypes", "--snapshot", STEP1, "--rules", str(rules))
     assert result.exit_code == 2
     assert "rules/pools/derivation.yaml:" in result.stderr and "spec.entrance" in result.stderr
@@ -102,10 +107,8 @@ def test_a_rule_that_fails_to_evaluate_is_exit_2_naming_file_field_and_cause(tmp
 
 
 def test_an_unknown_preset_tier_is_refused_at_load(tmp_path):
-    rules = tmp_path / "rules"
-    shutil.copytree(DEFAULT_RULES_DIR, rules)
-    path = rules / "pools" / "presets.yaml"
-    path.write_text(path.read_text().replace("- {prefixes: [t4], tier: small}", "- {prefixes: [t4], tier: huge}"))
+    rules, _ = edited_rules(tmp_path, "pools/presets.yaml", "- {prefixes: [t4], tier: small}",
+                            "- {prefixes: [t4], tier: huge}")
     result = run_raw("get", "instancetypes", "--snapshot", STEP1, "--rules", str(rules))
     assert result.exit_code == 2
     assert "unknown tier 'huge'" in result.stderr
