@@ -54,7 +54,7 @@ from runtime.kube.session import KubeApiError, Session
 # the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
-           "Instance", "Pod", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass")
+           "Instance", "Pod", "Service", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass")
 # Which finalizer (label-catalog key role) the controller keeps on each kind.
 FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
 

@@ -295,6 +295,14 @@ class LifecycleSpec(Strict):
     admissionErrorReason: str
 
 
+class ServiceSpec(Strict):
+    """The Instance's Service (spec/instances.md §11.5) and the Node addresses of ``status.hostIPs``
+    (§3): ``type`` of the Service; ``hostAddressTypes`` the Node address types read, in order."""
+
+    type: str
+    hostAddressTypes: list[str]
+
+
 class InstancePodSpec(Strict):
     workloadContainer: str
     sshContainer: str
@@ -307,6 +315,7 @@ class InstancePodSpec(Strict):
     resourceKeys: dict[Literal["sliced", "memoryPercentage", "coresPercentage", "partitioned", "profile", "visibility"], str]
     placement: PlacementSpec
     lifecycle: LifecycleSpec
+    service: ServiceSpec
 
 
 SPEC_MODELS["InstancePod"] = InstancePodSpec
