@@ -291,6 +291,18 @@ class _Nodes:
 
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
     accelerators: dict[str, list[Accelerator]] = field(default_factory=dict)
+    by_label: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    _by_flavor: dict[frozenset, list[str]] = field(default_factory=dict)
+
+    def matching(self, node_labels: Mapping[str, str]) -> list[str]:
+        """Names (sorted) of the nodes carrying every label of ``node_labels`` (an inverted index of
+        ``(key, value)`` -> nodes, intersected smallest first; memoised per label set)."""
+        key = frozenset(node_labels.items())
+        if key not in self._by_flavor:
+            sets = sorted((self.by_label.get(item, set()) for item in key), key=len)
+            found = set(sets[0]).intersection(*sets[1:]) if sets else set(self.labels)
+            self._by_flavor[key] = sorted(found)
+        return self._by_flavor[key]
 
 
 def _managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
@@ -299,6 +311,8 @@ def _managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
         if not view.managed:
             continue
         out.labels[view.name] = view.labels
+        for item in view.labels.items():
+            out.by_label.setdefault(item, set()).add(view.name)
         devices = snapshot.get("Devices", view.name)
         out.accelerators[view.name] = list(accelerators(policy, devices)) if devices else []
     return out
@@ -353,9 +367,8 @@ def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes:
                  and "-" in k[len(acc_prefix):]}
         best: tuple | None = None
         if not missing_flavor:
-            for node in sorted(nodes.labels):
-                labels = nodes.labels[node]
-                if any(labels.get(k) != v for k, v in node_labels.items()) or not node_selected(pod_spec, node, labels):
+            for node in nodes.matching(node_labels):
+                if not node_selected(pod_spec, node, nodes.labels[node]):
                     continue
                 accs = [a for a in nodes.accelerators[node] if not akeys or a.akey in akeys]
                 ok, used, slice_remaining = _fit_on_node(policy, accs, demands)
