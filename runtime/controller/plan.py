@@ -10,7 +10,8 @@ Rules (spec/pools.md):
   apply; never patched); our labels missing or notes differ -> apply (labels are never removed, the
   notes are replaced wholesale: stale notes are pruned); no contributor -> delete. A flavor being
   deleted is left alone.
-* AdmissionCheck (§8.2): labels/spec applied; its ``Active`` condition kept ``True``.
+* AdmissionCheck (§8.2): labels/spec applied; its ``Active`` condition kept ``True``. Its answers on
+  Workloads are planned by :mod:`runtime.controller.workloadchecks`.
 * InstanceType (§4, §10): derived types created (create-only; an existing type's spec and labels are
   never written); ``status`` written for every type when it differs; a deleting type's finalizer is
   removed once its ClusterQueue is gone (§7.4).

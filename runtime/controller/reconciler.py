@@ -8,7 +8,9 @@ Secret, so a settings change re-triggers a reconcile without a restart (spec/set
 
 Each pass plans, in order: the pools (:func:`runtime.controller.plan.plan`), every Instance
 (:func:`runtime.controller.instances.plan_instances`, spec/instances.md §10-§12) and the Setting
-view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2). An Instance that
+view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2), then the
+``gpustack-node-devices`` answers on Workloads (:mod:`runtime.controller.workloadchecks`,
+spec/pools.md §8.2; a ``Retry`` still holding quota is judged again after ``retryAfterSeconds``). An Instance that
 asks for a requeue (e.g. a Pod being deleted) gets another pass after that many seconds even
 without an event.
 
