@@ -70,7 +70,7 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "")
     """
     actions: list[Action] = []
     actions += _flavors(policy, state, snapshot)
-    actions += _admission_checks(state, snapshot, now)
+    actions += _admission_checks(policy, state, snapshot, now)
     created = set(state.created_instance_types)
     for it in state.instance_types:
         if name_of(it) in created and snapshot.get("InstanceType", name_of(it)) is None:
@@ -122,7 +122,7 @@ def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Ac
     return out
 
 
-def _admission_checks(state: DesiredState, snapshot: Snapshot, now: str) -> list[Action]:
+def _admission_checks(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str) -> list[Action]:
     out = []
     for name, check, live in _pairs(state.admission_checks, "AdmissionCheck", snapshot):
         if live is None or not _contains(check["metadata"].get("labels") or {}, labels_of(live)) \
@@ -130,8 +130,9 @@ def _admission_checks(state: DesiredState, snapshot: Snapshot, now: str) -> list
             out.append(Action("apply", "AdmissionCheck", name, body=check, reason="missing or differs"))
         conditions = ((live or {}).get("status") or {}).get("conditions") or []
         if not any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions):
-            status = {"conditions": [{"type": "Active", "status": "True", "reason": "Active",
-                                      "message": "accelpolicy answers this check",
+            active = policy.derivation.admissionCheck.active
+            status = {"conditions": [{"type": "Active", "status": "True", "reason": active.reason,
+                                      "message": active.message,
                                       "lastTransitionTime": now or "1970-01-01T00:00:00Z"}]}
             out.append(Action("apply-status", "AdmissionCheck", name, body={**check, "status": status},
                               reason="keep Active"))

@@ -156,12 +156,20 @@ class DerivedTypeSpec(Strict):
     localStorage: str
 
 
+class ActiveCondition(Strict):
+    """The ``Active`` condition the controller keeps ``True`` on its AdmissionCheck (pools.md §8.2)."""
+
+    reason: str
+    message: str
+
+
 class AdmissionCheckSpec(Strict):
     """The ``gpustack-node-devices`` AdmissionCheck and its answers (spec/pools.md §8.2)."""
 
     name: str
     controllerName: str
     labels: dict[str, str] = {}
+    active: ActiveCondition
     readyMessage: Expr
     retryMessage: Expr
     retryAfterSeconds: int = Field(gt=0)
