@@ -47,7 +47,8 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
     if is_deleting(instance):                                            # 1
         plan.status = {**old_status, "phase": "Deleting"}
         if pod is not None:
-            plan.actions.append((DELETE_POD, pod["metadata"]["name"]))
+            if not is_deleting(pod):   # a Pod in graceful deletion is not deleted again
+                plan.actions.append((DELETE_POD, pod["metadata"]["name"]))
             plan.requeue = rules.requeueSeconds
         else:
             plan.actions.append((REMOVE_FINALIZER, finalizer))
@@ -109,7 +110,8 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
 def _stop(plan: InstancePlan, pod: dict | None, old_status: dict, requeue: int) -> InstancePlan:
     if pod is not None:
         plan.status = {**old_status, "phase": "Stopping"}
-        plan.actions.append((DELETE_POD, pod["metadata"]["name"]))
+        if not is_deleting(pod):   # a Pod in graceful deletion is not deleted again
+            plan.actions.append((DELETE_POD, pod["metadata"]["name"]))
         plan.requeue = requeue
     else:
         plan.status = {"phase": "Stopped"}

@@ -80,7 +80,11 @@ class Applier:
         if self.cache is None or kind not in getattr(self.cache, "caches", {}):
             return
         if verb == "delete":
-            self.cache[kind].forget(name, namespace or "")
+            if ((result or {}).get("metadata") or {}).get("deletionGracePeriodSeconds"):
+                result.setdefault("kind", kind)   # graceful (a bound Pod): still there until confirmed
+                self.cache[kind].observe(result)
+            else:
+                self.cache[kind].forget(name, namespace or "")
         elif result and result.get("metadata"):
             result.setdefault("kind", kind)
             self.cache[kind].observe(result)
@@ -162,14 +166,14 @@ class Applier:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self.session.call("delete", self._path(kind, name, ns), body=body)
+            result = self.session.call("delete", self._path(kind, name, ns), body=body)
         except KubeApiError as exc:
             if exc.status == 404:
                 if self.cache is not None and kind in getattr(self.cache, "caches", {}):
                     self.cache[kind].forget(name, ns)
                 return False
             raise
-        self._record("delete", kind, name, ns, None)
+        self._record("delete", kind, name, ns, result if isinstance(result, dict) else None)
         return True
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict | None:

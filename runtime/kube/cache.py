@@ -233,8 +233,12 @@ class KindCache:
                 return
             if version is not None and version <= self._tombstones.get(key, -1):
                 return  # a write-through answer arriving after the object's DELETED event
-            if (obj.get("metadata") or {}).get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
-                self._items.pop(key, None)  # the server removes it now; its DELETED event follows
+            meta = obj.get("metadata") or {}
+            if meta.get("deletionTimestamp") and not meta.get("finalizers") \
+                    and not meta.get("deletionGracePeriodSeconds"):
+                # the server removes it now; its DELETED event follows. A Pod in graceful deletion
+                # (grace period > 0) stays until its kubelet confirms: it is still there.
+                self._items.pop(key, None)
                 return
             self._tombstones.pop(key, None)
             self._items[key] = obj

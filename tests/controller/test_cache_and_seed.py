@@ -123,6 +123,10 @@ def test_write_through_after_delete_event_does_not_resurrect():
     gone["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[])
     cache.observe(gone)
     assert cache.get("b") is None
+    stopping = node("c", 21)              # a Pod-like graceful deletion: still there until confirmed
+    stopping["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=30)
+    cache.observe(stopping)
+    assert cache.get("c") is stopping
     cache.observe(node("a", 30))          # created again later
     assert cache.get("a") is not None
 

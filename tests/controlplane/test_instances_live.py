@@ -286,13 +286,18 @@ def test_cpu_only_instance_pod_carries_its_pool_flavors_and_moves_the_cpu_view(l
     kubectl("patch", "pod", "cpu-demo", "-n", NS, "--subresource=status", "--type=merge",
             "-p", json.dumps({"status": {"phase": "Running"}}))
     _wait(lambda: _generic_cpu(kubectl), lambda v: v == "48/68", what="CPU view 48/68")
-    # deleting the Instance deletes its Pod; the cores come back. (The watch cache drops an object
-    # once it has a deletionTimestamp and no finalizers, so the terminating Pod already counts as gone.)
+    # deleting the Instance deletes its Pod (gracefully: a bound Pod waits for its kubelet); while it
+    # terminates it still holds its cores and the Instance keeps its finalizer (§10.1 step 1)
     kubectl("delete", "instance", "cpu-demo", "-n", NS, "--wait=false")
+    _wait(lambda: _pod(kubectl, "cpu-demo"), lambda p: (p.get("metadata") or {}).get("deletionTimestamp"),
+          what="Pod cpu-demo terminating")
+    assert live.wait_idle(10)
+    assert _generic_cpu(kubectl) == "48/68"
+    assert _instance(kubectl, "cpu-demo")["status"]["phase"] == "Deleting"
+    # no kubelet confirms the bound Pod's graceful deletion: finish it by hand; the cores come back
+    kubectl("delete", "pod", "cpu-demo", "-n", NS, "--grace-period=0", "--force", "--wait=true")
     _wait(lambda: _generic_cpu(kubectl), lambda v: v == "48/72", what="CPU view back to 48/72")
     _wait(lambda: _instance(kubectl, "cpu-demo"), lambda i: not i, what="Instance cpu-demo gone")
-    # no kubelet confirms the bound Pod's graceful deletion: finish it by hand
-    kubectl("delete", "pod", "cpu-demo", "-n", NS, "--grace-period=0", "--force", "--ignore-not-found", "--wait=true")
     assert live.wait_idle(10)
 
 

@@ -176,3 +176,18 @@ def test_host_ips_list_external_addresses_first_then_internal(policy, world):
     assert plan.status == {"phase": "Ready", "nodeName": "node-a10g",
                            "hostIPs": [{"ip": "54.1.2.3"}, {"ip": "172.31.0.10"}, {"ip": "fd00::10"}],
                            "podIPs": [{"ip": "10.0.0.7"}]}
+
+
+def test_a_pod_in_graceful_deletion_is_waited_for_not_deleted_again(policy, world):
+    """§10.1 steps 1 and 3: the finalizer goes only once the Pod is gone; a Pod its kubelet is still
+    stopping (deletionTimestamp set) is not deleted again, the Instance is looked at every 2 s."""
+    snapshot, settings, types, queues = world
+    pod = {"metadata": {"name": "custom-demo", "deletionTimestamp": "2026-11-29T00:00:00Z",
+                        "deletionGracePeriodSeconds": 30}, "status": {"phase": "Running"}}
+    deleting = custom_demo()
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    plan = plan_instance(policy, settings, snapshot, deleting, pod, types["a10g-12c128g"], queues["a10g-12c128g"])
+    assert plan.actions == [] and plan.requeue == 2 and plan.status["phase"] == "Deleting"
+    stopping = plan_instance(policy, settings, snapshot, custom_demo(stop=True), pod, types["a10g-12c128g"],
+                             queues["a10g-12c128g"])
+    assert stopping.actions == [] and stopping.requeue == 2 and stopping.status == {"phase": "Stopping"}
