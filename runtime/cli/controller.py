@@ -76,7 +76,6 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     reaches the server at --webhook-url-base (default https://127.0.0.1:<port>) or through
     --webhook-service. Registrations stay when the controller stops.
     """
-    policy = load_policy(rules_dir)
     webhook_opts = dict(port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
                         self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
                         register=not no_registration)
@@ -91,6 +90,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     elif once:
         fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
+    policy = load_policy(rules_dir)
     try:
         session = connect(kubeconfig)
     except KubeConfigError as exc:
