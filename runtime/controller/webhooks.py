@@ -242,10 +242,27 @@ class ControllerWebhooks:
             return ClientConfig(ca_pem=self.tls.ca_pem, service=self.service)
         return ClientConfig(ca_pem=self.tls.ca_pem, url_base=self.url_base or f"https://127.0.0.1:{self.port}")
 
+    def identity_warning(self) -> str | None:
+        """A warning when the controller's own user is not among the ``controllerUsers`` the
+        policies' params name (rules/admission/common.yaml): its own webhooks would then refuse its
+        InstanceTypeFlavor writes and Setting deletes. None when it is, or when unknown."""
+        allowed = sorted({user for params in self.engine.params.values()
+                          for user in params.get("controllerUsers") or []})
+        user = self.controller.session.username() if allowed else None
+        if user is None or user in allowed:
+            return None
+        return (f"the controller runs as {user!r}, not as one of the controllerUsers {allowed} of "
+                "rules/admission/common.yaml: once registered, its own webhooks refuse its InstanceTypeFlavor "
+                "writes and Setting deletes")
+
     def register(self, sync_timeout: float = 60.0) -> WebhookRegistrar | None:
-        """Start the registrar (the leader's job); None when registration is off."""
+        """Start the registrar (the leader's job); None when registration is off. Logs
+        :meth:`identity_warning` first."""
         if not self.register_configurations:
             return None
+        warning = self.identity_warning()
+        if warning:
+            logger.warning("webhook registration: {}", warning)
         self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
                                           self.client_config()).start(sync_timeout)
         return self.registrar

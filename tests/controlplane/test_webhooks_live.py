@@ -349,3 +349,12 @@ def test_the_controller_command_serves_and_registers(sa_kubeconfig, kubectl, tmp
         if proc.poll() is None:
             proc.kill()
     assert _get(kubectl, "validatingwebhookconfiguration", "gpustack-worker-validation")["webhooks"]
+
+
+def test_identity_warning_names_a_controller_user_the_rules_do_not_allow(served, control_plane):
+    assert served.identity_warning() is None   # the ServiceAccount of rules/admission/common.yaml
+    admin = ControllerWebhooks(Controller(connect(control_plane[0].kubeconfig), POLICY, env={}), served.tls)
+    assert admin.identity_warning() == (
+        "the controller runs as 'accelpolicy-admin', not as one of the controllerUsers "
+        "['system:serviceaccount:gpustack-system:gpustack-controller'] of rules/admission/common.yaml: once "
+        "registered, its own webhooks refuse its InstanceTypeFlavor writes and Setting deletes")
