@@ -185,9 +185,12 @@ def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
 def _serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
                     service: tuple[str, str, int] | None) -> ControllerWebhooks:
     """Start the HTTPS server, sync the caches (every replica), then serve from them."""
-    webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
-                                  url_base=opts["url_base"], service=service,
-                                  register_configurations=opts["register"])
+    try:
+        webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
+                                      url_base=opts["url_base"], service=service,
+                                      register_configurations=opts["register"])
+    except KeyError as exc:
+        fail(str(exc.args[0]) if exc.args else str(exc))
     try:
         webhooks.serve()
     except OSError as exc:

@@ -27,7 +27,7 @@ from loguru import logger
 from runtime.controller.reconciler import Controller
 from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, view_kinds
 from runtime.engine.admission.registration import (KINDS, ClientConfig, drift, owned_configuration,
-                                                   stale_configurations, webhook_configurations)
+                                                   registration_of, stale_configurations, webhook_configurations)
 from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier
 from runtime.kube.cache import ClusterCache, WatchedKind
@@ -160,9 +160,6 @@ class WebhookRegistrar:
                 done.append(f"delete {stale['kind']} {stale['metadata']['name']}")
             except KubeApiError as exc:
                 self._error(f"delete {stale['kind']} {stale['metadata']['name']}: {exc}")
-        for line in done:
-            if "drifted" in line:
-                logger.warning("webhook registration: {}", line)
         return done
 
     def _error(self, line: str) -> None:
@@ -178,7 +175,8 @@ class WebhookRegistrar:
                 break
             self._dirty.clear()
             try:
-                self.sync()
+                for line in self.sync():  # after the first pass, every write puts something back
+                    logger.warning("webhook registration: {}", line)
             except Exception as exc:  # noqa: BLE001 - keep the registrar alive; retry after a pause
                 logger.exception("webhook registration failed: {}", exc)
                 self._stop.wait(1.0)
@@ -220,6 +218,8 @@ class ControllerWebhooks:
     def __post_init__(self):
         policy = self.controller.policy
         self.engine = AdmissionEngine(policy)
+        if self.register_configurations:
+            registration_of(policy)  # KeyError now, naming the kind, rather than once leading
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
         self.state = WebhookState(max_body_bytes=self.max_body_bytes)

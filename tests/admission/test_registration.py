@@ -196,3 +196,21 @@ def test_registration_rule_is_checked_at_load(tmp_path):
     with pytest.raises(RuleLoadError) as err:
         load_rules(rules)
     assert any("spec.timeoutSeconds" in str(p) and "30" in str(p) for p in err.value.problems)
+
+
+def test_missing_registration_rule_is_named_before_serving(tmp_path):
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
+
+    rules = tmp_path / "rules"
+    shutil.copytree("rules", rules)
+    (rules / "admission" / "registration.yaml").unlink()
+    policy = Policy(load_rules(rules))
+    controller = SimpleNamespace(policy=policy, cache=None, settings_namespace="gpustack-system", listeners=[])
+    tls = WebhookTls(Path("tls.crt"), Path("tls.key"), CA)
+    with pytest.raises(KeyError, match="must hold exactly one WebhookRegistration, found 0"):
+        ControllerWebhooks(controller, tls)
+    served_only = ControllerWebhooks(controller, tls, register_configurations=False)
+    assert controller.listeners == [served_only.view.on_event]
