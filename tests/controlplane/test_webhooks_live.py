@@ -110,6 +110,7 @@ def sa_kubeconfig(control_plane, tmp_path_factory):
     _clean_instances(kubectl)
     _clean(kubectl)
     kubectl("delete", "clusterrolebinding", "accelpolicy-test-controller", "--ignore-not-found")
+    kubectl("-n", SYSTEM, "delete", "serviceaccount", SA, "--ignore-not-found")
 
 
 @pytest.fixture(scope="module")
