@@ -454,3 +454,195 @@ def test_kill_restart_runs_end_in_the_reference_state(control_plane, session, py
     assert ("InstanceType", "", CUSTOM) not in want
     assert want[("Instance", NS, "custom-demo")]["spec"]["type"] == AWARE_A10G
     assert len([k for k in want if k[0] == "ResourceFlavor"]) == 7
+
+
+# -- 2. API-server restart mid-watch ------------------------------------------------------------------
+def _in_process_controller(kubeconfig) -> Controller:
+    controller = Controller(connect(kubeconfig), POLICY, coalesce_seconds=0.1, env={}, fit_coalesce_seconds=0)
+    return controller.start()
+
+
+def _events(session) -> list[tuple]:
+    return sorted((e["metadata"]["namespace"], e["metadata"]["name"], e.get("reason"), e.get("count"))
+                  for e in _list(session, "Event"))
+
+
+def _cache_matches_server(controller, session) -> list[str]:
+    """Kinds whose cache differs from a fresh list (by namespace, name and resourceVersion)."""
+    out = []
+    for kind, cache in controller.cache.caches.items():
+        w = cache.watched
+        live = [o for o in _list(session, kind, w.namespace)
+                if not w.field_selector or f"metadata.name={o['metadata']['name']}" == w.field_selector]
+        key = lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"], o["metadata"]["resourceVersion"])  # noqa: E731
+        if sorted(map(key, live)) != sorted(map(key, cache.objects())):
+            out.append(kind)
+    return out
+
+
+def test_controller_resumes_after_an_apiserver_restart(control_plane, session):
+    cluster, kubectl = control_plane
+    reset_cluster(session)
+    apply_step1(session, kubectl)
+    controller = _in_process_controller(cluster.kubeconfig)
+    caches = controller.cache.caches
+    try:
+        with loop_running(controller):
+            assert controller.wait_idle(60)
+            assert without_phase(table_rows(kubectl)) == seed_rows("step1-instancetype.txt")
+            before = read_state(session)
+            queues = sorted(k for k in before if k[0] == "LocalQueue")
+            events = _events(session)
+            lists = {kind: c.lists for kind, c in caches.items()}
+            old_streams = {kind: c._stream for kind, c in caches.items()}
+            passes = len(controller.reconciles)
+
+            restart_seconds = cluster.restart_apiserver()
+            ready = time.monotonic()
+
+            def resumed():  # every kind watches again on a new connection
+                return all(c._stream is not None and c._stream is not old_streams[k] for k, c in caches.items())
+            wait_for("every cache watching again", resumed, timeout=60)
+            resume_seconds = time.monotonic() - ready
+            assert controller.wait_idle(60)
+            stale = _cache_matches_server(controller, session)
+            assert stale == [], f"caches differ from the server after the restart: {stale}"
+            after_restart = controller.reconciles[passes:]
+            # nothing was (re)created or written because of the restart
+            assert [a for r in after_restart for a in r.planned] == []
+            assert [w for r in after_restart for w in r.writes] == []
+
+            _patch_managed("false")(kubectl)
+            t0 = time.monotonic()
+            wait_for("the un-manage table after the restart",
+                     lambda: without_phase(table_rows(kubectl)) == seed_rows("step2-after-unmanage.txt"))
+            patch_seconds = time.monotonic() - t0
+            _patch_managed("true")(kubectl)
+            wait_for("the re-admit table", lambda: without_phase(table_rows(kubectl)) == seed_rows(
+                "step2-after-readmit.txt"))
+            assert controller.wait_idle(60)
+            relisted = {k: c.lists - lists[k] for k, c in caches.items() if c.lists != lists[k]}
+        idle = controller.reconcile()
+        assert idle.planned == [] and idle.writes == [] and idle.errors == []
+        after = read_state(session)
+        assert sorted(k for k in after if k[0] == "LocalQueue") == queues
+        assert _events(session) == events
+        # the pools are what they were: same objects (by uid where create-only), same content
+        assert differences(normalize(before), normalize(after)) == []
+        for key in queues + [k for k in before if k[0] == "InstanceType"]:
+            assert after[key]["metadata"]["uid"] == before[key]["metadata"]["uid"], key
+    finally:
+        controller.stop()
+    FIGURES["API-server restart (SIGTERM -> readyz), seconds"] = [restart_seconds]
+    FIGURES["readyz -> every watch reopened, seconds"] = [resume_seconds]
+    print(f"\n[reliability] API-server restart: {restart_seconds:.1f}s down->ready; watches reopened "
+          f"{resume_seconds:.2f}s after readyz; kinds relisted: {sorted(relisted)} "
+          f"({len(relisted)}/{len(caches)}); NodeFeature patch -> table {patch_seconds:.2f}s; "
+          f"{len(after_restart)} passes after the restart planned nothing")
+
+
+# -- 3. an administrator's InstanceType -----------------------------------------------------------------
+class ObjectWatch:
+    """Every watch event of one object from ``resource_version`` on, in a thread."""
+
+    def __init__(self, session, kind: str, name: str, resource_version: str):
+        self.events: list[dict] = []
+        self._stream = session.stream(_path(session, kind), {
+            "watch": "true", "fieldSelector": f"metadata.name={name}", "resourceVersion": resource_version,
+            "timeoutSeconds": 1800}, timeout=1830)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for event in self._stream:
+                self.events.append(event)
+        except Exception:  # noqa: BLE001 - aborted from stop()
+            pass
+
+    def stop(self) -> None:
+        self._stream.abort()
+        self._thread.join(10)
+
+
+def _outside_status(obj: dict) -> dict:
+    out = copy.deepcopy(obj)
+    out.pop("status", None)
+    for name in ("managedFields", "resourceVersion"):
+        out["metadata"].pop(name, None)
+    return out
+
+
+def test_administrator_instance_type_is_only_given_status(control_plane, session):
+    cluster, kubectl = control_plane
+    reset_cluster(session)
+    apply_step1(session, kubectl)
+    controller = _in_process_controller(cluster.kubeconfig)
+    controllers = [controller]
+    custom = lambda: _get(session, "InstanceType", CUSTOM)  # noqa: E731
+    try:
+        with loop_running(controller):
+            assert controller.wait_idle(60)
+            kubectl("apply", "-f", str(seed_file("objects", "step4-instancetype-a10g-12c128g.yaml")))
+            created = wait_for("the custom type", custom)
+            watch = ObjectWatch(session, "InstanceType", CUSTOM, created["metadata"]["resourceVersion"])
+            wait_for("its status", lambda: (custom().get("status") or {}).get("entrance") == RIGHT_ENTRANCE)
+            assert controller.wait_idle(60)
+            rows = {r["NAME"]: r for r in without_phase(table_rows(kubectl))}
+            assert rows[CUSTOM] == {r["NAME"]: r for r in seed_rows("step4-after-custom-type.txt")}[CUSTOM]
+
+            _patch_managed("false")(kubectl)    # node-a10g leaves: every flavor the type matches is deleted
+            wait_for("the un-manage table", lambda: [r for r in without_phase(table_rows(kubectl))
+                                                     if r["NAME"] != CUSTOM] == seed_rows("step2-after-unmanage.txt"))
+            assert controller.wait_idle(60)
+            assert [f["metadata"]["name"] for f in _list(session, "ResourceFlavor") if "nvidia-a10g" in
+                    f["metadata"]["name"]] == []
+            assert next(r for r in table_rows(kubectl) if r["NAME"] == CUSTOM)["ACCELERATOR(EX/SH/SL/PT)"] == \
+                "0/0 0/0 0/0 0/0"
+            _patch_managed("true")(kubectl)
+            for value in ("true", "false"):   # awareness on, then off again
+                kubectl("-n", SYSTEM, "patch", "secret", POLICY.settings.secretName, "--type=merge", "-p",
+                        json.dumps({"data": {"instance-type-aware-cpu-manufacturer": _b64(value)}}))
+                if value == "true":
+                    wait_for("the aware table", lambda: [r for r in without_phase(table_rows(kubectl))
+                                                         if r["NAME"] != CUSTOM] == seed_rows("step5-after-aware.txt"))
+                assert controller.wait_idle(60)
+        controller.stop()
+        controller = _in_process_controller(cluster.kubeconfig)   # a restart: new caches, new process state
+        controllers.append(controller)
+        with loop_running(controller):
+            assert controller.wait_idle(60)
+            _patch_managed("false")(kubectl)
+            wait_for("the custom type emptied again", lambda: next(
+                r for r in table_rows(kubectl) if r["NAME"] == CUSTOM)["ACCELERATOR(EX/SH/SL/PT)"] == "0/0 0/0 0/0 0/0")
+            assert controller.wait_idle(60)
+        final = custom()
+        watch.stop()
+    finally:
+        controller.stop()
+        _patch_managed("true")(kubectl)
+
+    assert final is not None and final["metadata"]["uid"] == created["metadata"]["uid"]
+    for field_ in ("labels", "annotations", "finalizers", "generation"):
+        assert final["metadata"].get(field_) == created["metadata"].get(field_), field_
+    assert final["spec"] == created["spec"]
+    # every change since it was created: status only, never a delete
+    kinds = [e["type"] for e in watch.events]
+    assert "DELETED" not in kinds and set(kinds) <= {"MODIFIED"}, kinds
+    previous = created
+    for event in watch.events:
+        assert _outside_status(event["object"]) == _outside_status(previous), event["object"]["metadata"]
+        previous = event["object"]
+    assert previous["metadata"]["resourceVersion"] == final["metadata"]["resourceVersion"]
+    # field manager accelpolicy owns status fields only, written through the status subresource
+    ours = [m for m in final["metadata"]["managedFields"] if m["manager"] == "accelpolicy"]
+    assert [(m["operation"], m.get("subresource"), sorted(m["fieldsV1"])) for m in ours] == \
+        [("Apply", "status", ["f:status"])]
+    others = [m for m in final["metadata"]["managedFields"] if m["manager"] != "accelpolicy"]
+    assert others == [m for m in created["metadata"]["managedFields"] if m["manager"] != "accelpolicy"]
+    planned = {a.verb for c in controllers for r in c.reconciles for a in r.planned
+               if a.kind == "InstanceType" and a.name == CUSTOM}
+    assert planned == {"apply-status"}
+    print(f"\n[reliability] administrator InstanceType {CUSTOM}: {len(watch.events)} changes, all status-only "
+          f"(field manager accelpolicy: status subresource only); spec, labels, annotations, finalizers, "
+          f"generation {final['metadata'].get('generation')} unchanged; never deleted")
