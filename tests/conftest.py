@@ -18,3 +18,7 @@ def pytest_addoption(parser):
                           "(default: $ACCELPOLICY_RELIABILITY_RUNS or 10)")
     parser.addoption("--reliability-seed", type=int, default=None,
                      help="RNG seed of the kill points (default: $ACCELPOLICY_RELIABILITY_SEED or random, printed)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes-long runs (tests/controlplane/test_reliability.py kill/restart)")

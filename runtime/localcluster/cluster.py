@@ -315,7 +315,8 @@ class LocalCluster:
         kube-scheduler keep running, so stored objects and their resourceVersions survive; clients
         see their connections and watches end and must reconnect. The new process logs to
         ``kube-apiserver.restart-<n>.log`` in the workdir (:meth:`logs` shows it under
-        ``kube-apiserver``). Returns the wall seconds from the stop signal to ``/readyz``.
+        ``kube-apiserver``). Returns the wall seconds from the stop signal to ``/readyz``; the part
+        until the old process had exited is kept in :attr:`restart_stop_seconds`.
 
         Raises :class:`LocalClusterError` when the cluster is not started, or when the new process
         exits or is not ready within ``start_timeout`` (the message ends with its log tail).
@@ -330,6 +331,7 @@ class LocalCluster:
                 old.popen.kill()
                 old.popen.wait(10)
             old.stop(grace)
+            self.restart_stop_seconds = time.monotonic() - t0
             self._restarts = getattr(self, "_restarts", 0) + 1
             proc = _Proc("kube-apiserver", old.argv, self.workdir / f"kube-apiserver.restart-{self._restarts}.log")
             self._procs[index] = proc
