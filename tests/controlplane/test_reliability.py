@@ -8,7 +8,8 @@
    ``$ACCELPOLICY_RELIABILITY_RUNS``) in which the controller is SIGKILLed at seeded-random points
    (before a step's kubectl write, so the write lands while it is down, or a random moment after it)
    and restarted. After every step the ``kubectl get instancetypes`` table must equal the seed's
-   (PHASE aside: it reads ``Activating`` without Kueue's controller); at the end, once the
+   (PHASE aside: it reads ``Activating`` without Kueue's controller; while ``custom-demo``'s Pod
+   stays Pending the pools keep the counts the seed shows before it went Ready); at the end, once the
    controller is quiescent, every pool, catalog, Instance, Pod, Setting object, the settings Secret
    and the Nodes' labels, normalized (:func:`normalize`), must equal the reference run's.
 2. **API-server restart mid-watch** (:meth:`LocalCluster.restart_apiserver`): the in-process
@@ -319,12 +320,17 @@ def _patch_managed(value: str):
                                    "-p", json.dumps({"spec": {"labels": {"gpustack.ai/managed": value}}}))
 
 
-def _pod_on_queue(entrance: str):
+def _pod_on_queue(entrance: str, table: str):
+    """custom-demo's Pod queued at ``entrance``, the Instance ``Scheduling`` and the table ``table``:
+    no kubelet runs the Pod and no agent charges the ledger, so the pools keep the counts of the
+    seed's table before the Instance went Ready (step 4's ``after-custom-type``, step 5's
+    ``after-aware``) rather than the ``0/0`` the seed shows once it runs."""
     def done(session, kubectl):
         pod = _get(session, "Pod", "custom-demo", NS)
         inst = _get(session, "Instance", "custom-demo", NS) or {}
         return (pod is not None and pod["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == entrance
-                and (inst.get("status") or {}).get("phase") == "Scheduling")
+                and (inst.get("status") or {}).get("phase") == "Scheduling"
+                and _table_is(table)(session, kubectl))
     return done
 
 
@@ -345,7 +351,7 @@ def walkthrough() -> list[Step]:
         Step("step4-custom-type", lambda kubectl: kubectl("apply", "-f", str(custom_type)),
              _table_is("step4-after-custom-type.txt")),
         Step("step4-custom-demo", lambda kubectl: kubectl("apply", "-f", "-", input=yaml.safe_dump(_custom_demo())),
-             _pod_on_queue(RIGHT_ENTRANCE)),
+             _pod_on_queue(RIGHT_ENTRANCE, "step4-after-custom-type.txt")),
         Step("step4-delete-type", lambda kubectl: kubectl("delete", "instancetype", CUSTOM, "--wait=false"),
              _drained),
         Step("step5-aware", lambda kubectl: kubectl(
@@ -355,7 +361,7 @@ def walkthrough() -> list[Step]:
         Step("step5-repoint", lambda kubectl: kubectl(
             "-n", NS, "patch", "instance", "custom-demo", "--type=merge",
             "-p", json.dumps({"spec": {"type": AWARE_A10G, "stop": False}})),
-             _pod_on_queue(aware_entrance)),
+             _pod_on_queue(aware_entrance, "step5-after-aware.txt")),
     ]
 
 
