@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
-.PHONY: help install test unit lint controlplane demo bench clean podresources-stubs
+.PHONY: help install test unit lint controlplane reliability demo bench clean podresources-stubs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,8 +28,14 @@ unit: install  ## tests that need no cluster
 controlplane:  ## build kube-apiserver, kube-scheduler, etcd into $(ACCELPOLICY_CACHE)/bin (no-op when built)
 	bash e2e/controlplane/build.sh
 
-test: install lint controlplane  ## everything: unit, rule suites, control plane, e2e
-	$(BIN)/python -m pytest
+# `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
+RUNS ?= 10
+
+test: install lint controlplane  ## everything: unit, rule suites, control plane, e2e (2 kill/restart runs)
+	ACCELPOLICY_RELIABILITY_RUNS=$${ACCELPOLICY_RELIABILITY_RUNS:-2} $(BIN)/python -m pytest
+
+reliability: install controlplane  ## the live controller killed and restarted: RUNS runs (default 10) vs a reference
+	$(BIN)/python -m pytest tests/controlplane/test_reliability.py -s --reliability-runs=$(RUNS)
 
 demo: install  ## the seed walkthrough, step by step (snapshot replay), printing the pools
 	$(BIN)/accelpolicy demo

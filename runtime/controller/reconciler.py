@@ -205,8 +205,8 @@ class Controller:
         result.writes = self.applier.writes[start_writes:]
         result.seconds = time.monotonic() - t0
         self.reconciles.append(result)
-        logger.info("reconcile: {} actions, {} writes, {} errors in {:.3f}s",
-                    len(actions), len(result.writes), len(result.errors), result.seconds)
+        logger.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s",
+                    len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds)
         return result
 
     def _hold_fit_labels(self, actions: list[Action]) -> tuple[list[Action], list[Action]]:

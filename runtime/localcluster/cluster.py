@@ -305,3 +305,44 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(server={self.server!r}, workdir={str(self.workdir)!r}, running={self.running})"
+
+    # -- API-server restart (kept self-contained: reuses the running process's own argv) --------------
+    def restart_apiserver(self, kill: bool = False, grace: float = 30.0) -> float:
+        """Stop kube-apiserver and start it again on the same etcd, port, certificates and kubeconfig.
+
+        ``kill``: SIGKILL instead of SIGTERM (a crash rather than a graceful shutdown, which closes
+        open watches first); ``grace``: seconds a SIGTERM may take before SIGKILL. etcd and any
+        kube-scheduler keep running, so stored objects and their resourceVersions survive; clients
+        see their connections and watches end and must reconnect. The new process logs to
+        ``kube-apiserver.restart-<n>.log`` in the workdir (:meth:`logs` shows it under
+        ``kube-apiserver``). Returns the wall seconds from the stop signal to ``/readyz``; the part
+        until the old process had exited is kept in :attr:`restart_stop_seconds`.
+
+        Raises :class:`LocalClusterError` when the cluster is not started, or when the new process
+        exits or is not ready within ``start_timeout`` (the message ends with its log tail).
+        """
+        with self._lock:
+            index = next((i for i, p in enumerate(self._procs) if p.name == "kube-apiserver"), None)
+            if index is None or self.workdir is None or self.pki is None:
+                raise LocalClusterError("restart_apiserver: the cluster is not started")
+            old = self._procs[index]
+            t0 = time.monotonic()
+            if kill and old.exited() is None:
+                old.popen.kill()
+                old.popen.wait(10)
+            old.stop(grace)
+            self.restart_stop_seconds = time.monotonic() - t0
+            self._restarts = getattr(self, "_restarts", 0) + 1
+            proc = _Proc("kube-apiserver", old.argv, self.workdir / f"kube-apiserver.restart-{self._restarts}.log")
+            self._procs[index] = proc
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"{self.server}/readyz", timeout=5, context=ctx) as r:
+                    return r.status == 200
+            except (OSError, urllib.error.URLError):
+                return False
+        self._wait(proc, ready, time.monotonic())
+        return time.monotonic() - t0
