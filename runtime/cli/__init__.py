@@ -19,6 +19,7 @@ _SUBCOMMANDS = [
     "admit",
     "ruletest",
     "webhook",
+    "kueueconfig",
 ]
 
 

@@ -202,4 +202,4 @@ def load_rules(root: Path | str | None = None) -> RuleSet:
 
 
 REQUIRED_KINDS = ("Constants", "ManufacturerTable", "LabelCatalog", "SettingCatalog", "PoolDerivation",
-                  "PresetTable", "FourView")
+                  "PresetTable", "FourView", "KueueConfiguration")
