@@ -25,8 +25,9 @@ lint: install  ## layer contracts (import-linter)
 unit: install  ## tests that need no cluster
 	$(BIN)/python -m pytest -m 'not controlplane and not e2e'
 
-controlplane:  ## build kube-apiserver, kube-scheduler, etcd into $(ACCELPOLICY_CACHE)/bin (no-op when built)
+controlplane:  ## build kube-apiserver, kube-scheduler, etcd, Kueue, nfd-master, kwok into $(ACCELPOLICY_CACHE)/bin (no-op when built)
 	bash e2e/controlplane/build.sh
+	bash e2e/components/build.sh
 
 test: install lint controlplane  ## everything: unit, rule suites, control plane, e2e
 	$(BIN)/python -m pytest

@@ -9,47 +9,38 @@ rules/labels.yaml; the share size: rules/constants.yaml.
 """
 from __future__ import annotations
 
+from runtime.engine.accelerators import accelerators, has_free_share, has_free_slice
 from runtime.engine.policy import Policy
 
-FREE, SHARED, SLICED = 0, 2, 3
-
-
 def fit_labels(policy: Policy, devices: dict, managed: bool) -> dict[str, str]:
-    """The fit labels one node should carry, from its Devices object (spec + status ledger)."""
+    """The fit labels one node should carry, from its Devices object (spec + status ledger).
+
+    The per-accelerator tests are :func:`runtime.engine.accelerators.has_free_share` and
+    :func:`runtime.engine.accelerators.has_free_slice`, the same the admission check uses.
+    """
     if not managed:
         return {}
-    d = policy.constants.creditsPerAccelerator
-    share = policy.constants.share
-    ledger = {}
-    for group in (devices.get("status") or {}).get("groups") or []:
-        for accel in group.get("accelerators") or []:
-            ledger[(group.get("manufacturer"), group.get("id"), accel.get("id"))] = accel
+    sliceable: set[str] = set()
+    best_units: dict[str, int] = {}
+    whole_capable: set[str] = set()
+    shared_free: dict[str, int] = {}
+    akeys: list[str] = []
+    for a in accelerators(policy, devices):
+        if a.akey not in akeys:
+            akeys.append(a.akey)
+        if a.partitioned:
+            continue
+        whole_capable.add(a.akey)
+        if has_free_share(policy, a):
+            shared_free[a.akey] = shared_free.get(a.akey, 0) + 1
+        if a.logically_sliceable:
+            sliceable.add(a.akey)
+            if has_free_slice(policy, a):
+                best_units[a.akey] = max(best_units.get(a.akey, 0), a.remaining)
     out: dict[str, str] = {}
-    for group in (devices.get("spec") or {}).get("groups") or []:
-        akey = f"{group.get('manufacturer')}-{group.get('id')}"
-        sliceable = False
-        best_units = 0
-        whole_capable = False
-        shared_free = 0
-        for accel in group.get("accelerators") or []:
-            status = accel.get("status") or {}
-            if status.get("unhealthy"):
-                continue
-            entry = ledger.get((group.get("manufacturer"), group.get("id"), accel.get("id"))) or {"mode": FREE, "remaining": d}
-            mode, remaining = int(entry.get("mode") or 0), int(entry.get("remaining") or 0)
-            partitioned = int(((status.get("physicalSliced") or {}).get("count")) or 0) > 0
-            slices = int(((status.get("logicalSliced") or {}).get("count")) or 0)
-            if partitioned:
-                continue
-            whole_capable = True
-            if mode in (FREE, SHARED) and remaining >= share:
-                shared_free += 1
-            if slices > 0:
-                sliceable = True
-                if mode in (FREE, SLICED) and int(entry.get("allocatedSlices") or 0) < slices:
-                    best_units = max(best_units, remaining)
-        if sliceable:
-            out[f"{policy.prefix('fitSliced')}{akey}"] = str(best_units)
-        if whole_capable:
-            out[f"{policy.prefix('fitShared')}{akey}"] = str(shared_free)
+    for akey in akeys:
+        if akey in sliceable:
+            out[f"{policy.prefix('fitSliced')}{akey}"] = str(best_units.get(akey, 0))
+        if akey in whole_capable:
+            out[f"{policy.prefix('fitShared')}{akey}"] = str(shared_free.get(akey, 0))
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runtime.engine.accelerators import Accelerator, accelerators, exclusive_free, takes_shares, takes_slices
 from runtime.engine.policy import Policy
 
 
@@ -56,25 +57,12 @@ class FourView:
                 "acceleratorSliced": self.sl.render(), "acceleratorPartitioned": pt}
 
 
-def _ledger_index(devices: dict) -> dict[tuple[str, str, str], dict]:
-    out = {}
-    for group in (devices.get("status") or {}).get("groups") or []:
-        for accel in group.get("accelerators") or []:
-            out[(group.get("manufacturer"), group.get("id"), accel.get("id"))] = accel
-    return out
-
-
-def _partitioned(status: dict) -> bool:
-    return int(((status.get("physicalSliced") or {}).get("count")) or 0) > 0
-
-
-def _logically_sliceable(status: dict) -> bool:
-    return int(((status.get("logicalSliced") or {}).get("count")) or 0) > 0 and not _partitioned(status)
-
-
 def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
-    """The four views of one pool: ``devices_list`` = its selected Devices (one per node)."""
-    d = policy.constants.creditsPerAccelerator
+    """The four views of one pool: ``devices_list`` = its selected Devices (one per node).
+
+    Per-accelerator tests (free, takes shares, takes slices) are the shared predicates of
+    :mod:`runtime.engine.accelerators`.
+    """
     share = policy.constants.share
     pct = policy.constants.pct
     per_acc_shares = policy.constants.sharesPerAccelerator
@@ -82,39 +70,27 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
     share_sum = policy.fourview.sharedOnceMaxReading == "shareSum"
     fv = FourView()
     for devices in devices_list:
-        ledger = _ledger_index(devices)
         node_accs = node_excl = node_shares = node_share_accs = node_logical = node_sliced = 0
-        for group in (devices.get("spec") or {}).get("groups") or []:
-            manu, gid = group.get("manufacturer"), group.get("id")
-            if f"{manu}-{gid}" != akey:
+        for a in accelerators(policy, devices):
+            if a.akey != akey:
                 continue
-            for accel in group.get("accelerators") or []:
-                status = accel.get("status") or {}
-                if status.get("unhealthy"):
-                    continue
-                entry = ledger.get((manu, gid, accel.get("id")))
-                if _partitioned(status):
-                    _pt_pass(fv, status, entry)
-                    continue
-                node_accs += 1
-                if entry is None:
-                    rem, mode = d, 0
-                else:
-                    rem, mode = int(entry.get("remaining") or 0), int(entry.get("mode") or 0)
-                free = rem >= d
-                if free:
-                    node_excl += 1
-                if free or mode == 2:
-                    node_shares += rem // share
-                    if rem >= share:
-                        node_share_accs += 1
-                if not _logically_sliceable(status):
-                    continue
-                node_logical += 1
-                if free or mode == 3:
-                    p = rem // pct
-                    node_sliced += p
-                    fv.sl.once_max = max(fv.sl.once_max, p)
+            if a.partitioned:
+                _pt_pass(fv, a)
+                continue
+            node_accs += 1
+            if exclusive_free(policy, a):
+                node_excl += 1
+            if takes_shares(policy, a):
+                node_shares += a.remaining // share
+                if a.remaining >= share:
+                    node_share_accs += 1
+            if not a.logically_sliceable:
+                continue
+            node_logical += 1
+            if takes_slices(policy, a):
+                p = a.remaining // pct
+                node_sliced += p
+                fv.sl.once_max = max(fv.sl.once_max, p)
         fv.ex.capacity += node_accs
         fv.ex.remaining += node_excl
         fv.ex.once_max = max(fv.ex.once_max, node_excl)
@@ -126,25 +102,17 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
     return fv
 
 
-def _pt_pass(fv: FourView, status: dict, entry: dict | None) -> None:
-    physical = status.get("physicalSliced") or {}
-    fv.pt.capacity += int(physical.get("count") or 0)
-    profiles = physical.get("profiles") or []
-    if entry is None:  # no ledger row yet: free, remainingProfiles = capability counts
-        remaining = {p["name"]: int(p.get("count") or 0) for p in profiles}
-        allocated: dict[str, int] = {}
-    else:
-        remaining = {p["name"]: int(p.get("count") or 0) for p in entry.get("remainingProfiles") or []}
-        allocated = {p["name"]: int(p.get("count") or 0) for p in entry.get("allocatedProfiles") or []}
-    acc_rem = max(remaining.values(), default=0)
+def _pt_pass(fv: FourView, a: Accelerator) -> None:
+    fv.pt.capacity += a.physical_count
+    acc_rem = max(a.remaining_profiles.values(), default=0)
     fv.pt.remaining += acc_rem
     if acc_rem > 0:
         fv.pt.once_max = 1
-    for p in profiles:
-        fv.remaining_profiles.setdefault(p["name"], 0)
-    for name, count in remaining.items():
+    for name in a.offered_profiles:
+        fv.remaining_profiles.setdefault(name, 0)
+    for name, count in a.remaining_profiles.items():
         fv.remaining_profiles[name] = fv.remaining_profiles.get(name, 0) + count
-    for name, count in allocated.items():
+    for name, count in a.allocated_profiles.items():
         if count > 0:
             fv.allocated_profiles[name] = fv.allocated_profiles.get(name, 0) + count
 

@@ -252,6 +252,7 @@ class ClusterCache:
         self.session = session
         self.caches: dict[str, KindCache] = {}
         self.missing: list[str] = []
+        self.started = False
         for w in watched:
             try:
                 session.ref(w.kind)
@@ -262,7 +263,10 @@ class ClusterCache:
             self.caches[w.kind] = KindCache(session, w, on_event, watch_timeout=watch_timeout)
 
     def start(self) -> "ClusterCache":
-        """Start every kind's thread; returns self."""
+        """Start every kind's thread (once: a second call does nothing); returns self."""
+        if self.started:
+            return self
+        self.started = True
         for cache in self.caches.values():
             cache.start()
         return self
@@ -290,7 +294,9 @@ class ClusterCache:
         cache = self.caches.get(kind)
         return cache.get(name, namespace) if cache else None
 
-    def snapshot(self) -> Snapshot:
-        """Every cached object as an engine :class:`Snapshot` (deep copies)."""
-        objects = [copy.deepcopy(o) for cache in self.caches.values() for o in cache.objects()]
+    def snapshot(self, kinds: Iterable[str] | None = None) -> Snapshot:
+        """Every cached object (of ``kinds`` only, when given) as an engine :class:`Snapshot` (deep copies)."""
+        wanted = None if kinds is None else set(kinds)
+        objects = [copy.deepcopy(o) for kind, cache in self.caches.items() if wanted is None or kind in wanted
+                   for o in cache.objects()]
         return Snapshot.from_objects(objects, origin="<watch cache>")

@@ -6,6 +6,7 @@ importing the client library.
 """
 from __future__ import annotations
 
+from runtime.engine.admission.registration import owned_configuration
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, annotations_of, labels_of
 
@@ -31,7 +32,7 @@ def owned(policy: Policy, obj: dict) -> bool:
     """Whether accelpolicy owns ``obj``: ResourceFlavors labelled ``resource.gpustack.ai/type: nodes``,
     ClusterQueues labelled ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated
     ``schedule.gpustack.ai/queue``, every InstanceTypeFlavor, Pods whose controller ownerReference is
-    an Instance. Never an InstanceType (create-only, §4) nor any other kind. Keys and values come
+    an Instance, webhook configurations carrying the labels of rules/admission/registration.yaml. Never an InstanceType (create-only, §4) nor any other kind. Keys and values come
     from the policy."""
     kind = obj.get("kind")
     resource_type = labels_of(obj).get(policy.key("resourceType"))
@@ -44,4 +45,6 @@ def owned(policy: Policy, obj: dict) -> bool:
         return policy.key("queueAnnotation") in annotations_of(obj)
     if kind == "Pod":
         return owned_by_instance(obj)
+    if kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        return owned_configuration(policy, obj)
     return kind == "InstanceTypeFlavor"

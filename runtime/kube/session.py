@@ -177,7 +177,9 @@ class WatchStream:
 
 
 # Kinds the controller uses beyond the engine's snapshot kinds.
-EXTRA_KINDS = {"Lease": "coordination.k8s.io/v1", "Event": "v1"}
+EXTRA_KINDS = {"Lease": "coordination.k8s.io/v1", "Event": "v1",
+               "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
+               "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1"}
 
 
 def connect(kubeconfig: str | Path | None = None, context: str | None = None) -> Session:

@@ -97,3 +97,92 @@ def find_binaries(directory: Path | None = None) -> ControlPlaneBinaries:
     sched = found["kube-scheduler"] if os.access(found["kube-scheduler"], os.X_OK) else None
     return ControlPlaneBinaries(etcd=found["etcd"], kube_apiserver=found["kube-apiserver"],
                                 kube_scheduler=sched, directory=d)
+
+
+# -- cluster components (Kueue, nfd-master, kwok): e2e/components/build.sh ---------------------------
+
+#: Component programs ``make controlplane`` builds (e2e/components/versions.txt), in start order.
+COMPONENTS = ("kwok", "nfd-master", "kueue")
+
+#: Version key of the pinned components; must match e2e/components/versions.txt (a test checks it).
+COMPONENTS_VERSION = "kueue-v0.17.0_nfd-master-v0.19.0_kwok-v0.8.0"
+
+#: Environment variable naming a directory that holds the component binaries (overrides the cache).
+COMPONENTS_DIR_ENV = "ACCELPOLICY_COMPONENTS_BIN"
+
+
+def components_version(versions_txt: Path | None = None) -> str:
+    """Read the version key ``<binary>-<version>_...`` from ``e2e/components/versions.txt``.
+
+    The key is the binary names and versions joined in file order, as ``build.sh`` names its output
+    directory. Falls back to :data:`COMPONENTS_VERSION` when the file is absent (an installed
+    package without its checkout). Raises :class:`LocalClusterError` naming the file and line
+    when a line does not have the five fields ``<module> <version> <package> <binary> <ldflag|->``.
+    """
+    path = versions_txt or repo_root() / "e2e" / "components" / "versions.txt"
+    if not path.is_file():
+        return COMPONENTS_VERSION
+    parts = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = line.split()
+        if len(fields) != 5:
+            raise LocalClusterError(
+                f"{path}:{number}: expected '<module> <version> <package> <binary> <ldflag var|->', got {line!r}")
+        parts.append(f"{fields[3]}-{fields[1]}")
+    if not parts:
+        raise LocalClusterError(f"{path}: lists no components")
+    return "_".join(parts)
+
+
+def components_dir() -> Path:
+    """Directory the component binaries are expected in: ``$ACCELPOLICY_COMPONENTS_BIN`` or the cache
+    (``$ACCELPOLICY_CACHE/bin/components-<version key>``)."""
+    override = os.environ.get(COMPONENTS_DIR_ENV)
+    if override:
+        return Path(override)
+    return cache_dir() / "bin" / f"components-{components_version()}"
+
+
+@dataclass(frozen=True)
+class ComponentBinaries:
+    """Paths of the built components and the module files ``build.sh`` copied beside them.
+
+    ``programs`` maps a name of :data:`COMPONENTS` to its executable; ``kwok_stages`` are kwok's
+    default Node and Pod Stage files; ``kueue_webhook_dir`` holds Kueue's ``manifests.yaml`` and
+    ``kustomization.yaml`` (config/components/webhook of the Kueue module).
+    """
+
+    programs: dict[str, Path]
+    kwok_stages: tuple[Path, ...]
+    kueue_webhook_dir: Path
+    directory: Path
+
+
+def find_component_binaries(names: tuple[str, ...] | list[str] = COMPONENTS,
+                            directory: Path | None = None) -> ComponentBinaries:
+    """Return the component programs ``names`` (a subset of :data:`COMPONENTS`) in ``directory``.
+
+    ``directory`` defaults to :func:`components_dir`. Raises :class:`LocalClusterError` for an
+    unknown name and :class:`MissingBinariesError` ("run `make controlplane`") naming the
+    directory and what is missing when a requested program or its data files are absent.
+    """
+    unknown = [n for n in names if n not in COMPONENTS]
+    if unknown:
+        raise LocalClusterError(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+    d = Path(directory) if directory else components_dir()
+    programs = {n: d / n for n in names}
+    missing = [n for n, p in programs.items() if not os.access(p, os.X_OK)]
+    stages = tuple(sorted((d / "kwok-stages").glob("*.yaml")))
+    if "kwok" in names and not stages:
+        missing.append("kwok-stages/*.yaml")
+    if "kueue" in names and not (d / "kueue-webhook" / "manifests.yaml").is_file():
+        missing.append("kueue-webhook/manifests.yaml")
+    if missing:
+        raise MissingBinariesError(
+            f"cluster components missing in {d}: {', '.join(missing)}; run `make controlplane` "
+            f"(builds them from e2e/components/versions.txt) or point {COMPONENTS_DIR_ENV} at a "
+            f"directory that has them")
+    return ComponentBinaries(programs=programs, kwok_stages=stages,
+                             kueue_webhook_dir=d / "kueue-webhook", directory=d)

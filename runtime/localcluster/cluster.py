@@ -1,4 +1,4 @@
-"""Start and stop etcd + kube-apiserver (and optionally kube-scheduler) on 127.0.0.1.
+"""Start and stop etcd + kube-apiserver (optionally kube-scheduler, kwok, nfd-master, Kueue) on 127.0.0.1.
 
 Typical use::
 
@@ -31,9 +31,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
-from .binaries import ControlPlaneBinaries, LocalClusterError, MissingBinariesError, find_binaries
+from .binaries import (ComponentBinaries, ControlPlaneBinaries, LocalClusterError, MissingBinariesError,
+                       find_binaries, find_component_binaries)
 from .certs import Pki, generate_pki
 
 _LOG_TAIL_BYTES = 4000
@@ -65,11 +66,12 @@ def _tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
 class _Proc:
     """One child process with its log file."""
 
-    def __init__(self, name: str, argv: Sequence[str], log: Path):
+    def __init__(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None):
         self.name, self.argv, self.log = name, list(argv), log
         self._log_file = open(log, "wb")
         self.popen = subprocess.Popen(
             self.argv, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
 
@@ -101,11 +103,24 @@ class LocalCluster:
         keep_workdir: keep the temporary directory after :meth:`stop` (for post-mortem logs).
         scheduler: also run kube-scheduler (leader election off) against the API server, so Pods
             get bound to Node objects; needs the kube-scheduler binary (:class:`MissingBinariesError`
-            otherwise). No kubelet runs: bound Pods stay Pending.
+            otherwise). No kubelet runs: bound Pods stay Pending unless kwok manages their Node.
+        components: cluster components to run after the API server (and scheduler), any of
+            ``"kwok"``, ``"nfd-master"``, ``"kueue"`` (started in that order; see
+            :mod:`runtime.localcluster.components`); their binaries come from
+            :func:`find_component_binaries` (:class:`MissingBinariesError` saying "run `make
+            controlplane`" when absent). The CRDs a component needs (Kueue's, NFD's) are installed
+            before it starts.
+        kueue_configuration: a ``config.kueue.x-k8s.io/v1beta2`` Configuration or fragment (e.g.
+            the ``resources`` section that ``runtime.engine.kueueconfig`` derives from policy)
+            merged over the base configuration of :func:`~runtime.localcluster.components.kueue_base_configuration`;
+            ``None`` = the base alone. Only used with ``"kueue"`` in ``components``.
+        component_binaries: the component programs; default :func:`find_component_binaries`.
 
     After :meth:`start`: :attr:`kubeconfig` (Path), :attr:`server` (``https://127.0.0.1:<port>``),
     :attr:`etcd_url`, :attr:`pki` (certificate paths), :attr:`start_seconds` (wall seconds from
-    launching etcd to API-server readiness).
+    launching etcd to the last process's readiness), :attr:`component_seconds` (``{name: seconds
+    from launching that component to healthy}``), :attr:`kueue_webhook_url` (Kueue's webhook
+    server, ``https://127.0.0.1:<port>``, when it runs).
 
     Errors: :class:`LocalClusterError` when a process exits early or does not become ready in time;
     the message names the process and ends with the tail of its log. A failed start stops whatever
@@ -114,7 +129,9 @@ class LocalCluster:
 
     def __init__(self, binaries: ControlPlaneBinaries | None = None, *, workdir: Path | None = None,
                  start_timeout: float = 120.0, extra_apiserver_args: Sequence[str] = (),
-                 keep_workdir: bool = False, scheduler: bool = False):
+                 keep_workdir: bool = False, scheduler: bool = False,
+                 components: Sequence[str] = (), kueue_configuration: Mapping[str, Any] | None = None,
+                 component_binaries: ComponentBinaries | None = None):
         self.binaries = binaries or find_binaries()
         self._given_workdir = Path(workdir) if workdir else None
         self.start_timeout = start_timeout
@@ -124,6 +141,16 @@ class LocalCluster:
         if scheduler and self.binaries.kube_scheduler is None:
             raise MissingBinariesError(
                 f"kube-scheduler missing in {self.binaries.directory}; run `make controlplane`")
+        self.components = tuple(components)
+        if isinstance(components, str):
+            raise LocalClusterError(f"components must be a sequence of names, got the string {components!r}")
+        self.component_binaries = (component_binaries or find_component_binaries(self.components)
+                                   if self.components else None)
+        if kueue_configuration is not None and "kueue" not in self.components:
+            raise LocalClusterError("kueue_configuration given but 'kueue' is not in components")
+        self.kueue_configuration = kueue_configuration
+        self.component_seconds: dict[str, float] = {}
+        self.kueue_webhook_url: str | None = None
         self.workdir: Path | None = None
         self.kubeconfig: Path | None = None
         self.server: str | None = None
@@ -142,7 +169,7 @@ class LocalCluster:
 
     @property
     def running(self) -> bool:
-        """True while both processes are alive."""
+        """True while every started process is alive."""
         return bool(self._procs) and all(p.exited() is None for p in self._procs)
 
     def start(self) -> "LocalCluster":
@@ -164,6 +191,10 @@ class LocalCluster:
             self._write_kubeconfig()
             if self.scheduler:
                 self._start_scheduler(t0)
+            if self.components:
+                from .components import start_components
+                start_components(self, self.components, self.component_binaries,
+                                 self.kueue_configuration, t0)
         except BaseException:
             self.stop()
             raise
@@ -171,7 +202,7 @@ class LocalCluster:
         return self
 
     def stop(self, grace: float = 15.0) -> None:
-        """Stop kube-scheduler, kube-apiserver, then etcd (SIGTERM, SIGKILL after ``grace`` seconds); idempotent.
+        """Stop the components, kube-scheduler, kube-apiserver, then etcd (SIGTERM, SIGKILL after ``grace`` seconds); idempotent.
 
         Removes a temporary workdir unless ``keep_workdir`` was set.
         """

@@ -4,6 +4,8 @@
   (``$ACCELPOLICY_SHARED``, else ``../shared`` beside the checkout) and its seed contract.
 * :func:`session_cluster`: one :class:`LocalCluster` per process with every CRD installed, shared by
   all test directories that ask for it and stopped at interpreter exit.
+* :func:`full_cluster`: another such cluster that also runs kube-scheduler, kwok, nfd-master and
+  Kueue (started lazily, only when a test asks for it).
 * :func:`parse_table`: split ``kubectl get`` output into rows of ``{HEADER: value}`` by the
   header's column offsets (values may contain single spaces).
 """
@@ -130,3 +132,36 @@ def session_cluster() -> tuple[LocalCluster, Kubectl]:
             raise
         _session = (cluster, kubectl)
     return _session
+
+
+#: Components the shared "full" cluster runs (runtime/localcluster/components.py).
+FULL_COMPONENTS = ("kwok", "nfd-master", "kueue")
+
+_full: tuple[LocalCluster, Kubectl] | None = None
+
+
+def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster, Kubectl]:
+    """Start (once per process, lazily) a LocalCluster with kube-scheduler, kwok, nfd-master and
+    Kueue, and every CRD (Kueue's, NFD's, ours) Established; return ``(cluster, kubectl)``.
+
+    Separate from :func:`session_cluster` (which stays bare: no scheduler, no components), shared
+    by every test in the process that asks for it and stopped at interpreter exit.
+    ``kueue_configuration`` (see :class:`LocalCluster`) applies to the first start only; a later
+    call asking for a different one raises :class:`LocalClusterError`. Raises
+    :class:`MissingBinariesError` ("run `make controlplane`") or :class:`LocalClusterError`.
+    """
+    global _full
+    if _full is not None and _full[0].running:
+        if kueue_configuration is not None and kueue_configuration != _full[0].kueue_configuration:
+            raise LocalClusterError("full_cluster() already runs with another kueue_configuration")
+        return _full
+    cluster = LocalCluster(scheduler=True, components=FULL_COMPONENTS,
+                           kueue_configuration=kueue_configuration).start()
+    try:
+        kubectl = Kubectl(cluster.kubeconfig)
+        install_crds(kubectl, all_crds())
+    except BaseException:
+        cluster.stop()
+        raise
+    _full = (cluster, kubectl)
+    return _full

@@ -31,7 +31,10 @@ class Match(Strict):
     kind: str = Field(min_length=1, description="object kind, e.g. Pod")
     resource: str = Field(min_length=1, description="plural resource, e.g. pods")
     operations: list[Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]] = Field(min_length=1)
+    versions: list[str] = Field(["*"], min_length=1, description="API versions registered (rules[].apiVersions)")
     labelsExist: list[str] = Field([], description="objectSelector: each label key must exist")
+    excludeNamespaces: list[str] = Field([], description="namespaceSelector: requests in these namespaces "
+                                                          "are not sent (and not judged offline)")
     skipDeleting: bool = Field(False, description="UPDATE of an object with a deletionTimestamp is allowed untouched")
 
 
@@ -172,5 +175,33 @@ class AdmissionPolicySpec(Strict):
         return self
 
 
+class WebhookConfigurationNames(Strict):
+    """The two configuration objects every policy is registered in, by policy ``type``."""
+
+    mutating: str = Field(min_length=1, description="MutatingWebhookConfiguration name")
+    validating: str = Field(min_length=1, description="ValidatingWebhookConfiguration name")
+
+
+class WebhookRegistrationSpec(Strict):
+    """``kind: WebhookRegistration`` (rules/admission/registration.yaml): how the controller registers
+    the AdmissionPolicies as Mutating/ValidatingWebhookConfigurations (spec/README.md §3.2).
+
+    ``configurations`` names the two objects (mutating policies in one, validating in the other, each
+    webhook in policy-name order); ``labels`` mark them as accelpolicy's (the only configurations it
+    writes or deletes); ``sideEffects``, ``admissionReviewVersions``, ``timeoutSeconds`` (1-30, the
+    API server's bounds) and ``matchPolicy`` go into every webhook.
+    """
+
+    configurations: WebhookConfigurationNames
+    labels: dict[str, str] = Field(min_length=1)
+    sideEffects: Literal["None", "NoneOnDryRun"] = "None"
+    admissionReviewVersions: list[Literal["v1"]] = Field(["v1"], min_length=1)
+    timeoutSeconds: int = Field(10, ge=1, le=30)
+    matchPolicy: Literal["Exact", "Equivalent"] = "Equivalent"
+    namespaceLabel: str = Field("kubernetes.io/metadata.name",
+                                description="the Namespace label excludeNamespaces selects on")
+
+
 rulefiles.SPEC_MODELS["AdmissionPolicy"] = AdmissionPolicySpec
+rulefiles.SPEC_MODELS["WebhookRegistration"] = WebhookRegistrationSpec
 rulefiles.SPEC_MODELS["AdmissionParams"] = AdmissionParamsSpec

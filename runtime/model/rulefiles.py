@@ -157,9 +157,14 @@ class DerivedTypeSpec(Strict):
 
 
 class AdmissionCheckSpec(Strict):
+    """The ``gpustack-node-devices`` AdmissionCheck and its answers (spec/pools.md §8.2)."""
+
     name: str
     controllerName: str
     labels: dict[str, str] = {}
+    readyMessage: Expr
+    retryMessage: Expr
+    retryAfterSeconds: int = Field(gt=0)
 
 
 class ClusterQueueSpec(Strict):

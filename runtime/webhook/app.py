@@ -1,7 +1,8 @@
 """The admission webhook HTTP application (Starlette, ASGI): one POST path per AdmissionPolicy.
 
 Endpoints: ``/healthz`` (process alive), ``/readyz`` (200 only once rules are compiled and the
-cluster view is loaded: :meth:`WebhookState.set_ready`), ``/metrics`` (Prometheus text), and each
+cluster view is loaded: :meth:`WebhookState.set_ready`; inside the controller, once its watch caches
+synced), ``/metrics`` (Prometheus text), and each
 policy's ``spec.path`` (e.g. ``/mutate-pods``, ``/validate-pods``).
 
 A review is never answered with a crash or a 500: a body over ``max_body_bytes`` (default 3 MiB,
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
@@ -60,10 +61,24 @@ class WebhookState:
     metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
     ready: bool = False
     always_allow: bool = False  # benchmark floor: answer "allowed" without evaluating rules
+    view_source: Optional[Callable[[], AdmissionView]] = None  # a live view (the controller's caches)
 
-    def set_ready(self, engine: AdmissionEngine, view: AdmissionView) -> None:
-        """Install compiled rules and a loaded view; /readyz turns 200."""
-        self.engine, self.view, self.ready = engine, view, True
+    def set_ready(self, engine: AdmissionEngine, view: AdmissionView | Callable[[], AdmissionView]) -> None:
+        """Install compiled rules and a loaded view; /readyz turns 200.
+
+        ``view`` is a fixed :class:`AdmissionView` (snapshots) or a callable returning the view in force
+        now, asked once per review (the controller's live view,
+        :class:`runtime.controller.webhooks.LiveAdmissionView`).
+        """
+        if callable(view):
+            self.engine, self.view_source, self.view = engine, view, None
+        else:
+            self.engine, self.view_source, self.view = engine, None, view
+        self.ready = True
+
+    def current_view(self) -> AdmissionView:
+        """The view a review judges against (rebuilt by a live source when the cluster changed)."""
+        return self.view_source() if self.view_source is not None else self.view
 
 
 def _answer(body: dict, uid: str) -> JSONResponse:
@@ -112,7 +127,7 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
             return _answer(build_response(uid, Outcome(policy=name, denial=(500, "InternalError",
                                                                              "webhook not ready; retry"))), uid)
         try:
-            answer, outcome = decide(state.engine, data, state.view, name)
+            answer, outcome = decide(state.engine, data, state.current_view(), name)
         except Exception as exc:  # noqa: BLE001 - the server must answer every review
             uid = _uid_of(data)
             outcome = Outcome(policy=name, denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))

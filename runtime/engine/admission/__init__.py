@@ -8,7 +8,7 @@
 
 Pure: no I/O (import-linter contract).
 """
-from runtime.engine.admission.context import AdmissionView, admission_view
+from runtime.engine.admission.context import AdmissionView, admission_view, view_kinds
 from runtime.engine.admission.engine import AdmissionEngine, AdmissionRequest
 from runtime.engine.admission.review import BadReview, parse_review, review_for
 from runtime.engine.admission.verdict import FieldError, Outcome, bad_request, build_response
@@ -35,4 +35,4 @@ def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | Non
 
 
 __all__ = ["AdmissionEngine", "AdmissionRequest", "AdmissionView", "BadReview", "FieldError", "Outcome",
-           "admission_view", "bad_request", "build_response", "decide", "parse_review", "review_for"]
+           "admission_view", "bad_request", "view_kinds", "build_response", "decide", "parse_review", "review_for"]

@@ -49,25 +49,44 @@ class AdmissionView:
         return index.get(value, _EMPTY)
 
 
-def settings_of(policy: Policy, snapshot: Snapshot) -> Settings:
-    """Settings resolved from the snapshot's settings Secret (spec/settings.md §1)."""
-    secret = snapshot.get("Secret", policy.settings.secretName, policy.settings.namespace)
+def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
+    """Settings resolved from the snapshot's settings Secret (spec/settings.md §1); ``namespace``
+    overrides the catalog's (the controller's ``KUBERNETES_POD_NAMESPACE``)."""
+    secret = snapshot.get("Secret", policy.settings.secretName, namespace or policy.settings.namespace)
     return resolve(policy.settings, decode_secret_data(secret))
 
 
-def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool = True) -> AdmissionView:
+# What derivation reads (runtime.engine.derive): the admission view is derived from these kinds.
+DERIVATION_KINDS = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue",
+                    "LocalQueue", "InstanceType", "Secret")
+
+
+def view_kinds(policy: Policy) -> frozenset[str]:
+    """Every kind an admission view needs: what derivation reads plus each AdmissionPolicy's
+    ``lookups`` kinds. A live view need only be rebuilt after an event of one of these kinds."""
+    kinds = set(DERIVATION_KINDS)
+    for doc in policy.ruleset.all("AdmissionPolicy"):
+        kinds.update(lookup.kind for lookup in doc.spec.lookups)
+    return frozenset(kinds)
+
+
+def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool = True, *,
+                   live: bool = False, settings_namespace: str | None = None) -> AdmissionView:
     """The view admission judges against.
 
     ``derive_state`` True replaces the snapshot's InstanceTypes, ResourceFlavors, ClusterQueues and
     LocalQueues by the derived ones (InstanceTypes with status);
     False uses the snapshot as given (tests that spell out InstanceType status). ``None`` -> empty.
+    ``live`` and ``settings_namespace`` are passed to :func:`runtime.engine.derive.derive` (the
+    controller's view of its watch caches: queue phases as Kueue reports them, the settings Secret
+    in the controller's namespace).
     """
     snapshot = snapshot or Snapshot.from_objects([])
-    settings = settings_of(policy, snapshot)
+    settings = settings_of(policy, snapshot, settings_namespace)
     if derive_state:
         from runtime.engine.derive import derive
 
-        state = derive(policy, snapshot)
+        state = derive(policy, snapshot, live=live, settings_namespace=settings_namespace)
         replaced = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
         objects = ([o for o in snapshot if o.get("kind") not in replaced]
                    + list(state.instance_types) + list(state.resource_flavors)

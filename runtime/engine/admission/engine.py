@@ -142,11 +142,13 @@ class AdmissionEngine:
 
     @staticmethod
     def matches(spec: AdmissionPolicySpec, request: AdmissionRequest) -> bool:
-        """Kind, group, operation and the label selector of ``spec.match``."""
+        """Kind, group, operation, excluded namespaces and the label selector of ``spec.match``."""
         m = spec.match
         if request.kind.get("kind") != m.kind or request.kind.get("group", "") != m.group:
             return False
         if request.operation not in m.operations:
+            return False
+        if request.namespace and request.namespace in m.excludeNamespaces:
             return False
         obj = request.object or request.old_object
         labels = (obj.get("metadata") or {}).get("labels") or {}

@@ -1,0 +1,260 @@
+"""The admission webhooks inside the controller: served from its watch caches, registered for real
+(issue 6 item 3; spec/README.md §3.2 "Serves every admission webhook").
+
+* :class:`LiveAdmissionView`: the admission view (:func:`runtime.engine.admission.admission_view`)
+  of the controller's caches. Events of the kinds the view reads
+  (:func:`runtime.engine.admission.view_kinds`) mark it stale; the next review rebuilds it (lazily:
+  a burst of events costs one rebuild, and events of other kinds, e.g. Pods, cost nothing).
+* :class:`WebhookRegistrar`: keeps the Mutating/ValidatingWebhookConfigurations of
+  :func:`runtime.engine.admission.registration.webhook_configurations` in the cluster: its own watch
+  of both kinds, server-side apply (field manager ``accelpolicy``) when a configuration is missing
+  or drifted (e.g. someone edits ``caBundle``), deletion of configurations accelpolicy owns that the
+  rules no longer name. A same-named configuration without the ownership labels is left alone and
+  reported. Nothing is deleted when the controller stops: the registrations stay (a restart
+  re-applies them with its CA bundle).
+* :class:`ControllerWebhooks`: the HTTPS server (uvicorn in a thread) next to the reconcile loop,
+  ``/readyz`` 503 until the caches synced, plus the registrar (run by the leader only).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loguru import logger
+
+from runtime.controller.reconciler import Controller
+from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, view_kinds
+from runtime.engine.admission.registration import (KINDS, ClientConfig, drift, owned_configuration,
+                                                   stale_configurations, webhook_configurations)
+from runtime.engine.policy import Policy
+from runtime.kube.applier import Applier
+from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.session import KubeApiError, Session
+from runtime.webhook.app import WebhookState, build_app
+from runtime.webhook.server import ServerThread
+
+
+class LiveAdmissionView:
+    """A callable returning the admission view of ``cache`` as it is now.
+
+    ``on_event(kind, event_type, obj)`` (a controller listener) marks the view stale when ``kind`` is
+    one it reads; calling the object rebuilds a stale view (``cache.snapshot`` of those kinds, then
+    derivation with ``live=True``) and otherwise returns the same view. Thread-safe. Counters for
+    reports: ``rebuilds``, ``rebuild_seconds`` (each rebuild's duration).
+    """
+
+    def __init__(self, cache: ClusterCache, policy: Policy, settings_namespace: str | None = None):
+        self.cache = cache
+        self.policy = policy
+        self.settings_namespace = settings_namespace
+        self.kinds = view_kinds(policy)
+        self._generation = 0
+        self._built = -1
+        self._view: AdmissionView | None = None
+        self._lock = threading.Lock()
+        self._build_lock = threading.Lock()
+        self.rebuilds = 0
+        self.rebuild_seconds: list[float] = []
+
+    def on_event(self, kind: str, event_type: str, obj: dict) -> None:
+        """A cache event: the view is stale when ``kind`` is one it reads."""
+        if kind in self.kinds:
+            with self._lock:
+                self._generation += 1
+
+    def __call__(self) -> AdmissionView:
+        with self._lock:
+            generation = self._generation
+            if generation == self._built and self._view is not None:
+                return self._view
+        with self._build_lock:
+            with self._lock:  # another review may have rebuilt it meanwhile
+                if self._built >= generation and self._view is not None:
+                    return self._view
+                generation = self._generation
+            t0 = time.perf_counter()
+            view = admission_view(self.policy, self.cache.snapshot(self.kinds), live=True,
+                                  settings_namespace=self.settings_namespace)
+            with self._lock:
+                self._view, self._built = view, generation
+            self.rebuilds += 1
+            self.rebuild_seconds.append(time.perf_counter() - t0)
+            return view
+
+
+class WebhookRegistrar:
+    """Keeps the webhook configurations rendered for ``client`` current (see the module docstring).
+
+    ``start()`` watches both configuration kinds, applies once and then keeps them in a daemon
+    thread (after every event, and every ``resync_seconds``); ``sync()`` is one pass and returns what
+    it did (``apply <Kind> <name>``, ``delete <Kind> <name>``); ``errors`` collects failures and
+    foreign objects (one line each).
+    """
+
+    def __init__(self, session: Session, policy: Policy, client: ClientConfig, resync_seconds: float = 300.0):
+        self.policy = policy
+        self.desired = webhook_configurations(policy, client)
+        self.resync_seconds = resync_seconds
+        self._dirty = threading.Event()
+        self.cache = ClusterCache(session, [WatchedKind(k) for k in KINDS.values()],
+                                  on_event=lambda *_: self._dirty.set())
+        self.applier = Applier(session, policy, cache=self.cache)
+        self.errors: list[str] = []
+        self._reported: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, sync_timeout: float = 60.0) -> "WebhookRegistrar":
+        """Sync the watch, apply what is missing or drifted, then keep it in a daemon thread.
+
+        Raises ``TimeoutError`` when the watch does not sync, :class:`KubeApiError` when the first
+        pass cannot write.
+        """
+        self.cache.start()
+        if not self.cache.wait_synced(sync_timeout):
+            raise TimeoutError(f"webhook configuration watch not synced within {sync_timeout}s")
+        for line in self.sync(raise_errors=True):
+            logger.info("webhook registration: {}", line)
+        self._thread = threading.Thread(target=self._run, name="webhook-registrar", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop keeping the configurations (they stay registered)."""
+        self._stop.set()
+        self._dirty.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self.cache.stop()
+
+    def sync(self, raise_errors: bool = False) -> list[str]:
+        """One pass: apply each missing or drifted configuration, delete stale ones we own."""
+        done: list[str] = []
+        for desired in self.desired:
+            kind, name = desired["kind"], desired["metadata"]["name"]
+            live = self.cache.get(kind, name)
+            if live is not None and not owned_configuration(self.policy, live):
+                self._error(f"{kind} {name} exists without the labels {self.desired[0]['metadata']['labels']} "
+                            "of rules/admission/registration.yaml: not ours, left alone")
+                continue
+            paths = drift(live, desired)
+            if not paths:
+                continue
+            try:
+                self.applier.apply(desired)
+            except KubeApiError as exc:
+                if raise_errors:
+                    raise
+                self._error(f"apply {kind} {name}: {exc}")
+                self._dirty.set()
+                continue
+            what = "created" if live is None else f"drifted at {', '.join(paths[:3])}"
+            done.append(f"apply {kind} {name} ({what})")
+        live_all = [o for kind in KINDS.values() for o in self.cache[kind].objects()] \
+            if all(k in self.cache.caches for k in KINDS.values()) else []
+        for stale in stale_configurations(self.policy, live_all, self.desired):
+            try:
+                self.applier.delete(stale)
+                done.append(f"delete {stale['kind']} {stale['metadata']['name']}")
+            except KubeApiError as exc:
+                self._error(f"delete {stale['kind']} {stale['metadata']['name']}: {exc}")
+        for line in done:
+            if "drifted" in line:
+                logger.warning("webhook registration: {}", line)
+        return done
+
+    def _error(self, line: str) -> None:
+        if line not in self._reported:
+            self._reported.add(line)
+            self.errors.append(line)
+            logger.error("webhook registration: {}", line)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait(self.resync_seconds)
+            if self._stop.is_set():
+                break
+            self._dirty.clear()
+            try:
+                self.sync()
+            except Exception as exc:  # noqa: BLE001 - keep the registrar alive; retry after a pause
+                logger.exception("webhook registration failed: {}", exc)
+                self._stop.wait(1.0)
+                self._dirty.set()
+
+
+@dataclass
+class WebhookTls:
+    """The serving certificate and key files and the CA bundle (PEM bytes) that verifies them."""
+
+    cert: Path
+    key: Path
+    ca_pem: bytes
+
+
+@dataclass
+class ControllerWebhooks:
+    """The controller's admission webhooks: server, live view and (for the leader) registration.
+
+    ``url_base`` or ``service`` say how the API server reaches the server (``url_base`` None and no
+    ``service``: ``https://127.0.0.1:<bound port>``); ``register`` False serves without registering
+    (configurations managed elsewhere). Use: ``serve()`` early (``/readyz`` 503),
+    ``ready()`` once ``controller.start_caches()`` returned, ``register()`` once leading, ``stop()``.
+    """
+
+    controller: Controller
+    tls: WebhookTls
+    host: str = "127.0.0.1"
+    port: int = 9443
+    url_base: str | None = None
+    service: tuple[str, str, int] | None = None
+    register_configurations: bool = True
+    max_body_bytes: int = 3 * 1024 * 1024
+    view: LiveAdmissionView = field(init=False)
+    state: WebhookState = field(init=False)
+    server: ServerThread | None = field(init=False, default=None)
+    registrar: WebhookRegistrar | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        policy = self.controller.policy
+        self.engine = AdmissionEngine(policy)
+        self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
+        self.controller.listeners.append(self.view.on_event)
+        self.state = WebhookState(max_body_bytes=self.max_body_bytes)
+        self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
+
+    def serve(self) -> "ControllerWebhooks":
+        """Start the HTTPS server thread (reviews answer "not ready; retry" until :meth:`ready`).
+        Raises OSError when the port cannot be bound."""
+        self.server = ServerThread(self.app, str(self.tls.cert), str(self.tls.key), self.host, self.port).start()
+        self.port = self.server.port
+        return self
+
+    def ready(self) -> None:
+        """The caches synced: serve from the live view; ``/readyz`` turns 200."""
+        self.state.set_ready(self.engine, self.view)
+
+    def client_config(self) -> ClientConfig:
+        """How the API server reaches this server (see the class docstring)."""
+        if self.service is not None:
+            return ClientConfig(ca_pem=self.tls.ca_pem, service=self.service)
+        return ClientConfig(ca_pem=self.tls.ca_pem, url_base=self.url_base or f"https://127.0.0.1:{self.port}")
+
+    def register(self, sync_timeout: float = 60.0) -> WebhookRegistrar | None:
+        """Start the registrar (the leader's job); None when registration is off."""
+        if not self.register_configurations:
+            return None
+        self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
+                                          self.client_config()).start(sync_timeout)
+        return self.registrar
+
+    def stop(self) -> None:
+        """Stop the registrar and the server; registrations are left in place."""
+        if self.registrar is not None:
+            self.registrar.stop()
+        if self.server is not None:
+            self.server.stop()
+        if self.view.on_event in self.controller.listeners:
+            self.controller.listeners.remove(self.view.on_event)
