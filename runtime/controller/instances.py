@@ -43,6 +43,7 @@ from runtime.controller.plan import Action
 from runtime.engine.derive import DesiredState
 from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, DELETE_POD, REMOVE_FINALIZER, SET_STOP,
                                          plan_instance)
+from runtime.engine.instancepods import pool_flavors
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, name_of
 from runtime.kube.ownership import owned_by_instance
@@ -91,6 +92,8 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
     out = InstanceActions()
     requeues = []
     api_version = KNOWN_KINDS["Instance"][0]
+    desired_queues = {name_of(q): q for q in state.cluster_queues}
+    flavors_of: dict[str, list[dict]] = {}   # type name -> its pool's ResourceFlavors (desired, queue order)
     for instance in snapshot.list("Instance"):
         meta = instance["metadata"]
         name, namespace = meta["name"], meta.get("namespace") or "default"
@@ -102,8 +105,10 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
         type_name = (instance.get("spec") or {}).get("type") or ""
         instance_type = instance_type_for(state, snapshot, type_name)
         queue = snapshot.get("ClusterQueue", type_name) if type_name else None
+        if type_name not in flavors_of:
+            flavors_of[type_name] = pool_flavors(desired_queues.get(type_name), state.resource_flavors)
         decided = plan_instance(policy, state.settings, snapshot, instance, pod, instance_type, queue,
-                                pod_age_seconds(instance, pod))
+                                pod_age_seconds(instance, pod), flavors=flavors_of[type_name])
         first: list[Action] = []
         rest: list[Action] = []
         for verb, payload in decided.actions:

@@ -40,6 +40,8 @@ from runtime.controller.instances import plan_instances
 from runtime.controller.plan import Action, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
+from runtime.controller.workloadchecks import VERB as CHECK_STATE_VERB
+from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.derive import DesiredState, derive
 from runtime.engine.policy import Policy
 from runtime.engine.settings import decode_secret_data
@@ -50,11 +52,12 @@ from runtime.kube.session import KubeApiError, Session
 
 # What the pools depend on (spec/pools.md §2.4 triggers), then what Instances depend on
 # (spec/instances.md §10-§12: their Pods, the claims, volumes and classes of §12, RuntimeClasses of
-# §11.1); Workloads come with a later slice. The settings Secret and the Setting view are watched in
-# the settings namespace only.
+# §11.1), then Kueue Workloads (the gpustack-node-devices answers, spec/pools.md §8.2). The settings
+# Secret and the Setting view are watched in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
-           "Instance", "Pod", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass")
+           "Instance", "Pod", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass",
+           "Workload")
 # Which finalizer (label-catalog key role) the controller keeps on each kind.
 FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
 
@@ -186,6 +189,7 @@ class Controller:
         if "Setting" in self.cache.caches:
             actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
         self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
+        actions += self._workload_check_actions(snapshot)
         actions, deferred = self._hold_fit_labels(actions)
         result = ReconcileResult(planned=actions, deferred=deferred, state=state)
         for action in actions:
@@ -221,6 +225,24 @@ class Controller:
         self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
         return [a for a in actions if a.kind != "Node"], fit
 
+    # -- the gpustack-node-devices answers (spec/pools.md §8.2) -----------------------------------------
+    def _workload_check_actions(self, snapshot) -> list[Action]:
+        """Plan the Workload check answers (:mod:`runtime.controller.workloadchecks`); a Retry waiting
+        for its re-evaluation requeues a pass for that moment."""
+        checks = plan_workload_checks(self.policy, snapshot, datetime.now(timezone.utc))
+        for error in checks.errors:
+            logger.warning("admission check {}: {}", self.policy.derivation.admissionCheck.name, error)
+        if checks.requeue is not None:
+            due = time.monotonic() + checks.requeue
+            self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
+        return checks.actions
+
+    def _apply_check_state(self, action: Action) -> None:
+        """Server-side apply of one Workload's check entry on its ``status`` subresource, field manager
+        = the check's ``controllerName`` (as Kueue's admission-check controllers write)."""
+        self.applier.apply_status(action.body, field_manager=self.policy.derivation.admissionCheck.controllerName,
+                                  keep_uid=True)
+
     def _report_invalid_settings(self, state: DesiredState, snapshot) -> None:
         """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does
         not parse (spec/settings.md §1), once per setting and value in this process."""
@@ -246,6 +268,8 @@ class Controller:
             applier.apply(action.body)
         elif action.verb == "apply-status":
             applier.apply_status(action.body)
+        elif action.verb == CHECK_STATE_VERB:
+            self._apply_check_state(action)
         elif action.verb == "create":
             body = action.body
             if action.kind == "LocalQueue":

@@ -170,6 +170,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     devices = _devices_with_effective_labels(policy, snapshot, effective)
     state.devices = devices
     by_label = _label_index(devices)
+    pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
     for name in sorted(types):
         it = copy.deepcopy(types[name])
         labels = queues.queue_labels(policy, it, aware)
@@ -182,6 +183,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
             state.cluster_queues.append(queue)
             state.local_queues.extend(queues.local_queues(policy, queue, namespaces))
         queue_state = _queue_state(queue, old_queue, phase_message, live)
+        queue_state["instancePodCpuMillis"] = pod_cpu.get(its.entrance(policy, name), [])
         selector = devices_selector(policy, labels)
         pool_devices = _select(selector, devices, by_label)
         it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)

@@ -31,9 +31,12 @@ class InstancePlan:
 
 
 def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, pod: dict | None,
-                  instance_type: dict | None, queue: dict | None, pod_age_seconds: float = 0.0) -> InstancePlan:
+                  instance_type: dict | None, queue: dict | None, pod_age_seconds: float = 0.0,
+                  flavors: list[dict] | None = None) -> InstancePlan:
     """Decide the next step for one Instance (§10.1). ``pod_age_seconds``: Pod creation minus Instance
-    creation, for the kubelet-refusal rebuild window (step 5)."""
+    creation, for the kubelet-refusal rebuild window (step 5). ``flavors``: the pool's ResourceFlavors
+    in queue order for a CPU-only Pod's flavor affinity (see :func:`render_pod`; None reads them from
+    ``snapshot``)."""
     rules = policy.ruleset.get("InstancePod").lifecycle
     finalizer = policy.key("instanceFinalizer")
     spec = instance.get("spec") or {}
@@ -67,7 +70,7 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
                 or not it_status.get("entrance"):
             plan.requeue = rules.requeueSeconds
             return plan
-        rendered = render_pod(policy, settings, snapshot, instance, instance_type)
+        rendered = render_pod(policy, settings, snapshot, instance, instance_type, flavors)
         if rendered.pod is None:
             plan.status = {"phase": "Starting", "phaseMessage": rendered.blocked}
             return plan

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Iterable
 
+from runtime.engine.kueueconfig import cpu_excluded
 from runtime.engine.normalize import format_binary_quantity, parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
-from runtime.engine.snapshot import Snapshot, labels_of
+from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.rulefiles import InstancePodSpec
 
 MI = 2**20
@@ -90,11 +92,47 @@ def _accelerator_keys(policy: Policy, rules: InstancePodSpec, res: dict, instanc
     return {manufacturer.base: str(accelerator)}
 
 
-def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, instance_type: dict) -> PodPlan:
+def pool_flavors(queue: dict | None, flavors: Iterable[dict]) -> list[dict]:
+    """The ResourceFlavors of ``queue`` (a ClusterQueue) in its ``resourceGroups`` order, taken from
+    ``flavors`` by name; names without an object are skipped. ``[]`` for no queue."""
+    by_name = {name_of(f): f for f in flavors}
+    out = []
+    for group in ((queue or {}).get("spec") or {}).get("resourceGroups") or []:
+        for ref in group.get("flavors") or []:
+            flavor = by_name.get(ref.get("name", ""))
+            if flavor is not None and flavor not in out:
+                out.append(flavor)
+    return out
+
+
+def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
+    """One node-selector term per flavor, each requiring every ``spec.nodeLabels`` entry of that
+    flavor (``{key, operator: In, values: [value]}`` in the flavor's label order): the placement Kueue
+    would give a CPU-only Pod by merging its assigned flavor's nodeLabels, while Kueue does not charge
+    ``cpu`` (spec/pools.md §9; operator from rules/instances/pod.yaml ``poolAffinity``)."""
+    operator = _rules(policy).poolAffinity.operator
+    terms = []
+    for flavor in flavors:
+        labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
+        if labels:
+            terms.append({"matchExpressions": [{"key": k, "operator": operator, "values": [str(v)]}
+                                               for k, v in labels.items()]})
+    return terms
+
+
+def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, instance_type: dict,
+               flavors: list[dict] | None = None) -> PodPlan:
     """The Pod of ``instance`` (§11), or why it cannot be created yet (§12).
 
     ``snapshot`` supplies the pinned Node (its hostname label), RuntimeClasses and the claims'
     PVCs, PVs and StorageClasses. ``instance_type`` must carry ``status.entrance``.
+
+    CPU-only types while the Kueue configuration excludes ``cpu`` (spec/pools.md §9,
+    rules/pools/kueue.yaml): the Pod gets a required node affinity with one term per flavor of the
+    pool (:func:`pool_affinity_terms`), crossed with any claim placement terms. ``flavors``: the
+    pool's ResourceFlavors in queue order (the controller passes the derived ones); None reads the
+    type's ClusterQueue and its flavors from ``snapshot``. No flavor -> no Pod, ``blocked`` = rules/
+    instances/pod.yaml ``poolAffinity.noFlavorsMessage``.
     """
     rules = _rules(policy)
     meta = instance["metadata"]
@@ -104,6 +142,13 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     affinity_terms, blocked = _claim_placement(policy, settings, snapshot, namespace, spec)
     if blocked:
         return PodPlan(pod=None, blocked=blocked)
+    if not it_spec.get("acceleratable") and cpu_excluded(policy):
+        if flavors is None:
+            flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)), snapshot.list("ResourceFlavor"))
+        pool_terms = pool_affinity_terms(policy, flavors)
+        if not pool_terms:
+            return PodPlan(pod=None, blocked=rules.poolAffinity.noFlavorsMessage.format(pool=name_of(instance_type)))
+        affinity_terms = _cross(pool_terms, affinity_terms)
     pod_spec: dict = dict(rules.podSpec)
     if (spec.get("imagePullSecret") or {}).get("name"):
         pod_spec["imagePullSecrets"] = [{"name": spec["imagePullSecret"]["name"]}]
@@ -250,6 +295,8 @@ def _cross(current: list[dict], more: list[dict]) -> list[dict]:
     """Each current term crossed with each new term, their requirements ANDed."""
     if not current:
         return [dict(t) for t in more]
+    if not more:
+        return [dict(t) for t in current]
     out = []
     for a in current:
         for b in more:

@@ -11,6 +11,7 @@ import math
 from typing import Iterable
 
 from runtime.engine import fourview, presets
+from runtime.engine.kueueconfig import cpu_excluded
 from runtime.engine.normalize import parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
@@ -199,7 +200,8 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
 
     ``queue``: its desired ClusterQueue (None when the type is being deleted and the queue is gone);
     ``queue_flavors``: FlavorPlans in the queue; ``devices_list``: the pool's Devices (node order);
-    ``queue_state``: {"stopPolicy", "reserved" (bool), "reservedCpuMillis" (int), "active"
+    ``queue_state``: {"stopPolicy", "reserved" (bool), "reservedCpuMillis" (int),
+    "instancePodCpuMillis" (list of int, see :func:`running_instance_pod_cpu`), "active"
     ("True"/"False"/"Unknown"/"Missing"), "message"}.
     """
     spec = it.get("spec") or {}
@@ -224,7 +226,7 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     status.update(views.render_status())
     cpu_pair = "0/0"
     if not acceleratable:
-        cpu = _cpu_view(settings, queue_flavors, queue_state, drained)
+        cpu = _cpu_view(policy, settings, queue_flavors, queue_state, drained)
         status["cpu"] = {k: str(v) for k, v in cpu.items()}
         cpu_pair = f"{cpu['onceMaxRequest']}/{cpu['remaining']}"
     else:
@@ -243,15 +245,32 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     return status
 
 
-def _cpu_view(settings: Settings, queue_flavors: list, queue_state: dict, drained: bool) -> dict:
+def _cpu_view(policy: Policy, settings: Settings, queue_flavors: list, queue_state: dict, drained: bool) -> dict:
+    """pools.md §10.2: capacity, remaining and onceMaxRequest in cores.
+
+    Reserved cores come from the ClusterQueue's ``flavorsReservation`` (``reservedCpuMillis``) while
+    Kueue charges ``cpu``; when the Kueue configuration excludes ``cpu`` (pools.md §9,
+    rules/pools/kueue.yaml) Kueue reserves nothing, and they come from the pool's running Instance
+    Pods instead (``instancePodCpuMillis``: one CPU limit in millicores per Pod), with §10.2's
+    overcommit reading: with overcommit on, a Pod of ``c`` cores requested ``800m × ceil(c)`` (capped
+    at its limit) and §10.2 reads that back as ``ceil(c)`` cores, so each Pod counts ``ceil(limit)``;
+    with it off, requests equal limits and reserved = ceil(Σ limits). Per-core millis and the setting
+    come from rules/instances/pod.yaml ``overcommit``.
+    """
     if drained:
         return {"capacity": 0, "onceMaxRequest": 0, "remaining": 0}
     capacity = sum(plan.capacity for plan in queue_flavors)
-    millis = int(queue_state.get("reservedCpuMillis") or 0)
-    if settings.flag("instance-general-resources-overcommit"):
-        reserved = math.ceil(millis / 800)
+    overcommit = policy.ruleset.get("InstancePod").overcommit
+    overcommitted = settings.flag(overcommit.setting)
+    if cpu_excluded(policy):
+        pods = [int(m) for m in queue_state.get("instancePodCpuMillis") or []]
+        if overcommitted:
+            reserved = sum(math.ceil(m / 1000) for m in pods)
+        else:
+            reserved = math.ceil(sum(pods) / 1000)
     else:
-        reserved = math.ceil(millis / 1000)
+        millis = int(queue_state.get("reservedCpuMillis") or 0)
+        reserved = math.ceil(millis / (overcommit.cpuMillisPerCore if overcommitted else 1000))
     remaining = max(capacity - reserved, 0)
     largest = max((plan.count for plan in queue_flavors), default=0)
     return {"capacity": capacity, "onceMaxRequest": min(largest, remaining), "remaining": remaining}
@@ -267,3 +286,36 @@ def reserved_cpu_millis(queue: dict | None) -> int:
             if res.get("name") == "cpu" and res.get("total") is not None:
                 total += int(parse_quantity(res["total"]) * 1000)
     return total
+
+
+def running_instance_pod_cpu(policy: Policy, pods: Iterable[dict]) -> dict[str, list[int]]:
+    """Queue entrance -> the CPU limits (millicores, one per Pod) of the running Instance Pods that
+    queue through it (pools.md §9 fallback for the CPU view of §10.2).
+
+    A Pod counts when it carries the queue label (rules/labels.yaml role ``queueName``), has an
+    Instance as its controller owner, is bound (``spec.nodeName``) and not terminated (phase not
+    ``Succeeded``/``Failed``; a Pod being deleted still holds its cores). Its CPU limit is the sum of
+    ``limits.cpu`` (else ``requests.cpu``) over its app containers and native sidecars.
+    """
+    queue_key = policy.key("queueName")
+    out: dict[str, list[int]] = {}
+    for pod in pods:
+        entrance_name = labels_of(pod).get(queue_key)
+        spec = pod.get("spec") or {}
+        if not entrance_name or not spec.get("nodeName"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+        if not any(o.get("kind") == "Instance" and o.get("controller") for o in owners):
+            continue
+        containers = list(spec.get("containers") or []) + [
+            c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        millis = 0
+        for container in containers:
+            res = container.get("resources") or {}
+            value = (res.get("limits") or {}).get("cpu", (res.get("requests") or {}).get("cpu"))
+            if value not in (None, ""):
+                millis += math.ceil(parse_quantity(value) * 1000)
+        out.setdefault(entrance_name, []).append(millis)
+    return out

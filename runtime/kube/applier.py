@@ -101,14 +101,21 @@ class Applier:
         return result
 
     @_retry
-    def apply_status(self, obj: dict) -> dict:
-        """Server-side apply ``obj["status"]`` through the status subresource."""
+    def apply_status(self, obj: dict, field_manager: str | None = None, keep_uid: bool = False) -> dict:
+        """Server-side apply ``obj["status"]`` through the status subresource.
+
+        ``field_manager``: another manager than the applier's (the Workload check answers are applied
+        as the AdmissionCheck's ``controllerName``); ``keep_uid``: send ``metadata.uid`` too, so the
+        server refuses (409) a write to a same-named replacement object.
+        """
         kind, name, ns = self._ident(obj)
         meta = {"name": name, **({"namespace": ns} if ns else {})}
+        if keep_uid and obj["metadata"].get("uid"):
+            meta["uid"] = obj["metadata"]["uid"]
         body = {"apiVersion": obj["apiVersion"], "kind": kind, "metadata": meta, "status": obj["status"]}
         result = self.session.call("patch", self._path(kind, name, ns, "status"), body=body,
                                    content_type=APPLY_PATCH,
-                                   query={"fieldManager": self.field_manager, "force": "true"})
+                                   query={"fieldManager": field_manager or self.field_manager, "force": "true"})
         self._record("apply-status", kind, name, ns, result)
         return result
 

@@ -1,0 +1,74 @@
+"""Answers of the ``gpustack-node-devices`` AdmissionCheck, planned per reconcile (spec/pools.md §8.2).
+
+Pure, like :mod:`runtime.controller.plan`: :func:`plan_workload_checks` reads the watch cache's
+:class:`Snapshot` (Workloads, Nodes, NodeFeatures, Devices, ResourceFlavors) and ``now`` and returns
+one ``apply-check-state`` :class:`Action` per Workload whose entry must change:
+
+* a Workload is judged when Kueue holds its quota (``QuotaReserved`` True, ``status.admission`` set,
+  not ``Evicted``/``Finished``) and its entry for the check is ``Pending`` — or ``Retry`` for at least
+  ``retryAfterSeconds`` (rules/pools/derivation.yaml, 30 s) while the quota is still held (a real
+  Kueue evicts a Retry at once and resets the check to ``Pending``; without it the controller looks
+  again itself);
+* the verdict is :func:`runtime.engine.admissioncheck.check_workload`'s; the write is
+  :func:`runtime.engine.admissioncheck.check_state_apply`'s body, planned only when the entry
+  differs, so a second reconcile plans nothing;
+* ``requeue``: seconds until the youngest ``Retry`` falls due (None when none waits), so the
+  reconcile loop comes back without an event.
+
+The controller executes the action as a server-side apply of the ``status`` subresource with field
+manager = the check's ``controllerName`` (``worker.gpustack.ai/node-devices``), force — as Kueue's
+own admission-check controllers write (``workload.PatchStatus``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from runtime.controller.plan import Action
+from runtime.engine import admissioncheck as ac
+from runtime.engine.policy import Policy
+from runtime.engine.snapshot import Snapshot, name_of, object_ref
+
+VERB = "apply-check-state"
+
+
+@dataclass
+class WorkloadCheckPlan:
+    """``actions`` (one per Workload to answer), ``verdicts`` by ``(namespace, name)`` for every
+    Workload judged this pass, ``requeue`` seconds (None: nothing waits), ``errors`` (Workloads that
+    could not be read, one line each)."""
+
+    actions: list[Action] = field(default_factory=list)
+    verdicts: dict[tuple[str, str], ac.Verdict] = field(default_factory=dict)
+    requeue: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime) -> WorkloadCheckPlan:
+    """The check answers to write for ``snapshot``'s Workloads at time ``now`` (aware datetime)."""
+    out = WorkloadCheckPlan()
+    retry = policy.derivation.admissionCheck.retryAfterSeconds
+    nodes = None
+    for workload in snapshot.list("Workload"):
+        due = ac.seconds_until_due(policy, workload, now)
+        if due is None:
+            continue
+        if due > 0:
+            out.requeue = due if out.requeue is None else min(out.requeue, due)
+            continue
+        if nodes is None:
+            nodes = ac.managed_nodes(policy, snapshot)
+        try:
+            verdict = ac.check_workload(policy, snapshot, workload, nodes)
+        except ac.AdmissionCheckError as exc:
+            out.errors.append(str(exc))
+            continue
+        key = ((workload.get("metadata") or {}).get("namespace") or "", name_of(workload))
+        out.verdicts[key] = verdict
+        if verdict.state == ac.RETRY:
+            out.requeue = retry if out.requeue is None else min(out.requeue, retry)
+        body = ac.check_state_apply(policy, workload, verdict, now)
+        if body is not None:
+            out.actions.append(Action(VERB, "Workload", key[1], key[0], body=body,
+                                      reason=f"{object_ref(workload)}: {verdict.state}: {verdict.message}"))
+    return out

@@ -1,0 +1,44 @@
+"""`accelpolicy kueue-config` (spec/pools.md §9) as an operator runs it."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from tests.cli.test_get_derive import edited_rules, run
+from tests.engine.test_kueue_charging import EXPECTED
+
+
+def test_prints_the_configuration_as_yaml_and_json():
+    as_yaml = run("kueue-config")
+    assert as_yaml.exit_code == 0
+    assert yaml.safe_load(as_yaml.output) == EXPECTED
+    assert as_yaml.output.startswith("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n"
+                                     "  excludeResourcePrefixes:\n  - cpu\n")
+    as_json = run("kueue-config", "-o", "json")
+    assert as_json.exit_code == 0 and json.loads(as_json.output) == EXPECTED
+
+
+def test_a_broken_rule_file_exits_2_naming_file_and_field(tmp_path):
+    rules, _ = edited_rules(tmp_path, "pools/kueue.yaml", "strategy: Replace, credits: constants.creditsPerAccelerator}",
+                            "strategy: Swap, credits: constants.creditsPerAccelerator}")
+    result = run("kueue-config", "--rules", str(rules))
+    assert result.exit_code == 2
+    assert "rules/pools/kueue.yaml:36 spec.transformations[0].strategy: Input should be 'Replace' or 'Retain'" in result.output
+
+
+def test_a_row_that_no_longer_fits_the_key_classifier_exits_2(tmp_path):
+    rules, _ = edited_rules(tmp_path, "pools/kueue.yaml", 'input: "{base}.sliced.units", family: sliced',
+                            'input: "{base}.sliced.units", family: shared')
+    result = run("kueue-config", "--rules", str(rules))
+    assert result.exit_code == 2
+    assert result.output == ("error: KueueConfiguration: transformations[2].input '{base}.sliced.units' gives "
+                             "'amd.com/gpu.sliced.units' for manufacturer amd, which classifies as sliced, not shared\n")
+
+
+def test_an_excluded_input_exits_2(tmp_path):
+    rules, _ = edited_rules(tmp_path, "pools/kueue.yaml", 'prefix: "{base}.sliced.cores-"', 'prefix: "{base}.sliced"')
+    result = run("kueue-config", "--rules", str(rules))
+    assert result.exit_code == 2
+    assert result.output == ("error: KueueConfiguration: transformations[2].input 'amd.com/gpu.sliced.units' is "
+                             "excluded by prefix 'amd.com/gpu.sliced' (Kueue drops excluded keys before transforming)\n")

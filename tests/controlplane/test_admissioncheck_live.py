@@ -1,0 +1,158 @@
+"""The ``gpustack-node-devices`` answers on a real kube-apiserver + etcd (spec/pools.md §8.2).
+
+The seed cluster is applied as in test_controller.py and the controller loop runs in this process.
+Kueue's CRDs are installed but Kueue's controller is not running in this cluster: nobody creates
+Workloads from Pods, reserves quota or reacts to the check. So each test creates a Workload by hand
+as Kueue's Pod integration would (``spec.queueName`` = the A10G pool's entrance, one PodSet
+``main``), then writes its ``status`` itself as Kueue's scheduler does after reserving quota:
+``status.admission`` (the ClusterQueue and the A10G ResourceFlavor for ``credits.gpustack.ai/nvidia``),
+condition ``QuotaReserved`` True and the check ``Pending``. The controller must then write
+``Ready`` / ``Retry`` with the rule file's message, as a server-side apply of the ``status``
+subresource with field manager ``worker.gpustack.ai/node-devices``, and nothing on the next pass.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from runtime.controller.reconciler import Controller
+from runtime.engine.policy import Policy
+from runtime.kube.session import connect
+from runtime.rules.loader import load_rules
+from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
+
+POLICY = Policy(load_rules())
+NS = "default"
+QUEUE = "gpustack--nvidia-a10g-linux-amd64"
+ENTRANCE = "gpustack-fnv64-c4680bb149644f1c"
+FLAVOR = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d"
+CHECK = "gpustack-node-devices"
+MANAGER = "worker.gpustack.ai/node-devices"
+FIGURES: dict[str, list[float]] = {}
+
+
+def _get(kubectl, *args) -> dict:
+    out = kubectl.stdout("get", *args, "-o", "json", "--show-managed-fields", check=False)
+    return json.loads(out) if out.strip() else {}
+
+
+def _wait(fetch, predicate, timeout=30.0, what="condition"):
+    t0 = time.monotonic()
+    value = None
+    while time.monotonic() - t0 < timeout:
+        value = fetch()
+        if predicate(value):
+            return time.monotonic() - t0, value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached in {timeout}s; last: {json.dumps(value)[:2000]}")
+
+
+def _workload(name: str, gpus: str) -> dict:
+    """A Workload as Kueue's Pod integration creates it for a Pod asking ``nvidia.com/gpu: <gpus>``."""
+    resources = {"nvidia.com/gpu": gpus, "cpu": "100m"}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": ENTRANCE}},
+            "spec": {"queueName": ENTRANCE, "podSets": [{"name": "main", "count": 1, "template": {"spec": {
+                "containers": [{"name": "main", "image": "busybox",
+                                "resources": {"requests": resources, "limits": resources}}]}}}]}}
+
+
+def _reserve_quota(kubectl, name: str, gpus: int) -> None:
+    """Write the status Kueue's scheduler writes when it reserves quota (check Pending)."""
+    status = {"admission": {"clusterQueue": QUEUE, "podSetAssignments": [{
+                  "name": "main", "count": 1, "flavors": {"credits.gpustack.ai/nvidia": FLAVOR},
+                  "resourceUsage": {"credits.gpustack.ai/nvidia": str(gpus * 1600000)}}]},
+              "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                              "message": f"Quota reserved in ClusterQueue {QUEUE}",
+                              "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}],
+              "admissionChecks": [{"name": CHECK, "state": "Pending", "message": "",
+                                   "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}
+    kubectl("patch", "workload", name, "-n", NS, "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": status}))
+
+
+def _clean_workloads(kubectl) -> None:
+    kubectl("delete", "workloads.kueue.x-k8s.io", "--all", "-n", NS, "--wait=true")
+
+
+@pytest.fixture(scope="module")
+def live(control_plane):
+    cluster, kubectl = control_plane
+    _clean(kubectl)
+    _clean_workloads(kubectl)
+    _apply_seed_cluster(kubectl)
+    controller = Controller(connect(cluster.kubeconfig), POLICY, coalesce_seconds=0.1, env={},
+                            fit_coalesce_seconds=0)
+    controller.start()
+    assert controller.reconcile().errors == []
+    with loop_running(controller):
+        yield controller
+    controller.stop()
+    _clean_workloads(kubectl)
+    _clean(kubectl)
+    for key, values in FIGURES.items():
+        print(f"\n[admission check figure] {key}: {', '.join(f'{v:.3f}' for v in values)}")
+
+
+def _check(wl: dict) -> dict:
+    return next((c for c in (wl.get("status") or {}).get("admissionChecks") or [] if c.get("name") == CHECK), {})
+
+
+def _answer_fields(wl: dict) -> dict:
+    """The managedFields entry of the check's field manager."""
+    entries = [m for m in wl["metadata"].get("managedFields") or [] if m.get("manager") == MANAGER]
+    assert len(entries) == 1, wl["metadata"].get("managedFields")
+    return entries[0]
+
+
+def _second_pass_writes_nothing(controller, kubectl, name: str) -> None:
+    assert controller.wait_idle(20)
+    before = _get(kubectl, "workload", name, "-n", NS)["metadata"]["resourceVersion"]
+    again = controller.reconcile()
+    assert again.errors == [] and again.writes == [] and again.planned == []
+    assert _get(kubectl, "workload", name, "-n", NS)["metadata"]["resourceVersion"] == before
+
+
+def test_one_whole_a10g_is_ready(live, kubectl):
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(_workload("pod-whole-1", "1")))
+    assert live.wait_idle(20)
+    # no quota reserved yet: the controller leaves the Workload alone
+    assert (_get(kubectl, "workload", "pod-whole-1", "-n", NS).get("status") or {}).get("admissionChecks") is None
+    t0 = time.monotonic()
+    _reserve_quota(kubectl, "pod-whole-1", 1)
+    seconds, wl = _wait(lambda: _get(kubectl, "workload", "pod-whole-1", "-n", NS),
+                        lambda w: _check(w).get("state") not in (None, "Pending"), what="check answered")
+    FIGURES.setdefault("status write (quota reserved, check Pending) -> verdict, seconds", []).append(seconds)
+    checks = wl["status"]["admissionChecks"]
+    assert len(checks) == 1
+    when = checks[0].pop("lastTransitionTime")
+    assert checks == [{"name": CHECK, "state": "Ready", "message": "node node-a10g can hold the request"}]
+    assert time.strptime(when, "%Y-%m-%dT%H:%M:%SZ")
+    fields = _answer_fields(wl)
+    assert (fields["operation"], fields["subresource"], fields["apiVersion"]) == ("Apply", "status", "kueue.x-k8s.io/v1beta2")
+    assert fields["fieldsV1"] == {"f:status": {"f:admissionChecks": {f'k:{{"name":"{CHECK}"}}': {
+        ".": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:name": {}, "f:state": {}}}}}
+    # the rest of the status is Kueue's and untouched
+    assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"] == {"credits.gpustack.ai/nvidia": FLAVOR}
+    assert [c["type"] for c in wl["status"]["conditions"]] == ["QuotaReserved"]
+    assert time.monotonic() - t0 >= seconds
+    _second_pass_writes_nothing(live, kubectl, "pod-whole-1")
+
+
+def test_two_whole_on_the_a10g_flavor_retry(live, kubectl):
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(_workload("pod-whole-2", "2")))
+    _reserve_quota(kubectl, "pod-whole-2", 2)
+    seconds, wl = _wait(lambda: _get(kubectl, "workload", "pod-whole-2", "-n", NS),
+                        lambda w: _check(w).get("state") not in (None, "Pending"), what="check answered")
+    FIGURES.setdefault("status write (quota reserved, check Pending) -> verdict, seconds", []).append(seconds)
+    check = _check(wl)
+    check.pop("lastTransitionTime")
+    assert check == {"name": CHECK, "state": "Retry", "requeueAfterSeconds": 30,
+                     "message": f"no node of flavor {FLAVOR} can hold the request now"}
+    assert _answer_fields(wl)["fieldsV1"] == {"f:status": {"f:admissionChecks": {f'k:{{"name":"{CHECK}"}}': {
+        ".": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:name": {}, "f:requeueAfterSeconds": {},
+        "f:state": {}}}}}
+    _second_pass_writes_nothing(live, kubectl, "pod-whole-2")
