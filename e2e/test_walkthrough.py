@@ -103,18 +103,32 @@ def wait_phase(walk, name: str, want: str) -> None:
     wait_until(lambda: phase(walk, name), lambda p: p == want, f"Instance {name} phase {want}")
 
 
-def assert_seed_object(walk, seed_name: str, resource: str, *, labels_exact: bool = True) -> None:
+def seed_object_mismatches(walk, seed_name: str, resource: str, *, labels_exact: bool = True) -> list[str]:
+    """How the live object differs from the seed's: labels exact (our own objects) or a subset (a
+    Node carries more labels than the seed shows: hostname, fit labels; spec/README.md §2), and
+    every ``spec``/``status`` field the seed shows."""
     want = seed_object(seed_name)
     ns = want["metadata"].get("namespace")
     got = get(walk, resource, want["metadata"]["name"], *(["-n", ns] if ns else []))
-    assert got.get("kind") == want["kind"] and got.get("apiVersion") == want["apiVersion"], got
-    if labels_exact:
-        assert (got["metadata"].get("labels") or {}) == (want["metadata"].get("labels") or {})
-    else:   # a Node carries more labels than the seed shows (hostname, fit labels): spec/README.md §2
-        assert subset_mismatches(want["metadata"].get("labels") or {}, got["metadata"].get("labels") or {}) == []
+    if not got:
+        return [f"{resource} {want['metadata']['name']} does not exist"]
+    out = [] if (got.get("kind"), got.get("apiVersion")) == (want["kind"], want["apiVersion"]) else \
+        [f"kind/apiVersion {got.get('kind')}/{got.get('apiVersion')}"]
+    labels, want_labels = got["metadata"].get("labels") or {}, want["metadata"].get("labels") or {}
+    if labels_exact and labels != want_labels:
+        out.append(f"labels: expected {want_labels}, got {labels}")
+    elif not labels_exact:
+        out += subset_mismatches(want_labels, labels, "metadata.labels")
     for part in ("spec", "status"):
         if part in want:
-            assert subset_mismatches(want[part], got.get(part)) == [], part
+            out += subset_mismatches(want[part], got.get(part), part)
+    return out
+
+
+def assert_seed_object(walk, seed_name: str, resource: str, *, labels_exact: bool = True) -> None:
+    """Wait (NFD and the controller write asynchronously) until the live object matches the seed's."""
+    wait_until(lambda: seed_object_mismatches(walk, seed_name, resource, labels_exact=labels_exact),
+               lambda m: m == [], f"{seed_name} on the cluster", timeout=120)
 
 
 # -- the manifests the demo and these tests apply are the seed's objects -----------------------------------
@@ -154,7 +168,8 @@ def test_step2_remove_and_readmit_a_node(walk, record_step):
     expect(walk, "step2-after-readmit.txt")            # "Before": the step 1 table
     assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
     timed(walk, record_step, "step 2: managed=false patch -> table", UNMANAGE, "step2-after-unmanage.txt")
-    assert get(walk, "node", "node-a10g")["metadata"]["labels"]["gpustack.ai/managed"] == "false"   # NFD propagated
+    wait_until(lambda: get(walk, "node", "node-a10g")["metadata"]["labels"].get("gpustack.ai/managed"),
+               lambda v: v == "false", "nfd-master propagating managed=false onto node-a10g")
     timed(walk, record_step, "step 2: managed=true patch -> table", READMIT, "step2-after-readmit.txt")
     assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
 

@@ -13,8 +13,9 @@ cluster had (shared/seed/README.md):
    its loop (``--allocation-source annotation``) on each accelerator node, whose first pass is the
    same run and whose later passes rebuild the ledger when Pods change. They write NodeFeatures,
    CPU annotations, capacity keys and Devices; nfd-master copies the NodeFeature labels onto the Nodes;
-3. the controller as a subprocess (``accelpolicy controller``; with ``--webhook-port`` and a
-   self-signed CA when this checkout's controller serves webhooks), which seeds the settings Secret
+3. the controller as a subprocess (``accelpolicy controller``) running as the ServiceAccount the
+   rules name as the controller (``controller-identity``, bound to cluster-admin), with
+   ``--webhook-port`` and a self-signed CA when this checkout's controller serves webhooks; it seeds the settings Secret
    with its defaults, derives the pools and reconciles Instances;
 4. the device-plugin stand-in (:mod:`runtime.localcluster.deviceplugin`) advertising accelerator
    tokens and writing allocation annotations on bound Pods, from which the agents' loops rebuild the
@@ -41,6 +42,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
+
+import yaml
 
 from .binaries import LocalClusterError, repo_root
 from .cluster import LocalCluster, _free_port, _Proc, _tail
@@ -251,12 +254,49 @@ class Walkthrough:
                                         f"{'timed out' if code is None else f'exited {code}'}; log {proc.log}:\n"
                                         f"{_tail(proc.log)}")
 
+    def controller_identity(self) -> tuple[str, str]:
+        """``(namespace, name)`` of the controller's ServiceAccount: the first
+        ``system:serviceaccount:NS:NAME`` of AdmissionParams ``controller-identity`` ``controllerUsers``
+        (rules/admission/common.yaml), the identity whose own writes its webhooks let through."""
+        users = self.policy.ruleset.get("AdmissionParams", "controller-identity").values["controllerUsers"]
+        for user in users:
+            parts = user.split(":")
+            if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+                return parts[2], parts[3]
+        raise LocalClusterError("rules/admission/common.yaml controller-identity names no ServiceAccount "
+                                f"(controllerUsers: {users})")
+
+    def _controller_kubeconfig(self) -> Path:
+        """A kubeconfig for the controller's ServiceAccount (bound to cluster-admin, a TokenRequest
+        token), as the Deployment would run it; written once into the workdir."""
+        path = self.workdir / "controller.kubeconfig"
+        if path.exists():
+            return path
+        ns, name = self.controller_identity()
+        self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": f"{name}-walkthrough"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]}))
+        token = self.kubectl.stdout("-n", ns, "create", "token", name, "--duration=24h").strip()
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": name}}],
+            "current-context": "local"}))
+        path.chmod(0o600)
+        return path
+
     def start_controller(self) -> None:
-        """Start ``accelpolicy controller`` (webhooks on a fixed loopback port when :attr:`webhooks`)."""
+        """Start ``accelpolicy controller`` as its ServiceAccount (webhooks on a fixed loopback port
+        when :attr:`webhooks`)."""
         if self._controller is not None and self._controller.exited() is None:
             raise LocalClusterError("the controller is already running")
         self._controller_starts += 1
-        argv = accelpolicy_argv() + ["controller", "--kubeconfig", str(self.kubeconfig),
+        argv = accelpolicy_argv() + ["controller", "--kubeconfig", str(self._controller_kubeconfig()),
                                      "--coalesce-seconds", str(self.coalesce_seconds), *self._rules_args()]
         if self.webhooks:
             argv += ["--webhook-port", str(self._webhook_port),
