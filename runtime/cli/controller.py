@@ -4,20 +4,28 @@
 exits 0 (1 when an action failed). Without it the controller first takes the leader Lease
 (``coordination.k8s.io/v1`` ``gpustack-operator-worker`` in ``gpustack-system``), then reconciles
 after every burst of watch events until SIGINT/SIGTERM or until leadership is lost.
+
+``--webhook-port N`` also serves every admission webhook over HTTPS from the watch caches (every
+replica, leader or not: ``/readyz`` 200 once the caches synced) and, on the leader, keeps the
+webhook configurations registered (:mod:`runtime.controller.webhooks`).
 """
 from __future__ import annotations
 
 import signal
 import socket
+import ssl
 import sys
 import threading
 from pathlib import Path
 
 import click
 
-from runtime.cli.common import bad_input_exits, load_policy, rules_option
+from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
 from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.reconciler import Controller
+from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
+from runtime.engine.admission import view_kinds
+from runtime.webhook.server import check_tls, self_signed
 from runtime.kube.session import KubeApiError, KubeConfigError, connect
 
 
@@ -31,11 +39,58 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
 @click.option("--lease-namespace", default="gpustack-system", show_default=True, envvar="KUBERNETES_POD_NAMESPACE",
               help="Namespace of the leader Lease.")
 @click.option("--identity", default=None, help="Leader identity (default: hostname_pid).")
+@click.option("--webhook-port", type=click.IntRange(0, 65535), default=None, metavar="N",
+              help="Serve the admission webhooks over HTTPS on port N (0: any free port) from the watch "
+                   "caches, and register them (leader only). Without it no webhook is served or registered.")
+@click.option("--webhook-host", default="127.0.0.1", show_default=True,
+              help="Address the webhook server binds (0.0.0.0 in a Pod behind a Service).")
+@click.option("--webhook-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Serving certificate (PEM); with --webhook-key and --webhook-ca.")
+@click.option("--webhook-key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Private key of --webhook-cert (PEM).")
+@click.option("--webhook-ca", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="CA bundle (PEM) that verifies --webhook-cert; registered as the caBundle.")
+@click.option("--webhook-self-signed", type=click.Path(file_okay=False, path_type=Path), default=None,
+              metavar="DIR", help="Make a CA and a serving certificate (for 127.0.0.1, localhost and the "
+                                  "--webhook-service names) in DIR and register that CA instead.")
+@click.option("--webhook-url-base", default=None, metavar="URL",
+              help="clientConfig.url base the API server calls, each webhook's path appended "
+                   "(default https://127.0.0.1:<port>, for an API server on this machine).")
+@click.option("--webhook-service", default=None, metavar="NS/NAME[:PORT]",
+              help="Register clientConfig.service instead of a URL: the Service in front of the "
+                   "controller (port default 443).")
+@click.option("--no-webhook-registration", "no_registration", is_flag=True,
+              help="Serve the webhooks but leave the webhook configurations to someone else.")
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_seconds: float,
-            lease_namespace: str, identity: str | None) -> None:
-    """Keep the cluster's pools equal to what the rule files derive from its node facts."""
+            lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
+            webhook_cert: Path | None, webhook_key: Path | None, webhook_ca: Path | None,
+            webhook_self_signed: Path | None, webhook_url_base: str | None, webhook_service: str | None,
+            no_registration: bool) -> None:
+    """Keep the cluster's pools equal to what the rule files derive from its node facts.
+
+    With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
+    MutatingWebhookConfiguration gpustack-worker-mutation and the ValidatingWebhookConfiguration
+    gpustack-worker-validation registered (names in rules/admission/registration.yaml). TLS: either
+    --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR. The API server
+    reaches the server at --webhook-url-base (default https://127.0.0.1:<port>) or through
+    --webhook-service. Registrations stay when the controller stops.
+    """
     policy = load_policy(rules_dir)
+    webhook_opts = dict(port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
+                        self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
+                        register=not no_registration)
+    if webhook_port is None:
+        given = [name for name, value in (("--webhook-cert", webhook_cert), ("--webhook-key", webhook_key),
+                                          ("--webhook-ca", webhook_ca), ("--webhook-self-signed", webhook_self_signed),
+                                          ("--webhook-url-base", webhook_url_base),
+                                          ("--webhook-service", webhook_service)) if value]
+        if given:
+            fail(f"{', '.join(given)} need --webhook-port")
+        webhook_opts = None
+    elif once:
+        fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
+    tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
     try:
         session = connect(kubeconfig)
     except KubeConfigError as exc:
@@ -49,8 +104,12 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         signal.signal(sig, lambda *_: stop.set())
     # --once is a single pass: fit labels are written in it rather than after their window (§9)
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
-                            fit_coalesce_seconds=0.0 if once else None)
+                            fit_coalesce_seconds=0.0 if once else None,
+                            extra_kinds=view_kinds(policy) if webhook_opts else ())
+    webhooks = None
     try:
+        if webhook_opts:
+            webhooks = _serve_webhooks(controller, webhook_opts, tls, service)
         if once:
             controller.start()
             result = controller.reconcile()
@@ -69,10 +128,73 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         elector.keep_renewing(on_lost=stop.set)
         click.echo("leading; reconciling", err=True)
         controller.start()
+        if webhooks is not None and webhooks.register() is not None:
+            for desired in webhooks.registrar.desired:
+                click.echo(f"registered {desired['kind']} {desired['metadata']['name']}", err=True)
         controller.run(stop)
         elector.release()
     except (KubeApiError, TimeoutError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     finally:
+        if webhooks is not None:
+            webhooks.stop()
         controller.stop()
+
+
+def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
+    """The serving TLS files and CA, and the parsed --webhook-service; bad input exits 2."""
+    service = None
+    if opts["service"]:
+        if opts["url_base"]:
+            fail("give --webhook-url-base or --webhook-service, not both")
+        ref, _, port = opts["service"].partition(":")
+        namespace, _, name = ref.partition("/")
+        if not namespace or not name or (port and not port.isdigit()):
+            fail(f"--webhook-service {opts['service']!r}: expected NAMESPACE/NAME[:PORT]")
+        service = (namespace, name, int(port or 443))
+    if opts["url_base"] and not opts["url_base"].startswith("https://"):
+        fail(f"--webhook-url-base {opts['url_base']!r}: the API server calls webhooks over https://")
+    files = (opts["cert"], opts["key"], opts["ca"])
+    try:
+        if opts["self_signed"] is not None:
+            if any(files):
+                fail("give --webhook-self-signed DIR or --webhook-cert/--webhook-key/--webhook-ca, not both")
+            names = ("127.0.0.1", "localhost")
+            if service:
+                names += (f"{service[1]}.{service[0]}.svc", f"{service[1]}.{service[0]}.svc.cluster.local")
+            paths = self_signed(opts["self_signed"], names)
+            click.echo(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}", err=True)
+            tls = WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes())
+        elif not all(files):
+            fail("--webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR")
+        else:
+            check_tls(str(opts["cert"]), str(opts["key"]))
+            ca_pem = opts["ca"].read_bytes()
+            if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
+                fail(f"--webhook-ca {opts['ca']}: no PEM certificate in it")
+            tls = WebhookTls(opts["cert"], opts["key"], ca_pem)
+    except ssl.SSLError as exc:
+        fail(f"--webhook-cert {opts['cert']} / --webhook-key {opts['key']}: not a PEM certificate and matching "
+             f"private key ({exc.reason or exc})")
+    except OSError as exc:
+        fail(f"{exc.filename or opts['self_signed']}: {exc.strerror or exc}")
+    return tls, service
+
+
+def _serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
+                    service: tuple[str, str, int] | None) -> ControllerWebhooks:
+    """Start the HTTPS server, sync the caches (every replica), then serve from them."""
+    webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
+                                  url_base=opts["url_base"], service=service,
+                                  register_configurations=opts["register"])
+    try:
+        webhooks.serve()
+    except OSError as exc:
+        fail(f"cannot listen on {opts['host']}:{opts['port']}: {exc.strerror or exc}")
+    for spec in sorted(webhooks.engine.policies.values(), key=lambda s: s.path):
+        click.echo(f"serving {spec.webhook} at https://{opts['host']}:{webhooks.port}{spec.path}", err=True)
+    controller.start_caches()
+    webhooks.ready()
+    click.echo("webhooks ready (watch caches synced)", err=True)
+    return webhooks
