@@ -76,6 +76,9 @@ KUEUE_NAMESPACE = "kueue-system"
 #: Configuration apiVersion Kueue v0.17.0 reads (apis/config/v1beta2; v1beta1 is still decoded).
 KUEUE_CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
 
+#: Keys of a Configuration's ``resources`` section (apis/config/v1beta2 ``Resources``).
+RESOURCES_KEYS = frozenset({"transformations", "excludeResourcePrefixes", "deviceClassMappings"})
+
 #: The release's kustomize ``namePrefix`` (config/default) for the webhook configurations.
 KUEUE_NAME_PREFIX = "kueue-"
 
@@ -134,13 +137,17 @@ def merge_kueue_configuration(base: dict, override: Mapping[str, Any] | None) ->
     """Return ``base`` with ``override`` merged over it (mappings recursively, anything else replaced).
 
     ``override`` is a full Configuration or a fragment of one (e.g. ``{"resources": {...}}`` from
-    ``runtime.engine.kueueconfig``). Raises :class:`LocalClusterError` when it is not a mapping or
+    ``runtime.engine.kueueconfig``); a bare ``resources`` section (only the keys
+    ``transformations``, ``excludeResourcePrefixes``, ``deviceClassMappings``) is put under
+    ``resources``. Raises :class:`LocalClusterError` when it is not a mapping or
     names another apiVersion/kind than ``config.kueue.x-k8s.io/v1beta2`` ``Configuration``.
     """
     if override is None:
         return copy.deepcopy(base)
     if not isinstance(override, Mapping):
         raise LocalClusterError(f"kueue_configuration must be a mapping, got {type(override).__name__}")
+    if override and set(override) <= RESOURCES_KEYS:
+        override = {"resources": override}
     for key, want in (("apiVersion", KUEUE_CONFIG_API_VERSION), ("kind", "Configuration")):
         if key in override and override[key] != want:
             raise LocalClusterError(
@@ -318,12 +325,12 @@ def _start_kueue(cluster: "LocalCluster", binaries: ComponentBinaries, *, kubect
         (root / d).mkdir(parents=True, exist_ok=True)
     for d in ("etc/kueue/metrics/certs", "etc/kueue/webhook-certs", "visibility"):
         issue_serving_cert(cluster.pki, root / d / "tls.crt", root / d / "tls.key", common_name="kueue")
-    exe = root / "kueue"
+    exe, source = root / "kueue", binaries.programs["kueue"].resolve()  # resolved: no symlink into the host
     if not exe.exists():
         try:
-            os.link(binaries.programs["kueue"], exe)
+            os.link(source, exe)
         except OSError:
-            shutil.copy2(binaries.programs["kueue"], exe)
+            shutil.copy2(source, exe)
     (root / "etc/kueue/kubeconfig").write_text(json.dumps(_embedded_kubeconfig(cluster)))
     (root / "etc/kueue/kubeconfig").chmod(0o600)
     webhook_port, health_port, metrics_port, visibility_port = (_free_port() for _ in range(4))

@@ -88,6 +88,7 @@ def test_kueue_configuration_merges_policy_over_the_base():
     assert merged["integrations"] == {"frameworks": ["pod", "batch/job"]}
     assert merged["webhook"] == {"port": 9, "host": "127.0.0.1", "certDir": "/etc/kueue/webhook-certs"}
     assert "resources" not in base and base["webhook"]["port"] == 1
+    assert merge_kueue_configuration(base, resources)["resources"] == resources  # a bare resources section
     with pytest.raises(LocalClusterError, match="kueue_configuration apiVersion is 'config.kueue.x-k8s.io/v1beta1'"):
         merge_kueue_configuration(base, {"apiVersion": "config.kueue.x-k8s.io/v1beta1"})
     with pytest.raises(LocalClusterError, match="must be a mapping"):
