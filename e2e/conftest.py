@@ -106,27 +106,31 @@ def cluster(request, tmp_path_factory):
         yield E2ECluster("existing", kubeconfig, kubectl)
 
 
-_STEP_FIGURES: list[tuple[str, float]] = []
+_STEP_FIGURES: list[tuple[str, float, bool]] = []
 
 
 @pytest.fixture(scope="session")
 def record_step():
-    """``record_step(label, seconds)``: one walkthrough figure (kubectl line -> first correct table)."""
-    return lambda label, seconds: _STEP_FIGURES.append((label, round(seconds, 3)))
+    """``record_step(label, seconds, table=True)``: one walkthrough figure, the seconds from a kubectl
+    line to the first correct ``kubectl get instancetypes`` table (``table=False``: to another
+    awaited state; printed, left out of the median)."""
+    return lambda label, seconds, table=True: _STEP_FIGURES.append((label, round(seconds, 3), table))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _STEP_FIGURES:
         return
-    median = statistics.median(s for _, s in _STEP_FIGURES)
+    tables = [s for _, s, table in _STEP_FIGURES if table]
+    median = statistics.median(tables) if tables else None
     tr = terminalreporter
     tr.section("walkthrough: seconds from the kubectl line to the first correct table")
-    for label, seconds in _STEP_FIGURES:
-        tr.write_line(f"{seconds:8.2f}  {label}")
-    tr.write_line(f"{median:8.2f}  median of {len(_STEP_FIGURES)}")
+    for label, seconds, table in _STEP_FIGURES:
+        tr.write_line(f"{seconds:8.2f}  {label}{'' if table else '  (not a table; not in the median)'}")
+    if median is not None:
+        tr.write_line(f"{median:8.2f}  median of the {len(tables)} table figures")
     base = config._tmp_path_factory.getbasetemp() if hasattr(config, "_tmp_path_factory") else None
     if base is not None:
         path = base / "walkthrough-timings.json"
-        path.write_text(json.dumps({"steps": [{"label": lbl, "seconds": s} for lbl, s in _STEP_FIGURES],
+        path.write_text(json.dumps({"steps": [{"label": lbl, "seconds": s, "table": t} for lbl, s, t in _STEP_FIGURES],
                                     "median": median}, indent=2))
         tr.write_line(f"written to {path}")

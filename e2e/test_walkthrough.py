@@ -212,7 +212,7 @@ def test_step4_custom_instancetype(walk, record_step):
     expect(walk, "step4-after-delete-custom-type.txt")
     record_step("step 4: delete a10g-12c128g -> Stopped and table", time.monotonic() - t0)
     assert get(walk, "instance", "custom-demo", "-n", NS)["spec"]["stop"] is True
-    assert get(walk, "clusterqueue", "a10g-12c128g") == {}
+    wait_until(lambda: get(walk, "clusterqueue", "a10g-12c128g"), lambda q: q == {}, "ClusterQueue a10g-12c128g gone")
 
 
 # -- Step 5 ---------------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def test_step6_pinned_demo(walk, record_step):
                       lambda i: (i.get("status") or {}).get("phaseMessage"), "pinned-demo phaseMessage")
     assert inst["status"] == {"phase": "Starting",
                               "phaseMessage": 'PersistentVolumeClaim "datasets" does not exist in this namespace'}
-    record_step("step 6: apply pinned-demo -> phaseMessage", time.monotonic() - t0)
+    record_step("step 6: apply pinned-demo -> phaseMessage", time.monotonic() - t0, table=False)
     assert get(walk, "pod", "pinned-demo", "-n", NS) == {}
     # troubleshooting: an unbindable claim (its StorageClass does not exist) says why in phaseMessage
     walk.sh("kubectl apply -f datasets.yaml")
