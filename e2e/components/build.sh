@@ -56,6 +56,15 @@ module_dir() {  # $1 = module@version -> its directory in the module cache (down
   (cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$1") | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p'
 }
 
+# A module may replace a nested module of its own repository with a local directory (NFD:
+# `sigs.k8s.io/node-feature-discovery/api/nfd => ./api/nfd`). Module zips leave nested modules
+# out, so such a directory is missing in the module cache; the same tag of the nested module is
+# published, so it is downloaded and the replace pointed at it in a copy of go.mod (-modfile).
+local_replaces() {  # $1 = go.mod -> lines "<module> <relative dir>" for replaces to a local directory
+  awk '/=>/ { split($0, side, "=>"); n = split(side[1], l, " "); m = (l[1] == "replace") ? l[2] : l[1];
+              split(side[2], r, " "); if (r[1] ~ /^\.\.?\//) print m, r[1] }' "$1"
+}
+
 declare -A dirs
 for spec in "${specs[@]}"; do
   read -r mod ver pkg bin xvar <<<"$spec"
@@ -67,12 +76,26 @@ for spec in "${specs[@]}"; do
   if [[ -x "$out/$bin" ]]; then
     echo "components: $bin already built"; cp -p "$out/$bin" "$tmp/$bin"; continue
   fi
+  modfile_args=()
+  while read -r rmod rel; do
+    [[ -z "$rmod" || -f "$dir/$rel/go.mod" ]] && continue
+    if [[ "$rmod" != "$mod/${rel#./}" ]]; then
+      echo "components: $mod@$ver replaces $rmod with $rel, which is not in the module zip and not its nested module" >&2; exit 1
+    fi
+    ndir="$(module_dir "$rmod@$ver")"
+    [[ -f "$ndir/go.mod" ]] || { echo "components: go mod download $rmod@$ver did not give a module directory" >&2; exit 1; }
+    [[ -f "$tmp/$bin.go.mod" ]] || { cp "$dir/go.mod" "$tmp/$bin.go.mod"; cp "$dir/go.sum" "$tmp/$bin.go.sum"; chmod u+w "$tmp/$bin.go."*; }
+    awk -v rel="$rel" -v abs="$ndir" '{ if (index($0, "=>") && $NF == rel) sub(/=>.*/, "=> " abs); print }' \
+      "$tmp/$bin.go.mod" > "$tmp/$bin.go.mod.new" && mv "$tmp/$bin.go.mod.new" "$tmp/$bin.go.mod"
+    echo "components: $bin: replace $rmod => $ndir (published $ver; $rel is not in the module zip)"
+    modfile_args=("-modfile=$tmp/$bin.go.mod")
+  done < <(local_replaces "$dir/go.mod")
   ldflags="-s -w"
   [[ "$xvar" != "-" ]] && ldflags+=" -X $xvar=$ver"
   s=$(date +%s)
   echo "components: $bin: go build $pkg in $dir (cold: several minutes on 2 cores)"
   # -v prints each package as it is compiled; show a progress line every 100 packages.
-  (cd "$dir" && CGO_ENABLED=0 go build -v -trimpath -ldflags "$ldflags" -o "$tmp/$bin" "$pkg") 2>&1 |
+  (cd "$dir" && CGO_ENABLED=0 go build -v -trimpath "${modfile_args[@]}" -ldflags "$ldflags" -o "$tmp/$bin" "$pkg") 2>&1 |
     awk -v label="$bin" -v t0="$s" '/ |^#/ { print; fflush(); next }
       { n++; if (n % 100 == 0) { printf "components: %s: %d packages compiled (%ds)\n", label, n, systime()-t0; fflush() } }'
   [[ -x "$tmp/$bin" ]] || { echo "components: building $bin failed" >&2; exit 1; }

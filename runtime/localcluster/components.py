@@ -18,7 +18,8 @@ kwok
                                                         "nvidia.com/gpu": "1"})))
 
 nfd-master
-    No leader election, the admin kubeconfig, metrics/``/healthz`` on a free port (healthy = 200).
+    Runs "on" the Node ``accelpolicy-control-plane`` (created, kwok-annotated, tainted
+    control-plane; nfd-master exits without its own Node). No leader election, the admin kubeconfig, metrics/``/healthz`` on a free port (healthy = 200).
     NFD v0.19 publishes labels of any namespace outside ``kubernetes.io``/``*.kubernetes.io``
     without ``-extra-label-ns`` (pkg/apis/nfd/validate ``Label``), so the NodeFeatures of
     ``gpustack-system`` (``gpustack.ai/managed``, ``general.feature.gpustack.ai/...``,
@@ -84,6 +85,12 @@ KUEUE_NAME_PREFIX = "kueue-"
 
 #: Namespace nfd-master believes it runs in (``KUBERNETES_NAMESPACE``), as a release would.
 NFD_NAMESPACE = "node-feature-discovery"
+
+#: The Node nfd-master "runs on" (``NODE_NAME``): at start it patches that Node's annotations and
+#: exits when it is missing, so the cluster creates it as a kwok-managed control-plane Node
+#: (label ``node-role.kubernetes.io/control-plane``, taint ``...control-plane:NoSchedule``; no
+#: ``gpustack.ai/managed`` label, so no pool counts it).
+NFD_MASTER_NODE = "accelpolicy-control-plane"
 
 
 def fake_node(name: str, labels: Mapping[str, str] | None = None,
@@ -301,8 +308,11 @@ def _start_kwok(cluster: "LocalCluster", binaries: ComponentBinaries, **_: Any) 
     cluster._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), time.monotonic())
 
 
-def _start_nfd_master(cluster: "LocalCluster", binaries: ComponentBinaries, **_: Any) -> None:
+def _start_nfd_master(cluster: "LocalCluster", binaries: ComponentBinaries, *, kubectl, **_: Any) -> None:
     from .cluster import _free_port, _Proc
+    node = fake_node(NFD_MASTER_NODE, {"node-role.kubernetes.io/control-plane": ""}, {"cpu": "2", "memory": "4Gi"})
+    node["spec"]["taints"] = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+    kubectl("apply", "-f", "-", input=json.dumps(node))
     port = _free_port()
     conf = cluster.workdir / "nfd-master.conf"
     conf.write_text("{}\n")  # defaults; the flag keeps it from reading /etc/kubernetes/...
@@ -310,7 +320,7 @@ def _start_nfd_master(cluster: "LocalCluster", binaries: ComponentBinaries, **_:
         str(binaries.programs["nfd-master"]), f"--kubeconfig={cluster.kubeconfig}",
         f"--config={conf}", f"--port={port}", "--enable-leader-election=false",
     ], cluster.workdir / "nfd-master.log",
-        env={**os.environ, "KUBERNETES_NAMESPACE": NFD_NAMESPACE, "NODE_NAME": "accelpolicy-local"})
+        env={**os.environ, "KUBERNETES_NAMESPACE": NFD_NAMESPACE, "NODE_NAME": NFD_MASTER_NODE})
     cluster._procs.append(proc)
     cluster._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), time.monotonic())
 

@@ -12,6 +12,7 @@ Workload through Kueue's own webhook.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -100,7 +101,8 @@ def test_kwok_node_goes_ready_and_runs_a_bound_pod(kubectl):
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "kwok-probe"},
            "spec": {"nodeSelector": {"kubernetes.io/hostname": "kwok-probe"},
                     "containers": [{"name": "c", "image": "example.invalid/none",
-                                    "resources": {"requests": {"cpu": "1", "example.com/widget": "1"}}}]}}
+                                    "resources": {"requests": {"cpu": "1", "example.com/widget": "1"},
+                                                  "limits": {"example.com/widget": "1"}}}]}}
     kubectl("create", "-f", "-", input=json.dumps(pod))
     running = _poll("Pod kwok-probe/probe Running",
                     lambda: (lambda p: p if p.get("status", {}).get("phase") == "Running" else None)(
@@ -150,7 +152,12 @@ def controller(full, kubectl):
     ctl = Controller(connect(cluster.kubeconfig), Policy(load_rules()), coalesce_seconds=0.1, env={},
                      fit_coalesce_seconds=0)
     ctl.start()
+    stop = threading.Event()
+    loop = threading.Thread(target=ctl.run, args=(stop,), name="controller", daemon=True)
+    loop.start()
     yield ctl
+    stop.set()
+    loop.join(30)
     ctl.stop()
 
 
