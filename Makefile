@@ -41,6 +41,7 @@ demo-snapshot: install  ## the seed walkthrough replayed from snapshots (no clus
 bench: install  ## benchmarks (figures, not pass/fail)
 	$(BIN)/python benchmarks/derive.py
 	$(BIN)/python benchmarks/webhook.py
+	$(BIN)/python benchmarks/admissioncheck.py
 
 podresources-stubs: install  ## regenerate runtime/kube/podresources/api_pb2*.py from k8s.io/kubelet api.proto (Go proxy)
 	$(BIN)/pip install --quiet -e '.[codegen]'

@@ -10,7 +10,9 @@ For every cached Instance, :func:`plan_instances` calls the engine's
 * its InstanceType as the engine derived it (``DesiredState.instance_types``: computed ``status``
   with ``entrance`` and ``detail``) with the live object's ``metadata`` (so a deletion timestamp
   counts, §10.2), or None when neither exists;
-* the live ClusterQueue of that type (same name), whose ``spec.stopPolicy`` drives the drain stop.
+* the live ClusterQueue of that type (same name), whose ``spec.stopPolicy`` drives the drain stop;
+* (through the snapshot) the Service of the same name (§11.5, ``status.ports``) and the Pod's Node
+  (``status.hostIPs``).
 
 and turns the :class:`~runtime.engine.instancelife.InstancePlan` into :class:`Action` s for
 :meth:`runtime.controller.reconciler.Controller._execute`:
@@ -23,6 +25,7 @@ ADD_FINALIZER           ``add-finalizer`` Instance (JSON patch; key role ``insta
 SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge patch)
 DELETE_POD              ``delete`` Pod (the applier refuses a Pod no Instance controls)
 CREATE_POD              ``create`` Pod (rendered once, never re-diffed; no ``spec.nodeName``)
+CREATE_SERVICE          ``create`` Service (NodePort, §11.5; created when missing, never updated)
 REMOVE_FINALIZER        ``remove-finalizer`` Instance
 ======================  ===================================================================
 
@@ -41,8 +44,8 @@ from datetime import datetime
 
 from runtime.controller.plan import Action
 from runtime.engine.derive import DesiredState
-from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, DELETE_POD, REMOVE_FINALIZER, SET_STOP,
-                                         plan_instance)
+from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER,
+                                         SET_STOP, plan_instance)
 from runtime.engine.instancepods import pool_flavors
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, name_of
@@ -127,6 +130,9 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
                 if foreign:
                     continue
                 rest.append(Action("create", "Pod", name, namespace, body=payload, reason="no Pod yet"))
+            elif verb == CREATE_SERVICE:
+                rest.append(Action("create", "Service", name, namespace, body=payload,
+                                   reason="the Pod has container ports (§11.5)"))
             else:
                 raise ValueError(f"unknown Instance action {verb}")
         if decided.status is not None and decided.status != (instance.get("status") or {}):

@@ -10,7 +10,8 @@ Rules (spec/pools.md):
   apply; never patched); our labels missing or notes differ -> apply (labels are never removed, the
   notes are replaced wholesale: stale notes are pruned); no contributor -> delete. A flavor being
   deleted is left alone.
-* AdmissionCheck (§8.2): labels/spec applied; its ``Active`` condition kept ``True``.
+* AdmissionCheck (§8.2): labels/spec applied; its ``Active`` condition kept ``True``. Its answers on
+  Workloads are planned by :mod:`runtime.controller.workloadchecks`.
 * InstanceType (§4, §10): derived types created (create-only; an existing type's spec and labels are
   never written); ``status`` written for every type when it differs; a deleting type's finalizer is
   removed once its ClusterQueue is gone (§7.4).
@@ -69,7 +70,7 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "")
     """
     actions: list[Action] = []
     actions += _flavors(policy, state, snapshot)
-    actions += _admission_checks(state, snapshot, now)
+    actions += _admission_checks(policy, state, snapshot, now)
     created = set(state.created_instance_types)
     for it in state.instance_types:
         if name_of(it) in created and snapshot.get("InstanceType", name_of(it)) is None:
@@ -121,7 +122,7 @@ def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Ac
     return out
 
 
-def _admission_checks(state: DesiredState, snapshot: Snapshot, now: str) -> list[Action]:
+def _admission_checks(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str) -> list[Action]:
     out = []
     for name, check, live in _pairs(state.admission_checks, "AdmissionCheck", snapshot):
         if live is None or not _contains(check["metadata"].get("labels") or {}, labels_of(live)) \
@@ -129,8 +130,9 @@ def _admission_checks(state: DesiredState, snapshot: Snapshot, now: str) -> list
             out.append(Action("apply", "AdmissionCheck", name, body=check, reason="missing or differs"))
         conditions = ((live or {}).get("status") or {}).get("conditions") or []
         if not any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions):
-            status = {"conditions": [{"type": "Active", "status": "True", "reason": "Active",
-                                      "message": "accelpolicy answers this check",
+            active = policy.derivation.admissionCheck.active
+            status = {"conditions": [{"type": "Active", "status": "True", "reason": active.reason,
+                                      "message": active.message,
                                       "lastTransitionTime": now or "1970-01-01T00:00:00Z"}]}
             out.append(Action("apply-status", "AdmissionCheck", name, body={**check, "status": status},
                               reason="keep Active"))

@@ -8,7 +8,9 @@ Secret, so a settings change re-triggers a reconcile without a restart (spec/set
 
 Each pass plans, in order: the pools (:func:`runtime.controller.plan.plan`), every Instance
 (:func:`runtime.controller.instances.plan_instances`, spec/instances.md §10-§12) and the Setting
-view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2). An Instance that
+view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2), then the
+``gpustack-node-devices`` answers on Workloads (:mod:`runtime.controller.workloadchecks`,
+spec/pools.md §8.2; a ``Retry`` still holding quota is judged again after ``retryAfterSeconds``). An Instance that
 asks for a requeue (e.g. a Pod being deleted) gets another pass after that many seconds even
 without an event.
 
@@ -31,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterable, Mapping
+from typing import Mapping
 
 from loguru import logger
 
@@ -56,7 +58,7 @@ from runtime.kube.session import KubeApiError, Session
 # Secret and the Setting view are watched in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
-           "Instance", "Pod", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass",
+           "Instance", "Pod", "Service", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass",
            "Workload")
 # Which finalizer (label-catalog key role) the controller keeps on each kind.
 FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
@@ -82,14 +84,12 @@ class Controller:
     ``coalesce_seconds``: how long events are gathered before a reconcile; ``resync_seconds``: a
     reconcile runs at least this often without events; ``env``: where the settings seeds are read;
     ``fit_coalesce_seconds``: the fit label window (None: ``fitCoalesceSeconds`` of the rules; 0
-    writes fit labels in the pass that plans them, as ``--once`` needs); ``extra_kinds``: more kinds
-    to watch (e.g. what the admission webhooks read, :func:`runtime.engine.admission.view_kinds`);
-    ``listeners``: callables also given every cache event ``(kind, event_type, object)``.
+    writes fit labels in the pass that plans them, as ``--once`` needs).
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
                  resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None,
-                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = ()):
+                 fit_coalesce_seconds: float | None = None):
         self.session = session
         self.policy = policy
         self.coalesce_seconds = coalesce_seconds
@@ -101,13 +101,11 @@ class Controller:
         catalog = policy.settings
         self.settings_namespace = settings_seed.secret_namespace(catalog, self.env)
         watched = [WatchedKind(k) for k in WATCHED]
-        watched += [WatchedKind(k) for k in sorted(set(extra_kinds) - set(WATCHED) - {"Secret", "Setting"})]
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
         self._dirty = threading.Event()
         self.events = 0
-        self.listeners: list[Callable[[str, str, dict], None]] = []  # also told of every cache event
         self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
@@ -119,8 +117,6 @@ class Controller:
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
         self.events += 1
         self._dirty.set()
-        for listener in self.listeners:
-            listener(kind, event_type, obj)
 
     # -- start -----------------------------------------------------------------------------------------
     def start(self, sync_timeout: float = 60.0) -> "Controller":
@@ -128,19 +124,10 @@ class Controller:
 
         Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
         """
-        self.start_caches(sync_timeout)
-        self.seed_settings()
-        return self
-
-    def start_caches(self, sync_timeout: float = 60.0) -> "Controller":
-        """Start the watch caches (once) and wait for their first list, writing nothing: what a
-        replica that is not (yet) the leader runs to serve the admission webhooks from.
-
-        Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
-        """
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
             raise TimeoutError(f"watch caches not synced within {sync_timeout}s")
+        self.seed_settings()
         return self
 
     def stop(self) -> None:

@@ -173,6 +173,7 @@ def pod_demand(policy: Policy, pod_spec: Mapping, where: str = "") -> list[Deman
     base. Raises :class:`AdmissionCheckError` naming ``where``, the container and key when a value does
     not parse."""
     table, manufacturers = _classifier(policy)
+    units_key = agent_rules(policy).capacity.slicedUnits  # "{base}.sliced.units" (rules/agent.yaml)
     init = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") != "Always"]
     app = list(pod_spec.get("containers") or [])
     exclusive_app: dict[str, int] = {}
@@ -197,11 +198,11 @@ def pod_demand(policy: Policy, pod_spec: Mapping, where: str = "") -> list[Deman
                 if family == "exclusive":
                     target = exclusive_app if group == "app" else exclusive_init
                     target[base] = target.get(base, 0) + value if group == "app" else max(target.get(base, 0), value)
-                elif family == "shared" and key.endswith(".shared"):
+                elif family == "shared":  # the family's one key, <base>.shared
                     shared[base] = max(shared.get(base, 0), value)
                 elif family == "sliced":
                     units.setdefault(base, 0)
-                    if key.endswith(".sliced.units"):
+                    if key == units_key.format(base=base):
                         units[base] = max(units[base], value)
                 elif family == "partitioned" and cls["profile"]:
                     profiles[base] = cls["profile"]
@@ -291,6 +292,18 @@ class _Nodes:
 
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
     accelerators: dict[str, list[Accelerator]] = field(default_factory=dict)
+    by_label: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    _by_flavor: dict[frozenset, list[str]] = field(default_factory=dict)
+
+    def matching(self, node_labels: Mapping[str, str]) -> list[str]:
+        """Names (sorted) of the nodes carrying every label of ``node_labels`` (an inverted index of
+        ``(key, value)`` -> nodes, intersected smallest first; memoised per label set)."""
+        key = frozenset(node_labels.items())
+        if key not in self._by_flavor:
+            sets = sorted((self.by_label.get(item, set()) for item in key), key=len)
+            found = set(sets[0]).intersection(*sets[1:]) if sets else set(self.labels)
+            self._by_flavor[key] = sorted(found)
+        return self._by_flavor[key]
 
 
 def _managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
@@ -299,6 +312,8 @@ def _managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
         if not view.managed:
             continue
         out.labels[view.name] = view.labels
+        for item in view.labels.items():
+            out.by_label.setdefault(item, set()).add(view.name)
         devices = snapshot.get("Devices", view.name)
         out.accelerators[view.name] = list(accelerators(policy, devices)) if devices else []
     return out
@@ -353,9 +368,8 @@ def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes:
                  and "-" in k[len(acc_prefix):]}
         best: tuple | None = None
         if not missing_flavor:
-            for node in sorted(nodes.labels):
-                labels = nodes.labels[node]
-                if any(labels.get(k) != v for k, v in node_labels.items()) or not node_selected(pod_spec, node, labels):
+            for node in nodes.matching(node_labels):
+                if not node_selected(pod_spec, node, nodes.labels[node]):
                     continue
                 accs = [a for a in nodes.accelerators[node] if not akeys or a.akey in akeys]
                 ok, used, slice_remaining = _fit_on_node(policy, accs, demands)
@@ -388,7 +402,7 @@ def managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
 # --- the status write -----------------------------------------------------------------------------------
 def check_state_apply(policy: Policy, workload: Mapping, verdict: Verdict, now: datetime) -> dict | None:
     """The server-side apply body for the Workload's ``status`` subresource, or None when the entry
-    already says this (idempotence).
+    already has this state and message (idempotence).
 
     Shape (Kueue's ``workload.SetAdmissionCheckState`` + ``BaseSSAWorkload``, applied with field
     manager = the check's ``controllerName``, force)::
@@ -405,9 +419,8 @@ def check_state_apply(policy: Policy, workload: Mapping, verdict: Verdict, now: 
     entry = check_entry(policy, workload) or {}
     rules = policy.derivation.admissionCheck
     changed_state = entry.get("state") != verdict.state
-    if not changed_state and entry.get("message") == verdict.message \
-            and entry.get("requeueAfterSeconds") == verdict.requeue_after_seconds:
-        return None
+    if not changed_state and entry.get("message") == verdict.message:
+        return None  # requeueAfterSeconds is not compared: Kueue carries it over when it resets a check
     since = format_time(now) if changed_state or not entry.get("lastTransitionTime") else entry["lastTransitionTime"]
     state: dict[str, Any] = {"name": rules.name, "state": verdict.state, "message": verdict.message,
                              "lastTransitionTime": since}

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.engine.instancepods import allocations_from_pod, phase_from_pod, render_pod
+from runtime.engine.instancepods import (allocations_from_pod, host_ips, phase_from_pod, render_pod, render_service,
+                                         service_ports)
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, is_deleting
@@ -18,6 +19,7 @@ REMOVE_FINALIZER = "remove-finalizer"
 DELETE_POD = "delete-pod"
 CREATE_POD = "create-pod"
 SET_STOP = "set-stop"
+CREATE_SERVICE = "create-service"
 
 
 @dataclass
@@ -78,14 +80,25 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
             plan.status = {"phase": "Starting"}
         plan.actions.append((CREATE_POD, rendered.pod))
         return plan
+    service = snapshot.get("Service", pod["metadata"]["name"], pod["metadata"].get("namespace") or "default")
+    wanted = render_service(policy, instance, pod)                       # 7
+    if wanted is not None and service is None:
+        plan.actions.append((CREATE_SERVICE, wanted))
     status = dict(phase_from_pod(policy, pod))                           # 8
     pod_status = pod.get("status") or {}
-    if (pod.get("spec") or {}).get("nodeName"):
-        status["nodeName"] = pod["spec"]["nodeName"]
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if node_name:
+        status["nodeName"] = node_name
+        hosts = host_ips(policy, snapshot.get("Node", node_name))
+        if hosts:
+            status["hostIPs"] = hosts
     ips = [{"ip": p["ip"]} for p in pod_status.get("podIPs") or []] or \
         ([{"ip": pod_status["podIP"]}] if pod_status.get("podIP") else [])
     if ips:
         status["podIPs"] = ips
+    ports = service_ports(service) if wanted is not None else []
+    if ports:
+        status["ports"] = ports
     allocations = allocations_from_pod(policy, pod)
     if allocations:
         status["allocations"] = allocations

@@ -182,6 +182,61 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     return PodPlan(pod=pod)
 
 
+def container_ports(pod: dict) -> list[dict]:
+    """Every ``ports`` entry of the Pod's containers, in container order."""
+    return [port for c in (pod.get("spec") or {}).get("containers") or [] for port in c.get("ports") or []]
+
+
+def render_service(policy: Policy, instance: dict, pod: dict) -> dict | None:
+    """The Service of an Instance whose Pod has container ports (spec/instances.md §11.5), or None.
+
+    Same name and namespace as the Pod, type from rules/instances/pod.yaml ``service.type``
+    (``NodePort``), selector = the Pod's labels, one port per container port (its name, protocol,
+    ``port`` = ``targetPort`` = the container port), controlled by the Instance (ownerReference, so
+    it goes with the Instance).
+    """
+    ports = container_ports(pod)
+    if not ports:
+        return None
+    meta = instance["metadata"]
+    pod_meta = pod.get("metadata") or {}
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": pod_meta.get("name", meta["name"]),
+                         "namespace": pod_meta.get("namespace") or meta.get("namespace") or "default",
+                         "labels": dict(pod_meta.get("labels") or {}),
+                         "ownerReferences": [{"apiVersion": instance.get("apiVersion", "worker.gpustack.ai/v1"),
+                                              "kind": "Instance", "name": meta["name"], "uid": meta.get("uid", ""),
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"type": _rules(policy).service.type,
+                     "selector": dict(pod_meta.get("labels") or {}),
+                     "ports": [{"name": p["name"], "protocol": p.get("protocol") or "TCP",
+                                "port": int(p["containerPort"]), "targetPort": int(p["containerPort"])}
+                               for p in ports]}}
+
+
+def service_ports(service: dict | None) -> list[dict]:
+    """``Instance.status.ports`` (§3): ``[{port, protocol, name, nodePort}]`` of the Service, or
+    ``[]`` until every port has its ``nodePort``."""
+    ports = ((service or {}).get("spec") or {}).get("ports") or []
+    if not ports or any(not p.get("nodePort") for p in ports):
+        return []
+    return [{"port": int(p["port"]), "protocol": p.get("protocol") or "TCP", "name": p.get("name", ""),
+             "nodePort": int(p["nodePort"])} for p in ports]
+
+
+def host_ips(policy: Policy, node: dict | None) -> list[dict]:
+    """``Instance.status.hostIPs`` (§3): the Node's addresses of the types in
+    ``service.hostAddressTypes`` (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
+    addresses = ((node or {}).get("status") or {}).get("addresses") or []
+    out: list[dict] = []
+    for kind in _rules(policy).service.hostAddressTypes:
+        for address in addresses:
+            ip = address.get("address")
+            if address.get("type") == kind and ip and {"ip": ip} not in out:
+                out.append({"ip": ip})
+    return out
+
+
 def _volumes(rules: InstancePodSpec, spec: dict) -> tuple[list[dict], list[dict]]:
     names = rules.volumes
     volumes: list[dict] = []

@@ -156,12 +156,20 @@ class DerivedTypeSpec(Strict):
     localStorage: str
 
 
+class ActiveCondition(Strict):
+    """The ``Active`` condition the controller keeps ``True`` on its AdmissionCheck (pools.md §8.2)."""
+
+    reason: str
+    message: str
+
+
 class AdmissionCheckSpec(Strict):
     """The ``gpustack-node-devices`` AdmissionCheck and its answers (spec/pools.md §8.2)."""
 
     name: str
     controllerName: str
     labels: dict[str, str] = {}
+    active: ActiveCondition
     readyMessage: Expr
     retryMessage: Expr
     retryAfterSeconds: int = Field(gt=0)
@@ -300,6 +308,14 @@ class LifecycleSpec(Strict):
     admissionErrorReason: str
 
 
+class ServiceSpec(Strict):
+    """The Instance's Service (spec/instances.md §11.5) and the Node addresses of ``status.hostIPs``
+    (§3): ``type`` of the Service; ``hostAddressTypes`` the Node address types read, in order."""
+
+    type: str
+    hostAddressTypes: list[str]
+
+
 class PoolAffinitySpec(Strict):
     operator: Literal["In"] = "In"
     noFlavorsMessage: str = Field(min_length=1)
@@ -318,6 +334,7 @@ class InstancePodSpec(Strict):
     placement: PlacementSpec
     poolAffinity: PoolAffinitySpec
     lifecycle: LifecycleSpec
+    service: ServiceSpec
 
 
 SPEC_MODELS["InstancePod"] = InstancePodSpec

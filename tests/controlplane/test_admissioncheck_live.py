@@ -88,8 +88,7 @@ def live(control_plane):
                             fit_coalesce_seconds=0)
     controller.start()
     assert controller.reconcile().errors == []
-    with loop_running(controller):
-        yield controller
+    yield controller   # each test runs the loop while it waits for the verdict, then stops it
     controller.stop()
     _clean_workloads(kubectl)
     _clean(kubectl)
@@ -109,22 +108,29 @@ def _answer_fields(wl: dict) -> dict:
 
 
 def _second_pass_writes_nothing(controller, kubectl, name: str) -> None:
-    assert controller.wait_idle(20)
+    """After the loop (stopped) went idle, one more reconcile writes nothing."""
     before = _get(kubectl, "workload", name, "-n", NS)["metadata"]["resourceVersion"]
     again = controller.reconcile()
     assert again.errors == [] and again.writes == [] and again.planned == []
     assert _get(kubectl, "workload", name, "-n", NS)["metadata"]["resourceVersion"] == before
 
 
+def _answered(controller, kubectl, name: str, gpus: int) -> tuple[float, dict]:
+    """Reserve quota as Kueue does with the loop running; (seconds to the verdict, the Workload)."""
+    with loop_running(controller):
+        assert controller.wait_idle(20)
+        # no quota reserved yet: the controller leaves the Workload alone
+        assert (_get(kubectl, "workload", name, "-n", NS).get("status") or {}).get("admissionChecks") is None
+        _reserve_quota(kubectl, name, gpus)
+        seconds, wl = _wait(lambda: _get(kubectl, "workload", name, "-n", NS),
+                            lambda w: _check(w).get("state") not in (None, "Pending"), what="check answered")
+        assert controller.wait_idle(20)
+    return seconds, wl
+
+
 def test_one_whole_a10g_is_ready(live, kubectl):
     kubectl("apply", "-f", "-", input=yaml.safe_dump(_workload("pod-whole-1", "1")))
-    assert live.wait_idle(20)
-    # no quota reserved yet: the controller leaves the Workload alone
-    assert (_get(kubectl, "workload", "pod-whole-1", "-n", NS).get("status") or {}).get("admissionChecks") is None
-    t0 = time.monotonic()
-    _reserve_quota(kubectl, "pod-whole-1", 1)
-    seconds, wl = _wait(lambda: _get(kubectl, "workload", "pod-whole-1", "-n", NS),
-                        lambda w: _check(w).get("state") not in (None, "Pending"), what="check answered")
+    seconds, wl = _answered(live, kubectl, "pod-whole-1", 1)
     FIGURES.setdefault("status write (quota reserved, check Pending) -> verdict, seconds", []).append(seconds)
     checks = wl["status"]["admissionChecks"]
     assert len(checks) == 1
@@ -138,15 +144,12 @@ def test_one_whole_a10g_is_ready(live, kubectl):
     # the rest of the status is Kueue's and untouched
     assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"] == {"credits.gpustack.ai/nvidia": FLAVOR}
     assert [c["type"] for c in wl["status"]["conditions"]] == ["QuotaReserved"]
-    assert time.monotonic() - t0 >= seconds
     _second_pass_writes_nothing(live, kubectl, "pod-whole-1")
 
 
 def test_two_whole_on_the_a10g_flavor_retry(live, kubectl):
     kubectl("apply", "-f", "-", input=yaml.safe_dump(_workload("pod-whole-2", "2")))
-    _reserve_quota(kubectl, "pod-whole-2", 2)
-    seconds, wl = _wait(lambda: _get(kubectl, "workload", "pod-whole-2", "-n", NS),
-                        lambda w: _check(w).get("state") not in (None, "Pending"), what="check answered")
+    seconds, wl = _answered(live, kubectl, "pod-whole-2", 2)
     FIGURES.setdefault("status write (quota reserved, check Pending) -> verdict, seconds", []).append(seconds)
     check = _check(wl)
     check.pop("lastTransitionTime")
@@ -156,3 +159,50 @@ def test_two_whole_on_the_a10g_flavor_retry(live, kubectl):
         ".": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:name": {}, "f:requeueAfterSeconds": {},
         "f:state": {}}}}}
     _second_pass_writes_nothing(live, kubectl, "pod-whole-2")
+
+
+def _a10g_ledger(kubectl, row: dict) -> None:
+    """Write node-a10g's Devices ledger as its agent would (one A10G, ``row`` its state)."""
+    status = {"groups": [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [
+        {"id": "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575", "index": 0, **row}]}]}
+    kubectl("patch", "devices.worker.gpustack.ai", "node-a10g", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": status}))
+
+
+def test_retry_is_judged_again_after_the_retry_delay(control_plane, live, kubectl, tmp_path):
+    """A Retry that still holds quota (no Kueue here to evict it) becomes Ready once the ledger frees
+    up and ``retryAfterSeconds`` has passed (whichever comes later: the ledger's event, or the pass the
+    loop requeued for the end of the delay). The delay is 3 s in a copy of rules/ so the test does
+    not wait 30 s."""
+    import shutil
+
+    from runtime.rules.loader import DEFAULT_RULES_DIR
+    root = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, root)
+    path = root / "pools" / "derivation.yaml"
+    path.write_text(path.read_text().replace("retryAfterSeconds: 30", "retryAfterSeconds: 3"))
+    policy = Policy(load_rules(root))
+    assert policy.derivation.admissionCheck.retryAfterSeconds == 3
+    cluster, _ = control_plane
+    controller = Controller(connect(cluster.kubeconfig), policy, coalesce_seconds=0.1, env={}, fit_coalesce_seconds=0)
+    controller.start()
+    try:
+        _a10g_ledger(kubectl, {"mode": 1, "allocated": 1600000})
+        kubectl("apply", "-f", "-", input=yaml.safe_dump(_workload("pod-whole-held", "1")))
+        seconds, wl = _answered(controller, kubectl, "pod-whole-held", 1)
+        check = _check(wl)
+        assert (check["state"], check["message"], check["requeueAfterSeconds"]) == (
+            "Retry", f"no node of flavor {FLAVOR} can hold the request now", 3)
+        with loop_running(controller):
+            _a10g_ledger(kubectl, {"mode": 0, "remaining": 1600000})
+            waited, wl = _wait(lambda: _get(kubectl, "workload", "pod-whole-held", "-n", NS),
+                               lambda w: _check(w).get("state") == "Ready", what="Retry -> Ready")
+            FIGURES.setdefault("ledger freed -> Retry re-judged Ready (delay 3 s), seconds", []).append(waited)
+            assert controller.wait_idle(20)
+        check = _check(wl)
+        assert check["message"] == "node node-a10g can hold the request" and "requeueAfterSeconds" not in check
+        assert check["lastTransitionTime"] >= wl["status"]["conditions"][0]["lastTransitionTime"]
+        _second_pass_writes_nothing(controller, kubectl, "pod-whole-held")
+    finally:
+        _a10g_ledger(kubectl, {"mode": 0, "remaining": 1600000})
+        controller.stop()

@@ -254,6 +254,48 @@ def test_a_pod_not_owned_by_the_instance_is_never_touched(live, kubectl):
     kubectl("delete", "pod", "foreign-demo", "-n", NS, "--wait=true")
 
 
+def _generic_cpu(kubectl) -> str:
+    return ((_get(kubectl, "instancetype", "gpustack--generic-linux-amd64").get("status") or {})
+            .get("summary") or {}).get("cpu", "")
+
+
+def test_cpu_only_instance_pod_carries_its_pool_flavors_and_moves_the_cpu_view(live, kubectl):
+    """pools.md §9 fallback (cpu excluded from Kueue, rules/pools/kueue.yaml): the controller gives a
+    CPU-only Instance Pod one node-affinity term per flavor of the generic pool, and once that Pod
+    runs on a node its 4 cores leave the CPU view (§10.2): 48/72 -> 48/68."""
+    doc = _with_resources(seed_object("step3-instance-sliced-demo.yaml"), "4", "8Gi", "15Gi")
+    doc["metadata"]["name"] = "cpu-demo"
+    doc["spec"]["type"] = "gpustack--generic-linux-amd64"
+    for key in ("accelerator", "acceleratorSlicedMemoryPercentage", "acceleratorSlicedCoresPercentage"):
+        doc["spec"]["resources"].pop(key)
+    assert _generic_cpu(kubectl) == "48/72"
+    _apply(kubectl, doc)
+    _, pod = _wait(lambda: _pod(kubectl, "cpu-demo"), bool, what="Pod cpu-demo")
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [[e["key"] for e in t["matchExpressions"]][3:] for t in terms] == [
+        [f"general.feature.gpustack.ai/{g}", f"general.feature.gpustack.ai/{g}.count"]
+        for g in ("amd-epyc-7r32", "intel-xeon-platinum-8259cl", "amd-epyc-7r13", "intel-xeon-platinum-8259cl")]
+    assert [t["matchExpressions"][4]["values"] for t in terms] == [["4"], ["4"], ["16"], ["48"]]
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "4"
+    assert live.wait_idle(10)
+    assert _generic_cpu(kubectl) == "48/72"        # not bound yet: nothing counted
+    # what kube-scheduler and the kubelet would do: bind the Pod, then report it Running
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "cpu-demo", "namespace": NS},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-t4-b"}}
+    kubectl("create", "-f", "-", input=yaml.safe_dump(binding))
+    kubectl("patch", "pod", "cpu-demo", "-n", NS, "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"phase": "Running"}}))
+    _wait(lambda: _generic_cpu(kubectl), lambda v: v == "48/68", what="CPU view 48/68")
+    # deleting the Instance deletes its Pod; the cores come back. (The watch cache drops an object
+    # once it has a deletionTimestamp and no finalizers, so the terminating Pod already counts as gone.)
+    kubectl("delete", "instance", "cpu-demo", "-n", NS, "--wait=false")
+    _wait(lambda: _generic_cpu(kubectl), lambda v: v == "48/72", what="CPU view back to 48/72")
+    _wait(lambda: _instance(kubectl, "cpu-demo"), lambda i: not i, what="Instance cpu-demo gone")
+    # no kubelet confirms the bound Pod's graceful deletion: finish it by hand
+    kubectl("delete", "pod", "cpu-demo", "-n", NS, "--grace-period=0", "--force", "--ignore-not-found", "--wait=true")
+    assert live.wait_idle(10)
+
+
 def test_setting_view_objects_mirror_the_secret(live, kubectl):
     catalog = POLICY.settings
     stored = _secret_values(kubectl)
@@ -300,3 +342,44 @@ def test_deleted_setting_is_recreated(live, kubectl):
                    lambda s: s and s["metadata"]["uid"] != uid and s.get("status"), what="Setting recreated")
     assert "spec" not in got or "value" not in got["spec"]
     assert got["status"]["value"] == "true" and got["status"]["observedGeneration"] == 1
+
+
+def test_an_instance_with_ports_gets_its_node_port_service_and_status(live, kubectl):
+    """§11.5 and §3: a NodePort Service of the Instance's name; ``status.ports`` once the API server
+    allocated every NodePort; ``hostIPs`` from the bound Node (ExternalIP first). The binding and the
+    Node addresses are written by hand, as kube-scheduler and the kubelet would."""
+    doc = _with_resources(seed_object("step3-instance-sliced-demo.yaml"), "1", "12Gi", "15Gi")
+    doc["metadata"]["name"] = "ports-demo"
+    doc["spec"]["ports"] = [{"port": 8080}, {"port": 5353, "protocol": "UDP"}]
+    _apply(kubectl, doc)
+    _, pod = _wait(lambda: _pod(kubectl, "ports-demo"), bool, what="Pod ports-demo")
+    _, service = _wait(lambda: _get(kubectl, "service", "ports-demo", "-n", NS), bool, what="Service ports-demo")
+    uid = _instance(kubectl, "ports-demo")["metadata"]["uid"]
+    assert service["spec"]["type"] == "NodePort"
+    assert service["spec"]["selector"] == pod["metadata"]["labels"]
+    assert service["metadata"]["ownerReferences"][0]["uid"] == uid
+    ports = service["spec"]["ports"]
+    assert [(p["name"], p["protocol"], p["port"], p["targetPort"]) for p in ports] == [
+        ("tcp-8080", "TCP", 8080, 8080), ("udp-5353", "UDP", 5353, 5353)]
+    assert all(30000 <= p["nodePort"] <= 32767 for p in ports)
+    kubectl("patch", "node", "node-t4-b", "--subresource=status", "--type=merge", "-p", json.dumps(
+        {"status": {"addresses": [{"type": "InternalIP", "address": "172.31.9.4"},
+                                  {"type": "ExternalIP", "address": "54.9.9.4"}]}}))
+    kubectl("create", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "ports-demo", "namespace": NS},
+         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-t4-b"}}))
+    _, inst = _wait(lambda: _instance(kubectl, "ports-demo"),
+                    lambda i: (i.get("status") or {}).get("hostIPs"), what="status.hostIPs")
+    assert inst["status"]["nodeName"] == "node-t4-b"
+    assert inst["status"]["hostIPs"] == [{"ip": "54.9.9.4"}, {"ip": "172.31.9.4"}]
+    assert inst["status"]["ports"] == [
+        {"port": 8080, "protocol": "TCP", "name": "tcp-8080", "nodePort": ports[0]["nodePort"]},
+        {"port": 5353, "protocol": "UDP", "name": "udp-5353", "nodePort": ports[1]["nodePort"]}]
+    assert live.wait_idle(10)
+    kubectl("delete", "instance", "ports-demo", "-n", NS, "--wait=false")
+    # a bound Pod waits for its kubelet to confirm the deletion; none runs here: force it
+    kubectl("delete", "pod", "ports-demo", "-n", NS, "--grace-period=0", "--force")
+    _wait(lambda: _instance(kubectl, "ports-demo"), lambda i: i == {}, what="ports-demo gone")
+    # no garbage collector runs locally (no kube-controller-manager): the owner reference would
+    # remove the Service in a real cluster; here the test does
+    kubectl("delete", "service", "ports-demo", "-n", NS, "--wait=true")

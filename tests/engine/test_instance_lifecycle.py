@@ -6,7 +6,8 @@ import copy
 import pytest
 
 from runtime.engine.derive import derive
-from runtime.engine.instancelife import ADD_FINALIZER, CREATE_POD, DELETE_POD, REMOVE_FINALIZER, SET_STOP, plan_instance
+from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER,
+                                         SET_STOP, plan_instance)
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES
 
@@ -101,3 +102,77 @@ def test_a_pod_kubelet_refused_is_rebuilt_within_five_minutes(policy, world):
     assert early.actions == [(DELETE_POD, "custom-demo")] and early.requeue == 30
     late = plan_instance(policy, settings, snapshot, custom_demo(), failed, types["a10g-12c128g"], queues["a10g-12c128g"], 301)
     assert late.actions == []
+
+
+# -- §11.5 Service, §3 status.ports / hostIPs ----------------------------------------------------------
+
+RUNNING = {"phase": "Running", "podIP": "10.0.0.7",
+           "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Initialized", "status": "True"},
+                          {"type": "Ready", "status": "True"}]}
+
+
+def with_objects(snapshot, *objects):
+    from runtime.engine.snapshot import Snapshot
+    return Snapshot.from_objects([*snapshot, *objects])
+
+
+def test_an_instance_with_ports_gets_a_node_port_service_then_status_ports(policy, world):
+    snapshot, settings, types, queues = world
+    inst = custom_demo(ports=[{"port": 8080}, {"port": 53, "protocol": "UDP", "name": "dns"}])
+    created = plan_instance(policy, settings, snapshot, inst, None, types["a10g-12c128g"], queues["a10g-12c128g"])
+    pod = pod_of(created)
+    assert pod["spec"]["containers"][0]["ports"] == [
+        {"name": "tcp-8080", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "udp-53", "containerPort": 53, "protocol": "UDP"}]
+    pod = {**pod, "spec": {**pod["spec"], "nodeName": "node-a10g"}, "status": RUNNING}
+    plan = plan_instance(policy, settings, snapshot, inst, pod, types["a10g-12c128g"], queues["a10g-12c128g"])
+    assert plan.actions == [(CREATE_SERVICE, {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "custom-demo", "namespace": "default",
+                     "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-d4c0e6cd72686015",
+                                "app.kubernetes.io/part-of": "u-3"},
+                     "ownerReferences": [{"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance",
+                                          "name": "custom-demo", "uid": "u-3", "controller": True,
+                                          "blockOwnerDeletion": True}]},
+        "spec": {"type": "NodePort",
+                 "selector": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-d4c0e6cd72686015",
+                              "app.kubernetes.io/part-of": "u-3"},
+                 "ports": [{"name": "tcp-8080", "protocol": "TCP", "port": 8080, "targetPort": 8080},
+                           {"name": "udp-53", "protocol": "UDP", "port": 53, "targetPort": 53}]}})]
+    assert "ports" not in plan.status
+    service = copy.deepcopy(plan.actions[0][1])
+    service["spec"]["ports"][0]["nodePort"] = 31080
+    half = plan_instance(policy, settings, with_objects(snapshot, service), inst, pod,
+                         types["a10g-12c128g"], queues["a10g-12c128g"])
+    assert half.actions == [] and "ports" not in half.status    # filled once every port has a NodePort
+    service["spec"]["ports"][1]["nodePort"] = 30053
+    full = plan_instance(policy, settings, with_objects(snapshot, service), inst, pod,
+                         types["a10g-12c128g"], queues["a10g-12c128g"])
+    assert full.actions == []
+    assert full.status["ports"] == [{"port": 8080, "protocol": "TCP", "name": "tcp-8080", "nodePort": 31080},
+                                    {"port": 53, "protocol": "UDP", "name": "udp-53", "nodePort": 30053}]
+
+
+def test_an_instance_without_ports_gets_no_service(policy, world):
+    snapshot, settings, types, queues = world
+    pod = {"metadata": {"name": "custom-demo", "namespace": "default"}, "spec": {"nodeName": "node-a10g",
+           "containers": [{"name": "main"}]}, "status": RUNNING}
+    plan = plan_instance(policy, settings, snapshot, custom_demo(), pod, types["a10g-12c128g"], queues["a10g-12c128g"])
+    assert plan.actions == [] and "ports" not in plan.status
+
+
+def test_host_ips_list_external_addresses_first_then_internal(policy, world):
+    snapshot, settings, types, queues = world
+    node = copy.deepcopy(snapshot.get("Node", "node-a10g"))
+    node["status"] = {**(node.get("status") or {}), "addresses": [
+        {"type": "InternalIP", "address": "172.31.0.10"}, {"type": "Hostname", "address": "node-a10g"},
+        {"type": "ExternalIP", "address": "54.1.2.3"}, {"type": "InternalIP", "address": "fd00::10"}]}
+    others = [o for o in snapshot if not (o["kind"] == "Node" and o["metadata"]["name"] == "node-a10g")]
+    from runtime.engine.snapshot import Snapshot
+    pod = {"metadata": {"name": "custom-demo", "namespace": "default"},
+           "spec": {"nodeName": "node-a10g", "containers": [{"name": "main"}]}, "status": RUNNING}
+    plan = plan_instance(policy, settings, Snapshot.from_objects([*others, node]), custom_demo(), pod,
+                         types["a10g-12c128g"], queues["a10g-12c128g"])
+    assert plan.status == {"phase": "Ready", "nodeName": "node-a10g",
+                           "hostIPs": [{"ip": "54.1.2.3"}, {"ip": "172.31.0.10"}, {"ip": "fd00::10"}],
+                           "podIPs": [{"ip": "10.0.0.7"}]}

@@ -11,7 +11,7 @@ import pytest
 
 from runtime.engine.admission import AdmissionEngine, admission_view, parse_review, review_for
 from runtime.engine.derive import derive
-from runtime.engine.instancepods import render_pod
+from runtime.engine.instancepods import pool_flavors, render_pod
 from runtime.engine.kueueconfig import (KueueConfigurationError, kueue_configuration, pod_requests,
                                         workload_requests)
 from runtime.engine.policy import Policy
@@ -215,7 +215,6 @@ def test_cpu_only_pod_gets_one_term_per_flavor_of_the_generic_pool(policy, seed)
     assert pod["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": GENERIC_TERMS}}}
     # the controller passes the derived flavors; same terms, and accelerated Pods get none
-    from runtime.engine.instancepods import pool_flavors
     queue = next(q for q in state.cluster_queues if q["metadata"]["name"] == CPU)
     passed = render_pod(policy, state.settings, snapshot, _instance(CPU, "4", "8Gi"), types[CPU],
                         pool_flavors(queue, state.resource_flavors)).pod
