@@ -76,7 +76,6 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     reaches the server at --webhook-url-base (default https://127.0.0.1:<port>) or through
     --webhook-service. Registrations stay when the controller stops.
     """
-    policy = load_policy(rules_dir)
     webhook_opts = dict(port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
                         self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
                         register=not no_registration)
@@ -91,6 +90,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     elif once:
         fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
+    policy = load_policy(rules_dir)
     try:
         session = connect(kubeconfig)
     except KubeConfigError as exc:
@@ -185,9 +185,12 @@ def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
 def _serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
                     service: tuple[str, str, int] | None) -> ControllerWebhooks:
     """Start the HTTPS server, sync the caches (every replica), then serve from them."""
-    webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
-                                  url_base=opts["url_base"], service=service,
-                                  register_configurations=opts["register"])
+    try:
+        webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
+                                      url_base=opts["url_base"], service=service,
+                                      register_configurations=opts["register"])
+    except KeyError as exc:
+        fail(str(exc.args[0]) if exc.args else str(exc))
     try:
         webhooks.serve()
     except OSError as exc:

@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Callable, Iterable, Mapping
 
 from loguru import logger
 
@@ -84,12 +84,14 @@ class Controller:
     ``coalesce_seconds``: how long events are gathered before a reconcile; ``resync_seconds``: a
     reconcile runs at least this often without events; ``env``: where the settings seeds are read;
     ``fit_coalesce_seconds``: the fit label window (None: ``fitCoalesceSeconds`` of the rules; 0
-    writes fit labels in the pass that plans them, as ``--once`` needs).
+    writes fit labels in the pass that plans them, as ``--once`` needs); ``extra_kinds``: more kinds
+    to watch (e.g. what the admission webhooks read, :func:`runtime.engine.admission.view_kinds`);
+    ``listeners``: callables also given every cache event ``(kind, event_type, object)``.
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
                  resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None,
-                 fit_coalesce_seconds: float | None = None):
+                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = ()):
         self.session = session
         self.policy = policy
         self.coalesce_seconds = coalesce_seconds
@@ -101,11 +103,13 @@ class Controller:
         catalog = policy.settings
         self.settings_namespace = settings_seed.secret_namespace(catalog, self.env)
         watched = [WatchedKind(k) for k in WATCHED]
+        watched += [WatchedKind(k) for k in sorted(set(extra_kinds) - set(WATCHED) - {"Secret", "Setting"})]
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
         self._dirty = threading.Event()
         self.events = 0
+        self.listeners: list[Callable[[str, str, dict], None]] = []  # also told of every cache event
         self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
@@ -117,6 +121,8 @@ class Controller:
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
         self.events += 1
         self._dirty.set()
+        for listener in self.listeners:
+            listener(kind, event_type, obj)
 
     # -- start -----------------------------------------------------------------------------------------
     def start(self, sync_timeout: float = 60.0) -> "Controller":
@@ -124,10 +130,19 @@ class Controller:
 
         Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
         """
+        self.start_caches(sync_timeout)
+        self.seed_settings()
+        return self
+
+    def start_caches(self, sync_timeout: float = 60.0) -> "Controller":
+        """Start the watch caches (once) and wait for their first list, writing nothing: what a
+        replica that is not (yet) the leader runs to serve the admission webhooks from.
+
+        Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
+        """
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
             raise TimeoutError(f"watch caches not synced within {sync_timeout}s")
-        self.seed_settings()
         return self
 
     def stop(self) -> None:

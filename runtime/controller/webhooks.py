@@ -27,7 +27,7 @@ from loguru import logger
 from runtime.controller.reconciler import Controller
 from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, view_kinds
 from runtime.engine.admission.registration import (KINDS, ClientConfig, drift, owned_configuration,
-                                                   stale_configurations, webhook_configurations)
+                                                   registration_of, stale_configurations, webhook_configurations)
 from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier
 from runtime.kube.cache import ClusterCache, WatchedKind
@@ -160,9 +160,6 @@ class WebhookRegistrar:
                 done.append(f"delete {stale['kind']} {stale['metadata']['name']}")
             except KubeApiError as exc:
                 self._error(f"delete {stale['kind']} {stale['metadata']['name']}: {exc}")
-        for line in done:
-            if "drifted" in line:
-                logger.warning("webhook registration: {}", line)
         return done
 
     def _error(self, line: str) -> None:
@@ -178,7 +175,8 @@ class WebhookRegistrar:
                 break
             self._dirty.clear()
             try:
-                self.sync()
+                for line in self.sync():  # after the first pass, every write puts something back
+                    logger.warning("webhook registration: {}", line)
             except Exception as exc:  # noqa: BLE001 - keep the registrar alive; retry after a pause
                 logger.exception("webhook registration failed: {}", exc)
                 self._stop.wait(1.0)
@@ -220,6 +218,8 @@ class ControllerWebhooks:
     def __post_init__(self):
         policy = self.controller.policy
         self.engine = AdmissionEngine(policy)
+        if self.register_configurations:
+            registration_of(policy)  # KeyError now, naming the kind, rather than once leading
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
         self.state = WebhookState(max_body_bytes=self.max_body_bytes)
@@ -242,10 +242,27 @@ class ControllerWebhooks:
             return ClientConfig(ca_pem=self.tls.ca_pem, service=self.service)
         return ClientConfig(ca_pem=self.tls.ca_pem, url_base=self.url_base or f"https://127.0.0.1:{self.port}")
 
+    def identity_warning(self) -> str | None:
+        """A warning when the controller's own user is not among the ``controllerUsers`` the
+        policies' params name (rules/admission/common.yaml): its own webhooks would then refuse its
+        InstanceTypeFlavor writes and Setting deletes. None when it is, or when unknown."""
+        allowed = sorted({user for params in self.engine.params.values()
+                          for user in params.get("controllerUsers") or []})
+        user = self.controller.session.username() if allowed else None
+        if user is None or user in allowed:
+            return None
+        return (f"the controller runs as {user!r}, not as one of the controllerUsers {allowed} of "
+                "rules/admission/common.yaml: once registered, its own webhooks refuse its InstanceTypeFlavor "
+                "writes and Setting deletes")
+
     def register(self, sync_timeout: float = 60.0) -> WebhookRegistrar | None:
-        """Start the registrar (the leader's job); None when registration is off."""
+        """Start the registrar (the leader's job); None when registration is off. Logs
+        :meth:`identity_warning` first."""
         if not self.register_configurations:
             return None
+        warning = self.identity_warning()
+        if warning:
+            logger.warning("webhook registration: {}", warning)
         self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
                                           self.client_config()).start(sync_timeout)
         return self.registrar

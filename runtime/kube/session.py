@@ -134,6 +134,16 @@ class Session:
         data = resp.data
         return json.loads(data) if data else {}
 
+    def username(self) -> str | None:
+        """Who the API server takes this session for (``authentication.k8s.io/v1``
+        SelfSubjectReview), or None when the server does not answer it."""
+        try:
+            review = self.call("post", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        except KubeApiError:
+            return None
+        return ((review.get("status") or {}).get("userInfo") or {}).get("username")
+
     def stream(self, path: str, query: dict, timeout: float) -> "WatchStream":
         """Open a watch (``query`` must carry ``watch=true``); see :class:`WatchStream`."""
         try:

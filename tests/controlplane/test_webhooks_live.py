@@ -16,8 +16,16 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
+import re
+import signal
+import ssl
 import statistics
+import subprocess
+import sys
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
@@ -44,6 +52,7 @@ PRIVILEGED = ('spec.privileged: Forbidden: privileged mode is not allowed: enabl
 PRIVILEGED_MESSAGE = f'Instance.worker.gpustack.ai "priv-demo" is invalid: {PRIVILEGED}'   # the webhook's message
 PRIVILEGED_KUBECTL = f'The Instance "priv-demo" is invalid: {PRIVILEGED}'
 FIGURES: dict[str, list[float]] = {}
+ACCELPOLICY = Path(sys.executable).parent / "accelpolicy"
 
 
 def _get(kubectl, *args) -> dict:
@@ -86,15 +95,29 @@ def _delete_registrations(kubectl) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(control_plane, tmp_path_factory):
-    """The seed cluster; the controller's caches, webhook server and registrar; its loop running."""
+def sa_kubeconfig(control_plane, tmp_path_factory):
+    """The seed cluster and a kubeconfig of the controller's ServiceAccount; cleans up afterwards."""
     cluster, kubectl = control_plane
-    tmp = tmp_path_factory.mktemp("webhooks")
     _delete_registrations(kubectl)
     _clean(kubectl)
     _clean_instances(kubectl)
     _apply_seed_cluster(kubectl)
-    controller = Controller(connect(_controller_kubeconfig(cluster, kubectl, tmp)), POLICY, coalesce_seconds=0.1,
+    yield _controller_kubeconfig(cluster, kubectl, tmp_path_factory.mktemp("sa"))
+    _delete_registrations(kubectl)
+    # the webhook-defaulted custom type carries our finalizer and nobody runs to remove it now
+    kubectl("patch", "instancetype", "a10g-12c128g", "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+            check=False)
+    _clean_instances(kubectl)
+    _clean(kubectl)
+    kubectl("delete", "clusterrolebinding", "accelpolicy-test-controller", "--ignore-not-found")
+    kubectl("-n", SYSTEM, "delete", "serviceaccount", SA, "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+def served(sa_kubeconfig, tmp_path_factory):
+    """The controller's caches, webhook server and registrar in this process; its loop running."""
+    tmp = tmp_path_factory.mktemp("webhooks")
+    controller = Controller(connect(sa_kubeconfig), POLICY, coalesce_seconds=0.1,
                             env={}, fit_coalesce_seconds=0, extra_kinds=view_kinds(POLICY))
     paths = self_signed(tmp / "tls")
     webhooks = ControllerWebhooks(controller, WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes()),
@@ -110,13 +133,9 @@ def served(control_plane, tmp_path_factory):
     finally:
         webhooks.stop()
         controller.stop()
-        _delete_registrations(kubectl)
-        # the webhook-defaulted custom type carries our finalizer and nobody runs to remove it now
-        kubectl("patch", "instancetype", "a10g-12c128g", "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                check=False)
-        _clean_instances(kubectl)
-        _clean(kubectl)
-        kubectl("delete", "clusterrolebinding", "accelpolicy-test-controller", "--ignore-not-found")
+        FIGURES["live view rebuild (snapshot of the view kinds + derive), seconds"] = webhooks.view.rebuild_seconds
+        FIGURES["reconcile pass, seconds (the alternative: a view per reconcile)"] = [
+            r.seconds for r in controller.reconciles]
         for key, values in FIGURES.items():
             print(f"\n[webhook figure] {key}: {', '.join(f'{v:.3f}' for v in values)}"
                   + (f" (median {statistics.median(values):.3f})" if len(values) > 1 else ""))
@@ -230,12 +249,11 @@ def test_a_new_instancetype_is_enriched_and_seen_by_the_instance_webhook(served,
     _denied(_create(kubectl, late), 'The Instance "custom-late" is invalid: spec.type: Not found: "a10g-12c128g"')
     doc = seed_object("step4-instancetype-a10g-12c128g.yaml")
     before = served.view.rebuilds
-    t0 = time.monotonic()
-    assert _create(kubectl, doc).returncode == 0
-    _wait(lambda: served.view().get("InstanceType", "a10g-12c128g"), bool, timeout=20,
-          what="a10g-12c128g in the webhook view")
-    FIGURES.setdefault("kubectl create InstanceType -> webhook view has it, seconds", []).append(
-        time.monotonic() - t0)
+    session = served.controller.session
+    session.call("post", session.ref("InstanceType").path(), body=doc)   # through the API server's webhooks
+    seconds, _ = _wait(lambda: served.view().get("InstanceType", "a10g-12c128g"), bool, timeout=20,
+                       what="a10g-12c128g in the webhook view")
+    FIGURES.setdefault("InstanceType created (API answer) -> webhook view has it, seconds", []).append(seconds)
     assert served.view.rebuilds > before
     stored = _get(kubectl, "instancetype", "a10g-12c128g")
     # rules/tests/admission/instancetypes-settings.yaml "seed step 4 custom type" (pools.md §6.1)
@@ -301,3 +319,43 @@ def test_stopping_the_controller_leaves_the_registrations(served, kubectl):
     proc = _create(kubectl, _instance("after-stop"))
     assert proc.returncode != 0
     assert 'failed calling webhook "instances.mutation.worker.gpustack.ai"' in proc.stderr, proc.stderr
+
+
+def test_the_controller_command_serves_and_registers(sa_kubeconfig, kubectl, tmp_path):
+    """`accelpolicy controller --webhook-port 0 --webhook-self-signed DIR`: serves, leads, registers
+    (re-pointing the configurations the stopped in-process server left), answers; SIGTERM exits 0."""
+    log = tmp_path / "controller.log"
+    argv = [str(ACCELPOLICY), "controller", "--kubeconfig", sa_kubeconfig, "--coalesce-seconds", "0.1",
+            "--webhook-port", "0", "--webhook-self-signed", str(tmp_path / "tls")]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "KUBECONFIG": ""})
+    try:
+        _wait(lambda: log.read_text(), lambda t: "registered ValidatingWebhookConfiguration" in t or proc.poll() is not None,
+              timeout=90, what="registration")
+        text = log.read_text()
+        assert proc.poll() is None, text
+        port = int(re.search(r"serving \S+ at https://127.0.0.1:(\d+)/", text).group(1))
+        assert "webhooks ready (watch caches synced)" in text
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "tls" / "ca.crt"))
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=10) as answer:
+            assert answer.status == 200
+        hook = _get(kubectl, "validatingwebhookconfiguration", "gpustack-worker-validation")["webhooks"][0]
+        assert hook["clientConfig"] == {"url": f"https://127.0.0.1:{port}/validate-instances",
+                                        "caBundle": base64.b64encode((tmp_path / "tls" / "ca.crt").read_bytes()).decode()}
+        _wait(lambda: _create(kubectl, _instance("priv-demo", privileged=True)),
+              lambda p: p.stderr.strip() == PRIVILEGED_KUBECTL, what="the command's webhook answers")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _get(kubectl, "validatingwebhookconfiguration", "gpustack-worker-validation")["webhooks"]
+
+
+def test_identity_warning_names_a_controller_user_the_rules_do_not_allow(served, control_plane):
+    assert served.identity_warning() is None   # the ServiceAccount of rules/admission/common.yaml
+    admin = ControllerWebhooks(Controller(connect(control_plane[0].kubeconfig), POLICY, env={}), served.tls)
+    assert admin.identity_warning() == (
+        "the controller runs as 'accelpolicy-admin', not as one of the controllerUsers "
+        "['system:serviceaccount:gpustack-system:gpustack-controller'] of rules/admission/common.yaml: once "
+        "registered, its own webhooks refuse its InstanceTypeFlavor writes and Setting deletes")
