@@ -1,4 +1,5 @@
-"""``python -m runtime.localcluster``: run a local control plane with all CRDs until Ctrl-C."""
+"""``python -m runtime.localcluster [--full]``: run a local control plane with all CRDs until Ctrl-C
+(``--full``: with kube-scheduler, kwok, nfd-master and Kueue)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import signal
 import sys
 import time
 
-from . import Kubectl, LocalCluster, LocalClusterError, all_crds, install_crds
+from . import COMPONENTS, Kubectl, LocalCluster, LocalClusterError, all_crds, install_crds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,11 +16,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m runtime.localcluster", description=__doc__)
     ap.add_argument("--no-crds", action="store_true", help="do not install Kueue/NFD/accelpolicy CRDs")
     ap.add_argument("--once", action="store_true", help="start, report timings, stop (a smoke check)")
+    ap.add_argument("--full", action="store_true",
+                    help="also run kube-scheduler, kwok, nfd-master and Kueue (built by `make controlplane`)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        with LocalCluster() as cluster:
+        options = dict(scheduler=True, components=COMPONENTS) if args.full else {}
+        with LocalCluster(**options) as cluster:
             print(f"control plane ready in {cluster.start_seconds:.1f}s: {cluster.server}", flush=True)
+            for name, seconds in cluster.component_seconds.items():
+                print(f"{name} healthy {seconds:.1f}s after its launch; log {cluster.workdir / (name + '.log')}", flush=True)
             if not args.no_crds:
                 t = time.monotonic()
                 names = install_crds(Kubectl(cluster.kubeconfig), all_crds())

@@ -312,7 +312,7 @@ def test_every_problem_of_every_file_is_listed(rules_copy):
                        "  percentPerAccelerator: 100\n  bogus: 1 ")
     cel_line = _replace(rules_copy / "pools" / "derivation.yaml", "  generalGroup: 'aware ? gKey : \"generic\"'",
                         "  generalGroup: 'aware ? gKey :'")
-    cel_line2 = _replace(rules_copy / "pools" / "derivation.yaml", "  managed: 'labels[\"gpustack.ai/managed\"] == \"true\"'",
+    cel_line2 = _replace(rules_copy / "pools" / "derivation.yaml", "  managed: '\"gpustack.ai/managed\" in labels && labels[\"gpustack.ai/managed\"] == \"true\"'",
                          "  managed: 'labels[\"gpustack.ai/managed\"] == '")
     problems = _problems(rules_copy)
     assert [p.split(" ", 2)[:2] for p in problems] == [

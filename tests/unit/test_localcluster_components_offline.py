@@ -118,3 +118,17 @@ def test_fake_node_is_annotated_for_kwok_with_capacity():
                                 "annotations": {"kwok.x-k8s.io/node": "fake"}}
     assert node["status"]["capacity"] == {"pods": "110", "cpu": "4", "nvidia.com/gpu": "1"}
     assert node["status"]["allocatable"] == node["status"]["capacity"]
+
+
+def test_local_cluster_checks_components_before_starting(tmp_path, monkeypatch):
+    from runtime.localcluster import ControlPlaneBinaries, LocalCluster
+    fake = ControlPlaneBinaries(etcd=tmp_path / "etcd", kube_apiserver=tmp_path / "kube-apiserver",
+                                kube_scheduler=tmp_path / "kube-scheduler", directory=tmp_path)
+    monkeypatch.setenv("ACCELPOLICY_COMPONENTS_BIN", str(tmp_path / "components"))
+    with pytest.raises(MissingBinariesError, match=r"cluster components missing in .*components: kueue, "
+                                                   r"kueue-webhook/manifests.yaml; run `make controlplane`"):
+        LocalCluster(fake, components=("kueue",))
+    with pytest.raises(LocalClusterError, match="kueue_configuration given but 'kueue' is not in components"):
+        LocalCluster(fake, kueue_configuration={"resources": {}})
+    with pytest.raises(LocalClusterError, match="components must be a sequence of names"):
+        LocalCluster(fake, components="kueue")
