@@ -205,7 +205,12 @@ def test_step4_custom_instancetype(walk, record_step):
     expect(walk, "step4-after-custom-demo.txt", fix_entrance=True)
     record_step("step 4: apply custom-demo -> Ready and table", time.monotonic() - t0)
     t0 = time.monotonic()
-    out = walk.sh("kubectl delete instancetype a10g-12c128g").stdout
+    deleted = walk.sh("kubectl delete instancetype a10g-12c128g", check=False, timeout=TABLE_TIMEOUT)
+    # Known failure on the local cluster: kwok's default pod-delete Stage empties a deleted Pod's
+    # finalizers, Kueue's included, so Kueue never finishes custom-demo's Workload; the ClusterQueue
+    # keeps it admitted (finalizer kueue.x-k8s.io/resource-in-use) and the type's deletion waits for it.
+    assert deleted.returncode == 0, (deleted.stderr, walk.kubectl.stdout("get", "workloads", "-A"))
+    out = deleted.stdout
     assert out.strip() == 'instancetype.worker.gpustack.ai "a10g-12c128g" deleted'
     wait_phase(walk, "custom-demo", "Stopped")
     assert walk.sh("kubectl -n default get instance custom-demo -o jsonpath='{.status.phase}'").stdout == "Stopped"

@@ -355,8 +355,12 @@ class Walkthrough:
             return subprocess.CompletedProcess([line], 0, f"{CONTROLLER_DEPLOYMENT.replace('deploy/', 'deployment.apps/')} restarted\n", "")
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
                "PATH": f"{find_kubectl().parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        proc = subprocess.run(["bash", "-c", line], cwd=MANIFESTS, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        try:
+            proc = subprocess.run(["bash", "-c", line], cwd=MANIFESTS, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise LocalClusterError(f"`{line}` did not finish in {timeout:.0f}s; output so far: "
+                                    f"{(exc.stdout or b'').decode(errors='replace').strip()}") from None
         if check and proc.returncode != 0:
             raise LocalClusterError(f"`{line}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
         return proc
