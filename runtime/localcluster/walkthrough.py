@@ -359,8 +359,8 @@ class Walkthrough:
             proc = subprocess.run(["bash", "-c", line], cwd=MANIFESTS, env=env, capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            raise LocalClusterError(f"`{line}` did not finish in {timeout:.0f}s; output so far: "
-                                    f"{(exc.stdout or b'').decode(errors='replace').strip()}") from None
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            raise LocalClusterError(f"`{line}` did not finish in {timeout:.0f}s; output so far: {out.strip()}") from None
         if check and proc.returncode != 0:
             raise LocalClusterError(f"`{line}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
         return proc
