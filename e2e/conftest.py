@@ -1,8 +1,7 @@
 """One e2e cluster fixture, three backends: ``--cluster=local|kind|existing`` (default local).
 
-* ``local``: a process-wide full LocalCluster
-  (``runtime.localcluster.walkthrough.session_walkthrough_cluster``): etcd, kube-apiserver,
-  kube-scheduler, kwok (with our pod-terminate stage), nfd-master and Kueue (configured by
+* ``local``: the process-wide "full" LocalCluster (``runtime.localcluster.testing.full_cluster``):
+  etcd, kube-apiserver, kube-scheduler, kwok, nfd-master and Kueue (configured by
   ``runtime.engine.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
   ``make controlplane``, with Kueue's, NFD's and our CRDs installed.
 * ``kind``: a kind cluster through pytest-kind; skipped with the reason when ``kind`` is not on PATH
@@ -29,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from runtime.localcluster import Kubectl, MissingBinariesError, all_crds, install_crds
+from runtime.localcluster.testing import full_cluster
 
 BACKENDS = ("local", "kind", "existing")
 
@@ -74,10 +74,10 @@ def cluster(request, tmp_path_factory):
     backend = request.config.getoption("--cluster")
     if backend == "local":
         try:
+            from runtime.engine.kueueconfig import kueue_configuration
             from runtime.engine.policy import Policy
-            from runtime.localcluster.walkthrough import session_walkthrough_cluster
             from runtime.rules.loader import load_rules
-            lc, kubectl = session_walkthrough_cluster(Policy(load_rules()))
+            lc, kubectl = full_cluster(kueue_configuration(Policy(load_rules())))
         except MissingBinariesError as e:
             pytest.fail(str(e), pytrace=False)
         yield E2ECluster("local", lc.kubeconfig, kubectl)

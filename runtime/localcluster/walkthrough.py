@@ -123,35 +123,17 @@ def controller_serves_webhooks() -> bool:
     return any("--webhook-port" in p.opts for p in command.params)
 
 
-#: kwok Stages of ours (runtime/localcluster/kwok-stages/): a deleted Pod first turns terminal, as
-#: kubelet makes it, then goes; they replace kwok's default ``pod-delete`` stage.
-KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages"
-
-
-def walkthrough_components(names: Sequence[str]):
-    """The component binaries for ``names`` with kwok's ``pod-delete`` stage replaced by
-    :data:`KWOK_STAGES` (``pod-terminate``, ``pod-delete``). Raises :class:`MissingBinariesError`."""
-    from dataclasses import replace
-
-    from .binaries import find_component_binaries
-    bins = find_component_binaries(tuple(names))
-    ours = tuple(sorted(KWOK_STAGES.glob("*.yaml")))
-    kept = tuple(p for p in bins.kwok_stages if p.name not in {o.name for o in ours})
-    return replace(bins, kwok_stages=kept + ours)
-
-
 def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-master", "kueue"),
                         workdir: Path | None = None) -> tuple[LocalCluster, Kubectl]:
     """Start a LocalCluster with kube-scheduler and ``components`` (Kueue configured by
-    ``runtime.engine.kueueconfig.kueue_configuration(policy)``, spec/pools.md §9; kwok with
-    :func:`walkthrough_components`' stages), install every CRD; returns ``(cluster, kubectl)``.
-    Raises :class:`MissingBinariesError` / :class:`LocalClusterError`."""
+    ``runtime.engine.kueueconfig.kueue_configuration(policy)``, spec/pools.md §9), install every
+    CRD; returns ``(cluster, kubectl)``. Raises :class:`MissingBinariesError` / :class:`LocalClusterError`."""
     from runtime.engine.kueueconfig import kueue_configuration
 
     from .crds import all_crds, install_crds
     kueue = kueue_configuration(policy) if "kueue" in components else None
     cluster = LocalCluster(scheduler=True, components=tuple(components), kueue_configuration=kueue,
-                           component_binaries=walkthrough_components(components), workdir=workdir).start()
+                           workdir=workdir).start()
     try:
         kubectl = Kubectl(cluster.kubeconfig)
         install_crds(kubectl, all_crds())
@@ -159,17 +141,6 @@ def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-mas
         cluster.stop()
         raise
     return cluster, kubectl
-
-
-_session: tuple[LocalCluster, Kubectl] | None = None
-
-
-def session_walkthrough_cluster(policy) -> tuple[LocalCluster, Kubectl]:
-    """:func:`start_local_cluster` once per process (stopped at interpreter exit), for e2e tests."""
-    global _session
-    if _session is None or not _session[0].running:
-        _session = start_local_cluster(policy)
-    return _session
 
 
 class Walkthrough:
