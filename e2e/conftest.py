@@ -110,11 +110,18 @@ _STEP_FIGURES: list[tuple[str, float, bool]] = []
 
 
 @pytest.fixture(scope="session")
-def record_step():
+def record_step(tmp_path_factory):
     """``record_step(label, seconds, table=True)``: one walkthrough figure, the seconds from a kubectl
     line to the first correct ``kubectl get instancetypes`` table (``table=False``: to another
-    awaited state; printed, left out of the median)."""
-    return lambda label, seconds, table=True: _STEP_FIGURES.append((label, round(seconds, 3), table))
+    awaited state; printed, left out of the median). Each figure is also appended at once to
+    ``walkthrough-timings.jsonl`` in the pytest base temporary directory."""
+    path = tmp_path_factory.getbasetemp() / "walkthrough-timings.jsonl"
+
+    def record(label: str, seconds: float, table: bool = True) -> None:
+        _STEP_FIGURES.append((label, round(seconds, 3), table))
+        with path.open("a") as f:
+            f.write(json.dumps({"label": label, "seconds": round(seconds, 3), "table": table}) + "\n")
+    return record
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -27,6 +27,7 @@ import click
 
 from runtime.cli.common import bad_input_exits, load_policy, rules_option
 from runtime.engine.derive import derive
+from runtime.localcluster.binaries import LocalClusterError
 from runtime.report.tables import render, resolve_kind
 from runtime.snapshots import load_snapshot
 
@@ -248,7 +249,7 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
     except KeyboardInterrupt:
         click.echo("interrupted; everything stopped and removed", err=True)
         sys.exit(130)
-    except DemoFailed as exc:
+    except (DemoFailed, LocalClusterError) as exc:   # a step not reached, a seed line that failed or hung
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     click.echo(f"live walkthrough done in {seconds:.0f}s", err=True)
