@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from runtime.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, REPOINT, RESTART, UNMANAGE,
-                                              Walkthrough, tables_equal, wait_for_table)
+                                              Walkthrough, table_rows, tables_equal, wait_for_table)
 from tests.seedfiles import seed_object, seed_table, subset_mismatches
 
 TABLE_TIMEOUT = 300.0          # seconds; the machine is shared and slow, never a timing assertion
@@ -239,10 +239,12 @@ def test_step5_cpu_awareness(walk, record_step):
 def test_step5_repoint(walk, record_step):
     _needs_webhooks(walk)
     # the excerpt's two rows; "the other six rows are as in step5-after-aware.txt" (seed README)
-    excerpt = seed_table("step5-after-repoint-EXCERPT.txt").splitlines()
-    aware = seed_table("step5-after-aware.txt").splitlines()
-    replaced = {line.split()[0]: line for line in excerpt[1:]}
-    want = "\n".join([aware[0]] + [replaced.get(line.split()[0], line) for line in aware[1:]])
+    headers, aware = table_rows(seed_table("step5-after-aware.txt"), ignore=())
+    replaced = {r["NAME"]: r for r in table_rows(seed_table("step5-after-repoint-EXCERPT.txt"), ignore=())[1]}
+    rows = [replaced.get(r["NAME"], r) for r in aware]
+    widths = [max(len(h), *(len(r[h]) for r in rows)) for h in headers]   # re-aligned as kubectl aligns
+    want = "\n".join("   ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+                     for cells in [headers] + [[r[h] for h in headers] for r in rows])
     t0 = time.monotonic()
     walk.sh(REPOINT)
     wait_phase(walk, "custom-demo", "Ready")
