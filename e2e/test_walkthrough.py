@@ -288,7 +288,7 @@ def test_step6_pinned_demo(walk, record_step):
     assert volumes == {
         "workspace": {"emptyDir": {"sizeLimit": "1Gi"}},
         "additional-0": {"persistentVolumeClaim": {"claimName": "datasets"}},
-        "additional-1": {"configMap": {"name": "model-config"}},
+        "additional-1": {"configMap": {"name": "model-config", "defaultMode": 420}},   # 420: the API server's default
         "additional-2": {"hostPath": {"path": "/var/lib/gpustack-cache", "type": "DirectoryOrCreate"}}}
     main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
     assert main["volumeMounts"] == [
