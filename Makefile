@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
-.PHONY: help install test unit lint controlplane reliability demo bench clean podresources-stubs
+.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -38,8 +38,11 @@ test: install lint controlplane  ## everything: unit, rule suites, control plane
 reliability: install controlplane  ## the live controller killed and restarted: RUNS runs (default 10) vs a reference
 	$(BIN)/python -m pytest tests/controlplane/test_reliability.py -s --reliability-runs=$(RUNS)
 
-demo: install  ## the seed walkthrough, step by step (snapshot replay), printing the pools
+demo: install controlplane  ## the seed walkthrough live on the local control plane (steps 1-6, the seed's kubectl lines)
 	$(BIN)/accelpolicy demo
+
+demo-snapshot: install  ## the seed walkthrough replayed from snapshots (no cluster)
+	$(BIN)/accelpolicy demo --snapshot
 
 bench: install  ## benchmarks (figures, not pass/fail)
 	$(BIN)/python benchmarks/derive.py

@@ -1,20 +1,26 @@
 """One e2e cluster fixture, three backends: ``--cluster=local|kind|existing`` (default local).
 
-* ``local``: the process-wide LocalCluster (etcd + kube-apiserver built by ``make controlplane``)
-  with Kueue's, NFD's and our CRDs installed.
+* ``local``: the process-wide "full" LocalCluster (``runtime.localcluster.testing.full_cluster``):
+  etcd, kube-apiserver, kube-scheduler, kwok, nfd-master and Kueue (configured by
+  ``runtime.engine.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
+  ``make controlplane``, with Kueue's, NFD's and our CRDs installed.
 * ``kind``: a kind cluster through pytest-kind; skipped with the reason when ``kind`` is not on PATH
   or ``docker info`` fails (no Docker engine). CRDs are installed into it.
 * ``existing``: the cluster named by ``$KUBECONFIG`` (skipped when unset); CRDs are installed
   (server-side apply, idempotent).
 
 The ``cluster`` fixture yields an :class:`E2ECluster` (backend, kubeconfig path, kubectl runner).
-Every test under e2e/ gets the ``e2e`` marker.
+Every test under e2e/ gets the ``e2e`` marker. ``record_step(label, seconds)`` collects the
+walkthrough's kubectl-to-table figures; the session summary prints them with their median and
+writes ``walkthrough-timings.json`` into the pytest base temporary directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import statistics
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from runtime.localcluster import Kubectl, MissingBinariesError, all_crds, install_crds
-from runtime.localcluster.testing import session_cluster
+from runtime.localcluster.testing import full_cluster
 
 BACKENDS = ("local", "kind", "existing")
 
@@ -68,7 +74,10 @@ def cluster(request, tmp_path_factory):
     backend = request.config.getoption("--cluster")
     if backend == "local":
         try:
-            lc, kubectl = session_cluster()
+            from runtime.engine.kueueconfig import kueue_configuration
+            from runtime.engine.policy import Policy
+            from runtime.rules.loader import load_rules
+            lc, kubectl = full_cluster(kueue_configuration(Policy(load_rules())))
         except MissingBinariesError as e:
             pytest.fail(str(e), pytrace=False)
         yield E2ECluster("local", lc.kubeconfig, kubectl)
@@ -95,3 +104,40 @@ def cluster(request, tmp_path_factory):
         kubectl = Kubectl(kubeconfig)
         install_crds(kubectl, all_crds(), timeout=120)
         yield E2ECluster("existing", kubeconfig, kubectl)
+
+
+_STEP_FIGURES: list[tuple[str, float, bool]] = []
+
+
+@pytest.fixture(scope="session")
+def record_step(tmp_path_factory):
+    """``record_step(label, seconds, table=True)``: one walkthrough figure, the seconds from a kubectl
+    line to the first correct ``kubectl get instancetypes`` table (``table=False``: to another
+    awaited state; printed, left out of the median). Each figure is also appended at once to
+    ``walkthrough-timings.jsonl`` in the pytest base temporary directory."""
+    path = tmp_path_factory.getbasetemp() / "walkthrough-timings.jsonl"
+
+    def record(label: str, seconds: float, table: bool = True) -> None:
+        _STEP_FIGURES.append((label, round(seconds, 3), table))
+        with path.open("a") as f:
+            f.write(json.dumps({"label": label, "seconds": round(seconds, 3), "table": table}) + "\n")
+    return record
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _STEP_FIGURES:
+        return
+    tables = [s for _, s, table in _STEP_FIGURES if table]
+    median = statistics.median(tables) if tables else None
+    tr = terminalreporter
+    tr.section("walkthrough: seconds from the kubectl line to the first correct table")
+    for label, seconds, table in _STEP_FIGURES:
+        tr.write_line(f"{seconds:8.2f}  {label}{'' if table else '  (not a table; not in the median)'}")
+    if median is not None:
+        tr.write_line(f"{median:8.2f}  median of the {len(tables)} table figures")
+    base = config._tmp_path_factory.getbasetemp() if hasattr(config, "_tmp_path_factory") else None
+    if base is not None:
+        path = base / "walkthrough-timings.json"
+        path.write_text(json.dumps({"steps": [{"label": lbl, "seconds": s, "table": t} for lbl, s, t in _STEP_FIGURES],
+                                    "median": median}, indent=2))
+        tr.write_line(f"written to {path}")

@@ -200,6 +200,11 @@ class KubeClient:
                       {"field_selector": f"metadata.name={secret_name}"}),
         ]
 
+    def pod_watches(self, nodes: list[str]) -> list[WatchSpec]:
+        """One watch per node of the Pods bound to it (field selector ``spec.nodeName``), all namespaces."""
+        return [WatchSpec("Pod", self.core.list_pod_for_all_namespaces, kwargs={"field_selector": f"spec.nodeName={n}"})
+                for n in nodes]
+
     def start_watches(self, specs: list[WatchSpec], wake: threading.Event, stop: threading.Event) -> list[threading.Thread]:
         """One daemon thread per :class:`WatchSpec` running :func:`watch_forever`."""
         threads = []

@@ -84,7 +84,7 @@ def test_broken_rules_are_exit_2_with_file_line_and_field(tmp_path):
 
 
 def test_demo_prints_every_step():
-    result = run("demo")
+    result = run("demo", "--snapshot")
     assert result.exit_code == 0
     assert result.output.count("$ kubectl get instancetypes") == 9
     assert seed_table("step5-after-aware.txt") in result.output

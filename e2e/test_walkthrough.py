@@ -1,0 +1,332 @@
+"""The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (issue 6).
+
+The cluster is the ``cluster`` fixture (``--cluster=local``: kube-apiserver, kube-scheduler, kwok,
+nfd-master and Kueue configured by ``runtime.engine.kueueconfig``); around it
+:class:`runtime.localcluster.walkthrough.Walkthrough` builds the seed's four nodes (kwok fake Nodes),
+runs our agent per node (fake NVML backend, recorded facts), our controller (subprocess, with its
+admission webhooks) and the device-plugin stand-in. Every step runs the seed's own ``kubectl`` lines
+(``Walkthrough.sh``) and waits for the seed's table, column-exact (AGE ignored; the listings the
+seed captured out of name order compared as sets). Step 4's custom type reads the entrance of its
+own name, ``gpustack-fnv64-d4c0e6cd72686015``, not the capture's stale hash (spec decision 3).
+
+The steps are one story: the tests run in file order on one cluster, and each starts from the
+state the previous one leaves (as the seed does). For every step the seconds from the kubectl line
+to the first correct ``kubectl get instancetypes`` table are recorded (``record_step``); the
+session summary prints them and their median, and writes them to ``walkthrough-timings.json`` in
+the pytest base temporary directory.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+import yaml
+
+from runtime.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, REPOINT, RESTART, UNMANAGE,
+                                              Walkthrough, table_rows, tables_equal, wait_for_table)
+from tests.seedfiles import seed_object, seed_table, subset_mismatches
+
+TABLE_TIMEOUT = 300.0          # seconds; the machine is shared and slow, never a timing assertion
+STALE_ENTRANCE = "gpustack-fnv64-8cf5b3114035c84a"   # the capture's hash of an older name (decision 3)
+RIGHT_ENTRANCE = "gpustack-fnv64-d4c0e6cd72686015"   # FNV-1a of "a10g-12c128g"
+NS, SYSTEM = "default", "gpustack-system"
+
+# spec/instances.md §14 and the seed's troubleshooting row, as kubectl prints the webhook's denial
+# ("Instance.worker.gpustack.ai \"pinned-demo\" is invalid: ..." becomes "The Instance \"pinned-demo\" is invalid: ...")
+HOST_PATH_DENIED = ('The Instance "pinned-demo" is invalid: spec.additionalVolumes[2].hostPath: '
+                    'Forbidden: mounting a host path is not allowed: enable the "instance-host-path-volume-allowed" '
+                    'setting to allow it')
+PRIVILEGED_DENIED = ('spec.privileged: Forbidden: privileged mode is not allowed: enable the '
+                     '"instance-privileged-allowed" setting to allow it')
+
+
+@pytest.fixture(scope="module")
+def walk(cluster, tmp_path_factory, record_step):
+    w = Walkthrough(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("walkthrough"))
+    t0 = time.monotonic()
+    w.start()
+    w.t0 = t0
+    yield w
+    w.stop()
+
+
+def _needs_webhooks(walk: Walkthrough) -> None:
+    if not walk.webhooks:
+        pytest.xfail("needs the controller's admission webhooks (`accelpolicy controller --webhook-port`, "
+                     "branch webhookreg), absent from this checkout")
+
+
+def instancetypes(walk) -> str:
+    return walk.kubectl.stdout("get", "instancetypes")
+
+
+def expect(walk, name: str, *, kind: str = "instancetypes", as_set: bool = False, fix_entrance: bool = False,
+           text: str | None = None) -> tuple[float, str]:
+    """Wait for ``kubectl get <kind>`` to equal the seed table ``name`` (or ``text``)."""
+    want = text if text is not None else seed_table(name)
+    if fix_entrance:
+        assert STALE_ENTRANCE in want
+        want = want.replace(STALE_ENTRANCE, RIGHT_ENTRANCE)
+    return wait_for_table(lambda: walk.kubectl.stdout("get", kind), want, timeout=TABLE_TIMEOUT, as_set=as_set,
+                          alive=walk.check_processes)
+
+
+def timed(walk, record_step, label: str, line: str, table: str, **kw) -> str:
+    """Run the seed's ``line``, wait for ``table``; record the seconds from the line to that table."""
+    t0 = time.monotonic()
+    walk.sh(line)
+    _, got = expect(walk, table, **kw)
+    record_step(label, time.monotonic() - t0)
+    return got
+
+
+def get(walk, *args) -> dict:
+    out = walk.kubectl.stdout("get", *args, "-o", "json", check=False)
+    return json.loads(out) if out.strip() else {}
+
+
+def wait_until(fetch, predicate, what: str, timeout: float = TABLE_TIMEOUT):
+    t0, value = time.monotonic(), None
+    while time.monotonic() - t0 < timeout:
+        value = fetch()
+        if predicate(value):
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what} not reached in {timeout:.0f}s; last: {json.dumps(value)[:3000]}")
+
+
+def phase(walk, name: str) -> str:
+    return walk.kubectl("-n", NS, "get", "instance", name, "-o", "jsonpath={.status.phase}", check=False).stdout
+
+
+def wait_phase(walk, name: str, want: str) -> None:
+    wait_until(lambda: phase(walk, name), lambda p: p == want, f"Instance {name} phase {want}")
+
+
+def seed_object_mismatches(walk, seed_name: str, resource: str, *, labels_exact: bool = True) -> list[str]:
+    """How the live object differs from the seed's: labels exact (our own objects) or a subset (a
+    Node carries more labels than the seed shows: hostname, fit labels; spec/README.md §2), and
+    every ``spec``/``status`` field the seed shows."""
+    want = seed_object(seed_name)
+    ns = want["metadata"].get("namespace")
+    got = get(walk, resource, want["metadata"]["name"], *(["-n", ns] if ns else []))
+    if not got:
+        return [f"{resource} {want['metadata']['name']} does not exist"]
+    out = [] if (got.get("kind"), got.get("apiVersion")) == (want["kind"], want["apiVersion"]) else \
+        [f"kind/apiVersion {got.get('kind')}/{got.get('apiVersion')}"]
+    labels, want_labels = got["metadata"].get("labels") or {}, want["metadata"].get("labels") or {}
+    if labels_exact and labels != want_labels:
+        out.append(f"labels: expected {want_labels}, got {labels}")
+    elif not labels_exact:
+        out += subset_mismatches(want_labels, labels, "metadata.labels")
+    for part in ("spec", "status"):
+        if part in want:
+            out += subset_mismatches(want[part], got.get(part), part)
+    return out
+
+
+def assert_seed_object(walk, seed_name: str, resource: str, *, labels_exact: bool = True) -> None:
+    """Wait (NFD and the controller write asynchronously) until the live object matches the seed's."""
+    wait_until(lambda: seed_object_mismatches(walk, seed_name, resource, labels_exact=labels_exact),
+               lambda m: m == [], f"{seed_name} on the cluster", timeout=120)
+
+
+# -- the manifests the demo and these tests apply are the seed's objects -----------------------------------
+@pytest.mark.parametrize("manifest, seed_name", [
+    ("sliced-demo.yaml", "step3-instance-sliced-demo.yaml"), ("a10g-12c128g.yaml", "step4-instancetype-a10g-12c128g.yaml"),
+    ("custom-demo.yaml", "step4-instance-custom-demo.yaml"), ("pinned-demo.yaml", "step6-instance-pinned-demo.yaml")])
+def test_manifests_are_the_seed_objects(manifest, seed_name):
+    assert yaml.safe_load((MANIFESTS / manifest).read_text()) == seed_object(seed_name)
+
+
+# -- Step 1 ---------------------------------------------------------------------------------------------------
+def test_step1_tables(walk, record_step):
+    _, got = expect(walk, "step1-instancetype.txt")
+    record_step("step 1: cluster up (Nodes created) -> first correct table", time.monotonic() - walk.t0)
+    expect(walk, "step1-resourceflavor.txt", kind="resourceflavor")
+    expect(walk, "step1-clusterqueue.txt", kind="clusterqueue")
+    assert tables_equal(walk.kubectl.stdout("get", "instancetype"), seed_table("step1-instancetype.txt"))
+    expect(walk, "step1-instancetypeflavor.txt", kind="instancetypeflavor", as_set=True)
+    expect(walk, "step1-devices.txt", kind="devices", as_set=True)
+
+
+@pytest.mark.parametrize("seed_name, resource, exact", [
+    ("step1-node-a10g.yaml", "node", False),
+    ("step1-devices-node-a10g.yaml", "devices.worker.gpustack.ai", True),
+    ("step1-resourceflavor-accelerated.yaml", "resourceflavors.kueue.x-k8s.io", True),
+    ("step1-resourceflavor-cpu.yaml", "resourceflavors.kueue.x-k8s.io", True),
+    ("step1-clusterqueue-a10g.yaml", "clusterqueues.kueue.x-k8s.io", True),
+    ("step1-instancetype-a10g.yaml", "instancetypes.worker.gpustack.ai", True),
+    ("step1-instancetypeflavor-a10g.yaml", "instancetypeflavors.worker.gpustack.ai", True),
+])
+def test_step1_objects(walk, seed_name, resource, exact):
+    assert_seed_object(walk, seed_name, resource, labels_exact=exact)
+
+
+# -- Step 2 ---------------------------------------------------------------------------------------------------
+def test_step2_remove_and_readmit_a_node(walk, record_step):
+    expect(walk, "step2-after-readmit.txt")            # "Before": the step 1 table
+    assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
+    timed(walk, record_step, "step 2: managed=false patch -> table", UNMANAGE, "step2-after-unmanage.txt")
+    wait_until(lambda: get(walk, "node", "node-a10g")["metadata"]["labels"].get("gpustack.ai/managed"),
+               lambda v: v == "false", "nfd-master propagating managed=false onto node-a10g")
+    timed(walk, record_step, "step 2: managed=true patch -> table", READMIT, "step2-after-readmit.txt")
+    assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
+
+
+# -- Step 3 ---------------------------------------------------------------------------------------------------
+def test_step3_logical_slice(walk, record_step):
+    _needs_webhooks(walk)   # the Instance defaulting webhook and the Pod webhook's .units fold
+    t0 = time.monotonic()
+    walk.sh("kubectl apply -f sliced-demo.yaml")
+    wait_phase(walk, "sliced-demo", "Ready")
+    expect(walk, "step3-after-sliced-demo.txt")
+    record_step("step 3: apply sliced-demo -> Ready and table", time.monotonic() - t0)
+    pod = get(walk, "pod", "sliced-demo", "-n", NS)
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu.sliced.units"] == "320k"
+    ledger = get(walk, "devices", "node-a10g")["status"]["groups"][0]["accelerators"][0]
+    assert {k: ledger.get(k) for k in ("mode", "allocated", "remaining", "allocatedSlices")} == \
+        {"mode": 3, "allocated": 320000, "remaining": 1280000, "allocatedSlices": 1}
+    # "Deleting the Instance releases the slice: the row returns to 1/1 10/10 100/100 0/0."
+    timed(walk, record_step, "step 3: delete sliced-demo -> table", "kubectl -n default delete instance sliced-demo",
+          "step2-after-readmit.txt")
+
+
+# -- Step 4 ---------------------------------------------------------------------------------------------------
+def test_step4_custom_instancetype(walk, record_step):
+    _needs_webhooks(walk)   # the InstanceType defaulting webhook enriches the custom type (pools.md §6)
+    timed(walk, record_step, "step 4: apply a10g-12c128g -> table", "kubectl apply -f a10g-12c128g.yaml",
+          "step4-after-custom-type.txt", fix_entrance=True)
+    t0 = time.monotonic()
+    walk.sh("kubectl apply -f custom-demo.yaml")
+    wait_phase(walk, "custom-demo", "Ready")
+    expect(walk, "step4-after-custom-demo.txt", fix_entrance=True)
+    record_step("step 4: apply custom-demo -> Ready and table", time.monotonic() - t0)
+    t0 = time.monotonic()
+    deleted = walk.sh("kubectl delete instancetype a10g-12c128g", check=False, timeout=TABLE_TIMEOUT)
+    # Known failure on the local cluster: kwok's default pod-delete Stage empties a deleted Pod's
+    # finalizers, Kueue's included, so Kueue never finishes custom-demo's Workload; the ClusterQueue
+    # keeps it admitted (finalizer kueue.x-k8s.io/resource-in-use) and the type's deletion waits for it.
+    assert deleted.returncode == 0, (deleted.stderr, walk.kubectl.stdout("get", "workloads", "-A"))
+    out = deleted.stdout
+    assert out.strip() == 'instancetype.worker.gpustack.ai "a10g-12c128g" deleted'
+    wait_phase(walk, "custom-demo", "Stopped")
+    assert walk.sh("kubectl -n default get instance custom-demo -o jsonpath='{.status.phase}'").stdout == "Stopped"
+    expect(walk, "step4-after-delete-custom-type.txt")
+    record_step("step 4: delete a10g-12c128g -> Stopped and table", time.monotonic() - t0)
+    assert get(walk, "instance", "custom-demo", "-n", NS)["spec"]["stop"] is True
+    wait_until(lambda: get(walk, "clusterqueue", "a10g-12c128g"), lambda q: q == {}, "ClusterQueue a10g-12c128g gone")
+
+
+# -- Step 5 ---------------------------------------------------------------------------------------------------
+def test_step5_cpu_awareness(walk, record_step):
+    t0 = time.monotonic()
+    walk.sh(AWARE)
+    walk.sh(RESTART)
+    _, after = expect(walk, "step5-after-aware.txt")
+    record_step("step 5: settings patch + controller restart -> 8-row table", time.monotonic() - t0)
+    assert len(after.strip().splitlines()) == 9
+    expect(walk, "step5-instancetypeflavor.txt", kind="instancetypeflavor", as_set=True)
+    assert walk.sh("kubectl get resourceflavor --no-headers | wc -l").stdout.strip() == "7"
+    expect(walk, "step1-resourceflavor.txt", kind="resourceflavor")   # the same 7 flavors as step 1
+    assert_seed_object(walk, "step5-clusterqueue-aware-a10g.yaml", "clusterqueues.kueue.x-k8s.io")
+    secret = get(walk, "secret", "-n", SYSTEM, "gpustack-settings")
+    assert base64.b64decode(secret["data"]["instance-type-aware-cpu-manufacturer"]) == b"true"
+
+
+def test_step5_repoint(walk, record_step):
+    _needs_webhooks(walk)
+    # the excerpt's two rows; "the other six rows are as in step5-after-aware.txt" (seed README)
+    headers, aware = table_rows(seed_table("step5-after-aware.txt"), ignore=())
+    replaced = {r["NAME"]: r for r in table_rows(seed_table("step5-after-repoint-EXCERPT.txt"), ignore=())[1]}
+    rows = [replaced.get(r["NAME"], r) for r in aware]
+    widths = [max(len(h), *(len(r[h]) for r in rows)) for h in headers]   # re-aligned as kubectl aligns
+    want = "\n".join("   ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+                     for cells in [headers] + [[r[h] for h in headers] for r in rows])
+    t0 = time.monotonic()
+    walk.sh(REPOINT)
+    wait_phase(walk, "custom-demo", "Ready")
+    expect(walk, "", text=want)
+    record_step("step 5: repoint custom-demo -> Ready and table", time.monotonic() - t0)
+    inst = get(walk, "instance", "custom-demo", "-n", NS)
+    assert inst["spec"]["type"] == "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64" and inst["spec"]["stop"] is False
+
+
+# -- Step 6 ---------------------------------------------------------------------------------------------------
+def test_step6_pinned_demo(walk, record_step):
+    _needs_webhooks(walk)   # the hostPath gate is the Instance validating webhook's (instances.md §6)
+    walk.sh("kubectl apply -f model-config.yaml")
+    denied = walk.sh("kubectl apply -f pinned-demo.yaml", check=False)
+    assert denied.returncode != 0
+    assert denied.stderr == HOST_PATH_DENIED + "\n"
+    walk.sh(ALLOW_HOST_PATH)
+    wait_until(lambda: get(walk, "setting", "instance-host-path-volume-allowed", "-n", SYSTEM),
+               lambda s: (s.get("status") or {}).get("value") == "true", "Setting status.value true")
+    t0 = time.monotonic()
+    walk.sh("kubectl apply -f pinned-demo.yaml")
+    # placement on and no InstancePersistentVolume "datasets": no Pod, the reason in phaseMessage (§14)
+    inst = wait_until(lambda: get(walk, "instance", "pinned-demo", "-n", NS),
+                      lambda i: (i.get("status") or {}).get("phaseMessage"), "pinned-demo phaseMessage")
+    assert inst["status"] == {"phase": "Starting",
+                              "phaseMessage": 'PersistentVolumeClaim "datasets" does not exist in this namespace'}
+    record_step("step 6: apply pinned-demo -> phaseMessage", time.monotonic() - t0, table=False)
+    assert get(walk, "pod", "pinned-demo", "-n", NS) == {}
+    # with placement off the Pod uses the claim name only: now the Pod is rendered
+    walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
+            "-p '{\"spec\":{\"value\":\"false\"}}'")
+    pod = wait_until(lambda: get(walk, "pod", "pinned-demo", "-n", NS), bool, "Pod pinned-demo")
+    hostname = get(walk, "node", "node-t4-b")["metadata"]["labels"]["kubernetes.io/hostname"]
+    selector = dict(pod["spec"]["nodeSelector"])
+    assert selector.pop("kubernetes.io/hostname") == hostname
+    # any other entry is one Kueue merged from the admitted ResourceFlavor's nodeLabels (instances.md §11.2)
+    flavor_labels = [f["spec"].get("nodeLabels") or {} for f in get(walk, "resourceflavors.kueue.x-k8s.io")["items"]]
+    assert not selector or any(selector.items() <= labels.items() for labels in flavor_labels), selector
+    assert "nodeName" not in pod["spec"]   # the claim is unbound: nothing may bind the Pod, and we never do
+    volumes = {v["name"]: {k: x for k, x in v.items() if k != "name"} for v in pod["spec"]["volumes"]}
+    assert volumes == {
+        "workspace": {"emptyDir": {"sizeLimit": "1Gi"}},
+        "additional-0": {"persistentVolumeClaim": {"claimName": "datasets"}},
+        "additional-1": {"configMap": {"name": "model-config", "defaultMode": 420}},   # 420: the API server's default
+        "additional-2": {"hostPath": {"path": "/var/lib/gpustack-cache", "type": "DirectoryOrCreate"}}}
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+    assert main["volumeMounts"] == [
+        {"name": "workspace", "mountPath": "/workspace"},
+        {"name": "additional-0", "mountPath": "/mnt/datasets"},
+        {"name": "additional-1", "mountPath": "/etc/model/config.json", "subPath": "config.json", "readOnly": True},
+        {"name": "additional-2", "mountPath": "/mnt/host-cache", "readOnly": True}]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert all("volumeMounts" not in c for c in pod["spec"]["containers"] if c["name"] != "main")
+
+
+UNBINDABLE = ('PersistentVolumeClaim "datasets" is Pending and nothing binds it to the node a Pod is assigned: '
+              'bind it to its PersistentVolume first (spec.volumeName), so the Pods can be placed where that volume is')
+
+
+def test_troubleshooting_unbindable_claim(walk):
+    """An InstancePersistentVolume whose StorageClass does not exist: its PVC stays Pending, nothing binds
+    it, and a new Instance mounting it says why in status.phaseMessage (instances.md §12)."""
+    _needs_webhooks(walk)
+    walk.sh("kubectl apply -f datasets.yaml")
+    try:
+        wait_until(lambda: get(walk, "pvc", "datasets", "-n", NS), bool, "PVC datasets", timeout=60)
+    except AssertionError:
+        pytest.xfail("the controller creates no PersistentVolumeClaim for an InstancePersistentVolume "
+                     "(spec/instances.md §13): not implemented in this checkout")
+    walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
+            "-p '{\"spec\":{\"value\":\"true\"}}'")
+    doc = yaml.safe_load((MANIFESTS / "pinned-demo.yaml").read_text())
+    doc["metadata"]["name"] = "claim-demo"
+    walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    inst = wait_until(lambda: get(walk, "instance", "claim-demo", "-n", NS),
+                      lambda i: (i.get("status") or {}).get("phaseMessage") == UNBINDABLE, "unbindable-claim phaseMessage")
+    assert inst["status"]["phase"] == "Starting"
+
+
+def test_troubleshooting_privileged_rejected(walk):
+    _needs_webhooks(walk)
+    out = walk.sh("kubectl apply -f privileged-demo.yaml", check=False)
+    assert out.returncode != 0
+    assert out.stderr == f'The Instance "privileged-demo" is invalid: {PRIVILEGED_DENIED}\n'
+    assert get(walk, "instance", "privileged-demo", "-n", NS) == {}
