@@ -12,10 +12,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import yaml
 
@@ -165,3 +168,32 @@ def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster,
         raise
     _full = (cluster, kubectl)
     return _full
+
+
+def get_json(kubectl: Kubectl, *args: str, managed_fields: bool = False) -> dict:
+    """``kubectl get ARGS -o json`` parsed, or ``{}`` when the object does not exist.
+    ``managed_fields`` adds ``--show-managed-fields``."""
+    extra = ("--show-managed-fields",) if managed_fields else ()
+    out = kubectl.stdout("get", *args, "-o", "json", *extra, check=False)
+    return json.loads(out) if out.strip() else {}
+
+
+def wait_for(fetch: Callable[[], Any], predicate: Callable[[Any], Any], timeout: float = 30.0,
+             what: str = "condition") -> tuple[float, Any]:
+    """Poll ``fetch()`` every 50 ms until ``predicate(value)``; returns ``(seconds waited, value)``.
+
+    Raises AssertionError naming ``what``, the timeout and the last value (2,000 characters) when
+    the predicate never holds: live tests wait on the cluster, they never sleep a fixed time.
+    """
+    t0 = time.monotonic()
+    value = None
+    while time.monotonic() - t0 < timeout:
+        value = fetch()
+        if predicate(value):
+            return time.monotonic() - t0, value
+        time.sleep(0.05)
+    try:
+        shown = json.dumps(value)
+    except (TypeError, ValueError):
+        shown = str(value)
+    raise AssertionError(f"{what} not reached in {timeout}s; last: {shown[:2000]}")

@@ -22,6 +22,7 @@ from runtime.controller.reconciler import Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
+from runtime.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
 
 POLICY = Policy(load_rules())
@@ -35,19 +36,11 @@ FIGURES: dict[str, list[float]] = {}
 
 
 def _get(kubectl, *args) -> dict:
-    out = kubectl.stdout("get", *args, "-o", "json", "--show-managed-fields", check=False)
-    return json.loads(out) if out.strip() else {}
+    return get_json(kubectl, *args, managed_fields=True)
 
 
 def _wait(fetch, predicate, timeout=30.0, what="condition"):
-    t0 = time.monotonic()
-    value = None
-    while time.monotonic() - t0 < timeout:
-        value = fetch()
-        if predicate(value):
-            return time.monotonic() - t0, value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout}s; last: {json.dumps(value)[:2000]}")
+    return wait_for(fetch, predicate, timeout, what)
 
 
 def _workload(name: str, gpus: str) -> dict:

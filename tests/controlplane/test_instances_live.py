@@ -25,6 +25,7 @@ from runtime.controller.reconciler import Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
+from runtime.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
 from tests.seedfiles import seed_object
 
@@ -38,20 +39,11 @@ FIGURES: dict[str, list[float]] = {}
 
 
 def _get(kubectl, *args) -> dict:
-    out = kubectl.stdout("get", *args, "-o", "json", check=False)
-    return json.loads(out) if out.strip() else {}
+    return get_json(kubectl, *args)
 
 
 def _wait(fetch, predicate, timeout=20.0, what="condition"):
-    """Poll ``fetch()`` until ``predicate(value)``; returns (seconds, value)."""
-    t0 = time.monotonic()
-    value = None
-    while time.monotonic() - t0 < timeout:
-        value = fetch()
-        if predicate(value):
-            return time.monotonic() - t0, value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout}s; last: {json.dumps(value)[:2000]}")
+    return wait_for(fetch, predicate, timeout, what)
 
 
 def _instance(kubectl, name):

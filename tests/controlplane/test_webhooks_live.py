@@ -38,6 +38,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import KubeApiError, connect
 from runtime.rules.loader import load_rules
 from runtime.webhook.server import self_signed
+from runtime.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
 from tests.controlplane.test_instances_live import _clean_instances
 from tests.seedfiles import seed_object
@@ -56,20 +57,11 @@ ACCELPOLICY = Path(sys.executable).parent / "accelpolicy"
 
 
 def _get(kubectl, *args) -> dict:
-    out = kubectl.stdout("get", *args, "-o", "json", check=False)
-    return json.loads(out) if out.strip() else {}
+    return get_json(kubectl, *args)
 
 
 def _wait(fetch, predicate, timeout=30.0, what="condition"):
-    """Poll ``fetch()`` until ``predicate(value)``; returns (seconds, value)."""
-    t0 = time.monotonic()
-    value = None
-    while time.monotonic() - t0 < timeout:
-        value = fetch()
-        if predicate(value):
-            return time.monotonic() - t0, value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout}s; last: {str(value)[:2000]}")
+    return wait_for(fetch, predicate, timeout, what)
 
 
 def _controller_kubeconfig(cluster, kubectl, tmp) -> str:
