@@ -267,16 +267,18 @@ class LocalCluster:
         ] + self.extra_apiserver_args
         proc = _Proc("kube-apiserver", args, self.workdir / "kube-apiserver.log")
         self._procs.append(proc)
-        ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
-        ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        self._wait(proc, self._apiserver_ready, t0)
 
-        def ready() -> bool:
-            try:
-                with urllib.request.urlopen(f"{self.server}/readyz", timeout=5, context=ctx) as r:
-                    return r.status == 200
-            except (OSError, urllib.error.URLError):
-                return False
-        self._wait(proc, ready, t0)
+    def _apiserver_ready(self) -> bool:
+        """True when the API server answers ``/readyz`` with 200 (admin client certificate)."""
+        assert self.pki
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        try:
+            with urllib.request.urlopen(f"{self.server}/readyz", timeout=5, context=ctx) as r:
+                return r.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
 
     def _start_scheduler(self, t0: float) -> None:
         assert self.workdir and self.kubeconfig and self.binaries.kube_scheduler
@@ -366,14 +368,5 @@ class LocalCluster:
             self._restarts = getattr(self, "_restarts", 0) + 1
             proc = _Proc("kube-apiserver", old.argv, self.workdir / f"kube-apiserver.restart-{self._restarts}.log")
             self._procs[index] = proc
-        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
-        ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
-
-        def ready() -> bool:
-            try:
-                with urllib.request.urlopen(f"{self.server}/readyz", timeout=5, context=ctx) as r:
-                    return r.status == 200
-            except (OSError, urllib.error.URLError):
-                return False
-        self._wait(proc, ready, time.monotonic())
+        self._wait(proc, self._apiserver_ready, time.monotonic())
         return time.monotonic() - t0

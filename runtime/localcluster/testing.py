@@ -118,6 +118,18 @@ def parse_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
 _session: tuple[LocalCluster, Kubectl] | None = None
 
 
+def with_crds(cluster: LocalCluster) -> tuple[LocalCluster, Kubectl]:
+    """Install every CRD (Kueue's, NFD's, ours) into a started ``cluster`` and wait until they are
+    Established; returns ``(cluster, kubectl)``. A failure stops the cluster before it is raised."""
+    try:
+        kubectl = Kubectl(cluster.kubeconfig)
+        install_crds(kubectl, all_crds())
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster, kubectl
+
+
 def session_cluster() -> tuple[LocalCluster, Kubectl]:
     """Start (once per process) a LocalCluster with Kueue's, NFD's and our CRDs Established.
 
@@ -126,14 +138,7 @@ def session_cluster() -> tuple[LocalCluster, Kubectl]:
     """
     global _session
     if _session is None or not _session[0].running:
-        cluster = LocalCluster().start()
-        try:
-            kubectl = Kubectl(cluster.kubeconfig)
-            install_crds(kubectl, all_crds())
-        except BaseException:
-            cluster.stop()
-            raise
-        _session = (cluster, kubectl)
+        _session = with_crds(LocalCluster().start())
     return _session
 
 
@@ -158,15 +163,8 @@ def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster,
         if kueue_configuration is not None and kueue_configuration != _full[0].kueue_configuration:
             raise LocalClusterError("full_cluster() already runs with another kueue_configuration")
         return _full
-    cluster = LocalCluster(scheduler=True, components=FULL_COMPONENTS,
-                           kueue_configuration=kueue_configuration).start()
-    try:
-        kubectl = Kubectl(cluster.kubeconfig)
-        install_crds(kubectl, all_crds())
-    except BaseException:
-        cluster.stop()
-        raise
-    _full = (cluster, kubectl)
+    _full = with_crds(LocalCluster(scheduler=True, components=FULL_COMPONENTS,
+                                   kueue_configuration=kueue_configuration).start())
     return _full
 
 

@@ -130,17 +130,10 @@ def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-mas
     CRD; returns ``(cluster, kubectl)``. Raises :class:`MissingBinariesError` / :class:`LocalClusterError`."""
     from runtime.engine.kueueconfig import kueue_configuration
 
-    from .crds import all_crds, install_crds
+    from .testing import with_crds
     kueue = kueue_configuration(policy) if "kueue" in components else None
-    cluster = LocalCluster(scheduler=True, components=tuple(components), kueue_configuration=kueue,
-                           workdir=workdir).start()
-    try:
-        kubectl = Kubectl(cluster.kubeconfig)
-        install_crds(kubectl, all_crds())
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster, kubectl
+    return with_crds(LocalCluster(scheduler=True, components=tuple(components), kueue_configuration=kueue,
+                                  workdir=workdir).start())
 
 
 class Walkthrough:
