@@ -48,7 +48,8 @@ from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVI
                                          SET_STOP, plan_instance)
 from runtime.engine.instancepods import pool_flavors
 from runtime.engine.policy import Policy
-from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, name_of
+from runtime.engine.persistentvolumes import claim_status, owns_claim, render_claim
+from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting, name_of
 from runtime.kube.ownership import owned_by_instance
 
 
@@ -145,4 +146,32 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
         if decided.requeue > 0:
             requeues.append(decided.requeue)
     out.requeue = float(min(requeues)) if requeues else 0.0
+    return out
+
+
+def plan_persistent_volumes(policy: Policy, snapshot: Snapshot) -> list[Action]:
+    """Actions for every InstancePersistentVolume (spec/instances.md §13): ``create`` its claim when
+    no PersistentVolumeClaim of that name exists (created once, never updated: the claim's fields are
+    immutable), and ``apply-status`` ``{phase, volume}`` mirrored from the claim when it differs. A
+    same-named claim the InstancePersistentVolume does not control is neither touched nor mirrored.
+    Deleting the InstancePersistentVolume removes the claim through its ownerReference (garbage
+    collector)."""
+    out: list[Action] = []
+    api_version = KNOWN_KINDS["InstancePersistentVolume"][0]
+    for ipv in snapshot.list("InstancePersistentVolume"):
+        if is_deleting(ipv):
+            continue
+        meta = ipv["metadata"]
+        name, namespace = meta["name"], meta.get("namespace") or "default"
+        pvc = snapshot.get("PersistentVolumeClaim", name, namespace)
+        if pvc is None:
+            out.append(Action("create", "PersistentVolumeClaim", name, namespace, body=render_claim(policy, ipv),
+                              reason="the InstancePersistentVolume's claim (§13)"))
+            continue
+        status = claim_status(pvc) if owns_claim(ipv, pvc) else {}
+        if status and status != (ipv.get("status") or {}):
+            out.append(Action("apply-status", "InstancePersistentVolume", name, namespace,
+                              body={"apiVersion": ipv.get("apiVersion", api_version), "kind": "InstancePersistentVolume",
+                                    "metadata": {"name": name, "namespace": namespace}, "status": status},
+                              reason=f"claim {status.get('phase', '')}"))
     return out

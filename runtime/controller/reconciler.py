@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Mapping
 from loguru import logger
 
 from runtime.controller import settings_seed
-from runtime.controller.instances import plan_instances
+from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.plan import Action, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
@@ -58,7 +58,8 @@ from runtime.kube.session import KubeApiError, Session
 # Secret and the Setting view are watched in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
-           "Instance", "Pod", "Service", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "RuntimeClass",
+           "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim", "PersistentVolume",
+           "StorageClass", "RuntimeClass",
            "Workload")
 # Which finalizer (label-catalog key role) the controller keeps on each kind.
 FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
@@ -188,6 +189,7 @@ class Controller:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
         self._foreign = set(instances.foreign)
         actions += instances.actions
+        actions += plan_persistent_volumes(self.policy, snapshot)
         if "Setting" in self.cache.caches:
             actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
         self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None

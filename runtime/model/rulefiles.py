@@ -300,6 +300,7 @@ class PlacementSpec(Strict):
     noProvisioner: str
     missingMessage: str
     unboundMessage: str
+    defaultCapacity: str = Field(min_length=1)   # an InstancePersistentVolume's claim size when unset (§13)
 
 
 class LifecycleSpec(Strict):

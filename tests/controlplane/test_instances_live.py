@@ -380,3 +380,27 @@ def test_an_instance_with_ports_gets_its_node_port_service_and_status(live, kube
     # no garbage collector runs locally (no kube-controller-manager): the owner reference would
     # remove the Service in a real cluster; here the test does
     kubectl("delete", "service", "ports-demo", "-n", NS, "--wait=true")
+
+
+def test_an_instance_persistent_volume_gets_its_claim_and_mirrors_its_phase(live, kubectl):
+    """§13: the controller creates the PersistentVolumeClaim of an InstancePersistentVolume and mirrors
+    its phase. No StorageClass ``missing-class`` exists and no PV controller runs here: it stays Pending."""
+    _apply(kubectl, {"apiVersion": "worker.gpustack.ai/v1", "kind": "InstancePersistentVolume",
+                     "metadata": {"name": "ipv-demo", "namespace": NS},
+                     "spec": {"type": "missing-class", "capacity": "5Gi", "accessMode": "ReadWriteOnce"}})
+    uid = _get(kubectl, "instancepersistentvolume", "ipv-demo", "-n", NS)["metadata"]["uid"]
+    _, pvc = _wait(lambda: _get(kubectl, "pvc", "ipv-demo", "-n", NS), bool, what="PVC ipv-demo")
+    assert pvc["spec"]["storageClassName"] == "missing-class"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"] == {"requests": {"storage": "5Gi"}}
+    assert pvc["metadata"]["ownerReferences"] == [{"apiVersion": "worker.gpustack.ai/v1",
+                                                   "kind": "InstancePersistentVolume", "name": "ipv-demo",
+                                                   "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+    _, ipv = _wait(lambda: _get(kubectl, "instancepersistentvolume", "ipv-demo", "-n", NS),
+                   lambda i: (i.get("status") or {}).get("phase"), what="status.phase")
+    assert ipv["status"] == {"phase": "Pending"}
+    assert live.wait_idle(10)
+    kubectl("delete", "instancepersistentvolume", "ipv-demo", "-n", NS, "--wait=true")
+    # no garbage collector or pvc-protection controller runs here: remove the claim by hand
+    kubectl("delete", "pvc", "ipv-demo", "-n", NS, "--wait=false")
+    kubectl("patch", "pvc", "ipv-demo", "-n", NS, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
