@@ -89,9 +89,9 @@ def test_garbage_collector_deletes_a_dependent_of_a_deleted_owner(kubectl):
         "name": "gc-dependent", "namespace": "default", "ownerReferences": [{
             "apiVersion": "v1", "kind": "ConfigMap", "name": "gc-owner", "uid": owner["metadata"]["uid"]}]}}
     kubectl("create", "-f", "-", input=json.dumps(dependent))
-    kubectl("delete", "configmap", "gc-owner", "-n", "default", "--wait=false")
     names = lambda: kubectl.stdout("get", "configmap", "-n", "default", "-o", "name").split()  # noqa: E731
-    assert "configmap/gc-dependent" in names()
+    assert "configmap/gc-dependent" in names()  # the owner exists: the dependent stays
+    kubectl("delete", "configmap", "gc-owner", "-n", "default", "--wait=false")
     _poll("gc-dependent garbage-collected", lambda: "configmap/gc-dependent" not in names(), timeout=120)
 
 
