@@ -25,7 +25,7 @@ lint: install  ## layer contracts (import-linter)
 unit: install  ## tests that need no cluster
 	$(BIN)/python -m pytest -m 'not controlplane and not e2e'
 
-controlplane:  ## build kube-apiserver, kube-scheduler, etcd, Kueue, nfd-master, kwok into $(ACCELPOLICY_CACHE)/bin (no-op when built)
+controlplane:  ## build kube-apiserver, kube-controller-manager, kube-scheduler, etcd, Kueue, nfd-master, kwok into $(ACCELPOLICY_CACHE)/bin (no-op when built)
 	bash e2e/controlplane/build.sh
 	bash e2e/components/build.sh
 

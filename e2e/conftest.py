@@ -1,7 +1,8 @@
 """One e2e cluster fixture, three backends: ``--cluster=local|kind|existing`` (default local).
 
 * ``local``: the process-wide "full" LocalCluster (``runtime.localcluster.testing.full_cluster``):
-  etcd, kube-apiserver, kube-scheduler, kwok, nfd-master and Kueue (configured by
+  etcd, kube-apiserver, kube-scheduler, kube-controller-manager (garbage collector, namespace
+  controller), kwok, nfd-master and Kueue (configured by
   ``runtime.engine.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
   ``make controlplane``, with Kueue's, NFD's and our CRDs installed.
 * ``kind``: a kind cluster through pytest-kind; skipped with the reason when ``kind`` is not on PATH

@@ -1,7 +1,7 @@
 """The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (issue 6).
 
-The cluster is the ``cluster`` fixture (``--cluster=local``: kube-apiserver, kube-scheduler, kwok,
-nfd-master and Kueue configured by ``runtime.engine.kueueconfig``); around it
+The cluster is the ``cluster`` fixture (``--cluster=local``: kube-apiserver, kube-scheduler,
+kube-controller-manager's garbage collector, kwok, nfd-master and Kueue configured by ``runtime.engine.kueueconfig``); around it
 :class:`runtime.localcluster.walkthrough.Walkthrough` builds the seed's four nodes (kwok fake Nodes),
 runs our agent per node (fake NVML backend, recorded facts), our controller (subprocess, with its
 admission webhooks) and the device-plugin stand-in. Every step runs the seed's own ``kubectl`` lines
@@ -206,9 +206,10 @@ def test_step4_custom_instancetype(walk, record_step):
     record_step("step 4: apply custom-demo -> Ready and table", time.monotonic() - t0)
     t0 = time.monotonic()
     deleted = walk.sh("kubectl delete instancetype a10g-12c128g", check=False, timeout=TABLE_TIMEOUT)
-    # Known failure on the local cluster: kwok's default pod-delete Stage empties a deleted Pod's
-    # finalizers, Kueue's included, so Kueue never finishes custom-demo's Workload; the ClusterQueue
-    # keeps it admitted (finalizer kueue.x-k8s.io/resource-in-use) and the type's deletion waits for it.
+    # kwok's default pod-delete Stage empties a deleted Pod's finalizers, Kueue's included, so Kueue
+    # never finishes custom-demo's Workload; the garbage collector (kube-controller-manager on the local
+    # cluster) deletes it once its owner Pod is gone. Without one the ClusterQueue keeps it admitted
+    # (finalizer kueue.x-k8s.io/resource-in-use) and the type's deletion waits for it.
     assert deleted.returncode == 0, (deleted.stderr, walk.kubectl.stdout("get", "workloads", "-A"))
     out = deleted.stdout
     assert out.strip() == 'instancetype.worker.gpustack.ai "a10g-12c128g" deleted'

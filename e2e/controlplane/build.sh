@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-scheduler and etcd from the Go modules pinned in
+# Build kube-apiserver, kube-controller-manager, kube-scheduler and etcd from the Go modules pinned in
 # this directory's go.mod/go.sum into $ACCELPOLICY_CACHE/bin/<version>/.
 #
-# A no-op when the three binaries are already there. Go's module and build
+# A no-op when the four binaries are already there (a missing one triggers a build). Go's module and build
 # caches stay at their defaults (outside the clone), so a fresh clone reuses
 # them. Prints progress (a line per ~250 packages compiled) because a cold
 # build takes tens of minutes on 2 cores.
@@ -24,7 +24,7 @@ cache="${ACCELPOLICY_CACHE:-$HOME/.cache/accelpolicy}"
 out="$cache/bin/$version"
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$out"; exit 0; fi
 
-if [[ -x "$out/kube-apiserver" && -x "$out/kube-scheduler" && -x "$out/etcd" ]]; then
+if [[ -x "$out/kube-apiserver" && -x "$out/kube-controller-manager" && -x "$out/kube-scheduler" && -x "$out/etcd" ]]; then
   echo "controlplane: binaries present in $out (nothing to do)"
   exit 0
 fi
@@ -39,7 +39,7 @@ done
 tmp="$(mktemp -d "$cache/bin/.build.XXXXXX" 2>/dev/null || { mkdir -p "$cache/bin"; mktemp -d "$cache/bin/.build.XXXXXX"; })"
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
-echo "controlplane: building kube-apiserver + kube-scheduler $k8s_version and etcd $etcd_version -> $out"
+echo "controlplane: building kube-apiserver + kube-controller-manager + kube-scheduler $k8s_version and etcd $etcd_version -> $out"
 echo "controlplane: $(go version); GOMODCACHE=$(go env GOMODCACHE) GOCACHE=$(go env GOCACHE); a cold build takes ~17-30 min on 2 cores, ~1 min with a warm build cache"
 
 progress() {  # $1 = label; reads `go build -v` package lines on stdin
@@ -51,13 +51,14 @@ go mod download
 echo "controlplane: modules present ($(( $(date +%s) - start ))s)"
 export CGO_ENABLED=0
 go build -v -trimpath -ldflags "$ldflags" -o "$tmp/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler 2>&1 | progress kube
-echo "controlplane: kube-apiserver, kube-scheduler done ($(( $(date +%s) - start ))s)"
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler 2>&1 | progress kube
+echo "controlplane: kube-apiserver, kube-controller-manager, kube-scheduler done ($(( $(date +%s) - start ))s)"
 go build -v -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3 2>&1 | progress etcd
 echo "controlplane: etcd done ($(( $(date +%s) - start ))s)"
 "$tmp/kube-apiserver" --version
 "$tmp/etcd" --version | head -1
 mkdir -p "$out"
-for b in kube-apiserver kube-scheduler etcd; do mv -f "$tmp/$b" "$out/$b"; done
+for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do mv -f "$tmp/$b" "$out/$b"; done
 printf 'k8s.io/kubernetes %s\ngo.etcd.io/etcd/server/v3 %s\n%s\n' "$k8s_version" "$etcd_version" "$(go version)" > "$out/VERSIONS"
 echo "controlplane: built in $(( $(date +%s) - start ))s -> $out"

@@ -1,5 +1,5 @@
 """``python -m runtime.localcluster [--full]``: run a local control plane with all CRDs until Ctrl-C
-(``--full``: with kube-scheduler, kwok, nfd-master and Kueue)."""
+(``--full``: with kube-scheduler, kube-controller-manager, kwok, nfd-master and Kueue)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-crds", action="store_true", help="do not install Kueue/NFD/accelpolicy CRDs")
     ap.add_argument("--once", action="store_true", help="start, report timings, stop (a smoke check)")
     ap.add_argument("--full", action="store_true",
-                    help="also run kube-scheduler, kwok, nfd-master and Kueue (built by `make controlplane`)")
+                    help="also run kube-scheduler, kube-controller-manager (garbage collector, namespace "
+                         "controller), kwok, nfd-master and Kueue (built by `make controlplane`)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        options = dict(scheduler=True, components=COMPONENTS) if args.full else {}
+        options = dict(scheduler=True, controller_manager=True, components=COMPONENTS) if args.full else {}
         with LocalCluster(**options) as cluster:
             print(f"control plane ready in {cluster.start_seconds:.1f}s: {cluster.server}", flush=True)
             for name, seconds in cluster.component_seconds.items():

@@ -1,6 +1,7 @@
 """Locate the control-plane binaries that ``make controlplane`` builds.
 
-``e2e/controlplane/build.sh`` builds kube-apiserver, kube-scheduler and etcd from the Go modules
+``e2e/controlplane/build.sh`` builds kube-apiserver, kube-controller-manager, kube-scheduler and etcd
+from the Go modules
 pinned in ``e2e/controlplane/go.mod`` into ``$ACCELPOLICY_CACHE/bin/<version>/`` where
 ``<version>`` is ``k8s-<kubernetes version>_etcd-<etcd version>`` and ``ACCELPOLICY_CACHE``
 defaults to ``~/.cache/accelpolicy``. This module computes the same directory.
@@ -60,14 +61,15 @@ def pinned_version(go_mod: Path | None = None) -> str:
 class ControlPlaneBinaries:
     """Paths of the built control-plane programs.
 
-    ``kube_scheduler`` is ``None`` when that binary is absent (it is optional for an API-only
-    cluster).
+    ``kube_scheduler`` and ``kube_controller_manager`` are ``None`` when that binary is absent
+    (both are optional for an API-only cluster).
     """
 
     etcd: Path
     kube_apiserver: Path
     kube_scheduler: Path | None
     directory: Path
+    kube_controller_manager: Path | None = None
 
 
 def binaries_dir() -> Path:
@@ -86,7 +88,7 @@ def find_binaries(directory: Path | None = None) -> ControlPlaneBinaries:
     executable.
     """
     d = Path(directory) if directory else binaries_dir()
-    found = {name: d / name for name in ("etcd", "kube-apiserver", "kube-scheduler")}
+    found = {name: d / name for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")}
     missing = [n for n in ("etcd", "kube-apiserver") if not os.access(found[n], os.X_OK)]
     if missing:
         raise MissingBinariesError(
@@ -94,9 +96,11 @@ def find_binaries(directory: Path | None = None) -> ControlPlaneBinaries:
             f"run `make controlplane` (builds them from e2e/controlplane/go.mod) "
             f"or point {BIN_DIR_ENV} at a directory that has them"
         )
-    sched = found["kube-scheduler"] if os.access(found["kube-scheduler"], os.X_OK) else None
+    optional = {n: found[n] if os.access(found[n], os.X_OK) else None
+                for n in ("kube-scheduler", "kube-controller-manager")}
     return ControlPlaneBinaries(etcd=found["etcd"], kube_apiserver=found["kube-apiserver"],
-                                kube_scheduler=sched, directory=d)
+                                kube_scheduler=optional["kube-scheduler"], directory=d,
+                                kube_controller_manager=optional["kube-controller-manager"])
 
 
 # -- cluster components (Kueue, nfd-master, kwok): e2e/components/build.sh ---------------------------

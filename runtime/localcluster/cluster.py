@@ -1,4 +1,5 @@
-"""Start and stop etcd + kube-apiserver (optionally kube-scheduler, kwok, nfd-master, Kueue) on 127.0.0.1.
+"""Start and stop etcd + kube-apiserver (optionally kube-scheduler, kube-controller-manager, kwok,
+nfd-master, Kueue) on 127.0.0.1.
 
 Typical use::
 
@@ -38,6 +39,11 @@ from .binaries import (ComponentBinaries, ControlPlaneBinaries, LocalClusterErro
 from .certs import Pki, generate_pki
 
 _LOG_TAIL_BYTES = 4000
+
+#: Controllers kube-controller-manager runs when ``LocalCluster(controller_manager=True)``: the
+#: garbage collector (deletes dependents whose ownerReferences point at deleted objects, e.g. Kueue's
+#: Workload of a deleted Pod) and the namespace controller (empties and removes deleted Namespaces).
+CONTROLLER_MANAGER_CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
 
 
 def _free_port() -> int:
@@ -104,6 +110,10 @@ class LocalCluster:
         scheduler: also run kube-scheduler (leader election off) against the API server, so Pods
             get bound to Node objects; needs the kube-scheduler binary (:class:`MissingBinariesError`
             otherwise). No kubelet runs: bound Pods stay Pending unless kwok manages their Node.
+        controller_manager: also run kube-controller-manager (leader election off, admin
+            credentials) with only :data:`CONTROLLER_MANAGER_CONTROLLERS`, so dependents of deleted
+            objects are garbage-collected and deleted Namespaces go away; needs the
+            kube-controller-manager binary (:class:`MissingBinariesError` otherwise).
         components: cluster components to run after the API server (and scheduler), any of
             ``"kwok"``, ``"nfd-master"``, ``"kueue"`` (started in that order; see
             :mod:`runtime.localcluster.components`); their binaries come from
@@ -129,7 +139,7 @@ class LocalCluster:
 
     def __init__(self, binaries: ControlPlaneBinaries | None = None, *, workdir: Path | None = None,
                  start_timeout: float = 120.0, extra_apiserver_args: Sequence[str] = (),
-                 keep_workdir: bool = False, scheduler: bool = False,
+                 keep_workdir: bool = False, scheduler: bool = False, controller_manager: bool = False,
                  components: Sequence[str] = (), kueue_configuration: Mapping[str, Any] | None = None,
                  component_binaries: ComponentBinaries | None = None):
         self.binaries = binaries or find_binaries()
@@ -141,6 +151,10 @@ class LocalCluster:
         if scheduler and self.binaries.kube_scheduler is None:
             raise MissingBinariesError(
                 f"kube-scheduler missing in {self.binaries.directory}; run `make controlplane`")
+        self.controller_manager = controller_manager
+        if controller_manager and self.binaries.kube_controller_manager is None:
+            raise MissingBinariesError(
+                f"kube-controller-manager missing in {self.binaries.directory}; run `make controlplane`")
         self.components = tuple(components)
         if isinstance(components, str):
             raise LocalClusterError(f"components must be a sequence of names, got the string {components!r}")
@@ -191,6 +205,8 @@ class LocalCluster:
             self._write_kubeconfig()
             if self.scheduler:
                 self._start_scheduler(t0)
+            if self.controller_manager:
+                self._start_controller_manager(t0)
             if self.components:
                 from .components import start_components
                 start_components(self, self.components, self.component_binaries,
@@ -202,7 +218,7 @@ class LocalCluster:
         return self
 
     def stop(self, grace: float = 15.0) -> None:
-        """Stop the components, kube-scheduler, kube-apiserver, then etcd (SIGTERM, SIGKILL after ``grace`` seconds); idempotent.
+        """Stop the components, kube-controller-manager, kube-scheduler, kube-apiserver, then etcd (SIGTERM, SIGKILL after ``grace`` seconds); idempotent.
 
         Removes a temporary workdir unless ``keep_workdir`` was set.
         """
@@ -256,8 +272,8 @@ class LocalCluster:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
-            # No controller-manager runs: no token controller creates "default" ServiceAccounts, and
-            # no node-lifecycle controller would lift the not-ready taint TaintNodesByCondition puts
+            # No controller-manager runs the token/serviceaccount controllers (none creates "default"
+            # ServiceAccounts), and no node-lifecycle controller would lift the not-ready taint TaintNodesByCondition puts
             # on every new Node, so both admission plugins are off.
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             # Loopback addresses are not valid Endpoints; nothing in-cluster needs the service.
@@ -290,6 +306,26 @@ class LocalCluster:
             f"--cert-dir={self.workdir / 'scheduler-certs'}", "--v=0",
         ], self.workdir / "kube-scheduler.log")
         self._procs.append(proc)
+        self._wait_healthz(proc, port, t0)
+
+    def _start_controller_manager(self, t0: float) -> None:
+        assert self.workdir and self.kubeconfig and self.binaries.kube_controller_manager
+        port = _free_port()
+        proc = _Proc("kube-controller-manager", [
+            str(self.binaries.kube_controller_manager), f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            f"--controllers={','.join(CONTROLLER_MANAGER_CONTROLLERS)}",
+            "--leader-elect=false", "--use-service-account-credentials=false",
+            # The API server has no request-header CA; only /healthz (always allowed) is served.
+            "--authentication-skip-lookup=true",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.workdir / 'controller-manager-certs'}", "--v=0",
+        ], self.workdir / "kube-controller-manager.log")
+        self._procs.append(proc)
+        self._wait_healthz(proc, port, t0)
+
+    def _wait_healthz(self, proc: _Proc, port: int, t0: float) -> None:
+        """Wait until ``proc`` answers 200 on ``https://127.0.0.1:<port>/healthz`` (self-signed cert)."""
         insecure = ssl.create_default_context()
         insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE  # self-signed serving cert
 

@@ -4,7 +4,8 @@
   (``$ACCELPOLICY_SHARED``, else ``../shared`` beside the checkout) and its seed contract.
 * :func:`session_cluster`: one :class:`LocalCluster` per process with every CRD installed, shared by
   all test directories that ask for it and stopped at interpreter exit.
-* :func:`full_cluster`: another such cluster that also runs kube-scheduler, kwok, nfd-master and
+* :func:`full_cluster`: another such cluster that also runs kube-scheduler, kube-controller-manager
+  (garbage collector, namespace controller), kwok, nfd-master and
   Kueue (started lazily, only when a test asks for it).
 * :func:`parse_table`: split ``kubectl get`` output into rows of ``{HEADER: value}`` by the
   header's column offsets (values may contain single spaces).
@@ -149,7 +150,8 @@ _full: tuple[LocalCluster, Kubectl] | None = None
 
 
 def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster, Kubectl]:
-    """Start (once per process, lazily) a LocalCluster with kube-scheduler, kwok, nfd-master and
+    """Start (once per process, lazily) a LocalCluster with kube-scheduler, kube-controller-manager
+    (:data:`~runtime.localcluster.cluster.CONTROLLER_MANAGER_CONTROLLERS`), kwok, nfd-master and
     Kueue, and every CRD (Kueue's, NFD's, ours) Established; return ``(cluster, kubectl)``.
 
     Separate from :func:`session_cluster` (which stays bare: no scheduler, no components), shared
@@ -163,7 +165,7 @@ def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster,
         if kueue_configuration is not None and kueue_configuration != _full[0].kueue_configuration:
             raise LocalClusterError("full_cluster() already runs with another kueue_configuration")
         return _full
-    _full = with_crds(LocalCluster(scheduler=True, components=FULL_COMPONENTS,
+    _full = with_crds(LocalCluster(scheduler=True, controller_manager=True, components=FULL_COMPONENTS,
                                    kueue_configuration=kueue_configuration).start())
     return _full
 

@@ -125,15 +125,15 @@ def controller_serves_webhooks() -> bool:
 
 def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-master", "kueue"),
                         workdir: Path | None = None) -> tuple[LocalCluster, Kubectl]:
-    """Start a LocalCluster with kube-scheduler and ``components`` (Kueue configured by
+    """Start a LocalCluster with kube-scheduler, kube-controller-manager and ``components`` (Kueue configured by
     ``runtime.engine.kueueconfig.kueue_configuration(policy)``, spec/pools.md §9), install every
     CRD; returns ``(cluster, kubectl)``. Raises :class:`MissingBinariesError` / :class:`LocalClusterError`."""
     from runtime.engine.kueueconfig import kueue_configuration
 
     from .testing import with_crds
     kueue = kueue_configuration(policy) if "kueue" in components else None
-    return with_crds(LocalCluster(scheduler=True, components=tuple(components), kueue_configuration=kueue,
-                                  workdir=workdir).start())
+    return with_crds(LocalCluster(scheduler=True, controller_manager=True, components=tuple(components),
+                                  kueue_configuration=kueue, workdir=workdir).start())
 
 
 class Walkthrough:

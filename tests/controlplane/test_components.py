@@ -76,7 +76,23 @@ def test_components_run_with_their_logs_in_the_workdir(full):
     assert set(cluster.component_seconds) == {"kwok", "nfd-master", "kueue"}
     for name in ("kwok", "nfd-master", "kueue"):
         assert (cluster.workdir / f"{name}.log").stat().st_size > 0
-    assert set(cluster.logs()) >= {"etcd", "kube-apiserver", "kube-scheduler", "kwok", "nfd-master", "kueue"}
+    assert set(cluster.logs()) >= {"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
+                                   "kwok", "nfd-master", "kueue"}
+
+
+def test_garbage_collector_deletes_a_dependent_of_a_deleted_owner(kubectl):
+    """kube-controller-manager's garbage collector runs: a ConfigMap whose ownerReference names a
+    deleted ConfigMap is deleted (as Kueue's Workload of a deleted Pod is, README "Known gap")."""
+    kubectl("create", "configmap", "gc-owner", "-n", "default")
+    owner = _get(kubectl, "configmap", "gc-owner", "-n", "default")
+    dependent = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "gc-dependent", "namespace": "default", "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "gc-owner", "uid": owner["metadata"]["uid"]}]}}
+    kubectl("create", "-f", "-", input=json.dumps(dependent))
+    names = lambda: kubectl.stdout("get", "configmap", "-n", "default", "-o", "name").split()  # noqa: E731
+    assert "configmap/gc-dependent" in names()  # the owner exists: the dependent stays
+    kubectl("delete", "configmap", "gc-owner", "-n", "default", "--wait=false")
+    _poll("gc-dependent garbage-collected", lambda: "configmap/gc-dependent" not in names(), timeout=120)
 
 
 def test_kueue_webhooks_are_kueues_own_pointed_at_loopback(full, kubectl):

@@ -132,3 +132,5 @@ def test_local_cluster_checks_components_before_starting(tmp_path, monkeypatch):
         LocalCluster(fake, kueue_configuration={"resources": {}})
     with pytest.raises(LocalClusterError, match="components must be a sequence of names"):
         LocalCluster(fake, components="kueue")
+    with pytest.raises(MissingBinariesError, match=r"kube-controller-manager missing in .*; run `make controlplane`"):
+        LocalCluster(fake, controller_manager=True)

@@ -43,6 +43,17 @@ def test_missing_binaries_say_run_make_controlplane(tmp_path):
         find_binaries(tmp_path / "nowhere")
 
 
+def test_optional_programs_are_found_when_executable(tmp_path):
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        os.chmod(tmp_path / name, 0o755)
+    found = find_binaries(tmp_path)
+    assert found.kube_controller_manager == tmp_path / "kube-controller-manager"
+    assert found.kube_scheduler is None
+    os.chmod(tmp_path / "kube-controller-manager", 0o644)
+    assert find_binaries(tmp_path).kube_controller_manager is None
+
+
 def test_generated_pki(tmp_path):
     pki = generate_pki(tmp_path)
     ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
