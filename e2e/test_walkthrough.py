@@ -310,11 +310,8 @@ def test_troubleshooting_unbindable_claim(walk):
     it, and a new Instance mounting it says why in status.phaseMessage (instances.md §12)."""
     _needs_webhooks(walk)
     walk.sh("kubectl apply -f datasets.yaml")
-    try:
-        wait_until(lambda: get(walk, "pvc", "datasets", "-n", NS), bool, "PVC datasets", timeout=60)
-    except AssertionError:
-        pytest.xfail("the controller creates no PersistentVolumeClaim for an InstancePersistentVolume "
-                     "(spec/instances.md §13): not implemented in this checkout")
+    wait_until(lambda: get(walk, "pvc", "datasets", "-n", NS), bool, "PVC datasets (spec/instances.md §13)",
+               timeout=60)
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"true\"}}'")
     doc = yaml.safe_load((MANIFESTS / "pinned-demo.yaml").read_text())
