@@ -75,10 +75,7 @@ def cluster(request, tmp_path_factory):
     backend = request.config.getoption("--cluster")
     if backend == "local":
         try:
-            from runtime.engine.kueueconfig import kueue_configuration
-            from runtime.engine.policy import Policy
-            from runtime.rules.loader import load_rules
-            lc, kubectl = full_cluster(kueue_configuration(Policy(load_rules())))
+            lc, kubectl = full_cluster()   # Kueue configured from the repository's rules (pools.md §9)
         except MissingBinariesError as e:
             pytest.fail(str(e), pytrace=False)
         yield E2ECluster("local", lc.kubeconfig, kubectl)
