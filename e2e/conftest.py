@@ -1,6 +1,6 @@
 """One e2e cluster fixture, three backends: ``--cluster=local|kind|existing`` (default local).
 
-* ``local``: the process-wide "full" LocalCluster (``runtime.localcluster.testing.full_cluster``):
+* ``local``: a LocalCluster of the e2e session's own (``runtime.localcluster.walkthrough.start_local_cluster``):
   etcd, kube-apiserver, kube-scheduler, kube-controller-manager (garbage collector, namespace
   controller), kwok, nfd-master and Kueue (configured by
   ``runtime.engine.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
@@ -29,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from runtime.localcluster import Kubectl, MissingBinariesError, all_crds, install_crds
-from runtime.localcluster.testing import full_cluster
 
 BACKENDS = ("local", "kind", "existing")
 
@@ -74,11 +73,19 @@ def kind_unavailable_reason() -> str | None:
 def cluster(request, tmp_path_factory):
     backend = request.config.getoption("--cluster")
     if backend == "local":
+        # A cluster of its own: the walkthrough needs the seed Nodes as kwok Nodes, and the
+        # components tests leave seed objects behind in the shared full_cluster().
+        from runtime.engine.policy import Policy
+        from runtime.localcluster.walkthrough import start_local_cluster
+        from runtime.rules.loader import load_rules
         try:
-            lc, kubectl = full_cluster()   # Kueue configured from the repository's rules (pools.md §9)
+            lc, kubectl = start_local_cluster(Policy(load_rules()))   # Kueue configured from the rules (pools.md §9)
         except MissingBinariesError as e:
             pytest.fail(str(e), pytrace=False)
-        yield E2ECluster("local", lc.kubeconfig, kubectl)
+        try:
+            yield E2ECluster("local", lc.kubeconfig, kubectl)
+        finally:
+            lc.stop()
     elif backend == "kind":
         reason = kind_unavailable_reason()
         if reason:
