@@ -339,14 +339,3 @@ class Controller:
             self._last_run = time.monotonic()
 
     _last_run: float = 0.0
-
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """For tests: True once no event is pending and the last reconcile planned (and deferred)
-        nothing."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            last = self.reconciles[-1] if self.reconciles else None
-            if not self._dirty.is_set() and last is not None and not last.planned and not last.deferred:
-                return True
-            time.sleep(0.05)
-        return False

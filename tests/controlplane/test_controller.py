@@ -22,10 +22,10 @@ import time
 import pytest
 import yaml
 
-from runtime.controller.reconciler import Controller
+from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
-from runtime.localcluster.testing import parse_table
+from testing.localcluster.testing import parse_table
 from runtime.rules.loader import load_rules
 from tests.seedfiles import FIXTURES, seed_file, seed_table
 

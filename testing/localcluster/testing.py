@@ -143,7 +143,7 @@ def session_cluster() -> tuple[LocalCluster, Kubectl]:
     return _session
 
 
-#: Components the shared "full" cluster runs (runtime/localcluster/components.py).
+#: Components the shared "full" cluster runs (testing/localcluster/components.py).
 FULL_COMPONENTS = ("kwok", "nfd-master", "kueue")
 
 _full: tuple[LocalCluster, Kubectl] | None = None
@@ -151,7 +151,7 @@ _full: tuple[LocalCluster, Kubectl] | None = None
 
 def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster, Kubectl]:
     """Start (once per process, lazily) a LocalCluster with kube-scheduler, kube-controller-manager
-    (:data:`~runtime.localcluster.cluster.CONTROLLER_MANAGER_CONTROLLERS`), kwok, nfd-master and
+    (:data:`~testing.localcluster.cluster.CONTROLLER_MANAGER_CONTROLLERS`), kwok, nfd-master and
     Kueue, and every CRD (Kueue's, NFD's, ours) Established; return ``(cluster, kubectl)``.
 
     Separate from :func:`session_cluster` (which stays bare: no scheduler, no components), shared

@@ -8,13 +8,13 @@ Public API:
   into ``$ACCELPOLICY_CACHE/bin/<version>/``.
 * :func:`find_component_binaries` / :class:`ComponentBinaries` — Kueue, nfd-master and kwok, which
   ``make controlplane`` also builds; ``LocalCluster(components=...)`` runs them
-  (:mod:`runtime.localcluster.components`, :func:`fake_node` for kwok-managed Nodes).
+  (:mod:`testing.localcluster.components`, :func:`fake_node` for kwok-managed Nodes).
 * :class:`Kubectl` — a kubectl runner bound to a kubeconfig.
 * :func:`all_crds`, :func:`our_crds`, :func:`kueue_crds`, :func:`nfd_crds`, :func:`install_crds` —
   our CRDs plus Kueue's and NFD's from their pinned Go modules.
 * Errors: :class:`LocalClusterError` (base), :class:`MissingBinariesError`, :class:`KubectlError`.
 
-``python -m runtime.localcluster`` starts a cluster with all CRDs, prints the kubeconfig path and
+``python -m testing.localcluster`` starts a cluster with all CRDs, prints the kubeconfig path and
 runs until interrupted.
 """
 

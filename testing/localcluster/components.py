@@ -43,7 +43,7 @@ Kueue
     Pod labelled ``kueue.x-k8s.io/queue-name`` is gated and gets a Workload as in a real install.
 
 Each component needs its CRDs: the cluster installs Kueue's (for kueue) and NFD's (for
-nfd-master) before starting them (:func:`runtime.localcluster.crds.install_crds`).
+nfd-master) before starting them (:func:`testing.localcluster.crds.install_crds`).
 """
 
 from __future__ import annotations

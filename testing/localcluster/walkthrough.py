@@ -1,7 +1,7 @@
 """The seed walkthrough's cluster around our controller, on a local control plane (issue 6).
 
 Used by ``e2e/test_walkthrough.py`` and the live ``accelpolicy demo``. Given a running API server
-(ideally :class:`~runtime.localcluster.LocalCluster` with kube-scheduler, kwok, nfd-master and
+(ideally :class:`~testing.localcluster.LocalCluster` with kube-scheduler, kwok, nfd-master and
 Kueue, see :func:`start_local_cluster`), :class:`Walkthrough` builds what the seed's captured
 cluster had (shared/seed/README.md):
 
@@ -17,7 +17,7 @@ cluster had (shared/seed/README.md):
    rules name as the controller (``controller-identity``, bound to cluster-admin), with
    ``--webhook-port`` and a self-signed CA when this checkout's controller serves webhooks; it seeds the settings Secret
    with its defaults, derives the pools and reconciles Instances;
-4. the device-plugin stand-in (:mod:`runtime.localcluster.deviceplugin`) advertising accelerator
+4. the device-plugin stand-in (:mod:`testing.localcluster.deviceplugin`) advertising accelerator
    tokens and writing allocation annotations on bound Pods, from which the agents' loops rebuild the
    ledger. Pods go Running through kwok.
 

@@ -1,4 +1,4 @@
-"""``python -m runtime.localcluster [--full]``: run a local control plane with all CRDs until Ctrl-C
+"""``python -m testing.localcluster [--full]``: run a local control plane with all CRDs until Ctrl-C
 (``--full``: with kube-scheduler, kube-controller-manager, kwok, nfd-master and Kueue)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from . import COMPONENTS, Kubectl, LocalCluster, LocalClusterError, all_crds, in
 
 def main(argv: list[str] | None = None) -> int:
     """Start the cluster, install CRDs (unless ``--no-crds``), print the kubeconfig, wait for a signal."""
-    ap = argparse.ArgumentParser(prog="python -m runtime.localcluster", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m testing.localcluster", description=__doc__)
     ap.add_argument("--no-crds", action="store_true", help="do not install Kueue/NFD/accelpolicy CRDs")
     ap.add_argument("--once", action="store_true", help="start, report timings, stop (a smoke check)")
     ap.add_argument("--full", action="store_true",

@@ -3,7 +3,7 @@ nfd-master, Kueue) on 127.0.0.1.
 
 Typical use::
 
-    from runtime.localcluster import LocalCluster
+    from testing.localcluster import LocalCluster
 
     with LocalCluster() as cluster:          # starts etcd, then kube-apiserver; waits for /readyz
         print(cluster.kubeconfig)            # admin kubeconfig (client certificate, system:masters)
@@ -116,13 +116,13 @@ class LocalCluster:
             kube-controller-manager binary (:class:`MissingBinariesError` otherwise).
         components: cluster components to run after the API server (and scheduler), any of
             ``"kwok"``, ``"nfd-master"``, ``"kueue"`` (started in that order; see
-            :mod:`runtime.localcluster.components`); their binaries come from
+            :mod:`testing.localcluster.components`); their binaries come from
             :func:`find_component_binaries` (:class:`MissingBinariesError` saying "run `make
             controlplane`" when absent). The CRDs a component needs (Kueue's, NFD's) are installed
             before it starts.
         kueue_configuration: a ``config.kueue.x-k8s.io/v1beta2`` Configuration or fragment (e.g.
             the ``resources`` section that ``runtime.engine.kueueconfig`` derives from policy)
-            merged over the base configuration of :func:`~runtime.localcluster.components.kueue_base_configuration`;
+            merged over the base configuration of :func:`~testing.localcluster.components.kueue_base_configuration`;
             ``None`` = the base alone. Only used with ``"kueue"`` in ``components``.
         component_binaries: the component programs; default :func:`find_component_binaries`.
 
