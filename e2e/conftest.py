@@ -3,7 +3,7 @@
 * ``local``: a LocalCluster of the e2e session's own (``testing.localcluster.walkthrough.start_local_cluster``):
   etcd, kube-apiserver, kube-scheduler, kube-controller-manager (garbage collector, namespace
   controller), kwok, nfd-master and Kueue (configured by
-  ``runtime.engine.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
+  ``runtime.engine.pools.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
   ``make controlplane``, with Kueue's, NFD's and our CRDs installed.
 * ``kind``: a kind cluster through pytest-kind; skipped with the reason when ``kind`` is not on PATH
   or ``docker info`` fails (no Docker engine). CRDs are installed into it.

@@ -1,7 +1,7 @@
 """The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (issue 6).
 
 The cluster is the ``cluster`` fixture (``--cluster=local``: kube-apiserver, kube-scheduler,
-kube-controller-manager's garbage collector, kwok, nfd-master and Kueue configured by ``runtime.engine.kueueconfig``); around it
+kube-controller-manager's garbage collector, kwok, nfd-master and Kueue configured by ``runtime.engine.pools.kueueconfig``); around it
 :class:`testing.localcluster.walkthrough.Walkthrough` builds the seed's four nodes (kwok fake Nodes),
 runs our agent per node (fake NVML backend, recorded facts), our controller (subprocess, with its
 admission webhooks) and the device-plugin stand-in. Every step runs the seed's own ``kubectl`` lines

@@ -14,6 +14,7 @@ from typing import Callable, NoReturn
 import click
 import yaml
 
+from runtime.engine.admission import AdmissionEngine
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import SnapshotError
 from runtime.report.tables import UnknownKindError
@@ -79,8 +80,6 @@ def policy_from(rules: Path | str | None) -> Policy:
 
 def engine_from(policy: Policy):
     """The AdmissionEngine of ``policy``; a dangling ``paramsFrom``/``builtin`` exits 2."""
-    from runtime.engine.admission import AdmissionEngine
-
     try:
         return AdmissionEngine(policy)
     except KeyError as exc:

@@ -18,14 +18,9 @@ removed when the ``with`` block ends, when :meth:`LocalCluster.stop` is called, 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,6 +32,8 @@ from typing import Any, Mapping, Sequence
 from .binaries import (ComponentBinaries, ControlPlaneBinaries, LocalClusterError, MissingBinariesError,
                        find_binaries, find_component_binaries)
 from .certs import Pki, generate_pki
+from .components import start_components
+from .processes import ChildProcess, free_port
 
 _LOG_TAIL_BYTES = 4000
 
@@ -46,53 +43,12 @@ _LOG_TAIL_BYTES = 4000
 CONTROLLER_MANAGER_CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
 
 
-def _free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except OSError:
-        pass
-
-
 def _tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
     try:
         data = path.read_bytes()
     except OSError:
         return "(no log)"
     return data[-limit:].decode(errors="replace")
-
-
-class _Proc:
-    """One child process with its log file."""
-
-    def __init__(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None):
-        self.name, self.argv, self.log = name, list(argv), log
-        self._log_file = open(log, "wb")
-        self.popen = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
-            env=dict(env) if env is not None else None,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-
-    def exited(self) -> int | None:
-        return self.popen.poll()
-
-    def stop(self, grace: float) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
-        self._log_file.close()
 
 
 class LocalCluster:
@@ -121,7 +77,7 @@ class LocalCluster:
             controlplane`" when absent). The CRDs a component needs (Kueue's, NFD's) are installed
             before it starts.
         kueue_configuration: a ``config.kueue.x-k8s.io/v1beta2`` Configuration or fragment (e.g.
-            the ``resources`` section that ``runtime.engine.kueueconfig`` derives from policy)
+            the ``resources`` section that ``runtime.engine.pools.kueueconfig`` derives from policy)
             merged over the base configuration of :func:`~testing.localcluster.components.kueue_base_configuration`;
             ``None`` = the base alone. Only used with ``"kueue"`` in ``components``.
         component_binaries: the component programs; default :func:`find_component_binaries`.
@@ -171,7 +127,7 @@ class LocalCluster:
         self.etcd_url: str | None = None
         self.pki: Pki | None = None
         self.start_seconds: float | None = None
-        self._procs: list[_Proc] = []
+        self._procs: list[ChildProcess] = []
         self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -208,7 +164,6 @@ class LocalCluster:
             if self.controller_manager:
                 self._start_controller_manager(t0)
             if self.components:
-                from .components import start_components
                 start_components(self, self.components, self.component_binaries,
                                  self.kueue_configuration, t0)
         except BaseException:
@@ -234,9 +189,9 @@ class LocalCluster:
     # -- internals -------------------------------------------------------------------------
     def _start_etcd(self, t0: float) -> None:
         assert self.workdir
-        client, peer = _free_port(), _free_port()
+        client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
-        proc = _Proc("etcd", [
+        proc = ChildProcess("etcd", [
             str(self.binaries.etcd), "--name=accelpolicy",
             f"--data-dir={self.workdir / 'etcd'}",
             f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
@@ -257,7 +212,7 @@ class LocalCluster:
 
     def _start_apiserver(self, t0: float) -> None:
         assert self.workdir and self.pki and self.etcd_url
-        port = _free_port()
+        port = free_port()
         self.server = f"https://127.0.0.1:{port}"
         pki = self.pki
         args = [
@@ -281,7 +236,7 @@ class LocalCluster:
             "--allow-privileged=true",
             "--v=0",
         ] + self.extra_apiserver_args
-        proc = _Proc("kube-apiserver", args, self.workdir / "kube-apiserver.log")
+        proc = ChildProcess("kube-apiserver", args, self.workdir / "kube-apiserver.log")
         self._procs.append(proc)
         self._wait(proc, self._apiserver_ready, t0)
 
@@ -298,8 +253,8 @@ class LocalCluster:
 
     def _start_scheduler(self, t0: float) -> None:
         assert self.workdir and self.kubeconfig and self.binaries.kube_scheduler
-        port = _free_port()
-        proc = _Proc("kube-scheduler", [
+        port = free_port()
+        proc = ChildProcess("kube-scheduler", [
             str(self.binaries.kube_scheduler), f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
@@ -310,8 +265,8 @@ class LocalCluster:
 
     def _start_controller_manager(self, t0: float) -> None:
         assert self.workdir and self.kubeconfig and self.binaries.kube_controller_manager
-        port = _free_port()
-        proc = _Proc("kube-controller-manager", [
+        port = free_port()
+        proc = ChildProcess("kube-controller-manager", [
             str(self.binaries.kube_controller_manager), f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
             f"--controllers={','.join(CONTROLLER_MANAGER_CONTROLLERS)}",
@@ -324,7 +279,7 @@ class LocalCluster:
         self._procs.append(proc)
         self._wait_healthz(proc, port, t0)
 
-    def _wait_healthz(self, proc: _Proc, port: int, t0: float) -> None:
+    def _wait_healthz(self, proc: ChildProcess, port: int, t0: float) -> None:
         """Wait until ``proc`` answers 200 on ``https://127.0.0.1:<port>/healthz`` (self-signed cert)."""
         insecure = ssl.create_default_context()
         insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE  # self-signed serving cert
@@ -338,7 +293,7 @@ class LocalCluster:
                 return False
         self._wait(proc, healthy, t0)
 
-    def _wait(self, proc: _Proc, probe, t0: float) -> None:
+    def _wait(self, proc: ChildProcess, probe, t0: float) -> None:
         deadline = t0 + self.start_timeout
         while True:
             code = proc.exited()
@@ -402,7 +357,7 @@ class LocalCluster:
             old.stop(grace)
             self.restart_stop_seconds = time.monotonic() - t0
             self._restarts = getattr(self, "_restarts", 0) + 1
-            proc = _Proc("kube-apiserver", old.argv, self.workdir / f"kube-apiserver.restart-{self._restarts}.log")
+            proc = ChildProcess("kube-apiserver", old.argv, self.workdir / f"kube-apiserver.restart-{self._restarts}.log")
             self._procs[index] = proc
         self._wait(proc, self._apiserver_ready, time.monotonic())
         return time.monotonic() - t0

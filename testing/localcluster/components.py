@@ -64,6 +64,7 @@ import yaml
 
 from .binaries import COMPONENTS, ComponentBinaries, LocalClusterError
 from .certs import issue_serving_cert
+from .processes import ChildProcess, free_port
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cluster import LocalCluster
@@ -144,7 +145,7 @@ def merge_kueue_configuration(base: dict, override: Mapping[str, Any] | None) ->
     """Return ``base`` with ``override`` merged over it (mappings recursively, anything else replaced).
 
     ``override`` is a full Configuration or a fragment of one (e.g. ``{"resources": {...}}`` from
-    ``runtime.engine.kueueconfig``); a bare ``resources`` section (only the keys
+    ``runtime.engine.pools.kueueconfig``); a bare ``resources`` section (only the keys
     ``transformations``, ``excludeResourcePrefixes``, ``deviceClassMappings``) is put under
     ``resources``. Raises :class:`LocalClusterError` when it is not a mapping or
     names another apiVersion/kind than ``config.kueue.x-k8s.io/v1beta2`` ``Configuration``.
@@ -293,12 +294,11 @@ def start_components(cluster: "LocalCluster", names: tuple[str, ...], binaries: 
 
 
 def _start_kwok(cluster: "LocalCluster", binaries: ComponentBinaries, **_: Any) -> None:
-    from .cluster import _free_port, _Proc
     home = cluster.workdir / "kwok-home"  # kwok also reads ~/.kwok/kwok.yaml: keep the user's out
     home.mkdir(exist_ok=True)
-    port = _free_port()
+    port = free_port()
     key, value = KWOK_NODE_ANNOTATION
-    proc = _Proc("kwok", [
+    proc = ChildProcess("kwok", [
         str(binaries.programs["kwok"]), f"--kubeconfig={cluster.kubeconfig}",
         f"--manage-nodes-with-annotation-selector={key}={value}",
         f"--server-address=127.0.0.1:{port}", "--node-ip=127.0.0.1",
@@ -309,14 +309,13 @@ def _start_kwok(cluster: "LocalCluster", binaries: ComponentBinaries, **_: Any) 
 
 
 def _start_nfd_master(cluster: "LocalCluster", binaries: ComponentBinaries, *, kubectl, **_: Any) -> None:
-    from .cluster import _free_port, _Proc
     node = fake_node(NFD_MASTER_NODE, {"node-role.kubernetes.io/control-plane": ""}, {"cpu": "2", "memory": "4Gi"})
     node["spec"]["taints"] = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
     kubectl("apply", "-f", "-", input=json.dumps(node))
-    port = _free_port()
+    port = free_port()
     conf = cluster.workdir / "nfd-master.conf"
     conf.write_text("{}\n")  # defaults; the flag keeps it from reading /etc/kubernetes/...
-    proc = _Proc("nfd-master", [
+    proc = ChildProcess("nfd-master", [
         str(binaries.programs["nfd-master"]), f"--kubeconfig={cluster.kubeconfig}",
         f"--config={conf}", f"--port={port}", "--enable-leader-election=false",
     ], cluster.workdir / "nfd-master.log",
@@ -327,7 +326,6 @@ def _start_nfd_master(cluster: "LocalCluster", binaries: ComponentBinaries, *, k
 
 def _start_kueue(cluster: "LocalCluster", binaries: ComponentBinaries, *, kubectl,
                  kueue_configuration: Mapping[str, Any] | None, **_: Any) -> None:
-    from .cluster import _free_port, _Proc
     kubectl("apply", "-f", "-", input=json.dumps(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}))
     root = cluster.workdir / "kueue-root"
@@ -343,7 +341,7 @@ def _start_kueue(cluster: "LocalCluster", binaries: ComponentBinaries, *, kubect
             shutil.copy2(source, exe)
     (root / "etc/kueue/kubeconfig").write_text(json.dumps(_embedded_kubeconfig(cluster)))
     (root / "etc/kueue/kubeconfig").chmod(0o600)
-    webhook_port, health_port, metrics_port, visibility_port = (_free_port() for _ in range(4))
+    webhook_port, health_port, metrics_port, visibility_port = (free_port() for _ in range(4))
     config = merge_kueue_configuration(
         kueue_base_configuration(webhook_port=webhook_port, health_port=health_port,
                                  metrics_port=metrics_port), kueue_configuration)
@@ -352,7 +350,7 @@ def _start_kueue(cluster: "LocalCluster", binaries: ComponentBinaries, *, kubect
     argv = _contained_argv(root, [
         "/kueue", "--config=/etc/kueue/config.yaml", "--kubeconfig=/etc/kueue/kubeconfig",
         f"--visibility-server-port={visibility_port}", "--zap-log-level=info"])
-    proc = _Proc("kueue", argv, cluster.workdir / "kueue.log", env={**os.environ, "TMPDIR": "/tmp"})
+    proc = ChildProcess("kueue", argv, cluster.workdir / "kueue.log", env={**os.environ, "TMPDIR": "/tmp"})
     cluster._procs.append(proc)
     cluster._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz"), time.monotonic())
     hooks = kueue_webhook_configurations(binaries.kueue_webhook_dir,

@@ -17,7 +17,7 @@ parts, from outside, the way they would look through the API:
   whole = a free accelerator (mode 0); shared = mode 0 or 2 with a share left; sliced = mode 0 or 3
   with the container's ``<base>.sliced.units`` left. The choice is expressed as the PodResources
   answer kubelet would give and turned into the annotation by the agent's own mapping
-  (:func:`runtime.engine.podresources.pod_allocations`, spec/node-facts.md §7.4-§7.5), which is then
+  (:func:`runtime.engine.devices.podresources.pod_allocations`, spec/node-facts.md §7.4-§7.5), which is then
   merge-patched onto the Pod. The agent's loop (annotation allocation source) rebuilds the ledger.
 
 A Pod whose request cannot be served (no free accelerator, a sliced request without its ``.units``
@@ -32,11 +32,12 @@ from typing import Any, Mapping
 
 from loguru import logger
 
-from runtime.engine.nodefacts import agent_rules
-from runtime.engine.normalize import parse_quantity
-from runtime.engine.podresources import annotation_text, pod_allocations
+from runtime.engine.devices.nodefacts import agent_rules
+from runtime.model.normalize import parse_quantity
+from runtime.engine.devices.podresources import annotation_text, pod_allocations
 from runtime.engine.policy import Policy
-from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table, resource_family
+from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
+from runtime.model.resourcefamily import resource_family
 
 #: Token suffixes a vendor plugin serves per family (appended to the manufacturer's ``<base>``).
 TOKEN_SUFFIXES = {"exclusive": "", "shared": ".shared", "sliced": ".sliced"}

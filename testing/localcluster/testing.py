@@ -157,13 +157,13 @@ def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster,
     Separate from :func:`session_cluster` (which stays bare: no scheduler, no components), shared
     by every test in the process that asks for it and stopped at interpreter exit.
     ``kueue_configuration`` (see :class:`LocalCluster`; default: the repository rules' own,
-    :func:`runtime.engine.kueueconfig.kueue_configuration`, spec/pools.md §9) applies to the first
+    :func:`runtime.engine.pools.kueueconfig.kueue_configuration`, spec/pools.md §9) applies to the first
     start only; a later call asking for a different one raises :class:`LocalClusterError`. Raises
     :class:`MissingBinariesError` ("run `make controlplane`") or :class:`LocalClusterError`.
     """
     global _full
     if kueue_configuration is None:
-        from runtime.engine.kueueconfig import kueue_configuration as from_rules
+        from runtime.engine.pools.kueueconfig import kueue_configuration as from_rules
         from runtime.engine.policy import Policy
         from runtime.rules.loader import load_rules
         kueue_configuration = from_rules(Policy(load_rules()))

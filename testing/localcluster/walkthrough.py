@@ -46,8 +46,9 @@ from typing import Callable, Sequence
 import yaml
 
 from .binaries import LocalClusterError, repo_root
-from .cluster import LocalCluster, _free_port, _Proc, _tail
+from .cluster import LocalCluster, _tail
 from .components import fake_node
+from .processes import ChildProcess, free_port
 from .kubectl import Kubectl, find_kubectl
 from .testing import parse_table
 
@@ -126,9 +127,9 @@ def controller_serves_webhooks() -> bool:
 def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-master", "kueue"),
                         workdir: Path | None = None) -> tuple[LocalCluster, Kubectl]:
     """Start a LocalCluster with kube-scheduler, kube-controller-manager and ``components`` (Kueue configured by
-    ``runtime.engine.kueueconfig.kueue_configuration(policy)``, spec/pools.md §9), install every
+    ``runtime.engine.pools.kueueconfig.kueue_configuration(policy)``, spec/pools.md §9), install every
     CRD; returns ``(cluster, kubectl)``. Raises :class:`MissingBinariesError` / :class:`LocalClusterError`."""
-    from runtime.engine.kueueconfig import kueue_configuration
+    from runtime.engine.pools.kueueconfig import kueue_configuration
 
     from .testing import with_crds
     kueue = kueue_configuration(policy) if "kueue" in components else None
@@ -169,10 +170,10 @@ class Walkthrough:
         self.agent_interval = agent_interval
         self.coalesce_seconds = coalesce_seconds
         self.plugin = None
-        self._controller: _Proc | None = None
+        self._controller: ChildProcess | None = None
         self._controller_starts = 0
-        self._agents: list[_Proc] = []
-        self._webhook_port = _free_port() if self.webhooks else None
+        self._agents: list[ChildProcess] = []
+        self._webhook_port = free_port() if self.webhooks else None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> "Walkthrough":
@@ -230,10 +231,10 @@ class Walkthrough:
                                      "--allocation-source", "annotation", "--interval", str(self.agent_interval),
                                      *self._rules_args(), *(["--once"] if once else [])]
 
-    def _spawn(self, name: str, argv: list[str]) -> _Proc:
-        return _Proc(name, argv, self.workdir / f"{name}.log")
+    def _spawn(self, name: str, argv: list[str]) -> ChildProcess:
+        return ChildProcess(name, argv, self.workdir / f"{name}.log")
 
-    def _wait_once(self, procs: list[tuple[SeedNode, _Proc]], timeout: float = 300.0) -> None:
+    def _wait_once(self, procs: list[tuple[SeedNode, ChildProcess]], timeout: float = 300.0) -> None:
         """Wait for ``accelpolicy agent --once`` processes; raise naming a node whose run failed."""
         deadline = time.monotonic() + timeout
         for node, proc in procs:

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from probes.fake import load_document, recorded
-from runtime.engine.agentplan import plan_node
+from runtime.engine.devices.agentplan import plan_node
 from runtime.engine.policy import Policy
 from runtime.engine.settings import resolve
 from runtime.model.facts import parse_facts

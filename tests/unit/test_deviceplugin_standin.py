@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from runtime.engine.podresources import annotation_text, pod_allocations
+from runtime.engine.devices.podresources import annotation_text, pod_allocations
 from runtime.engine.policy import Policy
 from testing.localcluster.deviceplugin import AllocationRefused, advertised_tokens, choose_devices
 from runtime.rules.loader import load_rules

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from runtime.engine.normalize import format_memory_mib, normalize_name, parse_quantity
+from runtime.model.normalize import format_memory_mib, normalize_name, parse_quantity
 from runtime.engine.policy import Policy
 from runtime.model.agent import NodeAgentSpec
 from runtime.model.facts import AcceleratorFacts, CpuFacts
@@ -56,7 +56,7 @@ def gkey(policy: Policy, cpu: CpuFacts) -> str:
 def cores_from_capacity(capacity_cpu: str | int | None) -> int:
     """§1.1: the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4); 0 when absent.
 
-    Raises :class:`runtime.engine.normalize.QuantityError` for a value that is not a quantity.
+    Raises :class:`runtime.model.normalize.QuantityError` for a value that is not a quantity.
     """
     if capacity_cpu in (None, ""):
         return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.engine.accelerators import Accelerator, accelerators, exclusive_free, takes_shares, takes_slices
+from runtime.engine.pools.accelerators import Accelerator, accelerators, exclusive_free, takes_shares, takes_slices
 from runtime.engine.policy import Policy
 
 
@@ -61,7 +61,7 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
     """The four views of one pool: ``devices_list`` = its selected Devices (one per node).
 
     Per-accelerator tests (free, takes shares, takes slices) are the shared predicates of
-    :mod:`runtime.engine.accelerators`.
+    :mod:`runtime.engine.pools.accelerators`.
     """
     share = policy.constants.share
     pct = policy.constants.pct

@@ -12,9 +12,10 @@ import math
 from decimal import Decimal
 from typing import Any, Mapping
 
-from runtime.engine.normalize import format_decimal_quantity, parse_quantity
+from runtime.model.normalize import format_decimal_quantity, parse_quantity
 from runtime.engine.policy import Policy
-from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table, resource_family
+from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
+from runtime.model.resourcefamily import resource_family
 from runtime.model.rulefiles import KueueConfigurationSpec, Manufacturer
 
 

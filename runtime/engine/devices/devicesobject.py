@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from runtime.engine.nodefacts import AcceleratorGroup, agent_rules
-from runtime.engine.normalize import format_decimal_quantity, format_memory_mib, parse_quantity
+from runtime.engine.devices.nodefacts import AcceleratorGroup, agent_rules
+from runtime.model.normalize import format_decimal_quantity, format_memory_mib, parse_quantity
 from runtime.engine.policy import Policy
 from runtime.model.facts import AcceleratorFacts, PartitionProfile
 

@@ -9,7 +9,7 @@ Input ``pod_resources`` is the PodResources v1 ``List`` answer as JSON-shaped di
 
 For every container's devices (§7.5):
 
-* resource name -> family and ``<base>`` through :func:`runtime.engine.resourcekeys.resource_family`
+* resource name -> family and ``<base>`` through :func:`runtime.model.resourcefamily.resource_family`
   (pod-requests.md §2), ``<base>`` -> manufacturer (rules/manufacturers.yaml); keys of family
   ``none`` or ``visibility`` are skipped;
 * device ID -> accelerator of that manufacturer in the Devices ``spec``: the ID equals the accelerator
@@ -36,12 +36,13 @@ import json
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
-from runtime.engine.devices import profile_spelling
-from runtime.engine.ledger import LedgerEvent
-from runtime.engine.nodefacts import agent_rules
-from runtime.engine.normalize import QuantityError, parse_quantity
+from runtime.engine.devices.devicesobject import profile_spelling
+from runtime.engine.devices.ledger import LedgerEvent
+from runtime.engine.devices.nodefacts import agent_rules
+from runtime.model.normalize import QuantityError, parse_quantity
 from runtime.engine.policy import Policy
-from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table, resource_family
+from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
+from runtime.model.resourcefamily import resource_family
 from runtime.model.facts import AcceleratorFacts
 
 PodKey = tuple[str, str]   # (namespace, name)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import copy
 
-from runtime.engine.flavors import FlavorPlan
-from runtime.engine.instancetypes import entrance, flavor_selector, matches, schedule_labels
-from runtime.engine.normalize import format_decimal_quantity
+from runtime.engine.pools.flavors import FlavorPlan
+from runtime.engine.pools.instancetypes import entrance, flavor_selector, matches, schedule_labels
+from runtime.model.normalize import format_decimal_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import is_deleting, name_of

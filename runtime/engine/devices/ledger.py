@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from runtime.engine.devices import is_healthy, is_partitioned
-from runtime.engine.nodefacts import agent_rules
+from runtime.engine.devices.devicesobject import is_healthy, is_partitioned
+from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 
 

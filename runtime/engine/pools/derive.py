@@ -14,14 +14,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from runtime.engine import catalog as catalog_mod
-from runtime.engine import instancetypes as its
-from runtime.engine import queues
-from runtime.engine.flavors import FlavorPlan, plan_flavors, render_flavor
-from runtime.engine.instancetypes import devices_selector, matches
-from runtime.engine.nodes import NodeView, effective_node_labels, node_views
+from runtime.engine.pools import catalog as catalog_mod
+from runtime.engine.pools import instancetypes as its
+from runtime.engine.pools import queues
+from runtime.engine.pools.flavors import FlavorPlan, plan_flavors, render_flavor
+from runtime.engine.pools.instancetypes import devices_selector, matches
+from runtime.engine.pools.nodes import NodeView, effective_node_labels, node_views
 from runtime.engine.policy import Policy
-from runtime.engine.settings import Settings, decode_secret_data, resolve
+from runtime.engine.settings import Settings, settings_of
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
 
 MIXED = "instance-type-mixed-on-node"
@@ -97,17 +97,6 @@ def _owned(policy: Policy, obj: dict, kind: str) -> bool:
     return False
 
 
-def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
-    """Settings from the Secret named in rules/settings.yaml (defaults when it is absent).
-
-    ``namespace``: where the Secret lives when not the catalog's (env ``KUBERNETES_POD_NAMESPACE``
-    of the controller, spec/settings.md §1).
-    """
-    catalog = policy.settings
-    secret = snapshot.get("Secret", catalog.secretName, namespace or catalog.namespace)
-    return resolve(catalog, decode_secret_data(secret))
-
-
 def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
            settings_namespace: str | None = None) -> DesiredState:
     """Compute the DesiredState of ``snapshot`` under ``policy`` (pure: no I/O, clock or env).
@@ -116,7 +105,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     reads as Kueue would soon report it, ``Active``. ``live=True`` (the controller): the phase shows
     what Kueue reports now, so a queue without an ``Active`` condition, or one this reconcile
     creates, reads ``Activating`` (spec/pools.md §10.1). ``settings_namespace``: see
-    :func:`settings_of`.
+    :func:`runtime.engine.settings.settings_of`.
     """
     settings = settings_of(policy, snapshot, settings_namespace)
     state = DesiredState(settings=settings, warnings=list(snapshot.warnings))

@@ -10,9 +10,9 @@ import json
 import math
 from typing import Iterable
 
-from runtime.engine import fourview, presets
-from runtime.engine.kueueconfig import cpu_excluded
-from runtime.engine.normalize import parse_quantity
+from runtime.engine.pools import fourview, presets
+from runtime.engine.pools.kueueconfig import cpu_excluded
+from runtime.model.normalize import parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import is_deleting, labels_of, name_of

@@ -5,7 +5,7 @@ name merge; two different specs under one name: the flavor first in name order w
 """
 from __future__ import annotations
 
-from runtime.engine.flavors import FlavorPlan
+from runtime.engine.pools.flavors import FlavorPlan
 from runtime.engine.policy import Policy
 
 

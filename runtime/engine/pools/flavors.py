@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from runtime.engine.nodes import NodeView
+from runtime.engine.pools.nodes import NodeView
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 

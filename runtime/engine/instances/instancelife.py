@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.engine.instancepods import (allocations_from_pod, host_ips, phase_from_pod, render_pod, render_service,
+from runtime.engine.instances.instancepods import (allocations_from_pod, host_ips, phase_from_pod, render_pod, render_service,
                                          service_ports)
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings

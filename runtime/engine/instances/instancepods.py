@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from runtime.engine.kueueconfig import cpu_excluded
-from runtime.engine.normalize import format_binary_quantity, parse_quantity
+from runtime.engine.pools.kueueconfig import cpu_excluded
+from runtime.model.normalize import format_binary_quantity, parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, labels_of, name_of

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from runtime.engine.nodefacts import AcceleratorGroup, agent_rules, gkey
-from runtime.engine.normalize import format_memory_mib, sanitize_label_value
+from runtime.engine.devices.nodefacts import AcceleratorGroup, agent_rules, gkey
+from runtime.model.normalize import format_memory_mib, sanitize_label_value
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.model.facts import CpuFacts

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from runtime.engine.agentlabels import cpu_annotations, device_manager_labels, managed_value, worker_labels
-from runtime.engine.devices import devices_labels, devices_spec, node_capacity
-from runtime.engine.ledger import LedgerEvent, rebuild_ledger
-from runtime.engine.nodefacts import accelerator_groups, agent_rules, cores_from_capacity, gkey
-from runtime.engine.podresources import annotation_differs, annotation_text, mig_device_index, pod_allocations, \
+from runtime.engine.devices.agentlabels import cpu_annotations, device_manager_labels, managed_value, worker_labels
+from runtime.engine.devices.devicesobject import devices_labels, devices_spec, node_capacity
+from runtime.engine.devices.ledger import LedgerEvent, rebuild_ledger
+from runtime.engine.devices.nodefacts import accelerator_groups, agent_rules, cores_from_capacity, gkey
+from runtime.engine.devices.podresources import annotation_differs, annotation_text, mig_device_index, pod_allocations, \
     pod_key, with_annotations
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
@@ -83,7 +83,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
     ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
     ``List`` as dicts, §7.5) given: the Pods' allocation annotations are computed from it
-    (runtime/engine/podresources.py), the differing ones land in ``pod_patches``, and the ledger
+    (runtime/engine/devices/podresources.py), the differing ones land in ``pod_patches``, and the ledger
     is rebuilt from the Pods as they will be once annotated. Raises ValueError for an unknown
     accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from runtime.engine.normalize import normalize_name
+from runtime.model.normalize import normalize_name
 from runtime.engine.policy import Policy
 
 _SPLIT = re.compile(r"[-_.]")

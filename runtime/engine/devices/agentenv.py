@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from runtime.engine.nodefacts import agent_rules
+from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 from runtime.model.rulefiles import Manufacturer
 

@@ -7,8 +7,8 @@ accelerators; an accelerator with no ledger row yet reads as free (spec/four-vie
 ``remaining`` D, ``remainingProfiles`` = its capability counts).
 
 The predicates below are the single statement of the per-accelerator rules that three readers
-share: the four-view arithmetic (:mod:`runtime.engine.fourview`, four-view.md §2), the fit labels
-(:mod:`runtime.engine.fit`, node-facts.md §9) and the ``gpustack-node-devices`` admission check
+share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`, four-view.md §2), the fit labels
+(:mod:`runtime.engine.pools.fit`, node-facts.md §9) and the ``gpustack-node-devices`` admission check
 (:mod:`runtime.engine.admissioncheck`, pools.md §8.2). Constants (D, the share) come from
 rules/constants.yaml; the mode numbers from rules/agent.yaml ``ledger.modes``.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from runtime.engine.nodefacts import agent_rules
+from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 
 

@@ -38,6 +38,7 @@ import yaml
 
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
 from runtime.engine.policy import Policy
+from runtime.rules.loader import DEFAULT_RULES_DIR
 from runtime.snapshots import load_snapshot
 
 SUITE_KIND = "AdmissionTests"
@@ -131,8 +132,6 @@ class Runner:
     def _resolve(self, path: str) -> Path:
         """A suite's snapshot path: relative to the rules directory's parent, or — for an edited
         copy of rules/ placed elsewhere — to the repository the default rules live in."""
-        from runtime.rules.loader import DEFAULT_RULES_DIR
-
         candidate = self.base_dir / path
         if candidate.exists() or Path(path).is_absolute():
             return candidate

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.engine.normalize import parse_int_label
+from runtime.model.normalize import parse_int_label
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 
