@@ -9,14 +9,14 @@ rules/labels.yaml; the share size: rules/constants.yaml.
 """
 from __future__ import annotations
 
-from runtime.engine.accelerators import accelerators, has_free_share, has_free_slice
+from runtime.engine.pools.accelerators import accelerators, has_free_share, has_free_slice
 from runtime.engine.policy import Policy
 
 def fit_labels(policy: Policy, devices: dict, managed: bool) -> dict[str, str]:
     """The fit labels one node should carry, from its Devices object (spec + status ledger).
 
-    The per-accelerator tests are :func:`runtime.engine.accelerators.has_free_share` and
-    :func:`runtime.engine.accelerators.has_free_slice`, the same the admission check uses.
+    The per-accelerator tests are :func:`runtime.engine.pools.accelerators.has_free_share` and
+    :func:`runtime.engine.pools.accelerators.has_free_slice`, the same the admission check uses.
     """
     if not managed:
         return {}
