@@ -61,7 +61,7 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
-              help="rules directory (default: the repository's rules/, or env ACCELPOLICY_RULES)")
+              help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
             node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir) -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""

@@ -26,7 +26,7 @@ EXIT_BAD_INPUT = 2
 
 
 def rules_option(func: Callable) -> Callable:
-    """``--rules DIR`` (default: the repository's rules/, or env ACCELPOLICY_RULES)."""
+    """``--rules DIR`` (default: the installed rules/, or env ACCELPOLICY_RULES)."""
     return click.option("--rules", "rules_dir", type=click.Path(file_okay=False, path_type=Path),
                         envvar="ACCELPOLICY_RULES", default=DEFAULT_RULES_DIR, show_default=True,
                         help="Directory of rule files (rules/README.md).")(func)

@@ -15,7 +15,8 @@ def webhook_command(state_class: type | None = None) -> click.Command:
 
     @click.command("webhook")
     @click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
-                  help="rules directory (default: the repository's rules/, or env ACCELPOLICY_RULES)")
+                  help="rules directory (default: the installed rules/, or env "
+                       "ACCELPOLICY_RULES)")
     @click.option("--cert", default=None, help="serving certificate (PEM)")
     @click.option("--key", default=None, help="serving private key (PEM)")
     @click.option("--self-signed", "self_signed_dir", default=None, metavar="DIR",
