@@ -19,8 +19,7 @@ from loguru import logger
 from probes.backend import BACKENDS, select_backend
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
-from runtime.engine.devices.agentenv import apply_manufacturer_env
-from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
 from runtime.rules.loader import RuleLoadError, load_rules

@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 
 from runtime.cli.common import bad_input_exits, load_policy, rules_option
-from runtime.engine.pools.derive import derive
+from runtime.engine.pools import derive
 from runtime.report.tables import render, resolve_kind
 from runtime.snapshots import load_snapshot
 

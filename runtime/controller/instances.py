@@ -43,12 +43,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from runtime.controller.plan import Action
-from runtime.engine.pools.derive import DesiredState
-from runtime.engine.instances.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER,
-                                         SET_STOP, plan_instance)
-from runtime.engine.instances.instancepods import pool_flavors
+from runtime.engine.pools import DesiredState
+from runtime.engine.instances import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER, SET_STOP,
+                                      claim_status, owns_claim, plan_instance, pool_flavors, render_claim)
 from runtime.engine.policy import Policy
-from runtime.engine.instances.persistentvolumes import claim_status, owns_claim, render_claim
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting, name_of
 from runtime.kube.ownership import owned_by_instance
 

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.engine.pools.derive import DesiredState
-from runtime.engine.pools.fit import fit_labels
+from runtime.engine.pools import DesiredState, fit_labels
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 from runtime.kube.ownership import owned

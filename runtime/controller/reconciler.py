@@ -44,7 +44,7 @@ from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.workloadchecks import VERB as CHECK_STATE_VERB
 from runtime.controller.workloadchecks import plan_workload_checks
-from runtime.engine.pools.derive import DesiredState, derive
+from runtime.engine.pools import DesiredState, derive
 from runtime.engine.policy import Policy
 from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import name_of

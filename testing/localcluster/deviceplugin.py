@@ -32,9 +32,8 @@ from typing import Any, Mapping
 
 from loguru import logger
 
-from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.devices import agent_rules, annotation_text, pod_allocations
 from runtime.model.normalize import parse_quantity
-from runtime.engine.devices.podresources import annotation_text, pod_allocations
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
 from runtime.model.resourcefamily import resource_family
