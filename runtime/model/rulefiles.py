@@ -120,6 +120,32 @@ class NodeFactsSpec(Strict):
     groupIdMemorySuffixBudget: int = 7
     eccMultiply: list[int] = [16, 15]
     gddrBusWidthBelow: int = 1024
+    factChecks: "FactChecksSpec"
+
+
+class FactMessagesSpec(Strict):
+    """Warnings of decision 19 (str.format templates; fields named in rules/node-facts.yaml)."""
+
+    notInteger: str
+    outOfRange: str
+    ledger: str
+    cpuFlavor: str
+    deviceFlavor: str
+    foreignNodeFeature: str
+    nodeFeatureName: str
+    groupIdCollision: str
+
+
+class FactChecksSpec(Strict):
+    """Decision 19: the range a node fact must lie in to count (spec/README.md §8)."""
+
+    countMin: int = Field(ge=0)
+    countMax: int = Field(ge=1, description="largest per-node count label; also bounds Devices counts")
+    memoryMibMax: int = Field(ge=1)
+    messages: FactMessagesSpec
+
+
+NodeFactsSpec.model_rebuild()
 
 
 # --- settings --------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.model.normalize import parse_int_label
+from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.devices.factcheck import FactProblem, count_problem, read_count
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 
@@ -29,21 +30,61 @@ class NodeView:
     os: str
     arch: str
     akeys: dict[str, int] = field(default_factory=dict)  # aKey -> per-node count
+    problems: tuple[FactProblem, ...] = ()  # count labels refused (decision 19): they count 0
 
 
-def effective_node_labels(policy: Policy, snapshot: Snapshot) -> dict[str, dict[str, str]]:
-    """Node name -> labels after NodeFeature propagation (see module docstring)."""
+def trusted_node_features(policy: Policy, snapshot: Snapshot,
+                          namespace: str | None = None) -> tuple[dict[str, list[dict]], list[str]]:
+    """Decision 20: (node name -> the NodeFeatures that feed its keys, warnings for those ignored).
+
+    Only NodeFeatures in the system namespace (``namespace``, else rules/pools/derivation.yaml
+    ``systemNamespace``) named ``<node><suffix>`` for the NodeFeature suffixes of rules/agent.yaml
+    (``nodeFeature.worker``/``deviceManager``) count. Another NodeFeature naming the node is ignored,
+    with a warning when it carries a key under the propagated prefixes (rules/labels.yaml); one
+    without such keys is none of our business (NFD's own worker writes one per node).
+    """
     node_key = policy.key("nodeFeatureNode")
     prefixes = tuple(policy.labels.propagatedPrefixes)
-    fit = policy.labels.fitLabelSuffix
-    by_node: dict[str, dict[str, str]] = {}
+    system = namespace or policy.derivation.systemNamespace
+    nf_rules = agent_rules(policy).nodeFeature
+    suffixes = (nf_rules.worker.nameSuffix, nf_rules.deviceManager.nameSuffix)
+    messages = policy.node_facts.factChecks.messages
+    trusted: dict[str, list[dict]] = {}
+    warnings: list[str] = []
     for nf in snapshot.list("NodeFeature"):
         node = labels_of(nf).get(node_key)
         if not node or is_deleting(nf):
             continue
+        meta = nf.get("metadata") or {}
+        ns, name = meta.get("namespace") or "", meta.get("name") or ""
+        if ns == system and name in (node + suffix for suffix in suffixes):
+            trusted.setdefault(node, []).append(nf)
+            continue
+        if not any(str(k).startswith(prefixes) for k in ((nf.get("spec") or {}).get("labels") or {})):
+            continue
+        if ns != system:
+            warnings.append(messages.foreignNodeFeature.format(namespace=ns, name=name, system=system, node=node,
+                                                               prefixes=", ".join(prefixes)))
+        else:
+            warnings.append(messages.nodeFeatureName.format(namespace=ns, name=name, node=node,
+                                                            expected=" or ".join(node + s for s in suffixes)))
+    return trusted, warnings
+
+
+def effective_node_labels(policy: Policy, snapshot: Snapshot,
+                          namespace: str | None = None) -> dict[str, dict[str, str]]:
+    """Node name -> labels after NodeFeature propagation (see module docstring).
+
+    Only the NodeFeatures :func:`trusted_node_features` keeps feed the propagated keys (decision 20).
+    """
+    prefixes = tuple(policy.labels.propagatedPrefixes)
+    fit = policy.labels.fitLabelSuffix
+    by_node: dict[str, dict[str, str]] = {}
+    for node, features in trusted_node_features(policy, snapshot, namespace)[0].items():
         merged = by_node.setdefault(node, {})
-        for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
-            merged[key] = str(value)
+        for nf in features:
+            for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
+                merged[key] = str(value)
     out: dict[str, dict[str, str]] = {}
     for node in snapshot.list("Node"):
         name = name_of(node)
@@ -62,6 +103,7 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
     acc = policy.prefix("acceleratable")
     gkey = None
     akeys: dict[str, int] = {}
+    problems: list[FactProblem] = []
     for key, value in labels.items():
         if value != "true":
             continue
@@ -73,13 +115,24 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
             rest = key[len(acc):]
             if "." in rest or "-" not in rest or policy.manufacturer_of_key(rest) is None:
                 continue
-            akeys[rest] = parse_int_label(labels.get(f"{acc}{rest}.count"))
-    cores = parse_int_label(labels.get(f"{general}{gkey}.count")) if gkey else 0
+            akeys[rest] = _count(policy, name, labels, f"{acc}{rest}.count", rest, problems)
+    cores = _count(policy, name, labels, f"{general}{gkey}.count", "", problems) if gkey else 0
     managed = bool(policy.derivation.managed.evaluate({"labels": labels}))
     return NodeView(
         name=name, labels=labels, annotations=annotations, managed=managed, gkey=gkey, cores=cores,
         os=labels.get(policy.key("os"), ""), arch=labels.get(policy.key("arch"), ""), akeys=dict(sorted(akeys.items())),
+        problems=tuple(sorted(problems, key=lambda p: p.key)),
     )
+
+
+def _count(policy: Policy, node: str, labels: dict[str, str], key: str, akey: str,
+           problems: list[FactProblem]) -> int:
+    """The count label ``key`` (decision 19): 0 and a problem appended when it is refused."""
+    value = labels.get(key)
+    count, reason = read_count(policy, value)
+    if reason:
+        problems.append(count_problem(policy, node, key, value, reason, akey))
+    return count
 
 
 def node_views(policy: Policy, snapshot: Snapshot,
