@@ -157,3 +157,54 @@ def test_get_and_admit_answer_with_a_2_pow_63_count(tmp_path):
     assert "Traceback" not in result.output
     review = json.loads(result.stdout)
     assert review["response"].get("status", {}).get("reason") != "InternalError"
+
+
+# -- decision 20: NodeFeature trust (issue 13 item 9) -----------------------------------------------------
+def _nodefeature(name: str, namespace: str, node: str, labels: dict[str, str]) -> str:
+    return yaml.safe_dump({"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+                           "metadata": {"name": name, "namespace": namespace,
+                                        "labels": {"nfd.node.kubernetes.io/node-name": node}},
+                           "spec": {"labels": labels}})
+
+
+@pytest.mark.parametrize("name, namespace, warning", [
+    ("node-t4-b-gpustack-device-manager", "team-a",
+     "NodeFeature team-a/node-t4-b-gpustack-device-manager: ignored: only NodeFeatures in namespace "
+     "gpustack-system feed the {prefixes} keys of Node node-t4-b"),
+    ("extra-t4", "gpustack-system",
+     "NodeFeature gpustack-system/extra-t4: ignored: its name is not node-t4-b-gpustack-worker or "
+     "node-t4-b-gpustack-device-manager for Node node-t4-b"),
+])
+def test_only_our_nodefeatures_feed_our_keys(policy, tmp_path, name, namespace, warning):
+    """A NodeFeature in a user namespace (or misnamed in the system one) claiming 8 T4s and 64 cores
+    on node-t4-b changed the pools before; now it is ignored with a warning naming it."""
+    root = _copy(tmp_path)
+    (root / "zz-forged.yaml").write_text(_nodefeature(name, namespace, "node-t4-b", {
+        T4_COUNT: "8", "general.feature.gpustack.ai/intel-xeon-platinum-8259cl.count": "64"}))
+    state = derive(policy, load_snapshot([root]))
+    prefixes = ", ".join(policy.labels.propagatedPrefixes)
+    assert state.warnings == [warning.format(prefixes=prefixes)]
+    assert _summaries(state) == SEED_SUMMARIES
+    baseline = derive(policy, load_snapshot([SEED]))
+    assert [f["metadata"]["name"] for f in state.resource_flavors] == \
+        [f["metadata"]["name"] for f in baseline.resource_flavors]
+    cpu = {it["metadata"]["name"]: it["status"]["summary"]["cpu"] for it in state.instance_types}
+    assert cpu == {it["metadata"]["name"]: it["status"]["summary"]["cpu"] for it in baseline.instance_types}
+
+
+def test_a_foreign_nodefeature_without_our_keys_is_not_reported(policy, tmp_path):
+    """NFD's own worker writes a NodeFeature per node in its namespace: none of our business."""
+    root = _copy(tmp_path)
+    (root / "zz-nfd.yaml").write_text(_nodefeature("node-t4-b", "node-feature-discovery", "node-t4-b",
+                                                   {"feature.node.kubernetes.io/cpu-cpuid.AVX512F": "true"}))
+    assert derive(policy, load_snapshot([root])).warnings == []
+
+
+def test_the_system_namespace_follows_the_settings_namespace(policy, tmp_path):
+    """With KUBERNETES_POD_NAMESPACE=accel (derive's ``settings_namespace``), gpustack-system's
+    NodeFeatures are the foreign ones."""
+    root = _copy(tmp_path)
+    state = derive(policy, load_snapshot([root]), settings_namespace="accel")
+    assert all(w.startswith("NodeFeature gpustack-system/") and "only NodeFeatures in namespace accel" in w
+               for w in state.warnings if w.startswith("NodeFeature"))
+    assert sum(w.startswith("NodeFeature") for w in state.warnings) == 7
