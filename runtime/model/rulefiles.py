@@ -118,6 +118,7 @@ class NodeFactsSpec(Strict):
     keyBudget: int = Field(description="63 minus the longest key suffix (decision 13)")
     nvidiaFamilies: list[FamilyRow] = []
     groupIdMemorySuffixBudget: int = 7
+    groupIdHashDigits: int = Field(8, ge=1, le=16, description="hex digits that tell colliding group IDs apart")
     eccMultiply: list[int] = [16, 15]
     gddrBusWidthBelow: int = 1024
     factChecks: "FactChecksSpec"
