@@ -19,6 +19,7 @@ from runtime.engine.pools import instancetypes as its
 from runtime.engine.pools import queues
 from runtime.engine.pools.flavors import FlavorPlan, plan_flavors, render_flavor
 from runtime.engine.pools.instancetypes import devices_selector, matches
+from runtime.engine.pools.kept import as_kept
 from runtime.engine.devices.factcheck import FactProblem, ledger_problems
 from runtime.engine.pools.nodes import effective_node_labels, node_views, trusted_node_features
 from runtime.engine.policy import Policy
@@ -65,7 +66,8 @@ class DesiredState:
 
     def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
         """What ``kubectl get <kind>`` lists once this state is applied to ``snapshot``'s cluster:
-        the objects accelpolicy keeps, plus same-kind objects it does not own (name order)."""
+        the objects accelpolicy keeps, with the labels and annotations others added to them
+        (:func:`runtime.engine.pools.kept.as_kept`), plus same-kind objects it does not own (name order)."""
         ours = {
             "ResourceFlavor": self.resource_flavors, "ClusterQueue": self.cluster_queues,
             "LocalQueue": self.local_queues, "AdmissionCheck": self.admission_checks,
@@ -74,8 +76,12 @@ class DesiredState:
         }.get(kind)
         if ours is None:
             return snapshot.list(kind)
-        if kind in ("InstanceType", "InstanceTypeFlavor", "Devices"):
+        if kind in ("InstanceType", "Devices"):
             return list(ours)
+        ours = [as_kept(policy, kind, o, snapshot.get(kind, name_of(o), o["metadata"].get("namespace") or ""))
+                for o in ours]  # labels others added stay (issue 13 item 14)
+        if kind == "InstanceTypeFlavor":
+            return ours
         keep = {(o["metadata"].get("namespace", ""), name_of(o)) for o in ours}
         deleted = set(self.flavor_deletes) if kind == "ResourceFlavor" else set()
         foreign = [o for o in snapshot.list(kind)
