@@ -129,6 +129,7 @@ class FactMessagesSpec(Strict):
 
     notInteger: str
     outOfRange: str
+    notQuantity: str
     ledger: str
     cpuFlavor: str
     deviceFlavor: str

@@ -208,3 +208,31 @@ def test_the_system_namespace_follows_the_settings_namespace(policy, tmp_path):
     assert all(w.startswith("NodeFeature gpustack-system/") and "only NodeFeatures in namespace accel" in w
                for w in state.warnings if w.startswith("NodeFeature"))
     assert sum(w.startswith("NodeFeature") for w in state.warnings) == 7
+
+
+@pytest.mark.parametrize("suffix, value, text", [
+    (".memory", "lots", "is not a quantity"),
+    (".memory", "0", "is outside 1Mi..16777216Mi"),
+    (".memory", "-16Gi", "is outside 1Mi..16777216Mi"),
+    (".memory", "1Ei", "is outside 1Mi..16777216Mi"),
+    (".cores", "many", "is not an integer"),
+    (".cores", "-1", "is outside 0..1048576"),
+])
+def test_an_unreadable_descriptor_costs_only_its_node(policy, tmp_path, suffix, value, text):
+    """A derived InstanceType copies ``.memory``/``.cores`` into its spec, create-only: a bad value
+    would stay for good (``memory: lots``). Now node-t4-b contributes no T4 flavor instead."""
+    root = _copy(tmp_path)
+    key = T4_COUNT.replace(".count", suffix)
+
+    def edit(doc):
+        for labels in ((doc.get("spec") or {}).get("labels"), doc["metadata"].get("labels")):
+            if labels and key in labels and "node-t4-b" in doc["metadata"]["name"]:
+                labels[key] = value
+    _edit(root / "nodefeatures.yaml", edit)
+    _edit(root / "nodes.yaml", edit)
+    state = derive(policy, load_snapshot([root]))
+    assert state.warnings == [f"Node node-t4-b: label {key}={value!r} {text}; "
+                              "the node contributes no device flavor for nvidia-tesla-t4"]
+    assert _summaries(state) == {**SEED_SUMMARIES, T4_POOL: T4_A_ONLY}
+    (t4,) = [it for it in state.instance_types if it["metadata"]["name"] == T4_POOL]
+    assert (t4["spec"]["memory"], t4["spec"]["cores"]) == ("16Gi", "2560")

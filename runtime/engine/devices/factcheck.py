@@ -2,6 +2,7 @@
 
 * :func:`read_count` - a ``.count`` label (cores, accelerators of a group) as an integer inside
   ``factChecks.countMin..countMax`` of rules/node-facts.yaml, or the reason it is not one.
+* :func:`read_memory` - an accelerator ``.memory`` label as a quantity of ``1Mi..memoryMibMax`` Mi.
 * :func:`ledger_problems` - the fields of a Devices object whose numbers are out of range
   (``remaining``/``allocated`` outside ``0..D``, a mode that is not one of rules/agent.yaml
   ``ledger.modes``, slice and profile counts outside ``0..countMax``, memory outside
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
+from runtime.model.normalize import QuantityError, parse_quantity
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,34 @@ def read_count(policy: Policy, value: str | None) -> tuple[int, str]:
     return number, ""
 
 
+def read_memory(policy: Policy, value: str | None) -> str:
+    """"" when an accelerator ``.memory`` label reads as a quantity of ``1..memoryMibMax`` MiB (or is
+    absent), else the reason (``"notQuantity"``, ``"outOfRange"``)."""
+    if value is None:
+        return ""
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        return "notQuantity"
+    if not 2 ** 20 <= number <= policy.node_facts.factChecks.memoryMibMax * 2 ** 20:
+        return "outOfRange"
+    return ""
+
+
 def count_problem(policy: Policy, node: str, key: str, value: str, reason: str, akey: str = "") -> FactProblem:
-    """The :class:`FactProblem` of a count label :func:`read_count` refused (``akey`` "" for the CPU count)."""
+    """The :class:`FactProblem` of a label :func:`read_count` or :func:`read_memory` refused (``akey``
+    "" for the CPU count); the range named is the one of the key's suffix (count, cores, memory)."""
     limits = policy.node_facts.factChecks
     messages = limits.messages
     what = messages.deviceFlavor.format(akey=akey) if akey else messages.cpuFlavor
     template = getattr(messages, reason)
+    low, high = limits.countMin, limits.countMax
+    if key.endswith(agent_rules(policy).suffixes.memory):
+        low, high = "1Mi", f"{limits.memoryMibMax}Mi"
+    elif key.endswith(agent_rules(policy).suffixes.cores):
+        low = 0
     return FactProblem(node=node, key=key, value=value,
-                       message=template.format(node=node, key=key, value=value, what=what,
-                                               low=limits.countMin, high=limits.countMax))
+                       message=template.format(node=node, key=key, value=value, what=what, low=low, high=high))
 
 
 def _ledger_modes(policy: Policy) -> set[int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runtime.engine.devices.nodefacts import agent_rules
-from runtime.engine.devices.factcheck import FactProblem, count_problem, read_count
+from runtime.engine.devices.factcheck import FactProblem, count_problem, read_count, read_memory
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 
@@ -116,6 +116,8 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
             if "." in rest or "-" not in rest or policy.manufacturer_of_key(rest) is None:
                 continue
             akeys[rest] = _count(policy, name, labels, f"{acc}{rest}.count", rest, problems)
+            if akeys[rest] and not _descriptors_sound(policy, name, labels, f"{acc}{rest}", rest, problems):
+                akeys[rest] = 0
     cores = _count(policy, name, labels, f"{general}{gkey}.count", "", problems) if gkey else 0
     managed = bool(policy.derivation.managed.evaluate({"labels": labels}))
     return NodeView(
@@ -123,6 +125,26 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
         os=labels.get(policy.key("os"), ""), arch=labels.get(policy.key("arch"), ""), akeys=dict(sorted(akeys.items())),
         problems=tuple(sorted(problems, key=lambda p: p.key)),
     )
+
+
+def _descriptors_sound(policy: Policy, node: str, labels: dict[str, str], base: str, akey: str,
+                       problems: list[FactProblem]) -> bool:
+    """Decision 19 for the descriptors a derived InstanceType copies (create-only, so a bad value
+    would stay): ``<aKey>.memory`` a quantity, ``<aKey>.cores`` an integer in range."""
+    suffixes = agent_rules(policy).suffixes
+    sound = True
+    memory_key = f"{base}{suffixes.memory}"
+    reason = read_memory(policy, labels.get(memory_key))
+    if reason:
+        problems.append(count_problem(policy, node, memory_key, labels[memory_key], reason, akey))
+        sound = False
+    cores_key = f"{base}{suffixes.cores}"
+    value = labels.get(cores_key)
+    cores, reason = read_count(policy, value)
+    if reason and not (reason == "outOfRange" and value.strip() == "0"):  # .cores is written even when 0
+        problems.append(count_problem(policy, node, cores_key, value, reason, akey))
+        sound = False
+    return sound
 
 
 def _count(policy: Policy, node: str, labels: dict[str, str], key: str, akey: str,
