@@ -20,7 +20,8 @@ from typing import Iterable, TextIO
 
 import yaml
 
-from runtime.engine.snapshot import Snapshot, SnapshotError
+from runtime.engine.snapshot import Snapshot, SnapshotError, object_ref
+from runtime.model.normalize import QuantityError, parse_quantity
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -130,6 +131,9 @@ def load_snapshot(paths: Iterable[str | Path], stdin: TextIO | None = None) -> S
         warnings.extend(snap.warnings)
         if snap.warnings:
             continue
+        problem = _quantity_problem(obj)
+        if problem:
+            raise SnapshotError(f"{origin}: {object_ref(obj)}: {problem}")
         merged.append(obj)
         for kind, keys in snap.objects.items():
             for namespace, name in keys:
@@ -141,6 +145,34 @@ def load_snapshot(paths: Iterable[str | Path], stdin: TextIO | None = None) -> S
                 seen[(kind, namespace, name)] = (origin, item)
     result = Snapshot.from_objects(merged, origin="snapshot")
     return Snapshot(objects=result.objects, warnings=tuple(warnings))
+
+
+def _quantity_problem(obj: dict) -> str | None:
+    """The first quantity derive reads that the API server would have refused, as ``field.path: ...``
+    (Pod container resources, ClusterQueue ``status.flavorsReservation`` totals); None when all read.
+    Only files need this: the API server validates quantities before it stores an object."""
+    fields: list[tuple[str, object]] = []
+    if obj.get("kind") == "Pod":
+        spec = obj.get("spec") or {}
+        for group in ("initContainers", "containers"):
+            for i, container in enumerate(spec.get(group) or [] if isinstance(spec, dict) else []):
+                resources = (container or {}).get("resources") if isinstance(container, dict) else None
+                for part in ("limits", "requests"):
+                    values = (resources or {}).get(part) if isinstance(resources, dict) else None
+                    for name, value in (values or {}).items() if isinstance(values, dict) else ():
+                        fields.append((f"spec.{group}[{i}].resources.{part}.{name}", value))
+    elif obj.get("kind") == "ClusterQueue":
+        status = obj.get("status") or {}
+        for i, flavor in enumerate(status.get("flavorsReservation") or [] if isinstance(status, dict) else []):
+            for j, res in enumerate((flavor or {}).get("resources") or [] if isinstance(flavor, dict) else []):
+                if isinstance(res, dict) and res.get("total") is not None:
+                    fields.append((f"status.flavorsReservation[{i}].resources[{j}].total", res["total"]))
+    for path, value in fields:
+        try:
+            parse_quantity(value)
+        except QuantityError as exc:
+            return f"{path}: {exc}"
+    return None
 
 
 def dump_json(obj) -> str:

@@ -51,3 +51,17 @@ def test_an_overlay_file_replaces_its_base_without_a_warning(tmp_path):
     layered = load_snapshot([SEED, overlay])
     assert layered.warnings == ()
     assert layered.get("Node", node["metadata"]["name"])["metadata"].get("labels") is None
+
+
+def test_a_pod_quantity_the_api_server_would_refuse_is_named(tmp_path):
+    """Before: derive raised QuantityError with a traceback. Now exit 2 naming file, object, field."""
+    root = tmp_path / "snapshot"
+    shutil.copytree(SEED, root)
+    pod = root / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p1, namespace: default}\n"
+                   "spec:\n  nodeName: node-cpu\n  containers: [{name: c, image: x, resources: {limits: {cpu: abc}}}]\n")
+    result = subprocess.run([sys.executable, "-c", "from runtime.cli import main; main()", "get", "instancetypes",
+                             "--snapshot", str(root)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == (f"error: {pod}: Pod default/p1: spec.containers[0].resources.limits.cpu: quantities must "
+                             "match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': 'abc'\n")
