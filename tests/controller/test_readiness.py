@@ -5,7 +5,6 @@ the real Controller, ClusterCache, LiveAdmissionView and Starlette app."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from runtime.engine.snapshot import KNOWN_KINDS
 from runtime.kube.session import KubeApiError, ResourceRef
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
+from testing.localcluster.testing import wait_for
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
 
@@ -93,13 +93,11 @@ def _readyz(hooks) -> tuple[int, str]:
     return answer.status_code, answer.text
 
 
-def _until(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
+def _synced_and_ready(controller, hooks) -> None:
+    controller.cache.start()
+    assert controller.cache.wait_synced(10)
+    hooks.ready()
+    assert _readyz(hooks) == (200, "ok")
 
 
 def test_not_ready_until_synced_then_ready(webhooks):
@@ -115,25 +113,19 @@ def test_not_ready_until_synced_then_ready(webhooks):
 
 def test_not_ready_while_a_cache_relists(webhooks):
     api, controller, hooks = webhooks
-    controller.cache.start()
-    assert controller.cache.wait_synced(10)
-    hooks.ready()
-    assert _readyz(hooks) == (200, "ok")
+    _synced_and_ready(controller, hooks)
     api.fail_lists.add("Devices")
     api.expire.add("Devices")  # its watch expires; the relist fails until the API answers again
-    assert _until(lambda: "Devices" in controller.cache.unsynced())
+    wait_for(controller.cache.unsynced, lambda kinds: "Devices" in kinds, timeout=10, what="Devices relisting")
     assert _readyz(hooks) == (503, "caches not synced: Devices")
     api.fail_lists.clear()
-    assert _until(lambda: not controller.cache.unsynced())
+    wait_for(controller.cache.unsynced, lambda kinds: not kinds, timeout=10, what="caches in sync")
     assert _readyz(hooks) == (200, "ok")
 
 
 def test_not_ready_while_the_cluster_view_cannot_be_built(webhooks):
     api, controller, hooks = webhooks
-    controller.cache.start()
-    assert controller.cache.wait_synced(10)
-    hooks.ready()
-    assert _readyz(hooks) == (200, "ok")
+    _synced_and_ready(controller, hooks)
     broken = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Devices", "metadata": {"name": "node-x"},
               "spec": {"groups": [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [{"id": "g", "index": "x"}]}]}}
     controller.cache["Devices"].observe(broken)

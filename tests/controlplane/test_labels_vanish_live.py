@@ -8,32 +8,13 @@ table at the end is the table at the start.
 """
 from __future__ import annotations
 
-import time
-
-import pytest
 import yaml
 
-from runtime.engine.policy import Policy
-from runtime.kube.session import connect
-from runtime.rules.loader import load_rules
-from testing.hooks import ObservedController as Controller
-from tests.controlplane.test_controller import COMMON, _apply_seed_cluster, _clean
+from testing.localcluster.testing import wait_for
+from tests.controlplane.test_controller import COMMON, ctl  # noqa: F401 - the seeded controller fixture
 
 KINDS = ["resourceflavors.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io", "localqueues.kueue.x-k8s.io",
          "instancetypes.worker.gpustack.ai"]
-
-
-@pytest.fixture(scope="module")
-def ctl(control_plane):
-    cluster, kubectl = control_plane
-    _clean(kubectl)
-    _apply_seed_cluster(kubectl)
-    controller = Controller(connect(cluster.kubeconfig), Policy(load_rules()), coalesce_seconds=0.1, env={},
-                            fit_coalesce_seconds=0)
-    controller.start()
-    yield controller
-    controller.stop()
-    _clean(kubectl)
 
 
 def _uids(kubectl) -> dict[str, str]:
@@ -51,15 +32,6 @@ def _node_labels(ctl, name: str) -> dict[str, str]:
     return (ctl.cache.get("Node", name) or {}).get("metadata", {}).get("labels") or {}
 
 
-def _until(check, timeout=30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_pools_hold_while_node_feature_labels_vanish(ctl, kubectl):
     first = ctl.reconcile()
     assert first.errors == []
@@ -74,8 +46,8 @@ def test_pools_hold_while_node_feature_labels_vanish(ctl, kubectl):
         name = node["metadata"]["name"]
         keys = [k for k in node["metadata"].get("labels") or {} if k.startswith(prefixes)]
         kubectl("label", "node", name, *[f"{k}-" for k in keys])
-    assert _until(lambda: not any(k.startswith(prefixes) for n in nodes
-                                  for k in _node_labels(ctl, n["metadata"]["name"])))
+    wait_for(lambda: [k for n in nodes for k in _node_labels(ctl, n["metadata"]["name"]) if k.startswith(prefixes)],
+             lambda left: not left, what="feature labels gone from the cache")
     gone = ctl.reconcile()
     assert gone.errors == []
     assert [(a.verb, a.kind, a.name) for a in gone.planned if a.verb in ("delete", "recreate")] == []
@@ -83,8 +55,9 @@ def test_pools_hold_while_node_feature_labels_vanish(ctl, kubectl):
     assert kubectl.stdout("get", "instancetypes") == table
 
     kubectl("apply", "-f", str(COMMON / "nodes.yaml"))  # phase 3: the labels come back
-    assert _until(lambda: all(k in _node_labels(ctl, n["metadata"]["name"]) for n in nodes
-                              for k in n["metadata"].get("labels") or {}))
+    wait_for(lambda: [k for n in nodes for k in n["metadata"].get("labels") or {}
+                      if k not in _node_labels(ctl, n["metadata"]["name"])],
+             lambda missing: not missing, what="feature labels back in the cache")
     back = ctl.reconcile()
     assert back.errors == []
     assert [(a.verb, a.kind, a.name) for a in back.planned if a.verb in ("delete", "recreate")] == []

@@ -7,7 +7,6 @@ exactly as in the seed, and derive/get/admit must answer (no exit 1, no tracebac
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,8 @@ from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
+from tests.engine.test_bad_input import _edit_docs as _edit
+from tests.engine.test_bad_input import _seed_copy as _copy
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
 T4_COUNT = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"
@@ -38,24 +39,12 @@ def policy() -> Policy:
     return Policy(load_rules())
 
 
-def _copy(tmp_path: Path) -> Path:
-    root = tmp_path / "snapshot"
-    shutil.copytree(SEED, root)
-    return root
-
-
-def _edit(path: Path, edit) -> None:
-    docs = list(yaml.safe_load_all(path.read_text()))
-    for doc in docs:
-        edit(doc)
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-
-
-def _t4_count(root: Path, value: str) -> None:
+def _set_node_label(root: Path, key: str, value: str, node: str = "node-t4-b") -> None:
+    """``key`` := ``value`` wherever ``node`` (its Node, its NodeFeatures) carries it."""
     def edit(doc):
         for labels in ((doc.get("spec") or {}).get("labels"), doc["metadata"].get("labels")):
-            if labels and T4_COUNT in labels and "node-t4-b" in doc["metadata"]["name"]:
-                labels[T4_COUNT] = value
+            if labels and key in labels and node in doc["metadata"]["name"]:
+                labels[key] = value
     _edit(root / "nodefeatures.yaml", edit)
     _edit(root / "nodes.yaml", edit)
 
@@ -75,7 +64,7 @@ def _summaries(state) -> dict[str, str]:
 ])
 def test_a_bad_count_label_costs_only_its_node(policy, tmp_path, value, reason):
     root = _copy(tmp_path)
-    _t4_count(root, value)
+    _set_node_label(root, T4_COUNT, value)
     state = derive(policy, load_snapshot([root]))
     expected_text = {
         "outOfRange": f"Node node-t4-b: label {T4_COUNT}={value!r} is outside 1..1048576; "
@@ -94,13 +83,7 @@ def test_a_bad_count_label_costs_only_its_node(policy, tmp_path, value, reason):
 
 def test_a_bad_cpu_count_costs_only_that_nodes_cpu_flavor(policy, tmp_path):
     root = _copy(tmp_path)
-
-    def edit(doc):
-        for labels in ((doc.get("spec") or {}).get("labels"), doc["metadata"].get("labels")):
-            if labels and CPU_COUNT in labels:
-                labels[CPU_COUNT] = "-16"
-    _edit(root / "nodefeatures.yaml", edit)
-    _edit(root / "nodes.yaml", edit)
+    _set_node_label(root, CPU_COUNT, "-16", node="node-cpu")
     state = derive(policy, load_snapshot([root]))
     assert [p.message for p in state.fact_problems] == [
         f"Node node-cpu: label {CPU_COUNT}='-16' is outside 1..1048576; the node contributes no CPU flavor"]
@@ -145,7 +128,7 @@ def test_an_out_of_range_ledger_takes_its_devices_out_of_every_view(policy, tmp_
 def test_get_and_admit_answer_with_a_2_pow_63_count(tmp_path):
     """Before: `get`/`admit` exited 1 with ``ValueError: overflow`` from CEL."""
     root = _copy(tmp_path)
-    _t4_count(root, str(2 ** 63))
+    _set_node_label(root, T4_COUNT, str(2 ** 63))
     result = CliRunner().invoke(main, ["get", "instancetypes", "--snapshot", str(root)])
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
@@ -223,13 +206,7 @@ def test_an_unreadable_descriptor_costs_only_its_node(policy, tmp_path, suffix, 
     would stay for good (``memory: lots``). Now node-t4-b contributes no T4 flavor instead."""
     root = _copy(tmp_path)
     key = T4_COUNT.replace(".count", suffix)
-
-    def edit(doc):
-        for labels in ((doc.get("spec") or {}).get("labels"), doc["metadata"].get("labels")):
-            if labels and key in labels and "node-t4-b" in doc["metadata"]["name"]:
-                labels[key] = value
-    _edit(root / "nodefeatures.yaml", edit)
-    _edit(root / "nodes.yaml", edit)
+    _set_node_label(root, key, value)
     state = derive(policy, load_snapshot([root]))
     assert state.warnings == [f"Node node-t4-b: label {key}={value!r} {text}; "
                               "the node contributes no device flavor for nvidia-tesla-t4"]
