@@ -3,7 +3,7 @@
 * :func:`read_count` - a ``.count`` label (cores, accelerators of a group) as an integer inside
   ``factChecks.countMin..countMax`` of rules/node-facts.yaml, or the reason it is not one.
 * :func:`read_memory` - an accelerator ``.memory`` label as a quantity of ``1Mi..memoryMibMax`` Mi.
-* :func:`ledger_problems` - the fields of a Devices object whose numbers are out of range
+* :func:`ledger_sound` / :func:`ledger_problems` - whether / which fields of a Devices object whose numbers are out of range
   (``remaining``/``allocated`` outside ``0..D``, a mode that is not one of rules/agent.yaml
   ``ledger.modes``, slice and profile counts outside ``0..countMax``, memory outside
   ``0..memoryMibMax``). A Devices object with any problem counts in no view.
@@ -81,12 +81,59 @@ def _ledger_modes(policy: Policy) -> set[int]:
     return set(agent_rules(policy).ledger.modes.model_dump().values())
 
 
+def _bounds(policy: Policy) -> tuple[int, int, int, frozenset[int]]:
+    """(D, countMax, memoryMibMax, ledger modes), looked up once per Policy."""
+    cache = policy.__dict__.setdefault("_fact_bounds", [])
+    if not cache:
+        limits = policy.node_facts.factChecks
+        cache.append((policy.constants.creditsPerAccelerator, limits.countMax, limits.memoryMibMax,
+                      frozenset(_ledger_modes(policy))))
+    return cache[0]
+
+
+def ledger_sound(policy: Policy, devices: dict) -> bool:
+    """True when :func:`ledger_problems` finds nothing (the fast check every reader of a Devices
+    object runs; the messages are built only for an object that fails it). Comparisons are inline:
+    this runs for every Devices object of every derive."""
+    d, cmax, mmax, modes = _bounds(policy)
+    for group in (devices.get("spec") or {}).get("groups") or []:
+        for acc in group.get("accelerators") or []:
+            status = acc.get("status") or {}
+            physical = status.get("physicalSliced") or {}
+            for value in (acc.get("index"), (status.get("logicalSliced") or {}).get("count"), physical.get("count")):
+                if value is not None and (type(value) is not int or not 0 <= value <= cmax):
+                    return False
+            for prof in physical.get("profiles") or []:
+                count, mib = prof.get("count"), prof.get("memoryMib")
+                if count is not None and (type(count) is not int or not 0 <= count <= cmax):
+                    return False
+                if mib is not None and (type(mib) is not int or not 0 <= mib <= mmax):
+                    return False
+    for group in (devices.get("status") or {}).get("groups") or []:
+        for acc in group.get("accelerators") or []:
+            mode = acc.get("mode")
+            if mode is not None and (type(mode) is not int or mode not in modes):
+                return False
+            for value, high in ((acc.get("index"), cmax), (acc.get("remaining"), d), (acc.get("allocated"), d),
+                                (acc.get("allocatedSlices"), cmax)):
+                if value is not None and (type(value) is not int or not 0 <= value <= high):
+                    return False
+            for key in ("allocatedProfiles", "remainingProfiles"):
+                for prof in acc.get(key) or []:
+                    count = prof.get("count")
+                    if count is not None and (type(count) is not int or not 0 <= count <= cmax):
+                        return False
+    return True
+
+
 def ledger_problems(policy: Policy, devices: dict) -> list[FactProblem]:
     """Out-of-range numbers of one Devices object (spec and status), in field order; [] when sound.
 
     Types were checked when the object entered the snapshot (:data:`runtime.engine.snapshot.DEVICES_SHAPE`);
     a value of the wrong type here (a live object) is a problem too.
     """
+    if ledger_sound(policy, devices):
+        return []
     limits = policy.node_facts.factChecks
     d = policy.constants.creditsPerAccelerator
     node = ((devices.get("metadata") or {}).get("name")) or "<unnamed>"

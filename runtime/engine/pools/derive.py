@@ -123,8 +123,9 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")
     aware = settings.flag(its.AWARE)
 
-    effective = effective_node_labels(policy, snapshot, settings_namespace)  # node views and Devices both read it
-    state.warnings.extend(trusted_node_features(policy, snapshot, settings_namespace)[1])
+    trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)  # decision 20
+    state.warnings.extend(untrusted)
+    effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)  # node views and Devices read it
     nodes = node_views(policy, snapshot, effective)
     state.managed_nodes = [node.name for node in nodes if node.managed]
     for node in nodes:

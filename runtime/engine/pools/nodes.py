@@ -71,16 +71,19 @@ def trusted_node_features(policy: Policy, snapshot: Snapshot,
     return trusted, warnings
 
 
-def effective_node_labels(policy: Policy, snapshot: Snapshot,
-                          namespace: str | None = None) -> dict[str, dict[str, str]]:
+def effective_node_labels(policy: Policy, snapshot: Snapshot, namespace: str | None = None,
+                          trusted: dict[str, list[dict]] | None = None) -> dict[str, dict[str, str]]:
     """Node name -> labels after NodeFeature propagation (see module docstring).
 
-    Only the NodeFeatures :func:`trusted_node_features` keeps feed the propagated keys (decision 20).
+    Only the NodeFeatures :func:`trusted_node_features` keeps feed the propagated keys (decision 20);
+    ``trusted``: its first result when the caller already has it.
     """
     prefixes = tuple(policy.labels.propagatedPrefixes)
     fit = policy.labels.fitLabelSuffix
     by_node: dict[str, dict[str, str]] = {}
-    for node, features in trusted_node_features(policy, snapshot, namespace)[0].items():
+    if trusted is None:
+        trusted = trusted_node_features(policy, snapshot, namespace)[0]
+    for node, features in trusted.items():
         merged = by_node.setdefault(node, {})
         for nf in features:
             for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
