@@ -243,7 +243,7 @@ class Controller:
     def _workload_check_actions(self, snapshot) -> list[Action]:
         """Plan the Workload check answers (:mod:`runtime.controller.workloadchecks`); a Retry waiting
         for its re-evaluation requeues a pass for that moment."""
-        checks = plan_workload_checks(self.policy, snapshot, datetime.now(timezone.utc))
+        checks = plan_workload_checks(self.policy, snapshot, datetime.now(timezone.utc), self.settings_namespace)
         for error in checks.errors:
             logger.warning("admission check {}: {}", self.policy.derivation.admissionCheck.name, error)
         if checks.requeue is not None:

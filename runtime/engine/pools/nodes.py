@@ -160,14 +160,15 @@ def _count(policy: Policy, node: str, labels: dict[str, str], key: str, akey: st
     return count
 
 
-def node_views(policy: Policy, snapshot: Snapshot,
-               effective: dict[str, dict[str, str]] | None = None) -> list[NodeView]:
+def node_views(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, str]] | None = None,
+               namespace: str | None = None) -> list[NodeView]:
     """Every Node of the snapshot (deleting ones excluded), in name order.
 
-    ``effective``: :func:`effective_node_labels` of ``snapshot`` when the caller already has it.
+    ``effective``: :func:`effective_node_labels` of ``snapshot`` when the caller already has it;
+    ``namespace``: the system namespace whose NodeFeatures count (decision 20; None: the rules').
     """
     if effective is None:
-        effective = effective_node_labels(policy, snapshot)
+        effective = effective_node_labels(policy, snapshot, namespace)
     views = []
     for node in snapshot.list("Node"):
         if is_deleting(node):
