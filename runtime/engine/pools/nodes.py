@@ -30,7 +30,7 @@ class NodeView:
     os: str
     arch: str
     akeys: dict[str, int] = field(default_factory=dict)  # aKey -> per-node count
-    problems: tuple[FactProblem, ...] = ()  # count labels refused (decision 19): they count 0
+    problems: tuple[FactProblem, ...] = ()  # labels refused (decision 19): their key counts 0
 
 
 def trusted_node_features(policy: Policy, snapshot: Snapshot,
@@ -143,7 +143,7 @@ def _descriptors_sound(policy: Policy, node: str, labels: dict[str, str], base: 
         sound = False
     cores_key = f"{base}{suffixes.cores}"
     value = labels.get(cores_key)
-    cores, reason = read_count(policy, value)
+    _, reason = read_count(policy, value)
     if reason and not (reason == "outOfRange" and value.strip() == "0"):  # .cores is written even when 0
         problems.append(count_problem(policy, node, cores_key, value, reason, akey))
         sound = False
