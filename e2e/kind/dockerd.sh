@@ -14,8 +14,9 @@
 #       forward hook (priority -300, ahead of docker's own chains): a packet arriving on a docker bridge
 #         (docker0, br-*) and leaving by any interface that is not a docker bridge is counted and dropped,
 #         and so is a packet from any other interface to a docker bridge;
-#       postrouting hook: a packet with a container source address (172.16.0.0/12, fc00::/7) leaving by an
-#         interface that is not a docker bridge or loopback is counted and dropped.
+#       postrouting hook: a packet with a container source address (172.16.0.0/12, fc00::/7), or addressed to
+#         the clusters' Service or Pod range (10.96.0.0/12, 10.244.0.0/16), leaving by an interface that is
+#         not a docker bridge or loopback is counted and dropped.
 #   dockerd runs with --ip-forward=false, --iptables=true, every network inside 172.18.0.0/16, no
 #   registry mirrors (an empty config file of our own), HTTP(S)_PROXY pointed at 127.0.0.1:9 so a pull can
 #   only fail locally, and its data root in $ACCELPOLICY_CACHE/docker (outside the clone).
@@ -64,15 +65,16 @@ delete table inet $table
 table inet $table {
   chain forward {
     type filter hook forward priority -300; policy accept;
-    iifname "docker0" oifname != "docker0" oifname != "br-*" counter drop comment "docker bridge to another interface"
-    iifname "br-*" oifname != "docker0" oifname != "br-*" counter drop comment "docker bridge to another interface"
-    oifname "docker0" iifname != "docker0" iifname != "br-*" counter drop comment "another interface to a docker bridge"
-    oifname "br-*" iifname != "docker0" iifname != "br-*" counter drop comment "another interface to a docker bridge"
+    iifname "docker0" oifname != "docker0" oifname != "br-*" counter drop comment "forward docker0 to another interface"
+    iifname "br-*" oifname != "docker0" oifname != "br-*" counter drop comment "forward br-* to another interface"
+    oifname "docker0" iifname != "docker0" iifname != "br-*" counter drop comment "forward another interface to docker0"
+    oifname "br-*" iifname != "docker0" iifname != "br-*" counter drop comment "forward another interface to br-*"
   }
   chain postrouting {
     type filter hook postrouting priority -300; policy accept;
-    oifname != "lo" oifname != "docker0" oifname != "br-*" oifname != "veth*" ip saddr 172.16.0.0/12 counter drop comment "container address leaving the machine"
-    oifname != "lo" oifname != "docker0" oifname != "br-*" oifname != "veth*" ip6 saddr fc00::/7 counter drop comment "container address leaving the machine"
+    oifname != "lo" oifname != "docker0" oifname != "br-*" oifname != "veth*" ip saddr 172.16.0.0/12 counter drop comment "IPv4 container address leaving the machine"
+    oifname != "lo" oifname != "docker0" oifname != "br-*" oifname != "veth*" ip6 saddr fc00::/7 counter drop comment "IPv6 container address leaving the machine"
+    oifname != "lo" oifname != "docker0" oifname != "br-*" oifname != "veth*" ip daddr { 10.96.0.0/12, 10.244.0.0/16 } counter drop comment "cluster Service/Pod range leaving the machine"
   }
 }
 EOF
@@ -95,6 +97,7 @@ guard_problems() {
               'iifname "br-\*" oifname != "docker0" oifname != "br-\*" counter packets [0-9]+ bytes [0-9]+ drop' \
               'ip saddr 172.16.0.0/12 counter packets [0-9]+ bytes [0-9]+ drop' \
               'ip6 saddr fc00::/7 counter packets [0-9]+ bytes [0-9]+ drop' \
+              'ip daddr \{ 10.96.0.0/12, 10.244.0.0/16 \} counter packets [0-9]+ bytes [0-9]+ drop' \
               'type filter hook forward priority (raw|-300); policy accept;' \
               'type filter hook postrouting priority (raw|-300); policy accept;'; do
     grep -Eq -- "$rule" <<<"$listing" || echo "nftables table inet $table lacks: ${rule//\\/}"
