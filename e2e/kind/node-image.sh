@@ -150,7 +150,7 @@ rm -f "$root/etc/machine-id"; : > "$root/etc/machine-id"
 
 say "importing the node image"
 tar --numeric-owner -C "$root" -c . | docker import \
-  --change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
+  --change 'ENV container=docker' \
   --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
   --change "LABEL io.accelpolicy.kind.recipe=$tag" - "$tag" >/dev/null
 say "node image $tag built ($(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
