@@ -71,9 +71,22 @@ EOF
   for _ in $(seq 1 "$workers"); do printf -- '- role: worker\n  image: %s\n' "$image"; done
 } > "$dir/kind-config.yaml"
 
+# The nodes' docker network, made here rather than by kind: IPv4 only (docker 20.10 switches host IPv6
+# forwarding on for an IPv6 network, which the guard forbids), no masquerading, and a bridge name the
+# guard's br-* rules match.
+network="${ACCELPOLICY_KIND_NETWORK:-accelpolicy-kind}"
+if ! docker network inspect "$network" >/dev/null 2>&1; then
+  docker network create --driver bridge --subnet 172.18.200.0/24 \
+    -o com.docker.network.bridge.name=br-accelkind -o com.docker.network.bridge.enable_ip_masquerade=false \
+    "$network" >/dev/null
+fi
+[[ "$(docker network inspect -f '{{.EnableIPv6}}' "$network")" == false ]] \
+  || { echo "kind-up.sh: docker network $network has IPv6 enabled; remove it (docker network rm $network)" >&2; exit 1; }
+bash "$here/dockerd.sh" check >/dev/null || { bash "$here/dockerd.sh" check; exit 1; }
+
 kubectl() { "$kubectl_bin" --kubeconfig "$kubeconfig" "$@"; }
 say "creating cluster '$name' (1 control-plane + $workers workers) from $image"
-PATH="$here/shim:$PATH" KIND_EXPERIMENTAL_PROVIDER=docker \
+PATH="$here/shim:$PATH" KIND_EXPERIMENTAL_PROVIDER=docker KIND_EXPERIMENTAL_DOCKER_NETWORK="$network" \
   "$kind_bin" create cluster --name "$name" --config "$dir/kind-config.yaml" --kubeconfig "$kubeconfig" --wait 0s
 say "kind create done"
 
