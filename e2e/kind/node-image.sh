@@ -136,6 +136,7 @@ sed -i "s|@PAUSE_IMAGE@|$pause_image|" "$root/etc/containerd/config.toml"
 for b in kubelet kubeadm kubectl; do cp "${bin[$b]}" "$root/usr/bin/$b"; done
 echo "$k8s_version" > "$root/kind/version"
 printf '%s\n' "${image_list[@]}" > "$root/kind/images/list.txt"
+printf '%s\n' "${image_list[@]}" | grep -E '/(kube-proxy|coredns|pause):' > "$root/kind/images/worker.txt"
 mkdir -p "$root/etc/cni/net.d" "$root/opt/cni" "$root/var/lib/kubelet" "$root/etc/kubernetes/manifests"
 # systemd as a container's init: no udev, getty, timers or units of the distribution beyond ours
 rm -f "$root"/lib/systemd/system/multi-user.target.wants/* "$root"/etc/systemd/system/*.wants/* \
