@@ -1,7 +1,7 @@
 """The offline kind cluster (issue 11 item 3, "Network safety first"): e2e/kind/kind-up.sh end to end.
 
 One cluster (1 control-plane + ``$ACCELPOLICY_KIND_TEST_WORKERS`` workers, default 3) is created for the
-module from the locally built node image and deleted afterwards. Skipped, with the reason, when the
+session from the locally built node image and deleted afterwards (conftest.py, kindcluster.py). Skipped, with the reason, when the
 docker daemon cannot be started here or the node image was not built (``make kind-images``).
 The refusal test needs neither: it forces a missing guard and asserts kind-up.sh creates nothing.
 """
@@ -11,38 +11,15 @@ import json
 import os
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from kindcluster import (HERE, K8S_VERSION, LEAVING_COUNTERS, SERVICE_BLACKHOLE, WORKERS, KindCluster,
+                         docker_reachable, sh)
+
 pytestmark = pytest.mark.kind
-
-HERE = Path(__file__).resolve().parent
-K8S_VERSION = next(line.split()[1] for line in (HERE.parent / "controlplane" / "go.mod").read_text().splitlines()
-                   if line.split()[:1] == ["k8s.io/kubernetes"] or line.split()[:2] == ["require", "k8s.io/kubernetes"])
-CLUSTER = os.environ.get("ACCELPOLICY_KIND_TEST_CLUSTER", "accelpolicy-test")
-WORKERS = int(os.environ.get("ACCELPOLICY_KIND_TEST_WORKERS", "3"))
-SERVICE_BLACKHOLE = "10.96.0.0/12"
-LEAVING_COUNTERS = ("IPv4 container address leaving the machine", "IPv6 container address leaving the machine",
-                    "cluster Service/Pod range leaving the machine")
-
-
-def sh(*args: str, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, check=check, timeout=timeout, **kw)
-
-
-def guard_counters() -> dict[str, int]:
-    """Packets counted by each rule of the guard table, keyed by the rule's comment (dockerd.sh counters)."""
-    out = sh("bash", str(HERE / "dockerd.sh"), "counters").stdout
-    return {comment: int(packets) for packets, comment in (line.split("\t", 1) for line in out.splitlines())}
-
-
-def docker_reachable() -> bool:
-    return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-
 
 def test_kind_up_refuses_without_the_guard_and_creates_nothing():
     env = dict(os.environ, ACCELPOLICY_GUARD_TABLE="accelpolicy_guard_absent")
@@ -57,55 +34,6 @@ def test_kind_up_refuses_without_the_guard_and_creates_nothing():
     if docker_reachable():
         ids = sh("docker", "ps", "-aq", "--filter", "label=io.x-k8s.kind.cluster=accelpolicy-refused").stdout
         assert ids.strip() == ""
-
-
-@dataclass
-class KindCluster:
-    name: str
-    kubeconfig: Path
-    kubectl_bin: str
-    nodes: list[str]
-    create_seconds: float
-    counters_before: dict[str, int]
-    counters_after: dict[str, int]
-
-    def kubectl(self, *args: str) -> str:
-        return sh(self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args).stdout
-
-    def kubectl_json(self, *args: str) -> dict:
-        return json.loads(self.kubectl(*args, "-o", "json"))
-
-    def node_exec(self, node: str, *args: str) -> str:
-        return sh("docker", "exec", node, *args).stdout
-
-
-@pytest.fixture(scope="module")
-def kind_cluster():
-    if os.geteuid() != 0:
-        pytest.skip("kind: dockerd.sh needs root (sysctl, nftables, dockerd)")
-    start = subprocess.run(["bash", str(HERE / "dockerd.sh"), "start"], capture_output=True, text=True, timeout=900)
-    if start.returncode != 0:
-        pytest.skip(f"kind: docker cannot be started here: {start.stderr.strip()[-400:]}")
-    tag = sh("bash", str(HERE / "node-image.sh"), "--print-tag").stdout.strip()
-    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
-        pytest.skip(f"kind: node image {tag} is not built; run `make kind-images` (cold ~15-30 min)")
-    tools = dict(line.split(" ", 1) for line in sh("bash", str(HERE / "build-tools.sh"), "--print").stdout.splitlines())
-    sh("bash", str(HERE / "kind-down.sh"), "--name", CLUSTER, timeout=300)
-    before = guard_counters()
-    t0 = time.monotonic()
-    up = subprocess.run(["bash", str(HERE / "kind-up.sh"), "--name", CLUSTER, "--workers", str(WORKERS)],
-                        capture_output=True, text=True, timeout=900)
-    seconds = time.monotonic() - t0
-    if up.returncode != 0:
-        sh("bash", str(HERE / "kind-down.sh"), "--name", CLUSTER, check=False, timeout=300)
-        pytest.fail(f"kind-up.sh failed ({up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
-    after = guard_counters()
-    nodes = sh(tools["kind"], "get", "nodes", "--name", CLUSTER).stdout.split()
-    cluster = KindCluster(CLUSTER, Path(up.stdout.strip().splitlines()[-1]), tools["kubectl"], sorted(nodes),
-                          seconds, before, after)
-    print(f"\nkind-up: {len(nodes)} nodes in {seconds:.1f}s\n{up.stdout}")
-    yield cluster
-    sh("bash", str(HERE / "kind-down.sh"), "--name", CLUSTER, check=False, timeout=300)
 
 
 def test_all_nodes_ready(kind_cluster):
@@ -123,7 +51,7 @@ def test_all_nodes_ready(kind_cluster):
 def test_api_server_published_on_loopback_only(kind_cluster):
     server = kind_cluster.kubectl("config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
     assert server.startswith("https://127.0.0.1:")
-    control_plane = f"{CLUSTER}-control-plane"
+    control_plane = f"{kind_cluster.name}-control-plane"
     ports = json.loads(sh("docker", "inspect", "-f", "{{json .NetworkSettings.Ports}}", control_plane).stdout)
     published = [b for bindings in ports.values() if bindings for b in bindings]
     assert published and all(b["HostIp"] == "127.0.0.1" for b in published), published
