@@ -64,13 +64,6 @@ class ClusterUnavailable(Exception):
     """Why no cluster can be made here (docker cannot start, node image not built): a skip reason."""
 
 
-def node_kubelet_dir(node: str) -> Path:
-    """The host path of a kind node's /var/lib/kubelet (kind mounts an anonymous volume on /var)."""
-    mounts = json.loads(sh("docker", "inspect", "-f", "{{json .Mounts}}", node).stdout)
-    var = next(m["Source"] for m in mounts if m["Destination"] == "/var")
-    return Path(var) / "lib" / "kubelet"
-
-
 def start_cluster() -> KindCluster:
     """Start the guarded docker daemon and create the test cluster (deleting a leftover one first).
 

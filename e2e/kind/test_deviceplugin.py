@@ -8,14 +8,13 @@ through the kubelet's PodResources socket with the agent's own client (runtime.k
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
+from kind_deviceplugin.kindnode import node_kubelet_dir, short_link
 from kind_deviceplugin.plugin import DevicePluginStandIn, advertised_devices, env_name
-from kindcluster import node_kubelet_dir, sh
+from kindcluster import sh
 from probes.fake import load_document, recorded
 from runtime.engine.policy import Policy
 from runtime.kube.podresources import list_pod_resources
@@ -44,13 +43,6 @@ def test_advertised_devices_name_an_unknown_manufacturer(policy):
     with pytest.raises(ValueError, match=r"node-t4-a.yaml: accelerators\[0\].manufacturer: 'acme' is not in "
                                          r"rules/manufacturers.yaml"):
         advertised_devices(policy, doc, "node-t4-a.yaml")
-
-
-def short_link(target: Path) -> Path:
-    """A short symlink to ``target`` (unix socket paths are limited to 107 bytes)."""
-    link = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp")) / "d"
-    link.symlink_to(target)
-    return link
 
 
 def wait_for(what: str, check, timeout: float = 90.0):
