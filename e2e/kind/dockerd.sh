@@ -107,7 +107,9 @@ guard_problems() {
 dockerd_pid() {  # pid of the dockerd serving $socket that this script started, or nothing
   [[ -s "$pidfile" ]] || return 0
   local pid; pid="$(cat "$pidfile")"
-  [[ -r "/proc/$pid/cmdline" ]] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q '^dockerd\|/dockerd ' && echo "$pid"
+  [[ -r "/proc/$pid/cmdline" ]] || return 0
+  local cmdline; cmdline="$(tr '\0' ' ' < "/proc/$pid/cmdline")"
+  grep -q '^dockerd\|/dockerd ' <<<"$cmdline" && echo "$pid"
   return 0
 }
 

@@ -43,7 +43,7 @@ kind_bin="$(bash "$here/build-tools.sh" --print | awk '$1=="kind" {print $2}')"
 kubectl_bin="$(bash "$here/build-tools.sh" --print | awk '$1=="kubectl" {print $2}')"
 [[ -x "$kind_bin" && -x "$kubectl_bin" ]] || { echo "kind-up.sh: kind or kubectl not built; run: make kind-images" >&2; exit 1; }
 
-if "$kind_bin" get clusters 2>/dev/null | grep -qx "$name"; then
+if grep -qx "$name" <<<"$("$kind_bin" get clusters 2>/dev/null)"; then
   echo "kind-up.sh: cluster '$name' already exists (kubeconfig $cache/kind/clusters/$name/kubeconfig); delete it first: make kind-down KIND_CLUSTER=$name" >&2
   exit 1
 fi

@@ -99,6 +99,15 @@ def test_kubelet_allocates_stand_in_devices_and_podresources_reports_them(kind_c
         main_id = next(c["containerID"] for c in cid if c["name"] == "main").split("://", 1)[1]
         spec = json.loads(kind_cluster.node_exec(node, "ctr", "-n", "k8s.io", "containers", "info", main_id))
         assert f"{env_name('nvidia.com/gpu')}={T4_UUID}" in spec["Spec"]["process"]["env"]
+
+        # a restarted kubelet forgets its plugins; the stand-in notices and registers again
+        kind_cluster.node_exec(node, "systemctl", "restart", "kubelet")
+        wait_for("the stand-in to register again after the kubelet restart", lambda: standin.reregistrations >= 1)
+        wait_for(f"{node} to advertise the devices again", allocatable)
+        answer = list_pod_resources(str(short_link(kubelet_dir / "pod-resources") / "kubelet.sock"))
+        [entry] = [p for p in answer if p.get("name") == POD and p.get("namespace") == "default"]
+        assert {c["name"]: c.get("devices", []) for c in entry["containers"]}["main"] == [
+            {"resourceName": "nvidia.com/gpu", "deviceIds": [T4_UUID]}]
     finally:
         sh(kind_cluster.kubectl_bin, "--kubeconfig", str(kind_cluster.kubeconfig), "delete", "pod", POD,
            "-n", "default", "--ignore-not-found", "--wait=false", check=False)

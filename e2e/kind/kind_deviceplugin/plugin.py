@@ -115,22 +115,41 @@ class DevicePluginStandIn:
     def __init__(self, plugin_dir: str | os.PathLike, devices: Mapping[str, list[str]]):
         self.plugin_dir = Path(plugin_dir)
         self.plugins = [ResourcePlugin(resource, ids) for resource, ids in sorted(devices.items())]
-        self._servers: list[grpc.Server] = []
+        self._servers: dict[str, grpc.Server] = {}
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        #: how many times the kubelet was seen restarting and every resource was registered again
+        self.reregistrations = 0
 
-    def start(self, register_timeout: float = 10.0) -> None:
-        """Serve every resource, then ``Register`` each with the kubelet. Raises :class:`RegistrationError`."""
+    def start(self, register_timeout: float = 10.0, watch_interval: float = 1.0) -> None:
+        """Serve every resource, then ``Register`` each with the kubelet. Raises :class:`RegistrationError`.
+
+        Like a vendor plugin, it then watches the directory every ``watch_interval`` seconds: a restarted
+        kubelet removes the plugin sockets and makes a new ``kubelet.sock``, so every resource is served
+        and registered again.
+        """
+        self._serve_and_register(register_timeout)
+        self._watcher = threading.Thread(target=self._watch, args=(register_timeout, watch_interval),
+                                         name="deviceplugin-watch", daemon=True)
+        self._watcher.start()
+
+    def _serve_and_register(self, register_timeout: float) -> None:
         for plugin in self.plugins:
             path = self.plugin_dir / plugin.endpoint
             if len(str(path)) > UNIX_PATH_MAX:
                 raise ValueError(f"{path}: longer than the {UNIX_PATH_MAX} bytes of a unix socket path; "
                                  f"pass a shorter plugin_dir (a symlink)")
+            old = self._servers.pop(plugin.resource, None)
+            if old is not None:
+                old.stop(grace=None)
             path.unlink(missing_ok=True)
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
             api_pb2_grpc.add_DevicePluginServicer_to_server(plugin, server)
             server.add_insecure_port(f"unix://{path}")
             server.start()
-            self._servers.append(server)
+            self._servers[plugin.resource] = server
         kubelet = f"unix://{self.plugin_dir / KUBELET_SOCKET}"
+        self._kubelet_inode = self._inode(self.plugin_dir / KUBELET_SOCKET)
         for plugin in self.plugins:
             request = api_pb2.RegisterRequest(version=API_VERSION, endpoint=plugin.endpoint,
                                               resource_name=plugin.resource, options=api_pb2.DevicePluginOptions())
@@ -141,16 +160,38 @@ class DevicePluginStandIn:
                 raise RegistrationError(f"Register {plugin.resource} on {kubelet} failed: "
                                         f"{exc.code()}: {exc.details()}") from None
 
+    @staticmethod
+    def _inode(path: Path) -> int | None:
+        try:
+            return path.stat().st_ino
+        except OSError:
+            return None
+
+    def _watch(self, register_timeout: float, interval: float) -> None:
+        while not self._watch_stop.wait(interval):
+            kubelet = self._inode(self.plugin_dir / KUBELET_SOCKET)
+            ours_gone = any(not (self.plugin_dir / p.endpoint).exists() for p in self.plugins)
+            if kubelet is None or (kubelet == self._kubelet_inode and not ours_gone):
+                continue                      # kubelet down (wait for its socket) or nothing changed
+            try:
+                self._serve_and_register(register_timeout)
+                self.reregistrations += 1
+            except (RegistrationError, OSError):
+                continue                      # kubelet not answering yet; try again next round
+
     @property
     def allocations(self) -> dict[str, list[list[str]]]:
         """``{resource: [[device IDs] per allocated container]}`` for resources with allocations."""
         return {p.resource: list(p.allocations) for p in self.plugins if p.allocations}
 
     def stop(self) -> None:
-        """Stop serving and remove the sockets (the kubelet then marks the devices unhealthy)."""
+        """Stop watching and serving and remove the sockets (the kubelet then marks the devices unhealthy)."""
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
         for plugin in self.plugins:
             plugin.stop()
-        for server in self._servers:
+        for server in self._servers.values():
             server.stop(grace=1).wait()
         for plugin in self.plugins:
             (self.plugin_dir / plugin.endpoint).unlink(missing_ok=True)

@@ -3,7 +3,8 @@
 # holds the rule for default/kubernetes). Records both moments in /kind/accelpolicy/service-blackhole.log.
 set -o errexit -o nounset -o pipefail
 cidr="${ACCELPOLICY_SERVICE_CIDR:-10.96.0.0/12}"
-until iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -q 'default/kubernetes:https cluster IP'; do
+# (output captured first: with pipefail, `iptables | grep -q` can fail by SIGPIPE once grep has matched)
+until grep -q 'default/kubernetes:https cluster IP' <<<"$(iptables -w -t nat -S KUBE-SERVICES 2>/dev/null || true)"; do
   sleep 1
 done
 echo "kube-proxy $(date +%s.%N) KUBE-SERVICES programmed" >> /kind/accelpolicy/service-blackhole.log
