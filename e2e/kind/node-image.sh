@@ -124,6 +124,7 @@ for image in "${image_list[@]}"; do
       changes+=(--change 'ENTRYPOINT ["/pause"]' --change 'USER 65535:65535') ;;
     *) echo "node-image.sh: no recipe for image $image (kubeadm lists it); add one" >&2; exit 1 ;;
   esac
+  docker rmi "$image" >/dev/null 2>&1 || true      # the previous build's image of this tag, if unused
   tar --numeric-owner -C "$img" -c . | docker import "${changes[@]}" - "$image" >/dev/null
   docker save "$image" -o "$images_dir/$name.tar"
   say "image $image ($(du -h "$images_dir/$name.tar" | cut -f1))"
@@ -154,5 +155,9 @@ tar --numeric-owner -C "$root" -c . | docker import \
   --change 'ENV container=docker' \
   --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
   --change "LABEL io.accelpolicy.kind.recipe=$tag" - "$tag" >/dev/null
+# older node images (other recipe hashes) are ~1 GB each: remove those no container uses
+for old in $(docker images --format '{{.Repository}}:{{.Tag}}' "${tag%%:*}" | grep -vx "$tag" || true); do
+  docker rmi "$old" >/dev/null 2>&1 && say "removed the older node image $old" || true
+done
 say "node image $tag built ($(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
 echo "$tag"
