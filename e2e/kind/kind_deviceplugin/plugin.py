@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 import grpc
 
 from kind_deviceplugin import api_pb2, api_pb2_grpc
-from runtime.engine.nodefacts import agent_rules
+from runtime.engine.devices import agent_rules
 from runtime.engine.policy import Policy
 from runtime.model.facts import parse_facts
 
