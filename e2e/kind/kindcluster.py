@@ -64,8 +64,9 @@ class ClusterUnavailable(Exception):
     """Why no cluster can be made here (docker cannot start, node image not built): a skip reason."""
 
 
-def start_cluster() -> KindCluster:
-    """Start the guarded docker daemon and create the test cluster (deleting a leftover one first).
+def start_cluster(name: str = CLUSTER, workers: int = WORKERS) -> KindCluster:
+    """Start the guarded docker daemon and create cluster ``name`` with ``workers`` workers (deleting a
+    leftover one of that name first).
 
     Raises :class:`ClusterUnavailable` (a reason to skip) or RuntimeError (kind-up.sh failed; output).
     """
@@ -78,22 +79,22 @@ def start_cluster() -> KindCluster:
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
         raise ClusterUnavailable(f"kind: node image {tag} is not built; run `make kind-images` (cold ~15-30 min)")
     tools = dict(line.split(" ", 1) for line in sh("bash", str(HERE / "build-tools.sh"), "--print").stdout.splitlines())
-    stop_cluster()
+    stop_cluster(name)
     before = guard_counters()
     t0 = time.monotonic()
-    up = subprocess.run(["bash", str(HERE / "kind-up.sh"), "--name", CLUSTER, "--workers", str(WORKERS)],
+    up = subprocess.run(["bash", str(HERE / "kind-up.sh"), "--name", name, "--workers", str(workers)],
                         capture_output=True, text=True, timeout=900)
     seconds = time.monotonic() - t0
     if up.returncode != 0:
-        stop_cluster()
+        stop_cluster(name)
         raise RuntimeError(f"kind-up.sh failed ({up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
     after = guard_counters()
-    nodes = sh(tools["kind"], "get", "nodes", "--name", CLUSTER).stdout.split()
+    nodes = sh(tools["kind"], "get", "nodes", "--name", name).stdout.split()
     print(f"\nkind-up: {len(nodes)} nodes in {seconds:.1f}s\n{up.stdout}")
-    return KindCluster(CLUSTER, Path(up.stdout.strip().splitlines()[-1]), tools["kubectl"], sorted(nodes),
+    return KindCluster(name, Path(up.stdout.strip().splitlines()[-1]), tools["kubectl"], sorted(nodes),
                        seconds, before, after)
 
 
-def stop_cluster() -> None:
-    """Delete the test cluster (no error when there is none)."""
-    sh("bash", str(HERE / "kind-down.sh"), "--name", CLUSTER, check=False, timeout=300)
+def stop_cluster(name: str = CLUSTER) -> None:
+    """Delete cluster ``name`` (no error when there is none)."""
+    sh("bash", str(HERE / "kind-down.sh"), "--name", name, check=False, timeout=300)
