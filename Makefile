@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
-.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs
+.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs helm chart wheelhouse image
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +28,14 @@ unit: install  ## tests that need no cluster
 controlplane:  ## build kube-apiserver, kube-controller-manager, kube-scheduler, etcd, Kueue, nfd-master, kwok into $(ACCELPOLICY_CACHE)/bin (no-op when built)
 	bash e2e/controlplane/build.sh
 	bash e2e/components/build.sh
+
+helm:  ## build helm from its Go module (deploy/tools/versions.txt) into $(ACCELPOLICY_CACHE)/bin (no-op when built)
+	bash deploy/tools/build.sh
+
+CHART_OUT ?= build/chart
+chart: helm  ## lint the Helm chart and package it (crds/ and rules/ resolved into the package) into $(CHART_OUT)
+	"$$(bash deploy/tools/build.sh --print helm)" lint --strict deploy/chart
+	"$$(bash deploy/tools/build.sh --print helm)" package deploy/chart -d $(CHART_OUT)
 
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10

@@ -52,3 +52,8 @@ app.kubernetes.io/component: {{ .component }}
 - --rules=/etc/accelpolicy/rules
 {{- end }}
 {{- end -}}
+
+{{/* The settings store (rules/settings.yaml secretName; a test keeps them equal). */}}
+{{- define "accelpolicy.settingsSecret" -}}
+gpustack-settings
+{{- end -}}
