@@ -37,6 +37,12 @@ chart: helm  ## lint the Helm chart and package it (crds/ and rules/ resolved in
 	"$$(bash deploy/tools/build.sh --print helm)" lint --strict deploy/chart
 	"$$(bash deploy/tools/build.sh --print helm)" package deploy/chart -d $(CHART_OUT)
 
+wheelhouse: install  ## wheels of accelpolicy and its dependencies for the image (build/wheelhouse, cp311)
+	bash deploy/image/wheelhouse.sh
+
+image: install  ## the accelpolicy image offline: Debian base by debootstrap (cached), host wheels, docker build --network none
+	bash deploy/image/build.sh
+
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10
 
