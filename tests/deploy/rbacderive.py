@@ -124,6 +124,10 @@ def applier_calls() -> dict[str, list[tuple[str, str]]]:
                 if isinstance(path, ast.Call) and len(path.args) >= 4:
                     sub = _str(path.args[3], {}) or ""
                 calls.append((HTTP_VERBS[method], sub))
+                # server-side apply creates a missing object, which RBAC authorizes as "create" too
+                if any(k.arg == "content_type" and ast.unparse(k.value) == "APPLY_PATCH" for k in node.keywords) \
+                        and not sub:
+                    calls.append(("create", sub))
         if calls:
             out[fn.name] = calls
     return out

@@ -1,0 +1,170 @@
+"""The chart's least-privilege RBAC and the shared serving certificate on a real API server
+(``--authorization-mode=RBAC``): the controller and the agent run as the chart's ServiceAccounts with
+only the chart's Roles, do their whole job, and are never refused."""
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+
+from runtime.controller.servingcert import ServingCertificate, rotation_reason
+from runtime.kube.session import connect
+from tests.controlplane.test_controller import _apply_seed_cluster, _clean, rows
+from tests.deploy.test_chart import render
+
+ACCELPOLICY = Path(sys.executable).parent / "accelpolicy"
+REPO = Path(__file__).resolve().parents[2]
+NS = "gpustack-system"
+TLS_SECRET = "gpustack-operator-worker-webhook-tls"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+WEBHOOK_CONFIGS = (("mutatingwebhookconfiguration", "gpustack-worker-mutation"),
+                   ("validatingwebhookconfiguration", "gpustack-worker-validation"))
+
+
+def _cleanup_webhooks(kubectl) -> None:
+    for kind, name in WEBHOOK_CONFIGS:
+        kubectl("delete", kind, name, "--ignore-not-found")
+    kubectl("delete", "secret", TLS_SECRET, "-n", NS, "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+def chart_rbac(control_plane, tmp_path_factory):
+    """The seed cluster plus the chart's ServiceAccounts, ClusterRoles, Roles and bindings."""
+    cluster, kubectl = control_plane
+    _clean(kubectl)
+    _cleanup_webhooks(kubectl)
+    _apply_seed_cluster(kubectl)
+    docs = [d for d in render() if d["kind"] in RBAC_KINDS]
+    manifest = tmp_path_factory.mktemp("rbac") / "rbac.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs))
+    kubectl("apply", "-f", str(manifest))
+    yield cluster, kubectl
+    _cleanup_webhooks(kubectl)
+    kubectl("delete", "-f", str(manifest), "--ignore-not-found")
+    _clean(kubectl)
+
+
+def _sa_kubeconfig(cluster, kubectl, account: str, path: Path) -> Path:
+    token = kubectl.stdout("create", "token", account, "-n", NS, "--duration", "1h").strip()
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "clusters": admin["clusters"],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": admin["clusters"][0]["name"], "user": account}}],
+        "current-context": account}))
+    return path
+
+
+def _refusals(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "forbidden" in line.lower() or " 403 " in line]
+
+
+def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_path):
+    cluster, kubectl = chart_rbac
+    config = _sa_kubeconfig(cluster, kubectl, "gpustack-controller", tmp_path / "controller.kubeconfig")
+    once = subprocess.run([str(ACCELPOLICY), "controller", "--kubeconfig", str(config), "--once"],
+                          capture_output=True, text=True, timeout=120)
+    assert once.returncode == 0, once.stderr
+    assert _refusals(once.stdout + once.stderr) == []
+    assert "create InstanceType gpustack--nvidia-a10g-linux-amd64" in once.stdout.splitlines()
+    assert [r["CPU"] for r in rows(kubectl)] == ["48/72", "0/0", "0/0"]
+
+    # leader election, webhook registration and the shared serving certificate, as the ServiceAccount
+    proc = subprocess.Popen([str(ACCELPOLICY), "controller", "--kubeconfig", str(config), "--identity", "rbac-a",
+                             "--webhook-port", "0", "--webhook-cert-secret", TLS_SECRET,
+                             "--webhook-cert-dir", str(tmp_path / "tls"), "--coalesce-seconds", "0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any("registered ValidatingWebhookConfiguration" in line for line in lines):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+        # a write through the registered webhooks, admitted: un-manage node-a10g and see the table follow
+        kubectl("-n", NS, "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"false"}}}')
+        deadline = time.monotonic() + 30
+        while [r["CPU"] for r in rows(kubectl)][:1] != ["48/68"]:
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+        secret = json.loads(kubectl.stdout("get", "secret", TLS_SECRET, "-n", NS, "-o", "json"))
+        assert secret["type"] == "kubernetes.io/tls"
+        ca = base64.b64decode(secret["data"]["ca.crt"])
+        for kind, name in WEBHOOK_CONFIGS:
+            registered = json.loads(kubectl.stdout("get", kind, name, "-o", "json"))
+            assert {base64.b64decode(w["clientConfig"]["caBundle"]) for w in registered["webhooks"]} == {ca}
+        assert (tmp_path / "tls" / "tls.crt").read_bytes() == base64.b64decode(secret["data"]["tls.crt"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(20)
+        reader.join(5)
+        kubectl("-n", NS, "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"true"}}}')
+        _cleanup_webhooks(kubectl)
+    assert code == 0, "".join(lines)
+    assert _refusals("".join(lines)) == []
+
+
+def test_the_agent_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_path):
+    cluster, kubectl = chart_rbac
+    config = _sa_kubeconfig(cluster, kubectl, "gpustack-device-manager", tmp_path / "agent.kubeconfig")
+    kubectl("delete", "nodefeatures.nfd.k8s-sigs.io", "-n", NS, "node-a10g-gpustack-worker",
+            "node-a10g-gpustack-device-manager", "--ignore-not-found")
+    kubectl("delete", "devices.worker.gpustack.ai", "node-a10g", "--ignore-not-found")
+    result = subprocess.run([str(ACCELPOLICY), "agent", "--kubeconfig", str(config), "--once", "--node", "node-a10g",
+                             "--backend", "fake", "--facts", str(REPO / "probes/recorded/node-a10g.yaml"),
+                             "--allocation-source", "annotation"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert _refusals(result.stdout + result.stderr) == []
+    assert "created NodeFeature node-a10g-gpustack-worker" in result.stderr
+    assert "created Devices node-a10g" in result.stderr
+    devices = json.loads(kubectl.stdout("get", "devices.worker.gpustack.ai", "node-a10g", "-o", "json"))
+    assert devices["status"]  # the ledger went through the status subresource
+
+
+def test_the_serving_certificate_is_created_once_and_rotated_by_the_leader_only(control_plane, tmp_path):
+    cluster, kubectl = control_plane
+    kubectl("create", "namespace", NS, check=False)
+    kubectl("delete", "secret", TLS_SECRET, "-n", NS, "--ignore-not-found")
+    session = connect(cluster.kubeconfig)
+    names = ("127.0.0.1", "localhost")
+    a = ServingCertificate(session, NS, TLS_SECRET, names, tmp_path / "a")
+    b = ServingCertificate(session, NS, TLS_SECRET, names, tmp_path / "b")
+    try:
+        first = a.ensure(wait_seconds=10)
+        assert b.ensure(wait_seconds=10)["tls.crt"] == first["tls.crt"]   # the second replica reads it
+        assert (tmp_path / "b" / "tls.crt").read_bytes() == first["tls.crt"]
+        assert a.check() is None and b.check() is None                    # nothing due
+        # the Service names change: only the leader re-issues
+        a.names = b.names = ("127.0.0.1", "localhost", "gpustack-operator-worker.gpustack-system.svc")
+        assert b.check() is None
+        a.leading.set()
+        assert a.check() == f"rotated (names {sorted(names)} differ from {sorted(a.names)})"
+        seen: list[bytes] = []
+        b.listeners.append(lambda data: seen.append(data["tls.crt"]))
+        assert b.check() == "reloaded" and seen == [a.data["tls.crt"]]
+        leaf = x509.load_pem_x509_certificate((tmp_path / "b" / "tls.crt").read_bytes())
+        assert "gpustack-operator-worker.gpustack-system.svc" in [
+            str(n) for n in leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            .get_values_for_type(x509.DNSName)]
+        assert rotation_reason(a.data, a.names, a.days, a.renew_days) is None
+        assert a.data["ca.crt"] == first["ca.crt"]   # same CA: caBundle unchanged
+        # external mode (cert-manager) never writes
+        kubectl("delete", "secret", TLS_SECRET, "-n", NS)
+        external = ServingCertificate(session, NS, TLS_SECRET, names, tmp_path / "c", manage=False)
+        with pytest.raises(TimeoutError, match=f"Secret {NS}/{TLS_SECRET} with ca.crt, tls.crt and tls.key"):
+            external.ensure(wait_seconds=2)
+        assert kubectl("get", "secret", TLS_SECRET, "-n", NS, check=False).returncode != 0
+    finally:
+        kubectl("delete", "secret", TLS_SECRET, "-n", NS, "--ignore-not-found")
