@@ -53,6 +53,30 @@ def chart_rbac(control_plane, tmp_path_factory):
     _clean(kubectl)
 
 
+def test_helm_install_and_uninstall_on_the_api_server(control_plane):
+    """The API server accepts every object of the chart (schemas, field names), and uninstall removes
+    them (the CRDs stay, as Helm leaves crds/ alone)."""
+    from tests.deploy.test_chart import CHART, helm
+
+    cluster, kubectl = control_plane
+    kubectl("create", "namespace", NS, check=False)
+    env = ["--kubeconfig", str(cluster.kubeconfig), "-n", NS]
+    installed = helm("install", "accelpolicy-live", str(CHART), *env, "--set", "agent.backend=fake",
+                     "--set-json", 'agent.recordedFacts={"node-a10g": {"node": "node-a10g"}}', check=False)
+    try:
+        assert installed.returncode == 0, installed.stderr
+        for kind, name in (("deployment", "gpustack-operator-worker"), ("daemonset", "gpustack-operator-device-manager"),
+                           ("service", "gpustack-operator-worker"), ("poddisruptionbudget", "gpustack-operator-worker"),
+                           ("configmap", "accelpolicy-rules"), ("role", "gpustack-operator-worker")):
+            assert kubectl("get", kind, name, "-n", NS, check=False).returncode == 0, (kind, name)
+        assert kubectl("get", "clusterrole", "gpustack-operator-worker", check=False).returncode == 0
+    finally:
+        removed = helm("uninstall", "accelpolicy-live", *env, "--wait", check=False)
+    assert removed.returncode == 0, removed.stderr
+    assert kubectl("get", "deployment", "gpustack-operator-worker", "-n", NS, check=False).returncode != 0
+    assert kubectl("get", "clusterrole", "gpustack-operator-worker", check=False).returncode != 0
+
+
 def _sa_kubeconfig(cluster, kubectl, account: str, path: Path) -> Path:
     token = kubectl.stdout("create", "token", account, "-n", NS, "--duration", "1h").strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
