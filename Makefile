@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
-.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs helm chart wheelhouse image
+.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs helm chart wheelhouse image components-images components-manifests
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -42,6 +42,12 @@ wheelhouse: install  ## wheels of accelpolicy and its dependencies for the image
 
 image: install  ## the accelpolicy image offline: Debian base by debootstrap (cached), host wheels, docker build --network none
 	bash deploy/image/build.sh
+
+components-images: controlplane  ## Kueue and nfd-master images (docker import of the binaries built from their modules)
+	bash deploy/components/images.sh
+
+components-manifests: install helm  ## Kueue's and NFD's own charts rendered with the local images into build/components/
+	$(BIN)/python deploy/components/render.py build/components
 
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10

@@ -77,6 +77,21 @@ def test_helm_install_and_uninstall_on_the_api_server(control_plane):
     assert kubectl("get", "clusterrole", "gpustack-operator-worker", check=False).returncode != 0
 
 
+def test_kueue_and_nfd_manifests_are_accepted_by_the_api_server(control_plane, tmp_path):
+    """deploy/components/render.py's output passes the API server's validation (server-side dry run)."""
+    cluster, kubectl = control_plane
+    proc = subprocess.run([sys.executable, str(REPO / "deploy/components/render.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("kueue", "nfd"):
+        docs = [d for d in yaml.safe_load_all((tmp_path / f"{name}.yaml").read_text()) if d]
+        kubectl("create", "namespace", docs[0]["metadata"]["name"], check=False)
+        result = kubectl("apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f",
+                         str(tmp_path / f"{name}.yaml"), check=False)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count("serverside-applied (server dry run)") == len(docs)
+
+
 def _sa_kubeconfig(cluster, kubectl, account: str, path: Path) -> Path:
     token = kubectl.stdout("create", "token", account, "-n", NS, "--duration", "1h").strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
