@@ -93,10 +93,15 @@ def test_kueue_and_nfd_manifests_are_accepted_by_the_api_server(control_plane, t
 
 
 def _sa_kubeconfig(cluster, kubectl, account: str, path: Path) -> Path:
+    """A kubeconfig of ``account``'s token, self-contained (the CA embedded)."""
     token = kubectl.stdout("create", "token", account, "-n", NS, "--duration", "1h").strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    clusters = [{"name": c["name"], "cluster": {
+        "server": c["cluster"]["server"],
+        "certificate-authority-data": base64.b64encode(Path(c["cluster"]["certificate-authority"]).read_bytes())
+        .decode()}} for c in admin["clusters"]]
     path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "clusters": admin["clusters"],
+        "apiVersion": "v1", "kind": "Config", "clusters": clusters,
         "users": [{"name": account, "user": {"token": token}}],
         "contexts": [{"name": account, "context": {"cluster": admin["clusters"][0]["name"], "user": account}}],
         "current-context": account}))
@@ -207,3 +212,35 @@ def test_the_serving_certificate_is_created_once_and_rotated_by_the_leader_only(
         assert kubectl("get", "secret", TLS_SECRET, "-n", NS, check=False).returncode != 0
     finally:
         kubectl("delete", "secret", TLS_SECRET, "-n", NS, "--ignore-not-found")
+
+
+def test_the_image_runs_controller_and_agent_read_only_as_the_service_accounts(chart_rbac, tmp_path):
+    """The image (deploy/image/build.sh) against the API server on 127.0.0.1 (host network only for
+    that): non-root, read-only root filesystem, no capabilities, the chart's RBAC."""
+    import shutil
+
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("no docker daemon: start the guarded one with `bash e2e/kind/dockerd.sh start`")
+    built = subprocess.run(["bash", str(REPO / "deploy/image/build.sh")], capture_output=True, text=True,
+                           timeout=1200, cwd=REPO)
+    assert built.returncode == 0, built.stderr[-3000:]
+    image = built.stdout.split()[-1]
+    cluster, kubectl = chart_rbac
+    tmp_path.chmod(0o755)  # mounted at /cfg for uid 65532
+    for account in ("gpustack-controller", "gpustack-device-manager"):
+        _sa_kubeconfig(cluster, kubectl, account, tmp_path / f"{account}.kubeconfig").chmod(0o644)
+    base = ["docker", "run", "--rm", "--read-only", "--network", "host", "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges", "--tmpfs", "/tmp",   # the chart's /tmp emptyDir
+            "-v", f"{tmp_path}:/cfg:ro",
+            "-v", f"{REPO / 'probes/recorded'}:/facts:ro"]
+    controller = subprocess.run(base + [image, "controller", "--kubeconfig", "/cfg/gpustack-controller.kubeconfig",
+                                        "--once"], capture_output=True, text=True, timeout=180)
+    assert controller.returncode == 0, controller.stderr
+    assert _refusals(controller.stdout + controller.stderr) == []
+    assert [r["CPU"] for r in rows(kubectl)] == ["48/72", "0/0", "0/0"]
+    agent = subprocess.run(base + [image, "agent", "--kubeconfig", "/cfg/gpustack-device-manager.kubeconfig",
+                                   "--once", "--node", "node-a10g", "--backend", "fake",
+                                   "--facts", "/facts/node-a10g.yaml", "--allocation-source", "annotation"],
+                           capture_output=True, text=True, timeout=180)
+    assert agent.returncode == 0, agent.stderr
+    assert _refusals(agent.stdout + agent.stderr) == []
