@@ -3,7 +3,7 @@
 #   1. the docker daemon must be the project's guarded one (e2e/kind/dockerd.sh check; started by
 #      `e2e/kind/dockerd.sh start`, never otherwise);
 #   2. the base: deploy/image/base.sh (or BASE=<image> for a registry base such as python:3.11-slim-bookworm);
-#   3. the wheels: deploy/image/wheelhouse.sh (build/wheelhouse);
+#   3. the wheels: deploy/image/wheelhouse.sh (build/wheelhouse, rebuilt every time: cheap with pip's cache);
 #   4. docker build --network none, tagged accelpolicy:<version> and accelpolicy:<version>-<content hash>.
 # Prints the content-hash tag on its last line.
 set -euo pipefail
@@ -17,12 +17,12 @@ else
   docker info >/dev/null 2>&1 || { echo "image: no docker daemon (and no e2e/kind/dockerd.sh to start a guarded one)" >&2; exit 1; }
 fi
 base="${BASE:-$(bash deploy/image/base.sh | tail -1)}"
-[[ -d build/wheelhouse && -n "$(ls build/wheelhouse 2>/dev/null)" && "${WHEELS:-}" != rebuild ]] \
-  || bash deploy/image/wheelhouse.sh
+bash deploy/image/wheelhouse.sh   # ~10 s with pip's cache warm; the accelpolicy wheel is always fresh
 version="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("accelpolicy"))')"
-hash="$( (echo "$base"; sha256sum build/wheelhouse/*.whl | awk '{print $1}'; cat deploy/image/Dockerfile;
-          find rules -type f -name '*.yaml' -not -path 'rules/tests/*' | LC_ALL=C sort | xargs sha256sum) \
-        | sha256sum | cut -c1-12)"
+# content hash: base, dependency wheels (names pin versions), our sources, Dockerfile, shipped rules
+hash="$( (echo "$base"; ls build/wheelhouse | grep -v '^accelpolicy-'; cat deploy/image/Dockerfile pyproject.toml;
+          find runtime probes rules -type f \( -name '*.py' -o -name '*.yaml' \) -not -path 'rules/tests/*' \
+            | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-12)"
 name="${IMAGE_NAME:-accelpolicy}"
 if docker image inspect "$name:$version-$hash" >/dev/null 2>&1; then
   echo "image: $name:$version-$hash present" >&2
