@@ -52,7 +52,7 @@ components-manifests: install helm  ## Kueue's and NFD's own charts rendered wit
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10
 
-test: install lint controlplane  ## everything: unit, rule suites, control plane, e2e (2 kill/restart runs)
+test: install lint controlplane helm  ## everything: unit, rule suites, control plane, chart, e2e (2 kill/restart runs)
 	ACCELPOLICY_RELIABILITY_RUNS=$${ACCELPOLICY_RELIABILITY_RUNS:-2} $(BIN)/python -m pytest
 
 reliability: install controlplane  ## the live controller killed and restarted: RUNS runs (default 10) vs a reference

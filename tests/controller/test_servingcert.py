@@ -117,3 +117,25 @@ def test_a_running_server_presents_the_reloaded_certificate(tmp_path):
             _peer_serial(server.port, first[CA_KEY])
     finally:
         server.stop()
+
+
+def _controller(*args):
+    from click.testing import CliRunner
+
+    from runtime.cli import main
+    return CliRunner().invoke(main, ["controller", *args])
+
+
+def test_the_secret_flags_are_checked_before_connecting(tmp_path):
+    result = _controller("--webhook-cert-secret", "tls")
+    assert result.exit_code == 2 and "error: --webhook-cert-secret need --webhook-port" in result.output
+    result = _controller("--webhook-port", "0", "--webhook-cert-secret", "tls")
+    assert result.exit_code == 2
+    assert "error: --webhook-cert-secret needs --webhook-cert-dir DIR (where its files are written)" in result.output
+    result = _controller("--webhook-port", "0", "--webhook-cert-dir", str(tmp_path))
+    assert result.exit_code == 2 and "error: --webhook-cert-dir needs --webhook-cert-secret" in result.output
+    result = _controller("--webhook-port", "0", "--webhook-cert-secret", "tls", "--webhook-cert-dir", str(tmp_path),
+                         "--webhook-self-signed", str(tmp_path / "ss"))
+    assert result.exit_code == 2
+    assert ("error: give --webhook-cert-secret or --webhook-cert/--webhook-key/--webhook-ca or "
+            "--webhook-self-signed, not two of them") in result.output
