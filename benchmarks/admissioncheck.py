@@ -28,7 +28,7 @@ from derive import generate  # noqa: E402
 
 from runtime.controller.workloadchecks import plan_workload_checks  # noqa: E402
 from runtime.engine import admissioncheck as ac  # noqa: E402
-from runtime.engine.derive import derive  # noqa: E402
+from runtime.engine.pools.derive import derive  # noqa: E402
 from runtime.engine.policy import Policy  # noqa: E402
 from runtime.engine.snapshot import Snapshot  # noqa: E402
 from runtime.rules.loader import load_rules  # noqa: E402

@@ -31,7 +31,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.engine.derive import derive  # noqa: E402
+from runtime.engine.pools.derive import derive  # noqa: E402
 from runtime.engine.policy import Policy  # noqa: E402
 from runtime.engine.snapshot import Snapshot  # noqa: E402
 from runtime.rules.loader import load_rules  # noqa: E402

@@ -1,7 +1,8 @@
 """Webhook benchmark (issue 5, item 9): Pod CREATE reviews through the real HTTPS server.
 
-Starts two `accelpolicy webhook --self-signed` processes on 127.0.0.1 (the real rules, and the same
-server with ``--always-allow`` as the floor), then for two reviews (a 20 % slice through
+Starts two webhook processes with ``--self-signed`` on 127.0.0.1 (`accelpolicy webhook` with the real
+rules, and as the floor the same server answering every review "allowed" without rules,
+``python -m testing.hooks webhook-floor``), then for two reviews (a 20 % slice through
 /mutate-pods, a rule-1 rejection through /validate-pods) measures:
 
 - sequential: N requests on one keep-alive connection (p50, p99, throughput);
@@ -69,10 +70,10 @@ class Server:
     def __init__(self, tmp: Path, name: str, always_allow: bool):
         self.dir = tmp / name
         self.port = _free_port()
-        cmd = [str(ROOT / ".venv" / "bin" / "accelpolicy"), "webhook", "--self-signed", str(self.dir),
-               "--port", str(self.port), "--snapshot", str(SNAPSHOT)]
-        if always_allow:
-            cmd.append("--always-allow")
+        # the floor: the same server and TLS answering "allowed" without rules (testing.hooks.AllowAllState)
+        cmd = ([str(ROOT / ".venv" / "bin" / "python"), "-m", "testing.hooks", "webhook-floor"] if always_allow
+               else [str(ROOT / ".venv" / "bin" / "accelpolicy"), "webhook"])
+        cmd += ["--self-signed", str(self.dir), "--port", str(self.port), "--snapshot", str(SNAPSHOT)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
         self.url = f"https://127.0.0.1:{self.port}"
 

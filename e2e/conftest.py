@@ -1,9 +1,9 @@
 """One e2e cluster fixture, three backends: ``--cluster=local|kind|existing`` (default local).
 
-* ``local``: a LocalCluster of the e2e session's own (``runtime.localcluster.walkthrough.start_local_cluster``):
+* ``local``: a LocalCluster of the e2e session's own (``testing.localcluster.walkthrough.start_local_cluster``):
   etcd, kube-apiserver, kube-scheduler, kube-controller-manager (garbage collector, namespace
   controller), kwok, nfd-master and Kueue (configured by
-  ``runtime.engine.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
+  ``runtime.engine.pools.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
   ``make controlplane``, with Kueue's, NFD's and our CRDs installed.
 * ``kind``: a kind cluster through pytest-kind; skipped with the reason when ``kind`` is not on PATH
   or ``docker info`` fails (no Docker engine). CRDs are installed into it.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.localcluster import Kubectl, MissingBinariesError, all_crds, install_crds
+from testing.localcluster import Kubectl, MissingBinariesError, all_crds, install_crds
 
 BACKENDS = ("local", "kind", "existing")
 
@@ -76,7 +76,7 @@ def cluster(request, tmp_path_factory):
         # A cluster of its own: the walkthrough needs the seed Nodes as kwok Nodes, and the
         # components tests leave seed objects behind in the shared full_cluster().
         from runtime.engine.policy import Policy
-        from runtime.localcluster.walkthrough import start_local_cluster
+        from testing.localcluster.walkthrough import start_local_cluster
         from runtime.rules.loader import load_rules
         try:
             lc, kubectl = start_local_cluster(Policy(load_rules()))   # Kueue configured from the rules (pools.md §9)

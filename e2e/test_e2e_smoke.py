@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from runtime.localcluster import our_crds
-from runtime.localcluster.testing import seed_objects, shared_dir, shared_missing_reason
+from testing.localcluster import our_crds
+from testing.localcluster.testing import seed_objects, shared_dir, shared_missing_reason
 
 NEEDED_CRDS = [
     "resourceflavors.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io", "localqueues.kueue.x-k8s.io",

@@ -1,8 +1,8 @@
 """The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (issue 6).
 
 The cluster is the ``cluster`` fixture (``--cluster=local``: kube-apiserver, kube-scheduler,
-kube-controller-manager's garbage collector, kwok, nfd-master and Kueue configured by ``runtime.engine.kueueconfig``); around it
-:class:`runtime.localcluster.walkthrough.Walkthrough` builds the seed's four nodes (kwok fake Nodes),
+kube-controller-manager's garbage collector, kwok, nfd-master and Kueue configured by ``runtime.engine.pools.kueueconfig``); around it
+:class:`testing.localcluster.walkthrough.Walkthrough` builds the seed's four nodes (kwok fake Nodes),
 runs our agent per node (fake NVML backend, recorded facts), our controller (subprocess, with its
 admission webhooks) and the device-plugin stand-in. Every step runs the seed's own ``kubectl`` lines
 (``Walkthrough.sh``) and waits for the seed's table, column-exact (AGE ignored; the listings the
@@ -24,7 +24,7 @@ import time
 import pytest
 import yaml
 
-from runtime.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, REPOINT, RESTART, UNMANAGE,
+from testing.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, REPOINT, RESTART, UNMANAGE,
                                               Walkthrough, table_rows, tables_equal, wait_for_table)
 from tests.seedfiles import seed_object, seed_table, subset_mismatches
 

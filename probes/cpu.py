@@ -1,7 +1,7 @@
 """CPU probe: the raw facts of spec/node-facts.md §1.1 from ``/proc/cpuinfo``.
 
 Returns the ``cpu`` mapping of the recorded-facts document (§1.3); normalization to the gKey and
-the CPU detail is the engine's (runtime.engine.nodefacts.gkey), because probes never import the
+the CPU detail is the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import the
 engine (import-linter contract).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Access to the seed (``../shared/seed`` beside the repository, or env ACCELPOLICY_SHARED; located by
-runtime.localcluster.testing) and kubectl-table rows for column-exact comparison.
+testing.localcluster.testing) and kubectl-table rows for column-exact comparison.
 
 Tests that need the seed skip with a clear reason when it is absent (it is present in CI).
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.localcluster.testing import parse_table as _parse_table
-from runtime.localcluster.testing import shared_dir, shared_missing_reason
+from testing.localcluster.testing import parse_table as _parse_table
+from testing.localcluster.testing import shared_dir, shared_missing_reason
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

@@ -102,7 +102,7 @@ for spec in "${specs[@]}"; do
   echo "components: $bin built in $(( $(date +%s) - s ))s ($(du -h "$tmp/$bin" | cut -f1))"
 done
 
-# Module files the binaries need at run time (read by runtime/localcluster/components.py).
+# Module files the binaries need at run time (read by testing/localcluster/components.py).
 kwok="${dirs[kwok]:-}" kueue="${dirs[kueue]:-}"
 [[ -n "$kwok" && -n "$kueue" ]] || { echo "components: versions.txt must list kwok and kueue" >&2; exit 2; }
 mkdir -p "$tmp/kwok-stages" "$tmp/kueue-webhook"

@@ -1,4 +1,4 @@
-// Pins the projects whose CRDs the local control plane installs (runtime/localcluster/crds.py
+// Pins the projects whose CRDs the local control plane installs (testing/localcluster/crds.py
 // reads them from Go's module cache via `go mod download -json`; nothing is copied into the tree):
 //   Kueue: config/components/crd/bases/*.yaml   NFD: deployment/base/nfd-crds/nfd-api-crds.yaml
 // go.sum holds only these modules' hashes. Do not run `go mod tidy` here: with no Go code it would

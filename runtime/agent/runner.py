@@ -19,8 +19,7 @@ from loguru import logger
 from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
-from runtime.engine.agentplan import AgentPlan, node_feature_name, plan_node
-from runtime.engine.nodefacts import agent_rules
+from runtime.engine.devices import AgentPlan, agent_rules, node_feature_name, plan_node
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
 from runtime.kube.podresources import PodResourcesError, list_pod_resources

@@ -53,7 +53,7 @@ def render_text(review: dict, answer: dict) -> str:
 @click.option("--snapshot", "snapshot", multiple=True, help="cluster snapshot files/directories (repeatable)")
 @click.option("--no-derive", is_flag=True, help="judge against the snapshot as given (no derivation)")
 @click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
-              help="rules directory (default: the repository's rules/, or env ACCELPOLICY_RULES)")
+              help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 @click.option("-o", "--output", type=click.Choice(["json", "text"]), default="json")
 def command(filename, old, operation, snapshot, no_derive, rules, output):
     """Judge one object as the admission webhooks would and print the AdmissionReview.

@@ -19,8 +19,7 @@ from loguru import logger
 from probes.backend import BACKENDS, select_backend
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
-from runtime.engine.agentenv import apply_manufacturer_env
-from runtime.engine.nodefacts import agent_rules
+from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
 from runtime.rules.loader import RuleLoadError, load_rules
@@ -64,7 +63,7 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
               help="serve /healthz (the loop keeps passing) and /readyz (the last pass succeeded) over HTTP on "
                    "port N, for kubelet probes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
-              help="rules directory (default: the repository's rules/, or env ACCELPOLICY_RULES)")
+              help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
             node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None) -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""

@@ -14,6 +14,7 @@ from typing import Callable, NoReturn
 import click
 import yaml
 
+from runtime.engine.admission import AdmissionEngine
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import SnapshotError
 from runtime.report.tables import UnknownKindError
@@ -25,7 +26,7 @@ EXIT_BAD_INPUT = 2
 
 
 def rules_option(func: Callable) -> Callable:
-    """``--rules DIR`` (default: the repository's rules/, or env ACCELPOLICY_RULES)."""
+    """``--rules DIR`` (default: the installed rules/, or env ACCELPOLICY_RULES)."""
     return click.option("--rules", "rules_dir", type=click.Path(file_okay=False, path_type=Path),
                         envvar="ACCELPOLICY_RULES", default=DEFAULT_RULES_DIR, show_default=True,
                         help="Directory of rule files (rules/README.md).")(func)
@@ -79,8 +80,6 @@ def policy_from(rules: Path | str | None) -> Policy:
 
 def engine_from(policy: Policy):
     """The AdmissionEngine of ``policy``; a dangling ``paramsFrom``/``builtin`` exits 2."""
-    from runtime.engine.admission import AdmissionEngine
-
     try:
         return AdmissionEngine(policy)
     except KeyError as exc:

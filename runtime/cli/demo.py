@@ -3,7 +3,7 @@
 Live (the default when the control-plane and component binaries of ``make controlplane`` exist, or
 ``--live``): starts etcd, kube-apiserver, kube-scheduler, kwok, nfd-master and Kueue on loopback,
 installs the CRDs, starts our agents, controller and the device-plugin stand-in around the seed's
-four nodes (:mod:`runtime.localcluster.walkthrough`), then walks steps 1-6 running the seed's own
+four nodes (:mod:`testing.localcluster.walkthrough`), then walks steps 1-6 running the seed's own
 ``kubectl`` lines, printing each line before its output as the seed does and each
 ``kubectl get instancetypes`` table once the controller has reconciled it (the table of the
 snapshot replay of that step, AGE ignored). Progress of the slow parts goes to stderr. Everything
@@ -17,6 +17,7 @@ seed's capture shows a stale hash of an older name (spec decision 3).
 """
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 import time
@@ -26,12 +27,14 @@ from pathlib import Path
 import click
 
 from runtime.cli.common import bad_input_exits, load_policy, rules_option
-from runtime.engine.derive import derive
-from runtime.localcluster.binaries import LocalClusterError
+from runtime.engine.pools import derive
 from runtime.report.tables import render, resolve_kind
 from runtime.snapshots import load_snapshot
 
-DEFAULT_STEPS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "seed"
+CHECKOUT = Path(__file__).resolve().parents[2]   # the source checkout, when this module runs from one
+DEFAULT_STEPS = CHECKOUT / "tests" / "fixtures" / "seed"
+NEEDS_CHECKOUT = ("the live demo needs a source checkout of accelpolicy (its local control-plane harness, "
+                  "testing/localcluster, is not part of the installed package): run `make demo` there")
 STEPS = (
     ("step1", "Step 1: the initial pools"),
     ("step2-unmanaged", "Step 2: node-a10g's worker NodeFeature patched to gpustack.ai/managed=false"),
@@ -66,8 +69,20 @@ class Until:
     want: str
 
 
+def harness(module: str = ""):
+    """The test harness module ``testing.localcluster[.module]`` of the source checkout this CLI runs from,
+    imported on demand; None from an installed wheel (the harness is not shipped)."""
+    if not (CHECKOUT / "testing" / "localcluster" / "__init__.py").is_file():
+        return None
+    if str(CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(CHECKOUT))
+    return importlib.import_module("testing.localcluster" + (f".{module}" if module else ""))
+
+
 def _script():
-    from runtime.localcluster.walkthrough import ALLOW_HOST_PATH, AWARE, READMIT, REPOINT, RESTART, UNMANAGE
+    w = harness("walkthrough")
+    ALLOW_HOST_PATH, AWARE, READMIT, REPOINT, RESTART, UNMANAGE = (  # noqa: N806 - the walkthrough's names
+        w.ALLOW_HOST_PATH, w.AWARE, w.READMIT, w.REPOINT, w.RESTART, w.UNMANAGE)
     phase = "kubectl -n default get instance {} -o jsonpath='{{.status.phase}}'"
     return (
         ("Step 1: Read the initial pools", (
@@ -119,7 +134,8 @@ def _progress(line: str) -> None:
 
 def run_live(policy, rules_dir: Path | None, steps_dir: Path, timeout: float) -> float:
     """The live walkthrough (module docstring); returns its wall seconds. Raises :class:`DemoFailed`."""
-    from runtime.localcluster.walkthrough import Walkthrough, start_local_cluster, tables_equal
+    w = harness("walkthrough")
+    Walkthrough, start_local_cluster, tables_equal = w.Walkthrough, w.start_local_cluster, w.tables_equal  # noqa: N806
 
     from loguru import logger
     expected = _expected_tables(policy, steps_dir)
@@ -188,13 +204,13 @@ def _act(walk, action, expected: dict[str, str], timeout: float, tables_equal) -
 
 def live_unavailable_reason() -> str | None:
     """Why the live demo cannot run here (missing control-plane or component binaries), else None."""
-    from runtime.localcluster import MissingBinariesError, find_binaries, find_component_binaries
+    lc = harness()
     try:
-        bins = find_binaries()
+        bins = lc.find_binaries()
         if bins.kube_scheduler is None:
             return f"kube-scheduler missing in {bins.directory}; run `make controlplane`"
-        find_component_binaries()
-    except MissingBinariesError as exc:
+        lc.find_component_binaries()
+    except lc.MissingBinariesError as exc:
         return str(exc)
     return None
 
@@ -230,6 +246,14 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
 
     Step 4's custom type shows the entrance of its own name (gpustack-fnv64-d4c0e6cd72686015); the
     seed's capture shows a stale hash of an older name (spec decision 3)."""
+    if mode != "snapshot" and harness() is None:
+        click.echo(f"error: {NEEDS_CHECKOUT}; `accelpolicy demo --snapshot` replays the steps without a cluster",
+                   err=True)
+        sys.exit(2)
+    if mode == "snapshot" and not steps_dir.is_dir():
+        click.echo(f"error: --steps {steps_dir}: no such directory (the seed step snapshots live in a source "
+                   "checkout's tests/fixtures/seed/; give --steps DIR)", err=True)
+        sys.exit(2)
     policy = load_policy(rules_dir)
     if mode != "snapshot":
         reason = live_unavailable_reason()
@@ -249,7 +273,7 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
     except KeyboardInterrupt:
         click.echo("interrupted; everything stopped and removed", err=True)
         sys.exit(130)
-    except (DemoFailed, LocalClusterError) as exc:   # a step not reached, a seed line that failed or hung
+    except (DemoFailed, harness().LocalClusterError) as exc:   # a step not reached, a seed line that failed or hung
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     click.echo(f"live walkthrough done in {seconds:.0f}s", err=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from runtime.cli.common import bad_input_exits, emit, load_policy, rules_option, snapshot_option, warn
-from runtime.engine.derive import derive
+from runtime.engine.pools import derive
 from runtime.report.tables import KINDS, render, resolve_kind
 from runtime.snapshots import load_snapshot
 

@@ -9,7 +9,7 @@ import click
 import yaml
 
 from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
-from runtime.engine.kueueconfig import KueueConfigurationError, kueue_configuration
+from runtime.engine.pools import KueueConfigurationError, kueue_configuration
 
 
 @click.command("kueue-config")

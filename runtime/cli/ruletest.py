@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from runtime.cli.common import fail, policy_from
-from runtime.rules.ruletests import Runner, load_cases
+from runtime.ruletests import Runner, load_cases
 
 
 @click.command("test")

@@ -9,51 +9,59 @@ from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
 from runtime.engine.admission import admission_view
 
 
-@click.command("webhook")
-@click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
-              help="rules directory (default: the repository's rules/, or env ACCELPOLICY_RULES)")
-@click.option("--cert", default=None, help="serving certificate (PEM)")
-@click.option("--key", default=None, help="serving private key (PEM)")
-@click.option("--self-signed", "self_signed_dir", default=None, metavar="DIR",
-              help="development mode: make a CA and a certificate for 127.0.0.1 in DIR (ca.crt for clients)")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=9443, show_default=True, type=int)
-@click.option("--snapshot", multiple=True, help="cluster snapshot files/directories the webhooks read")
-@click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=int)
-@click.option("--always-allow", is_flag=True,
-              help="benchmark floor: same server and TLS, every review allowed without evaluating rules")
-def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes, always_allow):
-    """Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics.
+def webhook_command(state_class: type | None = None) -> click.Command:
+    """The `accelpolicy webhook` command serving with ``state_class`` (default
+    :class:`runtime.webhook.app.WebhookState`; a subclass changes how a review is answered)."""
 
-    Either --cert and --key, or --self-signed DIR. Binds 127.0.0.1 unless --host says otherwise.
-    """
-    import ssl
+    @click.command("webhook")
+    @click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
+                  help="rules directory (default: the installed rules/, or env "
+                       "ACCELPOLICY_RULES)")
+    @click.option("--cert", default=None, help="serving certificate (PEM)")
+    @click.option("--key", default=None, help="serving private key (PEM)")
+    @click.option("--self-signed", "self_signed_dir", default=None, metavar="DIR",
+                  help="development mode: make a CA and a certificate for 127.0.0.1 in DIR (ca.crt for clients)")
+    @click.option("--host", default="127.0.0.1", show_default=True)
+    @click.option("--port", default=9443, show_default=True, type=int)
+    @click.option("--snapshot", multiple=True, help="cluster snapshot files/directories the webhooks read")
+    @click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=int)
+    def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes):
+        """Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics.
 
-    from runtime.webhook.app import WebhookState, build_app
-    from runtime.webhook.server import bind, check_tls, self_signed, serve
+        Either --cert and --key, or --self-signed DIR. Binds 127.0.0.1 unless --host says otherwise.
+        """
+        import ssl
 
-    try:
-        if self_signed_dir is not None:
-            paths = self_signed(self_signed_dir or tempfile.mkdtemp(prefix="accelpolicy-webhook-"))
-            cert, key = str(paths["cert"]), str(paths["key"])
-            click.echo(f"self-signed: CA {paths['ca']}, certificate {cert}", err=True)
-        elif not (cert and key):
-            fail("give --cert and --key, or --self-signed DIR")
-        check_tls(cert, key)
-    except ssl.SSLError as exc:
-        fail(f"--cert {cert} / --key {key}: not a PEM certificate and matching private key ({exc.reason or exc})")
-    except OSError as exc:
-        fail(f"{exc.filename or self_signed_dir}: {exc.strerror or exc}")
-    policy = policy_from(rules)
-    engine = engine_from(policy)
-    state = WebhookState(max_body_bytes=max_body_bytes, always_allow=always_allow)
-    app = build_app(state, {spec.path: name for name, spec in engine.policies.items()})
-    state.set_ready(engine, admission_view(policy, snapshot_from(snapshot)))
-    try:
-        sock = bind(host, port)
-    except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    port = sock.getsockname()[1]
-    for name, spec in sorted(engine.policies.items()):
-        click.echo(f"serving {spec.webhook} at https://{host}:{port}{spec.path}", err=True)
-    serve(app, sock, cert, key)
+        from runtime.webhook.app import WebhookState, build_app
+        from runtime.webhook.server import bind, check_tls, self_signed, serve
+
+        try:
+            if self_signed_dir is not None:
+                paths = self_signed(self_signed_dir or tempfile.mkdtemp(prefix="accelpolicy-webhook-"))
+                cert, key = str(paths["cert"]), str(paths["key"])
+                click.echo(f"self-signed: CA {paths['ca']}, certificate {cert}", err=True)
+            elif not (cert and key):
+                fail("give --cert and --key, or --self-signed DIR")
+            check_tls(cert, key)
+        except ssl.SSLError as exc:
+            fail(f"--cert {cert} / --key {key}: not a PEM certificate and matching private key ({exc.reason or exc})")
+        except OSError as exc:
+            fail(f"{exc.filename or self_signed_dir}: {exc.strerror or exc}")
+        policy = policy_from(rules)
+        engine = engine_from(policy)
+        state = (state_class or WebhookState)(max_body_bytes=max_body_bytes)
+        app = build_app(state, {spec.path: name for name, spec in engine.policies.items()})
+        state.set_ready(engine, admission_view(policy, snapshot_from(snapshot)))
+        try:
+            sock = bind(host, port)
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        port = sock.getsockname()[1]
+        for name, spec in sorted(engine.policies.items()):
+            click.echo(f"serving {spec.webhook} at https://{host}:{port}{spec.path}", err=True)
+        serve(app, sock, cert, key)
+
+    return command
+
+
+command = webhook_command()

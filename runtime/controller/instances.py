@@ -1,7 +1,7 @@
 """The Instance reconciler (spec/instances.md §10-§12): engine decisions turned into controller writes.
 
 For every cached Instance, :func:`plan_instances` calls the engine's
-:func:`runtime.engine.instancelife.plan_instance` with
+:func:`runtime.engine.instances.instancelife.plan_instance` with
 
 * the Pod of the same name and namespace, but only when its controller ownerReference is that
   Instance (uid). A same-named Pod owned by anything else is never deleted nor created over: the
@@ -14,7 +14,7 @@ For every cached Instance, :func:`plan_instances` calls the engine's
 * (through the snapshot) the Service of the same name (§11.5, ``status.ports``) and the Pod's Node
   (``status.hostIPs``).
 
-and turns the :class:`~runtime.engine.instancelife.InstancePlan` into :class:`Action` s for
+and turns the :class:`~runtime.engine.instances.instancelife.InstancePlan` into :class:`Action` s for
 :meth:`runtime.controller.reconciler.Controller._execute`:
 
 ======================  ===================================================================
@@ -43,12 +43,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from runtime.controller.plan import Action
-from runtime.engine.derive import DesiredState
-from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER,
-                                         SET_STOP, plan_instance)
-from runtime.engine.instancepods import pool_flavors
+from runtime.engine.pools import DesiredState
+from runtime.engine.instances import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER, SET_STOP,
+                                      claim_status, owns_claim, plan_instance, pool_flavors, render_claim)
 from runtime.engine.policy import Policy
-from runtime.engine.persistentvolumes import claim_status, owns_claim, render_claim
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting, name_of
 from runtime.kube.ownership import owned_by_instance
 

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.engine.derive import DesiredState
-from runtime.engine.fit import fit_labels
+from runtime.engine.pools import DesiredState, fit_labels
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 from runtime.kube.ownership import owned
@@ -235,7 +234,7 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
 def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
     """Per-node fit label patches (spec/node-facts.md §9), in Node name order.
 
-    The wanted labels are :func:`runtime.engine.fit.fit_labels` of the node's Devices object (the
+    The wanted labels are :func:`runtime.engine.pools.fit.fit_labels` of the node's Devices object (the
     state's, named after the Node) for the nodes in ``state.managed_nodes``; a Node without Devices
     (or whose Devices is being deleted) wants none. The patch sets the missing and differing values
     and removes (``None``) the fit labels no longer wanted; nothing is planned when they match.

@@ -44,7 +44,7 @@ from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.workloadchecks import VERB as CHECK_STATE_VERB
 from runtime.controller.workloadchecks import plan_workload_checks
-from runtime.engine.derive import DesiredState, derive
+from runtime.engine.pools import DesiredState, derive
 from runtime.engine.policy import Policy
 from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import name_of
@@ -339,14 +339,3 @@ class Controller:
             self._last_run = time.monotonic()
 
     _last_run: float = 0.0
-
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """For tests: True once no event is pending and the last reconcile planned (and deferred)
-        nothing."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            last = self.reconciles[-1] if self.reconciles else None
-            if not self._dirty.is_set() and last is not None and not last.planned and not last.deferred:
-                return True
-            time.sleep(0.05)
-        return False

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from runtime.engine.decisions import DecisionTable
-from runtime.engine.normalize import CruftRules
+from runtime.model.normalize import CruftRules
 from runtime.model import rulefiles as rf
 from runtime.rules.loader import RuleSet
 

@@ -11,6 +11,8 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from runtime.engine.policy import Policy
+from runtime.engine.snapshot import Snapshot
 from runtime.model.rulefiles import SettingCatalogSpec
 
 
@@ -72,3 +74,12 @@ def decode_secret_data(secret: Mapping | None) -> dict[str, str]:
     for key, value in (secret.get("stringData") or {}).items():
         out[key] = str(value)
     return out
+
+
+def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
+    """Settings resolved from the snapshot's settings Secret named in rules/settings.yaml (defaults when
+    it is absent; spec/settings.md §1). ``namespace``: where the Secret lives when not the catalog's
+    (env ``KUBERNETES_POD_NAMESPACE`` of the controller)."""
+    catalog = policy.settings
+    secret = snapshot.get("Secret", catalog.secretName, namespace or catalog.namespace)
+    return resolve(catalog, decode_secret_data(secret))

@@ -22,11 +22,10 @@ from typing import Any, Mapping
 
 import celpy
 import celpy.evaluation as _celeval
-from celpy import celtypes
-from celpy.adapter import json_to_cel
 
 import runtime as _runtime_pkg
 from runtime.rules import celfunctions
+from runtime.rules.celvalues import from_cel, to_cel
 
 _celeval.__dict__.setdefault("runtime", _runtime_pkg)
 # cel-python logs every evaluation failure at ERROR before raising it; CelEvalError reports it, once.
@@ -46,30 +45,6 @@ class CelCompileError(ValueError):
 
 class CelEvalError(RuntimeError):
     """A CEL expression failed at evaluation time (missing key, type mismatch, division by zero)."""
-
-
-def to_cel(value: Any) -> Any:
-    """JSON-shaped Python value (dict/list/str/int/float/bool/None) -> CEL value."""
-    return json_to_cel(value)
-
-
-def from_cel(value: Any) -> Any:
-    """CEL value -> plain JSON-shaped Python value (bool before int: CEL BoolType is an int)."""
-    if isinstance(value, celtypes.BoolType):
-        return bool(value)
-    if isinstance(value, (celtypes.IntType, celtypes.UintType)):
-        return int(value)
-    if isinstance(value, celtypes.DoubleType):
-        return float(value)
-    if isinstance(value, celtypes.StringType):
-        return str(value)
-    if isinstance(value, celtypes.MapType):
-        return {from_cel(k): from_cel(v) for k, v in value.items()}
-    if isinstance(value, celtypes.ListType):
-        return [from_cel(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return value
 
 
 _ATOMS = (str, int, float, type(None))  # bool is an int

@@ -14,20 +14,18 @@ from decimal import Decimal
 from typing import Any
 
 from celpy import celtypes
-from celpy.adapter import json_to_cel
 
-from runtime.engine import normalize
-from runtime.engine.resourcekeys import resource_family
+from runtime.model import normalize
+from runtime.model.resourcefamily import resource_family
+from runtime.rules.celvalues import from_cel, to_cel
 
 
 def _py(value: Any) -> Any:
-    import runtime.rules.cel as cel  # cel imports this module's table; resolve at call time
-
-    return cel.from_cel(value)
+    return from_cel(value)
 
 
 def _cel(value: Any) -> Any:
-    return json_to_cel(value)
+    return to_cel(value)
 
 
 # --- quantities ---------------------------------------------------------------------------------------
@@ -162,7 +160,7 @@ def matches(text, pattern) -> celtypes.BoolType:
 
 
 # --- resource keys and containers (pod-requests.md §2, §4) ---------------------------------------------
-# The classifier itself is runtime.engine.resourcekeys.resource_family (shared with the node agent).
+# The classifier itself is runtime.model.resourcefamily.resource_family (shared with the node agent).
 def resourceFamily(name, table, manufacturers) -> celtypes.MapType:  # noqa: N802
     """``{family, base, profile}`` of a resource key (pod-requests.md §2)."""
     return _cel(resource_family(str(name), _py(table), _py(manufacturers)))

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from celpy import celtypes
 
-from runtime.engine import normalize
+from runtime.model import normalize
+from runtime.rules.celadmission import FUNCTIONS as ADMISSION_FUNCTIONS
 
 
 def fnv64a(text: celtypes.StringType) -> celtypes.StringType:
@@ -35,16 +36,14 @@ def lowerAscii(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 
     return celtypes.StringType("".join(ch.lower() if "A" <= ch <= "Z" else ch for ch in str(text)))
 
 
+# The one table every expression sees: these plus the admission helpers (rules/admission/*.yaml,
+# :mod:`runtime.rules.celadmission`). The evaluator (:mod:`runtime.rules.cel`) imports this table;
+# nothing here imports the evaluator.
 FUNCTIONS = {
     "lowerAscii": lowerAscii,
     "fnv64a": fnv64a,
     "objectName": objectName,
     "quantity": quantity,
     "beforeDash": beforeDash,
+    **ADMISSION_FUNCTIONS,
 }
-
-# Admission helpers (rules/admission/*.yaml) live in their own module; merged here so every
-# expression sees one table.
-from runtime.rules.celadmission import FUNCTIONS as _ADMISSION_FUNCTIONS  # noqa: E402
-
-FUNCTIONS.update(_ADMISSION_FUNCTIONS)

@@ -8,6 +8,7 @@ had (the controller keeps its previous RuleSet when a reload fails).
 """
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,8 +19,6 @@ from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules.cel import CelCompileError, compile_expression
 from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
-
-DEFAULT_RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,20 @@ class RuleLoadError(ValueError):
     def __init__(self, problems: list[RuleProblem]):
         self.problems = problems
         super().__init__("rule files refused:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def installed_rules_dir() -> Path:
+    """The rules this program runs with by default: the ``rules`` package data found with importlib.resources
+    (a wheel's installed copy, or a source checkout's rules/ through the editable install or the current
+    directory). ``--rules DIR`` / ``ACCELPOLICY_RULES`` override it. Without an installed ``rules``
+    package: the rules/ beside this source tree, which :func:`load_rules` reports missing when absent."""
+    try:
+        return Path(str(importlib.resources.files("rules").joinpath("constants.yaml"))).parent
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / "rules"
+
+
+DEFAULT_RULES_DIR = installed_rules_dir()
 
 
 @dataclass

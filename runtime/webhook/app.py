@@ -60,7 +60,6 @@ class WebhookState:
     max_body_bytes: int = DEFAULT_MAX_BODY
     metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
     ready: bool = False
-    always_allow: bool = False  # benchmark floor: answer "allowed" without evaluating rules
     view_source: Optional[Callable[[], AdmissionView]] = None  # a live view (the controller's caches)
 
     def set_ready(self, engine: AdmissionEngine, view: AdmissionView | Callable[[], AdmissionView]) -> None:
@@ -75,6 +74,11 @@ class WebhookState:
         else:
             self.engine, self.view_source, self.view = engine, None, view
         self.ready = True
+
+    def decide(self, data: dict, name: str) -> tuple[dict, Outcome]:
+        """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
+        (:func:`runtime.engine.admission.decide` against :meth:`current_view`). Raises what the engine raises."""
+        return decide(self.engine, data, self.current_view(), name)
 
     def current_view(self) -> AdmissionView:
         """The view a review judges against (rebuilt by a live source when the cluster changed)."""
@@ -120,14 +124,12 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
             data = json.loads(body, parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return _answer(bad_request("", "request body is not JSON"), "")
-        if state.always_allow:
-            return _answer(build_response(_uid_of(data), Outcome(policy=name)), _uid_of(data))
         if not state.ready:
             uid = _uid_of(data)
             return _answer(build_response(uid, Outcome(policy=name, denial=(500, "InternalError",
                                                                              "webhook not ready; retry"))), uid)
         try:
-            answer, outcome = decide(state.engine, data, state.current_view(), name)
+            answer, outcome = state.decide(data, name)
         except Exception as exc:  # noqa: BLE001 - the server must answer every review
             uid = _uid_of(data)
             outcome = Outcome(policy=name, denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))

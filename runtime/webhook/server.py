@@ -3,7 +3,7 @@
 :func:`self_signed` makes a development CA and a serving certificate for 127.0.0.1/localhost with
 ``trustme`` (built on ``cryptography``) and writes ``ca.crt``, ``tls.crt``, ``tls.key`` into a
 directory. :class:`ServerThread` serves on a socket bound to 127.0.0.1 (port 0 = any free port) and
-is what tests and the benchmark use.
+is what the controller serves with (and the tests).
 """
 from __future__ import annotations
 

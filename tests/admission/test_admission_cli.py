@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from runtime.cli import main
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
-from runtime.rules.ruletests import Case, Runner, load_cases
+from runtime.ruletests import Case, Runner, load_cases
 
 ROOT = Path(DEFAULT_RULES_DIR).parent
 SEED = ROOT.parent / "shared" / "seed" / "objects"  # shared/ sits beside the clone (worktree and CI)

@@ -11,7 +11,7 @@ from runtime.engine.admission import AdmissionEngine, BadReview, Outcome, build_
 from runtime.engine.admission.patch import REMOVE, apply_writes, diff_writes, escape
 from runtime.engine.admission.verdict import FieldError, aggregate, render_value
 from runtime.engine.policy import Policy
-from runtime.engine.resourcekeys import resource_family
+from runtime.model.resourcefamily import resource_family
 from runtime.rules import celadmission
 from runtime.rules.cel import compile_expression
 from runtime.rules.loader import load_rules

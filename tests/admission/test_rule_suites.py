@@ -7,7 +7,7 @@ import pytest
 
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
-from runtime.rules.ruletests import Runner, load_cases
+from runtime.ruletests import Runner, load_cases
 
 CASES = load_cases(DEFAULT_RULES_DIR)
 

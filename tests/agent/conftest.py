@@ -7,12 +7,12 @@ import pytest
 import yaml
 
 from probes.fake import load_document, recorded
-from runtime.engine.agentplan import plan_node
+from runtime.engine.devices.agentplan import plan_node
 from runtime.engine.policy import Policy
 from runtime.engine.settings import resolve
 from runtime.model.facts import parse_facts
 from runtime.rules.loader import load_rules
-from runtime.localcluster.testing import shared_dir, shared_missing_reason
+from testing.localcluster.testing import shared_dir, shared_missing_reason
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "seed" / "common"

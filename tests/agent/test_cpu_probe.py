@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from probes.cpu import core_count, parse_cpuinfo, read_cpu
-from runtime.engine.nodefacts import cores_from_capacity, cpu_vendor, gkey
+from runtime.engine.devices.nodefacts import cores_from_capacity, cpu_vendor, gkey
 from runtime.model.facts import CpuFacts
 
 X86 = """processor\t: 0

@@ -5,8 +5,8 @@ import pytest
 
 from tests.agent.conftest import facts
 from tests.agent.helpers import A10G, H100, entry, group, pod
-from runtime.engine.agentplan import plan_node
-from runtime.engine.ledger import parse_allocation
+from runtime.engine.devices.agentplan import plan_node
+from runtime.engine.devices.ledger import parse_allocation
 
 GID = "h100-80gb-hbm3"
 

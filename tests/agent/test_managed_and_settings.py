@@ -74,8 +74,8 @@ def test_other_recorded_accelerators(plan, stem, akey, memory, family):
 
 
 def test_manufacturer_env_overrides(plan):
-    from runtime.engine.agentenv import manufacturers_with_env
-    from runtime.engine.agentplan import plan_node
+    from runtime.engine.devices.agentenv import manufacturers_with_env
+    from runtime.engine.devices.agentplan import plan_node
     from runtime.engine.policy import Policy
     from runtime.rules.loader import load_rules
     from tests.agent.conftest import facts, seed_node

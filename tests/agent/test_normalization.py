@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.engine.nodefacts import (accelerator_groups, adjusted_memory_mib, compute_capability, family,
+from runtime.engine.devices.nodefacts import (accelerator_groups, adjusted_memory_mib, compute_capability, family,
                                       group_id, runtime_version)
-from runtime.engine.normalize import format_memory_mib, sanitize_label_value
+from runtime.model.normalize import format_memory_mib, sanitize_label_value
 from runtime.model.facts import AcceleratorFacts
 
 

@@ -17,7 +17,7 @@ from loguru import logger
 
 from probes.fake import RecordedBackend, load_document, recorded
 from runtime.agent.runner import NodeAgent
-from runtime.engine.podresources import pod_allocations
+from runtime.engine.devices.podresources import pod_allocations
 from runtime.kube.podresources import PodResourcesError, api_pb2, api_pb2_grpc, list_pod_resources
 from tests.agent.conftest import seed_node
 from tests.agent.fakeclient import FakeClient

@@ -40,3 +40,14 @@ def test_the_live_script_runs_the_seeds_lines_and_waits_for_every_replayed_table
     assert [s for s, _ in demo.STEPS] == [t for i, t in enumerate(tables) if t not in tables[:i]]
     lines = [a.line for _, actions in script for a in actions if isinstance(a, demo.Run)]
     assert "kubectl -n gpustack-system rollout restart deploy/gpustack-operator-worker" in lines
+
+
+def test_without_the_checkout_harness_live_is_exit_2_saying_it_needs_a_checkout(monkeypatch):
+    monkeypatch.setattr(demo, "harness", lambda module="": None)   # as from an installed wheel
+    for args in (["demo"], ["demo", "--live"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2
+        assert result.stderr == (
+            "error: the live demo needs a source checkout of accelpolicy (its local control-plane harness, "
+            "testing/localcluster, is not part of the installed package): run `make demo` there; "
+            "`accelpolicy demo --snapshot` replays the steps without a cluster\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.controller.plan import plan
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from tests.controller.test_plan import MemCluster, common_objects, converge
 
 A10G = "nvidia-a10g"

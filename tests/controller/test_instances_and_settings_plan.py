@@ -9,8 +9,8 @@ import pytest
 
 from runtime.controller.instances import plan_instances
 from runtime.controller.settingsview import plan_settings
-from runtime.engine.derive import derive
-from runtime.engine.instancepods import allocations_from_pod
+from runtime.engine.pools.derive import derive
+from runtime.engine.instances.instancepods import allocations_from_pod
 from runtime.engine.snapshot import Snapshot
 from runtime.kube.ownership import owned, owned_by_instance
 from runtime.snapshots import load_snapshot

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from runtime.controller.plan import plan
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.engine.snapshot import Snapshot, name_of
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.localcluster import Kubectl, LocalCluster, MissingBinariesError
-from runtime.localcluster.testing import SeedObject, seed_objects, seed_tables, session_cluster, shared_dir, \
+from testing.localcluster import Kubectl, LocalCluster, MissingBinariesError
+from testing.localcluster.testing import SeedObject, seed_objects, seed_tables, session_cluster, shared_dir, \
     shared_missing_reason
 
 

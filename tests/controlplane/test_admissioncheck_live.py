@@ -18,11 +18,11 @@ import time
 import pytest
 import yaml
 
-from runtime.controller.reconciler import Controller
+from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
-from runtime.localcluster.testing import get_json, wait_for
+from testing.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
 
 POLICY = Policy(load_rules())

@@ -1,4 +1,4 @@
-"""kwok, nfd-master and Kueue's controller on the local control plane (runtime/localcluster/components.py).
+"""kwok, nfd-master and Kueue's controller on the local control plane (testing/localcluster/components.py).
 
 One "full" cluster (``full_cluster()``: kube-scheduler + the three components + every CRD) serves
 this module; the bare ``session_cluster()`` of the other tests is not touched. The tests run in
@@ -18,11 +18,11 @@ import time
 import pytest
 import yaml
 
-from runtime.controller.reconciler import Controller
+from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
-from runtime.localcluster import MissingBinariesError, fake_node
-from runtime.localcluster.testing import full_cluster, parse_table
+from testing.localcluster import MissingBinariesError, fake_node
+from testing.localcluster.testing import full_cluster, parse_table
 from runtime.rules.loader import load_rules
 from tests.controlplane.test_controller import COMMON, _apply_seed_cluster
 from tests.seedfiles import seed_object, seed_table

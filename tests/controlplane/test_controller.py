@@ -9,7 +9,7 @@ PHASE: only Kueue's CRDs are installed, not its controller, so no ClusterQueue e
 missing or condition Unknown"). The seed (captured with Kueue running) prints ``Active``; the
 tests compare every other column exactly and assert PHASE == ``Activating``. Nor does NFD master
 run: Node labels do not follow NodeFeatures by themselves; the controller reads the NodeFeatures
-itself, as the engine's snapshot mode does (runtime/engine/nodes.py ``effective_node_labels``).
+itself, as the engine's snapshot mode does (runtime/engine/pools/nodes.py ``effective_node_labels``).
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ import time
 import pytest
 import yaml
 
-from runtime.controller.reconciler import Controller
+from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
-from runtime.localcluster.testing import parse_table
+from testing.localcluster.testing import parse_table
 from runtime.rules.loader import load_rules
 from tests.seedfiles import FIXTURES, seed_file, seed_table
 

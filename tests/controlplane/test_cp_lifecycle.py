@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.localcluster import Kubectl, LocalCluster, LocalClusterError
+from testing.localcluster import Kubectl, LocalCluster, LocalClusterError
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from runtime.localcluster import KubectlError
+from testing.localcluster import KubectlError
 
 IT = {"apiVersion": "worker.gpustack.ai/v1", "kind": "InstanceType"}
 INST = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance"}

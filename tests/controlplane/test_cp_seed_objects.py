@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from runtime.localcluster.testing import SeedObject, seed_objects, shared_dir, shared_missing_reason
+from testing.localcluster.testing import SeedObject, seed_objects, shared_dir, shared_missing_reason
 
 
 def _seed_params():

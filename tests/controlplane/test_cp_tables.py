@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from runtime.localcluster.testing import parse_table, seed_tables, shared_dir, shared_missing_reason
+from testing.localcluster.testing import parse_table, seed_tables, shared_dir, shared_missing_reason
 
 
 def _tables_with(first_header_word: str, second: str):

@@ -42,10 +42,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.controller.reconciler import Controller
+from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import MERGE_PATCH, KubeApiError, connect
-from runtime.localcluster.testing import parse_table
+from testing.localcluster.testing import parse_table
 from runtime.rules.loader import load_rules
 from tests.controlplane.test_controller import loop_running
 from tests.seedfiles import FIXTURES, seed_file, seed_object, seed_table

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.controller.reconciler import Controller
+from testing.hooks import ObservedController as Controller
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission import view_kinds
 from runtime.engine.admission.registration import registration_of
@@ -38,7 +38,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import KubeApiError, connect
 from runtime.rules.loader import load_rules
 from runtime.webhook.server import self_signed
-from runtime.localcluster.testing import get_json, wait_for
+from testing.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
 from tests.controlplane.test_instances_live import _clean_instances
 from tests.seedfiles import seed_object

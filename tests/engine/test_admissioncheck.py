@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runtime.engine import admissioncheck as ac
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.snapshots import load_snapshot

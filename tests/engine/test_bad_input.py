@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, SnapshotError
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules

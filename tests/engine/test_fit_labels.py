@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from runtime.engine.fit import fit_labels
+from runtime.engine.pools.fit import fit_labels
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES
 

@@ -1,5 +1,5 @@
 """Four-view arithmetic: the worked examples #1-#9 of spec/four-view.md §4 as unit tests of
-``runtime.engine.fourview.compute``, under both SH onceMaxRequest readings (§2.1).
+``runtime.engine.pools.fourview.compute``, under both SH onceMaxRequest readings (§2.1).
 
 The ``acceleratorCount`` reading is selected the way an operator would: by editing a copy of
 ``rules/`` (rules/pools/fourview.yaml ``spec.sharedOnceMaxReading``), never in Python.
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engine import fourview
-from runtime.engine.instancetypes import devices_selector, matches, schedule_labels
+from runtime.engine.pools import fourview
+from runtime.engine.pools.instancetypes import devices_selector, matches, schedule_labels
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 

@@ -5,8 +5,8 @@ import copy
 
 import pytest
 
-from runtime.engine.derive import derive
-from runtime.engine.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER,
+from runtime.engine.pools.derive import derive
+from runtime.engine.instances.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER,
                                          SET_STOP, plan_instance)
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES

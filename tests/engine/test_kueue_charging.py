@@ -10,9 +10,9 @@ from decimal import Decimal
 import pytest
 
 from runtime.engine.admission import AdmissionEngine, admission_view, parse_review, review_for
-from runtime.engine.derive import derive
-from runtime.engine.instancepods import pool_flavors, render_pod
-from runtime.engine.kueueconfig import (KueueConfigurationError, kueue_configuration, pod_requests,
+from runtime.engine.pools.derive import derive
+from runtime.engine.instances.instancepods import pool_flavors, render_pod
+from runtime.engine.pools.kueueconfig import (KueueConfigurationError, kueue_configuration, pod_requests,
                                         workload_requests)
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot

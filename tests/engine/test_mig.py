@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.report.tables import render, resolve_kind
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES, parse_table, seed_object, seed_table, subset_mismatches, without

@@ -6,7 +6,7 @@ import copy
 
 import yaml
 
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.engine.snapshot import Snapshot
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES

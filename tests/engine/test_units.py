@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.engine import normalize, presets
-from runtime.engine.instancetypes import entrance
+from runtime.model import normalize
+
+from runtime.engine.pools import presets
+from runtime.engine.pools.instancetypes import entrance
 
 ENTRANCES = {  # spec/pools.md §12
     "gpustack--generic-linux-amd64": "gpustack-fnv64-3b93966fd73eb9ec",

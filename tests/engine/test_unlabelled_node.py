@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from runtime.engine.derive import derive
+from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot

@@ -1,4 +1,4 @@
-"""The device-plugin stand-in's pure parts (runtime/localcluster/deviceplugin.py): the tokens it advertises
+"""The device-plugin stand-in's pure parts (testing/localcluster/deviceplugin.py): the tokens it advertises
 and the accelerators it picks, on the seed's Devices objects (tests/fixtures/seed/common/devices.yaml)."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
-from runtime.engine.podresources import annotation_text, pod_allocations
+from runtime.engine.devices.podresources import annotation_text, pod_allocations
 from runtime.engine.policy import Policy
-from runtime.localcluster.deviceplugin import AllocationRefused, advertised_tokens, choose_devices
+from testing.localcluster.deviceplugin import AllocationRefused, advertised_tokens, choose_devices
 from runtime.rules.loader import load_rules
 from tests.seedfiles import FIXTURES
 

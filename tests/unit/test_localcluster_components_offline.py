@@ -1,4 +1,4 @@
-"""Pieces of runtime/localcluster/components.py and e2e/components/build.sh that need no cluster."""
+"""Pieces of testing/localcluster/components.py and e2e/components/build.sh that need no cluster."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import yaml
 from cryptography import x509
 
-from runtime.localcluster import COMPONENTS, MissingBinariesError, fake_node, find_component_binaries
-from runtime.localcluster.binaries import COMPONENTS_VERSION, LocalClusterError, components_version, repo_root
-from runtime.localcluster.certs import generate_pki, issue_serving_cert
-from runtime.localcluster.components import (KUEUE_CONFIG_API_VERSION, kueue_base_configuration,
+from testing.localcluster import COMPONENTS, MissingBinariesError, fake_node, find_component_binaries
+from testing.localcluster.binaries import COMPONENTS_VERSION, LocalClusterError, components_version, repo_root
+from testing.localcluster.certs import generate_pki, issue_serving_cert
+from testing.localcluster.components import (KUEUE_CONFIG_API_VERSION, kueue_base_configuration,
                                              kueue_webhook_configurations, merge_kueue_configuration)
 
 ROOT = repo_root()
@@ -96,7 +96,7 @@ def test_kueue_configuration_merges_policy_over_the_base():
 
 
 def test_kueue_webhooks_from_the_module_point_at_loopback():
-    from runtime.localcluster.crds import KUEUE_MODULE, module_dirs
+    from testing.localcluster.crds import KUEUE_MODULE, module_dirs
     try:
         webhook_dir = module_dirs()[KUEUE_MODULE] / "config" / "components" / "webhook"
     except LocalClusterError as e:
@@ -121,7 +121,7 @@ def test_fake_node_is_annotated_for_kwok_with_capacity():
 
 
 def test_local_cluster_checks_components_before_starting(tmp_path, monkeypatch):
-    from runtime.localcluster import ControlPlaneBinaries, LocalCluster
+    from testing.localcluster import ControlPlaneBinaries, LocalCluster
     fake = ControlPlaneBinaries(etcd=tmp_path / "etcd", kube_apiserver=tmp_path / "kube-apiserver",
                                 kube_scheduler=tmp_path / "kube-scheduler", directory=tmp_path)
     monkeypatch.setenv("ACCELPOLICY_COMPONENTS_BIN", str(tmp_path / "components"))

@@ -11,11 +11,11 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from runtime.localcluster import (CONTROLPLANE_VERSION, MissingBinariesError, find_binaries, our_crds,
+from testing.localcluster import (CONTROLPLANE_VERSION, MissingBinariesError, find_binaries, our_crds,
                                   pinned_version)
-from runtime.localcluster.binaries import repo_root
-from runtime.localcluster.certs import generate_pki
-from runtime.localcluster.testing import parse_table
+from testing.localcluster.binaries import repo_root
+from testing.localcluster.certs import generate_pki
+from testing.localcluster.testing import parse_table
 
 ROOT = repo_root()
 
@@ -138,7 +138,7 @@ def test_our_crds_declare_no_cel_rules_and_preserve_nothing():
 
 
 def test_conversion_webhook_is_replaced_by_strategy_none():
-    from runtime.localcluster.crds import _strip_conversion_webhook
+    from testing.localcluster.crds import _strip_conversion_webhook
     crd = {"spec": {"conversion": {"strategy": "Webhook", "webhook": {"clientConfig": {
         "service": {"namespace": "system", "name": "webhook-service", "path": "/convert"}}}}}}
     assert _strip_conversion_webhook(crd)["spec"]["conversion"] == {"strategy": "None"}
@@ -147,7 +147,7 @@ def test_conversion_webhook_is_replaced_by_strategy_none():
 
 
 def test_bad_crd_file_is_named(tmp_path):
-    from runtime.localcluster import LocalClusterError
+    from testing.localcluster import LocalClusterError
     (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     with pytest.raises(LocalClusterError, match=r"a\.yaml: expected CustomResourceDefinition, found kind 'ConfigMap'"):
         our_crds(tmp_path)

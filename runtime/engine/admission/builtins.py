@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from runtime.engine.admission.context import AdmissionView
-from runtime.engine.instancetypes import default_instance_type
+from runtime.engine.pools.instancetypes import default_instance_type
 from runtime.engine.policy import Policy
 
 

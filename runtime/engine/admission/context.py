@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from runtime.engine.policy import Policy
-from runtime.engine.settings import Settings, decode_secret_data, resolve
+from runtime.engine.settings import settings_of
+from runtime.engine.pools.derive import derive
 from runtime.engine.snapshot import Snapshot, labels_of
 
 
@@ -49,14 +50,7 @@ class AdmissionView:
         return index.get(value, _EMPTY)
 
 
-def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
-    """Settings resolved from the snapshot's settings Secret (spec/settings.md §1); ``namespace``
-    overrides the catalog's (the controller's ``KUBERNETES_POD_NAMESPACE``)."""
-    secret = snapshot.get("Secret", policy.settings.secretName, namespace or policy.settings.namespace)
-    return resolve(policy.settings, decode_secret_data(secret))
-
-
-# What derivation reads (runtime.engine.derive): the admission view is derived from these kinds.
+# What derivation reads (runtime.engine.pools.derive): the admission view is derived from these kinds.
 DERIVATION_KINDS = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue",
                     "LocalQueue", "InstanceType", "Secret")
 
@@ -77,15 +71,13 @@ def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool
     ``derive_state`` True replaces the snapshot's InstanceTypes, ResourceFlavors, ClusterQueues and
     LocalQueues by the derived ones (InstanceTypes with status);
     False uses the snapshot as given (tests that spell out InstanceType status). ``None`` -> empty.
-    ``live`` and ``settings_namespace`` are passed to :func:`runtime.engine.derive.derive` (the
+    ``live`` and ``settings_namespace`` are passed to :func:`runtime.engine.pools.derive.derive` (the
     controller's view of its watch caches: queue phases as Kueue reports them, the settings Secret
     in the controller's namespace).
     """
     snapshot = snapshot or Snapshot.from_objects([])
     settings = settings_of(policy, snapshot, settings_namespace)
     if derive_state:
-        from runtime.engine.derive import derive
-
         state = derive(policy, snapshot, live=live, settings_namespace=settings_namespace)
         replaced = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
         objects = ([o for o in snapshot if o.get("kind") not in replaced]

@@ -1,0 +1,192 @@
+"""The ``gpustack-node-devices`` AdmissionCheck: answers for Kueue Workloads (spec/pools.md §8.2).
+
+Kueue reserves quota for a Workload in a ClusterQueue whose ``admissionChecksStrategy`` names the
+check (§7.3), records the assigned ResourceFlavor per resource in
+``status.admission.podSetAssignments[].flavors`` and lists the check ``Pending`` in
+``status.admissionChecks``. :func:`check_workload` decides whether the managed nodes can really
+hold the request now, from their Devices ledgers (spec/node-facts.md §7.3):
+
+* **Candidates** of a PodSet: managed Nodes (rules/pools/derivation.yaml ``managed``, effective
+  labels after NodeFeature propagation) whose labels match every assigned flavor's
+  ``spec.nodeLabels`` (Kueue injects all of them into the Pod's node selector) and the PodSet
+  template's own ``nodeSelector`` and required node affinity. Taints and tolerations are not read.
+* **Demand** of one Pod of the PodSet (``count`` is not multiplied: an Instance is one Pod), from its
+  non-sidecar containers' requests (else limits; pod-requests.md §4), by family of the shared
+  classifier (:mod:`runtime.model.resourcefamily`): exclusive ``<base>: N`` (app containers summed,
+  an init container's own value when larger), shared ``<base>.shared: N`` and sliced
+  ``<base>.sliced.units: U`` (the largest single container's, as the Workload fit pin reads them,
+  pod-requests.md §9), partition ``<base>.partitioned.<kind>-<p>``. ``Value()`` rounds up.
+* **Accelerators** considered: the healthy ones of the demanded base's manufacturer, restricted to
+  the groups (aKeys) the assigned flavors name in ``acceleratable.feature.gpustack.ai/<aKey>: "true"``
+  node labels when they name any.
+* **Feasible** (the §8.2 table, predicates of :mod:`runtime.engine.pools.accelerators`): exclusive — N
+  accelerators with ``remaining ≥ 1,600,000``; shared — N distinct whole-capable accelerators in mode
+  0/2 with ``remaining ≥ 160,000``; sliced — one logically sliceable accelerator in mode 0/3 with
+  ``remaining ≥ U`` and a free slice, the fullest such (least ``remaining``) preferred, across all
+  candidate nodes; partition — one partitioned accelerator in mode 0/4 with ``remainingProfiles[p] >
+  0``. Several demands of one Pod (which the Pod webhook would refuse) must each hold on the node.
+  Without accelerator demand any candidate node holds the Pod.
+* **Node chosen**: sliced — the node of the fullest accelerator (ties: node name, accelerator index);
+  otherwise the first feasible candidate in name order.
+
+The verdict is ``Ready`` when every PodSet has a node, else ``Retry`` (never ``Rejected``: capacity
+may free up); messages and the retry delay are rules/pools/derivation.yaml ``admissionCheck``
+(``readyMessage``, ``retryMessage``, ``retryAfterSeconds``). :func:`check_state_apply` turns a verdict
+into the server-side apply body of the Workload's ``status`` subresource. Pure: no I/O, no clock
+(``now`` is passed in).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from runtime.engine.admissioncheck.demand import Demand, node_selected, pod_demand
+from runtime.engine.admissioncheck.workloadstatus import READY, RETRY, Placement, Verdict
+from runtime.engine.policy import Policy
+from runtime.engine.pools.accelerators import (Accelerator, accelerators, exclusive_free, has_free_share,
+                                               holds_partition, holds_slice)
+from runtime.engine.pools.nodes import node_views
+from runtime.engine.snapshot import Snapshot, object_ref
+
+
+# --- feasibility --------------------------------------------------------------------------------------
+def _fit_on_node(policy: Policy, accs: list[Accelerator], demands: list[Demand]) -> tuple[bool, tuple[str, ...], int]:
+    """(all demands hold on this node's accelerators, accelerator ids used, sliced preference key: the
+    chosen sliced accelerator's remaining, 0 when no sliced demand)."""
+    used: list[str] = []
+    slice_remaining = 0
+    for demand in demands:
+        mine = [a for a in accs if getattr(policy.manufacturers.get(a.manufacturer), "base", None) == demand.base]
+        if demand.family == "exclusive":
+            hits = [a for a in mine if exclusive_free(policy, a)][:demand.count]
+            if len(hits) < demand.count:
+                return False, (), 0
+        elif demand.family == "shared":
+            hits = [a for a in mine if has_free_share(policy, a)][:demand.count]
+            if len(hits) < demand.count:
+                return False, (), 0
+        elif demand.family == "sliced":
+            fits = sorted((a for a in mine if holds_slice(policy, a, demand.units)), key=lambda a: (a.remaining, a.index))
+            if not fits:
+                return False, (), 0
+            hits = fits[:1]
+            slice_remaining = fits[0].remaining
+        else:
+            hits = [a for a in mine if holds_partition(policy, a, demand.profile)][:1]
+            if not hits:
+                return False, (), 0
+        used += [a.id for a in hits]
+    return True, tuple(used), slice_remaining
+
+
+@dataclass
+class _Nodes:
+    """The snapshot's managed nodes: effective labels and Devices accelerators, built once per call."""
+
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    accelerators: dict[str, list[Accelerator]] = field(default_factory=dict)
+    by_label: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    _by_flavor: dict[frozenset, list[str]] = field(default_factory=dict)
+
+    def matching(self, node_labels: Mapping[str, str]) -> list[str]:
+        """Names (sorted) of the nodes carrying every label of ``node_labels`` (an inverted index of
+        ``(key, value)`` -> nodes, intersected smallest first; memoised per label set)."""
+        key = frozenset(node_labels.items())
+        if key not in self._by_flavor:
+            sets = sorted((self.by_label.get(item, set()) for item in key), key=len)
+            found = set(sets[0]).intersection(*sets[1:]) if sets else set(self.labels)
+            self._by_flavor[key] = sorted(found)
+        return self._by_flavor[key]
+
+
+def _managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
+    out = _Nodes()
+    for view in node_views(policy, snapshot):
+        if not view.managed:
+            continue
+        out.labels[view.name] = view.labels
+        for item in view.labels.items():
+            out.by_label.setdefault(item, set()).add(view.name)
+        devices = snapshot.get("Devices", view.name)
+        out.accelerators[view.name] = list(accelerators(policy, devices)) if devices else []
+    return out
+
+
+def _pod_set_flavors(workload: Mapping) -> dict[str, dict[str, str]]:
+    """PodSet name -> {resource: flavor name} from ``status.admission.podSetAssignments``."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    return {a.get("name") or "main": dict(a.get("flavors") or {}) for a in admission.get("podSetAssignments") or []}
+
+
+def _message_flavor(policy: Policy, flavors: Mapping[str, str], demands: list[Demand]) -> str:
+    """The flavor a message names: the one assigned to the demanded manufacturer's credits resource,
+    else the first assigned (by resource name)."""
+    prefix = policy.derivation.clusterQueue.creditsResourcePrefix
+    for demand in demands:
+        for manu in policy.manufacturers.values():
+            if manu.base == demand.base and f"{prefix}{manu.id}" in flavors:
+                return flavors[f"{prefix}{manu.id}"]
+    return flavors[sorted(flavors)[0]] if flavors else ""
+
+
+def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes: _Nodes | None = None) -> Verdict:
+    """The §8.2 verdict for ``workload`` (a ``kueue.x-k8s.io/v1beta2`` Workload with its quota reserved)
+    against ``snapshot`` (Nodes, NodeFeatures, Devices, ResourceFlavors).
+
+    ``nodes``: :func:`managed_nodes` of the snapshot, when several Workloads are judged against one
+    snapshot. Returns a :class:`Verdict` (``Ready`` or ``Retry``). Raises :class:`AdmissionCheckError`
+    for a request quantity that does not parse.
+    """
+    rules = policy.derivation.admissionCheck
+    if nodes is None:
+        nodes = _managed_nodes(policy, snapshot)
+    acc_prefix = policy.prefix("acceleratable")
+    assigned = _pod_set_flavors(workload)
+    placements: list[Placement] = []
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        ps_name = pod_set.get("name") or "main"
+        pod_spec = ((pod_set.get("template") or {}).get("spec")) or {}
+        demands = pod_demand(policy, pod_spec, f"{object_ref(workload)} podSet {ps_name!r}")
+        flavors = assigned.get(ps_name, {})
+        node_labels: dict[str, str] = {}
+        missing_flavor = False
+        for flavor_name in sorted(set(flavors.values())):
+            flavor = snapshot.get("ResourceFlavor", flavor_name)
+            if flavor is None:
+                missing_flavor = True
+                continue
+            node_labels.update({k: str(v) for k, v in ((flavor.get("spec") or {}).get("nodeLabels") or {}).items()})
+        akeys = {k[len(acc_prefix):] for k, v in node_labels.items()
+                 if k.startswith(acc_prefix) and v == "true" and "." not in k[len(acc_prefix):]
+                 and "-" in k[len(acc_prefix):]}
+        best: tuple | None = None
+        if not missing_flavor:
+            for node in nodes.matching(node_labels):
+                if not node_selected(pod_spec, node, nodes.labels[node]):
+                    continue
+                accs = [a for a in nodes.accelerators[node] if not akeys or a.akey in akeys]
+                ok, used, slice_remaining = _fit_on_node(policy, accs, demands)
+                if not ok:
+                    continue
+                rank = (slice_remaining, node)
+                if best is None or rank < best[0]:
+                    best = (rank, Placement(ps_name, node, used))
+                if not any(d.family == "sliced" for d in demands):
+                    break
+        if best is None:
+            flavor = _message_flavor(policy, flavors, demands)
+            message = str(rules.retryMessage.evaluate({"flavor": flavor, "podSet": ps_name}))
+            return Verdict(RETRY, message, flavor=flavor, pod_set=ps_name,
+                           requeue_after_seconds=rules.retryAfterSeconds)
+        placements.append(best[1])
+    if not placements:
+        return Verdict(RETRY, str(rules.retryMessage.evaluate({"flavor": "", "podSet": ""})),
+                       requeue_after_seconds=rules.retryAfterSeconds)
+    message = str(rules.readyMessage.evaluate({"node": placements[0].node, "nodes": [p.node for p in placements],
+                                               "podSet": placements[0].pod_set}))
+    return Verdict(READY, message, placements=tuple(placements))
+
+
+def managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
+    """The managed nodes' effective labels and accelerators, for :func:`check_workload`'s ``nodes``."""
+    return _managed_nodes(policy, snapshot)

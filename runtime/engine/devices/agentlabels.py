@@ -1,0 +1,96 @@
+"""The agent's label sets and Node annotations (spec/node-facts.md §3.1-§3.2, §6).
+
+* :func:`managed_value` - decision 14 / §6, first match wins.
+* :func:`worker_labels` - ``spec.labels`` of ``<node>-gpustack-worker``.
+* :func:`device_manager_labels` - ``spec.labels`` of ``<node>-gpustack-device-manager``.
+* :func:`cpu_annotations` - the two CPU annotations the agent patches on its Node.
+
+Label keys come from rules/labels.yaml (prefixes, keys) and rules/agent.yaml (suffixes).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from runtime.engine.devices.nodefacts import AcceleratorGroup, agent_rules, gkey
+from runtime.model.normalize import format_memory_mib, sanitize_label_value
+from runtime.engine.policy import Policy
+from runtime.engine.settings import Settings
+from runtime.model.facts import CpuFacts
+
+
+def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
+                  node_labels: Mapping[str, str] | None, settings: Settings) -> str | None:
+    """§6: the worker NodeFeature's managed-key value, or None when the key is absent.
+
+    1. the worker NodeFeature's own non-empty value; 2. the Node's non-empty label; 3. ``"true"``
+    when ``node-management-manual`` is false; 4. absent.
+    """
+    key = policy.key("managed")
+    rules = agent_rules(policy)
+    for source in (worker_labels_now or {}, node_labels or {}):
+        if source.get(key):
+            return str(source[key])
+    if not settings.flag(rules.settings.manual):
+        return rules.trueValue
+    return None
+
+
+def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None,
+                  has_accelerator: bool, settings: Settings) -> dict[str, str]:
+    """§3.1 worker keys: managed, ``general.*/<cpuManu>``, ``<gKey>``, ``<gKey>.count`` (cores > 0),
+    and the cpu-only key when ``instance-type-mixed-on-node`` is false and the node
+    has no accelerator. ``cores`` is the Node's rounded-up ``status.capacity.cpu``.
+    """
+    rules = agent_rules(policy)
+    general = policy.prefix("general")
+    key = gkey(policy, cpu)
+    labels: dict[str, str] = {}
+    if managed is not None:
+        labels[policy.key("managed")] = managed
+    labels[f"{general}{key.split('-', 1)[0]}"] = rules.trueValue
+    labels[f"{general}{key}"] = rules.trueValue
+    if cores > 0:
+        labels[f"{general}{key}{rules.suffixes.count}"] = str(cores)
+    if not has_accelerator and not settings.flag(rules.settings.mixedOnNode):
+        labels[policy.key("cpuOnly")] = rules.trueValue
+    return labels
+
+
+def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, str]:
+    """§3.1 device-manager keys for the groups with at least one healthy accelerator.
+
+    Every value passes SanitizeLabelValue (§5.4); ``.family``, ``.comcap``, ``.driver-version`` and
+    ``.runtime-version`` are omitted when empty; ``.cores`` is written even when 0.
+    """
+    rules = agent_rules(policy)
+    sfx = rules.suffixes
+    acc = policy.prefix("acceleratable")
+    raw: dict[str, str] = {}
+    for group in groups:
+        healthy = group.healthy
+        if not healthy:
+            continue
+        manu = f"{acc}{group.manufacturer}"
+        raw.setdefault(manu, rules.trueValue)
+        if group.driver_version:
+            raw.setdefault(f"{manu}{sfx.driverVersion}", group.driver_version)
+        if group.runtime_version:
+            raw.setdefault(f"{manu}{sfx.runtimeVersion}", group.runtime_version)
+        base = f"{acc}{group.akey}"
+        raw[base] = rules.trueValue
+        raw[f"{base}{sfx.count}"] = str(len(healthy))
+        raw[f"{base}{sfx.memory}"] = format_memory_mib(group.memory)
+        raw[f"{base}{sfx.cores}"] = str(group.cores)
+        if group.family:
+            raw[f"{base}{sfx.family}"] = group.family
+        raw[f"{base}{sfx.product}"] = group.name
+        if group.compute_capability:
+            raw[f"{base}{sfx.comcap}"] = group.compute_capability
+    return {k: sanitize_label_value(v) for k, v in raw.items()}
+
+
+def cpu_annotations(policy: Policy, cpu: CpuFacts) -> dict[str, str]:
+    """§3.2: the CPU name (raw model name) and CPU family annotations; empty values skipped."""
+    out = {policy.key("cpuNameAnnotation"): cpu.modelName, policy.key("cpuFamilyAnnotation"): cpu.family}
+    return {k: v for k, v in out.items() if v}
+

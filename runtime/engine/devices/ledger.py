@@ -1,0 +1,266 @@
+"""The Devices ledger: allocation-annotation parsing and the rebuild rule (spec/node-facts.md §7.3-§7.6).
+
+:func:`rebuild_ledger` takes the Devices ``spec`` (§7.2) and the node's Pods (JSON dicts) and returns
+the ``status`` plus the Warning Events to record: ``InvalidAllocation`` on a Pod whose annotation is
+ignored, ``AllocationConflict`` on the Devices object for a skipped charge. Credits: D from
+rules/constants.yaml; modes, phases, event reasons and messages from rules/agent.yaml.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from runtime.engine.devices.devicesobject import is_healthy, is_partitioned
+from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.policy import Policy
+
+
+@dataclass(frozen=True)
+class LedgerEvent:
+    """A Warning Event to record: on ``kind`` (``Pod`` or ``Devices``) ``namespace``/``name``."""
+
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Charge:
+    """One validated accelerator entry of an allocation annotation (§7.4)."""
+
+    container: str
+    group: str
+    manufacturer: str
+    accelerator: str
+    mode: int
+    allocated: int
+    profile: str = ""
+    placements: tuple[tuple[int, int], ...] = ()
+
+
+class AllocationError(ValueError):
+    """An allocation annotation that must be ignored (§7.4); the message is the Event message."""
+
+
+@dataclass
+class _Slot:
+    """Ledger state of one healthy accelerator while rebuilding."""
+
+    spec: Mapping[str, Any]
+    mode: int = 0
+    allocated: int = 0
+    slices: int = 0
+    held: dict[str, int] = field(default_factory=dict)
+    used: set[int] = field(default_factory=set)
+
+    @property
+    def profiles(self) -> dict[str, Mapping[str, Any]]:
+        return {p["name"]: p for p in self.spec["status"]["physicalSliced"].get("profiles", [])}
+
+
+def _index_spec(spec: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Mapping[str, Any]]]:
+    return {(g["manufacturer"], g["id"]): {a["id"]: a for a in g["accelerators"]} for g in spec.get("groups", [])}
+
+
+def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: str) -> list[Charge]:
+    """Parse and validate one Pod's allocation annotation against the node's Devices spec.
+
+    Raises :class:`AllocationError` (message from rules/agent.yaml) when the annotation does not
+    parse, names an unknown group or accelerator, or breaks the charge table of §7.4.
+    """
+    rules = agent_rules(policy)
+    msg = rules.ledger.messages
+    modes = rules.ledger.modes
+    credits = policy.constants.creditsPerAccelerator
+    implied = {modes.exclusive: credits, modes.shared: policy.constants.share}
+    key = policy.key("allocation")
+    try:
+        doc = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise AllocationError(msg.notJson.format(key=key, error=exc)) from None
+    if not isinstance(doc, dict):
+        raise AllocationError(msg.notJson.format(key=key, error="not an object"))
+    index = _index_spec(spec)
+    charges: list[Charge] = []
+    for container in sorted(doc):
+        def bad(error: str) -> AllocationError:
+            return AllocationError(msg.badEntry.format(key=key, container=container, error=error))
+        groups = doc[container]
+        if not isinstance(groups, list):
+            raise bad("allocation groups must be a list")
+        for g in groups:
+            if not isinstance(g, dict) or not isinstance(g.get("accelerators"), list):
+                raise bad("an allocation group must be an object with id, manufacturer and accelerators[]")
+            gid, manu = str(g.get("id", "")), str(g.get("manufacturer", ""))
+            accs = index.get((manu, gid))
+            if accs is None:
+                raise AllocationError(msg.unknownGroup.format(key=key, container=container, manufacturer=manu,
+                                                              group=gid, node=node))
+            for a in g["accelerators"]:
+                if not isinstance(a, dict):
+                    raise bad("an accelerator entry must be an object")
+                aid = str(a.get("id", ""))
+                fmt = dict(key=key, container=container, accelerator=aid)
+                if aid not in accs:
+                    raise AllocationError(msg.unknownAccelerator.format(manufacturer=manu, group=gid, **fmt))
+                mode, allocated = a.get("mode"), a.get("allocated")
+                if isinstance(mode, bool) or mode not in (modes.exclusive, modes.shared, modes.sliced, modes.partitioned):
+                    raise AllocationError(msg.badMode.format(mode=mode, **fmt))
+                if mode in implied:
+                    if allocated is not None and (isinstance(allocated, bool) or allocated != implied[mode]):
+                        raise AllocationError(msg.impliedCharge.format(mode=mode, expected=implied[mode],
+                                                                       allocated=allocated, **fmt))
+                    allocated = implied[mode]
+                elif isinstance(allocated, bool) or not isinstance(allocated, int) or not 1 <= allocated <= credits:
+                    raise AllocationError(msg.chargeRange.format(mode=mode, credits=credits, allocated=allocated, **fmt))
+                profile, placements = "", ()
+                if mode == modes.partitioned:
+                    profile = a.get("allocatedPhysicalProfile")
+                    if not isinstance(profile, str) or not profile:
+                        raise AllocationError(msg.missingProfile.format(**fmt))
+                    try:
+                        placements = tuple((int(p["start"]), int(p["length"]))
+                                           for p in a.get("allocatedPhysicalPlacements") or [])
+                    except (TypeError, KeyError, ValueError):
+                        raise bad("allocatedPhysicalPlacements must be a list of {start, length}") from None
+                charges.append(Charge(container, gid, manu, aid, mode, allocated, profile, placements))
+    return charges
+
+
+def _span(start: int, length: int) -> set[int]:
+    return set(range(start, start + length))
+
+
+def _free_placement(slot: _Slot, profile: str) -> tuple[int, int] | None:
+    """The lowest legal placement of ``profile`` lying entirely in free memory slices."""
+    for p in sorted(slot.profiles[profile]["placements"], key=lambda p: p["start"]):
+        if not _span(p["start"], p["length"]) & slot.used:
+            return (p["start"], p["length"])
+    return None
+
+
+def remaining_profiles(profiles: Mapping[str, Mapping[str, Any]], used: set[int]) -> list[dict[str, Any]]:
+    """§7.6 step 3: per profile, the most pairwise non-overlapping legal placements in free slices
+    (greedy by ascending start), sorted by name, zero counts included."""
+    out = []
+    for name in sorted(profiles):
+        taken = set(used)
+        count = 0
+        for p in sorted(profiles[name]["placements"], key=lambda p: p["start"]):
+            span = _span(p["start"], p["length"])
+            if not span & taken:
+                taken |= span
+                count += 1
+        out.append({"name": name, "count": count})
+    return out
+
+
+def _conflict(slot: _Slot, charge: Charge, policy: Policy) -> tuple[str, dict[str, Any]] | None:
+    """Why ``charge`` cannot land on ``slot`` (message key + fields), or None."""
+    rules = agent_rules(policy)
+    modes = rules.ledger.modes
+    if not is_healthy(slot.spec):
+        return "unhealthyConflict", {}
+    if slot.mode not in (modes.none, charge.mode):
+        return "modeConflict", {"held": slot.mode}
+    partitioned = is_partitioned(slot.spec)
+    if partitioned != (charge.mode == modes.partitioned):
+        words = rules.ledger.capabilityWords
+        return "capabilityConflict", {"capability": words["partitioned" if partitioned else "unpartitioned"]}
+    if charge.mode == modes.partitioned:
+        if charge.profile not in slot.profiles:
+            return "profileConflict", {"profile": charge.profile}
+        legal = {(p["start"], p["length"]) for p in slot.profiles[charge.profile]["placements"]}
+        for start, length in charge.placements:
+            if (start, length) not in legal or _span(start, length) & slot.used:
+                return "profileConflict", {"profile": charge.profile}
+        if not charge.placements and _free_placement(slot, charge.profile) is None:
+            return "profileConflict", {"profile": charge.profile}
+    return None
+
+
+def _apply(slot: _Slot, charge: Charge, policy: Policy) -> None:
+    modes = agent_rules(policy).ledger.modes
+    slot.mode = charge.mode
+    slot.allocated += charge.allocated
+    if charge.mode == modes.sliced:
+        slot.slices += 1
+    if charge.mode == modes.partitioned:
+        slot.held[charge.profile] = slot.held.get(charge.profile, 0) + 1
+        placements = charge.placements or (_free_placement(slot, charge.profile),)
+        for start, length in placements:
+            slot.used |= _span(start, length)
+
+
+def _pod_order(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), meta.get("namespace", ""), meta.get("name", ""))
+
+
+def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
+                   pods: list[Mapping[str, Any]]) -> tuple[dict[str, Any], list[LedgerEvent]]:
+    """§7.6: rebuild ``status`` from the Pods on ``node``; returns ``(status, events)``.
+
+    Pods are visited oldest first (creationTimestamp, then namespace/name), containers by name, so a
+    conflict always skips the later charge. Finished Pods (``Succeeded``/``Failed``) hold nothing.
+    Unhealthy accelerators are left out of ``status``.
+    """
+    rules = agent_rules(policy)
+    led = rules.ledger
+    credits = policy.constants.creditsPerAccelerator
+    devices_name = node
+    slots: dict[tuple[str, str, str], _Slot] = {}
+    for g in spec.get("groups", []):
+        for a in g["accelerators"]:
+            slots[(g["manufacturer"], g["id"], a["id"])] = _Slot(spec=a)
+    events: list[LedgerEvent] = []
+    key = policy.key("allocation")
+    for pod in sorted(pods, key=_pod_order):
+        meta = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in led.finishedPhases:
+            continue
+        text = (meta.get("annotations") or {}).get(key)
+        if text is None:
+            continue
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        try:
+            charges = parse_allocation(policy, text, spec, node)
+        except AllocationError as exc:
+            events.append(LedgerEvent("Pod", ns, name, led.events.invalidAllocation, str(exc)))
+            continue
+        for charge in charges:
+            slot = slots[(charge.manufacturer, charge.group, charge.accelerator)]
+            problem = _conflict(slot, charge, policy)
+            if problem is not None:
+                which, extra = problem
+                text = getattr(led.messages, which).format(
+                    pod=f"{ns}/{name}", container=charge.container, accelerator=charge.accelerator,
+                    manufacturer=charge.manufacturer, group=charge.group, mode=charge.mode, **extra)
+                events.append(LedgerEvent("Devices", "", devices_name, led.events.allocationConflict, text))
+                continue
+            _apply(slot, charge, policy)
+    status_groups = []
+    for g in spec.get("groups", []):
+        entries = []
+        for a in g["accelerators"]:
+            if not is_healthy(a):
+                continue
+            slot = slots[(g["manufacturer"], g["id"], a["id"])]
+            entry: dict[str, Any] = {"id": a["id"], "index": a["index"], "mode": slot.mode}
+            remaining = max(credits - slot.allocated, 0)
+            if slot.allocated:
+                entry["allocated"] = slot.allocated
+            if remaining:
+                entry["remaining"] = remaining
+            if slot.slices:
+                entry["allocatedSlices"] = slot.slices
+            if is_partitioned(a):
+                if slot.held:
+                    entry["allocatedProfiles"] = [{"name": n, "count": c} for n, c in sorted(slot.held.items())]
+                entry["remainingProfiles"] = remaining_profiles(slot.profiles, slot.used)
+            entries.append(entry)
+        status_groups.append({"id": g["id"], "manufacturer": g["manufacturer"], "accelerators": entries})
+    return {"groups": status_groups}, events

@@ -1,0 +1,118 @@
+"""The Instance reconcile as a decision (spec/instances.md §10.1-§10.2): what to do next, not doing it.
+
+:func:`plan_instance` reads one Instance with its Pod, InstanceType and ClusterQueue and returns an
+:class:`InstancePlan`: ordered actions for the controller's applier plus the status to write. It is
+level-based: calling it again after the actions took effect gives the next step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from runtime.engine.instances.instancepods import (allocations_from_pod, host_ips, phase_from_pod, render_pod, render_service,
+                                         service_ports)
+from runtime.engine.policy import Policy
+from runtime.engine.settings import Settings
+from runtime.engine.snapshot import Snapshot, is_deleting
+
+ADD_FINALIZER = "add-finalizer"
+REMOVE_FINALIZER = "remove-finalizer"
+DELETE_POD = "delete-pod"
+CREATE_POD = "create-pod"
+SET_STOP = "set-stop"
+CREATE_SERVICE = "create-service"
+
+
+@dataclass
+class InstancePlan:
+    """``actions``: (verb, payload) in order; ``status``: the Instance status to write, or None to
+    keep it; ``requeue``: seconds until the next look (0: only on events)."""
+
+    actions: list[tuple[str, object]] = field(default_factory=list)
+    status: dict | None = None
+    requeue: int = 0
+
+
+def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, pod: dict | None,
+                  instance_type: dict | None, queue: dict | None, pod_age_seconds: float = 0.0,
+                  flavors: list[dict] | None = None) -> InstancePlan:
+    """Decide the next step for one Instance (§10.1). ``pod_age_seconds``: Pod creation minus Instance
+    creation, for the kubelet-refusal rebuild window (step 5). ``flavors``: the pool's ResourceFlavors
+    in queue order for a CPU-only Pod's flavor affinity (see :func:`render_pod`; None reads them from
+    ``snapshot``)."""
+    rules = policy.ruleset.get("InstancePod").lifecycle
+    finalizer = policy.key("instanceFinalizer")
+    spec = instance.get("spec") or {}
+    old_status = instance.get("status") or {}
+    plan = InstancePlan()
+    if is_deleting(instance):                                            # 1
+        plan.status = {**old_status, "phase": "Deleting"}
+        if pod is not None:
+            if not is_deleting(pod):   # a Pod in graceful deletion is not deleted again
+                plan.actions.append((DELETE_POD, pod["metadata"]["name"]))
+            plan.requeue = rules.requeueSeconds
+        else:
+            plan.actions.append((REMOVE_FINALIZER, finalizer))
+        return plan
+    if finalizer not in (instance.get("metadata") or {}).get("finalizers", []):   # 2
+        plan.actions.append((ADD_FINALIZER, finalizer))
+    if spec.get("stop"):                                                 # 3
+        return _stop(plan, pod, old_status, rules.requeueSeconds)
+    stop_policy = ((queue or {}).get("spec") or {}).get("stopPolicy")
+    if instance_type is None or is_deleting(instance_type) or stop_policy == "HoldAndDrain":   # 4, §10.2
+        plan.actions.append((SET_STOP, True))
+        return _stop(plan, pod, old_status, rules.requeueSeconds)
+    if pod is not None and (pod.get("status") or {}).get("phase") == "Failed" and \
+            (pod.get("status") or {}).get("reason") == rules.admissionErrorReason and \
+            pod_age_seconds < rules.rebuildWindowSeconds:              # 5
+        plan.actions.append((DELETE_POD, pod["metadata"]["name"]))
+        plan.requeue = max(int(pod_age_seconds), rules.requeueSeconds)
+        return plan
+    if pod is None:                                                      # 6
+        it_status = instance_type.get("status") or {}
+        if ((instance_type.get("spec") or {}).get("acceleratable") and not it_status.get("detail")) \
+                or not it_status.get("entrance"):
+            plan.requeue = rules.requeueSeconds
+            return plan
+        rendered = render_pod(policy, settings, snapshot, instance, instance_type, flavors)
+        if rendered.pod is None:
+            plan.status = {"phase": "Starting", "phaseMessage": rendered.blocked}
+            return plan
+        if old_status.get("phase") in ("Stopping", "Stopped", "Ready"):
+            plan.status = {"phase": "Starting"}
+        plan.actions.append((CREATE_POD, rendered.pod))
+        return plan
+    service = snapshot.get("Service", pod["metadata"]["name"], pod["metadata"].get("namespace") or "default")
+    wanted = render_service(policy, instance, pod)                       # 7
+    if wanted is not None and service is None:
+        plan.actions.append((CREATE_SERVICE, wanted))
+    status = dict(phase_from_pod(policy, pod))                           # 8
+    pod_status = pod.get("status") or {}
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if node_name:
+        status["nodeName"] = node_name
+        hosts = host_ips(policy, snapshot.get("Node", node_name))
+        if hosts:
+            status["hostIPs"] = hosts
+    ips = [{"ip": p["ip"]} for p in pod_status.get("podIPs") or []] or \
+        ([{"ip": pod_status["podIP"]}] if pod_status.get("podIP") else [])
+    if ips:
+        status["podIPs"] = ips
+    ports = service_ports(service) if wanted is not None else []
+    if ports:
+        status["ports"] = ports
+    allocations = allocations_from_pod(policy, pod)
+    if allocations:
+        status["allocations"] = allocations
+    plan.status = status
+    return plan
+
+
+def _stop(plan: InstancePlan, pod: dict | None, old_status: dict, requeue: int) -> InstancePlan:
+    if pod is not None:
+        plan.status = {**old_status, "phase": "Stopping"}
+        if not is_deleting(pod):   # a Pod in graceful deletion is not deleted again
+            plan.actions.append((DELETE_POD, pod["metadata"]["name"]))
+        plan.requeue = requeue
+    else:
+        plan.status = {"phase": "Stopped"}
+    return plan

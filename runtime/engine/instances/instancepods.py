@@ -1,0 +1,407 @@
+"""From an Instance to its Pod (spec/instances.md §10.4, §11, §12): pure rendering and phases.
+
+``render_pod`` builds the Pod an Instance runs as, or says why none can be created yet (a claim that
+nothing binds). ``phase_from_pod`` reads the Instance phase from the Pod's conditions through the
+``instance-phase`` decision table. Names, sizes, keys and messages come from rules/instances/pod.yaml.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from runtime.engine.pools.kueueconfig import cpu_excluded
+from runtime.model.normalize import format_binary_quantity, parse_quantity
+from runtime.engine.policy import Policy
+from runtime.engine.settings import Settings
+from runtime.engine.snapshot import Snapshot, labels_of, name_of
+from runtime.model.rulefiles import InstancePodSpec
+
+MI = 2**20
+GI = 2**30
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """The Pod to create, or ``pod`` None with ``blocked`` = the reason (``status.phaseMessage``)."""
+
+    pod: dict | None
+    blocked: str = ""
+
+
+def _rules(policy: Policy) -> InstancePodSpec:
+    return policy.ruleset.get("InstancePod")
+
+
+def _cpu_text(millis: int) -> str:
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def _min_quantity(limit: str, candidate_bytes: int) -> str:
+    return limit if parse_quantity(limit) <= candidate_bytes else format_binary_quantity(candidate_bytes)
+
+
+def container_resources(policy: Policy, settings: Settings, instance: dict, instance_type: dict) -> dict:
+    """``resources`` of the workload container (§11.4): limits, requests (scaled down with overcommit),
+    accelerator keys (requests = limits)."""
+    rules = _rules(policy)
+    res = (instance.get("spec") or {}).get("resources") or {}
+    it_spec = instance_type.get("spec") or {}
+    acceleratable = bool(it_spec.get("acceleratable"))
+    limits: dict[str, str] = {}
+    for key, field in (("cpu", "cpu"), ("memory", "ram"), ("ephemeral-storage", "localStorage")):
+        if res.get(field) not in (None, ""):
+            limits[key] = str(res[field])
+    requests = dict(limits)
+    oc = rules.overcommit
+    if settings.flag(oc.setting):
+        if "cpu" in limits:
+            per_core = oc.acceleratedCpuMillisPerCore if acceleratable else oc.cpuMillisPerCore
+            limit_millis = parse_quantity(limits["cpu"]) * 1000
+            want = per_core * math.ceil(parse_quantity(limits["cpu"]))
+            requests["cpu"] = limits["cpu"] if limit_millis <= want else _cpu_text(want)
+        for key, per_gi in (("memory", oc.memoryMiPerGi), ("ephemeral-storage", oc.storageMiPerGi)):
+            if key in limits:
+                gib = max(1, int(parse_quantity(limits[key]) // GI))
+                requests[key] = _min_quantity(limits[key], per_gi * MI * gib)
+    accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get("accelerator") not in (None, "") else 0
+    if acceleratable and accelerator > 0:
+        keys = _accelerator_keys(policy, rules, res, instance_type, accelerator)
+        limits.update(keys)
+        requests.update(keys)
+    return {"limits": limits, "requests": requests}
+
+
+def _accelerator_keys(policy: Policy, rules: InstancePodSpec, res: dict, instance_type: dict, accelerator: int) -> dict:
+    detail = (instance_type.get("status") or {}).get("detail") or {}
+    manufacturer = policy.manufacturers.get(detail.get("manufacturer", ""))
+    if manufacturer is None:
+        return {}
+    fmt = dict(base=manufacturer.base, kind=manufacturer.partitionKind, manufacturer=manufacturer.id,
+               profile=res.get("acceleratorPartitionedProfile") or "")
+    keys = rules.resourceKeys
+    logical = int(((detail.get("slicedDetail") or {}).get("logical") or {}).get("count") or 0)
+    memory_pct = int(res.get("acceleratorSlicedMemoryPercentage") or 0)
+    if fmt["profile"] and manufacturer.partitionKind:
+        return {keys["partitioned"].format(**fmt): "1", keys["profile"].format(**fmt): "1"}
+    if logical > 0 and memory_pct > 0:
+        return {keys["sliced"].format(**fmt): str(accelerator),
+                keys["memoryPercentage"].format(**fmt): str(memory_pct),
+                keys["coresPercentage"].format(**fmt): str(int(res.get("acceleratorSlicedCoresPercentage") or 0))}
+    return {manufacturer.base: str(accelerator)}
+
+
+def pool_flavors(queue: dict | None, flavors: Iterable[dict]) -> list[dict]:
+    """The ResourceFlavors of ``queue`` (a ClusterQueue) in its ``resourceGroups`` order, taken from
+    ``flavors`` by name; names without an object are skipped. ``[]`` for no queue."""
+    by_name = {name_of(f): f for f in flavors}
+    out = []
+    for group in ((queue or {}).get("spec") or {}).get("resourceGroups") or []:
+        for ref in group.get("flavors") or []:
+            flavor = by_name.get(ref.get("name", ""))
+            if flavor is not None and flavor not in out:
+                out.append(flavor)
+    return out
+
+
+def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
+    """One node-selector term per flavor, each requiring every ``spec.nodeLabels`` entry of that
+    flavor (``{key, operator: In, values: [value]}`` in the flavor's label order): the placement Kueue
+    would give a CPU-only Pod by merging its assigned flavor's nodeLabels, while Kueue does not charge
+    ``cpu`` (spec/pools.md §9; operator from rules/instances/pod.yaml ``poolAffinity``)."""
+    operator = _rules(policy).poolAffinity.operator
+    terms = []
+    for flavor in flavors:
+        labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
+        if labels:
+            terms.append({"matchExpressions": [{"key": k, "operator": operator, "values": [str(v)]}
+                                               for k, v in labels.items()]})
+    return terms
+
+
+def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, instance_type: dict,
+               flavors: list[dict] | None = None) -> PodPlan:
+    """The Pod of ``instance`` (§11), or why it cannot be created yet (§12).
+
+    ``snapshot`` supplies the pinned Node (its hostname label), RuntimeClasses and the claims'
+    PVCs, PVs and StorageClasses. ``instance_type`` must carry ``status.entrance``.
+
+    CPU-only types while the Kueue configuration excludes ``cpu`` (spec/pools.md §9,
+    rules/pools/kueue.yaml): the Pod gets a required node affinity with one term per flavor of the
+    pool (:func:`pool_affinity_terms`), crossed with any claim placement terms. ``flavors``: the
+    pool's ResourceFlavors in queue order (the controller passes the derived ones); None reads the
+    type's ClusterQueue and its flavors from ``snapshot``. No flavor -> no Pod, ``blocked`` = rules/
+    instances/pod.yaml ``poolAffinity.noFlavorsMessage``.
+    """
+    rules = _rules(policy)
+    meta = instance["metadata"]
+    spec = instance.get("spec") or {}
+    it_spec = instance_type.get("spec") or {}
+    namespace = meta.get("namespace") or "default"
+    affinity_terms, blocked = _claim_placement(policy, settings, snapshot, namespace, spec)
+    if blocked:
+        return PodPlan(pod=None, blocked=blocked)
+    if not it_spec.get("acceleratable") and cpu_excluded(policy):
+        if flavors is None:
+            flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)), snapshot.list("ResourceFlavor"))
+        pool_terms = pool_affinity_terms(policy, flavors)
+        if not pool_terms:
+            return PodPlan(pod=None, blocked=rules.poolAffinity.noFlavorsMessage.format(pool=name_of(instance_type)))
+        affinity_terms = _cross(pool_terms, affinity_terms)
+    pod_spec: dict = dict(rules.podSpec)
+    if (spec.get("imagePullSecret") or {}).get("name"):
+        pod_spec["imagePullSecrets"] = [{"name": spec["imagePullSecret"]["name"]}]
+    detail = (instance_type.get("status") or {}).get("detail") or {}
+    manufacturer = policy.manufacturers.get(detail.get("manufacturer", ""))
+    if it_spec.get("acceleratable") and manufacturer and manufacturer.runtimeName \
+            and snapshot.get("RuntimeClass", manufacturer.runtimeName) is not None:
+        pod_spec["runtimeClassName"] = manufacturer.runtimeName
+    if spec.get("nodeName"):
+        node = snapshot.get("Node", spec["nodeName"])
+        hostname = labels_of(node).get(policy.key("hostname")) if node else None
+        pod_spec["nodeSelector"] = {policy.key("hostname"): hostname or spec["nodeName"]}
+    if affinity_terms:
+        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                                 {"nodeSelectorTerms": affinity_terms}}}
+    volumes, mounts = _volumes(rules, spec)
+    containers = [_workload(policy, rules, settings, instance, instance_type, mounts)]
+    ssh_key = (spec.get("sshPublicKey") or {}).get("name")
+    if ssh_key:
+        containers.append(_ssh_sidecar(policy, rules, settings, spec, instance_type, manufacturer))
+    pod_spec["containers"] = containers
+    pod_spec["volumes"] = volumes
+    labels = {policy.key("queueName"): (instance_type.get("status") or {}).get("entrance", ""),
+              policy.key("partOf"): meta.get("uid", "")}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": meta["name"], "namespace": namespace, "labels": labels,
+                        "ownerReferences": [{"apiVersion": instance.get("apiVersion", "worker.gpustack.ai/v1"),
+                                             "kind": "Instance", "name": meta["name"], "uid": meta.get("uid", ""),
+                                             "controller": True, "blockOwnerDeletion": True}]},
+           "spec": pod_spec}
+    return PodPlan(pod=pod)
+
+
+def container_ports(pod: dict) -> list[dict]:
+    """Every ``ports`` entry of the Pod's containers, in container order."""
+    return [port for c in (pod.get("spec") or {}).get("containers") or [] for port in c.get("ports") or []]
+
+
+def render_service(policy: Policy, instance: dict, pod: dict) -> dict | None:
+    """The Service of an Instance whose Pod has container ports (spec/instances.md §11.5), or None.
+
+    Same name and namespace as the Pod, type from rules/instances/pod.yaml ``service.type``
+    (``NodePort``), selector = the Pod's labels, one port per container port (its name, protocol,
+    ``port`` = ``targetPort`` = the container port), controlled by the Instance (ownerReference, so
+    it goes with the Instance).
+    """
+    ports = container_ports(pod)
+    if not ports:
+        return None
+    meta = instance["metadata"]
+    pod_meta = pod.get("metadata") or {}
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": pod_meta.get("name", meta["name"]),
+                         "namespace": pod_meta.get("namespace") or meta.get("namespace") or "default",
+                         "labels": dict(pod_meta.get("labels") or {}),
+                         "ownerReferences": [{"apiVersion": instance.get("apiVersion", "worker.gpustack.ai/v1"),
+                                              "kind": "Instance", "name": meta["name"], "uid": meta.get("uid", ""),
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"type": _rules(policy).service.type,
+                     "selector": dict(pod_meta.get("labels") or {}),
+                     "ports": [{"name": p["name"], "protocol": p.get("protocol") or "TCP",
+                                "port": int(p["containerPort"]), "targetPort": int(p["containerPort"])}
+                               for p in ports]}}
+
+
+def service_ports(service: dict | None) -> list[dict]:
+    """``Instance.status.ports`` (§3): ``[{port, protocol, name, nodePort}]`` of the Service, or
+    ``[]`` until every port has its ``nodePort``."""
+    ports = ((service or {}).get("spec") or {}).get("ports") or []
+    if not ports or any(not p.get("nodePort") for p in ports):
+        return []
+    return [{"port": int(p["port"]), "protocol": p.get("protocol") or "TCP", "name": p.get("name", ""),
+             "nodePort": int(p["nodePort"])} for p in ports]
+
+
+def host_ips(policy: Policy, node: dict | None) -> list[dict]:
+    """``Instance.status.hostIPs`` (§3): the Node's addresses of the types in
+    ``service.hostAddressTypes`` (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
+    addresses = ((node or {}).get("status") or {}).get("addresses") or []
+    out: list[dict] = []
+    for kind in _rules(policy).service.hostAddressTypes:
+        for address in addresses:
+            ip = address.get("address")
+            if address.get("type") == kind and ip and {"ip": ip} not in out:
+                out.append({"ip": ip})
+    return out
+
+
+def _volumes(rules: InstancePodSpec, spec: dict) -> tuple[list[dict], list[dict]]:
+    names = rules.volumes
+    volumes: list[dict] = []
+    ssh_key = (spec.get("sshPublicKey") or {}).get("name")
+    if ssh_key:
+        volumes.append({"name": names.sshKeys, "secret": {"secretName": ssh_key, "defaultMode": names.sshKeysDefaultMode}})
+    volume = spec.get("volume") or {}
+    if "persistent" in volume:
+        volumes.append({"name": names.workspace, "persistentVolumeClaim": {"claimName": volume["persistent"]["name"]}})
+    else:
+        capacity = ((volume.get("ephemeral") or {}).get("capacity"))
+        volumes.append({"name": names.workspace, "emptyDir": {"sizeLimit": capacity} if capacity else {}})
+    mounts = [{"name": names.workspace, "mountPath": spec.get("volumeMount") or "/workspace"}]
+    for i, entry in enumerate(spec.get("additionalVolumes") or []):
+        name = f"{names.additionalPrefix}{i}"
+        if entry.get("persistent"):
+            source = {"persistentVolumeClaim": {"claimName": entry["persistent"]["name"]}}
+        elif entry.get("configMap"):
+            source = {"configMap": {"name": entry["configMap"]["name"]}}
+        elif entry.get("secret"):
+            source = {"secret": {"secretName": entry["secret"]["name"]}}
+        else:
+            source = {"hostPath": {k: v for k, v in (entry.get("hostPath") or {}).items() if v not in (None, "")}}
+        volumes.append({"name": name, **source})
+        mount = {"name": name, "mountPath": entry["mountPath"]}
+        if entry.get("readOnly"):
+            mount["readOnly"] = True
+        if entry.get("subPath"):
+            mount["subPath"] = entry["subPath"]
+        mounts.append(mount)
+    return volumes, mounts
+
+
+def _workload(policy, rules, settings, instance, instance_type, mounts) -> dict:
+    spec = instance.get("spec") or {}
+    container: dict = {"name": rules.workloadContainer, "image": spec.get("image", ""),
+                       "imagePullPolicy": spec.get("imagePullPolicy") or "IfNotPresent"}
+    if spec.get("command"):
+        container["command"] = list(spec["command"])
+    security = dict(rules.workloadSecurityContext)
+    if spec.get("privileged"):
+        security["privileged"] = True
+    container["securityContext"] = security
+    ports = []
+    for port in spec.get("ports") or []:
+        protocol = port.get("protocol") or "TCP"
+        ports.append({"name": rules.portName.evaluate({"port": int(port["port"]), "protocol": protocol}),
+                      "containerPort": int(port["port"]), "protocol": protocol})
+    if ports:
+        container["ports"] = ports
+    if spec.get("env"):
+        container["env"] = [{"name": e["name"], "value": e.get("value", "")} for e in spec["env"]]
+    container["resources"] = container_resources(policy, settings, instance, instance_type)
+    container["volumeMounts"] = mounts
+    return container
+
+
+def _ssh_sidecar(policy, rules, settings, spec, instance_type, manufacturer) -> dict:
+    res = spec.get("resources") or {}
+    sidecar = {"name": rules.sshContainer, "image": settings.text(rules.ssh.imageSetting),
+               "imagePullPolicy": spec.get("imagePullPolicy") or "IfNotPresent", "stdin": True, "tty": True,
+               "securityContext": {"capabilities": {"add": list(rules.ssh.capabilities)}},
+               "env": [{"name": rules.ssh.volumeMountEnv, "value": spec.get("volumeMount") or "/workspace"}],
+               "volumeMounts": [{"name": rules.volumes.sshKeys, "mountPath": rules.volumes.sshKeysMountPath,
+                                 "readOnly": True}]}
+    accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get("accelerator") not in (None, "") else 0
+    if (instance_type.get("spec") or {}).get("acceleratable") and accelerator > 0 and manufacturer:
+        key = rules.resourceKeys["visibility"].format(manufacturer=manufacturer.id)
+        sidecar["resources"] = {"limits": {key: str(accelerator)}, "requests": {key: str(accelerator)}}
+    return sidecar
+
+
+def _claim_names(spec: dict) -> list[str]:
+    names = []
+    persistent = (spec.get("volume") or {}).get("persistent")
+    if persistent and persistent.get("name"):
+        names.append(persistent["name"])
+    for entry in spec.get("additionalVolumes") or []:
+        name = (entry.get("persistent") or {}).get("name")
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def _claim_placement(policy, settings, snapshot, namespace, spec) -> tuple[list[dict], str]:
+    """Node-affinity terms from bound claims' PVs, or the block message (§12)."""
+    placement = _rules(policy).placement
+    if not settings.flag(placement.setting):
+        return [], ""
+    terms: list[dict] = []
+    for claim in _claim_names(spec):
+        pvc = snapshot.get("PersistentVolumeClaim", claim, namespace)
+        if pvc is None:
+            return [], placement.missingMessage.format(claim=claim)
+        phase = (pvc.get("status") or {}).get("phase") or "Pending"
+        if phase == "Bound":
+            pv = snapshot.get("PersistentVolume", (pvc.get("spec") or {}).get("volumeName", ""))
+            pv_terms = ((((pv or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms") or []
+            if pv_terms:
+                terms = _cross(terms, pv_terms)
+            continue
+        class_name = (pvc.get("spec") or {}).get("storageClassName")
+        sc = snapshot.get("StorageClass", class_name) if class_name else None
+        if sc and sc.get("volumeBindingMode") == "WaitForFirstConsumer" and sc.get("provisioner") != placement.noProvisioner:
+            continue
+        return [], placement.unboundMessage.format(claim=claim, phase=phase)
+    return terms, ""
+
+
+def _cross(current: list[dict], more: list[dict]) -> list[dict]:
+    """Each current term crossed with each new term, their requirements ANDed."""
+    if not current:
+        return [dict(t) for t in more]
+    if not more:
+        return [dict(t) for t in current]
+    out = []
+    for a in current:
+        for b in more:
+            term = {}
+            for key in ("matchExpressions", "matchFields"):
+                merged = list(a.get(key) or []) + list(b.get(key) or [])
+                if merged:
+                    term[key] = merged
+            out.append(term)
+    return out
+
+
+def phase_from_pod(policy: Policy, pod: dict) -> dict:
+    """``{phase[, phaseMessage]}`` of an Instance whose Pod exists (§10.4)."""
+    conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+
+    def cond(kind: str) -> dict:
+        return conditions.get(kind) or {"status": "Unknown"}
+
+    scheduled = cond("PodScheduled")
+    facts = {"scheduled": scheduled.get("status", "Unknown"),
+             "scheduledMessage": scheduled.get("message") or scheduled.get("reason") or "",
+             "initialized": cond("Initialized").get("status", "Unknown"),
+             "initializedReason": cond("Initialized").get("reason") or "",
+             "ready": cond("Ready").get("status", "Unknown"), "readyReason": cond("Ready").get("reason") or ""}
+    _, out = policy.decision_table("instance-phase").decide(facts)
+    return {k: v for k, v in out.items() if v != ""}
+
+
+def allocations_from_pod(policy: Policy, pod: dict) -> list[dict]:
+    """``Instance.status.allocations`` (§3): the Pod's allocation annotation (node-facts.md §7.4,
+    key role ``allocation``), a JSON object container -> [group], with every container's groups
+    merged: one entry per (group ``id``, ``manufacturer``) in first-seen order, accelerators
+    concatenated in container order. An absent or unparsable annotation gives ``[]`` (the agent
+    reports a bad one as ``InvalidAllocation``; the Instance just shows none)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(policy.key("allocation"))
+    if not text:
+        return []
+    try:
+        by_container = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(by_container, dict):
+        return []
+    merged: dict[tuple[str, str], dict] = {}
+    for groups in by_container.values():
+        for group in groups if isinstance(groups, list) else []:
+            if not isinstance(group, dict):
+                continue
+            key = (str(group.get("id", "")), str(group.get("manufacturer", "")))
+            entry = merged.setdefault(key, {"id": key[0], "manufacturer": key[1], "accelerators": []})
+            entry["accelerators"].extend(a for a in group.get("accelerators") or [] if isinstance(a, dict))
+    return list(merged.values())

@@ -1,0 +1,161 @@
+"""One node's accelerators as the ledger reads them, and the per-accelerator predicates.
+
+A Devices object (spec/node-facts.md §7) splits each accelerator in two: its capability in
+``spec.groups[].accelerators[]`` and its ledger row in ``status.groups[].accelerators[]`` (joined by
+manufacturer, group id and accelerator id). :func:`accelerators` joins them for the healthy
+accelerators; an accelerator with no ledger row yet reads as free (spec/four-view.md §1: mode 0,
+``remaining`` D, ``remainingProfiles`` = its capability counts).
+
+The predicates below are the single statement of the per-accelerator rules that three readers
+share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`, four-view.md §2), the fit labels
+(:mod:`runtime.engine.pools.fit`, node-facts.md §9) and the ``gpustack-node-devices`` admission check
+(:mod:`runtime.engine.admissioncheck`, pools.md §8.2). Constants (D, the share) come from
+rules/constants.yaml; the mode numbers from rules/agent.yaml ``ledger.modes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.policy import Policy
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One healthy accelerator: capability joined with its ledger row.
+
+    ``mode``, ``remaining`` (credits, absent = 0), ``allocated_slices`` from the ledger;
+    ``logical_count`` (``logicalSliced.count``), ``physical_count`` (``physicalSliced.count``) and
+    ``offered_profiles`` (profile names of ``physicalSliced.profiles``) from the capability;
+    ``remaining_profiles`` / ``allocated_profiles`` (name -> count) from the ledger, or the capability
+    counts / nothing when the row is missing.
+    """
+
+    manufacturer: str
+    group_id: str
+    id: str
+    index: int
+    mode: int
+    remaining: int
+    allocated_slices: int
+    logical_count: int
+    physical_count: int
+    offered_profiles: tuple[str, ...] = ()
+    remaining_profiles: dict[str, int] = field(default_factory=dict)
+    allocated_profiles: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def akey(self) -> str:
+        """``<manufacturer>-<group id>`` (node-facts.md §5.3)."""
+        return f"{self.manufacturer}-{self.group_id}"
+
+    @property
+    def partitioned(self) -> bool:
+        """``physicalSliced.count > 0`` (node-facts.md §7.2)."""
+        return self.physical_count > 0
+
+    @property
+    def logically_sliceable(self) -> bool:
+        """``logicalSliced.count > 0`` and not partitioned (node-facts.md §7.2)."""
+        return self.logical_count > 0 and not self.partitioned
+
+    @property
+    def whole_capable(self) -> bool:
+        """Not partitioned (node-facts.md §7.2)."""
+        return not self.partitioned
+
+
+def _int(value) -> int:
+    return int(value or 0)
+
+
+def _modes(policy: Policy):
+    """rules/agent.yaml ``ledger.modes``, looked up once per Policy."""
+    cache = policy.__dict__.setdefault("_ledger_modes", [])
+    if not cache:
+        cache.append(agent_rules(policy).ledger.modes)
+    return cache[0]
+
+
+def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
+    """The healthy accelerators of one Devices object, in spec order (groups, then accelerators).
+
+    ``devices`` is the API object (``spec`` capability, ``status`` ledger). Unhealthy accelerators are
+    skipped (node-facts.md §7.2).
+    """
+    ledger: dict[tuple, dict] = {}
+    for group in (devices.get("status") or {}).get("groups") or []:
+        for row in group.get("accelerators") or []:
+            ledger[(group.get("manufacturer"), group.get("id"), row.get("id"))] = row
+    d = policy.constants.creditsPerAccelerator
+    free_mode = _modes(policy).none
+    for group in (devices.get("spec") or {}).get("groups") or []:
+        manu, gid = group.get("manufacturer"), group.get("id")
+        for accel in group.get("accelerators") or []:
+            status = accel.get("status") or {}
+            if status.get("unhealthy"):
+                continue
+            physical = status.get("physicalSliced") or {}
+            profiles = physical.get("profiles") or []
+            row = ledger.get((manu, gid, accel.get("id")))
+            if row is None:
+                mode, remaining, slices = free_mode, d, 0
+                rem_profiles = {p["name"]: _int(p.get("count")) for p in profiles}
+                alloc_profiles: dict[str, int] = {}
+            else:
+                mode, remaining, slices = _int(row.get("mode")), _int(row.get("remaining")), _int(row.get("allocatedSlices"))
+                rem_profiles = {p["name"]: _int(p.get("count")) for p in row.get("remainingProfiles") or []}
+                alloc_profiles = {p["name"]: _int(p.get("count")) for p in row.get("allocatedProfiles") or []}
+            yield Accelerator(
+                manufacturer=manu, group_id=gid, id=accel.get("id"), index=_int(accel.get("index")),
+                mode=mode, remaining=remaining, allocated_slices=slices,
+                logical_count=_int((status.get("logicalSliced") or {}).get("count")),
+                physical_count=_int(physical.get("count")),
+                offered_profiles=tuple(p["name"] for p in profiles),
+                remaining_profiles=rem_profiles, allocated_profiles=alloc_profiles)
+
+
+# --- predicates ---------------------------------------------------------------------------------------
+def exclusive_free(policy: Policy, a: Accelerator) -> bool:
+    """A whole-capable accelerator with ``remaining ≥ D`` (four-view.md §2 ``free``; pools.md §8.2
+    exclusive row)."""
+    return a.whole_capable and a.remaining >= policy.constants.creditsPerAccelerator
+
+
+def takes_shares(policy: Policy, a: Accelerator) -> bool:
+    """Whole-capable and free or held in Shared mode: its remaining credits count as free shares
+    (four-view.md §2)."""
+    return a.whole_capable and (exclusive_free(policy, a) or a.mode == _modes(policy).shared)
+
+
+def has_free_share(policy: Policy, a: Accelerator) -> bool:
+    """Whole-capable, mode None or Shared, ``remaining ≥`` one share (160,000): it can take one more
+    shared holder (pools.md §8.2 shared row; node-facts.md §9 ``shared-free-cards``)."""
+    modes = _modes(policy)
+    return a.whole_capable and a.mode in (modes.none, modes.shared) and a.remaining >= policy.constants.share
+
+
+def takes_slices(policy: Policy, a: Accelerator) -> bool:
+    """Logically sliceable and free or held in Sliced mode: its remaining credits count for the SL view
+    (four-view.md §2)."""
+    return a.logically_sliceable and (exclusive_free(policy, a) or a.mode == _modes(policy).sliced)
+
+
+def has_free_slice(policy: Policy, a: Accelerator) -> bool:
+    """Logically sliceable, mode None or Sliced, and ``allocatedSlices < logicalSliced.count``
+    (node-facts.md §9 ``sliced-max-free-units``; pools.md §8.2 sliced row without the units test)."""
+    modes = _modes(policy)
+    return a.logically_sliceable and a.mode in (modes.none, modes.sliced) and a.allocated_slices < a.logical_count
+
+
+def holds_slice(policy: Policy, a: Accelerator, units: int) -> bool:
+    """:func:`has_free_slice` and ``remaining ≥ units`` (pools.md §8.2 sliced row)."""
+    return has_free_slice(policy, a) and a.remaining >= units
+
+
+def holds_partition(policy: Policy, a: Accelerator, profile: str) -> bool:
+    """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0`` (pools.md §8.2 partition
+    row)."""
+    modes = _modes(policy)
+    return a.partitioned and a.mode in (modes.none, modes.partitioned) and a.remaining_profiles.get(profile, 0) > 0

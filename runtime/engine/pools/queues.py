@@ -1,0 +1,104 @@
+"""Kueue objects of a pool: ClusterQueue, LocalQueues, the AdmissionCheck (spec/pools.md §7-§8).
+
+Quota comes from flavors only (never from the InstanceType): accelerated queues cover
+``credits.gpustack.ai/<manufacturer>`` at capacity x D, CPU queues cover ``cpu`` at capacity cores.
+"""
+from __future__ import annotations
+
+import copy
+
+from runtime.engine.pools.flavors import FlavorPlan
+from runtime.engine.pools.instancetypes import entrance, flavor_selector, matches, schedule_labels
+from runtime.model.normalize import format_decimal_quantity
+from runtime.engine.policy import Policy
+from runtime.engine.settings import Settings
+from runtime.engine.snapshot import is_deleting, name_of
+
+DERIVED = "instance-type-derived-from-node"
+
+
+def queue_labels(policy: Policy, it: dict, aware: bool) -> dict[str, str]:
+    """The ClusterQueue labels: PoolScheduleLabels + ``resource.gpustack.ai/type: instancetypes``."""
+    labels = schedule_labels(policy, it.get("spec") or {}, aware)
+    labels[policy.key("resourceType")] = policy.derivation.resourceTypes["queue"]
+    return labels
+
+
+def queue_flavors(policy: Policy, labels: dict[str, str], plans: dict[str, FlavorPlan],
+                  rendered: dict[str, dict]) -> list[FlavorPlan]:
+    """The pool's flavors: selector match, capacity > 0, by per-node count then name (§7.2)."""
+    selector = flavor_selector(policy, labels)
+    chosen = [plans[name] for name, flavor in rendered.items()
+              if plans[name].capacity > 0 and matches(selector, flavor["metadata"]["labels"])]
+    return sorted(chosen, key=lambda p: (p.count, p.name))
+
+
+DRAIN = "instance-type-drain-when-no-flavors"
+
+
+def holds_reservations(queue: dict | None) -> bool:
+    """Whether Workloads still hold a reservation or admission in ``queue`` (its Kueue status)."""
+    status = (queue or {}).get("status") or {}
+    return int(status.get("reservingWorkloads") or 0) > 0 or int(status.get("admittedWorkloads") or 0) > 0
+
+
+def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str, str],
+                  flavors: list[FlavorPlan], old: dict | None = None) -> tuple[dict, str]:
+    """(ClusterQueue object, phaseMessage) for one InstanceType (§7.1-§7.4).
+
+    ``old`` is the queue as the cluster holds it. When the pool lost every flavor while Workloads
+    still hold reservations, the old groups are kept: with ``instance-type-drain-when-no-flavors``
+    the queue goes ``HoldAndDrain`` (Kueue evicts, the Instances are stopped), otherwise it waits for
+    the reservations to clear; once none remains the groups are emptied (§7.4).
+    """
+    spec_it = it.get("spec") or {}
+    rules = policy.derivation.clusterQueue
+    spec = copy.deepcopy(rules.template)
+    message = ""
+    if len(flavors) > rules.maxFlavors:
+        message = rules.tooManyFlavorsMessage.evaluate({"count": len(flavors), "max": rules.maxFlavors})
+        flavors = flavors[: rules.maxFlavors]
+    acceleratable = bool(spec_it.get("acceleratable"))
+    if acceleratable:
+        resource = rules.creditsResourcePrefix + (spec_it.get("acceleratorGroup") or "").split("-", 1)[0]
+        quota = lambda plan: format_decimal_quantity(plan.capacity * policy.constants.creditsPerAccelerator)  # noqa: E731
+    else:
+        resource = "cpu"
+        quota = lambda plan: format_decimal_quantity(plan.capacity)  # noqa: E731
+    groups = []
+    if flavors:
+        groups.append({"coveredResources": [resource],
+                       "flavors": [{"name": plan.name, "resources": [{"name": resource, "nominalQuota": quota(plan)}]}
+                                   for plan in flavors]})
+    spec["resourceGroups"] = groups
+    old_spec = (old or {}).get("spec") or {}
+    if spec_it.get("inactive"):
+        spec["stopPolicy"] = "Hold"
+    if not flavors and old_spec.get("resourceGroups") and holds_reservations(old):
+        spec["resourceGroups"] = old_spec["resourceGroups"]
+        spec["stopPolicy"] = "HoldAndDrain" if settings.flag(DRAIN) else old_spec.get("stopPolicy", spec["stopPolicy"])
+    if is_deleting(it):
+        spec["stopPolicy"] = "HoldAndDrain"
+    if acceleratable and settings.flag(DERIVED):
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": policy.derivation.admissionCheck.name}]}
+    obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+           "metadata": {"name": name_of(it), "labels": labels}, "spec": spec}
+    return obj, message
+
+
+def local_queues(policy: Policy, queue: dict, namespaces: list[str]) -> list[dict]:
+    """One LocalQueue per namespace, named by the entrance, owned by the ClusterQueue (§8.1)."""
+    name = name_of(queue)
+    lq_name = entrance(policy, name)
+    return [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": lq_name, "namespace": ns,
+                          "annotations": {policy.key("queueAnnotation"): name}},
+             "spec": {"clusterQueue": name}} for ns in namespaces]
+
+
+def admission_check(policy: Policy) -> dict:
+    """The ``gpustack-node-devices`` AdmissionCheck (§8.2)."""
+    ac = policy.derivation.admissionCheck
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+            "metadata": {"name": ac.name, "labels": dict(ac.labels)},
+            "spec": {"controllerName": ac.controllerName}}
