@@ -289,7 +289,7 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     the system namespace only.
     """
     from runtime.cli.common import load_policy
-    from runtime.engine.nodefacts import agent_rules
+    from runtime.engine.devices import agent_rules
 
     rules = agent_rules(load_policy(None))
     custom = {"nf": (rules.nodeFeature.group, rules.nodeFeature.plural, "system"),
