@@ -75,6 +75,8 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
               help="Validity of a certificate issued for --webhook-cert-secret (the CA: 10 times longer).")
 @click.option("--webhook-cert-renew-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="The leader re-issues the certificate this many days before it ends.")
+@click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when due).")
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_seconds: float,
             lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
@@ -82,7 +84,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             webhook_self_signed: Path | None, webhook_url_base: str | None, webhook_service: str | None,
             no_registration: bool, webhook_cert_secret: str | None = None, webhook_cert_dir: Path | None = None,
             webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
-            webhook_cert_renew_days: float = 30.0) -> None:
+            webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -126,7 +128,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         serving_cert = ServingCertificate(
             session, lease_namespace, webhook_cert_secret,
             service_names(service[0], service[1]) if service else ("127.0.0.1", "localhost"), webhook_cert_dir,
-            manage=webhook_cert_issuer == "accelpolicy", days=webhook_cert_days, renew_days=webhook_cert_renew_days)
+            manage=webhook_cert_issuer == "accelpolicy", days=webhook_cert_days, renew_days=webhook_cert_renew_days,
+            check_seconds=webhook_cert_check_seconds)
         try:
             data = serving_cert.ensure(stop=stop)
         except (KubeApiError, TimeoutError) as exc:

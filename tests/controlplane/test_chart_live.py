@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -16,7 +19,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from runtime.controller.servingcert import ServingCertificate, rotation_reason
+from runtime.controller.servingcert import ServingCertificate, issue, rotation_reason
 from runtime.kube.session import connect
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, rows
 from tests.deploy.test_chart import render
@@ -108,6 +111,17 @@ def _sa_kubeconfig(cluster, kubectl, account: str, path: Path) -> Path:
     return path
 
 
+def _presented(port: int, ca_pem: bytes) -> int | None:
+    """Serial of the certificate the server on 127.0.0.1:``port`` presents, when ``ca_pem`` verifies it."""
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    ctx.check_hostname = False
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
+            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+    except ssl.SSLError:
+        return None
+
+
 def _refusals(text: str) -> list[str]:
     return [line for line in text.splitlines() if "forbidden" in line.lower() or " 403 " in line]
 
@@ -125,7 +139,8 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
     # leader election, webhook registration and the shared serving certificate, as the ServiceAccount
     proc = subprocess.Popen([str(ACCELPOLICY), "controller", "--kubeconfig", str(config), "--identity", "rbac-a",
                              "--webhook-port", "0", "--webhook-cert-secret", TLS_SECRET,
-                             "--webhook-cert-dir", str(tmp_path / "tls"), "--coalesce-seconds", "0.1"],
+                             "--webhook-cert-dir", str(tmp_path / "tls"), "--coalesce-seconds", "0.1",
+                             "--webhook-cert-check-seconds", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
@@ -149,6 +164,28 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
             registered = json.loads(kubectl.stdout("get", kind, name, "-o", "json"))
             assert {base64.b64decode(w["clientConfig"]["caBundle"]) for w in registered["webhooks"]} == {ca}
         assert (tmp_path / "tls" / "tls.crt").read_bytes() == base64.b64decode(secret["data"]["tls.crt"])
+
+        # someone else (e.g. cert-manager) puts a certificate of another CA into the Secret: the running
+        # server presents it and the leader registers the new caBundle, without a restart
+        port = int(next(re.search(r"https://127\.0\.0\.1:(\d+)/", line).group(1) for line in lines
+                        if line.startswith("serving ") and "https://127.0.0.1:" in line))
+        new = issue(("127.0.0.1", "localhost"), days=90)
+        kubectl("-n", NS, "patch", "secret", TLS_SECRET, "--type=merge", "-p", json.dumps(
+            {"data": {k: base64.b64encode(v).decode() for k, v in new.items()}}))
+        deadline = time.monotonic() + 30
+        while _presented(port, new["ca.crt"]) != x509.load_pem_x509_certificate(new["tls.crt"]).serial_number or \
+                any({base64.b64decode(w["clientConfig"]["caBundle"]) for w in json.loads(
+                    kubectl.stdout("get", kind, name, "-o", "json"))["webhooks"]} != {new["ca.crt"]}
+                    for kind, name in WEBHOOK_CONFIGS):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.3)
+        # the API server reaches the webhooks with the new bundle: a reviewed write goes through
+        kubectl("-n", NS, "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"true"}}}')
+        deadline = time.monotonic() + 30
+        while [r["CPU"] for r in rows(kubectl)][:1] != ["48/72"]:
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(20)
