@@ -291,3 +291,15 @@ def test_the_derivation_fails_on_a_call_it_cannot_read(monkeypatch):
     monkeypatch.setattr(rbacderive, "OBJECT_KINDS", {})
     with pytest.raises(rbacderive.Underived, match=r"applier\.create\(event\)"):
         rbacderive.controller_needs()
+
+
+def test_host_network_mode_for_clusters_without_a_pod_network_across_nodes():
+    default = by_kind(render())
+    for key in (("Deployment", "gpustack-operator-worker"), ("DaemonSet", "gpustack-operator-device-manager")):
+        assert "hostNetwork" not in default[key]["spec"]["template"]["spec"]
+    assert default[("DaemonSet", "gpustack-operator-device-manager")]["spec"]["template"]["spec"][
+        "priorityClassName"] == "system-node-critical"
+    objects = by_kind(render("controller.hostNetwork=true", "agent.hostNetwork=true"))
+    for key in (("Deployment", "gpustack-operator-worker"), ("DaemonSet", "gpustack-operator-device-manager")):
+        pod = objects[key]["spec"]["template"]["spec"]
+        assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
