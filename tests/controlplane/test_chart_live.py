@@ -122,6 +122,16 @@ def _presented(port: int, ca_pem: bytes) -> int | None:
         return None
 
 
+def _manage_a10g(kubectl, managed: str, cpu: str, proc, lines: list[str]) -> None:
+    """Set node-a10g's managed label (its NodeFeature) and wait for the first InstanceType row's CPU."""
+    kubectl("-n", NS, "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+            "-p", json.dumps({"spec": {"labels": {"gpustack.ai/managed": managed}}}))
+    deadline = time.monotonic() + 30
+    while [r["CPU"] for r in rows(kubectl)][:1] != [cpu]:
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.2)
+
+
 def _refusals(text: str) -> list[str]:
     return [line for line in text.splitlines() if "forbidden" in line.lower() or " 403 " in line]
 
@@ -151,12 +161,7 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.2)
         # a write through the registered webhooks, admitted: un-manage node-a10g and see the table follow
-        kubectl("-n", NS, "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
-                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"false"}}}')
-        deadline = time.monotonic() + 30
-        while [r["CPU"] for r in rows(kubectl)][:1] != ["48/68"]:
-            assert time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.2)
+        _manage_a10g(kubectl, "false", "48/68", proc, lines)
         secret = json.loads(kubectl.stdout("get", "secret", TLS_SECRET, "-n", NS, "-o", "json"))
         assert secret["type"] == "kubernetes.io/tls"
         ca = base64.b64decode(secret["data"]["ca.crt"])
@@ -180,12 +185,7 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.3)
         # the API server reaches the webhooks with the new bundle: a reviewed write goes through
-        kubectl("-n", NS, "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
-                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"true"}}}')
-        deadline = time.monotonic() + 30
-        while [r["CPU"] for r in rows(kubectl)][:1] != ["48/72"]:
-            assert time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.2)
+        _manage_a10g(kubectl, "true", "48/72", proc, lines)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(20)
