@@ -303,3 +303,11 @@ def test_host_network_mode_for_clusters_without_a_pod_network_across_nodes():
     for key in (("Deployment", "gpustack-operator-worker"), ("DaemonSet", "gpustack-operator-device-manager")):
         pod = objects[key]["spec"]["template"]["spec"]
         assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+
+
+def test_the_packaged_chart_renders_the_same_as_the_directory(tmp_path):
+    """`make chart` packages the links' targets: the .tgz carries the CRDs and rules themselves."""
+    helm("package", str(CHART), "-d", str(tmp_path))
+    (package,) = tmp_path.glob("accelpolicy-*.tgz")
+    from_package = helm("template", "acc", str(package), "-n", NS, "--include-crds").stdout
+    assert from_package == helm("template", "acc", str(CHART), "-n", NS, "--include-crds").stdout
