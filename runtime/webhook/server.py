@@ -126,9 +126,11 @@ def check_tls(certfile: str, keyfile: str) -> None:
     ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
 
 
-def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning") -> None:
-    """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted."""
-    server = uvicorn.Server(_config(app, certfile, keyfile, log_level))
+def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning",
+          read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+    """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted.
+    ``read_timeout`` and ``max_connections``: see the module docstring."""
+    server = uvicorn.Server(_config(app, certfile, keyfile, log_level, read_timeout, max_connections))
     server.run(sockets=[sock])
 
 

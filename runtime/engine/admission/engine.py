@@ -72,7 +72,7 @@ class DeadlineExceeded(Exception):
 
 
 _MEMO_ENTRIES = 65536
-_MEMO_BYTES = 64 * 1024 * 1024
+_MEMO_BYTES = 32 * 1024 * 1024
 _SHORT = 64  # strings up to this length key the memo as themselves (type-tagged), longer ones by digest
 
 
