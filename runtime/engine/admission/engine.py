@@ -19,6 +19,7 @@ from typing import Any, Optional
 from runtime.engine.admission.context import AdmissionView
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
+from runtime.engine.admission.shapes import shape_errors
 from runtime.engine.admission.verdict import MISSING, FieldError, Outcome
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
@@ -137,7 +138,10 @@ class AdmissionEngine:
         self.policies: dict[str, AdmissionPolicySpec] = {}
         self.params: dict[str, dict] = {}
         tables = {doc.name: doc.spec.values for doc in policy.ruleset.all("AdmissionParams")}
+        self.shapes = {doc.name: doc.spec.openAPIV3Schema for doc in policy.ruleset.all("ObjectShape")}
         for doc in policy.ruleset.all("AdmissionPolicy"):
+            if doc.spec.shape and doc.spec.shape not in self.shapes:
+                raise KeyError(f"{doc.file}:{doc.line} spec.shape: no ObjectShape named {doc.spec.shape!r}")
             for mutation in doc.spec.mutations:
                 if mutation.builtin is not None and mutation.builtin not in BUILTINS:
                     raise KeyError(f"{doc.file}:{doc.line} mutation {mutation.name}: unknown builtin "
@@ -220,8 +224,15 @@ class AdmissionEngine:
         outcome = Outcome(policy=name, kind=spec.match.kind, group=spec.match.group,
                           object_kind=spec.objectKind, name=str(meta.get("name") or request.name))
         if (spec.match.skipDeleting and request.operation == "UPDATE"
-                and (request.object.get("metadata") or {}).get("deletionTimestamp")):
-            return outcome
+                and (request.old_object.get("metadata") or {}).get("deletionTimestamp")):
+            return outcome  # the stored object already has a deletionTimestamp (finalizers finishing)
+        if spec.shape and request.object:
+            errors = shape_errors(self.shapes[spec.shape], request.object)
+            if errors:  # the rules cannot read this object: answer the shape errors alone
+                outcome.rules.append("shape")
+                if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
+                    outcome.errors = errors
+                return outcome
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,

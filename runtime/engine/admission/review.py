@@ -75,6 +75,8 @@ def parse_review(body: Any) -> AdmissionRequest:
         raise BadReview(f"request.operation must be one of {', '.join(OPERATIONS)}", uid)
     obj = _mapping(request.get("object"), "request.object", uid)
     old = _mapping(request.get("oldObject"), "request.oldObject", uid)
+    if operation in ("CREATE", "CONNECT"):
+        old = {}  # kube-apiserver sends none: a CREATE carrying one is not judged as an update
     if operation in ("CREATE", "UPDATE") and not obj:
         raise BadReview(f"request.object is required for {operation}", uid)
     meta = _mapping(obj.get("metadata"), "request.object.metadata", uid)
