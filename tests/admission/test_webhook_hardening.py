@@ -18,6 +18,7 @@ from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.server import ServerThread
+from testing.webhookload import held_seconds
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo", "namespace": "default"},
        "spec": {"containers": [{"name": "main", "image": "x"}]}}
@@ -38,22 +39,6 @@ def _serve(state: WebhookState, **kw) -> ServerThread:
     return ServerThread(app, **kw).start()
 
 
-def _held_seconds(port: int, payload: bytes, limit: float) -> float:
-    """Send ``payload`` and then nothing; seconds until the server closes the connection."""
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.settimeout(limit)
-    started = time.monotonic()
-    try:
-        sock.sendall(payload)
-        while sock.recv(4096):
-            pass
-    except socket.timeout:
-        return float("inf")
-    finally:
-        sock.close()
-    return time.monotonic() - started
-
-
 def test_partial_headers_and_partial_bodies_are_dropped_at_the_read_deadline(policy, view):
     state = WebhookState(deadline_seconds=5)
     state.set_ready(AdmissionEngine(policy), view)
@@ -65,7 +50,7 @@ def test_partial_headers_and_partial_bodies_are_dropped_at_the_read_deadline(pol
         results = {}
 
         def probe(label, payload):
-            results[label] = _held_seconds(server.port, payload, limit=20)
+            results[label] = held_seconds(server.port, payload, limit=20)
 
         threads = [threading.Thread(target=probe, args=(f"{kind}-{i}", payload))
                    for i in range(5) for kind, payload in (("headers", partial_headers), ("body", partial_body),
