@@ -276,5 +276,6 @@ class ControllerWebhooks:
             self.registrar.stop()
         if self.server is not None:
             self.server.stop()
+        self.state.close()
         if self.view.on_event in self.controller.listeners:
             self.controller.listeners.remove(self.view.on_event)

@@ -45,7 +45,7 @@ def _instance(**spec) -> dict:
 
 
 def _type_error(path: str, found: str, want: str) -> str:
-    return f'{path}: Invalid value: "{found}": {path} in body must be of type {want}'
+    return f'{path}: Invalid value: "{found}": {path} in body must be of type {want}: "{found}"'
 
 
 @pytest.mark.parametrize("spec, error", [
@@ -127,9 +127,9 @@ def test_shape_errors_walk_maps_lists_and_stop_at_the_limit():
         "m": {"type": "object", "additionalProperties": {"type": "string"}}}})
     errors = shape_errors(schema, {"xs": [1, "a", 2.5, True], "m": {"k": 1}, "other": "ignored"})
     assert [e.render() for e in errors] == [
-        'xs[1]: Invalid value: "string": xs[1] in body must be of type integer',
-        'xs[2]: Invalid value: "number": xs[2] in body must be of type integer',
-        'xs[3]: Invalid value: "boolean": xs[3] in body must be of type integer',
-        'm[k]: Invalid value: "integer": m[k] in body must be of type string']
+        'xs[1]: Invalid value: "string": xs[1] in body must be of type integer: "string"',
+        'xs[2]: Invalid value: "number": xs[2] in body must be of type integer: "number"',
+        'xs[3]: Invalid value: "boolean": xs[3] in body must be of type integer: "boolean"',
+        'm[k]: Invalid value: "integer": m[k] in body must be of type string: "integer"']
     assert len(shape_errors(schema, {"xs": ["a"] * 50}, limit=5)) == 5
     assert shape_errors(schema, copy.deepcopy({"xs": [1, 2], "m": {"a": "b"}})) == []

@@ -3,7 +3,8 @@
 :func:`shape_errors` walks the object along the schema and returns field errors in the API server's
 words (issue 13 item 6; apiextensions-apiserver's structural validation):
 
-- wrong type: ``spec.containers: Invalid value: "string": spec.containers in body must be of type array``
+- wrong type: ``spec.containers: Invalid value: "string": spec.containers in body must be of type
+  array: "string"``
   (the value is the JSON type found: ``string``, ``integer``, ``number``, ``boolean``, ``array``,
   ``object``, ``null``; int-or-string fields say ``integer,string``);
 - ``maxItems``: ``spec.additionalVolumes: Too many: 1000: must have at most 100 items``;
@@ -59,7 +60,7 @@ def _walk(schema: Schema, value: Any, path: str, errors: list[FieldError], limit
         want = "integer,string" if schema.intOrString else schema.type
         where = path or "<root>"
         errors.append(FieldError(reason="Invalid", field=path, value=found,
-                                 detail=f"{where} in body must be of type {want}", rule="shape"))
+                                 detail=f'{where} in body must be of type {want}: "{found}"', rule="shape"))
         return
     if found == "string" and schema.maxLength is not None and len(value) > schema.maxLength:
         errors.append(FieldError(reason="TooLong", field=path, rule="shape",
