@@ -229,11 +229,14 @@ class ControllerWebhooks:
     def __post_init__(self):
         policy = self.controller.policy
         self.engine = AdmissionEngine(policy)
+        timeout = 10  # the API server's default webhook timeoutSeconds
         if self.register_configurations:
-            registration_of(policy)  # KeyError now, naming the kind, rather than once leading
+            # KeyError now, naming the kind, rather than once leading
+            timeout = registration_of(policy).timeoutSeconds
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
-        self.state = WebhookState(max_body_bytes=self.max_body_bytes)
+        # answer a slow review ourselves, 2 s before the API server would give up on it (issue 13)
+        self.state = WebhookState(max_body_bytes=self.max_body_bytes, deadline_seconds=max(1.0, timeout - 2.0))
         self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
 
     def serve(self) -> "ControllerWebhooks":
@@ -305,5 +308,6 @@ class ControllerWebhooks:
             self.registrar.stop()
         if self.server is not None:
             self.server.stop()
+        self.state.close()
         if self.view.on_event in self.controller.listeners:
             self.controller.listeners.remove(self.view.on_event)
