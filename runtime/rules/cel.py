@@ -93,7 +93,17 @@ class CelExpression:
                 pass
             except TypeError:  # unhashable leaf; evaluate without the memo
                 key = None
-        cel_activation = {name: to_cel(value) for name, value in activation.items()}
+        value = self.evaluate_cel({name: to_cel(value) for name, value in activation.items()})
+        if key is not None and len(self._memo) < 65536:
+            self._memo[key] = value
+        return value
+
+    def evaluate_cel(self, cel_activation: Mapping[str, Any]) -> Any:
+        """Evaluate against variables already converted to CEL values (:func:`runtime.rules.celvalues.to_cel`),
+        so a caller converts what does not change (params, a review's object) once, not per evaluation.
+
+        Returns a JSON-shaped result; no memo. Raises :class:`CelEvalError` naming ``where``.
+        """
         with _LOCK:
             try:
                 result = self._program.evaluate(cel_activation)
@@ -101,10 +111,7 @@ class CelExpression:
                 raise CelEvalError(f"{self.where}: evaluating {self.source!r}: {_describe(exc)}") from exc
         if isinstance(result, _celeval.CELEvalError):
             raise CelEvalError(f"{self.where}: evaluating {self.source!r}: {_describe(result)}")
-        value = from_cel(result)
-        if key is not None and len(self._memo) < 65536:
-            self._memo[key] = value
-        return value
+        return from_cel(result)
 
 
 def _describe(exc: BaseException) -> str:

@@ -24,6 +24,7 @@ from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelEvalError
+from runtime.rules.celvalues import cel_map, to_cel
 
 _TOP = ("object", "oldObject", "request", "params", "settings", "lookups", "item")
 _NAME_RE = re.compile(r"(?<![\w.'\"])(" + "|".join(_TOP + ("variables",)) + r")\b")
@@ -126,6 +127,7 @@ class AdmissionEngine:
                 merged.update(tables[ref])
             self.params[doc.name] = {**merged, **doc.spec.params}
         self._params_frozen = {id(p): _freeze(p) for p in self.params.values()}  # params live as long
+        self._params_cel = {id(p): to_cel(p) for p in self.params.values()}
 
     # -- selection -----------------------------------------------------------------------------------
     def by_path(self, path: str) -> Optional[str]:
@@ -239,10 +241,11 @@ class AdmissionEngine:
 
         Frozen forms are cached by object identity with the object pinned (so its id cannot be
         reused while cached): params, cluster objects and memoised results are frozen once, a
-        request's own values once per review.
+        request's own values once per review. On a memo miss the activation is built from CEL values
+        converted once: params per rules generation, everything else once per review (:meth:`_cel`).
         """
         names, var_names = _refs(expr)
-        act: dict[str, Any] = {}
+        values: list[Any] = []
         key: list = []
         frozen = self._pinned
         for n in names:
@@ -252,18 +255,39 @@ class AdmissionEngine:
             else:
                 value = (None if scope.item is MISSING else scope.item) if n == "item" else scope.base[n]
                 key.append(self._frozen(value, frozen))
-            act[n] = value
+            values.append(value)
         memo = self._memo.setdefault(id(expr), {})
         k = tuple(key)
         try:
             return memo[k]
         except KeyError:
             pass
-        result = expr.evaluate(act, memo=False)
+        converted = scope.base.setdefault("_cel", {})
+        act: dict[str, Any] = {}
+        for n, value in zip(names, values):
+            if n == "variables":
+                act[n] = cel_map({v: self._cel(x, converted) for v, x in value.items()})
+            else:
+                act[n] = self._cel(value, converted)
+        result = expr.program.evaluate_cel(act)
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
         memo[k] = result
         return result
+
+    def _cel(self, value: Any, converted: dict) -> Any:
+        """``value`` as a CEL value: params converted once per rules generation, other maps and lists
+        once per review (``converted``: id -> (value, CEL value), the value pinned for the review)."""
+        if type(value) not in (dict, list):
+            return to_cel(value)
+        ident = id(value)
+        hit = self._params_cel.get(ident)
+        if hit is not None:
+            return hit
+        entry = converted.get(ident)
+        if entry is None:
+            entry = converted[ident] = (value, to_cel(value))
+        return entry[1]
 
     def _frozen(self, value: Any, cache: dict) -> Any:
         if type(value) not in (dict, list):
