@@ -170,6 +170,14 @@ class ControllerProcess:
         while not self._stop.wait(0.1):
             self.rss_peak = max(self.rss_peak, self.rss())
 
+    def cpu(self) -> float:
+        """User+system CPU seconds the controller used so far (load-independent, unlike wall time)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss(self) -> int:
         """Resident set in KiB (0 once exited)."""
         try:
@@ -257,17 +265,19 @@ def run(nodes: int, churn: int) -> dict:
         try:
             first = ctl.wait_reconciles(1)
             out["ready_s"] = round(time.monotonic() - ctl.t0, 2)
+            out["ready_cpu_s"] = round(ctl.cpu(), 2)
             out["first_reconcile"] = first[0]
             poller.wait_rows(want)
             out["correct_s"] = round(time.monotonic() - ctl.t0, 2)
             settled = ctl.wait_quiet()
+            out["settled_cpu_s"] = round(ctl.cpu(), 2)
             out["fit_label_reconcile"] = max(settled[1:], key=lambda r: r["writes"]) if len(settled) > 1 else None
             out["rss_settled_mib"] = round(ctl.rss() / 1024, 1)
             # one flip each way
             flips = []
             node = _accelerated_nodes(objects, 1)[0]
             for value in ("false", "true"):
-                before = len(ctl.reconciles())
+                before, cpu0 = len(ctl.reconciles()), ctl.cpu()
                 t = time.monotonic()
                 flip(session, objects, node, value)
                 want = expected_rows(policy, objects)
@@ -280,13 +290,15 @@ def run(nodes: int, churn: int) -> dict:
                 flips[-1]["seconds"] = round(time.monotonic() - t, 3)
                 after = ctl.wait_quiet()
                 flips[-1]["reconciles"] = [r["seconds"] for r in after[before:]]
+                flips[-1]["cpu_s"] = round(ctl.cpu() - cpu0, 2)  # the event's passes, fit labels included
             out["flips"] = flips
             # an event that changes nothing
-            before = len(ctl.reconciles())
+            before, cpu0 = len(ctl.reconciles()), ctl.cpu()
             session.call("patch", _path(session, "Namespace", name="team-00"),
                          body={"metadata": {"annotations": {"bench/touch": str(time.time())}}}, content_type=MERGE_PATCH)
             idle = ctl.wait_reconciles(before + 1)[before:]
-            out["idle"] = {"writes": sum(r["writes"] for r in idle), "seconds": [r["seconds"] for r in idle]}
+            out["idle"] = {"writes": sum(r["writes"] for r in idle), "seconds": [r["seconds"] for r in idle],
+                           "cpu_s": round(ctl.cpu() - cpu0, 2)}
             # churn: flips in quick succession, the poller watching for partial rows
             t = time.monotonic()
             for i, node in enumerate(_accelerated_nodes(objects, churn)):
@@ -329,14 +341,15 @@ def main() -> None:
         print(f"{r['nodes']} nodes ({r['objects']} objects written in {r['write_objects_s']} s; offline derive "
               f"{r['offline_derive_s']} s; load average {r['load_before']:.1f} -> {r['load_after']:.1f}):")
         print(f"  launch -> first reconcile {r['ready_s']} s ({r['first_reconcile']['writes']} writes, "
-              f"{r['first_reconcile']['seconds']} s); launch -> correct table {r['correct_s']} s")
+              f"{r['first_reconcile']['seconds']} s; controller CPU {r['ready_cpu_s']} s); launch -> correct table "
+              f"{r['correct_s']} s; settled after {r['settled_cpu_s']} s of CPU")
         if r["fit_label_reconcile"]:
             f = r["fit_label_reconcile"]
             print(f"  biggest later reconcile (fit labels): {f['writes']} writes in {f['seconds']} s")
         for f in r["flips"]:
             print(f"  NodeFeature managed -> {f['to']}: rows correct in {f['seconds']} s "
-                  f"(reconciles {f['reconciles']} s)")
-        print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s")
+                  f"(reconciles {f['reconciles']} s; controller CPU {f['cpu_s']} s)")
+        print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s, CPU {r['idle']['cpu_s']} s")
         print(f"  churn of flips -> correct in {r['churn_correct_s']} s; partial rows observed "
               f"{r['partial_observed']} in {r['polls']} polls {r['partial_examples']}")
         print(f"  kubectl get instancetypes: {r['kubectl_rows']} rows, equal to the API: {r['kubectl_matches']}")
