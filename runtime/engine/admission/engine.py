@@ -81,6 +81,22 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+def _by_identity(value: Any, static: dict, cache: dict, convert, limit: int | None = None) -> Any:
+    """``convert(value)`` cached by identity: ``static`` (id -> converted, for values that live as
+    long as the engine) first, then ``cache`` (id -> (value, converted): the value is pinned so its
+    id cannot be reused while the entry lives; cleared when it reaches ``limit``)."""
+    ident = id(value)
+    hit = static.get(ident)
+    if hit is not None:
+        return hit
+    entry = cache.get(ident)
+    if entry is None:
+        if limit is not None and len(cache) >= limit:
+            cache.clear()
+        entry = cache[ident] = (value, convert(value))
+    return entry[1]
+
+
 def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
     cached = getattr(expr, "_refs", None)
     if cached is None:
@@ -280,28 +296,12 @@ class AdmissionEngine:
         once per review (``converted``: id -> (value, CEL value), the value pinned for the review)."""
         if type(value) not in (dict, list):
             return to_cel(value)
-        ident = id(value)
-        hit = self._params_cel.get(ident)
-        if hit is not None:
-            return hit
-        entry = converted.get(ident)
-        if entry is None:
-            entry = converted[ident] = (value, to_cel(value))
-        return entry[1]
+        return _by_identity(value, self._params_cel, converted, to_cel)
 
     def _frozen(self, value: Any, cache: dict) -> Any:
         if type(value) not in (dict, list):
             return _freeze(value)
-        ident = id(value)
-        hit = self._params_frozen.get(ident)
-        if hit is not None:
-            return hit
-        entry = cache.get(ident)
-        if entry is None:  # pin the value: its id must not be reused while the entry lives
-            if len(cache) >= _PINNED_LIMIT:
-                cache.clear()
-            entry = cache[ident] = (value, _freeze(value))
-        return entry[1]
+        return _by_identity(value, self._params_frozen, cache, _freeze, _PINNED_LIMIT)
 
     def _lookup(self, lk, scope: _Scope, view: AdmissionView) -> list[dict]:
         if lk.when is not None and self._eval(lk.when, scope) is not True:
