@@ -77,7 +77,18 @@ class CelExpression:
                 hit = self._memo.get(key, _MISSING)
             if hit is not _MISSING:
                 return hit
-        cel_activation = {name: to_cel(value) for name, value in activation.items()}
+        value = self.evaluate_cel({name: to_cel(value) for name, value in activation.items()})
+        if key is not None:
+            with _LOCK:
+                self._memo.put(key, value)
+        return value
+
+    def evaluate_cel(self, cel_activation: Mapping[str, Any]) -> Any:
+        """Evaluate against variables already converted to CEL values (:func:`runtime.rules.celvalues.to_cel`),
+        so a caller converts what does not change (params, a review's object) once, not per evaluation.
+
+        Returns a JSON-shaped result; no memo. Raises :class:`CelEvalError` naming ``where``.
+        """
         with _LOCK:
             try:
                 result = self._program.evaluate(cel_activation)
@@ -85,11 +96,7 @@ class CelExpression:
                 raise CelEvalError(f"{self.where}: evaluating {self.source!r}: {_describe(exc)}") from exc
         if isinstance(result, _celeval.CELEvalError):
             raise CelEvalError(f"{self.where}: evaluating {self.source!r}: {_describe(result)}")
-        value = from_cel(result)
-        if key is not None:
-            with _LOCK:
-                self._memo.put(key, value)
-        return value
+        return from_cel(result)
 
 
 def _describe(exc: BaseException) -> str:

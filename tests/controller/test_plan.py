@@ -110,6 +110,11 @@ def test_first_reconcile_of_the_seed_creates_every_pool_object(policy):
     assert verbs.index(("apply", "ClusterQueue")) > verbs.index(("apply", "ResourceFlavor"))
     assert verbs.index(("create", "LocalQueue")) > verbs.index(("apply", "ClusterQueue"))
     assert verbs.index(("apply-status", "InstanceType")) > verbs.index(("create", "InstanceType"))
+    # a created type's status is the very next write, not after every queue (issue 16)
+    for i, action in enumerate(actions):
+        if action.verb == "create" and action.kind == "InstanceType":
+            after = actions[i + 1]
+            assert (after.verb, after.kind, after.name) == ("apply-status", "InstanceType", action.name)
     created = [a.body for a in actions if a.verb == "create" and a.kind == "InstanceType"]
     assert all("status" not in body for body in created)
     status = {a.name: a.body["status"] for a in actions if a.verb == "apply-status" and a.kind == "InstanceType"}

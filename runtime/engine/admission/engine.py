@@ -26,6 +26,7 @@ from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelEvalError
+from runtime.rules.celvalues import cel_map, to_cel
 from runtime.rules.memo import BoundedMemo, fingerprint
 
 _TOP = ("object", "oldObject", "request", "params", "settings", "lookups", "item")
@@ -105,6 +106,22 @@ class _Unkeyable(Exception):
     """A value with no fingerprint: evaluate without the memo."""
 
 
+def _by_identity(value: Any, static: dict, cache: dict, convert, limit: int | None = None) -> Any:
+    """``convert(value)`` cached by identity: ``static`` (id -> converted, for values that live as
+    long as the engine) first, then ``cache`` (id -> (value, converted): the value is pinned so its
+    id cannot be reused while the entry lives; cleared when it reaches ``limit``)."""
+    ident = id(value)
+    hit = static.get(ident)
+    if hit is not None:
+        return hit
+    entry = cache.get(ident)
+    if entry is None:
+        if limit is not None and len(cache) >= limit:
+            cache.clear()
+        entry = cache[ident] = (value, convert(value))
+    return entry[1]
+
+
 def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
     cached = getattr(expr, "_refs", None)
     if cached is None:
@@ -154,6 +171,7 @@ class AdmissionEngine:
                 merged.update(tables[ref])
             self.params[doc.name] = {**merged, **doc.spec.params}
         self._params_keys = {id(p): _digest(p) for p in self.params.values()}  # params live as long
+        self._params_cel = {id(p): to_cel(p) for p in self.params.values()}
 
     # -- selection -----------------------------------------------------------------------------------
     def by_path(self, path: str) -> Optional[str]:
@@ -280,6 +298,8 @@ class AdmissionEngine:
         engine); the memo (:class:`runtime.rules.memo.BoundedMemo`) is bounded by entries and bytes
         and holds results only, never the request. Raises :class:`DeadlineExceeded` once the
         review's ``cancel`` event is set.
+        On a memo miss the activation is built from CEL values converted once: params per rules
+        generation, everything else once per review (:meth:`_cel`).
         """
         cancel = scope.base.get("_cancel")
         if cancel is not None and cancel.is_set():
@@ -307,11 +327,21 @@ class AdmissionEngine:
                 hit = self._memo.get(k, MISSING)
             if hit is not MISSING:
                 return hit
-        result = expr.evaluate(act, memo=False)
+        converted = scope.base.setdefault("_cel", {})
+        cel_act = {n: cel_map({v: self._cel(x, converted) for v, x in value.items()}) if n == "variables"
+                   else self._cel(value, converted) for n, value in act.items()}
+        result = expr.program.evaluate_cel(cel_act)
         if k is not None:
             with self._memo_lock:
                 self._memo.put(k, result)
         return result
+
+    def _cel(self, value: Any, converted: dict) -> Any:
+        """``value`` as a CEL value: params converted once per rules generation, other maps and lists
+        once per review (``converted``: id -> (value, CEL value), the value pinned for the review)."""
+        if type(value) not in (dict, list):
+            return to_cel(value)
+        return _by_identity(value, self._params_cel, converted, to_cel)
 
     def _lookup(self, lk, scope: _Scope, view: AdmissionView) -> list[dict]:
         if lk.when is not None and self._eval(lk.when, scope) is not True:

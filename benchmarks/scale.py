@@ -1,0 +1,361 @@
+"""Live scale benchmark (issue 16, item 4): the controller on a local control plane with N nodes.
+
+On a bare local control plane (testing/localcluster: kube-apiserver + etcd built from their Go
+modules, every CRD installed; no scheduler, no Kueue, no agents, no kwok) it writes the synthetic
+cluster of benchmarks/derive.py directly: Nodes (with status), both NodeFeatures per node and a
+Devices object (spec and status ledger) per accelerated node, mixed products and CPUs, some MIG.
+Then it starts ``accelpolicy controller`` as a subprocess and measures:
+
+- ``ready_s``: launch -> the end of the first reconcile (rules compiled, leader Lease, caches
+  synced, one full pass), and ``correct_s``: launch -> every InstanceType's entrance and summary
+  (the ``kubectl get instancetypes`` columns) equal to an offline ``derive()`` of the same objects;
+- ``flip_s``: one NodeFeature ``gpustack.ai/managed`` flip -> the affected InstanceType rows
+  correct (offline derive of the flipped objects), each way, with the reconcile seconds it cost;
+- ``idle``: a Namespace annotation (an event that changes nothing) -> that reconcile's writes
+  and seconds (goal: 0 writes);
+- the reconcile that wrote the fit labels (Node patches) and its seconds;
+- API writes in all (the controller's own ``reconcile:`` log lines), controller RSS settled and
+  peak (``/proc``);
+- ``partial``: a poller lists the InstanceTypes every 50 ms from the controller's launch to the
+  end, through a churn of ``--churn`` flips, and counts every derived type whose status is
+  missing a column or has an empty cell (goal: never).
+
+Usage: ``.venv/bin/python benchmarks/scale.py [--nodes 1000] [--churn 10] [--json]``.
+Needs the control-plane binaries (``make controlplane``). Loopback only; bounded in time.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.derive import generate  # noqa: E402
+from runtime.engine.policy import Policy  # noqa: E402
+from runtime.engine.pools import derive  # noqa: E402
+from runtime.engine.snapshot import Snapshot  # noqa: E402
+from runtime.kube.session import MERGE_PATCH, KubeApiError, connect  # noqa: E402
+from runtime.rules.loader import load_rules  # noqa: E402
+from testing.localcluster import LocalCluster  # noqa: E402
+from testing.localcluster.testing import parse_table, with_crds  # noqa: E402
+
+RECONCILE = re.compile(r"reconcile: (\d+) actions, (\d+) deferred, (\d+) writes, (\d+) errors in ([\d.]+)s")
+MANAGED = "gpustack.ai/managed"
+DERIVED = "schedule.gpustack.ai/derived-from-node"
+STEP_TIMEOUT = 120.0
+
+
+def _path(session, kind, namespace=None, name=None, sub=None) -> str:
+    return session.ref(kind).path(namespace=namespace, name=name, subresource=sub)
+
+
+def write_objects(session, objects: list[dict], workers: int = 8) -> float:
+    """Create every object (and its status where it has one), kinds in dependency order, 8 at a
+    time; returns the seconds taken."""
+    t0 = time.monotonic()
+
+    def create(obj: dict) -> None:
+        kind, meta = obj["kind"], obj["metadata"]
+        ns = meta.get("namespace")
+        try:
+            live = session.call("post", _path(session, kind, ns), body=obj)
+        except KubeApiError as exc:
+            if exc.status != 409:
+                raise
+            live = session.call("get", _path(session, kind, ns, meta["name"]))
+        if "status" in obj and kind in ("Node", "Devices"):
+            body = {**obj, "metadata": {**meta, "resourceVersion": live["metadata"]["resourceVersion"]}}
+            session.call("put", _path(session, kind, ns, meta["name"], "status"), body=body)
+
+    order = ("Namespace", "Secret", "Node", "NodeFeature", "Devices")
+    with ThreadPoolExecutor(workers) as pool:
+        for kind in order:
+            list(pool.map(create, [o for o in objects if o["kind"] == kind]))
+    return time.monotonic() - t0
+
+
+def expected_rows(policy: Policy, objects: list[dict]) -> dict[str, tuple]:
+    """InstanceType name -> (entrance, unit, accelerator, cpu) of an offline derive."""
+    state = derive(policy, Snapshot.from_objects(objects), live=True)
+    return {it["metadata"]["name"]: _row(it) for it in state.instance_types}
+
+
+def _row(it: dict) -> tuple:
+    status = it.get("status") or {}
+    summary = status.get("summary") or {}
+    return (status.get("entrance"), summary.get("unit"), summary.get("accelerator"), summary.get("cpu"))
+
+
+def partial(row: tuple) -> bool:
+    """A derived type's row with a column missing or an empty cell (e.g. ``/1 10/10 ...``)."""
+    entrance, unit, accelerator, cpu = row
+    if not entrance or not unit or not accelerator or not cpu:
+        return True
+    cells = accelerator.split(" ") + [cpu]
+    return len(cells) != 5 or any(not part for cell in cells for part in cell.split("/"))
+
+
+class Poller(threading.Thread):
+    """Lists InstanceTypes every ``interval`` s; keeps the latest rows and counts partial ones."""
+
+    def __init__(self, session, interval: float = 0.05):
+        super().__init__(daemon=True)
+        self.session, self.interval = session, interval
+        self.rows: dict[str, tuple] = {}
+        self.polls = 0
+        self.partial: list[tuple[float, str, tuple]] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        path = _path(self.session, "InstanceType")
+        while not self.stop.is_set():
+            try:
+                items = self.session.call("get", path).get("items") or []
+            except KubeApiError:
+                items = None
+            if items is not None:
+                rows = {}
+                for it in items:
+                    name = it["metadata"]["name"]
+                    rows[name] = _row(it)
+                    derived = (it["metadata"].get("labels") or {}).get(DERIVED) == "true"
+                    if derived and it.get("status") and partial(rows[name]):
+                        self.partial.append((time.monotonic(), name, rows[name]))
+                with self.lock:
+                    self.rows, self.polls = rows, self.polls + 1
+            self.stop.wait(self.interval)
+
+    def wait_rows(self, want: dict[str, tuple], names=None, timeout: float = STEP_TIMEOUT) -> float:
+        """Seconds until the polled rows equal ``want`` (only ``names`` when given); raises TimeoutError."""
+        t0 = time.monotonic()
+        keys = names if names is not None else want
+        while time.monotonic() - t0 < timeout:
+            with self.lock:
+                rows = self.rows
+            if all(rows.get(k) == want.get(k) for k in keys) and (names is not None or set(rows) == set(want)):
+                return time.monotonic() - t0
+            time.sleep(0.01)
+        diff = {k: (rows.get(k), want.get(k)) for k in keys if rows.get(k) != want.get(k)}
+        raise TimeoutError(f"rows not correct after {timeout}s: {dict(list(diff.items())[:3])}")
+
+
+class ControllerProcess:
+    """``accelpolicy controller`` as a subprocess, its log parsed, its RSS sampled."""
+
+    def __init__(self, kubeconfig: Path, log: Path):
+        self.log_path = log
+        self.log = open(log, "w")
+        env = {**os.environ, "LOGURU_LEVEL": "INFO"}
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "accelpolicy"), "controller",
+                                      "--kubeconfig", str(kubeconfig), "--identity", "scale-bench"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.rss_peak = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.1):
+            self.rss_peak = max(self.rss_peak, self.rss())
+
+    def cpu(self) -> float:
+        """User+system CPU seconds the controller used so far (load-independent, unlike wall time)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss(self) -> int:
+        """Resident set in KiB (0 once exited)."""
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def reconciles(self) -> list[dict]:
+        """Every ``reconcile:`` line so far: actions, deferred, writes, errors, seconds."""
+        out = []
+        for m in RECONCILE.finditer(self.log_path.read_text(errors="replace")):
+            a, d, w, e, s = m.groups()
+            out.append({"actions": int(a), "deferred": int(d), "writes": int(w), "errors": int(e), "seconds": float(s)})
+        return out
+
+    def wait_reconciles(self, count: int, timeout: float = STEP_TIMEOUT) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"controller exited: {self.log_path.read_text()[-2000:]}")
+            got = self.reconciles()
+            if len(got) >= count:
+                return got
+            time.sleep(0.02)
+        raise TimeoutError(f"fewer than {count} reconciles after {timeout}s")
+
+    def wait_quiet(self, seconds: float = 1.5, timeout: float = STEP_TIMEOUT) -> list[dict]:
+        """Wait until no reconcile line appeared for ``seconds`` and the last one planned nothing."""
+        deadline = time.monotonic() + timeout
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            got = self.reconciles()
+            if len(got) != last:
+                last, since = len(got), time.monotonic()
+            elif time.monotonic() - since >= seconds and got and got[-1]["actions"] == 0 and got[-1]["deferred"] == 0:
+                return got
+            time.sleep(0.05)
+        raise TimeoutError("controller not quiet")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def flip(session, objects: list[dict], node: str, value: str) -> None:
+    """Set ``gpustack.ai/managed`` on ``node``'s worker NodeFeature, live and in ``objects``."""
+    name = f"{node}-gpustack-worker"
+    for obj in objects:
+        if obj["kind"] == "NodeFeature" and obj["metadata"]["name"] == name:
+            obj["spec"]["labels"][MANAGED] = value
+    session.call("patch", _path(session, "NodeFeature", "gpustack-system", name),
+                 body={"spec": {"labels": {MANAGED: value}}}, content_type=MERGE_PATCH)
+
+
+def _accelerated_nodes(objects: list[dict], count: int) -> list[str]:
+    devices = {o["metadata"]["name"] for o in objects if o["kind"] == "Devices"}
+    managed = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"
+               and o["metadata"]["name"] in devices and o["metadata"]["labels"].get(MANAGED) == "true"]
+    return managed[:count]
+
+
+def run(nodes: int, churn: int) -> dict:
+    """The whole benchmark for one size (see the module docstring); returns the figures."""
+    policy = Policy(load_rules())
+    objects = generate(nodes)
+    out: dict = {"nodes": nodes, "objects": len(objects), "load_before": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory(prefix="accelpolicy-scale-") as tmp, LocalCluster() as cluster:
+        _, kubectl = with_crds(cluster)
+        session = connect(cluster.kubeconfig)
+        out["write_objects_s"] = round(write_objects(session, objects), 2)
+        t = time.monotonic()
+        want = expected_rows(policy, objects)
+        out["offline_derive_s"] = round(time.monotonic() - t, 3)
+        poller = Poller(connect(cluster.kubeconfig))
+        poller.start()
+        ctl = ControllerProcess(cluster.kubeconfig, Path(tmp) / "controller.log")
+        try:
+            first = ctl.wait_reconciles(1)
+            out["ready_s"] = round(time.monotonic() - ctl.t0, 2)
+            out["ready_cpu_s"] = round(ctl.cpu(), 2)
+            out["first_reconcile"] = first[0]
+            poller.wait_rows(want)
+            out["correct_s"] = round(time.monotonic() - ctl.t0, 2)
+            settled = ctl.wait_quiet()
+            out["settled_cpu_s"] = round(ctl.cpu(), 2)
+            out["fit_label_reconcile"] = max(settled[1:], key=lambda r: r["writes"]) if len(settled) > 1 else None
+            out["rss_settled_mib"] = round(ctl.rss() / 1024, 1)
+            # one flip each way
+            flips = []
+            node = _accelerated_nodes(objects, 1)[0]
+            for value in ("false", "true"):
+                before, cpu0 = len(ctl.reconciles()), ctl.cpu()
+                t = time.monotonic()
+                flip(session, objects, node, value)
+                want = expected_rows(policy, objects)
+                changed = [k for k in want if poller.rows.get(k) != want[k]] or list(want)
+                flips.append({"to": value, "seconds": None, "rows": len(changed)})
+                while time.monotonic() - t < STEP_TIMEOUT:
+                    if all(poller.rows.get(k) == want[k] for k in changed):
+                        break
+                    time.sleep(0.005)
+                flips[-1]["seconds"] = round(time.monotonic() - t, 3)
+                after = ctl.wait_quiet()
+                flips[-1]["reconciles"] = [r["seconds"] for r in after[before:]]
+                flips[-1]["cpu_s"] = round(ctl.cpu() - cpu0, 2)  # the event's passes, fit labels included
+            out["flips"] = flips
+            # an event that changes nothing
+            before, cpu0 = len(ctl.reconciles()), ctl.cpu()
+            session.call("patch", _path(session, "Namespace", name="team-00"),
+                         body={"metadata": {"annotations": {"bench/touch": str(time.time())}}}, content_type=MERGE_PATCH)
+            idle = ctl.wait_reconciles(before + 1)[before:]
+            out["idle"] = {"writes": sum(r["writes"] for r in idle), "seconds": [r["seconds"] for r in idle],
+                           "cpu_s": round(ctl.cpu() - cpu0, 2)}
+            # churn: flips in quick succession, the poller watching for partial rows
+            t = time.monotonic()
+            for i, node in enumerate(_accelerated_nodes(objects, churn)):
+                flip(session, objects, node, "false" if i % 2 == 0 else "true")
+                time.sleep(0.1)
+            poller.wait_rows(expected_rows(policy, objects))
+            out["churn_correct_s"] = round(time.monotonic() - t, 2)
+            ctl.wait_quiet()
+            rows = parse_table(kubectl.stdout("get", "instancetypes"))[1]
+            out["kubectl_rows"] = len(rows)
+            out["kubectl_matches"] = all(
+                (r["ENTRANCE"], r["UNIT(CPU/RAM)/STORAGE"], r["ACCELERATOR(EX/SH/SL/PT)"], r["CPU"])
+                == poller.rows[r["NAME"]] for r in rows)
+            all_reconciles = ctl.reconciles()
+            out["reconciles"] = len(all_reconciles)
+            out["api_writes"] = sum(r["writes"] for r in all_reconciles)
+            out["errors"] = sum(r["errors"] for r in all_reconciles)
+            out["rss_peak_mib"] = round(ctl.rss_peak / 1024, 1)
+        finally:
+            poller.stop.set()
+            ctl.stop()
+        out["polls"] = poller.polls
+        out["partial_observed"] = len(poller.partial)
+        out["partial_examples"] = [(n, r) for _, n, r in poller.partial[:3]]
+    out["load_after"] = os.getloadavg()[0]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="1000", help="comma-separated sizes")
+    parser.add_argument("--churn", type=int, default=10, help="NodeFeature flips in quick succession")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = [run(int(n), args.churn) for n in args.nodes.split(",")]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for r in results:
+        print(f"{r['nodes']} nodes ({r['objects']} objects written in {r['write_objects_s']} s; offline derive "
+              f"{r['offline_derive_s']} s; load average {r['load_before']:.1f} -> {r['load_after']:.1f}):")
+        print(f"  launch -> first reconcile {r['ready_s']} s ({r['first_reconcile']['writes']} writes, "
+              f"{r['first_reconcile']['seconds']} s; controller CPU {r['ready_cpu_s']} s); launch -> correct table "
+              f"{r['correct_s']} s; settled after {r['settled_cpu_s']} s of CPU")
+        if r["fit_label_reconcile"]:
+            f = r["fit_label_reconcile"]
+            print(f"  biggest later reconcile (fit labels): {f['writes']} writes in {f['seconds']} s")
+        for f in r["flips"]:
+            print(f"  NodeFeature managed -> {f['to']}: rows correct in {f['seconds']} s "
+                  f"(reconciles {f['reconciles']} s; controller CPU {f['cpu_s']} s)")
+        print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s, CPU {r['idle']['cpu_s']} s")
+        print(f"  churn of flips -> correct in {r['churn_correct_s']} s; partial rows observed "
+              f"{r['partial_observed']} in {r['polls']} polls {r['partial_examples']}")
+        print(f"  kubectl get instancetypes: {r['kubectl_rows']} rows, equal to the API: {r['kubectl_matches']}")
+        print(f"  {r['reconciles']} reconciles, {r['api_writes']} API writes, {r['errors']} errors; RSS settled "
+              f"{r['rss_settled_mib']} MiB, peak {r['rss_peak_mib']} MiB")
+
+
+if __name__ == "__main__":
+    main()

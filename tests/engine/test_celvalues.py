@@ -1,0 +1,66 @@
+"""runtime.rules.celvalues: the fast JSON -> CEL conversion gives exactly cel-python's values."""
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from celpy import celtypes
+from celpy.adapter import json_to_cel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime.rules.celvalues import from_cel, to_cel
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2 ** 64), max_value=2 ** 64)
+    | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20)
+
+
+def _same(a, b) -> None:
+    """Equal value and equal CEL type at every level."""
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for (ka, va), (kb, vb) in zip(a.items(), b.items()):
+            _same(ka, kb)
+            _same(va, vb)
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b
+
+
+def _reference(value):
+    try:
+        return json_to_cel(value)
+    except ValueError as exc:
+        return exc
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_to_cel_matches_celpy(value):
+    expected = _reference(value)
+    if isinstance(expected, ValueError):  # an int outside int64 is an overflow error in both
+        with pytest.raises(ValueError, match="overflow"):
+            to_cel(value)
+        return
+    converted = to_cel(value)
+    _same(converted, expected)
+    assert from_cel(converted) == value
+
+
+def test_to_cel_types_and_fallbacks():
+    assert type(to_cel(True)) is celtypes.BoolType and to_cel(True) == 1
+    assert type(to_cel(3)) is celtypes.IntType
+    assert type(to_cel(2.5)) is celtypes.DoubleType
+    assert type(to_cel(("a", 1))) is celtypes.ListType
+    assert to_cel(datetime.timedelta(seconds=3)) == celtypes.DurationType(seconds=3)
+    with pytest.raises(ValueError, match="overflow"):
+        to_cel(2 ** 63)
+    assert from_cel(to_cel({"a": [True, 1, 1.5, None, "x"]})) == {"a": [True, 1, 1.5, None, "x"]}
+    assert type(from_cel(to_cel({"a": True}))["a"]) is bool
