@@ -20,6 +20,7 @@ _SUBCOMMANDS = [
     "ruletest",
     "webhook",
     "kueueconfig",
+    "lint",
 ]
 
 

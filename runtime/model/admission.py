@@ -21,6 +21,9 @@ from pydantic import Field, model_validator
 from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, Strict
 
+SHARED_PARAMS = ("manufacturers", "constants", "settingCatalog")
+"""The tables the admission engine adds to every policy's ``params`` (runtime.engine.admission)."""
+
 Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "InternalError"]
 
 
