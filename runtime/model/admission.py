@@ -161,6 +161,10 @@ class AdmissionPolicySpec(Strict):
     objectKind: str = Field(min_length=1)
     match: Match
     failurePolicy: Literal["Fail", "Ignore"] = "Fail"
+    enforcement: Literal["deny", "warn", "dryrun"] = Field(
+        "deny", description="deny: a denial is answered (spec behaviour); warn: allowed, the denial's message "
+                            "returned as an AdmissionReview warning; dryrun: allowed silently, the would-be "
+                            "denial counted (verdict metric) and reported by `accelpolicy audit`")
     paramsFrom: list[str] = Field([], description="AdmissionParams documents merged into params, in order")
     params: dict[str, Any] = {}
     lookups: list[Lookup] = []
