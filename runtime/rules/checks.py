@@ -13,7 +13,7 @@ Source of the rule: issue 12 item 4.
 """
 from __future__ import annotations
 
-import fnmatch
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -40,6 +40,7 @@ ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
     ("PoolDerivation", "admissionCheck.retryMessage", frozenset({"flavor", "podSet"})),
     ("InstancePod", "portName", frozenset({"port", "protocol"})),
     ("KueueConfiguration", "transformations[*].credits", frozenset({"constants"})),
+    ("AuditPolicy", "checks[*].*", frozenset({"object", "settings"})),
 ]
 
 # (kind, dotted spec path pattern) of plain strings that name a setting of rules/settings.yaml.
@@ -62,10 +63,16 @@ class StaticProblem:
     message: str
 
 
+def _matches(path: str, pattern: str) -> bool:
+    """``pattern`` with ``*`` standing for one key or index (``checks[*].*`` matches ``checks[0].when``)."""
+    regex = re.escape(pattern).replace(r"\*", r"[^.\[\]]+")
+    return re.fullmatch(regex, path) is not None
+
+
 def activation_of(kind: str, path: str) -> Optional[frozenset[str]]:
     """The names bound for field ``path`` of a ``kind`` document; None when the field is not listed."""
     for k, pattern, names in ACTIVATIONS:
-        if k == kind and fnmatch.fnmatchcase(path, pattern):
+        if k == kind and _matches(path, pattern):
             return names
     return None
 
@@ -202,13 +209,14 @@ def check_documents(documents: list) -> list[StaticProblem]:
         else:
             for path, expr in _exprs(doc.spec, ()):
                 bound = activation_of(doc.kind, dotted(path))
-                names = celnames.Names(roots=bound) if bound is not None else None
+                members = {"settings": settings} if bound and "settings" in bound and settings is not None else {}
+                names = celnames.Names(roots=bound, members=members) if bound is not None else None
                 checker.expression(doc.file, source, path, expr, names)
         for kind, pattern in SETTING_FIELDS:
             if doc.kind != kind:
                 continue
             for path, value in _plain_fields(doc.spec, ()):
-                if fnmatch.fnmatchcase(dotted(path), pattern):
+                if _matches(dotted(path), pattern):
                     checker.setting(doc.file, source, path, value)
     return checker.problems
 
