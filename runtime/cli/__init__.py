@@ -21,6 +21,7 @@ _SUBCOMMANDS = [
     "webhook",
     "kueueconfig",
     "lint",
+    "audit",
 ]
 
 
