@@ -22,6 +22,7 @@ _SUBCOMMANDS = [
     "kueueconfig",
     "lint",
     "audit",
+    "explain",
 ]
 
 
