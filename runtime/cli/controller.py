@@ -23,6 +23,7 @@ import click
 from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
 from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.reconciler import Controller
+from runtime.controller.rulesreload import ControllerRulesReload
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission import view_kinds
 from runtime.webhook.server import check_tls, self_signed
@@ -61,12 +62,15 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
                    "controller (port default 443).")
 @click.option("--no-webhook-registration", "no_registration", is_flag=True,
               help="Serve the webhooks but leave the webhook configurations to someone else.")
+@click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Poll the rules directory this often and swap in a changed set once it lints and "
+                   "compiles (a broken set is refused, the working one keeps serving); 0: never.")
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_seconds: float,
             lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
             webhook_cert: Path | None, webhook_key: Path | None, webhook_ca: Path | None,
             webhook_self_signed: Path | None, webhook_url_base: str | None, webhook_service: str | None,
-            no_registration: bool) -> None:
+            no_registration: bool, watch_rules_seconds: float = 2.0) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -107,6 +111,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if webhook_opts else ())
     webhooks = None
+    stop_hooks: list = []
     try:
         if webhook_opts:
             webhooks = _serve_webhooks(controller, webhook_opts, tls, service)
@@ -131,12 +136,20 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         if webhooks is not None and webhooks.register() is not None:
             for desired in webhooks.registrar.desired:
                 click.echo(f"registered {desired['kind']} {desired['metadata']['name']}", err=True)
+        if watch_rules_seconds > 0:
+            reloader = ControllerRulesReload(controller, rules_dir, webhooks,
+                                           registry=webhooks.state.metrics.registry if webhooks else None,
+                                           interval=watch_rules_seconds).start()
+            stop_hooks.append(reloader.stop)
+            click.echo(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s", err=True)
         controller.run(stop)
         elector.release()
     except (KubeApiError, TimeoutError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     finally:
+        for hook in stop_hooks:
+            hook()
         if webhooks is not None:
             webhooks.stop()
         controller.stop()

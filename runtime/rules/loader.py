@@ -11,6 +11,7 @@ had (the controller keeps its previous RuleSet when a reload fails).
 from __future__ import annotations
 
 import importlib.resources
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -108,12 +109,14 @@ class RuleSet:
 _GENERATION = 0
 
 
-def _iter_rule_files(root: Path) -> Iterator[Path]:
-    for path in sorted(root.rglob("*.yaml")):
-        rel = path.relative_to(root)
-        if rel.parts[0] == "tests" or path.name.startswith("_"):
-            continue
-        yield path
+def iter_rule_files(root: Path) -> Iterator[Path]:
+    """The rule files under ``root`` in path order: ``*.yaml`` except ``tests/``, names starting with ``_``
+    and a mounted ConfigMap's ``..<timestamp>``/``..data`` entries (the top-level symlinks are the files)."""
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=True):  # a mounted ConfigMap's folders are symlinks
+        dirs[:] = [d for d in dirs if not d.startswith("..") and not (Path(folder) == root and d == "tests")]
+        found += [Path(folder) / f for f in files if f.endswith(".yaml") and not f.startswith(("_", ".."))]
+    yield from sorted(found)
 
 
 def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, problems: list) -> None:
@@ -235,7 +238,7 @@ def rule_problems(root_path: Path) -> tuple[list[RuleProblem], RuleSet]:
     problems: list[RuleProblem] = []
     ruleset = RuleSet(root=str(root_path))
     validated: list[RuleFile] = []
-    for path in _iter_rule_files(root_path):
+    for path in iter_rule_files(root_path):
         display = str(path.relative_to(root_path.parent)) if root_path.parent != path else str(path)
         docs, file_problems, checked = _load_file(path, display)
         validated.extend(checked)
