@@ -31,7 +31,7 @@ def rules_event(namespace: str, reason: str, kind: str, message: str, now: datet
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"apiVersion": "v1", "kind": "Event", "type": kind, "reason": reason,
             "metadata": {"name": f"accelpolicy-rules.{int(now.timestamp() * 1000):x}", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Namespace", "name": namespace, "namespace": namespace},
             "message": message, "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
 
