@@ -80,7 +80,8 @@ def test_broken_rules_are_exit_2_with_file_line_and_field(tmp_path):
     result = CliRunner().invoke(main, ["get", "rf", "--snapshot", STEP1, "--rules", str(rules)])
     assert result.exit_code == 2
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("  generalGroup:"))
-    assert f"rules/pools/derivation.yaml:{line} spec.generalGroup: CEL syntax error" in result.stderr
+    assert (f"rules/pools/derivation.yaml:{line}:31 spec.generalGroup: CEL syntax error: unexpected end of expression"
+            in result.stderr)
 
 
 def test_demo_prints_every_step():
