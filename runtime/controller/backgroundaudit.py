@@ -10,7 +10,6 @@ the rules in force (a hot reload applies from the next run).
 """
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timezone
 from typing import Optional
 
@@ -20,6 +19,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from runtime.kube.session import KubeApiError
 from runtime.report.audit import audit
 from runtime.report.results import RESULT_KINDS, Result, reports, summary
+from runtime.rules.reload import Periodic
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "accelpolicy"}
 
@@ -42,7 +42,7 @@ def failed_event(result: Result, now: datetime) -> dict:
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
 
 
-class BackgroundAudit:
+class BackgroundAudit(Periodic):
     """Run :meth:`run_once` every ``interval`` seconds in a thread (0: never); see the module docstring."""
 
     def __init__(self, controller, interval: float = 3600.0, registry: Optional[CollectorRegistry] = None):
@@ -54,8 +54,7 @@ class BackgroundAudit:
         self._written: dict[tuple[str, str], dict] = {}  # (kind, namespace) -> report body last applied
         self._failing: set[tuple] = set()
         self.runs = 0
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self.first, self.name = True, "background-audit"
 
     def run_once(self) -> list[Result]:
         """Audit the cache once; apply changed reports; Events for newly failing objects."""
@@ -90,22 +89,5 @@ class BackgroundAudit:
         self.runs += 1
         return results
 
-    def start(self) -> "BackgroundAudit":
-        if self.interval > 0:
-            self._thread = threading.Thread(target=self._run, name="background-audit", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                self.run_once()
-            except Exception as exc:  # noqa: BLE001 - the next run retries
-                logger.exception("background audit: {}", exc)
-            if self._stop.wait(self.interval):
-                return
+    def tick(self) -> None:
+        self.run_once()

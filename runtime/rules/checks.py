@@ -77,18 +77,19 @@ def activation_of(kind: str, path: str) -> Optional[frozenset[str]]:
     return None
 
 
-def _exprs(value: Any, path: tuple) -> Iterator[tuple[tuple, Expr]]:
-    if isinstance(value, Expr):
-        yield path, value
-    elif isinstance(value, BaseModel):
+def _leaves(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
+    """Every leaf of a validated model (an Expr is a leaf) with its path below ``spec``."""
+    if isinstance(value, BaseModel):
         for name in type(value).model_fields:
-            yield from _exprs(getattr(value, name), path + (name,))
+            yield from _leaves(getattr(value, name), path + (name,))
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from _exprs(item, path + (key,))
+            yield from _leaves(item, path + (key,))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from _exprs(item, path + (i,))
+            yield from _leaves(item, path + (i,))
+    else:
+        yield path, value
 
 
 class _Checker:
@@ -207,7 +208,7 @@ def check_documents(documents: list) -> list[StaticProblem]:
         if doc.kind == "AdmissionPolicy":
             _admission(checker, doc.file, source, doc.spec)
         else:
-            for path, expr in _exprs(doc.spec, ()):
+            for path, expr in ((p, v) for p, v in _leaves(doc.spec, ()) if isinstance(v, Expr)):
                 bound = activation_of(doc.kind, dotted(path))
                 members = {"settings": settings} if bound and "settings" in bound and settings is not None else {}
                 names = celnames.Names(roots=bound, members=members) if bound is not None else None
@@ -215,21 +216,7 @@ def check_documents(documents: list) -> list[StaticProblem]:
         for kind, pattern in SETTING_FIELDS:
             if doc.kind != kind:
                 continue
-            for path, value in _plain_fields(doc.spec, ()):
+            for path, value in _leaves(doc.spec, ()):
                 if _matches(dotted(path), pattern):
                     checker.setting(doc.file, source, path, value)
     return checker.problems
-
-
-def _plain_fields(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
-    if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            yield from _plain_fields(getattr(value, name), path + (name,))
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _plain_fields(item, path + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _plain_fields(item, path + (i,))
-    else:
-        yield path, value

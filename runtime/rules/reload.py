@@ -42,7 +42,43 @@ def fingerprint(root: Path) -> str:
     return digest.hexdigest()
 
 
-class RulesWatcher:
+class Periodic:
+    """A daemon thread calling :meth:`tick` every ``interval`` seconds until :meth:`stop` (``first``: also
+    once at start); an exception in a tick is logged and the next tick runs."""
+
+    interval: float = 2.0
+    first: bool = False
+    name: str = "periodic"
+
+    def tick(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def start(self):
+        """Start the thread (nothing when ``interval`` is 0); returns self."""
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        if self.interval > 0:
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if getattr(self, "_thread", None) is not None:
+            self._stop.set()
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        if self.first or not self._stop.wait(self.interval):
+            while True:
+                try:
+                    self.tick()
+                except Exception as exc:  # noqa: BLE001 - the next tick retries
+                    logger.exception("{}: {}", self.name, exc)
+                if self._stop.wait(self.interval):
+                    return
+
+
+class RulesWatcher(Periodic):
     """Poll ``root`` every ``interval`` seconds; see the module docstring.
 
     ``current`` is the RuleSet in force (``initial``, or loaded at construction). ``reloads`` and
@@ -63,8 +99,7 @@ class RulesWatcher:
         self.failures = 0
         self.last_error: Optional[RuleLoadError] = None
         self.last_seconds = 0.0
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self.name = "rules-watcher"
 
     def poll(self) -> Optional[bool]:
         """Check once: None when nothing changed, True after a swap, False after a refusal."""
@@ -88,20 +123,5 @@ class RulesWatcher:
         self.on_swap(ruleset)
         return True
 
-    def start(self) -> "RulesWatcher":
-        """Poll in a daemon thread until :meth:`stop`; returns self."""
-        self._thread = threading.Thread(target=self._run, name="rules-watcher", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.poll()
-            except Exception as exc:  # noqa: BLE001 - a failing callback must not end the watch
-                logger.exception("rules reload of {}: {}", self.root, exc)
+    def tick(self) -> None:
+        self.poll()

@@ -8,14 +8,7 @@ from click.testing import CliRunner
 
 from runtime.cli import main
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
-
-TWO = """\
-apiVersion: v1
-kind: Pod
-metadata: {name: two-families, namespace: default, labels: {kueue.x-k8s.io/queue-name: gpustack-fnv64-c4680bb149644f1c}}
-spec:
-  containers: [{name: main, image: x, resources: {limits: {nvidia.com/gpu: "1", nvidia.com/gpu.shared: "2"}}}]
-"""
+from tests.admission.test_admission_cli import TWO_FAMILIES as TWO
 
 
 def _managed_line() -> int:
