@@ -50,3 +50,26 @@ def test_audit_reports_apply_with_the_crds_from_their_module(kubectl):
         ("error", "device-ledger", "bad-ledger"), ("fail", "pods-validation", "two-families")]
     cluster = json.loads(kubectl("get", "clusterreports.openreports.io", "accelpolicy-audit", "-o", "json").stdout)
     assert cluster["summary"] == {"pass": 8, "fail": 3, "warn": 1, "error": 0, "skip": 3}
+
+
+def test_audit_of_a_live_cluster_matches_the_offline_audit_of_its_objects(control_plane):
+    """`--kubeconfig` lists every kind accelpolicy reads once; the findings equal those of the same
+    objects given as a snapshot (the seed nodes before any reconcile: every derived object missing)."""
+    from tests.controlplane.test_controller import _apply_seed_cluster, _clean
+
+    cluster, kubectl = control_plane
+    _clean(kubectl)
+    _apply_seed_cluster(kubectl)
+    try:
+        live = CliRunner().invoke(main, ["audit", "--kubeconfig", str(cluster.kubeconfig), "-o", "json"])
+        offline = CliRunner().invoke(main, ["audit", "--snapshot", "tests/fixtures/seed/common", "-o", "json"])
+        assert live.exit_code == offline.exit_code == 1, live.output
+        key = lambda r: (r["result"], r["policy"], r["rule"], r["resource"]["kind"], r["resource"]["name"], r["message"])  # noqa: E731
+        ours = [key(r) for r in json.loads(live.output) if r["policy"] == "derived-state"]
+        theirs = [key(r) for r in json.loads(offline.output)]
+        assert len(theirs) == 17
+        # the shared cluster may hold more Namespaces (other tests'): one LocalQueue each, also missing
+        assert [k for k in ours if k[3] != "LocalQueue"] == [k for k in theirs if k[3] != "LocalQueue"]
+        assert set(k for k in theirs if k[3] == "LocalQueue") <= set(ours)
+    finally:
+        _clean(kubectl)
