@@ -234,7 +234,7 @@ class AdmissionEngine:
                 outcome.rules.append("shape")
                 if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                     outcome.errors = errors
-                return outcome
+                return enforce(outcome, spec.enforcement)
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
