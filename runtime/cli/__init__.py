@@ -20,6 +20,9 @@ _SUBCOMMANDS = [
     "ruletest",
     "webhook",
     "kueueconfig",
+    "lint",
+    "audit",
+    "explain",
 ]
 
 

@@ -22,7 +22,9 @@ import click
 
 from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
 from runtime.controller.leader import LEASE_NAME, LeaderElector
+from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.reconciler import Controller
+from runtime.controller.rulesreload import ControllerRulesReload
 from runtime.controller.servingcert import ServingCertificate, reload_server_tls, service_names
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission import view_kinds
@@ -62,6 +64,13 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
                    "controller (port default 443).")
 @click.option("--no-webhook-registration", "no_registration", is_flag=True,
               help="Serve the webhooks but leave the webhook configurations to someone else.")
+@click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Poll the rules directory this often and swap in a changed set once it lints and "
+                   "compiles (a broken set is refused, the working one keeps serving); 0: never.")
+@click.option("--audit-interval", default="1h", show_default=True, metavar="DURATION",
+              help="Run the audit (`accelpolicy audit`) on the watch caches this often (e.g. 30m, 1h, 90s) and "
+                   "write its openreports.io Report/ClusterReport objects (changed ones only) and an "
+                   "AuditFailed Event on each newly failing object; 0 turns it off.")
 @click.option("--webhook-cert-secret", default=None, metavar="NAME",
               help="Share one serving certificate between replicas through Secret NAME (in --lease-namespace; "
                    "keys ca.crt, tls.crt, tls.key): created when missing, rotated by the leader, copied by every "
@@ -84,7 +93,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             webhook_self_signed: Path | None, webhook_url_base: str | None, webhook_service: str | None,
             no_registration: bool, webhook_cert_secret: str | None = None, webhook_cert_dir: Path | None = None,
             webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
-            webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0) -> None:
+            webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0,
+            watch_rules_seconds: float = 2.0, audit_interval: str = "1h") -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -110,6 +120,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     elif once:
         fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
+    audit_seconds = duration_seconds(audit_interval)
     policy = load_policy(rules_dir)
     try:
         session = connect(kubeconfig)
@@ -142,6 +153,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if webhook_opts else ())
     webhooks = None
+    stop_hooks: list = []
     try:
         if webhook_opts:
             webhooks = _serve_webhooks(controller, webhook_opts, tls, service)
@@ -174,15 +186,41 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         if webhooks is not None and webhooks.register() is not None:
             for desired in webhooks.registrar.desired:
                 click.echo(f"registered {desired['kind']} {desired['metadata']['name']}", err=True)
+        if watch_rules_seconds > 0:
+            reloader = ControllerRulesReload(controller, rules_dir, webhooks,
+                                           registry=webhooks.state.metrics.registry if webhooks else None,
+                                           interval=watch_rules_seconds).start()
+            stop_hooks.append(reloader.stop)
+            click.echo(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s", err=True)
+        if audit_seconds > 0:
+            background = BackgroundAudit(controller, audit_seconds,
+                                         registry=webhooks.state.metrics.registry if webhooks else None).start()
+            stop_hooks.append(background.stop)
+            click.echo(f"auditing every {audit_interval}", err=True)
         controller.run(stop)
         elector.release()
     except (KubeApiError, TimeoutError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     finally:
+        for hook in stop_hooks:
+            hook()
         if webhooks is not None:
             webhooks.stop()
         controller.stop()
+
+
+def duration_seconds(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``1h`` -> seconds; bad input exits 2."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    value, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    try:
+        seconds = float(value) * unit
+    except ValueError:
+        fail(f"--audit-interval {text!r}: expected a duration such as 90s, 30m or 1h (0: off)")
+    if seconds < 0:
+        fail(f"--audit-interval {text!r}: must not be negative")
+    return seconds
 
 
 def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:

@@ -368,6 +368,10 @@ class Controller:
             "name": queue_name, "uid": uid, "controller": True, "blockOwnerDeletion": True}]}}
         return body
 
+    def request_reconcile(self) -> None:
+        """Reconcile at the next turn of :meth:`run` (e.g. once after a rules reload)."""
+        self._dirty.set()
+
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set."""

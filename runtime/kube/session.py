@@ -188,6 +188,7 @@ class WatchStream:
 
 # Kinds the controller uses beyond the engine's snapshot kinds.
 EXTRA_KINDS = {"Lease": "coordination.k8s.io/v1", "Event": "v1",
+               "Report": "openreports.io/v1alpha1", "ClusterReport": "openreports.io/v1alpha1",
                "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
                "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1"}
 

@@ -21,6 +21,9 @@ from pydantic import ConfigDict, Field, model_validator
 from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, Strict
 
+SHARED_PARAMS = ("manufacturers", "constants", "settingCatalog")
+"""The tables the admission engine adds to every policy's ``params`` (runtime.engine.admission)."""
+
 Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "TooMany", "TooLong", "InternalError"]
 
 
@@ -188,6 +191,14 @@ class AdmissionPolicySpec(Strict):
     objectKind: str = Field(min_length=1)
     match: Match
     failurePolicy: Literal["Fail", "Ignore"] = "Fail"
+    enforcement: Literal["deny", "warn", "dryrun"] = Field(
+        "deny", description="deny: a denial is answered (spec behaviour); warn: allowed, the denial's message "
+                            "returned as an AdmissionReview warning; dryrun: allowed silently, the would-be "
+                            "denial counted (verdict metric) and reported by `accelpolicy audit`")
+    audit: Optional[Literal["CREATE", "UPDATE", "skip"]] = Field(
+        None, description="how `accelpolicy audit` judges an existing object: as a CREATE (rules about the "
+                          "object), an UPDATE onto itself (rules about transitions), or not at all; unset: "
+                          "CREATE when the policy matches CREATE, else UPDATE")
     paramsFrom: list[str] = Field([], description="AdmissionParams documents merged into params, in order")
     params: dict[str, Any] = {}
     shape: str = Field("", description="the ObjectShape checked before the rules ('' = none)")
@@ -196,6 +207,11 @@ class AdmissionPolicySpec(Strict):
     validations: list[Validation] = []
     mutations: list[Mutation] = []
     patchOrder: dict[str, int] = {}
+
+    @property
+    def audit_operation(self) -> str:
+        """``audit`` or its default (see the field)."""
+        return self.audit or ("CREATE" if "CREATE" in self.match.operations else "UPDATE")
 
     @model_validator(mode="after")
     def _kind_body(self) -> "AdmissionPolicySpec":

@@ -3,21 +3,26 @@
 Every ``*.yaml`` below the rules directory is a rule file, except ``tests/`` (rule test suites) and
 files whose name starts with ``_``. A file is refused as a whole when any of its documents is
 broken; the errors of every file are collected first and raised together as :class:`RuleLoadError`,
-each rendered ``file:line field.path: message``. Nothing is half-loaded: callers keep the rules they
+each rendered ``file:line:column field.path: message``. Besides the schema and CEL syntax, the static
+checks of :mod:`runtime.rules.checks` run on every document that validated: a CEL name that is not
+declared (in any branch), an unknown param, lookup, variable or setting refuses the set too. Nothing is half-loaded: callers keep the rules they
 had (the controller keeps its previous RuleSet when a reload fails).
 """
 from __future__ import annotations
 
 import importlib.resources
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from pydantic import BaseModel, ValidationError
 
 from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, RuleDocument
+from runtime.rules import celnames
 from runtime.rules.cel import CelCompileError, compile_expression
+from runtime.rules.checks import check_documents
 from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
 
 
@@ -29,9 +34,10 @@ class RuleProblem:
     line: int
     path: str
     message: str
+    column: int = 0
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line} {self.path}: {self.message}"
+        return f"{self.file}:{self.line}:{self.column} {self.path}: {self.message}"
 
 
 class RuleLoadError(ValueError):
@@ -65,6 +71,7 @@ class RuleFile:
     spec: BaseModel
     file: str
     line: int
+    source: Optional[SourceDocument] = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -102,23 +109,32 @@ class RuleSet:
 _GENERATION = 0
 
 
-def _iter_rule_files(root: Path) -> Iterator[Path]:
-    for path in sorted(root.rglob("*.yaml")):
-        rel = path.relative_to(root)
-        if rel.parts[0] == "tests" or path.name.startswith("_"):
-            continue
-        yield path
+def iter_rule_files(root: Path) -> Iterator[Path]:
+    """The rule files under ``root`` in path order: ``*.yaml`` except ``tests/``, names starting with ``_``
+    and a mounted ConfigMap's ``..<timestamp>``/``..data`` entries (the top-level symlinks are the files)."""
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=True):  # a mounted ConfigMap's folders are symlinks
+        dirs[:] = [d for d in dirs if not d.startswith("..") and not (Path(folder) == root and d == "tests")]
+        found += [Path(folder) / f for f in files if f.endswith(".yaml") and not f.startswith(("_", ".."))]
+    yield from sorted(found)
 
 
 def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, problems: list) -> None:
-    """Compile every Expr inside a validated model, recording problems with their lines."""
+    """Compile every Expr inside a validated model, recording problems with their lines.
+
+    An expression that does not parse is left uncompiled here: :func:`check_documents` reports it
+    with its exact line and column (and ``problems`` still refuses the file through that report).
+    """
     if isinstance(value, Expr):
-        where = f"{file}:{doc.line_of(('spec',) + path)} {dotted(('spec',) + path)}"
+        full = ("spec",) + path
+        if isinstance(celnames.parse(str(value)), celnames.CelSyntaxError):
+            problems.append(None)  # counted, reported by the static checks
+            return
+        where = f"{file}:{doc.line_of(full)} {dotted(full)}"
         try:
             value.program = compile_expression(str(value), where)
         except CelCompileError as exc:
-            line = doc.line_of(("spec",) + path) + max((exc.line or 1) - 1, 0)
-            problems.append(RuleProblem(file, line, dotted(("spec",) + path), str(exc)))
+            problems.append(RuleProblem(file, doc.line_of(full), dotted(full), str(exc), doc.column_of(full)))
         return
     if isinstance(value, BaseModel):
         for name in type(value).model_fields:
@@ -132,21 +148,32 @@ def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, prob
 
 
 def load_file(path: Path, display: str | None = None) -> tuple[list[RuleFile], list[RuleProblem]]:
-    """Load one rule file; returns its documents and its problems (documents empty if any problem)."""
+    """Load one rule file; returns its documents and its problems (documents empty if any problem).
+
+    The cross-document checks (:mod:`runtime.rules.checks`) are not run here: see :func:`load_rules`.
+    """
+    docs, problems, _ = _load_file(path, display)
+    return docs, problems
+
+
+def _load_file(path: Path, display: str | None) -> tuple[list[RuleFile], list[RuleProblem], list[RuleFile]]:
+    """``(documents, problems, validated)``: ``validated`` holds every document whose schema held
+    (even in a file with problems), for the static checks."""
     file = display or str(path)
     problems: list[RuleProblem] = []
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        return [], [RuleProblem(file, 0, "<file>", f"cannot read: {exc.strerror or exc}")]
+        return [], [RuleProblem(file, 0, "<file>", f"cannot read: {exc.strerror or exc}")], []
     try:
         docs = load_documents(text)
     except YamlSourceError as exc:
-        return [], [RuleProblem(file, exc.line, "<document>", str(exc))]
+        return [], [RuleProblem(file, exc.line, "<document>", str(exc), exc.column)], []
     out: list[RuleFile] = []
+    validated: list[RuleFile] = []
     for doc in docs:
         if not isinstance(doc.value, dict):
-            problems.append(RuleProblem(file, doc.line, "<document>", "a rule document must be a mapping"))
+            problems.append(RuleProblem(file, doc.line, "<document>", "a rule document must be a mapping", 1))
             continue
         try:
             envelope = RuleDocument.model_validate(doc.value)
@@ -157,7 +184,8 @@ def load_file(path: Path, display: str | None = None) -> tuple[list[RuleFile], l
         if model is None:
             known = ", ".join(sorted(rulefiles.SPEC_MODELS))
             problems.append(RuleProblem(file, doc.line_of(("kind",)), "kind",
-                                        f"unknown rule kind {envelope.kind!r} (known: {known})"))
+                                        f"unknown rule kind {envelope.kind!r} (known: {known})",
+                                        doc.column_of(("kind",))))
             continue
         try:
             spec = model.model_validate(envelope.spec)
@@ -166,16 +194,20 @@ def load_file(path: Path, display: str | None = None) -> tuple[list[RuleFile], l
             continue
         before = len(problems)
         _compile_exprs(spec, (), doc, file, problems)
+        loaded = RuleFile(envelope.kind, envelope.metadata.name, spec, file, doc.line, doc)
+        validated.append(loaded)
         if len(problems) == before:
-            out.append(RuleFile(envelope.kind, envelope.metadata.name, spec, file, doc.line))
-    return ([] if problems else out), problems
+            out.append(loaded)
+    refused = bool(problems)
+    problems = [p for p in problems if p is not None]
+    return ([] if refused else out), problems, validated
 
 
 def _pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument, file: str) -> list[RuleProblem]:
     problems = []
     for err in exc.errors():
         loc = prefix + tuple(err["loc"])
-        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), err["msg"]))
+        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), err["msg"], doc.column_of(loc)))
     return problems
 
 
@@ -189,29 +221,44 @@ def load_rules(root: Path | str | None = None) -> RuleSet:
     root_path = Path(root) if root is not None else DEFAULT_RULES_DIR
     if not root_path.is_dir():
         raise RuleLoadError([RuleProblem(str(root_path), 0, "<directory>", "rules directory does not exist")])
+    problems, ruleset = rule_problems(root_path)
+    if problems:
+        raise RuleLoadError(problems)
+    _GENERATION += 1
+    ruleset.generation = _GENERATION
+    return ruleset
+
+
+def rule_problems(root_path: Path) -> tuple[list[RuleProblem], RuleSet]:
+    """Every problem of every rule file under ``root_path`` (schema, YAML, CEL syntax, static names)
+    in file, line, column order, and the documents that loaded (a RuleSet only usable when no problem).
+
+    This is ``accelpolicy lint``; :func:`load_rules` refuses the set when the list is not empty.
+    """
     problems: list[RuleProblem] = []
     ruleset = RuleSet(root=str(root_path))
-    for path in _iter_rule_files(root_path):
+    validated: list[RuleFile] = []
+    for path in iter_rule_files(root_path):
         display = str(path.relative_to(root_path.parent)) if root_path.parent != path else str(path)
-        docs, file_problems = load_file(path, display)
+        docs, file_problems, checked = _load_file(path, display)
+        validated.extend(checked)
         problems.extend(file_problems)
         for doc in docs:
             key = (doc.kind, doc.name)
             if key in ruleset.documents:
                 other = ruleset.documents[key]
                 problems.append(RuleProblem(doc.file, doc.line, "metadata.name",
-                                            f"{doc.kind} {doc.name!r} is already defined at {other.file}:{other.line}"))
+                                            f"{doc.kind} {doc.name!r} is already defined at {other.file}:{other.line}",
+                                            doc.source.column_of(("metadata", "name")) if doc.source else 0))
                 continue
             ruleset.documents[key] = doc
+    problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in check_documents(validated))
+    problems.sort(key=lambda p: (p.file, p.line, p.column))
     if not problems:  # a broken file may be the one holding a required kind: report that first
         for kind in REQUIRED_KINDS:
             if not any(k == kind for k, _ in ruleset.documents):
                 problems.append(RuleProblem(str(root_path), 0, "<directory>", f"no rule file of kind {kind}"))
-    if problems:
-        raise RuleLoadError(problems)
-    _GENERATION += 1
-    ruleset.generation = _GENERATION
-    return ruleset
+    return problems, ruleset
 
 
 REQUIRED_KINDS = ("Constants", "ManufacturerTable", "LabelCatalog", "SettingCatalog", "PoolDerivation",

@@ -15,9 +15,10 @@ import yaml
 class YamlSourceError(ValueError):
     """The text is not YAML; ``line`` is 1-based (0 when unknown)."""
 
-    def __init__(self, message: str, line: int = 0):
+    def __init__(self, message: str, line: int = 0, column: int = 0):
         super().__init__(message)
         self.line = line
+        self.column = column
 
 
 @dataclass
@@ -27,6 +28,8 @@ class SourceDocument:
     value: Any
     line: int
     lines: dict[tuple, int] = field(default_factory=dict)
+    spans: dict[tuple, tuple[int, int, int]] = field(default_factory=dict)
+    text: str = ""
 
     def line_of(self, path: tuple) -> int:
         """The line of ``path`` or of its nearest ancestor that has one."""
@@ -36,6 +39,55 @@ class SourceDocument:
                 return self.lines[path]
             path = path[:-1]
         return self.line
+
+    def column_of(self, path: tuple) -> int:
+        """The 1-based column where the value of ``path`` (or its nearest recorded ancestor) starts."""
+        path = tuple(path)
+        while path:
+            if path in self.spans:
+                return self.spans[path][2]
+            path = path[:-1]
+        return 1
+
+    def position_in(self, path: tuple, offset: int) -> tuple[int, int]:
+        """File ``(line, column)`` (1-based) of character ``offset`` (0-based) of the scalar at ``path``.
+
+        The scalar's characters are matched one by one against its source text, skipping what YAML
+        removed (quotes, escapes, folded line breaks and indentation), so the position is exact for
+        plain, quoted and block scalars alike. Falls back to the value's own start.
+        """
+        span = self.spans.get(tuple(path))
+        value = self.value
+        try:
+            for part in path:
+                value = value[part]
+        except (KeyError, IndexError, TypeError):
+            value = None
+        if span is None or not isinstance(value, str) or not self.text:
+            return self.line_of(path), self.column_of(path)
+        start, end, _ = span
+        raw = self.text[start:end]
+        j = 0
+        target = len(raw)
+        for i, ch in enumerate(value):
+            if ch.isspace():
+                if i == offset:
+                    target = j
+                    break
+                continue
+            found = raw.find(ch, j)
+            if found < 0:
+                break
+            if i >= offset:
+                target = found
+                break
+            j = found + 1
+        else:
+            target = min(j, len(raw))
+        index = start + target
+        line = self.text.count("\n", 0, index) + 1
+        column = index - (self.text.rfind("\n", 0, index) + 1) + 1
+        return line, column
 
 
 def dotted(path: tuple | list) -> str:
@@ -52,19 +104,27 @@ def dotted(path: tuple | list) -> str:
 _CONSTRUCTOR = yaml.SafeLoader
 
 
-def _build(node: yaml.Node, path: tuple, lines: dict) -> Any:
+def _build(node: yaml.Node, path: tuple, lines: dict, spans: dict) -> Any:
     lines[path] = node.start_mark.line + 1
+    start = node.start_mark.index
+    style = getattr(node, "style", None)
+    if style in ("'", '"'):
+        start += 1  # the opening quote
+    elif style in ("|", ">"):  # the header line (indicator, chomping, comment) is not content
+        newline = node.start_mark.buffer.find("\n", start) if node.start_mark.buffer else -1
+        start = newline + 1 if newline >= 0 else start
+    spans[path] = (start, node.end_mark.index, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         out = {}
         for key_node, value_node in node.value:
             key = _build_scalar(key_node)
             if key in out:  # PyYAML would silently keep the last value; a rule file must not
                 raise YamlSourceError(f"duplicate key {key!r} in {dotted(path)} (first at line {lines[path + (key,)]})",
-                                      key_node.start_mark.line + 1)
-            out[key] = _build(value_node, path + (key,), lines)
+                                      key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            out[key] = _build(value_node, path + (key,), lines, spans)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(child, path + (i,), lines) for i, child in enumerate(node.value)]
+        return [_build(child, path + (i,), lines, spans) for i, child in enumerate(node.value)]
     return _build_scalar(node)
 
 
@@ -90,16 +150,18 @@ def load_documents(text: str) -> list[SourceDocument]:
                 if node is None:
                     continue
                 lines: dict[tuple, int] = {}
-                value = _build(node, (), lines)
+                spans: dict[tuple, tuple[int, int, int]] = {}
+                value = _build(node, (), lines, spans)
                 if value is None:
                     continue
-                docs.append(SourceDocument(value=value, line=node.start_mark.line + 1, lines=lines))
+                docs.append(SourceDocument(value=value, line=node.start_mark.line + 1, lines=lines,
+                                           spans=spans, text=text))
         finally:
             loader.dispose()
         return docs
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
-        raise YamlSourceError(f"not valid YAML: {exc.problem or exc}", line) from exc
+        raise YamlSourceError(f"not valid YAML: {exc.problem or exc}", line, mark.column + 1 if mark else 0) from exc
     except yaml.YAMLError as exc:
         raise YamlSourceError(f"not valid YAML: {exc}") from exc

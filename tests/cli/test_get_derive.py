@@ -80,7 +80,8 @@ def test_broken_rules_are_exit_2_with_file_line_and_field(tmp_path):
     result = CliRunner().invoke(main, ["get", "rf", "--snapshot", STEP1, "--rules", str(rules)])
     assert result.exit_code == 2
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("  generalGroup:"))
-    assert f"rules/pools/derivation.yaml:{line} spec.generalGroup: CEL syntax error" in result.stderr
+    assert (f"rules/pools/derivation.yaml:{line}:31 spec.generalGroup: CEL syntax error: unexpected end of expression"
+            in result.stderr)
 
 
 def test_demo_prints_every_step():
@@ -97,12 +98,16 @@ def test_get_exits_1_when_any_named_object_is_missing():
     assert 'instancetypes.worker.gpustack.ai "nosuch" not found' in result.stderr
 
 
-def test_a_rule_that_fails_to_evaluate_is_exit_2_naming_file_field_and_cause(tmp_path):
-    rules, _ = edited_rules(tmp_path, "pools/derivation.yaml", "fnv64a(name)", "fnv64(name)")
+def test_an_unknown_cel_function_is_refused_at_load_naming_file_field_and_cause(tmp_path):
+    # found statically (issue 12): before, it failed only when evaluated ("unbound function: fnv64")
+    rules, path = edited_rules(tmp_path, "pools/derivation.yaml", "fnv64a(name)", "fnv64(name)")
     result = run_raw("get", "instancetypes", "--snapshot", STEP1, "--rules", str(rules))
     assert result.exit_code == 2
-    assert "rules/pools/derivation.yaml:" in result.stderr and "spec.entrance" in result.stderr
-    assert "unbound function: fnv64" in result.stderr
+    text = path.read_text()
+    at = text.index("fnv64(name)")
+    line, col = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+    assert (f"rules/pools/derivation.yaml:{line}:{col} spec.entrance: unknown function 'fnv64'"
+            in result.stderr)
     assert "Traceback" not in result.output
 
 

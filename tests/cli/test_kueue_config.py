@@ -24,7 +24,7 @@ def test_a_broken_rule_file_exits_2_naming_file_and_field(tmp_path):
                             "strategy: Swap, credits: constants.creditsPerAccelerator}")
     result = run("kueue-config", "--rules", str(rules))
     assert result.exit_code == 2
-    assert "rules/pools/kueue.yaml:36 spec.transformations[0].strategy: Input should be 'Replace' or 'Retain'" in result.output
+    assert "rules/pools/kueue.yaml:36:54 spec.transformations[0].strategy: Input should be 'Replace' or 'Retain'" in result.output
 
 
 def test_a_row_that_no_longer_fits_the_key_classifier_exits_2(tmp_path):

@@ -273,13 +273,13 @@ def test_rule_file_bad_yaml(rules_copy):
     line = _replace(rules_copy / "settings.yaml", "  secretName: gpustack-settings\n",
                     "  secretName: gpustack-settings: oops\n")
     assert _problems(rules_copy) == [
-        f"rules/settings.yaml:{line} <document>: not valid YAML: mapping values are not allowed here"]
+        f"rules/settings.yaml:{line}:32 <document>: not valid YAML: mapping values are not allowed here"]
 
 
 def test_rule_file_unknown_field(rules_copy):
     line = _replace(rules_copy / "constants.yaml", "  sharesPerAccelerator: 10 ", "  sharesPerAcelerator: 10 ")
     problems = _problems(rules_copy)
-    assert f"rules/constants.yaml:{line} spec.sharesPerAcelerator: Extra inputs are not permitted" in problems
+    assert f"rules/constants.yaml:{line}:24 spec.sharesPerAcelerator: Extra inputs are not permitted" in problems
     # the misspelt field also leaves the real one missing: both are listed, nothing else
     assert all(p.startswith("rules/constants.yaml:") for p in problems)
     assert any("spec.sharesPerAccelerator: Field required" in p for p in problems)
@@ -289,7 +289,9 @@ def test_rule_file_cel_syntax_error(rules_copy):
     line = _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: '\"gpustack-fnv64-\" + fnv64a(name)'",
                     "  entrance: '\"gpustack-fnv64-\" + + fnv64a(name'")
     (problem,) = _problems(rules_copy)
-    assert problem.startswith(f"rules/pools/derivation.yaml:{line} spec.entrance: CEL syntax error:")
+    # the second `+`: column 14 opens the quoted expression, the `+` is its 21st character
+    assert problem.startswith(f"rules/pools/derivation.yaml:{line}:34 spec.entrance: CEL syntax error: "
+                              "unexpected '+' (expected one of: ")
 
 
 def test_rule_file_duplicate_document(rules_copy):
@@ -301,7 +303,7 @@ def test_rule_file_duplicate_document(rules_copy):
     second_line = text.count("\n") + 2  # after the appended `---`
     path.write_text(text + "---\n" + text[first_doc_line:])
     assert _problems(rules_copy) == [
-        f"rules/pools/fourview.yaml:{second_line} metadata.name: FourView 'fourview' is already defined at "
+        f"rules/pools/fourview.yaml:{second_line}:9 metadata.name: FourView 'fourview' is already defined at "
         f"rules/pools/fourview.yaml:{first_line}"]
 
 
@@ -316,10 +318,10 @@ def test_every_problem_of_every_file_is_listed(rules_copy):
                          "  managed: 'labels[\"gpustack.ai/managed\"] == '")
     problems = _problems(rules_copy)
     assert [p.split(" ", 2)[:2] for p in problems] == [
-        ["rules/constants.yaml:%d" % (unknown + 1), "spec.bogus:"],
-        ["rules/pools/derivation.yaml:%d" % cel_line2, "spec.managed:"],
-        ["rules/pools/derivation.yaml:%d" % cel_line, "spec.generalGroup:"],
-        ["rules/settings.yaml:%d" % bad_yaml, "<document>:"],
+        ["rules/constants.yaml:%d:10" % (unknown + 1), "spec.bogus:"],
+        ["rules/pools/derivation.yaml:%d:43" % cel_line2, "spec.managed:"],
+        ["rules/pools/derivation.yaml:%d:31" % cel_line, "spec.generalGroup:"],
+        ["rules/settings.yaml:%d:32" % bad_yaml, "<document>:"],
     ]
 
 
@@ -363,5 +365,5 @@ def test_a_duplicate_key_in_a_rule_file_is_refused_with_both_lines(tmp_path):
     with pytest.raises(RuleLoadError) as err:
         load_rules(rules)
     assert [str(p) for p in err.value.problems] == [
-        f"rules/pools/fourview.yaml:{len(text.splitlines()) + 1} <document>: "
+        f"rules/pools/fourview.yaml:{len(text.splitlines()) + 1}:3 <document>: "
         f"duplicate key 'sharedOnceMaxReading' in spec (first at line {first})"]

@@ -20,7 +20,7 @@ from runtime.engine.admission.context import AdmissionView
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
-from runtime.engine.admission.verdict import MISSING, FieldError, Outcome
+from runtime.engine.admission.verdict import MISSING, FieldError, Outcome, enforce
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
@@ -213,18 +213,20 @@ class AdmissionEngine:
         writes_outcome: Optional[Outcome] = None
         patches: list[dict] = []
         rules: list[str] = []
+        warnings: list[str] = []
         for name in names:
             outcome = self.run(name, current, view, cancel)
             rules.extend(outcome.rules)
+            warnings.extend(outcome.warnings)
             if not outcome.allowed:
-                outcome.rules = rules
+                outcome.rules, outcome.warnings = rules, warnings
                 return outcome
             if self.policies[name].type == "mutating" and outcome.mutated is not None:
                 patches.extend(outcome.patch)
                 current = AdmissionRequest(**{**current.__dict__, "object": outcome.mutated})
                 writes_outcome = outcome
         final = Outcome(policy=",".join(names), name=request.name, patch=patches,
-                        mutated=current.object if writes_outcome else None)
+                        mutated=current.object if writes_outcome else None, warnings=warnings)
         final.rules = rules
         return final
 
@@ -250,7 +252,7 @@ class AdmissionEngine:
                 outcome.rules.append("shape")
                 if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                     outcome.errors = errors
-                return outcome
+                return enforce(outcome, spec.enforcement)
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
@@ -289,7 +291,7 @@ class AdmissionEngine:
             outcome.rules.append("rule-error")
             if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                 outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
-        return outcome
+        return enforce(outcome, spec.enforcement)
 
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
         """Evaluate with only the referenced names; memoised on their type-tagged digests.

@@ -95,13 +95,19 @@ class Outcome:
     patch: list[dict] = field(default_factory=list)
     mutated: Optional[dict] = None
     rules: list[str] = field(default_factory=list)
+    enforcement: str = "deny"
+    would_deny: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def allowed(self) -> bool:
         return not self.errors and self.denial is None
 
     def verdict(self) -> str:
-        """``allowed``, ``patched``, ``invalid``, ``forbidden``, ``internal`` or ``bad-request``."""
+        """``allowed``, ``patched``, ``invalid``, ``forbidden``, ``internal``, ``bad-request``, or for a
+        denial a ``warn``/``dryrun`` policy let through: ``warned`` / ``dryrun-denied``."""
+        if self.would_deny:
+            return "warned" if self.enforcement == "warn" else "dryrun-denied"
         if self.errors:
             return "invalid"
         if self.denial is not None:
@@ -128,6 +134,23 @@ def status_of(outcome: Outcome) -> Optional[dict]:
     return None
 
 
+def enforce(outcome: Outcome, enforcement: str) -> Outcome:
+    """Apply a policy's ``enforcement`` (issue 12 item 6) to its outcome, in place.
+
+    ``deny`` (the default, spec behaviour) and allowed outcomes are unchanged; so is a malformed review
+    (400). ``warn``: allowed, the denial's message (as the API server would have printed it) in
+    ``warnings``. ``dryrun``: allowed silently; ``would_deny`` keeps the message for metrics and audit.
+    """
+    if enforcement == "deny" or outcome.allowed or (outcome.denial or (0,))[0] == 400:
+        return outcome
+    message = status_of(outcome)["message"]
+    outcome.errors, outcome.denial, outcome.patch, outcome.mutated = [], None, [], None
+    outcome.enforcement, outcome.would_deny = enforcement, message
+    if enforcement == "warn":
+        outcome.warnings.append(message)
+    return outcome
+
+
 def build_response(uid: str, outcome: Outcome) -> dict:
     """The full AdmissionReview v1 answer for request ``uid``.
 
@@ -141,6 +164,8 @@ def build_response(uid: str, outcome: Outcome) -> dict:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(
             json.dumps(outcome.patch, separators=(",", ":")).encode()).decode()
+    if outcome.warnings:
+        response["warnings"] = list(outcome.warnings)
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 

@@ -1,0 +1,64 @@
+"""`accelpolicy explain`: why a pool holds its nodes, and how a review was decided (issue 12 item 5).
+
+``explain instancetype NAME --snapshot PATH``: the pool's selector and flavors, the nodes behind each
+flavor, every node left out with the label or rule (file:line) that excluded it, the four views (and
+CPU) with the per-accelerator ledger they add up. ``explain admit -f OBJ``: every policy that matches,
+each CEL evaluation with its rule file:line, the values it read and its result. ``-o json`` for both.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option, snapshot_from, snapshot_option
+from runtime.engine.admission import admission_view, parse_review, review_for
+from runtime.report.explain import (ExplainError, explain_admission, explain_instance_type, render_admission,
+                                    render_instance_type)
+from runtime.snapshots import read_objects
+
+_OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+
+
+@click.group("explain")
+def command() -> None:
+    """Explain a pool (instancetype) or an admission decision (admit)."""
+
+
+@command.command("instancetype")
+@click.argument("name")
+@snapshot_option
+@rules_option
+@_OUTPUT
+@bad_input_exits
+def instancetype(name: str, snapshots, rules_dir, output: str) -> None:
+    """The pool of InstanceType NAME: flavors, nodes, nodes left out and why, how each view was computed."""
+    policy = load_policy(rules_dir)
+    try:
+        info = explain_instance_type(policy, snapshot_from(snapshots), name)
+    except ExplainError as exc:
+        fail(exc.args[0])
+    click.echo(json.dumps(info, indent=2) if output == "json" else render_instance_type(info))
+
+
+@command.command("admit")
+@click.option("-f", "--filename", required=True, help="the object (YAML or JSON file, - for stdin)")
+@click.option("--operation", type=click.Choice(["CREATE", "UPDATE"]), default="CREATE", show_default=True,
+              help="UPDATE judges the object as an update onto itself")
+@click.option("--snapshot", "snapshots", multiple=True, metavar="PATH", help="cluster objects (repeatable)")
+@rules_option
+@_OUTPUT
+@bad_input_exits
+def admit(filename: str, operation: str, snapshots, rules_dir, output: str) -> None:
+    """Every rule evaluated for one object: rule file:line, inputs, result. Exit 1 when denied."""
+    policy = load_policy(rules_dir)
+    docs, _ = read_objects([filename])
+    if len(docs) != 1 or not isinstance(docs[0], dict) or not docs[0].get("kind"):
+        fail(f"{filename}: expected exactly one Kubernetes object, found {len(docs)} documents")
+    obj = docs[0]
+    request = parse_review(review_for(obj, operation, obj if operation == "UPDATE" else None))
+    info = explain_admission(policy, request, admission_view(policy, snapshot_from(snapshots)))
+    click.echo(json.dumps(info, indent=2, default=str) if output == "json" else render_admission(info))
+    denied = any(p["verdict"] in ("invalid", "forbidden", "internal") for p in info["policies"])
+    sys.exit(1 if denied else 0)

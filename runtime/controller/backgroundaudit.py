@@ -1,0 +1,93 @@
+"""The controller's background audit (issue 12 item 2): every ``interval`` seconds, the audit of
+:mod:`runtime.report.audit` on the controller's watch caches, written as openreports.io ``Report``
+(per namespace) and ``ClusterReport`` objects.
+
+Only reports whose content changed since the last write are applied (server-side apply, field manager
+``accelpolicy``); a namespace whose findings are gone gets an empty report rather than a stale one.
+``accelpolicy_audit_results{result}`` counts the latest run per result kind; an object that newly
+fails (``fail`` or ``error``) gets a Warning Event ``AuditFailed`` with the message. The audit runs on
+the rules in force (a hot reload applies from the next run).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Optional
+
+from loguru import logger
+from prometheus_client import CollectorRegistry, Gauge
+
+from runtime.kube.session import KubeApiError
+from runtime.report.audit import audit
+from runtime.report.results import RESULT_KINDS, Result, reports, summary
+from runtime.rules.reload import Periodic
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "accelpolicy"}
+
+
+def failed_event(result: Result, now: datetime) -> dict:
+    """A Warning Event ``AuditFailed`` on the object of ``result``."""
+    ref = result.resource
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+    if ref.namespace:
+        involved["namespace"] = ref.namespace
+    if ref.uid:
+        involved["uid"] = ref.uid
+    return {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "AuditFailed",
+            "metadata": {"name": f"{ref.name}.audit.{int(now.timestamp() * 1000):x}",
+                         "namespace": ref.namespace or "default"},
+            "involvedObject": involved,
+            "message": f"{result.policy}/{result.rule or '-'}: {result.message}"[:1024],
+            "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+
+
+class BackgroundAudit(Periodic):
+    """Run :meth:`run_once` every ``interval`` seconds in a thread (0: never); see the module docstring."""
+
+    def __init__(self, controller, interval: float = 3600.0, registry: Optional[CollectorRegistry] = None):
+        self.controller = controller
+        self.interval = interval
+        self.registry = registry or CollectorRegistry()
+        self.results_gauge = Gauge("accelpolicy_audit_results", "Results of the latest background audit",
+                                   ["result"], registry=self.registry)
+        self._written: dict[tuple[str, str], dict] = {}  # (kind, namespace) -> report body last applied
+        self._failing: set[tuple] = set()
+        self.runs = 0
+        self.first, self.name = True, "background-audit"
+
+    def run_once(self) -> list[Result]:
+        """Audit the cache once; apply changed reports; Events for newly failing objects."""
+        policy = self.controller.policy
+        spec = policy.ruleset.get("AuditPolicy")
+        results = audit(policy, self.controller.cache.snapshot())
+        for kind, count in summary(results).items():
+            self.results_gauge.labels(kind).set(count)
+        bodies = {(r["kind"], r["metadata"].get("namespace", "")): r
+                  for r in reports(results, spec.reportName, spec.source, labels=MANAGED_BY)}
+        for key in set(self._written) - set(bodies):  # findings gone: an empty report replaces the old one
+            kind, namespace = key
+            meta = {"name": spec.reportName, "labels": dict(MANAGED_BY), **({"namespace": namespace} if namespace else {})}
+            bodies[key] = {"apiVersion": "openreports.io/v1alpha1", "kind": kind, "metadata": meta,
+                           "source": spec.source, "summary": dict.fromkeys(RESULT_KINDS, 0), "results": []}
+        for key, body in sorted(bodies.items()):
+            if self._written.get(key) == body:
+                continue
+            try:
+                self.controller.applier.apply(body)
+                self._written[key] = body
+            except KubeApiError as exc:
+                logger.warning("audit report {} {}: {}", key[0], key[1] or "(cluster)", exc)
+        failing = {(r.resource, r.policy, r.rule, r.field): r for r in results if r.result in ("fail", "error")}
+        now = datetime.now(timezone.utc)
+        for key in sorted(set(failing) - self._failing, key=str):
+            try:
+                self.controller.applier.create(failed_event(failing[key], now))
+            except KubeApiError as exc:
+                logger.warning("AuditFailed event for {}: {}", key[0], exc)
+        self._failing = set(failing)
+        self.runs += 1
+        return results
+
+    def tick(self) -> None:
+        self.run_once()

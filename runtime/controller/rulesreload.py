@@ -1,0 +1,100 @@
+"""Hot reload of the controller's rules (issue 12 item 7): a :class:`~runtime.rules.reload.RulesWatcher`
+wired to a running :class:`~runtime.controller.reconciler.Controller` and, when served, its webhooks.
+
+A new generation is swapped in one assignment per holder (the controller's and applier's Policy, the
+webhooks' AdmissionEngine and live view), then the controller reconciles once. A refused set leaves
+every holder on the working generation. Each outcome is logged, counted in
+``accelpolicy_rules_generation`` (gauge) and ``accelpolicy_rules_reload_failures_total`` (counter),
+and recorded as an Event (``RulesReloaded`` Normal / ``RulesRefused`` Warning) on the controller's
+namespace. Routes are fixed when the server starts: a policy added with a new ``path`` needs a restart.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from loguru import logger
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from runtime.engine.admission import AdmissionEngine
+from runtime.engine.policy import Policy
+from runtime.kube.session import KubeApiError
+from runtime.rules.loader import RuleLoadError, RuleSet
+from runtime.rules.reload import RulesWatcher
+
+MAX_EVENT_PROBLEMS = 10
+
+
+def rules_event(namespace: str, reason: str, kind: str, message: str, now: datetime) -> dict:
+    """A core/v1 Event on the Namespace ``namespace`` (where ``kubectl get events -n`` shows it)."""
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"apiVersion": "v1", "kind": "Event", "type": kind, "reason": reason,
+            "metadata": {"name": f"accelpolicy-rules.{int(now.timestamp() * 1000):x}", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Namespace", "name": namespace, "namespace": namespace},
+            "message": message, "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+
+
+class ControllerRulesReload:
+    """Watch ``root`` and swap the controller's (and ``webhooks``') rules; see the module docstring.
+
+    ``registry``: where the two metrics go (the webhook server's registry when it serves ``/metrics``).
+    """
+
+    def __init__(self, controller, root: Path | str, webhooks=None, registry: Optional[CollectorRegistry] = None,
+                 interval: float = 2.0):
+        self.controller = controller
+        self.webhooks = webhooks
+        self.registry = registry or CollectorRegistry()
+        self.generation = Gauge("accelpolicy_rules_generation", "Generation of the rules in force",
+                                registry=self.registry)
+        self.failures = Counter("accelpolicy_rules_reload_failures", "Rule sets refused by a reload",
+                                registry=self.registry)
+        self.generation.set(controller.policy.ruleset.generation)
+        self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval,
+                                    initial=controller.policy.ruleset)
+
+    def start(self) -> "ControllerRulesReload":
+        self.watcher.start()
+        return self
+
+    def stop(self) -> None:
+        self.watcher.stop()
+
+    def _event(self, reason: str, kind: str, message: str) -> None:
+        event = rules_event(self.controller.settings_namespace, reason, kind, message, datetime.now(timezone.utc))
+        try:
+            self.controller.applier.create(event)
+        except KubeApiError as exc:
+            logger.warning("{} event: {}", reason, exc)
+
+    def _swap(self, ruleset: RuleSet) -> None:
+        policy = Policy(ruleset)
+        try:
+            engine = AdmissionEngine(policy) if self.webhooks is not None else None
+        except KeyError as exc:  # a dangling paramsFrom/builtin: refuse like a lint finding
+            self._refused(RuleLoadError([]), str(exc.args[0]))
+            return
+        self.controller.policy = policy
+        self.controller.applier.policy = policy
+        if self.webhooks is not None:
+            self.webhooks.view.policy = policy
+            self.webhooks.engine = engine
+            self.webhooks.state.engine = engine
+        self.generation.set(ruleset.generation)
+        message = (f"rules generation {ruleset.generation} from {ruleset.root} in force "
+                   f"(loaded in {self.watcher.last_seconds:.3f}s)")
+        logger.info(message)
+        self._event("RulesReloaded", "Normal", message)
+        self.controller.request_reconcile()
+
+    def _refused(self, exc: RuleLoadError, detail: str = "") -> None:
+        self.failures.inc()
+        problems = [str(p) for p in exc.problems] or [detail]
+        shown = problems[:MAX_EVENT_PROBLEMS] + ([f"... and {len(problems) - MAX_EVENT_PROBLEMS} more"]
+                                                 if len(problems) > MAX_EVENT_PROBLEMS else [])
+        message = (f"rules in {self.watcher.root} refused; generation {self.controller.policy.ruleset.generation} "
+                   f"keeps serving:\n" + "\n".join(shown))
+        logger.error(message)
+        self._event("RulesRefused", "Warning", message)

@@ -1,0 +1,185 @@
+"""`accelpolicy explain`: why a pool holds what it holds, and how a review was decided (issue 12 item 5).
+
+:func:`explain_instance_type` reads the same derivation as the controller: the pool's flavors (the
+type's schedule labels as a flavor selector, spec/pools.md §3.3), the nodes behind them, every node
+left out with the label or rule (file:line) that excluded it, and the four views with the per
+accelerator inputs they were computed from (mode, ledger remaining, shares).
+
+:func:`explain_admission` judges one object with an engine that records every CEL evaluation: the
+expression's rule file, line and field path, the names it read (``variables.x`` narrowed to those
+used) and its result. Pure: no I/O.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from runtime.engine.admission import AdmissionEngine, AdmissionView
+from runtime.engine.admission.engine import AdmissionRequest, _refs
+from runtime.engine.admission.verdict import status_of
+from runtime.engine.policy import Policy
+from runtime.engine.pools import accelerators, derive, flavor_selector, matches, node_views
+from runtime.engine.snapshot import Snapshot, labels_of, name_of
+from runtime.model.rulefiles import Expr
+from runtime.rules.yamlsrc import dotted
+
+
+class ExplainError(KeyError):
+    """The object to explain is not in the snapshot."""
+
+
+def rule_origin(policy: Policy, kind: str, path: tuple) -> str:
+    """``file:line spec.path`` of a field of the one ``kind`` rule document."""
+    doc = policy.ruleset.all(kind)[0]
+    line = doc.source.line_of(("spec",) + path) if doc.source else doc.line
+    return f"{doc.file}:{line} {dotted(('spec',) + path)}"
+
+
+def _excluded(policy: Policy, node, selector: dict, flavors: list[dict]) -> str:
+    managed_key = policy.key("managed")
+    if not node.managed:
+        return (f"not managed: {rule_origin(policy, 'PoolDerivation', ('managed',))} is false for its labels "
+                f"({managed_key}={node.labels.get(managed_key, '<absent>')!r})")
+    if not node.gkey:
+        return f"no {policy.prefix('general')}<gKey>=true label (no CPU group: it contributes no flavor)"
+    if not node.os or not node.arch:
+        return f"no {policy.key('os')}/{policy.key('arch')} label (it contributes no flavor)"
+    own = [f for f in flavors if all(node.labels.get(k) == v for k, v in ((f.get("spec") or {}).get("nodeLabels") or {}).items())]
+    for flavor in own:
+        for key, want in selector.items():
+            got = labels_of(flavor).get(key)
+            if got != want:
+                return (f"its flavor {name_of(flavor)} has {key}={got if got is not None else '<absent>'!s}, "
+                        f"the pool selects {key}={want}")
+    return "it contributes no flavor to this pool"
+
+
+def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict:
+    """The pool of InstanceType ``name``: ``{name, selector, flavors, nodes, excluded, views, accelerators}``.
+
+    ``flavors``: ``{name, nodes}``; ``excluded``: node -> reason; ``views``: the type's status views;
+    ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
+    (the ledger the four views add up, spec/pools.md §10). Raises :class:`ExplainError`.
+    """
+    desired = derive(policy, snapshot)
+    types = {name_of(t): t for t in desired.instance_types}
+    if name not in types:
+        raise ExplainError(f"no InstanceType {name!r} in the snapshot or the derivation "
+                           f"(known: {', '.join(sorted(types)) or 'none'})")
+    it = types[name]
+    queue = next((q for q in desired.cluster_queues if name_of(q) == name), None)  # the ClusterQueue = the type's name
+    selector = flavor_selector(policy, labels_of(queue)) if queue is not None else None
+    selector = selector or {}
+    flavors = [f for f in desired.resource_flavors if matches(selector, labels_of(f))]
+    nodes = node_views(policy, snapshot)
+    members: dict[str, list[str]] = {}
+    for flavor in flavors:
+        node_labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
+        members[name_of(flavor)] = [n.name for n in nodes if all(n.labels.get(k) == v for k, v in node_labels.items())]
+    in_pool = sorted({n for names in members.values() for n in names})
+    excluded = {n.name: _excluded(policy, n, selector, desired.resource_flavors) for n in nodes if n.name not in in_pool}
+    accel: dict[str, list[dict]] = {}
+    if (it.get("spec") or {}).get("acceleratable"):
+        for node in in_pool:
+            devices = snapshot.get("Devices", node)
+            if devices is not None:
+                accel[node] = [{"id": a.id, "group": a.group_id, "mode": a.mode, "remaining": a.remaining,
+                                "allocatedSlices": a.allocated_slices} for a in accelerators(policy, devices)]
+    status = it.get("status") or {}
+    views = {k: status[k] for k in ("accelerator", "acceleratorShared", "acceleratorSliced",
+                                    "acceleratorPartitioned", "cpu") if k in status}
+    return {"name": name, "selector": selector,
+            "flavors": [{"name": f, "nodes": members[f]} for f in sorted(members)],
+            "nodes": in_pool, "excluded": excluded, "views": views, "accelerators": accel,
+            "credits": {"perAccelerator": policy.constants.creditsPerAccelerator,
+                        "perShare": policy.constants.share}}
+
+
+def render_instance_type(info: dict) -> str:
+    """The text form of :func:`explain_instance_type`."""
+    lines = [f"InstanceType {info['name']}",
+             "pool selector: " + ", ".join(f"{k}={v}" for k, v in sorted(info["selector"].items()))]
+    lines.append("flavors:")
+    lines += [f"  {f['name']}: nodes {', '.join(f['nodes']) or '(none)'}" for f in info["flavors"]] or ["  (none)"]
+    lines.append("left out:")
+    lines += [f"  {node}: {why}" for node, why in sorted(info["excluded"].items())] or ["  (none)"]
+    lines.append(f"views (capacity/remaining/onceMaxRequest; {info['credits']['perAccelerator']} credits per "
+                 f"accelerator, {info['credits']['perShare']} per share):")
+    for view, numbers in info["views"].items():
+        lines.append(f"  {view}: {numbers.get('capacity')}/{numbers.get('remaining')}/{numbers.get('onceMaxRequest')}")
+    for node, rows in sorted(info["accelerators"].items()):
+        for row in rows:
+            lines.append(f"  {node} {row['group']}/{row['id']}: mode {row['mode']}, ledger remaining "
+                         f"{row['remaining']}, allocated slices {row['allocatedSlices']}")
+    return "\n".join(lines)
+
+
+class _TracingEngine(AdmissionEngine):
+    """An AdmissionEngine that records every CEL evaluation (the same evaluation, memo bypassed)."""
+
+    def __init__(self, policy: Policy):
+        super().__init__(policy)
+        self.trace: list[dict] = []
+        self.origins: dict[int, str] = {}
+        for doc in policy.ruleset.all("AdmissionPolicy"):
+            self._index(doc, doc.spec, ("spec",))
+
+    def _index(self, doc, value: Any, path: tuple) -> None:
+        if isinstance(value, Expr):
+            line = doc.source.line_of(path) if doc.source else doc.line
+            self.origins[id(value)] = f"{doc.file}:{line} {dotted(path)}"
+        elif isinstance(value, BaseModel):
+            for name in type(value).model_fields:
+                self._index(doc, getattr(value, name), path + (name,))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self._index(doc, item, path + (i,))
+
+    def _eval(self, expr: Expr, scope) -> Any:
+        result = super()._eval(expr, scope)
+        names, var_names = _refs(expr)
+        inputs = {}
+        for n in names:
+            if n == "variables":
+                inputs.update({f"variables.{v}": scope.variables.get(v) for v in var_names})
+            elif n not in ("object", "oldObject", "params", "lookups", "settings"):
+                inputs[n] = scope.item if n == "item" else scope.base.get(n)
+        self.trace.append({"where": self.origins.get(id(expr), "<expression>"), "expression": str(expr),
+                           "inputs": inputs, "result": result})
+        return result
+
+
+def explain_admission(policy: Policy, request: AdmissionRequest, view: AdmissionView) -> dict:
+    """Every policy that matches ``request``: its verdict and each CEL evaluation in order.
+
+    Returns ``{policies: [{policy, verdict, message, evaluations: [{where, expression, inputs, result}]}]}``;
+    ``inputs`` lists the ``variables.*`` and ``item``/``request`` values the expression read (the object,
+    params, lookups and settings are named by the expression itself).
+    """
+    engine = _TracingEngine(policy)
+    out = []
+    for name in engine.matching(request):
+        engine.trace = []
+        outcome = engine.run(name, request, view)
+        status = status_of(outcome)
+        out.append({"policy": name, "verdict": outcome.verdict(),
+                    "message": (status or {}).get("message", outcome.would_deny),
+                    "patch": outcome.patch, "evaluations": engine.trace})
+    return {"policies": out}
+
+
+def render_admission(info: dict) -> str:
+    """The text form of :func:`explain_admission` (values shortened to 120 characters)."""
+    def short(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, default=str)
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    lines = []
+    for p in info["policies"]:
+        lines.append(f"policy {p['policy']}: {p['verdict']}" + (f": {p['message']}" if p["message"] else ""))
+        for e in p["evaluations"]:
+            inputs = ", ".join(f"{k}={short(v)}" for k, v in e["inputs"].items())
+            lines.append(f"  {e['where']}: {short(e['result'])}" + (f"  <- {inputs}" if inputs else ""))
+    return "\n".join(lines) or "no policy matches the object"

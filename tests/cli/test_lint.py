@@ -1,0 +1,132 @@
+"""`accelpolicy lint DIR` and the loader's static checks (issue 12 item 4): every problem of every file,
+``file:line:col field.path: message``, CEL names checked in every branch without evaluating anything."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runtime.cli import main
+from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
+
+
+@pytest.fixture()
+def rules_copy(tmp_path) -> Path:
+    root = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, root)
+    return root
+
+
+def _edit(path: Path, old: str, new: str, marker: str) -> tuple[int, int]:
+    """Replace ``old`` once; return the 1-based line and column of ``marker`` in the new text."""
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    text = text.replace(old, new)
+    path.write_text(text)
+    at = text.index(new) + new.index(marker)
+    return text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+
+
+def _lint(root: Path):
+    return CliRunner().invoke(main, ["lint", str(root)])
+
+
+def test_the_shipped_rules_are_clean():
+    result = _lint(DEFAULT_RULES_DIR)
+    assert result.exit_code == 0, result.stdout
+    assert result.stdout == ""
+    assert result.stderr == f"{DEFAULT_RULES_DIR}: clean\n"
+
+
+def test_every_problem_of_every_file_at_once(rules_copy):
+    pods = rules_copy / "admission" / "pods.yaml"
+    # an undeclared variable in the untaken branch of a conditional (only the else side is ever false)
+    l1, c1 = _edit(pods, "variables.pct > 0 ? variables.pct * (params.constants",
+                   "variables.pct > 0 ? variables.pctt * (params.constants", "pctt")
+    l2, c2 = _edit(pods, "expression: \"dig(object, ['metadata', 'labels', params.queueLabel], '')\"",
+                   "expression: \"dig(object, ['metadata', 'labels', params.queueLabl], '')\"", "queueLabl")
+    derivation = rules_copy / "pools" / "derivation.yaml"
+    l3, c3 = _edit(derivation, "entrance: '\"gpustack-fnv64-\" + fnv64a(name)'",
+                   "entrance: '\"gpustack-fnv64-\" + fnv64b(nam)'", "fnv64b")
+    c4 = c3 + len("fnv64b(")
+    l5, c5 = _edit(derivation, "generalGroup: 'aware ? gKey : \"generic\"'",
+                   "generalGroup: 'aware ? gKey : \"generic\" +* x'", "*")
+    pod = rules_copy / "instances" / "pod.yaml"
+    l6, c6 = _edit(pod, "setting: instance-general-resources-overcommit", "setting: instance-overcommit",
+                   "instance-overcommit")
+    workloads = rules_copy / "admission" / "workloads.yaml"
+    text = workloads.read_text()
+    assert "settings[params.setting]" in text
+    params_line = next(line for line in text.splitlines() if line.strip().startswith("setting: "))
+    l7, c7 = _edit(workloads, params_line, params_line.split(":")[0] + ": no-such-setting", "no-such-setting")
+    result = _lint(rules_copy)
+    assert result.exit_code == 1
+    settings = ", ".join(sorted(s.name for s in load_rules().get("SettingCatalog").settings))
+    wtext = workloads.read_text()
+    at = wtext.index("settings[params.setting]") + len("settings[params.")
+    l8, c8 = wtext.count("\n", 0, at) + 1, at - wtext.rfind("\n", 0, at)
+    lines = result.stdout.splitlines()
+    fold = [m.name for m in load_rules().get("AdmissionPolicy", "pods-mutation").mutations].index("slice-fold")
+    assert lines[:2] == [
+        f"rules/admission/pods.yaml:{l2}:{c2} spec.variables[0].expression: params.queueLabl is not declared "
+        "here (declared: bytesPerMib, constants, countKeyPrefix, countKeySuffix, defaultCoresPercentage, "
+        "manufacturers, queueLabel, resourceKeys, settingCatalog)",
+        f"rules/admission/pods.yaml:{l1}:{c1} spec.mutations[{fold}].variables[3].expression: variables.pctt is not "
+        "declared here (declared: ctrs, it, itName, k, lookupError, lq, memory, mib, pct, vramError, vramMib)",
+    ]
+    assert lines[2] == (f"rules/admission/workloads.yaml:{l8}:{c8} spec.variables[0].expression: params.setting "
+                        f"names setting 'no-such-setting', which is not in the setting catalog (settings: {settings})")
+    assert (l7, c7) < (l8, c8)  # the params entry itself is data; the expression reading it is the finding
+    assert lines[3:] == [
+        f"rules/instances/pod.yaml:{l6}:{c6} spec.overcommit.setting: unknown setting 'instance-overcommit' "
+        f"(settings: {settings})",
+        f"rules/pools/derivation.yaml:{l5}:{c5} spec.generalGroup: CEL syntax error: unexpected '*' (expected "
+        "one of: BANG, BOOL_LIT, BYTES_LIT, DOT, FLOAT_LIT, IDENT, INT_LIT, LBRACE, LPAR, LSQB, MINUS, "
+        "MLSTRING_LIT, STRING_LIT, UINT_LIT)",
+        f"rules/pools/derivation.yaml:{l3}:{c3} spec.entrance: unknown function 'fnv64b'",
+        f"rules/pools/derivation.yaml:{l3}:{c4} spec.entrance: undeclared name 'nam' (names here: name)",
+    ]
+    assert result.stderr == "7 problems in 4 file(s)\n"
+    # the loader refuses the same set with the same lines
+    with pytest.raises(RuleLoadError) as err:
+        load_rules(rules_copy)
+    assert [str(p) for p in err.value.problems] == lines
+
+
+def test_names_are_scoped_item_outside_foreach_and_comprehension_variables(rules_copy):
+    """``item`` outside a forEach, and a macro's variable used outside its macro, are undeclared."""
+    pods = rules_copy / "admission" / "pods.yaml"
+    line, col = _edit(pods, "      expression: \"size(lookups.fronting) == 1 ? lookups.fronting[0] : {}\"",
+                      "      expression: \"size(lookups.fronting) == 1 ? lookups.fronting.map(f, f)[0] : f\"",
+                      ": f\"")
+    problems = [str(p) for p in _problems(rules_copy)]
+    assert len(problems) == 1
+    assert problems[0].startswith(f"rules/admission/pods.yaml:{line}:{col + 2} spec.variables[2].expression: "
+                                  "undeclared name 'f' (names here: lookups, object, oldObject, params, request, "
+                                  "settings, variables)")
+
+
+def _problems(root):
+    with pytest.raises(RuleLoadError) as err:
+        load_rules(root)
+    return err.value.problems
+
+
+def test_a_lookup_cannot_read_a_later_lookup_or_a_variable(rules_copy):
+    workloads = rules_copy / "admission" / "workloads.yaml"
+    text = workloads.read_text()
+    first = text.index("nameExpression:")
+    old = text[first: text.index("\n", first)]
+    new = "nameExpression: variables.x"
+    line, col = _edit(workloads, old, new, ".x")
+    (problem,) = _problems(rules_copy)
+    assert str(problem) == (f"rules/admission/workloads.yaml:{line}:{col + 1} spec.lookups[0].nameExpression: "
+                            "variables.x is not declared here (declared: none)")
+
+
+def test_unreadable_directory_exits_2(tmp_path):
+    result = _lint(tmp_path / "missing")
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path / 'missing'}: not a readable rules directory\n"
