@@ -1,0 +1,18 @@
+"""The documentation site builds with `mkdocs build --strict`: a broken link, a missing page or a page
+left out of the nav fails (mkdocs.yml `validation`)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.docs.examples import ROOT
+
+
+def test_site_builds_strict(tmp_path):
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    run = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "site" / "getting-started" / "index.html").exists()
+    assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
