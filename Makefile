@@ -23,7 +23,7 @@ lint: install  ## layer contracts (import-linter)
 	$(BIN)/lint-imports
 
 docs: install  ## build the documentation site into site/ (mkdocs build --strict: a broken link or missing page fails)
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 docs-gen: install  ## regenerate the reference pages under docs/reference/ from the code (CLI, rule kinds, settings, CRDs, metrics)
 	$(BIN)/python -m docs.gen

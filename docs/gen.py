@@ -379,6 +379,10 @@ def stale() -> list[Path]:
     return [path for path, text in render().items() if not path.exists() or path.read_text() != text]
 
 
+def _shown(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m docs.gen", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale page")
@@ -386,13 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         bad = stale()
         for path in bad:
-            print(f"{path.relative_to(ROOT)} is stale: run `{REGENERATE}`", file=sys.stderr)
+            print(f"{_shown(path)} is stale: run `{REGENERATE}`", file=sys.stderr)
         return 1 if bad else 0
     REFERENCE.mkdir(parents=True, exist_ok=True)
     for path, text in render().items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
+            print(f"wrote {_shown(path)}")
     return 0
 
 

@@ -2,6 +2,7 @@
 left out of the nav fails (mkdocs.yml `validation`)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from tests.docs.examples import ROOT
 def test_site_builds_strict(tmp_path):
     mkdocs = Path(sys.executable).parent / "mkdocs"
     run = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                         env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "site" / "getting-started" / "index.html").exists()
