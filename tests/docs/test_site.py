@@ -18,3 +18,13 @@ def test_site_builds_strict(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "site" / "getting-started" / "index.html").exists()
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
+
+
+def test_readme_links_point_at_files_that_exist():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in t]
+    assert targets, "README.md links into the docs"
+    missing = [t for t in targets if t and not (ROOT / t).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
