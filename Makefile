@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
-.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs \
+.PHONY: help install test unit lint docs docs-gen controlplane reliability demo demo-snapshot bench clean podresources-stubs \
         docker-up kind-images kind-up kind-down kind-test helm chart wheelhouse image components-images components-manifests
 
 help:  ## list the targets
@@ -15,13 +15,19 @@ help:  ## list the targets
 $(BIN)/accelpolicy: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,docs]'
 	@touch $@
 
 install: $(BIN)/accelpolicy  ## create .venv with the accelpolicy console script
 
 lint: install  ## layer contracts (import-linter)
 	$(BIN)/lint-imports
+
+docs: install  ## build the documentation site into site/ (mkdocs build --strict: a broken link or missing page fails)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-gen: install  ## regenerate the reference pages under docs/reference/ from the code (CLI, rule kinds, settings, CRDs, metrics)
+	$(BIN)/python -m docs.gen
 
 unit: install  ## tests that need no cluster
 	$(BIN)/python -m pytest -m 'not controlplane and not e2e'
@@ -53,7 +59,7 @@ components-manifests: install helm  ## Kueue's and NFD's own charts rendered wit
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10
 
-test: install lint controlplane helm  ## everything: unit, rule suites, control plane, chart, e2e (2 kill/restart runs)
+test: install lint docs controlplane helm  ## everything: docs site, unit, rule suites, control plane, chart, e2e (2 kill/restart runs)
 	ACCELPOLICY_RELIABILITY_RUNS=$${ACCELPOLICY_RELIABILITY_RUNS:-2} $(BIN)/python -m pytest
 
 reliability: install controlplane  ## the live controller killed and restarted: RUNS runs (default 10) vs a reference
@@ -100,4 +106,4 @@ kind-test: install kind-images  ## the kind tests (guard refusal, a cluster up: 
 	$(BIN)/python -m pytest e2e/kind -m kind
 
 clean:  ## remove the venv and caches inside the clone (not the control-plane cache)
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site
