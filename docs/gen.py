@@ -75,8 +75,24 @@ def cli_page() -> str:
            "or the API server could not be reached; 2 bad input, every problem named on stderr.\n\n"]
     for command, ctx in _walk_commands(main, root):
         path = ctx.command_path
-        out.append(f"## `{path}`\n\n```text\n{command.get_help(ctx).rstrip()}\n```\n\n")
+        out.append(f"## `{path}`\n\n```text\n{_help_of(command, ctx)}\n```\n\n")
     return "".join(out).rstrip() + "\n"
+
+
+def _help_of(command: click.Command, ctx: click.Context) -> str:
+    """``command``'s help with defaults inside this checkout shown as ``<checkout>/...``, so the page
+    is the same in every clone (click wraps around the shown text; the options are restored)."""
+    saved = []
+    for param in command.params:
+        default = param.default
+        if isinstance(default, (str, Path)) and str(default).startswith(str(ROOT) + "/"):
+            saved.append((param, param.show_default))
+            param.show_default = "<checkout>/" + Path(default).relative_to(ROOT).as_posix()
+    try:
+        return command.get_help(ctx).rstrip()
+    finally:
+        for param, show in saved:
+            param.show_default = show
 
 
 # --- rule kinds ----------------------------------------------------------------------------------
