@@ -260,7 +260,7 @@ class Controller:
             if key in self._reported:
                 continue
             self._reported.add(key)
-            event = invalid_setting_event(secret, name, key[1], datetime.now(timezone.utc))
+            event = invalid_setting_event(self.policy.settings, secret, name, key[1], datetime.now(timezone.utc))
             try:
                 self.applier.create(event)
             except KubeApiError as exc:

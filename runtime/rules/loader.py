@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules.cel import CelCompileError, compile_expression
+from runtime.rules.vocabulary import link
 from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
 
 
@@ -207,6 +208,8 @@ def load_rules(root: Path | str | None = None) -> RuleSet:
         for kind in REQUIRED_KINDS:
             if not any(k == kind for k, _ in ruleset.documents):
                 problems.append(RuleProblem(str(root_path), 0, "<directory>", f"no rule file of kind {kind}"))
+    if not problems:  # fields left to their vocabulary home (runtime/rules/vocabulary.py)
+        problems.extend(RuleProblem(*problem) for problem in link(ruleset))
     if problems:
         raise RuleLoadError(problems)
     _GENERATION += 1

@@ -14,6 +14,7 @@ from typing import Iterable
 from runtime.engine.pools.kueueconfig import cpu_excluded
 from runtime.model.normalize import format_binary_quantity, parse_quantity
 from runtime.engine.policy import Policy
+from runtime.engine.resourcekeys import classifier_table
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.rulefiles import InstancePodSpec
@@ -304,7 +305,9 @@ def _ssh_sidecar(policy, rules, settings, spec, instance_type, manufacturer) -> 
                                  "readOnly": True}]}
     accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get("accelerator") not in (None, "") else 0
     if (instance_type.get("spec") or {}).get("acceleratable") and accelerator > 0 and manufacturer:
-        key = rules.resourceKeys["visibility"].format(manufacturer=manufacturer.id)
+        table = classifier_table(policy, policy.kueue.resourceKeysParams)   # the visibility keys' home
+        key = rules.resourceKeys["visibility"].format(manufacturer=manufacturer.id, visibilityPrefix=table["visibilityPrefix"],
+                                                      visibilitySuffix=table["visibilitySuffix"])
         sidecar["resources"] = {"limits": {key: str(accelerator)}, "requests": {key: str(accelerator)}}
     return sidecar
 

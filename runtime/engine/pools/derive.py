@@ -24,8 +24,6 @@ from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, settings_of
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
 
-MIXED = "instance-type-mixed-on-node"
-DERIVED = "instance-type-derived-from-node"
 
 
 @dataclass
@@ -111,7 +109,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     state = DesiredState(settings=settings, warnings=list(snapshot.warnings))
     for name in settings.invalid:
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")
-    aware = settings.flag(its.AWARE)
+    aware = settings.flag(policy.setting("awareCpuManufacturer"))
 
     effective = effective_node_labels(policy, snapshot)  # once: node views and Devices both read it
     nodes = node_views(policy, snapshot, effective)
@@ -121,7 +119,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
         if node.managed:
             state.warnings.extend(_unparsable_counts(policy, node))
-    plans = plan_flavors(policy, snapshot, nodes, settings.flag(MIXED))
+    plans = plan_flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")))
     rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
     state.resource_flavors = list(rendered.values())
     flavor_type = policy.derivation.resourceTypes["flavor"]
@@ -131,7 +129,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     # Derived InstanceTypes (create-only) ------------------------------------------------------
     existing = {name_of(it): it for it in snapshot.list("InstanceType")}
     types = dict(existing)
-    if settings.flag(DERIVED):
+    if settings.flag(policy.setting("derivedFromNode")):
         first_plan: dict[str, FlavorPlan] = {}
         for name, plan in plans.items():  # name order: the first flavor of a pool gives its preset
             variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch, "aware": aware}
@@ -188,8 +186,9 @@ def _unparsable_counts(policy: Policy, node: NodeView) -> list[str]:
     out = []
     checks = []
     if node.gkey:
-        checks.append((f"{policy.prefix('general')}{node.gkey}.count", "CPU flavor"))
-    checks.extend((f"{policy.prefix('acceleratable')}{akey}.count", f"device flavor for {akey}") for akey in node.akeys)
+        checks.append((f"{policy.prefix('general')}{node.gkey}{policy.suffix('count')}", "CPU flavor"))
+    checks.extend((f"{policy.prefix('acceleratable')}{akey}{policy.suffix('count')}", f"device flavor for {akey}")
+                  for akey in node.akeys)
     for key, what in checks:
         value = node.labels.get(key)
         if value is None:

@@ -59,7 +59,7 @@ def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixe
         if rules["cpu"].when.evaluate(cpu_vars):
             name = rules["cpu"].name.evaluate(cpu_vars)
             labels = dict(base_labels)
-            labels[f"{general}{node.gkey}.count"] = str(node.cores)
+            labels[f"{general}{node.gkey}{policy.suffix('count')}"] = str(node.cores)
             if not mixed:
                 labels[policy.key("cpuOnly")] = "true"
             _contribute(plans, name, "cpu", node, node.gkey, "", node.cores, labels)
@@ -71,7 +71,7 @@ def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixe
             name = rules["device"].name.evaluate(dev_vars)
             labels = dict(base_labels)
             labels[f"{acc}{akey}"] = "true"
-            labels[f"{acc}{akey}.count"] = str(count)
+            labels[f"{acc}{akey}{policy.suffix('count')}"] = str(count)
             _contribute(plans, name, "device", node, node.gkey, akey, count, labels)
     by_name = {n.name: n for n in nodes}
     for plan in plans.values():
@@ -144,8 +144,8 @@ def render_flavor(policy: Policy, plan: FlavorPlan) -> dict:
     if plan.kind == "device":
         labels[f"{general}{plan.gkey}"] = "true"
     labels[f"{own_prefix}{plan.own_key}"] = "true"
-    labels[f"{own_prefix}{plan.own_key}.count"] = str(plan.count)
-    labels[f"{own_prefix}{plan.own_key}.capacity"] = str(plan.capacity)
+    labels[f"{own_prefix}{plan.own_key}{policy.suffix('count')}"] = str(plan.count)
+    labels[f"{own_prefix}{plan.own_key}{policy.suffix('capacity')}"] = str(plan.capacity)
     labels[policy.key("resourceType")] = policy.derivation.resourceTypes["flavor"]
     note = policy.prefix("note")
     return {

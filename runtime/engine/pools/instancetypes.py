@@ -17,12 +17,11 @@ from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import is_deleting, labels_of, name_of
 
-AWARE = "instance-type-aware-cpu-manufacturer"
 
 
 def entrance(policy: Policy, name: str) -> str:
     """The LocalQueue name fronting pool ``name`` (pools.md §12; CEL ``spec.entrance``)."""
-    return policy.derivation.entrance.evaluate({"name": name})
+    return policy.derivation.entrance.evaluate({"name": name, "entrancePrefix": policy.derivation.entrancePrefix})
 
 
 def schedule_labels(policy: Policy, spec: dict, aware: bool) -> dict[str, str]:

@@ -33,8 +33,8 @@ def _fmt(m: Manufacturer) -> dict[str, str]:
 
 def credits_resource(policy: Policy, manufacturer: Manufacturer) -> str:
     """``credits.gpustack.ai/<id>``: the accelerated ClusterQueues' covered resource (pools.md §7.2),
-    from rules/pools/derivation.yaml ``clusterQueue.creditsResourcePrefix``."""
-    return policy.derivation.clusterQueue.creditsResourcePrefix + manufacturer.id
+    from rules/labels.yaml ``prefixes.credits``."""
+    return policy.prefix("credits") + manufacturer.id
 
 
 def kueue_configuration(policy: Policy) -> dict:
@@ -58,7 +58,9 @@ def kueue_configuration(policy: Policy) -> dict:
     constants = policy.constants.model_dump()
     manufacturers = list(policy.manufacturers.values())
 
-    prefixes: list[str] = list(rules.excludeResourcePrefixes.global_)
+    # {visibilityPrefix}: the classifier table's (rules/admission/pods.yaml resource-keys), its one home
+    prefixes: list[str] = [p.format(visibilityPrefix=table["visibilityPrefix"])
+                           for p in rules.excludeResourcePrefixes.global_]
     for m in manufacturers:
         for row in rules.excludeResourcePrefixes.perManufacturer:
             if row.partitionKindOnly and not m.partitionKind:

@@ -73,9 +73,9 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
             rest = key[len(acc):]
             if "." in rest or "-" not in rest or policy.manufacturer_of_key(rest) is None:
                 continue
-            akeys[rest] = parse_int_label(labels.get(f"{acc}{rest}.count"))
-    cores = parse_int_label(labels.get(f"{general}{gkey}.count")) if gkey else 0
-    managed = bool(policy.derivation.managed.evaluate({"labels": labels}))
+            akeys[rest] = parse_int_label(labels.get(f"{acc}{rest}{policy.suffix('count')}"))
+    cores = parse_int_label(labels.get(f"{general}{gkey}{policy.suffix('count')}")) if gkey else 0
+    managed = bool(policy.derivation.managed.evaluate({"labels": labels, "managedKey": policy.key("managed")}))
     return NodeView(
         name=name, labels=labels, annotations=annotations, managed=managed, gkey=gkey, cores=cores,
         os=labels.get(policy.key("os"), ""), arch=labels.get(policy.key("arch"), ""), akeys=dict(sorted(akeys.items())),
