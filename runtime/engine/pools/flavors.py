@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from runtime.engine.pools.accelerators import walk_devices
 from runtime.engine.pools.nodes import NodeView
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
@@ -120,17 +121,14 @@ def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tupl
         return slices, 0
     logical_ok = False
     physical = 0
-    for group in (devices.get("spec") or {}).get("groups") or []:
-        if f"{group.get('manufacturer')}-{group.get('id')}" != akey:
+    for _, accel in walk_devices(devices, akey=akey):
+        status = accel.get("status") or {}
+        p_count = int(((status.get("physicalSliced") or {}).get("count")) or 0)
+        physical = max(physical, p_count)
+        if status.get("unhealthy"):
             continue
-        for accel in group.get("accelerators") or []:
-            status = accel.get("status") or {}
-            p_count = int(((status.get("physicalSliced") or {}).get("count")) or 0)
-            physical = max(physical, p_count)
-            if status.get("unhealthy"):
-                continue
-            if p_count == 0 and int(((status.get("logicalSliced") or {}).get("count")) or 0) > 0:
-                logical_ok = True
+        if p_count == 0 and int(((status.get("logicalSliced") or {}).get("count")) or 0) > 0:
+            logical_ok = True
     return (slices if logical_ok else 0), physical
 
 
