@@ -190,7 +190,8 @@ def test_configurations_are_rendered_from_the_rule_files(served, kubectl):
             assert hook["objectSelector"] == {"matchExpressions": [{"key": "kueue.x-k8s.io/queue-name",
                                                                     "operator": "Exists"}]}
             assert hook["namespaceSelector"] == {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", SYSTEM]}]}
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn",   # decision 17
+                "values": [SYSTEM, "kube-system", "kube-public", "kube-node-lease"]}]}
         else:
             assert hook["objectSelector"] == {} and hook["namespaceSelector"] == {}
 
