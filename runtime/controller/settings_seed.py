@@ -16,6 +16,7 @@ import base64
 from datetime import datetime
 from typing import Mapping
 
+from runtime.kube.events import warning_event
 from runtime.model.rulefiles import SettingCatalogSpec
 
 
@@ -48,14 +49,8 @@ def invalid_setting_event(catalog: SettingCatalogSpec, secret: Mapping, setting:
     ``secret`` for a stored value of ``setting`` that does not parse (spec/settings.md §1); the default
     is used meanwhile."""
     meta = secret["metadata"]
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": catalog.invalidEvent.reason,
-        "metadata": {"name": f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}",
-                     "namespace": meta.get("namespace") or "default"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Secret", "name": meta["name"],
-                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-        "message": catalog.invalidEvent.message.format(setting=setting, value=value),
-        "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-    }
+    involved = {"apiVersion": "v1", "kind": "Secret", "name": meta["name"], "namespace": meta.get("namespace"),
+                "uid": meta.get("uid")}
+    return warning_event(involved, catalog.invalidEvent.reason,
+                         catalog.invalidEvent.message.format(setting=setting, value=value), "accelpolicy", now,
+                         name=f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}")

@@ -5,13 +5,14 @@ allocations); :mod:`.instancelife` plans the actions of one Instance (create, de
 :mod:`.persistentvolumes` renders an InstancePersistentVolume's claim and reads its status.
 """
 from runtime.engine.instances.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD,
-                                                   REMOVE_FINALIZER, SET_STOP, plan_instance)
+                                                   REMOVE_FINALIZER, SET_STOP, InstanceAction, plan_instance)
 from runtime.engine.instances.instancepods import (allocations_from_pod, container_resources, host_ips,
                                                    phase_from_pod, pool_flavors, render_pod, render_service)
 from runtime.engine.instances.persistentvolumes import claim_status, owns_claim, render_claim
 
 __all__ = [
-    "ADD_FINALIZER", "CREATE_POD", "CREATE_SERVICE", "DELETE_POD", "REMOVE_FINALIZER", "SET_STOP", "allocations_from_pod",
+    "ADD_FINALIZER", "CREATE_POD", "CREATE_SERVICE", "DELETE_POD", "REMOVE_FINALIZER", "SET_STOP", "InstanceAction",
+    "allocations_from_pod",
     "claim_status", "container_resources", "host_ips", "owns_claim", "phase_from_pod", "plan_instance",
     "pool_flavors", "render_claim", "render_pod", "render_service",
 ]

@@ -7,6 +7,7 @@ level-based: calling it again after the actions took effect gives the next step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from runtime.engine.instances.instancepods import (allocations_from_pod, host_ips, phase_from_pod, render_pod, render_service,
                                          service_ports)
@@ -14,12 +15,21 @@ from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, is_deleting
 
-ADD_FINALIZER = "add-finalizer"
-REMOVE_FINALIZER = "remove-finalizer"
-DELETE_POD = "delete-pod"
-CREATE_POD = "create-pod"
-SET_STOP = "set-stop"
-CREATE_SERVICE = "create-service"
+class InstanceAction(StrEnum):
+    """What :func:`plan_instance` asks of the controller, in ``InstancePlan.actions`` order; the
+    controller's dispatch table (runtime/controller/instances.py) turns each into a write."""
+
+    ADD_FINALIZER = "add-finalizer"
+    REMOVE_FINALIZER = "remove-finalizer"
+    DELETE_POD = "delete-pod"
+    CREATE_POD = "create-pod"
+    SET_STOP = "set-stop"
+    CREATE_SERVICE = "create-service"
+
+
+ADD_FINALIZER, REMOVE_FINALIZER = InstanceAction.ADD_FINALIZER, InstanceAction.REMOVE_FINALIZER
+DELETE_POD, CREATE_POD = InstanceAction.DELETE_POD, InstanceAction.CREATE_POD
+SET_STOP, CREATE_SERVICE = InstanceAction.SET_STOP, InstanceAction.CREATE_SERVICE
 
 
 @dataclass
@@ -27,7 +37,7 @@ class InstancePlan:
     """``actions``: (verb, payload) in order; ``status``: the Instance status to write, or None to
     keep it; ``requeue``: seconds until the next look (0: only on events)."""
 
-    actions: list[tuple[str, object]] = field(default_factory=list)
+    actions: list[tuple[InstanceAction, object]] = field(default_factory=list)
     status: dict | None = None
     requeue: int = 0
 
