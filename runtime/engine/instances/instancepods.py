@@ -17,7 +17,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_table
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
-from runtime.model.rulefiles import InstancePodSpec
+from runtime.model.instancepod import InstancePodSpec
 
 MI = 2**20
 GI = 2**30
