@@ -6,7 +6,8 @@ BIN    := $(VENV)/bin
 ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
-.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs
+.PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs \
+        docker-up kind-images kind-up kind-down kind-test
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -52,6 +53,25 @@ bench: install  ## benchmarks (figures, not pass/fail)
 podresources-stubs: install  ## regenerate runtime/kube/podresources/api_pb2*.py from k8s.io/kubelet api.proto (Go proxy)
 	$(BIN)/pip install --quiet -e '.[codegen]'
 	PY=$(CURDIR)/$(BIN)/python bash runtime/kube/podresources/regenerate.sh
+
+# The offline kind cluster (issue 11): docker behind the network guard, everything built here, nothing pulled.
+KIND_CLUSTER ?= accelpolicy
+KIND_WORKERS ?= 3
+
+docker-up:  ## start dockerd behind the network guard (ip_forward=0, nftables drop of bridge traffic leaving; e2e/kind/dockerd.sh)
+	bash e2e/kind/dockerd.sh start
+
+kind-images: docker-up  ## build kind, kubelet/kubeadm/kubectl/kube-proxy, CoreDNS, pause and the kind node image (no-op when built)
+	bash e2e/kind/node-image.sh
+
+kind-up: kind-images  ## create kind cluster $(KIND_CLUSTER): 1 control-plane + $(KIND_WORKERS) workers; prints the kubeconfig path
+	bash e2e/kind/kind-up.sh --name $(KIND_CLUSTER) --workers $(KIND_WORKERS)
+
+kind-down:  ## delete kind cluster $(KIND_CLUSTER)
+	bash e2e/kind/kind-down.sh --name $(KIND_CLUSTER)
+
+kind-test: install kind-images  ## the kind tests (guard refusal, a cluster up: nodes Ready, DNS, blackhole, no pulls)
+	$(BIN)/python -m pytest e2e/kind -m kind
 
 clean:  ## remove the venv and caches inside the clone (not the control-plane cache)
 	rm -rf $(VENV) .pytest_cache

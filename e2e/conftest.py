@@ -5,8 +5,10 @@
   controller), kwok, nfd-master and Kueue (configured by
   ``runtime.engine.pools.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
   ``make controlplane``, with Kueue's, NFD's and our CRDs installed.
-* ``kind``: a kind cluster through pytest-kind; skipped with the reason when ``kind`` is not on PATH
-  or ``docker info`` fails (no Docker engine). CRDs are installed into it.
+* ``kind``: the offline kind cluster of e2e/kind (``kind-up.sh``: docker behind the network guard,
+  the locally built node image, nothing pulled), 1 control-plane + 3 workers, named accelpolicy-e2e;
+  skipped with the reason when docker cannot be started here or the node image is not built
+  (``make kind-images``). CRDs are installed into it.
 * ``existing``: the cluster named by ``$KUBECONFIG`` (skipped when unset); CRDs are installed
   (server-side apply, idempotent).
 
@@ -20,9 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +35,7 @@ BACKENDS = ("local", "kind", "existing")
 
 def pytest_addoption(parser):
     parser.addoption("--cluster", choices=BACKENDS, default="local",
-                     help="e2e cluster backend: local (built control plane), kind (pytest-kind), "
+                     help="e2e cluster backend: local (built control plane), kind (e2e/kind, offline), "
                           "existing ($KUBECONFIG)")
 
 
@@ -52,21 +52,6 @@ class E2ECluster:
     backend: str
     kubeconfig: Path
     kubectl: Kubectl
-
-
-def kind_unavailable_reason() -> str | None:
-    """Why the kind backend cannot run here, or None when kind and a Docker engine are present."""
-    if shutil.which("kind") is None:
-        return "kind backend: `kind` is not on PATH"
-    if shutil.which("docker") is None:
-        return "kind backend: `docker` is not on PATH"
-    try:
-        r = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        return "kind backend: `docker info` timed out"
-    if r.returncode != 0:
-        return f"kind backend: `docker info` failed (no Docker engine): {(r.stderr or r.stdout).strip()[:200]}"
-    return None
 
 
 @pytest.fixture(scope="session")
@@ -87,20 +72,20 @@ def cluster(request, tmp_path_factory):
         finally:
             lc.stop()
     elif backend == "kind":
-        reason = kind_unavailable_reason()
-        if reason:
-            pytest.skip(reason)
-        from pytest_kind import KindCluster  # imported only when used
+        from kind.kindcluster import ClusterUnavailable, start_cluster, stop_cluster  # e2e/kind (issue 11)
 
-        kind = KindCluster("accelpolicy-e2e", kubeconfig=tmp_path_factory.mktemp("kind") / "kubeconfig",
-                           kind_path=Path(shutil.which("kind")))
-        kind.create()
         try:
-            kubectl = Kubectl(kind.kubeconfig_path)
+            kind = start_cluster("accelpolicy-e2e", workers=3)
+        except ClusterUnavailable as e:
+            pytest.skip(str(e))
+        except RuntimeError as e:
+            pytest.fail(str(e), pytrace=False)
+        try:
+            kubectl = Kubectl(kind.kubeconfig)
             install_crds(kubectl, all_crds(), timeout=120)
-            yield E2ECluster("kind", kind.kubeconfig_path, kubectl)
+            yield E2ECluster("kind", kind.kubeconfig, kubectl)
         finally:
-            kind.delete()
+            stop_cluster("accelpolicy-e2e")
     else:
         path = os.environ.get("KUBECONFIG")
         if not path:
