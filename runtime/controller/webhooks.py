@@ -57,6 +57,7 @@ class LiveAdmissionView:
         self._build_lock = threading.Lock()
         self.rebuilds = 0
         self.rebuild_seconds: list[float] = []
+        self.error: str | None = None  # why the last rebuild failed; None after a good one
 
     def on_event(self, kind: str, event_type: str, obj: dict) -> None:
         """A cache event: the view is stale when ``kind`` is one it reads."""
@@ -75,8 +76,13 @@ class LiveAdmissionView:
                     return self._view
                 generation = self._generation
             t0 = time.perf_counter()
-            view = admission_view(self.policy, self.cache.snapshot(self.kinds), live=True,
-                                  settings_namespace=self.settings_namespace)
+            try:
+                view = admission_view(self.policy, self.cache.snapshot(self.kinds), live=True,
+                                      settings_namespace=self.settings_namespace)
+            except Exception as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+                raise
+            self.error = None
             with self._lock:
                 self._view, self._built = view, generation
             self.rebuilds += 1
@@ -233,8 +239,23 @@ class ControllerWebhooks:
         return self
 
     def ready(self) -> None:
-        """The caches synced: serve from the live view; ``/readyz`` turns 200."""
+        """The caches synced: serve from the live view; ``/readyz`` turns 200 while
+        :meth:`not_ready_reason` finds nothing (issue 13 item 12)."""
         self.state.set_ready(self.engine, self.view)
+        self.state.ready_check = self.not_ready_reason
+
+    def not_ready_reason(self) -> str | None:
+        """Why ``/readyz`` says 503 now: a watch cache not in sync (never listed, or relisting), or
+        the cluster view that reviews judge against cannot be built (it is built here when stale).
+        None when ready. Blocking: the app calls it off the event loop."""
+        unsynced = self.controller.cache.unsynced()
+        if unsynced:
+            return f"caches not synced: {', '.join(unsynced)}"
+        try:
+            self.view()
+        except Exception:  # noqa: BLE001 - the reason is the answer
+            return f"cluster view cannot be built: {self.view.error}"
+        return None
 
     def client_config(self) -> ClientConfig:
         """How the API server reaches this server (see the class docstring)."""

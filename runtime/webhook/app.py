@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -61,6 +62,7 @@ class WebhookState:
     metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
     ready: bool = False
     view_source: Optional[Callable[[], AdmissionView]] = None  # a live view (the controller's caches)
+    ready_check: Optional[Callable[[], Optional[str]]] = None  # once ready: why not ready now, or None
 
     def set_ready(self, engine: AdmissionEngine, view: AdmissionView | Callable[[], AdmissionView]) -> None:
         """Install compiled rules and a loaded view; /readyz turns 200.
@@ -109,7 +111,10 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        return PlainTextResponse("ok" if state.ready else "not ready", status_code=200 if state.ready else 503)
+        reason = None if state.ready else "not ready"
+        if reason is None and state.ready_check is not None:
+            reason = await run_in_threadpool(state.ready_check)
+        return PlainTextResponse(reason or "ok", status_code=503 if reason else 200)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
