@@ -127,6 +127,11 @@ class WebhookRegistrar:
         self._thread.start()
         return self
 
+    def retarget(self, client: ClientConfig) -> None:
+        """Register ``client`` from now on (e.g. a rotated CA bundle); the next pass applies it."""
+        self.desired = webhook_configurations(self.policy, client)
+        self._dirty.set()
+
     def stop(self) -> None:
         """Stop keeping the configurations (they stay registered)."""
         self._stop.set()
@@ -224,11 +229,14 @@ class ControllerWebhooks:
     def __post_init__(self):
         policy = self.controller.policy
         self.engine = AdmissionEngine(policy)
+        timeout = 10  # the API server's default webhook timeoutSeconds
         if self.register_configurations:
-            registration_of(policy)  # KeyError now, naming the kind, rather than once leading
+            # KeyError now, naming the kind, rather than once leading
+            timeout = registration_of(policy).timeoutSeconds
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
-        self.state = WebhookState(max_body_bytes=self.max_body_bytes)
+        # answer a slow review ourselves, 2 s before the API server would give up on it (issue 13)
+        self.state = WebhookState(max_body_bytes=self.max_body_bytes, deadline_seconds=max(1.0, timeout - 2.0))
         self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
 
     def serve(self) -> "ControllerWebhooks":
@@ -288,11 +296,18 @@ class ControllerWebhooks:
                                           self.client_config()).start(sync_timeout)
         return self.registrar
 
+    def use_ca(self, ca_pem: bytes) -> None:
+        """A new CA bundle verifies the serving certificate: register it as ``caBundle`` from now on."""
+        self.tls.ca_pem = ca_pem
+        if self.registrar is not None:
+            self.registrar.retarget(self.client_config())
+
     def stop(self) -> None:
         """Stop the registrar and the server; registrations are left in place."""
         if self.registrar is not None:
             self.registrar.stop()
         if self.server is not None:
             self.server.stop()
+        self.state.close()
         if self.view.on_event in self.controller.listeners:
             self.controller.listeners.remove(self.view.on_event)

@@ -102,10 +102,10 @@ def _synced_and_ready(controller, hooks) -> None:
 
 def test_not_ready_until_synced_then_ready(webhooks):
     api, controller, hooks = webhooks
-    assert _readyz(hooks) == (503, "not ready")
+    assert _readyz(hooks) == (503, "not ready: rules or cluster view not loaded")
     hooks.ready()  # called too early: the caches never listed
     status, text = _readyz(hooks)
-    assert status == 503 and text.startswith("caches not synced: Node, NodeFeature, Devices,")
+    assert status == 503 and text.startswith("not ready: caches not synced: Node, NodeFeature, Devices,")
     controller.cache.start()
     assert controller.cache.wait_synced(10)
     assert _readyz(hooks) == (200, "ok")
@@ -117,7 +117,7 @@ def test_not_ready_while_a_cache_relists(webhooks):
     api.fail_lists.add("Devices")
     api.expire.add("Devices")  # its watch expires; the relist fails until the API answers again
     wait_for(controller.cache.unsynced, lambda kinds: "Devices" in kinds, timeout=10, what="Devices relisting")
-    assert _readyz(hooks) == (503, "caches not synced: Devices")
+    assert _readyz(hooks) == (503, "not ready: caches not synced: Devices")
     api.fail_lists.clear()
     wait_for(controller.cache.unsynced, lambda kinds: not kinds, timeout=10, what="caches in sync")
     assert _readyz(hooks) == (200, "ok")
@@ -132,7 +132,7 @@ def test_not_ready_while_the_cluster_view_cannot_be_built(webhooks):
     controller._on_event("Devices", "ADDED", broken)
     status, text = _readyz(hooks)
     assert status == 503
-    assert text == ("cluster view cannot be built: SnapshotError: <watch cache>: Devices node-x: "
+    assert text == ("not ready: cluster view cannot be built: SnapshotError: <watch cache>: Devices node-x: "
                     "spec.groups[0].accelerators[0].index: must be an integer, got 'x'")
     controller.cache["Devices"].forget("node-x")
     controller._on_event("Devices", "DELETED", broken)

