@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     flavors = [f for f in derive(policy, snap).resource_flavors
                if any(k.startswith(policy.prefix("acceleratable")) for k in f["spec"]["nodeLabels"])]
     rng = random.Random(7)
-    credits = policy.derivation.clusterQueue.creditsResourcePrefix
+    credits = policy.prefix("credits")
     workloads = []
     for i in range(args.workloads):
         flavor = rng.choice(flavors)

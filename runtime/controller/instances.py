@@ -42,10 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runtime.controller.plan import Action
+from runtime.controller.plan import Action, Verb
 from runtime.engine.pools import DesiredState
-from runtime.engine.instances import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD, REMOVE_FINALIZER, SET_STOP,
-                                      claim_status, owns_claim, plan_instance, pool_flavors, render_claim)
+from runtime.engine.instances import (InstanceAction, claim_status, owns_claim, plan_instance, pool_flavors,
+                                      render_claim)
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting, name_of
 from runtime.kube.ownership import owned_by_instance
@@ -89,6 +89,24 @@ def instance_type_for(state: DesiredState, snapshot: Snapshot, name: str) -> dic
     return {**desired, "metadata": live["metadata"]}
 
 
+# The engine's InstanceAction -> the controller's write: (name, namespace, instance, its Pod, payload) -> Action.
+_INSTANCE_WRITES = {
+    InstanceAction.ADD_FINALIZER: lambda name, ns, instance, pod, payload: Action(
+        Verb.ADD_FINALIZER, "Instance", name, ns, body=instance, reason="ensure the Instance finalizer"),
+    InstanceAction.REMOVE_FINALIZER: lambda name, ns, instance, pod, payload: Action(
+        Verb.REMOVE_FINALIZER, "Instance", name, ns, body=instance, reason="its Pod is gone"),
+    InstanceAction.SET_STOP: lambda name, ns, instance, pod, payload: Action(
+        Verb.PATCH, "Instance", name, ns, body={"spec": {"stop": bool(payload)}},
+        reason="drain stop: type gone, being deleted, or its queue HoldAndDrain"),
+    InstanceAction.DELETE_POD: lambda name, ns, instance, pod, payload: Action(
+        Verb.DELETE, "Pod", name, ns, body=pod, reason="stop, delete or rebuild"),
+    InstanceAction.CREATE_POD: lambda name, ns, instance, pod, payload: Action(
+        Verb.CREATE, "Pod", name, ns, body=payload, reason="no Pod yet"),
+    InstanceAction.CREATE_SERVICE: lambda name, ns, instance, pod, payload: Action(
+        Verb.CREATE, "Service", name, ns, body=payload, reason="the Pod has container ports (§11.5)"),
+}
+
+
 def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> InstanceActions:
     """Actions bringing every Instance of ``snapshot`` one step further (see the module docstring)."""
     out = InstanceActions()
@@ -114,28 +132,15 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
         first: list[Action] = []
         rest: list[Action] = []
         for verb, payload in decided.actions:
-            if verb == ADD_FINALIZER:
-                first.append(Action("add-finalizer", "Instance", name, namespace, body=instance,
-                                    reason="ensure the Instance finalizer"))
-            elif verb == REMOVE_FINALIZER:
-                rest.append(Action("remove-finalizer", "Instance", name, namespace, body=instance,
-                                   reason="its Pod is gone"))
-            elif verb == SET_STOP:
-                rest.append(Action("patch", "Instance", name, namespace, body={"spec": {"stop": bool(payload)}},
-                                   reason="drain stop: type gone, being deleted, or its queue HoldAndDrain"))
-            elif verb == DELETE_POD:
-                rest.append(Action("delete", "Pod", name, namespace, body=pod, reason="stop, delete or rebuild"))
-            elif verb == CREATE_POD:
-                if foreign:
-                    continue
-                rest.append(Action("create", "Pod", name, namespace, body=payload, reason="no Pod yet"))
-            elif verb == CREATE_SERVICE:
-                rest.append(Action("create", "Service", name, namespace, body=payload,
-                                   reason="the Pod has container ports (§11.5)"))
-            else:
+            if verb == InstanceAction.CREATE_POD and foreign:
+                continue
+            to_action = _INSTANCE_WRITES.get(verb)
+            if to_action is None:
                 raise ValueError(f"unknown Instance action {verb}")
+            (first if verb == InstanceAction.ADD_FINALIZER else rest).append(
+                to_action(name, namespace, instance, pod, payload))
         if decided.status is not None and decided.status != (instance.get("status") or {}):
-            first.append(Action("apply-status", "Instance", name, namespace,
+            first.append(Action(Verb.APPLY_STATUS, "Instance", name, namespace,
                                 body={"apiVersion": instance.get("apiVersion", api_version), "kind": "Instance",
                                       "metadata": {"name": name, "namespace": namespace},
                                       "status": decided.status},
@@ -163,12 +168,12 @@ def plan_persistent_volumes(policy: Policy, snapshot: Snapshot) -> list[Action]:
         name, namespace = meta["name"], meta.get("namespace") or "default"
         pvc = snapshot.get("PersistentVolumeClaim", name, namespace)
         if pvc is None:
-            out.append(Action("create", "PersistentVolumeClaim", name, namespace, body=render_claim(policy, ipv),
+            out.append(Action(Verb.CREATE, "PersistentVolumeClaim", name, namespace, body=render_claim(policy, ipv),
                               reason="the InstancePersistentVolume's claim (§13)"))
             continue
         status = claim_status(pvc) if owns_claim(ipv, pvc) else {}
         if status and status != (ipv.get("status") or {}):
-            out.append(Action("apply-status", "InstancePersistentVolume", name, namespace,
+            out.append(Action(Verb.APPLY_STATUS, "InstancePersistentVolume", name, namespace,
                               body={"apiVersion": ipv.get("apiVersion", api_version), "kind": "InstancePersistentVolume",
                                     "metadata": {"name": name, "namespace": namespace}, "status": status},
                               reason=f"claim {status.get('phase', '')}"))

@@ -28,6 +28,7 @@ Rules (spec/pools.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from runtime.engine.pools import DesiredState, fit_labels
 from runtime.engine.policy import Policy
@@ -35,13 +36,27 @@ from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, label
 from runtime.kube.ownership import owned
 
 
+class Verb(StrEnum):
+    """The controller's one action vocabulary; :meth:`runtime.controller.reconciler.Controller._execute`
+    dispatches on it through a table (one handler per verb)."""
+
+    APPLY = "apply"                        # server-side apply ``body``
+    APPLY_STATUS = "apply-status"          # server-side apply ``body``'s status subresource
+    APPLY_CHECK_STATE = "apply-check-state"   # a Workload's admission-check state (field manager: the check)
+    CREATE = "create"                      # create-only (a LocalQueue gets its owner reference first)
+    RECREATE = "recreate"                  # delete the live object, then apply ``body``
+    PATCH = "patch"                        # merge patch ``body``
+    DELETE = "delete"                      # ``body`` = the live object (the applier refuses what we do not own)
+    ADD_FINALIZER = "add-finalizer"        # ``body`` = the live object (JSON patch, tested)
+    REMOVE_FINALIZER = "remove-finalizer"  # ``body`` = the live object (JSON patch, tested)
+
+
 @dataclass(frozen=True)
 class Action:
-    """One write. ``verb``: ``apply`` (server-side apply ``body``), ``apply-status``, ``create``
-    (create-only), ``recreate`` (delete the live object, then apply ``body``), ``patch`` (merge patch
-    ``body``), ``delete``, ``remove-finalizer`` (``body`` = the live object). ``reason`` says why."""
+    """One write: ``verb`` (:class:`Verb`) on ``kind``/``name``/``namespace`` with ``body``; ``reason``
+    says why."""
 
-    verb: str
+    verb: Verb
     kind: str
     name: str
     namespace: str = ""
@@ -73,11 +88,11 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "")
     created = set(state.created_instance_types)
     for it in state.instance_types:
         if name_of(it) in created and snapshot.get("InstanceType", name_of(it)) is None:
-            actions.append(Action("create", "InstanceType", name_of(it), body=_without_status(it),
+            actions.append(Action(Verb.CREATE, "InstanceType", name_of(it), body=_without_status(it),
                                   reason="derived pool type (create-only)"))
             # its status at once, not after every queue: a type is never listed without status
             # longer than one write (issue 16: empty cells seen for half a second at 2,000 nodes)
-            actions.append(Action("apply-status", "InstanceType", name_of(it), body=it, reason="status of the created type"))
+            actions.append(Action(Verb.APPLY_STATUS, "InstanceType", name_of(it), body=it, reason="status of the created type"))
     actions += _cluster_queues(policy, state, snapshot)
     actions += _local_queues(policy, state, snapshot)
     actions += _instance_type_status(policy, state, snapshot)
@@ -102,25 +117,25 @@ def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Ac
     note = policy.prefix("note")
     for name, flavor, live in _pairs(state.resource_flavors, "ResourceFlavor", snapshot):
         if live is None:
-            out.append(Action("apply", "ResourceFlavor", name, body=flavor, reason="missing"))
+            out.append(Action(Verb.APPLY, "ResourceFlavor", name, body=flavor, reason="missing"))
             continue
         if is_deleting(live):
             continue  # recreated once it is gone
         if (live.get("spec") or {}).get("nodeLabels") != flavor["spec"]["nodeLabels"]:
-            out.append(Action("recreate", "ResourceFlavor", name, body=flavor, reason="spec.nodeLabels differ"))
+            out.append(Action(Verb.RECREATE, "ResourceFlavor", name, body=flavor, reason="spec.nodeLabels differ"))
             continue
         live_notes = {k: v for k, v in annotations_of(live).items() if k.startswith(note)}
         want_notes = flavor["metadata"].get("annotations") or {}
         if not _contains(flavor["metadata"]["labels"], labels_of(live)) or live_notes != want_notes:
-            out.append(Action("apply", "ResourceFlavor", name, body=flavor, reason="labels or notes differ"))
+            out.append(Action(Verb.APPLY, "ResourceFlavor", name, body=flavor, reason="labels or notes differ"))
             stale = {k: None for k in live_notes if k not in want_notes}
             if stale:
-                out.append(Action("patch", "ResourceFlavor", name, body={"metadata": {"annotations": stale}},
+                out.append(Action(Verb.PATCH, "ResourceFlavor", name, body={"metadata": {"annotations": stale}},
                                   reason="stale notes"))
     for name in state.flavor_deletes:
         live = snapshot.get("ResourceFlavor", name)
         if live is not None and not is_deleting(live):
-            out.append(Action("delete", "ResourceFlavor", name, body=live, reason="no contributor"))
+            out.append(Action(Verb.DELETE, "ResourceFlavor", name, body=live, reason="no contributor"))
     return out
 
 
@@ -129,14 +144,14 @@ def _admission_checks(policy: Policy, state: DesiredState, snapshot: Snapshot, n
     for name, check, live in _pairs(state.admission_checks, "AdmissionCheck", snapshot):
         if live is None or not _contains(check["metadata"].get("labels") or {}, labels_of(live)) \
                 or not _contains(check["spec"], live.get("spec") or {}):
-            out.append(Action("apply", "AdmissionCheck", name, body=check, reason="missing or differs"))
+            out.append(Action(Verb.APPLY, "AdmissionCheck", name, body=check, reason="missing or differs"))
         conditions = ((live or {}).get("status") or {}).get("conditions") or []
         if not any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions):
             active = policy.derivation.admissionCheck.active
             status = {"conditions": [{"type": "Active", "status": "True", "reason": active.reason,
                                       "message": active.message,
                                       "lastTransitionTime": now or "1970-01-01T00:00:00Z"}]}
-            out.append(Action("apply-status", "AdmissionCheck", name, body={**check, "status": status},
+            out.append(Action(Verb.APPLY_STATUS, "AdmissionCheck", name, body={**check, "status": status},
                               reason="keep Active"))
     return out
 
@@ -170,21 +185,21 @@ def _cluster_queues(policy: Policy, state: DesiredState, snapshot: Snapshot) -> 
         if live is not None and is_deleting(live):
             continue
         if live is None:
-            out.append(Action("apply", "ClusterQueue", name, body=queue, reason="missing"))
+            out.append(Action(Verb.APPLY, "ClusterQueue", name, body=queue, reason="missing"))
             continue
         ok, prune = _queue_matches(policy, queue, live)
         if not ok:
-            out.append(Action("apply", "ClusterQueue", name, body=queue, reason="kept fields differ"))
+            out.append(Action(Verb.APPLY, "ClusterQueue", name, body=queue, reason="kept fields differ"))
             if prune:
-                out.append(Action("patch", "ClusterQueue", name, body=prune, reason="prune stale fields"))
+                out.append(Action(Verb.PATCH, "ClusterQueue", name, body=prune, reason="prune stale fields"))
     for live in snapshot.list("ClusterQueue"):
         name = name_of(live)
         if name in wanted or not owned(policy, live):
             continue
         if not is_deleting(live):
-            out.append(Action("delete", "ClusterQueue", name, body=live, reason="no InstanceType"))
+            out.append(Action(Verb.DELETE, "ClusterQueue", name, body=live, reason="no InstanceType"))
         elif (live.get("spec") or {}).get("stopPolicy") != "HoldAndDrain":
-            out.append(Action("patch", "ClusterQueue", name, body={"spec": {"stopPolicy": "HoldAndDrain"}},
+            out.append(Action(Verb.PATCH, "ClusterQueue", name, body={"spec": {"stopPolicy": "HoldAndDrain"}},
                               reason="queue being deleted"))
     return out
 
@@ -196,11 +211,11 @@ def _local_queues(policy: Policy, state: DesiredState, snapshot: Snapshot) -> li
         key = (_ns(lq), name_of(lq))
         wanted.add(key)
         if snapshot.get("LocalQueue", key[1], key[0]) is None:
-            out.append(Action("create", "LocalQueue", key[1], key[0], body=lq, reason="missing (create-only)"))
+            out.append(Action(Verb.CREATE, "LocalQueue", key[1], key[0], body=lq, reason="missing (create-only)"))
     for live in snapshot.list("LocalQueue"):
         key = (_ns(live), name_of(live))
         if key not in wanted and owned(policy, live) and not is_deleting(live):
-            out.append(Action("delete", "LocalQueue", key[1], key[0], body=live, reason="its queue is not kept"))
+            out.append(Action(Verb.DELETE, "LocalQueue", key[1], key[0], body=live, reason="its queue is not kept"))
     return out
 
 
@@ -211,10 +226,10 @@ def _instance_type_status(policy: Policy, state: DesiredState, snapshot: Snapsho
         if live is None:  # a created type's status follows its create (see plan)
             continue
         if (live.get("status") or {}) != it.get("status"):
-            out.append(Action("apply-status", "InstanceType", name, body=it, reason="status differs"))
+            out.append(Action(Verb.APPLY_STATUS, "InstanceType", name, body=it, reason="status differs"))
         if live is not None and is_deleting(live) and finalizer in (live["metadata"].get("finalizers") or []) \
                 and snapshot.get("ClusterQueue", name) is None:
-            out.append(Action("remove-finalizer", "InstanceType", name, body=live, reason="its queue is gone"))
+            out.append(Action(Verb.REMOVE_FINALIZER, "InstanceType", name, body=live, reason="its queue is gone"))
     return out
 
 
@@ -224,13 +239,13 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
     for name, entry, live in _pairs(state.instance_type_flavors, "InstanceTypeFlavor", snapshot):
         wanted.add(name)
         if live is None or (live.get("spec") or {}) != entry["spec"]:
-            out.append(Action("apply", "InstanceTypeFlavor", name, body=entry, reason="missing or differs"))
+            out.append(Action(Verb.APPLY, "InstanceTypeFlavor", name, body=entry, reason="missing or differs"))
             extra = {k: None for k in ((live or {}).get("spec") or {}) if k not in entry["spec"]}
             if extra:
-                out.append(Action("patch", "InstanceTypeFlavor", name, body={"spec": extra}, reason="stale fields"))
+                out.append(Action(Verb.PATCH, "InstanceTypeFlavor", name, body={"spec": extra}, reason="stale fields"))
     for live in snapshot.list("InstanceTypeFlavor"):
         if name_of(live) not in wanted and not is_deleting(live):
-            out.append(Action("delete", "InstanceTypeFlavor", name_of(live), body=live, reason="not in the catalog"))
+            out.append(Action(Verb.DELETE, "InstanceTypeFlavor", name_of(live), body=live, reason="not in the catalog"))
     return out
 
 
@@ -257,5 +272,5 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list
             continue
         labels: dict = {k: None for k in have if k not in want}
         labels.update({k: v for k, v in want.items() if have.get(k) != v})
-        out.append(Action("patch", "Node", name, body={"metadata": {"labels": labels}}, reason="fit labels differ"))
+        out.append(Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": labels}}, reason="fit labels differ"))
     return out

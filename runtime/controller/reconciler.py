@@ -41,10 +41,9 @@ from loguru import logger
 
 from runtime.controller import settings_seed
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
-from runtime.controller.plan import Action, plan
+from runtime.controller.plan import Action, Verb, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
-from runtime.controller.workloadchecks import VERB as CHECK_STATE_VERB
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
 from runtime.engine.policy import Policy
@@ -310,51 +309,62 @@ class Controller:
             if key in self._reported:
                 continue
             self._reported.add(key)
-            event = invalid_setting_event(secret, name, key[1], datetime.now(timezone.utc))
+            event = invalid_setting_event(self.policy.settings, secret, name, key[1], datetime.now(timezone.utc))
             try:
                 self.applier.create(event)
             except KubeApiError as exc:
                 logger.warning("InvalidSetting event for {}: {}", name, exc)
 
     def _execute(self, action: Action) -> None:
-        applier = self.applier
-        if action.verb == "apply":
-            applier.apply(action.body)
-        elif action.verb == "apply-status":
-            applier.apply_status(action.body)
-        elif action.verb == CHECK_STATE_VERB:
-            self._apply_check_state(action)
-        elif action.verb == "create":
-            body = action.body
-            if action.kind == "LocalQueue":
-                body = self._with_owner(body)
-            applier.create(body)
-        elif action.verb == "patch":
-            applier.merge_patch(action.kind, action.name, action.body, action.namespace)
-        elif action.verb == "delete":
-            applier.delete(action.body)
-        elif action.verb == "recreate":
-            live = self.cache.get(action.kind, action.name)
-            if live is not None:
-                applier.delete(live)
-            if applier.get(action.kind, action.name) is None:
-                applier.apply(action.body)
-            # else: still held by a finalizer; its DELETED event brings the next reconcile.
-        elif action.verb == "remove-finalizer":
-            finalizers = action.body["metadata"].get("finalizers") or []
-            index = finalizers.index(self.policy.key(FINALIZER_ROLES[action.kind]))
-            applier.json_patch(action.kind, action.name, [
-                {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizers[index]},
-                {"op": "remove", "path": f"/metadata/finalizers/{index}"}], action.namespace)
-        elif action.verb == "add-finalizer":
-            finalizers = action.body["metadata"].get("finalizers")
-            finalizer = self.policy.key(FINALIZER_ROLES[action.kind])
-            ops = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-                   {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}] if finalizers else \
-                [{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
-            applier.json_patch(action.kind, action.name, ops, action.namespace)
-        else:
+        """Run one planned write through the handler of its :class:`Verb` (the dispatch table)."""
+        handler = self._handlers.get(action.verb)
+        if handler is None:
             raise RuntimeError(f"unknown action verb {action.verb}")
+        handler(self, action)
+
+    def _do_apply(self, action: Action) -> None:
+        self.applier.apply(action.body)
+
+    def _do_apply_status(self, action: Action) -> None:
+        self.applier.apply_status(action.body)
+
+    def _do_create(self, action: Action) -> None:
+        self.applier.create(self._with_owner(action.body) if action.kind == "LocalQueue" else action.body)
+
+    def _do_patch(self, action: Action) -> None:
+        self.applier.merge_patch(action.kind, action.name, action.body, action.namespace)
+
+    def _do_delete(self, action: Action) -> None:
+        self.applier.delete(action.body)
+
+    def _do_recreate(self, action: Action) -> None:
+        live = self.cache.get(action.kind, action.name)
+        if live is not None:
+            self.applier.delete(live)
+        if self.applier.get(action.kind, action.name) is None:
+            self.applier.apply(action.body)
+        # else: still held by a finalizer; its DELETED event brings the next reconcile.
+
+    def _do_remove_finalizer(self, action: Action) -> None:
+        finalizers = action.body["metadata"].get("finalizers") or []
+        index = finalizers.index(self.policy.key(FINALIZER_ROLES[action.kind]))
+        self.applier.json_patch(action.kind, action.name, [
+            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizers[index]},
+            {"op": "remove", "path": f"/metadata/finalizers/{index}"}], action.namespace)
+
+    def _do_add_finalizer(self, action: Action) -> None:
+        finalizers = action.body["metadata"].get("finalizers")
+        finalizer = self.policy.key(FINALIZER_ROLES[action.kind])
+        ops = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+               {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}] if finalizers else \
+            [{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
+        self.applier.json_patch(action.kind, action.name, ops, action.namespace)
+
+    _handlers = {
+        Verb.APPLY: _do_apply, Verb.APPLY_STATUS: _do_apply_status, Verb.APPLY_CHECK_STATE: _apply_check_state,
+        Verb.CREATE: _do_create, Verb.PATCH: _do_patch, Verb.DELETE: _do_delete, Verb.RECREATE: _do_recreate,
+        Verb.REMOVE_FINALIZER: _do_remove_finalizer, Verb.ADD_FINALIZER: _do_add_finalizer,
+    }
 
     def _with_owner(self, lq: dict) -> dict:
         """A LocalQueue with the controller owner reference to its ClusterQueue (§8.1)."""

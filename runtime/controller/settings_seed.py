@@ -7,7 +7,7 @@ Pure helpers; the controller performs the one write they call for:
 * it exists -> add only the missing keys; a stored value is never overwritten (env values are
   first-deploy seeds only); keys that are not settings are left untouched.
 
-The namespace is the catalog's (``gpustack-system``) unless env ``KUBERNETES_POD_NAMESPACE`` names
+The namespace is the catalog's (the system namespace of rules/pools/derivation.yaml) unless env ``KUBERNETES_POD_NAMESPACE`` names
 another (the catalog's ``namespaceEnv``).
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import base64
 from datetime import datetime
 from typing import Mapping
 
+from runtime.kube.events import warning_event
 from runtime.model.rulefiles import SettingCatalogSpec
 
 
@@ -42,18 +43,14 @@ def secret_namespace(catalog: SettingCatalogSpec, env: Mapping[str, str]) -> str
     return env.get(catalog.namespaceEnv) or catalog.namespace
 
 
-def invalid_setting_event(secret: Mapping, setting: str, value: str, now: datetime) -> dict:
-    """The Warning Event ``InvalidSetting`` (core/v1) on ``secret`` for a stored value of ``setting``
-    that does not parse (spec/settings.md §1); the default is used meanwhile."""
+def invalid_setting_event(catalog: SettingCatalogSpec, secret: Mapping, setting: str, value: str,
+                          now: datetime) -> dict:
+    """The Warning Event (core/v1; reason and message: ``invalidEvent`` of rules/settings.yaml) on
+    ``secret`` for a stored value of ``setting`` that does not parse (spec/settings.md §1); the default
+    is used meanwhile."""
     meta = secret["metadata"]
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "InvalidSetting",
-        "metadata": {"name": f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}",
-                     "namespace": meta.get("namespace") or "default"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Secret", "name": meta["name"],
-                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-        "message": f"setting {setting}: stored value {value!r} does not parse; using its default",
-        "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-    }
+    involved = {"apiVersion": "v1", "kind": "Secret", "name": meta["name"], "namespace": meta.get("namespace"),
+                "uid": meta.get("uid")}
+    return warning_event(involved, catalog.invalidEvent.reason,
+                         catalog.invalidEvent.message.format(setting=setting, value=value), "accelpolicy", now,
+                         name=f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}")

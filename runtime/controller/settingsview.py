@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 
-from runtime.controller.plan import Action
+from runtime.controller.plan import Action, Verb
 from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot
 from runtime.model.rulefiles import SettingCatalogSpec
@@ -49,8 +49,8 @@ def plan_settings(catalog: SettingCatalogSpec, namespace: str, snapshot: Snapsho
         live = snapshot.get(KIND, name, namespace)
         value = stored.get(name, setting.default)
         if live is None:
-            actions.append(Action("create", KIND, name, namespace, body=ident, reason="missing"))
-            actions.append(Action("apply-status", KIND, name, namespace,
+            actions.append(Action(Verb.CREATE, KIND, name, namespace, body=ident, reason="missing"))
+            actions.append(Action(Verb.APPLY_STATUS, KIND, name, namespace,
                                   body={**ident, "status": setting_status(catalog, name, value, 1)},
                                   reason="new Setting"))
             continue
@@ -60,13 +60,13 @@ def plan_settings(catalog: SettingCatalogSpec, namespace: str, snapshot: Snapsho
         wanted = (live.get("spec") or {}).get("value")
         if generation > observed and not (wanted is not None and secret is None):  # else: once seeded
             if wanted is not None and stored.get(name) != wanted:
-                actions.append(Action("patch", "Secret", catalog.secretName, namespace,
+                actions.append(Action(Verb.PATCH, "Secret", catalog.secretName, namespace,
                                       body={"data": {name: base64.b64encode(str(wanted).encode()).decode()}},
                                       reason=f"Setting {name} spec.value (generation {generation})"))
                 value = str(wanted)
             observed = generation
         want = setting_status(catalog, name, value, observed)
         if want != status:
-            actions.append(Action("apply-status", KIND, name, namespace, body={**ident, "status": want},
+            actions.append(Action(Verb.APPLY_STATUS, KIND, name, namespace, body={**ident, "status": want},
                                   reason="status differs"))
     return actions

@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runtime.controller.plan import Action
+from runtime.controller.plan import Action, Verb
 from runtime.engine import admissioncheck as ac
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, name_of, object_ref
 
-VERB = "apply-check-state"
+VERB = Verb.APPLY_CHECK_STATE
 
 
 @dataclass

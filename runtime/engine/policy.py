@@ -36,6 +36,19 @@ class Policy:
         """The key prefix of ``role`` (rules/labels.yaml ``spec.prefixes``)."""
         return self.labels.prefixes[role]
 
+    def suffix(self, role: str) -> str:
+        """The key suffix of ``role`` (rules/labels.yaml ``spec.suffixes``), e.g. ``count`` -> ``.count``."""
+        return self.labels.suffixes[role]
+
+    def setting(self, role: str) -> str:
+        """The name of the setting the derivation reads as ``role`` (rules/pools/derivation.yaml ``settings``)."""
+        return self.derivation.settings[role]
+
+    @cached_property
+    def kueue(self) -> rf.KueueConfigurationSpec:
+        """rules/pools/kueue.yaml: Kueue's charging and the ``cpu`` resource name."""
+        return self.ruleset.get("KueueConfiguration")
+
     @cached_property
     def node_facts(self) -> rf.NodeFactsSpec:
         return self.ruleset.get("NodeFacts")

@@ -2,7 +2,7 @@
 
 Objects go in and come out as JSON-shaped dicts (camelCase, as the API server stores them).
 
-* :meth:`KubeClient.load` - kubeconfig file, else in-cluster service account, else ``~/.kube/config``.
+* :meth:`KubeClient.load` - the one kubeconfig loader (:func:`runtime.kube.session.connect`).
 * reads: :meth:`get_node`, :meth:`get_custom`, :meth:`get_secret`, :meth:`pods_on_node`.
 * writes: :meth:`upsert_custom` (create, or replace labels/ownerReferences/spec keeping the
   resourceVersion), :meth:`replace_custom_status`, :meth:`patch_node_annotations`,
@@ -24,12 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from loguru import logger
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from runtime.kube.events import warning_event
+from runtime.kube.ownership import owned_by
+from runtime.kube.session import connect
+
+__all__ = ["KubeClient", "WatchSpec", "owned_by", "retry_conflicts", "watch_forever"]
 
 RETRIED_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 
@@ -46,14 +50,6 @@ def _not_found(exc: ApiException) -> bool:
     return exc.status == 404
 
 
-def owned_by(obj: Mapping[str, Any], owner_uid: str, owner_name: str) -> bool:
-    """Whether ``obj`` has a controller ownerReference to the owner (by uid, or by name if uid empty)."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and (ref.get("uid") == owner_uid if owner_uid else ref.get("name") == owner_name):
-            return True
-    return False
-
-
 class KubeClient:
     """See the module docstring. ``api_client`` is a configured :class:`kubernetes.client.ApiClient`."""
 
@@ -64,17 +60,12 @@ class KubeClient:
 
     @classmethod
     def load(cls, kubeconfig: str | None = None) -> "KubeClient":
-        """Configure from ``kubeconfig`` (if given), else in-cluster, else the default kubeconfig.
+        """Configure with the one kubeconfig loader, :func:`runtime.kube.session.connect`: ``kubeconfig``
+        (if given), else ``$KUBECONFIG``/``~/.kube/config``, else the in-cluster ServiceAccount.
 
-        Raises :class:`kubernetes.config.config_exception.ConfigException` when none works.
+        Raises :class:`runtime.kube.session.KubeConfigError` when none works.
         """
-        if kubeconfig:
-            return cls(k8s_config.new_client_from_config(config_file=kubeconfig))
-        try:
-            k8s_config.load_incluster_config()
-            return cls(k8s.ApiClient())
-        except ConfigException:
-            return cls(k8s_config.new_client_from_config())
+        return cls(connect(kubeconfig).api_client)
 
     def _dict(self, obj: Any) -> dict[str, Any]:
         return self.api_client.sanitize_for_serialization(obj)
@@ -218,16 +209,10 @@ class KubeClient:
     def warn(self, involved: Mapping[str, Any], reason: str, message: str, component: str) -> None:
         """Record a Warning Event on ``involved`` (keys ``api_version, kind, name``, optional ``namespace, uid``).
         Events on cluster-scoped objects go to namespace ``default``."""
-        ns = involved.get("namespace") or "default"
-        now = datetime.datetime.now(datetime.timezone.utc)
-        body = k8s.CoreV1Event(
-            metadata=k8s.V1ObjectMeta(generate_name=f"{involved['name']}.", namespace=ns),
-            involved_object=k8s.V1ObjectReference(**{k: involved.get(k) for k in
-                                                     ("api_version", "kind", "name", "namespace", "uid")}),
-            reason=reason, message=message, type="Warning", first_timestamp=now, last_timestamp=now,
-            count=1, source=k8s.V1EventSource(component=component))
+        ref = {"apiVersion": involved.get("api_version"), **{k: involved.get(k) for k in ("kind", "name", "namespace", "uid")}}
+        body = warning_event(ref, reason, message, component, datetime.datetime.now(datetime.timezone.utc))
         try:
-            self.core.create_namespaced_event(ns, body)
+            self.core.create_namespaced_event(body["metadata"]["namespace"], body)
         except ApiException as exc:
             logger.warning("cannot record event {} on {} {}: {}", reason, involved.get("kind"), involved.get("name"), exc)
 

@@ -1,8 +1,9 @@
 """Which objects accelpolicy owns, and so may delete (spec/pools.md §2.4, §4, §7-§8, §11;
 spec/instances.md §11.1).
 
-Kept apart from :mod:`runtime.kube.applier` so the pure planner can use the same rule without
-importing the client library.
+Kept apart from :mod:`runtime.kube.applier` and :mod:`runtime.kube.client` so the pure planner can
+use the same rules without importing the client library; the one ownership helper of the agent
+(:func:`owned_by`) and the controller (:func:`owned`, :func:`owned_by_instance`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,15 @@ def controller_owner(obj: dict) -> dict | None:
         if ref.get("controller"):
             return ref
     return None
+
+
+def owned_by(obj: dict, owner_uid: str, owner_name: str) -> bool:
+    """Whether ``obj``'s controller ownerReference is the owner (by uid, or by name when ``owner_uid`` is
+    empty): the agent's rule for the NodeFeatures and Devices it may replace or delete."""
+    ref = controller_owner(obj)
+    if ref is None:
+        return False
+    return ref.get("uid") == owner_uid if owner_uid else ref.get("name") == owner_name
 
 
 def owned_by_instance(obj: dict, instance_uid: str | None = None) -> bool:

@@ -5,5 +5,6 @@ imported here, so the loader knows every kind.
 """
 from runtime.model import rulefiles  # noqa: F401
 from runtime.model import agent  # noqa: F401  (kind NodeAgent)
+from runtime.model import instancepod  # noqa: F401  (kind InstancePod)
 from runtime.model import admission  # noqa: F401,E402
 from runtime.model import audit  # noqa: F401,E402  (kind AuditPolicy)

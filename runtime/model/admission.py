@@ -35,9 +35,13 @@ class Match(Strict):
     resource: str = Field(min_length=1, description="plural resource, e.g. pods")
     operations: list[Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]] = Field(min_length=1)
     versions: list[str] = Field(["*"], min_length=1, description="API versions registered (rules[].apiVersions)")
-    labelsExist: list[str] = Field([], description="objectSelector: each label key must exist")
+    labelsExist: list[str] = Field([], description="objectSelector: each label key must exist (filled at load "
+                                                    "from labelRolesExist)")
+    labelRolesExist: list[str] = Field([], description="roles of rules/labels.yaml keys that must exist")
     excludeNamespaces: list[str] = Field([], description="namespaceSelector: requests in these namespaces "
                                                           "are not sent (and not judged offline)")
+    excludeReservedNamespaces: bool = Field(False, description="add rules/pools/derivation.yaml reservedNamespaces "
+                                                               "to excludeNamespaces (at load)")
     skipDeleting: bool = Field(False, description="UPDATE of an object with a deletionTimestamp is allowed untouched")
 
 
@@ -60,6 +64,7 @@ class Lookup(Strict):
     namespaced: bool = False
     nameExpression: Optional[Expr] = None
     labelKey: str = ""
+    labelRole: str = Field("", description="role of a rules/labels.yaml key; fills labelKey at load")
     labelValueExpression: Optional[Expr] = None
     when: Optional[Expr] = None
 
@@ -67,8 +72,8 @@ class Lookup(Strict):
     def _one_selector(self) -> "Lookup":
         if (self.nameExpression is None) == (self.labelValueExpression is None):
             raise ValueError("a lookup needs exactly one of nameExpression, labelValueExpression")
-        if self.labelValueExpression is not None and not self.labelKey:
-            raise ValueError("labelValueExpression needs labelKey")
+        if self.labelValueExpression is not None and not (self.labelKey or self.labelRole):
+            raise ValueError("labelValueExpression needs labelKey or labelRole")
         return self
 
 

@@ -6,7 +6,7 @@ Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -73,7 +73,8 @@ class CapacityKeys(Strict):
     slicedMemoryMib: str
     partitionedUnits: str
     partitionedProfile: str
-    percentPerSlice: int = Field(gt=0)
+    percentPerSlice: int = Field(0, ge=0, description="omitted: percentPerAccelerator of rules/constants.yaml "
+                                                       "(filled at load)")
 
 
 class LedgerModes(Strict):
@@ -141,11 +142,11 @@ class ManufacturerEnvSpec(Strict):
 class NodeAgentSpec(Strict):
     """spec of rules/agent.yaml; field meanings are commented there."""
 
-    namespace: str
+    namespace: str = Field("", description="omitted: the systemNamespace of rules/pools/derivation.yaml")
     namespaceEnv: str
     nodeFeature: NodeFeatureSpec
     devices: ObjectKindSpec
-    suffixes: LabelSuffixes
+    suffixes: Optional[LabelSuffixes] = Field(None, description="filled at load from rules/labels.yaml suffixes")
     trueValue: str
     falseValue: str
     settings: AgentSettingNames

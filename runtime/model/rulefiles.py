@@ -42,7 +42,9 @@ class Metadata(Strict):
 class ConstantsSpec(Strict):
     creditsPerAccelerator: int = Field(gt=0, description="D: credits of one whole accelerator")
     sharesPerAccelerator: int = Field(gt=0, description="ownership shares per accelerator")
-    percentPerAccelerator: int = Field(gt=0, description="VRAM percent units per accelerator")
+    percentPerAccelerator: int = Field(gt=0, description="VRAM percent units per accelerator (also the whole "
+                                                         "accelerator's cores-percentage)")
+    maxNameLength: int = Field(gt=0, description="Kubernetes' longest object name (a DNS-1123 subdomain)")
 
     @property
     def share(self) -> int:
@@ -88,6 +90,7 @@ class LabelCatalogSpec(Strict):
     keys: dict[str, str] = Field(description="role -> label/annotation key")
     prefixes: dict[str, str] = Field(description="role -> key prefix ending in '/'")
     propagatedPrefixes: list[str] = Field(description="Node label prefixes NodeFeatures own (NFD merge)")
+    suffixes: dict[str, str] = Field(description="role -> label key suffix (after <gKey>, <aKey> or <manufacturer>)")
     fitLabelSuffix: str = Field(description="fit labels (controller-written) end their prefix with this")
     fitCoalesceSeconds: float = Field(default=3.0, ge=0,
                                       description="how long the controller gathers fit label changes before "
@@ -158,13 +161,22 @@ class SettingDef(Strict):
     description: str
 
 
+class InvalidSettingEvent(Strict):
+    """The Warning Event for a stored value that does not parse (spec/settings.md §1)."""
+
+    reason: str = Field(min_length=1)
+    message: str = Field(min_length=1, description="str.format with {setting} and {value}")
+
+
 class SettingCatalogSpec(Strict):
-    namespace: str
+    namespace: str = Field("", description="omitted: the systemNamespace of rules/pools/derivation.yaml "
+                                           "(filled at load, runtime/rules/vocabulary.py)")
     namespaceEnv: str = "KUBERNETES_POD_NAMESPACE"
     secretName: str
     envPrefix: str = "GPUSTACK_"
     booleanTrue: list[str]
     booleanFalse: list[str]
+    invalidEvent: InvalidSettingEvent
     settings: list[SettingDef]
 
 
@@ -206,13 +218,18 @@ class AdmissionCheckSpec(Strict):
 class ClusterQueueSpec(Strict):
     template: dict[str, Any]
     maxFlavors: int = Field(gt=0)
-    creditsResourcePrefix: str
     tooManyFlavorsMessage: Expr
 
 
 class PoolDerivationSpec(Strict):
     systemNamespace: str
-    reservedNamespaces: list[str]
+    reservedNamespaces: list[str] = Field(description="no LocalQueues, no Instances, no Pod webhook (decision 17)")
+    controllerServiceAccount: str = Field(min_length=1, description="the controller's ServiceAccount in the system "
+                                                                     "namespace: the only user that may delete "
+                                                                     "Settings and write InstanceTypeFlavors")
+    settings: dict[str, str] = Field(description="role -> setting name (rules/settings.yaml) the derivation reads")
+    entrancePrefix: str = Field(min_length=1, description="every entrance starts with it (CEL variable of entrance; "
+                                                          "the Workload webhook's match condition)")
     managed: Expr
     flavors: dict[Literal["cpu", "device"], FlavorRule]
     pools: PoolNames
@@ -298,75 +315,6 @@ class RuleDocument(Strict):
     kind: str
     metadata: Metadata
     spec: dict[str, Any]
-
-
-# --- instance pods (spec/instances.md §11-§12) --------------------------------------------------------
-class PodVolumeNames(Strict):
-    workspace: str
-    additionalPrefix: str
-    sshKeys: str
-    sshKeysMountPath: str
-    sshKeysDefaultMode: int
-
-
-class SshSidecar(Strict):
-    capabilities: list[str]
-    volumeMountEnv: str
-    imageSetting: str
-
-
-class OvercommitSpec(Strict):
-    setting: str
-    cpuMillisPerCore: int = Field(gt=0)
-    acceleratedCpuMillisPerCore: int = Field(gt=0)
-    memoryMiPerGi: int = Field(gt=0)
-    storageMiPerGi: int = Field(gt=0)
-
-
-class PlacementSpec(Strict):
-    setting: str
-    noProvisioner: str
-    missingMessage: str
-    unboundMessage: str
-    defaultCapacity: str = Field(min_length=1)   # an InstancePersistentVolume's claim size when unset (§13)
-
-
-class LifecycleSpec(Strict):
-    requeueSeconds: int = Field(gt=0)
-    rebuildWindowSeconds: int = Field(gt=0)
-    admissionErrorReason: str
-
-
-class ServiceSpec(Strict):
-    """The Instance's Service (spec/instances.md §11.5) and the Node addresses of ``status.hostIPs``
-    (§3): ``type`` of the Service; ``hostAddressTypes`` the Node address types read, in order."""
-
-    type: str
-    hostAddressTypes: list[str]
-
-
-class PoolAffinitySpec(Strict):
-    operator: Literal["In"] = "In"
-    noFlavorsMessage: str = Field(min_length=1)
-
-
-class InstancePodSpec(Strict):
-    workloadContainer: str
-    sshContainer: str
-    podSpec: dict[str, Any]
-    workloadSecurityContext: dict[str, Any]
-    portName: Expr
-    volumes: PodVolumeNames
-    ssh: SshSidecar
-    overcommit: OvercommitSpec
-    resourceKeys: dict[Literal["sliced", "memoryPercentage", "coresPercentage", "partitioned", "profile", "visibility"], str]
-    placement: PlacementSpec
-    poolAffinity: PoolAffinitySpec
-    lifecycle: LifecycleSpec
-    service: ServiceSpec
-
-
-SPEC_MODELS["InstancePod"] = InstancePodSpec
 
 
 # --- Kueue resource charging (spec/pools.md §9) --------------------------------------------------------

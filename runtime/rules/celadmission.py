@@ -16,6 +16,7 @@ from typing import Any
 from celpy import celtypes
 
 from runtime.model import normalize
+from runtime.model.poddemand import pod_containers, pod_demand
 from runtime.model.resourcefamily import resource_family
 from runtime.rules.celvalues import from_cel, to_cel
 
@@ -188,46 +189,33 @@ def _quantity_text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def podContainers(pod, table, manufacturers) -> celtypes.ListType:  # noqa: N802
-    """The Pod's containers in manifest order (init, then app) with their accelerator claims.
+_PYTHON_ONLY = ("container", "bases_of")   # pod_containers fields the rules never read
 
-    Each item: ``list`` (`initContainers`/`containers`), ``index``, ``field``
-    (`spec.containers[0]`), ``name``, ``group`` (`init`, `running`, `sidecar`), ``keys`` (key ->
-    quantity text: requests, else limits; accelerator and per-profile keys only), ``claims`` (sorted
-    families), ``bases`` (family -> sorted bases, every family present), ``profiles`` (sorted
-    ``{key, base, profile}``). Visibility and `none` keys never claim (pod-requests.md §4).
-    """
-    pod = _py(pod) or {}
-    table, manufacturers = _py(table), _py(manufacturers)
-    spec = pod.get("spec") or {}
+
+def podContainers(pod, table, manufacturers) -> celtypes.ListType:  # noqa: N802
+    """The Pod's containers in manifest order (init, then app) with their accelerator claims:
+    :func:`runtime.model.poddemand.pod_containers` (``keys`` as quantity text), less the manifest entry."""
+    spec = (_py(pod) or {}).get("spec") or {}
     out = []
-    for list_name in ("initContainers", "containers"):
-        for i, ctr in enumerate(spec.get(list_name) or []):
-            ctr = ctr if isinstance(ctr, dict) else {}
-            res = ctr.get("resources") or {}
-            requests, limits = res.get("requests") or {}, res.get("limits") or {}
-            keys: dict[str, str] = {}
-            bases: dict[str, set] = {f: set() for f in table["families"]}
-            profiles = []
-            for key in sorted(set(requests) | set(limits)):
-                info = resource_family(str(key), table, manufacturers)
-                if info["family"] not in bases:
-                    continue
-                keys[key] = _quantity_text(requests[key] if key in requests else limits[key])
-                bases[info["family"]].add(info["base"])
-                if info["profile"]:
-                    profiles.append({"key": key, "base": info["base"], "profile": info["profile"]})
-            if list_name == "containers":
-                group = "running"
-            else:
-                group = "sidecar" if ctr.get("restartPolicy") == "Always" else "init"
-            out.append({
-                "list": list_name, "index": i, "field": f"spec.{list_name}[{i}]",
-                "name": str(ctr.get("name", "")), "group": group, "keys": keys,
-                "claims": sorted(f for f, b in bases.items() if b),
-                "bases": {f: sorted(b) for f, b in bases.items()}, "profiles": profiles,
-            })
+    for c in pod_containers(spec, _py(table), _py(manufacturers)):
+        item = {k: v for k, v in c.items() if k not in _PYTHON_ONLY}
+        item["keys"] = {k: _quantity_text(v) for k, v in c["keys"].items()}
+        out.append(item)
     return _cel(out)
+
+
+def _cel_value(raw: Any, container: Any, key: str) -> int:
+    q = _quantity(raw)   # qValue: rounded up, 0 when unparsable
+    return 0 if q is None else math.ceil(q)
+
+
+def podDemand(pod, table, manufacturers) -> celtypes.MapType:  # noqa: N802
+    """The Pod's demand, family -> base -> count / units / profile: :func:`runtime.model.poddemand.pod_demand`
+    (sidecars left out, requests over limits, the largest sliced and shared container); an unparsable
+    quantity reads as 0, as ``qValue`` does."""
+    table = _py(table)
+    spec = (_py(pod) or {}).get("spec") or {}
+    return _cel(pod_demand(pod_containers(spec, table, _py(manufacturers)), table, _cel_value))
 
 
 # --- node affinity (pod-requests.md §7.4 placement) ----------------------------------------------------
@@ -264,6 +252,6 @@ FUNCTIONS = {
     "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf, "indexed": indexed, "dig": dig, "isEmpty": isEmpty,
     "firstIndex": firstIndex, "groupBy": groupBy,
     "cleanPath": cleanPath, "pathElements": pathElements, "matches": matches,
-    "resourceFamily": resourceFamily, "podContainers": podContainers,
+    "resourceFamily": resourceFamily, "podContainers": podContainers, "podDemand": podDemand,
     "withNodeRequirement": withNodeRequirement,
 }

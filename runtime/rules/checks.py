@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional
 from pydantic import BaseModel
 
 from runtime.model.admission import SHARED_PARAMS, AdmissionPolicySpec, Validation
+from runtime.rules.vocabulary import VOCABULARY_PARAMS
 from runtime.model.rulefiles import Expr
 from runtime.rules import celnames
 from runtime.rules.yamlsrc import SourceDocument, dotted
@@ -29,12 +30,12 @@ ADMISSION_ROOTS = frozenset({"object", "oldObject", "request", "params", "settin
 
 # (kind, dotted spec path pattern) -> the names bound when the engine evaluates that field.
 ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
-    ("PoolDerivation", "managed", frozenset({"labels"})),
+    ("PoolDerivation", "managed", frozenset({"labels", "managedKey"})),
     ("PoolDerivation", "flavors.*.*", frozenset({"gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
     ("PoolDerivation", "pools.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
     ("PoolDerivation", "catalog.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
     ("PoolDerivation", "generalGroup", frozenset({"gKey", "aware"})),
-    ("PoolDerivation", "entrance", frozenset({"name"})),
+    ("PoolDerivation", "entrance", frozenset({"name", "entrancePrefix"})),
     ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", frozenset({"count", "max"})),
     ("PoolDerivation", "admissionCheck.readyMessage", frozenset({"node", "nodes", "podSet"})),
     ("PoolDerivation", "admissionCheck.retryMessage", frozenset({"flavor", "podSet"})),
@@ -123,7 +124,7 @@ def _offset(source: str, line: int, column: int) -> int:
 
 
 def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: AdmissionPolicySpec) -> None:
-    params: dict = {key: None for key in SHARED_PARAMS}
+    params: dict = {key: None for key in SHARED_PARAMS + VOCABULARY_PARAMS}
     for ref in spec.paramsFrom:
         params.update(checker.params_tables.get(ref, {}))
     params.update(spec.params)

@@ -23,6 +23,7 @@ from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import celnames
 from runtime.rules.cel import CelCompileError, compile_expression
 from runtime.rules.checks import check_documents
+from runtime.rules.vocabulary import link
 from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
 
 
@@ -258,6 +259,8 @@ def rule_problems(root_path: Path) -> tuple[list[RuleProblem], RuleSet]:
         for kind in REQUIRED_KINDS:
             if not any(k == kind for k, _ in ruleset.documents):
                 problems.append(RuleProblem(str(root_path), 0, "<directory>", f"no rule file of kind {kind}"))
+    if not problems:  # fields left to their vocabulary home (runtime/rules/vocabulary.py)
+        problems.extend(RuleProblem(*problem) for problem in link(ruleset))
     return problems, ruleset
 
 

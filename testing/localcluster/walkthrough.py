@@ -14,7 +14,7 @@ cluster had (shared/seed/README.md):
    same run and whose later passes rebuild the ledger when Pods change. They write NodeFeatures,
    CPU annotations, capacity keys and Devices; nfd-master copies the NodeFeature labels onto the Nodes;
 3. the controller as a subprocess (``accelpolicy controller``) running as the ServiceAccount the
-   rules name as the controller (``controller-identity``, bound to cluster-admin), with
+   rules name as the controller (derivation.yaml ``controllerServiceAccount``, bound to cluster-admin), with
    ``--webhook-port`` and a self-signed CA when this checkout's controller serves webhooks; it seeds the settings Secret
    with its defaults, derives the pools and reconciles Instances;
 4. the device-plugin stand-in (:mod:`testing.localcluster.deviceplugin`) advertising accelerator
@@ -249,16 +249,11 @@ class Walkthrough:
                                         f"{_tail(proc.log)}")
 
     def controller_identity(self) -> tuple[str, str]:
-        """``(namespace, name)`` of the controller's ServiceAccount: the first
-        ``system:serviceaccount:NS:NAME`` of AdmissionParams ``controller-identity`` ``controllerUsers``
-        (rules/admission/common.yaml), the identity whose own writes its webhooks let through."""
-        users = self.policy.ruleset.get("AdmissionParams", "controller-identity").values["controllerUsers"]
-        for user in users:
-            parts = user.split(":")
-            if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
-                return parts[2], parts[3]
-        raise LocalClusterError("rules/admission/common.yaml controller-identity names no ServiceAccount "
-                                f"(controllerUsers: {users})")
+        """``(namespace, name)`` of the controller's ServiceAccount: ``systemNamespace`` and
+        ``controllerServiceAccount`` of rules/pools/derivation.yaml, the identity whose own writes its
+        webhooks let through (the policies' ``controllerUsers``)."""
+        derivation = self.policy.derivation
+        return derivation.systemNamespace, derivation.controllerServiceAccount
 
     def _controller_kubeconfig(self) -> Path:
         """A kubeconfig for the controller's ServiceAccount (bound to cluster-admin, a TokenRequest

@@ -130,3 +130,13 @@ def test_unreadable_directory_exits_2(tmp_path):
     result = _lint(tmp_path / "missing")
     assert result.exit_code == 2
     assert result.stderr == f"error: {tmp_path / 'missing'}: not a readable rules directory\n"
+
+
+def test_the_static_check_knows_every_shared_param_the_vocabulary_gives():
+    """lint's declared-params list (runtime/rules/checks.py) and the params the loader links into every
+    AdmissionPolicy (runtime/rules/vocabulary.py) are the same names: a new shared param cannot be
+    refused by lint while the engine would give it."""
+    from runtime.rules.loader import load_rules
+    from runtime.rules.vocabulary import VOCABULARY_PARAMS, admission_params
+
+    assert tuple(admission_params(load_rules())) == VOCABULARY_PARAMS

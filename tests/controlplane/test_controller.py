@@ -214,8 +214,9 @@ def test_administrator_type_is_never_modified_or_deleted(ctl, kubectl):
     # the administrator deletes it: its queue and LocalQueue go, the derived types stay
     kubectl("delete", "instancetypes", "a10g-12c128g", "--wait=true")
     result = ctl.reconcile()
+    reserved = ("gpustack-system", "kube-system", "kube-public", "kube-node-lease")   # decision 17: no LocalQueues
     namespaces = [n for n in kubectl.stdout("get", "namespaces", "-o", "name").split()
-                  if n not in ("namespace/gpustack-system", "namespace/kube-system")]
+                  if n.split("/")[1] not in reserved]
     assert sorted((w.verb, w.kind, w.name, w.namespace) for w in result.writes) == [
         ("delete", "ClusterQueue", "a10g-12c128g", "")] + sorted(
         ("delete", "LocalQueue", "gpustack-fnv64-d4c0e6cd72686015", n.split("/")[1]) for n in namespaces)

@@ -2,7 +2,7 @@
 item 3): real ``kubectl`` calls through kube-apiserver get our verdicts and patches.
 
 The controller runs in this process as the ServiceAccount ``gpustack-system/gpustack-controller``
-(a token from the TokenRequest API, bound to cluster-admin): the identity rules/admission/common.yaml
+(a token from the TokenRequest API, bound to cluster-admin): the identity rules/pools/derivation.yaml
 names as the one allowed to write InstanceTypeFlavors and delete Settings, so its own writes pass
 its own webhooks. The server listens on a free loopback port with a self-signed CA; the
 configurations point at ``https://127.0.0.1:<port><path>``.
@@ -190,7 +190,8 @@ def test_configurations_are_rendered_from_the_rule_files(served, kubectl):
             assert hook["objectSelector"] == {"matchExpressions": [{"key": "kueue.x-k8s.io/queue-name",
                                                                     "operator": "Exists"}]}
             assert hook["namespaceSelector"] == {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", SYSTEM]}]}
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn",   # decision 17
+                "values": [SYSTEM, "kube-system", "kube-public", "kube-node-lease"]}]}
         else:
             assert hook["objectSelector"] == {} and hook["namespaceSelector"] == {}
 
@@ -345,9 +346,9 @@ def test_the_controller_command_serves_and_registers(sa_kubeconfig, kubectl, tmp
 
 
 def test_identity_warning_names_a_controller_user_the_rules_do_not_allow(served, control_plane):
-    assert served.identity_warning() is None   # the ServiceAccount of rules/admission/common.yaml
+    assert served.identity_warning() is None   # the ServiceAccount of rules/pools/derivation.yaml
     admin = ControllerWebhooks(Controller(connect(control_plane[0].kubeconfig), POLICY, env={}), served.tls)
     assert admin.identity_warning() == (
         "the controller runs as 'accelpolicy-admin', not as one of the controllerUsers "
-        "['system:serviceaccount:gpustack-system:gpustack-controller'] of rules/admission/common.yaml: once "
+        "['system:serviceaccount:gpustack-system:gpustack-controller'] of rules/pools/derivation.yaml: once "
         "registered, its own webhooks refuse its InstanceTypeFlavor writes and Setting deletes")

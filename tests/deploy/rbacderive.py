@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from runtime.controller.plan import Verb
+
 REPO = Path(__file__).resolve().parents[2]
 
 HTTP_VERBS = {"get": "get", "post": "create", "put": "update", "patch": "patch", "delete": "delete"}
@@ -68,10 +70,10 @@ def _functions(tree: ast.AST):
 def _module_consts(tree: ast.Module) -> dict[str, str]:
     out = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        if isinstance(node, ast.Assign) and _str(node.value, {}) is not None:
             for target in node.targets:
                 if isinstance(target, ast.Name):
-                    out[target.id] = node.value.value
+                    out[target.id] = _str(node.value, {})
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runtime."):
             src = node.module.replace(".", "/") + ".py"
             if (REPO / src).exists():
@@ -87,6 +89,8 @@ def _str(node: ast.AST, consts: dict[str, str]) -> str | None:
         return node.value
     if isinstance(node, ast.Name):
         return consts.get(node.id)
+    if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "Verb":   # the controller's action vocabulary
+        return Verb[node.attr].value
     return None
 
 
@@ -154,13 +158,14 @@ def _execute_dispatch() -> dict[str, list[str]]:
                         found += applier_methods(methods[node.func.attr].body)
         return found
 
-    node = next(s for s in methods["_execute"].body if isinstance(s, ast.If))
-    while isinstance(node, ast.If):
-        test = node.test
-        if not (isinstance(test, ast.Compare) and ast.unparse(test.left) == "action.verb"):
-            raise Underived(f"{rel}: _execute branch on {ast.unparse(test)}")
-        out[_str(test.comparators[0], consts)] = applier_methods(node.body)
-        node = node.orelse[0] if node.orelse and isinstance(node.orelse[0], ast.If) else None
+    # _execute dispatches through the class's _handlers table: {Verb.X: handler method}
+    table = next(n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+                 and any(isinstance(t, ast.Name) and t.id == "_handlers" for t in n.targets))
+    for key, value in zip(table.keys, table.values):
+        verb = _str(key, consts)
+        if verb is None or not isinstance(value, ast.Name) or value.id not in methods:
+            raise Underived(f"{rel}: _handlers entry {ast.unparse(key)}: {ast.unparse(value)}")
+        out[verb] = applier_methods(methods[value.id].body)
     return out
 
 
@@ -202,7 +207,7 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         tree = _tree(rel)
         consts = _module_consts(tree)
         for fname, fn in _functions(tree):
-            if fname in ("_execute", "_apply_check_state"):
+            if fname in ("_execute", "_apply_check_state") or fname.startswith("_do_"):
                 continue  # reached through the Actions below
             for node in ast.walk(fn):
                 if not isinstance(node, ast.Call):

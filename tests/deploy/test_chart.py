@@ -11,6 +11,7 @@ import yaml
 
 from runtime.controller.leader import LEASE_NAME
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from runtime.rules.vocabulary import controller_users
 from tests.deploy import rbacderive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,8 +116,8 @@ def test_controller_deployment_serves_webhooks_with_the_shared_certificate():
 
 
 def test_the_controller_service_account_is_the_one_the_admission_rules_trust():
-    params = load_rules(DEFAULT_RULES_DIR).documents[("AdmissionParams", "controller-identity")].spec
-    assert f"system:serviceaccount:{NS}:gpustack-controller" in params.values["controllerUsers"]
+    users = controller_users(load_rules(DEFAULT_RULES_DIR))   # rules/pools/derivation.yaml controllerServiceAccount
+    assert f"system:serviceaccount:{NS}:gpustack-controller" in users
 
 
 def test_agent_daemonset_real_backend_reads_the_kubelet_pod_resources_socket():

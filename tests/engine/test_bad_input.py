@@ -286,8 +286,8 @@ def test_rule_file_unknown_field(rules_copy):
 
 
 def test_rule_file_cel_syntax_error(rules_copy):
-    line = _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: '\"gpustack-fnv64-\" + fnv64a(name)'",
-                    "  entrance: '\"gpustack-fnv64-\" + + fnv64a(name'")
+    line = _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: 'entrancePrefix + fnv64a(name)'",
+                    "  entrance: 'entrancePrefix + + fnv64a(name'")
     (problem,) = _problems(rules_copy)
     # the second `+`: column 14 opens the quoted expression, the `+` is its 21st character
     assert problem.startswith(f"rules/pools/derivation.yaml:{line}:34 spec.entrance: CEL syntax error: "
@@ -314,8 +314,8 @@ def test_every_problem_of_every_file_is_listed(rules_copy):
                        "  percentPerAccelerator: 100\n  bogus: 1 ")
     cel_line = _replace(rules_copy / "pools" / "derivation.yaml", "  generalGroup: 'aware ? gKey : \"generic\"'",
                         "  generalGroup: 'aware ? gKey :'")
-    cel_line2 = _replace(rules_copy / "pools" / "derivation.yaml", "  managed: '\"gpustack.ai/managed\" in labels && labels[\"gpustack.ai/managed\"] == \"true\"'",
-                         "  managed: 'labels[\"gpustack.ai/managed\"] == '")
+    cel_line2 = _replace(rules_copy / "pools" / "derivation.yaml", "  managed: 'managedKey in labels && labels[managedKey] == \"true\"'",
+                         "  managed: 'labels[managedKey] == '")
     problems = _problems(rules_copy)
     assert [p.split(" ", 2)[:2] for p in problems] == [
         ["rules/constants.yaml:%d:10" % (unknown + 1), "spec.bogus:"],
@@ -330,8 +330,8 @@ def test_broken_copy_never_replaces_working_rules(policy, rules_copy):
     good = load_rules()
     good_policy = Policy(good)
     before = derive(good_policy, load_snapshot([SEED]))
-    _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: '\"gpustack-fnv64-\" + fnv64a(name)'",
-             "  entrance: '\"gpustack-fnv64-\" + + fnv64a(name'")
+    _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: 'entrancePrefix + fnv64a(name)'",
+             "  entrance: 'entrancePrefix + + fnv64a(name'")
     _replace(rules_copy / "pools" / "fourview.yaml", "sharedOnceMaxReading: shareSum",
              "sharedOnceMaxReading: acceleratorCount")
     with pytest.raises(RuleLoadError):
@@ -343,8 +343,8 @@ def test_broken_copy_never_replaces_working_rules(policy, rules_copy):
     assert a10g["status"]["entrance"] == "gpustack-fnv64-c4680bb149644f1c"
     assert a10g["status"]["summary"]["accelerator"] == "1/1 10/10 100/100 0/0"
     # a fixed copy loads as a newer generation; the old RuleSet keeps its own
-    _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: '\"gpustack-fnv64-\" + + fnv64a(name'",
-             "  entrance: '\"gpustack-fnv64-\" + fnv64a(name)'")
+    _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: 'entrancePrefix + + fnv64a(name'",
+             "  entrance: 'entrancePrefix + fnv64a(name)'")
     fixed = load_rules(rules_copy)
     assert fixed.generation > good.generation
     assert Policy(fixed).fourview.sharedOnceMaxReading == "acceleratorCount"

@@ -6,7 +6,8 @@ import copy
 import pytest
 
 from runtime.engine.pools.derive import derive
-from runtime.engine.instances.instancepods import container_resources, phase_from_pod, render_pod
+from runtime.engine.instances.instancepods import container_resources, render_pod
+from runtime.engine.instances.podstatus import phase_from_pod
 from runtime.engine.snapshot import Snapshot
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES, seed_object

@@ -8,7 +8,11 @@ from runtime.rules.loader import load_rules
 
 
 def test_managed_needs_the_label_set_to_true():
-    managed = Policy(load_rules()).derivation.managed
-    assert managed.evaluate({"labels": {"node-role.kubernetes.io/control-plane": ""}}) is False
-    assert managed.evaluate({"labels": {"gpustack.ai/managed": "false"}}) is False
-    assert managed.evaluate({"labels": {"gpustack.ai/managed": "true"}}) is True
+    policy = Policy(load_rules())
+
+    def managed(labels: dict) -> bool:   # the rule's variables: the labels and the key's home (labels.yaml)
+        return policy.derivation.managed.evaluate({"labels": labels, "managedKey": policy.key("managed")})
+
+    assert managed({"node-role.kubernetes.io/control-plane": ""}) is False
+    assert managed({"gpustack.ai/managed": "false"}) is False
+    assert managed({"gpustack.ai/managed": "true"}) is True

@@ -44,7 +44,7 @@ def test_editing_a_name_pattern_renames_pools_and_entrances(rules_copy):
     edit(rules_copy / "pools" / "derivation.yaml",
          ': "gpustack--" + objectName(aKey) + "-" + os + "-" + arch\'',
          ': "accel--" + objectName(aKey) + "-" + os + "-" + arch\'')
-    edit(rules_copy / "pools" / "derivation.yaml", "entrance: '\"gpustack-fnv64-\"", "entrance: '\"lq-\"")
+    edit(rules_copy / "pools" / "derivation.yaml", "entrancePrefix: gpustack-fnv64-", "entrancePrefix: lq-")
     state = derive(Policy(load_rules(rules_copy)), load_snapshot([FIXTURES / "seed" / "step1"]))
     names = [it["metadata"]["name"] for it in state.instance_types]
     assert names == ["accel--nvidia-a10g-linux-amd64", "accel--nvidia-tesla-t4-linux-amd64",

@@ -28,6 +28,7 @@ from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelEvalError
 from runtime.rules.celvalues import cel_map, to_cel
 from runtime.rules.memo import BoundedMemo, fingerprint
+from runtime.rules.vocabulary import admission_params
 
 _TOP = ("object", "oldObject", "request", "params", "settings", "lookups", "item")
 _NAME_RE = re.compile(r"(?<![\w.'\"])(" + "|".join(_TOP + ("variables",)) + r")\b")
@@ -134,13 +135,16 @@ def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
 class AdmissionEngine:
     """Every AdmissionPolicy of a rules generation, ready to judge requests.
 
-    ``params`` of each policy get two shared tables: ``manufacturers`` (id, base, partitionKind from
-    rules/manufacturers.yaml) and ``constants`` (rules/constants.yaml).
+    ``params`` of each policy get shared tables: ``manufacturers`` (id, base, partitionKind from
+    rules/manufacturers.yaml), ``constants`` (rules/constants.yaml), ``settingCatalog``, and the
+    vocabulary homes of :func:`runtime.rules.vocabulary.admission_params` (``labels``,
+    ``derivation``, ``controllerUsers``).
     """
 
     def __init__(self, policy: Policy):
         self.policy = policy
         shared = {
+            **admission_params(policy.ruleset),
             "manufacturers": classifier_manufacturers(policy),
             "constants": policy.constants.model_dump(),
             "settingCatalog": {

@@ -121,7 +121,7 @@ def _pod_set_flavors(workload: Mapping) -> dict[str, dict[str, str]]:
 def _message_flavor(policy: Policy, flavors: Mapping[str, str], demands: list[Demand]) -> str:
     """The flavor a message names: the one assigned to the demanded manufacturer's credits resource,
     else the first assigned (by resource name)."""
-    prefix = policy.derivation.clusterQueue.creditsResourcePrefix
+    prefix = policy.prefix("credits")
     for demand in demands:
         for manu in policy.manufacturers.values():
             if manu.base == demand.base and f"{prefix}{manu.id}" in flavors:

@@ -10,7 +10,8 @@ from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
 from runtime.model.normalize import QuantityError, parse_quantity
-from runtime.model.resourcefamily import resource_family
+from runtime.model.poddemand import pod_containers
+from runtime.model.poddemand import pod_demand as model_pod_demand
 
 
 class AdmissionCheckError(ValueError):
@@ -46,49 +47,22 @@ def _classifier(policy: Policy):
 
 
 def pod_demand(policy: Policy, pod_spec: Mapping, where: str = "") -> list[Demand]:
-    """The accelerator demands of one Pod ``spec`` (see the module docstring), sorted by family and
-    base. Raises :class:`AdmissionCheckError` naming ``where``, the container and key when a value does
-    not parse."""
+    """The accelerator demands of one Pod ``spec`` (:func:`runtime.model.poddemand.pod_demand`, the one
+    implementation the admission rules share), sorted by family and base. Raises
+    :class:`AdmissionCheckError` naming ``where``, the container and key when a value does not parse."""
     table, manufacturers = _classifier(policy)
-    units_key = agent_rules(policy).capacity.slicedUnits  # "{base}.sliced.units" (rules/agent.yaml)
-    init = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") != "Always"]
-    app = list(pod_spec.get("containers") or [])
-    exclusive_app: dict[str, int] = {}
-    exclusive_init: dict[str, int] = {}
-    shared: dict[str, int] = {}
-    units: dict[str, int] = {}
-    profiles: dict[str, str] = {}
-    for group, containers in (("init", init), ("app", app)):
-        for container in containers:
-            resources = container.get("resources") or {}
-            values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-            for key in sorted(values):
-                cls = resource_family(key, table, manufacturers)
-                family, base = cls["family"], cls["base"]
-                if family not in ("exclusive", "shared", "sliced", "partitioned"):
-                    continue
-                try:
-                    value = _value(values[key])
-                except QuantityError as exc:
-                    raise AdmissionCheckError(f"{where} container {container.get('name')!r} "
-                                              f"resources[{key}]: {exc}") from None
-                if family == "exclusive":
-                    target = exclusive_app if group == "app" else exclusive_init
-                    target[base] = target.get(base, 0) + value if group == "app" else max(target.get(base, 0), value)
-                elif family == "shared":  # the family's one key, <base>.shared
-                    shared[base] = max(shared.get(base, 0), value)
-                elif family == "sliced":
-                    units.setdefault(base, 0)
-                    if key == units_key.format(base=base):
-                        units[base] = max(units[base], value)
-                elif family == "partitioned" and cls["profile"]:
-                    profiles[base] = cls["profile"]
-    out = [Demand("exclusive", b, count=max(exclusive_app.get(b, 0), exclusive_init.get(b, 0)))
-           for b in sorted(set(exclusive_app) | set(exclusive_init))]
-    out += [Demand("partitioned", b, count=1, profile=p) for b, p in sorted(profiles.items())]
-    out += [Demand("shared", b, count=n) for b, n in sorted(shared.items())]
-    out += [Demand("sliced", b, units=u) for b, u in sorted(units.items())]
-    return [d for d in out if d.count > 0 or d.family == "sliced"]
+
+    def value(raw: Any, container: Mapping, key: str) -> int:
+        try:
+            return _value(raw)
+        except QuantityError as exc:
+            raise AdmissionCheckError(f"{where} container {container.get('name')!r} resources[{key}]: {exc}") from None
+
+    demand = model_pod_demand(pod_containers(pod_spec, table, manufacturers), table, value)
+    return ([Demand("exclusive", b, count=n) for b, n in demand["exclusive"].items()]
+            + [Demand("partitioned", b, count=1, profile=p) for b, p in demand["partitioned"].items()]
+            + [Demand("shared", b, count=n) for b, n in demand["shared"].items()]
+            + [Demand("sliced", b, units=u) for b, u in demand["sliced"].items()])
 
 
 # --- node matching ------------------------------------------------------------------------------------

@@ -7,19 +7,29 @@ level-based: calling it again after the actions took effect gives the next step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from runtime.engine.instances.instancepods import (allocations_from_pod, host_ips, phase_from_pod, render_pod, render_service,
-                                         service_ports)
+from runtime.engine.instances.instancepods import render_pod, render_service
+from runtime.engine.instances.podstatus import allocations_from_pod, host_ips, phase_from_pod, service_ports
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, is_deleting
 
-ADD_FINALIZER = "add-finalizer"
-REMOVE_FINALIZER = "remove-finalizer"
-DELETE_POD = "delete-pod"
-CREATE_POD = "create-pod"
-SET_STOP = "set-stop"
-CREATE_SERVICE = "create-service"
+class InstanceAction(StrEnum):
+    """What :func:`plan_instance` asks of the controller, in ``InstancePlan.actions`` order; the
+    controller's dispatch table (runtime/controller/instances.py) turns each into a write."""
+
+    ADD_FINALIZER = "add-finalizer"
+    REMOVE_FINALIZER = "remove-finalizer"
+    DELETE_POD = "delete-pod"
+    CREATE_POD = "create-pod"
+    SET_STOP = "set-stop"
+    CREATE_SERVICE = "create-service"
+
+
+ADD_FINALIZER, REMOVE_FINALIZER = InstanceAction.ADD_FINALIZER, InstanceAction.REMOVE_FINALIZER
+DELETE_POD, CREATE_POD = InstanceAction.DELETE_POD, InstanceAction.CREATE_POD
+SET_STOP, CREATE_SERVICE = InstanceAction.SET_STOP, InstanceAction.CREATE_SERVICE
 
 
 @dataclass
@@ -27,7 +37,7 @@ class InstancePlan:
     """``actions``: (verb, payload) in order; ``status``: the Instance status to write, or None to
     keep it; ``requeue``: seconds until the next look (0: only on events)."""
 
-    actions: list[tuple[str, object]] = field(default_factory=list)
+    actions: list[tuple[InstanceAction, object]] = field(default_factory=list)
     status: dict | None = None
     requeue: int = 0
 
@@ -68,19 +78,32 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
         plan.requeue = max(int(pod_age_seconds), rules.requeueSeconds)
         return plan
     if pod is None:                                                      # 6
-        it_status = instance_type.get("status") or {}
-        if ((instance_type.get("spec") or {}).get("acceleratable") and not it_status.get("detail")) \
-                or not it_status.get("entrance"):
-            plan.requeue = rules.requeueSeconds
-            return plan
-        rendered = render_pod(policy, settings, snapshot, instance, instance_type, flavors)
-        if rendered.pod is None:
-            plan.status = {"phase": "Starting", "phaseMessage": rendered.blocked}
-            return plan
-        if old_status.get("phase") in ("Stopping", "Stopped", "Ready"):
-            plan.status = {"phase": "Starting"}
-        plan.actions.append((CREATE_POD, rendered.pod))
+        return _create(policy, settings, snapshot, plan, instance, instance_type, flavors, rules.requeueSeconds)
+    _running(policy, snapshot, plan, instance, pod)                      # 7, 8
+    return plan
+
+
+def _create(policy: Policy, settings: Settings, snapshot: Snapshot, plan: InstancePlan, instance: dict,
+            instance_type: dict, flavors: list[dict] | None, requeue: int) -> InstancePlan:
+    """Step 6: no Pod yet; create it once the type is ready (entrance, and detail when acceleratable)."""
+    old_status = instance.get("status") or {}
+    it_status = instance_type.get("status") or {}
+    if ((instance_type.get("spec") or {}).get("acceleratable") and not it_status.get("detail")) \
+            or not it_status.get("entrance"):
+        plan.requeue = requeue
         return plan
+    rendered = render_pod(policy, settings, snapshot, instance, instance_type, flavors)
+    if rendered.pod is None:
+        plan.status = {"phase": "Starting", "phaseMessage": rendered.blocked}
+        return plan
+    if old_status.get("phase") in ("Stopping", "Stopped", "Ready"):
+        plan.status = {"phase": "Starting"}
+    plan.actions.append((CREATE_POD, rendered.pod))
+    return plan
+
+
+def _running(policy: Policy, snapshot: Snapshot, plan: InstancePlan, instance: dict, pod: dict) -> None:
+    """Steps 7-8: the Pod exists; its Service when it has ports, and the status read from the Pod."""
     service = snapshot.get("Service", pod["metadata"]["name"], pod["metadata"].get("namespace") or "default")
     wanted = render_service(policy, instance, pod)                       # 7
     if wanted is not None and service is None:
@@ -104,7 +127,6 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
     if allocations:
         status["allocations"] = allocations
     plan.status = status
-    return plan
 
 
 def _stop(plan: InstancePlan, pod: dict | None, old_status: dict, requeue: int) -> InstancePlan:

@@ -1,12 +1,11 @@
 """From an Instance to its Pod (spec/instances.md §10.4, §11, §12): pure rendering and phases.
 
 ``render_pod`` builds the Pod an Instance runs as, or says why none can be created yet (a claim that
-nothing binds). ``phase_from_pod`` reads the Instance phase from the Pod's conditions through the
-``instance-phase`` decision table. Names, sizes, keys and messages come from rules/instances/pod.yaml.
+nothing binds); :mod:`.podstatus` reads the Instance status back from the Pod. Names, sizes, keys and
+messages come from rules/instances/pod.yaml.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Iterable
@@ -14,9 +13,10 @@ from typing import Iterable
 from runtime.engine.pools.kueueconfig import cpu_excluded
 from runtime.model.normalize import format_binary_quantity, parse_quantity
 from runtime.engine.policy import Policy
+from runtime.engine.resourcekeys import classifier_table
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
-from runtime.model.rulefiles import InstancePodSpec
+from runtime.model.instancepod import InstancePodSpec
 
 MI = 2**20
 GI = 2**30
@@ -214,29 +214,6 @@ def render_service(policy: Policy, instance: dict, pod: dict) -> dict | None:
                                for p in ports]}}
 
 
-def service_ports(service: dict | None) -> list[dict]:
-    """``Instance.status.ports`` (§3): ``[{port, protocol, name, nodePort}]`` of the Service, or
-    ``[]`` until every port has its ``nodePort``."""
-    ports = ((service or {}).get("spec") or {}).get("ports") or []
-    if not ports or any(not p.get("nodePort") for p in ports):
-        return []
-    return [{"port": int(p["port"]), "protocol": p.get("protocol") or "TCP", "name": p.get("name", ""),
-             "nodePort": int(p["nodePort"])} for p in ports]
-
-
-def host_ips(policy: Policy, node: dict | None) -> list[dict]:
-    """``Instance.status.hostIPs`` (§3): the Node's addresses of the types in
-    ``service.hostAddressTypes`` (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
-    addresses = ((node or {}).get("status") or {}).get("addresses") or []
-    out: list[dict] = []
-    for kind in _rules(policy).service.hostAddressTypes:
-        for address in addresses:
-            ip = address.get("address")
-            if address.get("type") == kind and ip and {"ip": ip} not in out:
-                out.append({"ip": ip})
-    return out
-
-
 def _volumes(rules: InstancePodSpec, spec: dict) -> tuple[list[dict], list[dict]]:
     names = rules.volumes
     volumes: list[dict] = []
@@ -304,7 +281,9 @@ def _ssh_sidecar(policy, rules, settings, spec, instance_type, manufacturer) -> 
                                  "readOnly": True}]}
     accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get("accelerator") not in (None, "") else 0
     if (instance_type.get("spec") or {}).get("acceleratable") and accelerator > 0 and manufacturer:
-        key = rules.resourceKeys["visibility"].format(manufacturer=manufacturer.id)
+        table = classifier_table(policy, policy.kueue.resourceKeysParams)   # the visibility keys' home
+        key = rules.resourceKeys["visibility"].format(manufacturer=manufacturer.id, visibilityPrefix=table["visibilityPrefix"],
+                                                      visibilitySuffix=table["visibilitySuffix"])
         sidecar["resources"] = {"limits": {key: str(accelerator)}, "requests": {key: str(accelerator)}}
     return sidecar
 
@@ -362,46 +341,3 @@ def _cross(current: list[dict], more: list[dict]) -> list[dict]:
                     term[key] = merged
             out.append(term)
     return out
-
-
-def phase_from_pod(policy: Policy, pod: dict) -> dict:
-    """``{phase[, phaseMessage]}`` of an Instance whose Pod exists (§10.4)."""
-    conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
-
-    def cond(kind: str) -> dict:
-        return conditions.get(kind) or {"status": "Unknown"}
-
-    scheduled = cond("PodScheduled")
-    facts = {"scheduled": scheduled.get("status", "Unknown"),
-             "scheduledMessage": scheduled.get("message") or scheduled.get("reason") or "",
-             "initialized": cond("Initialized").get("status", "Unknown"),
-             "initializedReason": cond("Initialized").get("reason") or "",
-             "ready": cond("Ready").get("status", "Unknown"), "readyReason": cond("Ready").get("reason") or ""}
-    _, out = policy.decision_table("instance-phase").decide(facts)
-    return {k: v for k, v in out.items() if v != ""}
-
-
-def allocations_from_pod(policy: Policy, pod: dict) -> list[dict]:
-    """``Instance.status.allocations`` (§3): the Pod's allocation annotation (node-facts.md §7.4,
-    key role ``allocation``), a JSON object container -> [group], with every container's groups
-    merged: one entry per (group ``id``, ``manufacturer``) in first-seen order, accelerators
-    concatenated in container order. An absent or unparsable annotation gives ``[]`` (the agent
-    reports a bad one as ``InvalidAllocation``; the Instance just shows none)."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(policy.key("allocation"))
-    if not text:
-        return []
-    try:
-        by_container = json.loads(text)
-    except ValueError:
-        return []
-    if not isinstance(by_container, dict):
-        return []
-    merged: dict[tuple[str, str], dict] = {}
-    for groups in by_container.values():
-        for group in groups if isinstance(groups, list) else []:
-            if not isinstance(group, dict):
-                continue
-            key = (str(group.get("id", "")), str(group.get("manufacturer", "")))
-            entry = merged.setdefault(key, {"id": key[0], "manufacturer": key[1], "accelerators": []})
-            entry["accelerators"].extend(a for a in group.get("accelerators") or [] if isinstance(a, dict))
-    return list(merged.values())

@@ -79,6 +79,21 @@ def _modes(policy: Policy):
     return cache[0]
 
 
+def walk_devices(devices: dict, section: str = "spec", akey: str | None = None) -> Iterator[tuple[dict, dict]]:
+    """``(group, accelerator)`` of every accelerator of one Devices object, in order: groups, then
+    accelerators; unhealthy ones included (``accelerator["status"]`` says so).
+
+    ``section``: ``spec`` (capability rows) or ``status`` (ledger rows); ``akey``: only the groups
+    whose aKey (``<manufacturer>-<group id>``) it is. The one walk of Devices groups -> accelerators
+    -> status that the ledger join, the flavor notes and the InstanceType detail share.
+    """
+    for group in (devices.get(section) or {}).get("groups") or []:
+        if akey is not None and f"{group.get('manufacturer')}-{group.get('id')}" != akey:
+            continue
+        for accel in group.get("accelerators") or []:
+            yield group, accel
+
+
 def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
     """The healthy accelerators of one Devices object, in spec order (groups, then accelerators).
 
@@ -88,36 +103,33 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
     """
     if not ledger_sound(policy, devices):
         return
-    ledger: dict[tuple, dict] = {}
-    for group in (devices.get("status") or {}).get("groups") or []:
-        for row in group.get("accelerators") or []:
-            ledger[(group.get("manufacturer"), group.get("id"), row.get("id"))] = row
+    ledger = {(group.get("manufacturer"), group.get("id"), row.get("id")): row
+              for group, row in walk_devices(devices, "status")}
     d = policy.constants.creditsPerAccelerator
     free_mode = _modes(policy).none
-    for group in (devices.get("spec") or {}).get("groups") or []:
+    for group, accel in walk_devices(devices):
         manu, gid = group.get("manufacturer"), group.get("id")
-        for accel in group.get("accelerators") or []:
-            status = accel.get("status") or {}
-            if status.get("unhealthy"):
-                continue
-            physical = status.get("physicalSliced") or {}
-            profiles = physical.get("profiles") or []
-            row = ledger.get((manu, gid, accel.get("id")))
-            if row is None:
-                mode, remaining, slices = free_mode, d, 0
-                rem_profiles = {p["name"]: _int(p.get("count")) for p in profiles}
-                alloc_profiles: dict[str, int] = {}
-            else:
-                mode, remaining, slices = _int(row.get("mode")), _int(row.get("remaining")), _int(row.get("allocatedSlices"))
-                rem_profiles = {p["name"]: _int(p.get("count")) for p in row.get("remainingProfiles") or []}
-                alloc_profiles = {p["name"]: _int(p.get("count")) for p in row.get("allocatedProfiles") or []}
-            yield Accelerator(
-                manufacturer=manu, group_id=gid, id=accel.get("id"), index=_int(accel.get("index")),
-                mode=mode, remaining=remaining, allocated_slices=slices,
-                logical_count=_int((status.get("logicalSliced") or {}).get("count")),
-                physical_count=_int(physical.get("count")),
-                offered_profiles=tuple(p["name"] for p in profiles),
-                remaining_profiles=rem_profiles, allocated_profiles=alloc_profiles)
+        status = accel.get("status") or {}
+        if status.get("unhealthy"):
+            continue
+        physical = status.get("physicalSliced") or {}
+        profiles = physical.get("profiles") or []
+        row = ledger.get((manu, gid, accel.get("id")))
+        if row is None:
+            mode, remaining, slices = free_mode, d, 0
+            rem_profiles = {p["name"]: _int(p.get("count")) for p in profiles}
+            alloc_profiles: dict[str, int] = {}
+        else:
+            mode, remaining, slices = _int(row.get("mode")), _int(row.get("remaining")), _int(row.get("allocatedSlices"))
+            rem_profiles = {p["name"]: _int(p.get("count")) for p in row.get("remainingProfiles") or []}
+            alloc_profiles = {p["name"]: _int(p.get("count")) for p in row.get("allocatedProfiles") or []}
+        yield Accelerator(
+            manufacturer=manu, group_id=gid, id=accel.get("id"), index=_int(accel.get("index")),
+            mode=mode, remaining=remaining, allocated_slices=slices,
+            logical_count=_int((status.get("logicalSliced") or {}).get("count")),
+            physical_count=_int(physical.get("count")),
+            offered_profiles=tuple(p["name"] for p in profiles),
+            remaining_profiles=rem_profiles, allocated_profiles=alloc_profiles)
 
 
 # --- predicates ---------------------------------------------------------------------------------------

@@ -26,8 +26,6 @@ from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, settings_of
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
 
-MIXED = "instance-type-mixed-on-node"
-DERIVED = "instance-type-derived-from-node"
 
 
 @dataclass
@@ -121,7 +119,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     state = DesiredState(settings=settings, warnings=list(snapshot.warnings))
     for name in settings.invalid:
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")
-    aware = settings.flag(its.AWARE)
+    aware = settings.flag(policy.setting("awareCpuManufacturer"))
 
     trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)  # decision 20
     state.warnings.extend(untrusted)
@@ -133,17 +131,27 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
         if node.managed:
             state.fact_problems.extend(node.problems)
-    plans = plan_flavors(policy, snapshot, nodes, settings.flag(MIXED))
+    plans = plan_flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")))
     rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
     state.resource_flavors = list(rendered.values())
     flavor_type = policy.derivation.resourceTypes["flavor"]
     state.flavor_deletes = [name_of(f) for f in snapshot.list("ResourceFlavor")
                             if labels_of(f).get(policy.key("resourceType")) == flavor_type and name_of(f) not in rendered]
 
-    # Derived InstanceTypes (create-only) ------------------------------------------------------
+    types = _instance_types(policy, snapshot, state, plans, aware)
+    _queues_and_status(policy, snapshot, state, types, plans, rendered, effective, aware, live)
+    state.admission_checks = [queues.admission_check(policy)]
+    state.instance_type_flavors = catalog_mod.catalog(policy, plans, aware)
+    return state
+
+
+def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, plans: dict[str, FlavorPlan],
+                    aware: bool) -> dict[str, dict]:
+    """Every InstanceType by name: the snapshot's, the derived ones this pass creates (create-only,
+    pools.md §4) and the enriched ones (§6.1); records the created and enriched names in ``state``."""
     existing = {name_of(it): it for it in snapshot.list("InstanceType")}
     types = dict(existing)
-    if settings.flag(DERIVED):
+    if state.settings.flag(policy.setting("derivedFromNode")):
         first_plan: dict[str, FlavorPlan] = {}
         for name, plan in plans.items():  # name order: the first flavor of a pool gives its preset
             variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch, "aware": aware}
@@ -163,8 +171,15 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
             if not its.needs_enrichment(defaulted):
                 types[name] = defaulted
                 state.enriched_instance_types.append(name)
+    return types
 
-    # Queues and status ----------------------------------------------------------------------------
+
+def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, types: dict[str, dict],
+                       plans: dict[str, FlavorPlan], rendered: dict[str, dict], effective, aware: bool,
+                       live: bool) -> None:
+    """Per InstanceType in name order: its ClusterQueue and LocalQueues (unless it is being deleted)
+    and its status (pools.md §7-§10); fills ``state``."""
+    settings = state.settings
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
                   if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
@@ -191,9 +206,6 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
         pool_devices = _select(selector, devices, by_label)
         it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
         state.instance_types.append(it)
-    state.admission_checks = [queues.admission_check(policy)]
-    state.instance_type_flavors = catalog_mod.catalog(policy, plans, aware)
-    return state
 
 
 def _sound_devices(policy: Policy, devices: list[dict], problems: list[FactProblem]) -> list[dict]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from runtime.engine.pools.accelerators import walk_devices
 from runtime.engine.pools.nodes import NodeView
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
@@ -59,7 +60,7 @@ def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixe
         if rules["cpu"].when.evaluate(cpu_vars):
             name = rules["cpu"].name.evaluate(cpu_vars)
             labels = dict(base_labels)
-            labels[f"{general}{node.gkey}.count"] = str(node.cores)
+            labels[f"{general}{node.gkey}{policy.suffix('count')}"] = str(node.cores)
             if not mixed:
                 labels[policy.key("cpuOnly")] = "true"
             _contribute(plans, name, "cpu", node, node.gkey, "", node.cores, labels)
@@ -71,7 +72,7 @@ def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixe
             name = rules["device"].name.evaluate(dev_vars)
             labels = dict(base_labels)
             labels[f"{acc}{akey}"] = "true"
-            labels[f"{acc}{akey}.count"] = str(count)
+            labels[f"{acc}{akey}{policy.suffix('count')}"] = str(count)
             _contribute(plans, name, "device", node, node.gkey, akey, count, labels)
     by_name = {n.name: n for n in nodes}
     for plan in plans.values():
@@ -120,17 +121,14 @@ def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tupl
         return slices, 0
     logical_ok = False
     physical = 0
-    for group in (devices.get("spec") or {}).get("groups") or []:
-        if f"{group.get('manufacturer')}-{group.get('id')}" != akey:
+    for _, accel in walk_devices(devices, akey=akey):
+        status = accel.get("status") or {}
+        p_count = int(((status.get("physicalSliced") or {}).get("count")) or 0)
+        physical = max(physical, p_count)
+        if status.get("unhealthy"):
             continue
-        for accel in group.get("accelerators") or []:
-            status = accel.get("status") or {}
-            p_count = int(((status.get("physicalSliced") or {}).get("count")) or 0)
-            physical = max(physical, p_count)
-            if status.get("unhealthy"):
-                continue
-            if p_count == 0 and int(((status.get("logicalSliced") or {}).get("count")) or 0) > 0:
-                logical_ok = True
+        if p_count == 0 and int(((status.get("logicalSliced") or {}).get("count")) or 0) > 0:
+            logical_ok = True
     return (slices if logical_ok else 0), physical
 
 
@@ -144,8 +142,8 @@ def render_flavor(policy: Policy, plan: FlavorPlan) -> dict:
     if plan.kind == "device":
         labels[f"{general}{plan.gkey}"] = "true"
     labels[f"{own_prefix}{plan.own_key}"] = "true"
-    labels[f"{own_prefix}{plan.own_key}.count"] = str(plan.count)
-    labels[f"{own_prefix}{plan.own_key}.capacity"] = str(plan.capacity)
+    labels[f"{own_prefix}{plan.own_key}{policy.suffix('count')}"] = str(plan.count)
+    labels[f"{own_prefix}{plan.own_key}{policy.suffix('capacity')}"] = str(plan.capacity)
     labels[policy.key("resourceType")] = policy.derivation.resourceTypes["flavor"]
     note = policy.prefix("note")
     return {

@@ -11,18 +11,18 @@ import math
 from typing import Iterable
 
 from runtime.engine.pools import fourview, presets
+from runtime.engine.pools.accelerators import walk_devices
 from runtime.engine.pools.kueueconfig import cpu_excluded
 from runtime.model.normalize import parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import is_deleting, labels_of, name_of
 
-AWARE = "instance-type-aware-cpu-manufacturer"
 
 
 def entrance(policy: Policy, name: str) -> str:
     """The LocalQueue name fronting pool ``name`` (pools.md §12; CEL ``spec.entrance``)."""
-    return policy.derivation.entrance.evaluate({"name": name})
+    return policy.derivation.entrance.evaluate({"name": name, "entrancePrefix": policy.derivation.entrancePrefix})
 
 
 def schedule_labels(policy: Policy, spec: dict, aware: bool) -> dict[str, str]:
@@ -163,28 +163,24 @@ def _sliced_detail(devices_list: list[dict], akey: str, spec: dict) -> dict:
     physical = 0
     profiles: dict[str, dict] = {}
     compute_capability = spec.get("computeCapability") or ""
-    for devices in devices_list:
-        for group in (devices.get("spec") or {}).get("groups") or []:
-            if f"{group.get('manufacturer')}-{group.get('id')}" != akey:
-                continue
-            if not compute_capability and group.get("computeCapability"):
-                compute_capability = group["computeCapability"]
-            for accel in group.get("accelerators") or []:
-                status = accel.get("status") or {}
-                if status.get("unhealthy"):
-                    continue
-                p = status.get("physicalSliced") or {}
-                if int(p.get("count") or 0) > 0:
-                    physical += int(p["count"])
-                    for prof in p.get("profiles") or []:
-                        entry = profiles.setdefault(prof["name"], {"name": prof["name"], "count": 0,
-                                                                   "memoryMib": int(prof.get("memoryMib") or 0)})
-                        entry["count"] += int(prof.get("count") or 0)
-                    continue
-                ls = status.get("logicalSliced") or {}
-                if int(ls.get("count") or 0) > 0:
-                    logical += int(ls["count"])
-                    overcommit = overcommit or bool(ls.get("coresPercentageOvercommit"))
+    for group, accel in (pair for devices in devices_list for pair in walk_devices(devices, akey=akey)):
+        if not compute_capability and group.get("computeCapability"):
+            compute_capability = group["computeCapability"]
+        status = accel.get("status") or {}
+        if status.get("unhealthy"):
+            continue
+        p = status.get("physicalSliced") or {}
+        if int(p.get("count") or 0) > 0:
+            physical += int(p["count"])
+            for prof in p.get("profiles") or []:
+                entry = profiles.setdefault(prof["name"], {"name": prof["name"], "count": 0,
+                                                           "memoryMib": int(prof.get("memoryMib") or 0)})
+                entry["count"] += int(prof.get("count") or 0)
+            continue
+        ls = status.get("logicalSliced") or {}
+        if int(ls.get("count") or 0) > 0:
+            logical += int(ls["count"])
+            overcommit = overcommit or bool(ls.get("coresPercentageOvercommit"))
     physical_out: dict = {"count": physical}
     if profiles:
         physical_out["profiles"] = [profiles[k] for k in sorted(profiles)]

@@ -33,8 +33,42 @@ def _fmt(m: Manufacturer) -> dict[str, str]:
 
 def credits_resource(policy: Policy, manufacturer: Manufacturer) -> str:
     """``credits.gpustack.ai/<id>``: the accelerated ClusterQueues' covered resource (pools.md §7.2),
-    from rules/pools/derivation.yaml ``clusterQueue.creditsResourcePrefix``."""
-    return policy.derivation.clusterQueue.creditsResourcePrefix + manufacturer.id
+    from rules/labels.yaml ``prefixes.credits``."""
+    return policy.prefix("credits") + manufacturer.id
+
+
+def _excluded_prefixes(rules: KueueConfigurationSpec, table: dict, manufacturers: list[Manufacturer]) -> list[str]:
+    """The global prefixes as written ({visibilityPrefix}: the classifier table's, its one home), then
+    the per-manufacturer rows; a prefix listed twice is refused."""
+    prefixes: list[str] = [p.format(visibilityPrefix=table["visibilityPrefix"])
+                           for p in rules.excludeResourcePrefixes.global_]
+    for m in manufacturers:
+        for row in rules.excludeResourcePrefixes.perManufacturer:
+            if row.partitionKindOnly and not m.partitionKind:
+                continue
+            prefixes.append(row.prefix.format(**_fmt(m)))
+    seen: set[str] = set()
+    for prefix in prefixes:
+        if prefix in seen:
+            raise KueueConfigurationError(f"KueueConfiguration: excludeResourcePrefixes lists {prefix!r} twice")
+        seen.add(prefix)
+    return prefixes
+
+
+def _credits_per_row(policy: Policy, rules: KueueConfigurationSpec) -> dict[int, int]:
+    """Row index -> credits of the rows with ``credits`` (CEL over ``constants``, a positive integer)."""
+    constants = policy.constants.model_dump()
+    out = {}
+    for i, row in enumerate(rules.transformations):
+        if row.credits is None:
+            continue
+        value = row.credits.evaluate({"constants": constants})
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise KueueConfigurationError(
+                f"KueueConfiguration: transformations[{i}].credits ({row.credits}) must give a positive "
+                f"integer, got {value!r}")
+        out[i] = int(value)
+    return out
 
 
 def kueue_configuration(policy: Policy) -> dict:
@@ -55,32 +89,9 @@ def kueue_configuration(policy: Policy) -> dict:
     rules = _rules(policy)
     table = classifier_table(policy, rules.resourceKeysParams)
     classifier = classifier_manufacturers(policy)
-    constants = policy.constants.model_dump()
     manufacturers = list(policy.manufacturers.values())
-
-    prefixes: list[str] = list(rules.excludeResourcePrefixes.global_)
-    for m in manufacturers:
-        for row in rules.excludeResourcePrefixes.perManufacturer:
-            if row.partitionKindOnly and not m.partitionKind:
-                continue
-            prefixes.append(row.prefix.format(**_fmt(m)))
-    seen: set[str] = set()
-    for prefix in prefixes:
-        if prefix in seen:
-            raise KueueConfigurationError(f"KueueConfiguration: excludeResourcePrefixes lists {prefix!r} twice")
-        seen.add(prefix)
-
-    credits_per_row = {}
-    for i, row in enumerate(rules.transformations):
-        if row.credits is None:
-            continue
-        value = row.credits.evaluate({"constants": constants})
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise KueueConfigurationError(
-                f"KueueConfiguration: transformations[{i}].credits ({row.credits}) must give a positive "
-                f"integer, got {value!r}")
-        credits_per_row[i] = int(value)
-
+    prefixes = _excluded_prefixes(rules, table, manufacturers)
+    credits_per_row = _credits_per_row(policy, rules)
     transformations: list[dict[str, Any]] = []
     for m in manufacturers:
         for i, row in enumerate(rules.transformations):

@@ -118,11 +118,11 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
             rest = key[len(acc):]
             if "." in rest or "-" not in rest or policy.manufacturer_of_key(rest) is None:
                 continue
-            akeys[rest] = _count(policy, name, labels, f"{acc}{rest}.count", rest, problems)
+            akeys[rest] = _count(policy, name, labels, f"{acc}{rest}{policy.suffix('count')}", rest, problems)
             if akeys[rest] and not _descriptors_sound(policy, name, labels, f"{acc}{rest}", rest, problems):
                 akeys[rest] = 0
-    cores = _count(policy, name, labels, f"{general}{gkey}.count", "", problems) if gkey else 0
-    managed = bool(policy.derivation.managed.evaluate({"labels": labels}))
+    cores = _count(policy, name, labels, f"{general}{gkey}{policy.suffix('count')}", "", problems) if gkey else 0
+    managed = bool(policy.derivation.managed.evaluate({"labels": labels, "managedKey": policy.key("managed")}))
     return NodeView(
         name=name, labels=labels, annotations=annotations, managed=managed, gkey=gkey, cores=cores,
         os=labels.get(policy.key("os"), ""), arch=labels.get(policy.key("arch"), ""), akeys=dict(sorted(akeys.items())),

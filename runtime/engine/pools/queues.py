@@ -14,8 +14,6 @@ from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import is_deleting, name_of
 
-DERIVED = "instance-type-derived-from-node"
-
 
 def queue_labels(policy: Policy, it: dict, aware: bool) -> dict[str, str]:
     """The ClusterQueue labels: PoolScheduleLabels + ``resource.gpustack.ai/type: instancetypes``."""
@@ -31,9 +29,6 @@ def queue_flavors(policy: Policy, labels: dict[str, str], plans: dict[str, Flavo
     chosen = [plans[name] for name, flavor in rendered.items()
               if plans[name].capacity > 0 and matches(selector, flavor["metadata"]["labels"])]
     return sorted(chosen, key=lambda p: (p.count, p.name))
-
-
-DRAIN = "instance-type-drain-when-no-flavors"
 
 
 def holds_reservations(queue: dict | None) -> bool:
@@ -60,10 +55,10 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
         flavors = flavors[: rules.maxFlavors]
     acceleratable = bool(spec_it.get("acceleratable"))
     if acceleratable:
-        resource = rules.creditsResourcePrefix + (spec_it.get("acceleratorGroup") or "").split("-", 1)[0]
+        resource = policy.prefix("credits") + (spec_it.get("acceleratorGroup") or "").split("-", 1)[0]
         quota = lambda plan: format_decimal_quantity(plan.capacity * policy.constants.creditsPerAccelerator)  # noqa: E731
     else:
-        resource = "cpu"
+        resource = policy.kueue.cpuResource
         quota = lambda plan: format_decimal_quantity(plan.capacity)  # noqa: E731
     groups = []
     if flavors:
@@ -76,10 +71,10 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
         spec["stopPolicy"] = "Hold"
     if not flavors and old_spec.get("resourceGroups") and holds_reservations(old):
         spec["resourceGroups"] = old_spec["resourceGroups"]
-        spec["stopPolicy"] = "HoldAndDrain" if settings.flag(DRAIN) else old_spec.get("stopPolicy", spec["stopPolicy"])
+        spec["stopPolicy"] = "HoldAndDrain" if settings.flag(policy.setting("drainWhenNoFlavors")) else old_spec.get("stopPolicy", spec["stopPolicy"])
     if is_deleting(it):
         spec["stopPolicy"] = "HoldAndDrain"
-    if acceleratable and settings.flag(DERIVED):
+    if acceleratable and settings.flag(policy.setting("derivedFromNode")):
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": policy.derivation.admissionCheck.name}]}
     obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
            "metadata": {"name": name_of(it), "labels": labels}, "spec": spec}

@@ -1,0 +1,126 @@
+"""One home per vocabulary: the names, keys and constants that several rule files use are written once.
+
+Homes (issue 10 item 3):
+
+- label, annotation and finalizer keys, key prefixes and key suffixes: rules/labels.yaml;
+- the system namespace, the reserved namespaces (decision 17), the controller's ServiceAccount, the
+  entrance prefix, the resource types and the setting names the derivation reads:
+  rules/pools/derivation.yaml;
+- numbers shared by several rules (credits, shares and percent per accelerator, the longest object
+  name): rules/constants.yaml.
+
+Two mechanisms read the homes, both here:
+
+- :func:`link` runs once at load (runtime/rules/loader.py) and fills the fields a rule file leaves to
+  its home: ``SettingCatalog.namespace`` and ``NodeAgent.namespace`` (the system namespace),
+  ``NodeAgent.suffixes`` (the label suffixes), ``NodeAgent.capacity.percentPerSlice``
+  (``percentPerAccelerator``), and in every AdmissionPolicy ``match.labelRolesExist`` /
+  ``match.excludeReservedNamespaces`` / ``lookups[].labelRole`` (into ``labelsExist``,
+  ``excludeNamespaces``, ``labelKey``). An unknown role is a load problem naming file and field.
+- :func:`admission_params` is the shared ``params`` every AdmissionPolicy sees: ``labels`` (keys,
+  prefixes, suffixes), ``derivation`` (names) and ``controllerUsers``; the engine adds ``constants``.
+
+tests/engine/test_one_home.py fails when a key, a name pattern or a constant is spelled twice.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from runtime.model.agent import LabelSuffixes
+
+Problem = tuple[str, int, str, str]
+"""(file, line, field path, message): the loader turns it into a RuleProblem."""
+
+
+class RuleSetLike(Protocol):
+    """What this module reads of runtime.rules.loader.RuleSet (the loader imports this module)."""
+
+    def get(self, kind: str, name: str | None = None) -> Any: ...
+
+    def all(self, kind: str) -> list: ...
+
+
+def _problem(doc, path: str, message: str) -> Problem:
+    return (doc.file, doc.line, path, message)
+
+
+def link(ruleset: RuleSetLike) -> list[Problem]:
+    """Fill every field left to its home (module docstring); the problems found (none when linked).
+
+    Runs on a complete rule set (every required kind present); mutates the loaded specs in place.
+    """
+    labels = ruleset.get("LabelCatalog")
+    derivation = ruleset.get("PoolDerivation")
+    constants = ruleset.get("Constants")
+    problems = []
+    settings = ruleset.get("SettingCatalog")
+    settings.namespace = settings.namespace or derivation.systemNamespace
+    known_settings = {s.name for s in settings.settings}
+    for doc in ruleset.all("PoolDerivation"):
+        for role, name in derivation.settings.items():
+            if name not in known_settings:
+                problems.append(_problem(doc, f"spec.settings.{role}", f"no setting {name!r} in rules/settings.yaml"))
+    for doc in ruleset.all("NodeAgent"):
+        agent = doc.spec
+        agent.namespace = agent.namespace or derivation.systemNamespace
+        if not agent.capacity.percentPerSlice:
+            agent.capacity.percentPerSlice = constants.percentPerAccelerator
+        if agent.suffixes is None:
+            wanted = {name: labels.suffixes.get(name) for name in LabelSuffixes.model_fields}
+            missing = sorted(name for name, value in wanted.items() if value is None)
+            if missing:
+                problems.append(_problem(doc, "spec.suffixes", "rules/labels.yaml suffixes lacks "
+                                         + ", ".join(missing)))
+                continue
+            agent.suffixes = LabelSuffixes(**wanted)
+    for doc in ruleset.all("AdmissionPolicy"):
+        match = doc.spec.match
+        for role in match.labelRolesExist:
+            if role not in labels.keys:
+                problems.append(_problem(doc, "spec.match.labelRolesExist", f"no label key role {role!r} in "
+                                         "rules/labels.yaml keys"))
+            elif labels.keys[role] not in match.labelsExist:
+                match.labelsExist.append(labels.keys[role])
+        if match.excludeReservedNamespaces:
+            match.excludeNamespaces.extend(ns for ns in derivation.reservedNamespaces
+                                           if ns not in match.excludeNamespaces)
+        for i, lookup in enumerate(doc.spec.lookups):
+            if lookup.labelRole:
+                if lookup.labelRole not in labels.keys:
+                    problems.append(_problem(doc, f"spec.lookups[{i}].labelRole", f"no label key role "
+                                             f"{lookup.labelRole!r} in rules/labels.yaml keys"))
+                else:
+                    lookup.labelKey = labels.keys[lookup.labelRole]
+    return problems
+
+
+def controller_users(ruleset: RuleSetLike) -> list[str]:
+    """The Kubernetes user names of the controller: its ServiceAccount in the system namespace."""
+    derivation = ruleset.get("PoolDerivation")
+    return [f"system:serviceaccount:{derivation.systemNamespace}:{derivation.controllerServiceAccount}"]
+
+
+VOCABULARY_PARAMS = ("labels", "derivation", "controllerUsers")  # the keys admission_params gives every policy
+
+
+def admission_params(ruleset: RuleSetLike) -> dict:
+    """The shared params of every AdmissionPolicy that come from the vocabulary homes.
+
+    ``labels``: ``keys``, ``prefixes``, ``suffixes`` of rules/labels.yaml (role -> string);
+    ``derivation``: ``systemNamespace``, ``reservedNamespaces``, ``entrancePrefix``,
+    ``resourceTypes`` and ``settings`` (role -> setting name) of rules/pools/derivation.yaml;
+    ``controllerUsers``: :func:`controller_users`.
+    """
+    labels = ruleset.get("LabelCatalog")
+    derivation = ruleset.get("PoolDerivation")
+    return {
+        "labels": {"keys": dict(labels.keys), "prefixes": dict(labels.prefixes), "suffixes": dict(labels.suffixes)},
+        "derivation": {
+            "systemNamespace": derivation.systemNamespace,
+            "reservedNamespaces": list(derivation.reservedNamespaces),
+            "entrancePrefix": derivation.entrancePrefix,
+            "resourceTypes": dict(derivation.resourceTypes),
+            "settings": dict(derivation.settings),
+        },
+        "controllerUsers": controller_users(ruleset),
+    }
