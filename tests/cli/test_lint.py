@@ -45,11 +45,11 @@ def test_every_problem_of_every_file_at_once(rules_copy):
     # an undeclared variable in the untaken branch of a conditional (only the else side is ever false)
     l1, c1 = _edit(pods, "variables.pct > 0 ? variables.pct * (params.constants",
                    "variables.pct > 0 ? variables.pctt * (params.constants", "pctt")
-    l2, c2 = _edit(pods, "expression: \"dig(object, ['metadata', 'labels', params.queueLabel], '')\"",
-                   "expression: \"dig(object, ['metadata', 'labels', params.queueLabl], '')\"", "queueLabl")
+    l2, c2 = _edit(pods, "expression: \"dig(object, ['metadata', 'labels', params.labels.keys.queueName], '')\"",
+                   "expression: \"dig(object, ['metadata', 'labels', params.labelz.keys.queueName], '')\"", "labelz")
     derivation = rules_copy / "pools" / "derivation.yaml"
-    l3, c3 = _edit(derivation, "entrance: '\"gpustack-fnv64-\" + fnv64a(name)'",
-                   "entrance: '\"gpustack-fnv64-\" + fnv64b(nam)'", "fnv64b")
+    l3, c3 = _edit(derivation, "entrance: 'entrancePrefix + fnv64a(name)'",
+                   "entrance: 'entrancePrefix + fnv64b(nam)'", "fnv64b")
     c4 = c3 + len("fnv64b(")
     l5, c5 = _edit(derivation, "generalGroup: 'aware ? gKey : \"generic\"'",
                    "generalGroup: 'aware ? gKey : \"generic\" +* x'", "*")
@@ -70,9 +70,9 @@ def test_every_problem_of_every_file_at_once(rules_copy):
     lines = result.stdout.splitlines()
     fold = [m.name for m in load_rules().get("AdmissionPolicy", "pods-mutation").mutations].index("slice-fold")
     assert lines[:2] == [
-        f"rules/admission/pods.yaml:{l2}:{c2} spec.variables[0].expression: params.queueLabl is not declared "
-        "here (declared: bytesPerMib, constants, countKeyPrefix, countKeySuffix, defaultCoresPercentage, "
-        "manufacturers, queueLabel, resourceKeys, settingCatalog)",
+        f"rules/admission/pods.yaml:{l2}:{c2} spec.variables[0].expression: params.labelz is not declared "
+        "here (declared: bytesPerMib, constants, controllerUsers, derivation, labels, manufacturers, resourceKeys, "
+        "settingCatalog)",
         f"rules/admission/pods.yaml:{l1}:{c1} spec.mutations[{fold}].variables[3].expression: variables.pctt is not "
         "declared here (declared: ctrs, it, itName, k, lookupError, lq, memory, mib, pct, vramError, vramMib)",
     ]
@@ -86,7 +86,7 @@ def test_every_problem_of_every_file_at_once(rules_copy):
         "one of: BANG, BOOL_LIT, BYTES_LIT, DOT, FLOAT_LIT, IDENT, INT_LIT, LBRACE, LPAR, LSQB, MINUS, "
         "MLSTRING_LIT, STRING_LIT, UINT_LIT)",
         f"rules/pools/derivation.yaml:{l3}:{c3} spec.entrance: unknown function 'fnv64b'",
-        f"rules/pools/derivation.yaml:{l3}:{c4} spec.entrance: undeclared name 'nam' (names here: name)",
+        f"rules/pools/derivation.yaml:{l3}:{c4} spec.entrance: undeclared name 'nam' (names here: entrancePrefix, name)",
     ]
     assert result.stderr == "7 problems in 4 file(s)\n"
     # the loader refuses the same set with the same lines
