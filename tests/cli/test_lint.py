@@ -74,7 +74,7 @@ def test_every_problem_of_every_file_at_once(rules_copy):
         "here (declared: bytesPerMib, constants, controllerUsers, derivation, labels, manufacturers, resourceKeys, "
         "settingCatalog)",
         f"rules/admission/pods.yaml:{l1}:{c1} spec.mutations[{fold}].variables[3].expression: variables.pctt is not "
-        "declared here (declared: ctrs, it, itName, k, lookupError, lq, memory, mib, pct, vramError, vramMib)",
+        "declared here (declared: ctrs, demand, it, itName, k, lookupError, lq, memory, mib, pct, vramError, vramMib)",
     ]
     assert lines[2] == (f"rules/admission/workloads.yaml:{l8}:{c8} spec.variables[0].expression: params.setting "
                         f"names setting 'no-such-setting', which is not in the setting catalog (settings: {settings})")
@@ -103,7 +103,8 @@ def test_names_are_scoped_item_outside_foreach_and_comprehension_variables(rules
                       ": f\"")
     problems = [str(p) for p in _problems(rules_copy)]
     assert len(problems) == 1
-    assert problems[0].startswith(f"rules/admission/pods.yaml:{line}:{col + 2} spec.variables[2].expression: "
+    index = [v.name for v in load_rules().get("AdmissionPolicy", "pods-mutation").variables].index("it")
+    assert problems[0].startswith(f"rules/admission/pods.yaml:{line}:{col + 2} spec.variables[{index}].expression: "
                                   "undeclared name 'f' (names here: lookups, object, oldObject, params, request, "
                                   "settings, variables)")
 
