@@ -7,7 +7,7 @@ ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
 .PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs \
-        docker-up kind-images kind-up kind-down kind-test
+        docker-up kind-images kind-up kind-down kind-test helm chart wheelhouse image components-images components-manifests
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,10 +30,30 @@ controlplane:  ## build kube-apiserver, kube-controller-manager, kube-scheduler,
 	bash e2e/controlplane/build.sh
 	bash e2e/components/build.sh
 
+helm:  ## build helm from its Go module (deploy/tools/versions.txt) into $(ACCELPOLICY_CACHE)/bin (no-op when built)
+	bash deploy/tools/build.sh
+
+CHART_OUT ?= build/chart
+chart: helm  ## lint the Helm chart and package it (crds/ and rules/ resolved into the package) into $(CHART_OUT)
+	"$$(bash deploy/tools/build.sh --print helm)" lint --strict deploy/chart
+	"$$(bash deploy/tools/build.sh --print helm)" package deploy/chart -d $(CHART_OUT)
+
+wheelhouse: install  ## wheels of accelpolicy and its dependencies for the image (build/wheelhouse, cp311)
+	bash deploy/image/wheelhouse.sh
+
+image: install  ## the accelpolicy image offline: Debian base by debootstrap (cached), host wheels, docker build --network none
+	bash deploy/image/build.sh
+
+components-images: controlplane  ## Kueue and nfd-master images (docker import of the binaries built from their modules)
+	bash deploy/components/images.sh
+
+components-manifests: install helm  ## Kueue's and NFD's own charts rendered with the local images into build/components/
+	$(BIN)/python deploy/components/render.py build/components
+
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10
 
-test: install lint controlplane  ## everything: unit, rule suites, control plane, e2e (2 kill/restart runs)
+test: install lint controlplane helm  ## everything: unit, rule suites, control plane, chart, e2e (2 kill/restart runs)
 	ACCELPOLICY_RELIABILITY_RUNS=$${ACCELPOLICY_RELIABILITY_RUNS:-2} $(BIN)/python -m pytest
 
 reliability: install controlplane  ## the live controller killed and restarted: RUNS runs (default 10) vs a reference

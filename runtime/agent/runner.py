@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from loguru import logger
 
@@ -39,6 +39,10 @@ class OnceLog:
         if self._current.get(topic) != message:
             self._current[topic] = message
             logger.log(level, "{}: {}", topic, message)
+
+    def healthy(self, topic: str) -> bool:
+        """Whether ``topic`` has no current problem."""
+        return topic not in self._current
 
     def ok(self, topic: str) -> None:
         if self._current.pop(topic, None) is not None:
@@ -67,6 +71,7 @@ class NodeAgent:
         self.backend = backend
         self.node_name = node_name
         self.client = client
+        self.on_pass: Callable[[bool], None] | None = None  # called after each reconcile with its success
         self.node = node
         self.cpuinfo = cpuinfo
         self.group_id_with_memory = group_id_with_memory
@@ -253,6 +258,9 @@ class NodeAgent:
         except Exception as exc:
             self.log.problem("reconcile", f"{type(exc).__name__}: {exc}")
             return None
+        finally:
+            if self.on_pass is not None:  # health endpoints (runtime/agent/health.py)
+                self.on_pass(self.log.healthy("reconcile"))
 
     def watches(self) -> list:
         """The client's watch specs for this node (Node, NodeFeatures, Pods, settings Secret)."""

@@ -59,10 +59,13 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
 @click.option("--node-label", "node_labels", multiple=True, help="cluster-less dry run: a Node label KEY=VALUE")
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
+@click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="N",
+              help="serve /healthz (the loop keeps passing) and /readyz (the last pass succeeded) over HTTP on "
+                   "port N, for kubelet probes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
-            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir) -> None:
+            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None) -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     try:
         policy = Policy(load_rules(rules_dir))
@@ -108,4 +111,12 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
             else:
                 click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
         return
+    if health_port is not None:
+        from runtime.agent.health import PassClock, serve_health
+        clock = PassClock(stale_seconds=3 * interval + 60)
+        agent.on_pass = clock.passed
+        try:
+            serve_health(clock, port=health_port)
+        except OSError as exc:
+            raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
     agent.run(interval)

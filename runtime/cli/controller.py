@@ -23,6 +23,7 @@ import click
 from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
 from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.reconciler import Controller
+from runtime.controller.servingcert import ServingCertificate, reload_server_tls, service_names
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission import view_kinds
 from runtime.webhook.server import check_tls, self_signed
@@ -61,12 +62,29 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
                    "controller (port default 443).")
 @click.option("--no-webhook-registration", "no_registration", is_flag=True,
               help="Serve the webhooks but leave the webhook configurations to someone else.")
+@click.option("--webhook-cert-secret", default=None, metavar="NAME",
+              help="Share one serving certificate between replicas through Secret NAME (in --lease-namespace; "
+                   "keys ca.crt, tls.crt, tls.key): created when missing, rotated by the leader, copied by every "
+                   "replica into --webhook-cert-dir and reloaded when it changes; its ca.crt is the caBundle.")
+@click.option("--webhook-cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Where --webhook-cert-secret's files are written (a writable emptyDir in a Pod).")
+@click.option("--webhook-cert-issuer", type=click.Choice(["accelpolicy", "external"]), default="accelpolicy",
+              show_default=True, help="Who fills --webhook-cert-secret: accelpolicy (create and rotate it) or "
+                                      "external (e.g. cert-manager; only read).")
+@click.option("--webhook-cert-days", type=click.FloatRange(min=1), default=90.0, show_default=True,
+              help="Validity of a certificate issued for --webhook-cert-secret (the CA: 10 times longer).")
+@click.option("--webhook-cert-renew-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="The leader re-issues the certificate this many days before it ends.")
+@click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when due).")
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_seconds: float,
             lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
             webhook_cert: Path | None, webhook_key: Path | None, webhook_ca: Path | None,
             webhook_self_signed: Path | None, webhook_url_base: str | None, webhook_service: str | None,
-            no_registration: bool) -> None:
+            no_registration: bool, webhook_cert_secret: str | None = None, webhook_cert_dir: Path | None = None,
+            webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
+            webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -78,9 +96,11 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     """
     webhook_opts = dict(port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
                         self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
-                        register=not no_registration)
+                        register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir)
     if webhook_port is None:
         given = [name for name, value in (("--webhook-cert", webhook_cert), ("--webhook-key", webhook_key),
+                                          ("--webhook-cert-secret", webhook_cert_secret),
+                                          ("--webhook-cert-dir", webhook_cert_dir),
                                           ("--webhook-ca", webhook_ca), ("--webhook-self-signed", webhook_self_signed),
                                           ("--webhook-url-base", webhook_url_base),
                                           ("--webhook-service", webhook_service)) if value]
@@ -103,6 +123,21 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     # --once is a single pass: fit labels are written in it rather than after their window (§9)
+    serving_cert = None
+    if webhook_opts and webhook_cert_secret:
+        serving_cert = ServingCertificate(
+            session, lease_namespace, webhook_cert_secret,
+            service_names(service[0], service[1]) if service else ("127.0.0.1", "localhost"), webhook_cert_dir,
+            manage=webhook_cert_issuer == "accelpolicy", days=webhook_cert_days, renew_days=webhook_cert_renew_days,
+            check_seconds=webhook_cert_check_seconds)
+        try:
+            data = serving_cert.ensure(stop=stop)
+        except (KubeApiError, TimeoutError) as exc:
+            click.echo(f"error: serving certificate: {exc}", err=True)
+            sys.exit(1)
+        tls = WebhookTls(serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"], data["ca.crt"])
+        click.echo(f"serving certificate from Secret {lease_namespace}/{webhook_cert_secret} "
+                   f"({webhook_cert_issuer}) in {webhook_cert_dir}", err=True)
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if webhook_opts else ())
@@ -110,6 +145,11 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     try:
         if webhook_opts:
             webhooks = _serve_webhooks(controller, webhook_opts, tls, service)
+        if serving_cert is not None:
+            serving_cert.listeners.append(lambda data: (
+                reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),
+                webhooks.use_ca(data["ca.crt"])))
+            serving_cert.start(stop)
         if once:
             controller.start()
             result = controller.reconcile()
@@ -127,6 +167,9 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             return
         elector.keep_renewing(on_lost=stop.set)
         click.echo("leading; reconciling", err=True)
+        if serving_cert is not None:
+            serving_cert.leading.set()
+            serving_cert.check()  # rotate now when due, before registering its caBundle
         controller.start()
         if webhooks is not None and webhooks.register() is not None:
             for desired in webhooks.registrar.desired:
@@ -156,6 +199,15 @@ def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
     if opts["url_base"] and not opts["url_base"].startswith("https://"):
         fail(f"--webhook-url-base {opts['url_base']!r}: the API server calls webhooks over https://")
     files = (opts["cert"], opts["key"], opts["ca"])
+    if opts["cert_secret"]:
+        if any(files) or opts["self_signed"] is not None:
+            fail("give --webhook-cert-secret or --webhook-cert/--webhook-key/--webhook-ca or "
+                 "--webhook-self-signed, not two of them")
+        if opts["cert_dir"] is None:
+            fail("--webhook-cert-secret needs --webhook-cert-dir DIR (where its files are written)")
+        return None, service  # read from the Secret once connected
+    if opts["cert_dir"] is not None:
+        fail("--webhook-cert-dir needs --webhook-cert-secret")
     try:
         if opts["self_signed"] is not None:
             if any(files):

@@ -121,6 +121,11 @@ class WebhookRegistrar:
         self._thread.start()
         return self
 
+    def retarget(self, client: ClientConfig) -> None:
+        """Register ``client`` from now on (e.g. a rotated CA bundle); the next pass applies it."""
+        self.desired = webhook_configurations(self.policy, client)
+        self._dirty.set()
+
     def stop(self) -> None:
         """Stop keeping the configurations (they stay registered)."""
         self._stop.set()
@@ -266,6 +271,12 @@ class ControllerWebhooks:
         self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
                                           self.client_config()).start(sync_timeout)
         return self.registrar
+
+    def use_ca(self, ca_pem: bytes) -> None:
+        """A new CA bundle verifies the serving certificate: register it as ``caBundle`` from now on."""
+        self.tls.ca_pem = ca_pem
+        if self.registrar is not None:
+            self.registrar.retarget(self.client_config())
 
     def stop(self) -> None:
         """Stop the registrar and the server; registrations are left in place."""

@@ -1,0 +1,321 @@
+"""Which API verbs each accelpolicy component needs, derived from its code (issue 11, least privilege).
+
+The controller talks to the API server through :class:`runtime.kube.session.Session` (its watch
+caches, :class:`runtime.kube.applier.Applier`, the leader Lease, the serving-certificate Secret);
+the agent through :class:`runtime.kube.client.KubeClient` (the typed ``kubernetes`` client). This
+module reads those call sites from the source (``ast``) and the data they are driven by (the watched
+kinds, the kinds the admission view reads, the plan's ``Action(verb, kind, ...)`` constructors) and
+returns ``{(apiGroup, resource): {verbs}}`` per scope:
+
+* ``cluster``: a ClusterRole (cluster-scoped kinds, or namespaced kinds in every namespace);
+* ``system``: a Role in the system namespace (kinds touched only there: the call site passes the
+  settings/lease namespace).
+
+Call sites whose object kind cannot be read from the source are listed in :data:`OBJECT_KINDS`
+(by module, function, method and argument text); an unlisted one raises :class:`Underived`, so a
+new API call makes the RBAC test fail until it is accounted for.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+HTTP_VERBS = {"get": "get", "post": "create", "put": "update", "patch": "patch", "delete": "delete"}
+# Kinds outside runtime.engine.snapshot.KNOWN_KINDS that the controller writes.
+EXTRA_KINDS = {"Lease": ("coordination.k8s.io/v1", True), "Event": ("v1", True),
+               "MutatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False),
+               "ValidatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False)}
+
+# Call sites whose object comes from a variable: (module, function, applier method, argument) -> kinds.
+OBJECT_KINDS = {
+    ("runtime/controller/reconciler.py", "_report_invalid_settings", "create", "event"): ("Event",),
+    ("runtime/controller/webhooks.py", "sync", "apply", "desired"):
+        ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
+    ("runtime/controller/webhooks.py", "sync", "delete", "stale"):
+        ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
+}
+# Modules calling Session.call directly on one kind's objects (their own paths).
+SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret"}
+# Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
+SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
+                 "runtime/controller/settingsview.py": None,
+                 "runtime/controller/reconciler.py": {"seed_settings", "_report_invalid_settings"}}
+# Not RBAC-checked: every authenticated user may create a SelfSubjectReview (system:basic-user).
+NOT_AUTHORIZED_HERE = {"runtime/kube/session.py": "selfsubjectreviews (Session.username)"}
+
+
+class Underived(AssertionError):
+    """A call site whose kind or verb this module cannot read."""
+
+
+def _tree(rel: str) -> ast.Module:
+    return ast.parse((REPO / rel).read_text(), rel)
+
+
+def _functions(tree: ast.AST):
+    """(function name, node) for every def, methods included."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node
+
+
+def _module_consts(tree: ast.Module) -> dict[str, str]:
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = node.value.value
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runtime."):
+            src = node.module.replace(".", "/") + ".py"
+            if (REPO / src).exists():
+                consts = _module_consts(_tree(src))
+                for alias in node.names:
+                    if alias.name in consts:
+                        out[alias.asname or alias.name] = consts[alias.name]
+    return out
+
+
+def _str(node: ast.AST, consts: dict[str, str]) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return consts.get(node.id)
+    return None
+
+
+def resource_of(kind: str) -> tuple[str, str, bool]:
+    """``(apiGroup, plural, namespaced)`` of ``kind``: our CRDs' own names (crds/), else the
+    Kubernetes plural (lowercase + s/es)."""
+    from runtime.engine.snapshot import KNOWN_KINDS
+
+    api_version, namespaced = KNOWN_KINDS.get(kind) or EXTRA_KINDS[kind]
+    group = api_version.rpartition("/")[0]
+    for crd in (REPO / "crds").glob("*.yaml"):
+        doc = yaml.safe_load(crd.read_text())
+        if doc["spec"]["names"]["kind"] == kind:
+            return doc["spec"]["group"], doc["spec"]["names"]["plural"], doc["spec"]["scope"] == "Namespaced"
+    plural = kind.lower() + ("es" if kind.lower().endswith("s") else "s")
+    return group, plural, namespaced
+
+
+# -- the Applier: which HTTP calls each method makes ------------------------------------------------------
+def applier_calls() -> dict[str, list[tuple[str, str]]]:
+    """``{Applier method: [(verb, subresource or "")]}`` from runtime/kube/applier.py."""
+    tree = _tree("runtime/kube/applier.py")
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Applier")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        calls = []
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "call" \
+                    and ast.unparse(node.func.value) == "self.session":
+                method = _str(node.args[0], {})
+                sub = ""
+                path = node.args[1]
+                if isinstance(path, ast.Call) and len(path.args) >= 4:
+                    sub = _str(path.args[3], {}) or ""
+                calls.append((HTTP_VERBS[method], sub))
+                # server-side apply creates a missing object, which RBAC authorizes as "create" too
+                if any(k.arg == "content_type" and ast.unparse(k.value) == "APPLY_PATCH" for k in node.keywords) \
+                        and not sub:
+                    calls.append(("create", sub))
+        if calls:
+            out[fn.name] = calls
+    return out
+
+
+# -- the controller ---------------------------------------------------------------------------------------
+def _execute_dispatch() -> dict[str, list[str]]:
+    """``{Action verb: [Applier methods]}`` from Controller._execute (and the helpers it calls)."""
+    rel = "runtime/controller/reconciler.py"
+    tree = _tree(rel)
+    consts = _module_consts(tree)
+    methods = dict(_functions(tree))
+    out: dict[str, list[str]] = {}
+
+    def applier_methods(body) -> list[str]:
+        found = []
+        for stmt in body:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    owner = ast.unparse(node.func.value)
+                    if owner in ("applier", "self.applier"):
+                        found.append(node.func.attr)
+                    elif owner == "self" and node.func.attr in methods and node.func.attr != "_execute":
+                        found += applier_methods(methods[node.func.attr].body)
+        return found
+
+    node = next(s for s in methods["_execute"].body if isinstance(s, ast.If))
+    while isinstance(node, ast.If):
+        test = node.test
+        if not (isinstance(test, ast.Compare) and ast.unparse(test.left) == "action.verb"):
+            raise Underived(f"{rel}: _execute branch on {ast.unparse(test)}")
+        out[_str(test.comparators[0], consts)] = applier_methods(node.body)
+        node = node.orelse[0] if node.orelse and isinstance(node.orelse[0], ast.If) else None
+    return out
+
+
+def _system_scoped(rel: str, function: str) -> bool:
+    if rel not in SYSTEM_SCOPED:
+        return False
+    names = SYSTEM_SCOPED[rel]
+    return names is None or function in names
+
+
+def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
+    """The controller's needs: ``{"cluster"|"system": {(apiGroup, resource): verbs}}``."""
+    from runtime.cli.common import load_policy
+    from runtime.controller.reconciler import WATCHED
+    from runtime.engine.admission import view_kinds
+    from runtime.engine.admission.registration import KINDS
+
+    needs: dict[str, dict[tuple[str, str], set[str]]] = {"cluster": defaultdict(set), "system": defaultdict(set)}
+
+    def need(kind: str, verbs, system: bool, sub: str = "") -> None:
+        group, plural, namespaced = resource_of(kind)
+        scope = "system" if system and namespaced else "cluster"
+        needs[scope][(group, plural + (f"/{sub}" if sub else ""))].update(verbs)
+
+    # watch caches (runtime/kube/cache.py lists with GET on the collection, then watches)
+    for kind in set(WATCHED) | set(view_kinds(load_policy(None))) - {"Secret", "Setting"}:
+        need(kind, {"list", "watch"}, False)
+    for kind in ("Secret", "Setting"):  # Controller.__init__: WatchedKind(kind, namespace=settings namespace)
+        need(kind, {"list", "watch"}, True)
+    for kind in KINDS.values():  # WebhookRegistrar's own cache
+        need(kind, {"list", "watch"}, False)
+
+    applier = applier_calls()
+    dispatch = _execute_dispatch()
+    for path in sorted((REPO / "runtime").rglob("*.py")):
+        rel = str(path.relative_to(REPO))
+        if rel.startswith(("runtime/kube/", "runtime/localcluster/", "runtime/agent/")) or "/cli/" in rel:
+            continue
+        tree = _tree(rel)
+        consts = _module_consts(tree)
+        for fname, fn in _functions(tree):
+            if fname in ("_execute", "_apply_check_state"):
+                continue  # reached through the Actions below
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                if isinstance(func, ast.Name) and func.id == "Action":
+                    verb, kind = _str(node.args[0], consts), _str(node.args[1], consts)
+                    if verb is None or kind is None or verb not in dispatch:
+                        raise Underived(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]}")
+                    for method in dispatch[verb]:
+                        for http, sub in applier[method]:
+                            need(kind, {http}, _system_scoped(rel, fname), sub)
+                elif isinstance(func, ast.Attribute) and ast.unparse(func.value) in ("applier", "self.applier") \
+                        and func.attr in applier:
+                    first = node.args[0] if node.args else None
+                    kind = _str(first, consts)
+                    if kind is None and isinstance(first, ast.Dict):
+                        kind = next((_str(v, consts) for k, v in zip(first.keys, first.values)
+                                     if _str(k, {}) == "kind"), None)
+                    kinds = (kind,) if kind else OBJECT_KINDS.get((rel, fname, func.attr, ast.unparse(first)))
+                    if not kinds:
+                        raise Underived(f"{rel}:{node.lineno} ({fname}): applier.{func.attr}({ast.unparse(first)})")
+                    for k in kinds:
+                        for http, sub in applier[func.attr]:
+                            need(k, {http}, _system_scoped(rel, fname), sub)
+                elif isinstance(func, ast.Attribute) and func.attr in ("call", "stream") \
+                        and ast.unparse(func.value) == "self.session":
+                    if rel not in SESSION_MODULES:
+                        raise Underived(f"{rel}:{node.lineno}: session.{func.attr} on an unknown kind")
+                    need(SESSION_MODULES[rel], {HTTP_VERBS[_str(node.args[0], {})]}, _system_scoped(rel, fname))
+    return {scope: dict(table) for scope, table in needs.items()}
+
+
+# -- the agent --------------------------------------------------------------------------------------------
+_TYPED = re.compile(r"^(read|list|create|patch|replace|delete|get)_(?:namespaced_|cluster_)?(\w+?)(_status)?"
+                    r"(?:_for_all_namespaces)?$")
+_TYPED_VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
+                "replace": "update", "delete": "delete"}
+
+
+def _client_methods() -> dict[str, list[tuple[str, str, str]]]:
+    """``{KubeClient method: [(verb, resource or "custom", subresource)]}``: typed calls, plus
+    ``list_*`` references handed to watches (list and watch), plus the methods each one calls."""
+    tree = _tree("runtime/kube/client.py")
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KubeClient")
+    direct: dict[str, list[tuple[str, str, str]]] = {}
+    calls_self: dict[str, set[str]] = defaultdict(set)
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        found = []
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("self.core", "self.custom"):
+                m = _TYPED.match(node.attr)
+                if not m:
+                    raise Underived(f"runtime/kube/client.py: {fn.name}: {node.attr}")
+                verb, what, status = m.groups()
+                resource = "custom" if what == "custom_object" else what + ("es" if what.endswith("s") else "s")
+                verbs = [_TYPED_VERBS[verb]] + (["watch"] if fn.name.endswith("_watches") else [])
+                found += [(v, resource, "status" if status else "") for v in verbs]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and ast.unparse(node.func.value) == "self":
+                calls_self[fn.name].add(node.func.attr)
+        direct[fn.name] = found
+    out = {}
+    for name in direct:
+        seen, todo, acc = set(), [name], []
+        while todo:
+            n = todo.pop()
+            if n in seen or n not in direct:
+                continue
+            seen.add(n)
+            acc += direct[n]
+            todo += sorted(calls_self[n])
+        out[name] = acc
+    return out
+
+
+def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
+    """The agent's needs: ``{"cluster"|"system": {(apiGroup, resource): verbs}}``.
+
+    Custom objects: the group/plural arguments come from rules/agent.yaml (``nodeFeature`` objects
+    live in the system namespace; ``devices`` are cluster-scoped); the settings Secret is read in
+    the system namespace only.
+    """
+    from runtime.cli.common import load_policy
+    from runtime.engine.devices import agent_rules
+
+    rules = agent_rules(load_policy(None))
+    custom = {"nf": (rules.nodeFeature.group, rules.nodeFeature.plural, "system"),
+              "dv": (rules.devices.group, rules.devices.plural, "cluster"),
+              "feature": (rules.nodeFeature.group, rules.nodeFeature.plural, "system")}
+    system_core = {"secrets"}   # get_secret / the settings Secret watch: the settings namespace only
+    methods = _client_methods()
+    needs: dict[str, dict[tuple[str, str], set[str]]] = {"cluster": defaultdict(set), "system": defaultdict(set)}
+    tree = _tree("runtime/agent/runner.py")
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if ast.unparse(node.func.value) not in ("c", "self.client") or node.func.attr not in methods:
+            continue
+        args = [ast.unparse(a) for a in node.args]
+        which = next((custom[a.split(".")[0]] for a in args if a.split(".")[0] in custom and a.endswith("plural")),
+                     None)
+        if node.func.attr == "node_watches":
+            which = custom["feature"]   # its NodeFeature watch takes feature_group/feature_plural
+        for verb, resource, sub in methods[node.func.attr]:
+            if resource == "custom":
+                if which is None:
+                    raise Underived(f"runtime/agent/runner.py:{node.lineno}: custom object of {args}")
+                group, plural, scope = which
+                needs[scope][(group, plural + (f"/{sub}" if sub else ""))].add(verb)
+            else:
+                scope = "system" if resource in system_core else "cluster"
+                needs[scope][("", resource + (f"/{sub}" if sub else ""))].add(verb)
+    return {scope: dict(table) for scope, table in needs.items()}
