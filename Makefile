@@ -7,7 +7,7 @@ ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
 .PHONY: help install test unit lint controlplane reliability demo demo-snapshot bench clean podresources-stubs \
-        docker-up kind-images kind-up kind-down kind-test helm chart wheelhouse image components-images components-manifests
+        docker-up kind-images kind-up kind-down kind-test e2e-kind helm chart wheelhouse image components-images components-manifests
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -53,8 +53,9 @@ components-manifests: install helm  ## Kueue's and NFD's own charts rendered wit
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10
 
-test: install lint controlplane helm  ## everything: unit, rule suites, control plane, chart, e2e (2 kill/restart runs)
+test: install lint controlplane helm  ## everything: unit, rule suites, control plane, chart, e2e local, then the walkthrough on kind (2 kill/restart runs)
 	ACCELPOLICY_RELIABILITY_RUNS=$${ACCELPOLICY_RELIABILITY_RUNS:-2} $(BIN)/python -m pytest
+	$(KIND_WALKTHROUGH)
 
 reliability: install controlplane  ## the live controller killed and restarted: RUNS runs (default 10) vs a reference
 	$(BIN)/python -m pytest tests/controlplane/test_reliability.py -s --reliability-runs=$(RUNS)
@@ -89,6 +90,14 @@ kind-up: kind-images  ## create kind cluster $(KIND_CLUSTER): 1 control-plane + 
 
 kind-down:  ## delete kind cluster $(KIND_CLUSTER)
 	bash e2e/kind/kind-down.sh --name $(KIND_CLUSTER)
+
+# The seed walkthrough on a fresh kind cluster "accelpolicy-e2e" (pytest-kind, e2e/kind/stack.py): images loaded,
+# Kueue + nfd-master, `helm install` of deploy/chart, device-plugin stand-ins; skipped when docker/the node image
+# is missing unless ACCELPOLICY_REQUIRE_KIND=1 (CI). ACCELPOLICY_KIND_KEEP=1 keeps the cluster afterwards.
+KIND_WALKTHROUGH = $(BIN)/python -m pytest e2e/test_walkthrough.py --cluster=kind -m kind -p no:cacheprovider
+
+e2e-kind: install kind-images helm components-images  ## the seed walkthrough on kind with accelpolicy installed by its chart
+	ACCELPOLICY_REQUIRE_KIND=1 $(KIND_WALKTHROUGH)
 
 kind-test: install kind-images  ## the kind tests (guard refusal, a cluster up: nodes Ready, DNS, blackhole, no pulls)
 	$(BIN)/python -m pytest e2e/kind -m kind

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import time
 
 import pytest
 import yaml
 
-from testing.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, REPOINT, RESTART, UNMANAGE,
-                                              Walkthrough, table_rows, tables_equal, wait_for_table)
+from testing.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, RECORDED_FACTS, REPOINT,
+                                              RESTART, UNMANAGE, Walkthrough, table_rows, tables_equal, wait_for_table)
 from tests.seedfiles import seed_object, seed_table, subset_mismatches
 
 TABLE_TIMEOUT = 300.0          # seconds; the machine is shared and slow, never a timing assertion
@@ -44,7 +45,11 @@ PRIVILEGED_DENIED = ('spec.privileged: Forbidden: privileged mode is not allowed
 
 @pytest.fixture(scope="module")
 def walk(cluster, tmp_path_factory, record_step):
-    w = Walkthrough(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("walkthrough"))
+    if cluster.stack is not None:   # kind: the chart runs everything; seed node names mapped to kind's
+        from kind.kindwalk import KindWalkthrough
+        w = KindWalkthrough(cluster.kubeconfig, cluster.stack.kind_node, workdir=tmp_path_factory.mktemp("walkthrough"))
+    else:
+        w = Walkthrough(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("walkthrough"))
     t0 = time.monotonic()
     w.start()
     w.t0 = t0
@@ -69,6 +74,7 @@ def expect(walk, name: str, *, kind: str = "instancetypes", as_set: bool = False
     if fix_entrance:
         assert STALE_ENTRANCE in want
         want = want.replace(STALE_ENTRANCE, RIGHT_ENTRANCE)
+    want = walk.seed_text(want)   # the Devices listing names the nodes
     return wait_for_table(lambda: walk.kubectl.stdout("get", kind), want, timeout=TABLE_TIMEOUT, as_set=as_set,
                           alive=walk.check_processes)
 
@@ -109,7 +115,7 @@ def seed_object_mismatches(walk, seed_name: str, resource: str, *, labels_exact:
     """How the live object differs from the seed's: labels exact (our own objects) or a subset (a
     Node carries more labels than the seed shows: hostname, fit labels; spec/README.md §2), and
     every ``spec``/``status`` field the seed shows."""
-    want = seed_object(seed_name)
+    want = json.loads(walk.seed_text(json.dumps(seed_object(seed_name))))
     ns = want["metadata"].get("namespace")
     got = get(walk, resource, want["metadata"]["name"], *(["-n", ns] if ns else []))
     if not got:
@@ -170,7 +176,7 @@ def test_step2_remove_and_readmit_a_node(walk, record_step):
     expect(walk, "step2-after-readmit.txt")            # "Before": the step 1 table
     assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
     timed(walk, record_step, "step 2: managed=false patch -> table", UNMANAGE, "step2-after-unmanage.txt")
-    wait_until(lambda: get(walk, "node", "node-a10g")["metadata"]["labels"].get("gpustack.ai/managed"),
+    wait_until(lambda: get(walk, "node", walk.node("node-a10g"))["metadata"]["labels"].get("gpustack.ai/managed"),
                lambda v: v == "false", "nfd-master propagating managed=false onto node-a10g")
     timed(walk, record_step, "step 2: managed=true patch -> table", READMIT, "step2-after-readmit.txt")
     assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
@@ -186,7 +192,7 @@ def test_step3_logical_slice(walk, record_step):
     record_step("step 3: apply sliced-demo -> Ready and table", time.monotonic() - t0)
     pod = get(walk, "pod", "sliced-demo", "-n", NS)
     assert pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu.sliced.units"] == "320k"
-    ledger = get(walk, "devices", "node-a10g")["status"]["groups"][0]["accelerators"][0]
+    ledger = get(walk, "devices", walk.node("node-a10g"))["status"]["groups"][0]["accelerators"][0]
     assert {k: ledger.get(k) for k in ("mode", "allocated", "remaining", "allocatedSlices")} == \
         {"mode": 3, "allocated": 320000, "remaining": 1280000, "allocatedSlices": 1}
     # "Deleting the Instance releases the slice: the row returns to 1/1 10/10 100/100 0/0."
@@ -278,7 +284,7 @@ def test_step6_pinned_demo(walk, record_step):
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"false\"}}'")
     pod = wait_until(lambda: get(walk, "pod", "pinned-demo", "-n", NS), bool, "Pod pinned-demo")
-    hostname = get(walk, "node", "node-t4-b")["metadata"]["labels"]["kubernetes.io/hostname"]
+    hostname = get(walk, "node", walk.node("node-t4-b"))["metadata"]["labels"]["kubernetes.io/hostname"]
     selector = dict(pod["spec"]["nodeSelector"])
     assert selector.pop("kubernetes.io/hostname") == hostname
     # any other entry is one Kueue merged from the admitted ResourceFlavor's nodeLabels (instances.md §11.2)
@@ -328,3 +334,70 @@ def test_troubleshooting_privileged_rejected(walk):
     assert out.returncode != 0
     assert out.stderr == f'The Instance "privileged-demo" is invalid: {PRIVILEGED_DENIED}\n'
     assert get(walk, "instance", "privileged-demo", "-n", NS) == {}
+
+
+# -- kind only (issue 11 item 5): real kubelets, PodResources, the chart's RBAC ------------------------------
+def _kind_only(walk) -> None:
+    if not getattr(walk, "kind_node", None):
+        pytest.skip("kind backend only: real kubelets run the Instance Pods (--cluster=kind)")
+
+
+def test_kind_instance_pods_run_in_containers_the_kubelet_started(walk):
+    """custom-demo (Ready since step 5) has a Pod whose container the node's kubelet started in containerd,
+    with the accelerator the kubelet allocated from the device-plugin stand-in in its environment."""
+    _kind_only(walk)
+    pod = get(walk, "pod", "custom-demo", "-n", NS)
+    assert pod["status"]["phase"] == "Running"
+    node = pod["spec"]["nodeName"]
+    assert node == walk.node("node-a10g")
+    [main] = [c for c in pod["status"]["containerStatuses"] if c["name"] == "main"]
+    assert "running" in main["state"] and main["ready"] is True
+    runtime, cid = main["containerID"].split("://", 1)
+    assert runtime == "containerd"
+    info = json.loads(subprocess.run(["docker", "exec", node, "ctr", "-n", "k8s.io", "containers", "info", cid],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["Spec"]["process"]["args"] == ["sleep", "86400"]
+    a10g_uuid = next(a["uuid"] for a in yaml.safe_load((RECORDED_FACTS / "node-a10g.yaml").read_text())["accelerators"])
+    assert f"ACCELPOLICY_DEVICES_NVIDIA_COM_GPU={a10g_uuid}" in info["Spec"]["process"]["env"]
+
+
+def test_kind_ledger_came_from_podresources(walk):
+    """The agent runs with ``--allocation-source=podresources`` (the chart value the stack sets), the Pod
+    carries no allocation annotation (nothing writes one on kind), and the a10g ledger charges custom-demo."""
+    _kind_only(walk)
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+    ds = get(walk, "daemonset", "gpustack-operator-device-manager", "-n", SYSTEM)
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--allocation-source=podresources" in args
+    pod = get(walk, "pod", "custom-demo", "-n", NS)
+    assert Policy(load_rules()).key("allocation") not in (pod["metadata"].get("annotations") or {})
+    ledger = wait_until(lambda: get(walk, "devices", walk.node("node-a10g")),
+                        lambda d: d and d["status"]["groups"][0]["accelerators"][0].get("allocated"),
+                        "the a10g ledger charging custom-demo")
+    acc = ledger["status"]["groups"][0]["accelerators"][0]
+    assert {k: acc.get(k) for k in ("mode", "allocated")} == {"mode": 1, "allocated": 1}
+
+
+def test_kind_controller_did_it_with_the_charts_rbac_alone(walk):
+    """Every binding naming the controller's (and the agent's) ServiceAccount is the chart's own, none binds
+    cluster-admin, and no controller or agent log line reports a refusal (forbidden / 403)."""
+    _kind_only(walk)
+    accounts = {("gpustack-system", "gpustack-controller"), ("gpustack-system", "gpustack-device-manager")}
+    bindings = get(walk, "clusterrolebindings")["items"] + get(walk, "rolebindings", "-A")["items"]
+    ours = [b for b in bindings if any((s.get("namespace"), s.get("name")) in accounts
+                                       for s in b.get("subjects") or [] if s.get("kind") == "ServiceAccount")]
+    assert ours, "no binding names the chart's ServiceAccounts"
+    for b in ours:
+        meta = b["metadata"]
+        assert (meta.get("annotations") or {}).get("meta.helm.sh/release-name") == "accelpolicy", meta["name"]
+        assert b["roleRef"]["name"] != "cluster-admin", meta["name"]
+    pods = get(walk, "pods", "-n", SYSTEM)["items"]
+    assert {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods} >= {"controller", "agent"}
+    refusals = []
+    for p in pods:
+        assert p["spec"]["serviceAccountName"] in {name for _, name in accounts}
+        log = walk.kubectl.stdout("-n", SYSTEM, "logs", p["metadata"]["name"], "--all-containers")
+        refusals += [f"{p['metadata']['name']}: {line}" for line in log.splitlines()
+                     if "forbidden" in line.lower() or " 403 " in line]
+    assert refusals == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.resources
 from dataclasses import dataclass, field
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -103,11 +104,16 @@ _GENERATION = 0
 
 
 def _iter_rule_files(root: Path) -> Iterator[Path]:
-    for path in sorted(root.rglob("*.yaml")):
-        rel = path.relative_to(root)
-        if rel.parts[0] == "tests" or path.name.startswith("_"):
-            continue
-        yield path
+    """Every ``*.yaml`` under ``root`` (sorted) but ``tests/`` and ``_*``, following directory links and
+    skipping entries named ``.*``: a ConfigMap mounted by the kubelet holds its files in ``..<timestamp>/``,
+    reached through the ``..data`` link and one link per top-level entry (the kubelet's atomic writer)."""
+    found = []
+    for directory, dirs, files in os.walk(root, followlinks=True):
+        rel = Path(directory).relative_to(root)
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not (rel == Path(".") and d == "tests")]
+        found += [Path(directory) / f for f in files
+                  if f.endswith(".yaml") and not f.startswith((".", "_"))]
+    yield from sorted(found)
 
 
 def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, problems: list) -> None:

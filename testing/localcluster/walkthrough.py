@@ -152,6 +152,9 @@ class Walkthrough:
     failed start. Errors: :class:`LocalClusterError` naming the step and the tail of its log.
     """
 
+    #: ``rollout restart deploy/gpustack-operator-worker`` restarts the controller subprocess (no Deployment).
+    simulated_rollout = True
+
     def __init__(self, kubeconfig: Path, *, workdir: Path | None = None, rules_dir: Path | None = None,
                  policy=None, webhooks: bool | None = None, progress: Callable[[str], None] | None = None,
                  agent_interval: float = 30.0, coalesce_seconds: float = 0.2):
@@ -334,6 +337,15 @@ class Walkthrough:
                     raise
                 time.sleep(0.5)
 
+    # -- node names ------------------------------------------------------------------------------------
+    def node(self, seed_name: str) -> str:
+        """The cluster's name of seed node ``seed_name`` (here the seed's own: the Nodes are made with it)."""
+        return seed_name
+
+    def seed_text(self, text: str) -> str:
+        """A seed line, table or object text with each seed node name replaced by :meth:`node`'s."""
+        return text
+
     # -- the seed's commands -----------------------------------------------------------------------
     def sh(self, line: str, *, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """Run one of the seed's console lines (``kubectl ...``) as written, with bash.
@@ -343,7 +355,7 @@ class Walkthrough:
         deploy/gpustack-operator-worker`` restarts the controller instead (no Deployment here).
         Raises :class:`LocalClusterError` with the output when ``check`` and the line fails.
         """
-        words = shlex.split(line) if "rollout" in line else []
+        words = shlex.split(line) if "rollout" in line and self.simulated_rollout else []
         if "rollout" in words and "restart" in words and CONTROLLER_DEPLOYMENT in words:
             self.restart_controller()
             return subprocess.CompletedProcess([line], 0, f"{CONTROLLER_DEPLOYMENT.replace('deploy/', 'deployment.apps/')} restarted\n", "")
