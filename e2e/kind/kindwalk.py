@@ -27,14 +27,23 @@ class KindWalkthrough(Walkthrough):
     """:class:`Walkthrough` over an installed kind stack; ``kind_node`` maps seed node -> kind node."""
 
     simulated_rollout = False   # the chart's Deployment is real: `rollout restart` runs as written
+    seed_cpu_capacity = False   # each kubelet reports this machine's cores, not the seed node's
 
     def __init__(self, kubeconfig: Path, kind_node: dict[str, str], **kw):
         super().__init__(kubeconfig, webhooks=True, **kw)
         self.kind_node = dict(kind_node)
 
     def start(self) -> "KindWalkthrough":
-        """Nothing to start: the chart runs the controller and agents, the stack the stand-ins."""
+        """Nothing to start (the chart runs the controller and agents, the stack the stand-ins): note the
+        containers' restart counts, which :meth:`check_processes` compares against."""
+        self._restarts = self._restart_counts()
         return self
+
+    def _restart_counts(self) -> dict[str, list[str]]:
+        pods = self.kubectl.stdout("-n", "gpustack-system", "get", "pods", "-o",
+                                   "jsonpath={range .items[*]}{.metadata.name} {.status.containerStatuses[*].restartCount}{\"\\n\"}{end}",
+                                   check=False)
+        return {name: counts for name, *counts in (line.split() for line in pods.splitlines() if line.strip())}
 
     def stop(self) -> None:
         """Nothing of its own to stop (the workdir only)."""
@@ -47,13 +56,9 @@ class KindWalkthrough(Walkthrough):
         self.sh("kubectl -n gpustack-system rollout restart deploy/gpustack-operator-worker")
 
     def check_processes(self) -> None:
-        """Raise naming a controller or agent container that restarted (a crash) since the install."""
-        pods = self.kubectl.stdout("-n", "gpustack-system", "get", "pods", "-o",
-                                   "jsonpath={range .items[*]}{.metadata.name} {.status.containerStatuses[*].restartCount}{\"\\n\"}{end}",
-                                   check=False)
-        for line in pods.splitlines():
-            name, *counts = line.split()
-            if any(c != "0" for c in counts):
+        """Raise naming a controller or agent Pod whose containers restarted (a crash) since :meth:`start`."""
+        for name, counts in self._restart_counts().items():
+            if counts != self._restarts.get(name, ["0"] * len(counts)):
                 log = self.kubectl("-n", "gpustack-system", "logs", name, "--previous", "--tail=60", check=False)
                 raise LocalClusterError(f"pod {name} restarted ({counts}); previous log:\n{log.stdout}{log.stderr}")
 

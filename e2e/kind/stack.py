@@ -152,8 +152,20 @@ def helm_values(kind_node: dict[str, str], image: str, extra: list[str] | None =
     args = ["--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
             "--set", "agent.backend=fake", "--set", "agent.allocationSource=podresources"]
     for seed, node in kind_node.items():
-        args += ["--set-file", f"agent.recordedFacts.{node}={REPO / 'probes' / 'recorded' / f'{seed}.yaml'}"]
+        args += ["--set-file", f"agent.recordedFacts.{node}={kind_facts(seed, node)}"]
     return args + list(extra or [])
+
+
+def kind_facts(seed: str, node: str) -> Path:
+    """Seed node ``seed``'s recorded facts (probes/recorded/<seed>.yaml) as kind node ``node``'s: the
+    document's ``node`` (which the agent checks against ``--node``) renamed; written to build/kind-facts/."""
+    import yaml
+    doc = yaml.safe_load((REPO / "probes" / "recorded" / f"{seed}.yaml").read_text())
+    doc["node"] = node
+    out = REPO / "build" / "kind-facts" / f"{node}.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
 
 
 def helm(t: dict, kubeconfig: Path, verb: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:

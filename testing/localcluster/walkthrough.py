@@ -154,6 +154,9 @@ class Walkthrough:
 
     #: ``rollout restart deploy/gpustack-operator-worker`` restarts the controller subprocess (no Deployment).
     simulated_rollout = True
+    #: Whether the Nodes carry the seed's ``status.capacity.cpu`` (kwok Nodes made with it: yes; real
+    #: kubelets report the machine's cores, so table cells derived from it cannot be the seed's).
+    seed_cpu_capacity = True
 
     def __init__(self, kubeconfig: Path, *, workdir: Path | None = None, rules_dir: Path | None = None,
                  policy=None, webhooks: bool | None = None, progress: Callable[[str], None] | None = None,
@@ -394,7 +397,8 @@ def tables_equal(actual: str, expected: str, *, as_set: bool = False, ignore: Se
 
 
 def wait_for_table(get: Callable[[], str], expected: str, *, timeout: float, as_set: bool = False,
-                   interval: float = 0.25, alive: Callable[[], None] | None = None) -> tuple[float, str]:
+                   interval: float = 0.25, alive: Callable[[], None] | None = None,
+                   ignore: Sequence[str] = ("AGE",)) -> tuple[float, str]:
     """Poll ``get()`` until its table equals ``expected`` (:func:`tables_equal`).
 
     Returns ``(seconds until the first equal table, that table)``; raises ``AssertionError`` with
@@ -407,7 +411,7 @@ def wait_for_table(get: Callable[[], str], expected: str, *, timeout: float, as_
         if alive:
             alive()
         last = get()
-        if tables_equal(last, expected, as_set=as_set):
+        if tables_equal(last, expected, as_set=as_set, ignore=ignore):
             return time.monotonic() - t0, last
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"table not reached in {timeout:.0f}s\n--- expected\n{expected.rstrip()}\n"
