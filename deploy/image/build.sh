@@ -19,8 +19,11 @@ fi
 base="${BASE:-$(bash deploy/image/base.sh | tail -1)}"
 bash deploy/image/wheelhouse.sh   # ~10 s with pip's cache warm; the accelpolicy wheel is always fresh
 version="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("accelpolicy"))')"
-# content hash: base, dependency wheels (names pin versions), our sources, Dockerfile, shipped rules
+# content hash: base, dependency wheels (names pin versions), the files our wheel holds, our sources,
+# Dockerfile, rules
 hash="$( (echo "$base"; ls build/wheelhouse | grep -v '^accelpolicy-'; cat deploy/image/Dockerfile pyproject.toml;
+          .venv/bin/python -c 'import sys, zipfile; print(*sorted(zipfile.ZipFile(sys.argv[1]).namelist()))' \
+            build/wheelhouse/accelpolicy-*.whl;
           find runtime probes rules -type f \( -name '*.py' -o -name '*.yaml' \) -not -path 'rules/tests/*' \
             | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-12)"
 name="${IMAGE_NAME:-accelpolicy}"

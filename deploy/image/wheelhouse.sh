@@ -14,5 +14,9 @@ if [[ "$version" != "3.11" ]]; then
   exit 2
 fi
 rm -rf "$out" && mkdir -p "$out"
+# setuptools builds in the tree (build/lib, build/bdist.*) and reuses what it finds there: a module since
+# removed from the sources would ride along. Start clean, and leave nothing behind for the next build.
+clean() { rm -rf "$repo/build/lib" "$repo"/build/bdist.*; }
+clean; trap clean EXIT
 "$py" -m pip wheel --quiet --wheel-dir "$out" "$repo"
 echo "wheelhouse: $(ls "$out" | wc -l) wheels in $out" >&2

@@ -25,7 +25,17 @@ def webhook_command(state_class: type | None = None) -> click.Command:
     @click.option("--port", default=9443, show_default=True, type=int)
     @click.option("--snapshot", multiple=True, help="cluster snapshot files/directories the webhooks read")
     @click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=int)
-    def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes):
+    @click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+                  help="seconds a request may take to arrive whole (headers and body) before the connection is closed")
+    @click.option("--max-connections", default=512, show_default=True, type=click.IntRange(min=1),
+                  help="connections and requests served at once; more are answered 503")
+    @click.option("--deadline", "deadline_seconds", default=8.0, show_default=True, type=click.FloatRange(min=0.1),
+                  help="seconds to judge one review; a miss is answered with a Timeout denial "
+                       "(keep it below the webhook's timeoutSeconds, 10 by default)")
+    @click.option("--workers", default=None, type=click.IntRange(min=1),
+                  help="reviews judged at once (threads; default: the CPU count)")
+    def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes, read_timeout,
+                max_connections, deadline_seconds, workers):
         """Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics.
 
         Either --cert and --key, or --self-signed DIR. Binds 127.0.0.1 unless --host says otherwise.
@@ -49,7 +59,9 @@ def webhook_command(state_class: type | None = None) -> click.Command:
             fail(f"{exc.filename or self_signed_dir}: {exc.strerror or exc}")
         policy = policy_from(rules)
         engine = engine_from(policy)
-        state = (state_class or WebhookState)(max_body_bytes=max_body_bytes)
+        state = (state_class or WebhookState)(max_body_bytes=max_body_bytes, deadline_seconds=deadline_seconds)
+        if workers:
+            state.workers = workers
         app = build_app(state, {spec.path: name for name, spec in engine.policies.items()})
         state.set_ready(engine, admission_view(policy, snapshot_from(snapshot)))
         try:
@@ -59,7 +71,7 @@ def webhook_command(state_class: type | None = None) -> click.Command:
         port = sock.getsockname()[1]
         for name, spec in sorted(engine.policies.items()):
             click.echo(f"serving {spec.webhook} at https://{host}:{port}{spec.path}", err=True)
-        serve(app, sock, cert, key)
+        serve(app, sock, cert, key, read_timeout=read_timeout, max_connections=max_connections)
 
     return command
 

@@ -116,6 +116,7 @@ class Controller:
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
+        self._warned: set[str] = set()  # derive warnings already logged
         self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
 
     # -- events ----------------------------------------------------------------------------------------
@@ -182,6 +183,7 @@ class Controller:
         snapshot = self.cache.snapshot()
         state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace)
         self._report_invalid_settings(state, snapshot)
+        self._log_warnings(state.warnings)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         actions = plan(self.policy, state, snapshot, now=now)
         instances = plan_instances(self.policy, state, snapshot)
@@ -211,6 +213,14 @@ class Controller:
                     len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds)
         return result
 
+    def _log_warnings(self, warnings: list[str]) -> None:
+        """Log each derive warning (refused facts of decision 19, untrusted NodeFeatures of decision
+        20, ...) once while it lasts; one that goes away and comes back is logged again."""
+        for warning in warnings:
+            if warning not in self._warned:
+                logger.warning("derive: {}", warning)
+        self._warned = set(warnings)
+
     def _hold_fit_labels(self, actions: list[Action]) -> tuple[list[Action], list[Action]]:
         """(actions to run now, fit label patches deferred): the coalescing window of
         spec/node-facts.md §9 (see the module docstring). A deferral requeues a pass for when the
@@ -233,7 +243,7 @@ class Controller:
     def _workload_check_actions(self, snapshot) -> list[Action]:
         """Plan the Workload check answers (:mod:`runtime.controller.workloadchecks`); a Retry waiting
         for its re-evaluation requeues a pass for that moment."""
-        checks = plan_workload_checks(self.policy, snapshot, datetime.now(timezone.utc))
+        checks = plan_workload_checks(self.policy, snapshot, datetime.now(timezone.utc), self.settings_namespace)
         for error in checks.errors:
             logger.warning("admission check {}: {}", self.policy.derivation.admissionCheck.name, error)
         if checks.requeue is not None:

@@ -57,6 +57,7 @@ class LiveAdmissionView:
         self._build_lock = threading.Lock()
         self.rebuilds = 0
         self.rebuild_seconds: list[float] = []
+        self.error: str | None = None  # why the last rebuild failed; None after a good one
 
     def on_event(self, kind: str, event_type: str, obj: dict) -> None:
         """A cache event: the view is stale when ``kind`` is one it reads."""
@@ -75,8 +76,13 @@ class LiveAdmissionView:
                     return self._view
                 generation = self._generation
             t0 = time.perf_counter()
-            view = admission_view(self.policy, self.cache.snapshot(self.kinds), live=True,
-                                  settings_namespace=self.settings_namespace)
+            try:
+                view = admission_view(self.policy, self.cache.snapshot(self.kinds), live=True,
+                                      settings_namespace=self.settings_namespace)
+            except Exception as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+                raise
+            self.error = None
             with self._lock:
                 self._view, self._built = view, generation
             self.rebuilds += 1
@@ -223,11 +229,14 @@ class ControllerWebhooks:
     def __post_init__(self):
         policy = self.controller.policy
         self.engine = AdmissionEngine(policy)
+        timeout = 10  # the API server's default webhook timeoutSeconds
         if self.register_configurations:
-            registration_of(policy)  # KeyError now, naming the kind, rather than once leading
+            # KeyError now, naming the kind, rather than once leading
+            timeout = registration_of(policy).timeoutSeconds
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
-        self.state = WebhookState(max_body_bytes=self.max_body_bytes)
+        # answer a slow review ourselves, 2 s before the API server would give up on it (issue 13)
+        self.state = WebhookState(max_body_bytes=self.max_body_bytes, deadline_seconds=max(1.0, timeout - 2.0))
         self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
 
     def serve(self) -> "ControllerWebhooks":
@@ -238,8 +247,23 @@ class ControllerWebhooks:
         return self
 
     def ready(self) -> None:
-        """The caches synced: serve from the live view; ``/readyz`` turns 200."""
+        """The caches synced: serve from the live view; ``/readyz`` turns 200 while
+        :meth:`not_ready_reason` finds nothing (issue 13 item 12)."""
         self.state.set_ready(self.engine, self.view)
+        self.state.ready_check = self.not_ready_reason
+
+    def not_ready_reason(self) -> str | None:
+        """Why ``/readyz`` says 503 now: a watch cache not in sync (never listed, or relisting), or
+        the cluster view that reviews judge against cannot be built (it is built here when stale).
+        None when ready. Blocking: the app calls it off the event loop."""
+        unsynced = self.controller.cache.unsynced()
+        if unsynced:
+            return f"caches not synced: {', '.join(unsynced)}"
+        try:
+            self.view()
+        except Exception:  # noqa: BLE001 - the reason is the answer
+            return f"cluster view cannot be built: {self.view.error}"
+        return None
 
     def client_config(self) -> ClientConfig:
         """How the API server reaches this server (see the class docstring)."""
@@ -284,5 +308,6 @@ class ControllerWebhooks:
             self.registrar.stop()
         if self.server is not None:
             self.server.stop()
+        self.state.close()
         if self.view.on_event in self.controller.listeners:
             self.controller.listeners.remove(self.view.on_event)

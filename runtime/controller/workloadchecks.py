@@ -44,8 +44,10 @@ class WorkloadCheckPlan:
     errors: list[str] = field(default_factory=list)
 
 
-def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime) -> WorkloadCheckPlan:
-    """The check answers to write for ``snapshot``'s Workloads at time ``now`` (aware datetime)."""
+def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime,
+                         namespace: str | None = None) -> WorkloadCheckPlan:
+    """The check answers to write for ``snapshot``'s Workloads at time ``now`` (aware datetime).
+    ``namespace``: the system namespace whose NodeFeatures count (decision 20; None: the rules')."""
     out = WorkloadCheckPlan()
     retry = policy.derivation.admissionCheck.retryAfterSeconds
     nodes = None
@@ -57,7 +59,7 @@ def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime) -> W
             out.requeue = due if out.requeue is None else min(out.requeue, due)
             continue
         if nodes is None:
-            nodes = ac.managed_nodes(policy, snapshot)
+            nodes = ac.managed_nodes(policy, snapshot, namespace)
         try:
             verdict = ac.check_workload(policy, snapshot, workload, nodes)
         except ac.AdmissionCheckError as exc:

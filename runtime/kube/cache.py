@@ -79,6 +79,11 @@ class KindCache:
         self._ref = None
 
     # -- reading ----------------------------------------------------------------------------------
+    @property
+    def in_sync(self) -> bool:
+        """Listed at least once and not waiting for a relist (a 410 Gone drops the list version)."""
+        return self.synced.is_set() and self._version is not None
+
     def objects(self) -> list[dict]:
         """Every cached object (the dicts are shared: do not mutate them)."""
         with self._lock:
@@ -282,6 +287,11 @@ class ClusterCache:
             if not cache.synced.wait(max(0.0, deadline - time.monotonic())):
                 return False
         return True
+
+    def unsynced(self) -> list[str]:
+        """Kinds whose cache does not hold a current list (never listed, or relisting after its watch
+        expired), in watch order; [] when every cache is in sync (the controller's ``/readyz``)."""
+        return [kind for kind, cache in self.caches.items() if not cache.in_sync]
 
     def stop(self) -> None:
         """Stop every kind's thread (each joined up to 2 s)."""

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, Strict
 
-Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "InternalError"]
+Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "TooMany", "TooLong", "InternalError"]
 
 
 class Match(Strict):
@@ -137,6 +137,36 @@ class Mutation(Strict):
     builtin: Optional[str] = Field(None, description="a named built-in mutation (runtime.engine.admission.builtins)")
 
 
+class Schema(Strict):
+    """A node of an OpenAPI v3 structural schema, the subset a shape check needs (type, nesting,
+    size caps); other keywords a CRD schema carries (``description``, ``enum``, ``default``,
+    ``x-kubernetes-list-*``) are accepted and ignored, so a CRD's schema can be used as it is."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    type: Optional[Literal["object", "array", "string", "integer", "number", "boolean"]] = None
+    properties: dict[str, "Schema"] = {}
+    items: Optional["Schema"] = None
+    additionalProperties: Optional["Schema"] = None
+    maxItems: Optional[int] = Field(None, ge=0)
+    maxProperties: Optional[int] = Field(None, ge=0)
+    maxLength: Optional[int] = Field(None, ge=0)
+    nullable: bool = False
+    intOrString: bool = Field(False, alias="x-kubernetes-int-or-string")
+    preserveUnknownFields: bool = Field(False, alias="x-kubernetes-preserve-unknown-fields")
+
+
+class ObjectShapeSpec(Strict):
+    """``kind: ObjectShape``: the structure of an object the admission rules read (issue 13 item 6).
+
+    ``openAPIV3Schema`` is checked before any rule of a policy naming this shape (``spec.shape``);
+    a value of the wrong type, a list over ``maxItems`` or a string over ``maxLength`` is answered
+    with a field error in Kubernetes' words and the rules do not run.
+    """
+
+    openAPIV3Schema: Schema
+
+
 class AdmissionParamsSpec(Strict):
     """``kind: AdmissionParams``: data tables shared by policies (``paramsFrom``), under ``values``."""
 
@@ -160,6 +190,7 @@ class AdmissionPolicySpec(Strict):
     failurePolicy: Literal["Fail", "Ignore"] = "Fail"
     paramsFrom: list[str] = Field([], description="AdmissionParams documents merged into params, in order")
     params: dict[str, Any] = {}
+    shape: str = Field("", description="the ObjectShape checked before the rules ('' = none)")
     lookups: list[Lookup] = []
     variables: list[Variable] = []
     validations: list[Validation] = []
@@ -205,3 +236,4 @@ class WebhookRegistrationSpec(Strict):
 rulefiles.SPEC_MODELS["AdmissionPolicy"] = AdmissionPolicySpec
 rulefiles.SPEC_MODELS["WebhookRegistration"] = WebhookRegistrationSpec
 rulefiles.SPEC_MODELS["AdmissionParams"] = AdmissionParamsSpec
+rulefiles.SPEC_MODELS["ObjectShape"] = ObjectShapeSpec

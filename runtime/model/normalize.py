@@ -186,16 +186,6 @@ def parse_quantity(text: str | int | float) -> Decimal:
     return number * _SUFFIX_SCALE[match.group(2)]
 
 
-def parse_int_label(value: str | None) -> int:
-    """A label value read as an integer count; anything unparsable reads as 0 (pools.md §2.1)."""
-    if value is None:
-        return 0
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return 0
-
-
 def sorted_unique(items: Iterable[str]) -> list[str]:
     """Sorted, de-duplicated strings (bases, families, profiles in messages)."""
     return sorted(set(items))

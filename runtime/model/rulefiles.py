@@ -118,8 +118,36 @@ class NodeFactsSpec(Strict):
     keyBudget: int = Field(description="63 minus the longest key suffix (decision 13)")
     nvidiaFamilies: list[FamilyRow] = []
     groupIdMemorySuffixBudget: int = 7
+    groupIdHashDigits: int = Field(8, ge=1, le=16, description="hex digits that tell colliding group IDs apart")
     eccMultiply: list[int] = [16, 15]
     gddrBusWidthBelow: int = 1024
+    factChecks: "FactChecksSpec"
+
+
+class FactMessagesSpec(Strict):
+    """Warnings of decision 19 (str.format templates; fields named in rules/node-facts.yaml)."""
+
+    notInteger: str
+    outOfRange: str
+    notQuantity: str
+    ledger: str
+    cpuFlavor: str
+    deviceFlavor: str
+    foreignNodeFeature: str
+    nodeFeatureName: str
+    groupIdCollision: str
+
+
+class FactChecksSpec(Strict):
+    """Decision 19: the range a node fact must lie in to count (spec/README.md §8)."""
+
+    countMin: int = Field(ge=0)
+    countMax: int = Field(ge=1, description="largest per-node count label; also bounds Devices counts")
+    memoryMibMax: int = Field(ge=1)
+    messages: FactMessagesSpec
+
+
+NodeFactsSpec.model_rebuild()
 
 
 # --- settings --------------------------------------------------------------------------------------

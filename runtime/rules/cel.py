@@ -10,13 +10,13 @@ reachable there once at import time. The transpiled code also stores the activat
 globals while it runs, so evaluation is serialised with a lock: cel-python is not thread-safe.
 
 Pure expressions are memoised per activation (`CelExpression.evaluate` with ``memo=True``): rule
-evaluation has no clock, no I/O and no environment, so equal inputs give equal outputs.
+evaluation has no clock, no I/O and no environment, so equal inputs give equal outputs. The memo is
+keyed by type-tagged digests and bounded by entries and bytes (:mod:`runtime.rules.memo`).
 """
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -26,11 +26,13 @@ import celpy.evaluation as _celeval
 import runtime as _runtime_pkg
 from runtime.rules import celfunctions
 from runtime.rules.celvalues import from_cel, to_cel
+from runtime.rules.memo import BoundedMemo, fingerprint
 
 _celeval.__dict__.setdefault("runtime", _runtime_pkg)
 # cel-python logs every evaluation failure at ERROR before raising it; CelEvalError reports it, once.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
 _LOCK = threading.RLock()
+_MISSING = object()
 _ENV = celpy.Environment(runner_class=celpy.CompiledRunner)
 
 
@@ -47,24 +49,8 @@ class CelEvalError(RuntimeError):
     """A CEL expression failed at evaluation time (missing key, type mismatch, division by zero)."""
 
 
-_ATOMS = (str, int, float, type(None))  # bool is an int
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable memo key for a JSON-shaped value (maps become sorted item tuples).
-
-    Atoms are tested first and maps through ``collections.abc``: ``isinstance(x, typing.Mapping)``
-    on every label value cost half of ``derive`` on a 5,000-node snapshot.
-    """
-    if isinstance(value, _ATOMS):
-        return value
-    if isinstance(value, dict):
-        return tuple(sorted((k, v if isinstance(v, _ATOMS) else _freeze(v)) for k, v in value.items()))
-    if isinstance(value, AbcMapping):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
+_MEMO_ENTRIES = 65536
+_MEMO_BYTES = 32 * 1024 * 1024  # per expression
 
 
 @dataclass
@@ -78,21 +64,19 @@ class CelExpression:
     source: str
     where: str
     _program: Any = field(repr=False, default=None)
-    _memo: dict = field(repr=False, default_factory=dict)
+    _memo: BoundedMemo = field(repr=False, default_factory=lambda: BoundedMemo(_MEMO_ENTRIES, _MEMO_BYTES))
 
     def evaluate(self, activation: Mapping[str, Any], memo: bool = True) -> Any:
         """Evaluate against JSON-shaped variables; returns a JSON-shaped result.
 
         Raises :class:`CelEvalError` naming ``where`` when evaluation fails.
         """
-        key = _freeze(activation) if memo else None
+        key = fingerprint(activation) if memo else None  # type-tagged digest; None: not memoisable
         if key is not None:
-            try:
-                return self._memo[key]
-            except KeyError:
-                pass
-            except TypeError:  # unhashable leaf; evaluate without the memo
-                key = None
+            with _LOCK:
+                hit = self._memo.get(key, _MISSING)
+            if hit is not _MISSING:
+                return hit
         cel_activation = {name: to_cel(value) for name, value in activation.items()}
         with _LOCK:
             try:
@@ -102,8 +86,9 @@ class CelExpression:
         if isinstance(result, _celeval.CELEvalError):
             raise CelEvalError(f"{self.where}: evaluating {self.source!r}: {_describe(result)}")
         value = from_cel(result)
-        if key is not None and len(self._memo) < 65536:
-            self._memo[key] = value
+        if key is not None:
+            with _LOCK:
+                self._memo.put(key, value)
         return value
 
 

@@ -116,6 +116,24 @@ def indexed(items) -> celtypes.ListType:
                                                 celtypes.StringType("v"): v}) for i, v in enumerate(items)])
 
 
+def firstIndex(keys) -> celtypes.ListType:  # noqa: N802
+    """For each element of ``keys``, the index of the first element equal to it (its own index when
+    it is the first): duplicate detection in one linear pass (instances.md §5 mount paths)."""
+    first: dict = {}
+    return celtypes.ListType([celtypes.IntType(first.setdefault(k, i)) for i, k in enumerate(keys)])
+
+
+def groupBy(keys, values) -> celtypes.MapType:  # noqa: N802
+    """``{key: [values whose key it is, in order]}`` for two lists of equal length: a lookup table
+    built once, so a rule compares each item with its matches instead of with every item."""
+    if len(keys) != len(values):
+        raise ValueError(f"groupBy: {len(keys)} keys for {len(values)} values")
+    groups: dict = {}
+    for k, v in zip(keys, values):
+        groups.setdefault(k, []).append(v)
+    return celtypes.MapType({k: celtypes.ListType(v) for k, v in groups.items()})
+
+
 def maxOf(items, default) -> Any:  # noqa: N802
     """The largest element of ``items``, or ``default`` when empty."""
     return max(items) if len(items) else default
@@ -244,6 +262,7 @@ FUNCTIONS = {
     "qValid": qValid, "qValue": qValue, "qFloor": qFloor, "qIsOne": qIsOne, "qIsInt": qIsInt,
     "qError": qError, "qIsZero": qIsZero, "qCompare": qCompare, "binaryQuantity": binaryQuantity,
     "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf, "indexed": indexed, "dig": dig, "isEmpty": isEmpty,
+    "firstIndex": firstIndex, "groupBy": groupBy,
     "cleanPath": cleanPath, "pathElements": pathElements, "matches": matches,
     "resourceFamily": resourceFamily, "podContainers": podContainers,
     "withNodeRequirement": withNodeRequirement,

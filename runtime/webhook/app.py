@@ -6,27 +6,43 @@ synced), ``/metrics`` (Prometheus text), and each
 policy's ``spec.path`` (e.g. ``/mutate-pods``, ``/validate-pods``).
 
 A review is never answered with a crash or a 500: a body over ``max_body_bytes`` (default 3 MiB,
-kube-apiserver's own request limit), non-JSON, a wrong apiVersion/kind, a missing uid or wrongly
-typed fields get a well-formed AdmissionReview denial (code 400) echoing the uid when one could be
-read, with HTTP 200; with no uid, HTTP 400 and the same body shape. An unexpected failure inside the
-engine is a 500-coded InternalError *denial* (HTTP 200), never an HTTP 500.
+kube-apiserver's own request limit), non-JSON, a wrong apiVersion/kind, a missing ``request`` or uid,
+wrongly typed fields or strings that are not valid Unicode (lone surrogates) get a well-formed
+AdmissionReview denial (code 400), HTTP 200, echoing the uid when one could be read (``""``
+otherwise). An unexpected failure inside the engine is a 500-coded InternalError *denial*. Answers
+are JSON with non-ASCII escaped, so no value can make the answer unencodable.
+
+The engine runs off the event loop, in a pool of ``workers`` threads (default: the CPU count), so
+``/healthz`` and ``/readyz`` answer while a review is slow. A review not judged within
+``deadline_seconds`` (default 8 s, below kube-apiserver's 10 s webhook timeout) is answered with a
+504 ``Timeout`` denial naming the deadline; its evaluation stops at the next rule expression.
+A client that disconnects mid-body costs one DEBUG log line.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from runtime.engine.admission import AdmissionEngine, AdmissionView, Outcome, bad_request, build_response, decide
+from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response, decide,
+                                      is_text)
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
+DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSeconds default and maximum 30)
+_LOG = logging.getLogger(__name__)
 _BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -61,6 +77,20 @@ class WebhookState:
     metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
     ready: bool = False
     view_source: Optional[Callable[[], AdmissionView]] = None  # a live view (the controller's caches)
+    ready_check: Optional[Callable[[], Optional[str]]] = None  # once ready: why not ready now, or None (blocking)
+    deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
+    workers: int = field(default_factory=lambda: os.cpu_count() or 2)
+    view_error: Optional[str] = None  # the last failure to build the cluster view (/readyz 503 while set)
+    _pool: Optional[ThreadPoolExecutor] = field(default=None, repr=False)
+    _pool_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The bounded pool reviews are judged in (``workers`` threads, created on first use)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="admission")
+            return self._pool
 
     def set_ready(self, engine: AdmissionEngine, view: AdmissionView | Callable[[], AdmissionView]) -> None:
         """Install compiled rules and a loaded view; /readyz turns 200.
@@ -75,18 +105,50 @@ class WebhookState:
             self.engine, self.view_source, self.view = engine, None, view
         self.ready = True
 
-    def decide(self, data: dict, name: str) -> tuple[dict, Outcome]:
+    def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None) -> tuple[dict, Outcome]:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
-        (:func:`runtime.engine.admission.decide` against :meth:`current_view`). Raises what the engine raises."""
-        return decide(self.engine, data, self.current_view(), name)
+        (:func:`runtime.engine.admission.decide` against :meth:`current_view`); ``cancel`` stops it
+        (:class:`runtime.engine.admission.DeadlineExceeded`). Raises what the engine raises."""
+        return decide(self.engine, data, self.current_view(), name, cancel=cancel)
 
     def current_view(self) -> AdmissionView:
-        """The view a review judges against (rebuilt by a live source when the cluster changed)."""
-        return self.view_source() if self.view_source is not None else self.view
+        """The view a review judges against (rebuilt by a live source when the cluster changed).
+
+        A live source that fails sets :attr:`view_error` (``/readyz`` answers 503 until a build
+        succeeds) and the failure propagates."""
+        if self.view_source is None:
+            return self.view
+        try:
+            view = self.view_source()
+        except Exception as exc:
+            self.view_error = f"cluster view: {type(exc).__name__}: {exc}"
+            raise
+        self.view_error = None
+        return view
+
+    def readiness(self) -> Optional[str]:
+        """None when ready, else why not (rules and view not loaded; the cluster view failed)."""
+        if not self.ready:
+            return "rules or cluster view not loaded"
+        return self.view_error
+
+    def close(self) -> None:
+        """Stop the worker pool (running reviews finish; queued ones are dropped)."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
 
 
-def _answer(body: dict, uid: str) -> JSONResponse:
-    return JSONResponse(body, status_code=200 if uid else 400)
+class _AsciiJSON(JSONResponse):
+    """JSON with non-ASCII escaped: a lone surrogate echoed from a review cannot break the answer."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def _answer(body: dict) -> Response:
+    return _AsciiJSON(body, status_code=200)
 
 
 async def _read_limited(request: Request, limit: int) -> Optional[bytes]:
@@ -102,6 +164,24 @@ async def _read_limited(request: Request, limit: int) -> Optional[bytes]:
     return b"".join(chunks)
 
 
+async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
+    """Run the engine in the worker pool, bounded by ``state.deadline_seconds``."""
+    cancel = threading.Event()
+    future = asyncio.get_running_loop().run_in_executor(state.pool, state.decide, data, name, cancel)
+    try:
+        return await asyncio.wait_for(future, state.deadline_seconds)
+    except asyncio.TimeoutError:
+        cancel.set()
+        uid = _uid_of(data)
+        outcome = Outcome(policy=name, denial=(504, "Timeout", f"webhook {name}: the review was not judged within "
+                                                              f"its {state.deadline_seconds:g}s deadline; retry"))
+        return build_response(uid, outcome), outcome
+    except Exception as exc:  # noqa: BLE001 - the server must answer every review
+        uid = _uid_of(data)
+        outcome = Outcome(policy=name, denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))
+        return build_response(uid, outcome), outcome
+
+
 def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
     """The ASGI app; ``paths`` maps HTTPS path -> policy name (one webhook per path)."""
 
@@ -109,7 +189,10 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        return PlainTextResponse("ok" if state.ready else "not ready", status_code=200 if state.ready else 503)
+        why = state.readiness()
+        if why is None and state.ready_check is not None:
+            why = await run_in_threadpool(state.ready_check)  # blocking: reads the caches, may build the view
+        return PlainTextResponse("ok" if why is None else f"not ready: {why}", status_code=200 if why is None else 503)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -117,25 +200,25 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
     async def review(request: Request) -> Response:
         started = time.perf_counter()
         name = paths[request.url.path]
-        body = await _read_limited(request, state.max_body_bytes)
+        try:
+            body = await _read_limited(request, state.max_body_bytes)
+        except ClientDisconnect:
+            _LOG.debug("%s: client %s disconnected before the review body was read", name,
+                       request.client.host if request.client else "?")
+            return Response(status_code=400)  # nobody reads it
         if body is None:
-            return _answer(bad_request("", f"request body exceeds {state.max_body_bytes} bytes"), "")
+            return _answer(bad_request("", f"request body exceeds {state.max_body_bytes} bytes"))
         try:
             data = json.loads(body, parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            return _answer(bad_request("", "request body is not JSON"), "")
+            return _answer(bad_request("", "request body is not JSON"))
         if not state.ready:
             uid = _uid_of(data)
             return _answer(build_response(uid, Outcome(policy=name, denial=(500, "InternalError",
-                                                                             "webhook not ready; retry"))), uid)
-        try:
-            answer, outcome = state.decide(data, name)
-        except Exception as exc:  # noqa: BLE001 - the server must answer every review
-            uid = _uid_of(data)
-            outcome = Outcome(policy=name, denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))
-            answer = build_response(uid, outcome)
+                                                                            "webhook not ready; retry"))))
+        answer, outcome = await _judge(state, data, name)
         state.metrics.observe(name, outcome, time.perf_counter() - started)
-        return _answer(answer, answer["response"]["uid"])
+        return _answer(answer)
 
     routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]
     routes += [Route(path, review, methods=["POST"]) for path in paths]
@@ -149,4 +232,4 @@ def _reject_constant(name: str):
 def _uid_of(data) -> str:
     request = data.get("request") if isinstance(data, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
-    return uid if isinstance(uid, str) else ""
+    return uid if isinstance(uid, str) and is_text(uid) else ""

@@ -1,5 +1,11 @@
 """Running the webhook app over HTTPS (uvicorn), in the foreground or in a background thread.
 
+Slow clients: every request must arrive whole (headers and body) within ``read_timeout`` seconds
+(default 10, kube-apiserver's own webhook timeout) of its first byte, or of the connection opening
+for the first request; otherwise the connection is closed (:class:`ReadDeadlineProtocol`). Idle
+keep-alive connections close after ``timeout_keep_alive`` (5 s). At most ``max_connections``
+(default 512) connections and requests are served at once; beyond that uvicorn answers 503.
+
 :func:`self_signed` makes a development CA and a serving certificate for 127.0.0.1/localhost with
 ``trustme`` (built on ``cryptography``) and writes ``ca.crt``, ``tls.crt``, ``tls.key`` into a
 directory. :class:`ServerThread` serves on a socket bound to 127.0.0.1 (port 0 = any free port) and
@@ -13,7 +19,61 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+DEFAULT_READ_TIMEOUT = 10.0
+DEFAULT_MAX_CONNECTIONS = 512
+DEFAULT_KEEP_ALIVE = 5
+
+
+class ReadDeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a whole-request read deadline.
+
+    The deadline is armed when the connection opens and whenever a request starts arriving, and
+    disarmed once the request (headers and body) has been received; if it passes first the
+    connection is closed (the app sees a disconnect). ``read_timeout`` is a class attribute set by
+    :func:`protocol_with_deadline`.
+    """
+
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline = None
+        self._arm()
+
+    def _arm(self) -> None:
+        if getattr(self, "_deadline", None) is None:
+            self._deadline = self.loop.call_later(self.read_timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if getattr(self, "_deadline", None) is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.logger.debug("closing a connection from %s: request not received within %gs",
+                              self.client, self.read_timeout)
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self._arm()
+        super().data_received(data)
+        if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR):
+            self._disarm()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def protocol_with_deadline(read_timeout: float) -> type[ReadDeadlineProtocol]:
+    """A :class:`ReadDeadlineProtocol` subclass whose whole-request read deadline is ``read_timeout`` s."""
+    return type("ReadDeadlineProtocol", (ReadDeadlineProtocol,), {"read_timeout": float(read_timeout)})
 
 
 def self_signed(directory: Path | str, names: tuple[str, ...] = ("127.0.0.1", "localhost")) -> dict[str, Path]:
@@ -37,9 +97,12 @@ def self_signed(directory: Path | str, names: tuple[str, ...] = ("127.0.0.1", "l
     return paths
 
 
-def _config(app, certfile: Optional[str], keyfile: Optional[str], log_level: str) -> uvicorn.Config:
+def _config(app, certfile: Optional[str], keyfile: Optional[str], log_level: str,
+            read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> uvicorn.Config:
     return uvicorn.Config(app, ssl_certfile=certfile, ssl_keyfile=keyfile, log_level=log_level,
-                          access_log=False, lifespan="off", timeout_keep_alive=30)
+                          access_log=False, lifespan="off", timeout_keep_alive=DEFAULT_KEEP_ALIVE,
+                          http=protocol_with_deadline(read_timeout), limit_concurrency=max_connections,
+                          h11_max_incomplete_event_size=64 * 1024)
 
 
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -63,25 +126,29 @@ def check_tls(certfile: str, keyfile: str) -> None:
     ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
 
 
-def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning") -> None:
-    """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted."""
-    server = uvicorn.Server(_config(app, certfile, keyfile, log_level))
+def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning",
+          read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+    """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted.
+    ``read_timeout`` and ``max_connections``: see the module docstring."""
+    server = uvicorn.Server(_config(app, certfile, keyfile, log_level, read_timeout, max_connections))
     server.run(sockets=[sock])
 
 
 class ServerThread:
     """``app`` served over HTTPS (or HTTP without cert) by uvicorn in a daemon thread.
 
+    ``read_timeout`` and ``max_connections``: see the module docstring.
     ``start()`` returns once the server accepts connections (raises RuntimeError after 10 s);
     ``url`` is ``https://127.0.0.1:<port>``; ``stop()`` shuts it down.
     """
 
     def __init__(self, app, certfile: Optional[str] = None, keyfile: Optional[str] = None,
-                 host: str = "127.0.0.1", port: int = 0):
+                 host: str = "127.0.0.1", port: int = 0, read_timeout: float = DEFAULT_READ_TIMEOUT,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS):
         self.sock = bind(host, port)
         self.port = self.sock.getsockname()[1]
         self.url = f"{'https' if certfile else 'http'}://{host}:{self.port}"
-        self.server = uvicorn.Server(_config(app, certfile, keyfile, "warning"))
+        self.server = uvicorn.Server(_config(app, certfile, keyfile, "warning", read_timeout, max_connections))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def start(self) -> "ServerThread":

@@ -9,16 +9,18 @@
 Pure: no I/O (import-linter contract).
 """
 from runtime.engine.admission.context import AdmissionView, admission_view, view_kinds
-from runtime.engine.admission.engine import AdmissionEngine, AdmissionRequest
-from runtime.engine.admission.review import BadReview, parse_review, review_for
+from runtime.engine.admission.engine import AdmissionEngine, AdmissionRequest, DeadlineExceeded
+from runtime.engine.admission.review import BadReview, is_text, parse_review, review_for
 from runtime.engine.admission.verdict import FieldError, Outcome, bad_request, build_response
 
 
-def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | None = None) -> tuple[dict, Outcome]:
+def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | None = None,
+           cancel=None) -> tuple[dict, Outcome]:
     """One review body -> ``(AdmissionReview response, Outcome)``; never raises for bad input.
 
     ``policy`` None chains every matching policy (offline ``admit``); a name runs that one webhook
     (the HTTPS server: one path per webhook). A request the policy does not match is allowed.
+    ``cancel`` (a :class:`threading.Event`) stops the evaluation with :class:`DeadlineExceeded`.
     """
     try:
         request = parse_review(body)
@@ -26,13 +28,13 @@ def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | Non
         outcome = Outcome(policy=policy or "", denial=(400, "BadRequest", str(exc)))
         return bad_request(exc.uid or "", str(exc)), outcome
     if policy is None:
-        outcome = engine.admit(request, view)
+        outcome = engine.admit(request, view, cancel)
     elif engine.matches(engine.policies[policy], request):
-        outcome = engine.run(policy, request, view)
+        outcome = engine.run(policy, request, view, cancel)
     else:
         outcome = Outcome(policy=policy, name=request.name)
     return build_response(request.uid, outcome), outcome
 
 
-__all__ = ["AdmissionEngine", "AdmissionRequest", "AdmissionView", "BadReview", "FieldError", "Outcome",
-           "admission_view", "bad_request", "view_kinds", "build_response", "decide", "parse_review", "review_for"]
+__all__ = ["AdmissionEngine", "AdmissionRequest", "AdmissionView", "BadReview", "DeadlineExceeded", "FieldError", "Outcome",
+           "admission_view", "bad_request", "is_text", "view_kinds", "build_response", "decide", "parse_review", "review_for"]

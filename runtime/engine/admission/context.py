@@ -29,12 +29,17 @@ class AdmissionView:
     _by_name: dict = field(default_factory=dict, repr=False)
 
     def get(self, kind: str, name: str, namespace: str = "") -> list[dict]:
-        """``[object]`` or ``[]``; the same list object on every call (callers must not mutate it)."""
+        """``[object]`` or ``[]``; the same list object on every call (callers must not mutate it).
+
+        Only objects found are remembered (at most one entry per object of the view): a review naming
+        objects that do not exist cannot grow the view."""
         key = (kind, name, namespace)
         hit = self._by_name.get(key)
         if hit is None:
             obj = self.snapshot.get(kind, name, namespace)
-            hit = self._by_name[key] = [obj] if obj is not None else []
+            if obj is None:
+                return _EMPTY
+            hit = self._by_name[key] = [obj]
         return hit
 
     def by_label(self, kind: str, key: str, value: str) -> list[dict]:

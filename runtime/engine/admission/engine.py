@@ -12,18 +12,21 @@ dictionary freeze instead of a cel-python evaluation.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
+from runtime.engine.admission.shapes import shape_errors
 from runtime.engine.admission.verdict import MISSING, FieldError, Outcome
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelEvalError
+from runtime.rules.memo import BoundedMemo, fingerprint
 
 _TOP = ("object", "oldObject", "request", "params", "settings", "lookups", "item")
 _NAME_RE = re.compile(r"(?<![\w.'\"])(" + "|".join(_TOP + ("variables",)) + r")\b")
@@ -64,20 +67,42 @@ class _Scope:
         return _Scope(self.base, dict(self.variables), self.item if item is MISSING else item)
 
 
-_MEMO_LIMIT = 8192
-_PINNED_LIMIT = 50000
+class DeadlineExceeded(Exception):
+    """The caller cancelled the review (its ``cancel`` event was set): the webhook's per-review
+    deadline passed and it has already answered; the worker thread stops at the next expression."""
 
 
-def _freeze(value: Any) -> Any:
-    """A hashable, type-tagged copy of a JSON value (dict/list/bool/float tagged: no 1 == True)."""
+_MEMO_ENTRIES = 65536
+_MEMO_BYTES = 32 * 1024 * 1024
+_SHORT = 64  # strings up to this length key the memo as themselves (type-tagged), longer ones by digest
+
+
+def _key_of(value: Any, digests: dict) -> Any:
+    """A small hashable, type-tagged memo key part for ``value``.
+
+    Short atoms are tagged with their type (``1``, ``True``, ``1.0`` differ); containers and long
+    strings are keyed by :func:`runtime.rules.memo.fingerprint`, computed once per object per review
+    (``digests``: id -> (object, digest), dropped when the review ends, so nothing outlives it).
+    """
     t = type(value)
-    if t is dict:
-        return (1, tuple((k, _freeze(v)) for k, v in value.items()))
-    if t is list:
-        return (2, tuple(_freeze(v) for v in value))
-    if t is bool or t is float:
-        return (3 if t is bool else 4, value)
-    return value
+    if t is not dict and t is not list and not (t is str and len(value) > _SHORT):
+        return (t.__name__, value) if t in (bool, int, float, str, type(None)) else _digest(value)
+    ident = id(value)
+    entry = digests.get(ident)
+    if entry is None or entry[0] is not value:
+        entry = digests[ident] = (value, _digest(value))
+    return entry[1]
+
+
+def _digest(value: Any) -> bytes:
+    digest = fingerprint(value)
+    if digest is None:
+        raise _Unkeyable()
+    return digest
+
+
+class _Unkeyable(Exception):
+    """A value with no fingerprint: evaluate without the memo."""
 
 
 def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -108,12 +133,15 @@ class AdmissionEngine:
                 "booleans": list(policy.settings.booleanTrue) + list(policy.settings.booleanFalse),
             },
         }
-        self._memo: dict[int, dict] = {}
-        self._pinned: dict[int, tuple] = {}
+        self._memo = BoundedMemo(_MEMO_ENTRIES, _MEMO_BYTES)
+        self._memo_lock = threading.Lock()
         self.policies: dict[str, AdmissionPolicySpec] = {}
         self.params: dict[str, dict] = {}
         tables = {doc.name: doc.spec.values for doc in policy.ruleset.all("AdmissionParams")}
+        self.shapes = {doc.name: doc.spec.openAPIV3Schema for doc in policy.ruleset.all("ObjectShape")}
         for doc in policy.ruleset.all("AdmissionPolicy"):
+            if doc.spec.shape and doc.spec.shape not in self.shapes:
+                raise KeyError(f"{doc.file}:{doc.line} spec.shape: no ObjectShape named {doc.spec.shape!r}")
             for mutation in doc.spec.mutations:
                 if mutation.builtin is not None and mutation.builtin not in BUILTINS:
                     raise KeyError(f"{doc.file}:{doc.line} mutation {mutation.name}: unknown builtin "
@@ -125,7 +153,7 @@ class AdmissionEngine:
                     raise KeyError(f"{doc.file}:{doc.line} spec.paramsFrom: no AdmissionParams named {ref!r}")
                 merged.update(tables[ref])
             self.params[doc.name] = {**merged, **doc.spec.params}
-        self._params_frozen = {id(p): _freeze(p) for p in self.params.values()}  # params live as long
+        self._params_keys = {id(p): _digest(p) for p in self.params.values()}  # params live as long
 
     # -- selection -----------------------------------------------------------------------------------
     def by_path(self, path: str) -> Optional[str]:
@@ -155,7 +183,7 @@ class AdmissionEngine:
         return all(key in labels for key in m.labelsExist)
 
     # -- evaluation ----------------------------------------------------------------------------------
-    def admit(self, request: AdmissionRequest, view: AdmissionView) -> Outcome:
+    def admit(self, request: AdmissionRequest, view: AdmissionView, cancel=None) -> Outcome:
         """All matching policies, chained as kube-apiserver does; the first denial wins.
 
         The returned patch is the mutating policies' combined patch against the original object.
@@ -168,7 +196,7 @@ class AdmissionEngine:
         patches: list[dict] = []
         rules: list[str] = []
         for name in names:
-            outcome = self.run(name, current, view)
+            outcome = self.run(name, current, view, cancel)
             rules.extend(outcome.rules)
             if not outcome.allowed:
                 outcome.rules = rules
@@ -182,8 +210,11 @@ class AdmissionEngine:
         final.rules = rules
         return final
 
-    def run(self, name: str, request: AdmissionRequest, view: AdmissionView) -> Outcome:
+    def run(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel=None) -> Outcome:
         """Judge ``request`` with policy ``name``.
+
+        ``cancel`` (a :class:`threading.Event`, optional) stops the evaluation with
+        :class:`DeadlineExceeded` once set (the webhook's per-review deadline).
 
         A rule evaluation failure becomes a 500 InternalError denial, or, for a policy with
         ``failurePolicy: Ignore``, an unchanged admission.
@@ -193,13 +224,21 @@ class AdmissionEngine:
         outcome = Outcome(policy=name, kind=spec.match.kind, group=spec.match.group,
                           object_kind=spec.objectKind, name=str(meta.get("name") or request.name))
         if (spec.match.skipDeleting and request.operation == "UPDATE"
-                and (request.object.get("metadata") or {}).get("deletionTimestamp")):
-            return outcome
+                and (request.old_object.get("metadata") or {}).get("deletionTimestamp")):
+            return outcome  # the stored object already has a deletionTimestamp (finalizers finishing)
+        if spec.shape and request.object:
+            errors = shape_errors(self.shapes[spec.shape], request.object)
+            if errors:  # the rules cannot read this object: answer the shape errors alone
+                outcome.rules.append("shape")
+                if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
+                    outcome.errors = errors
+                return outcome
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
             "params": self.params[name], "settings": dict(view.settings), "_view": view,
+            "_digests": {}, "_cancel": cancel,
         }
         scope = _Scope(base, {})
         try:
@@ -235,49 +274,44 @@ class AdmissionEngine:
         return outcome
 
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
-        """Evaluate with only the referenced names; memoised on their frozen values.
+        """Evaluate with only the referenced names; memoised on their type-tagged digests.
 
-        Frozen forms are cached by object identity with the object pinned (so its id cannot be
-        reused while cached): params, cluster objects and memoised results are frozen once, a
-        request's own values once per review.
+        Digests are computed once per object per review (``scope.base['_digests']``; params once per
+        engine); the memo (:class:`runtime.rules.memo.BoundedMemo`) is bounded by entries and bytes
+        and holds results only, never the request. Raises :class:`DeadlineExceeded` once the
+        review's ``cancel`` event is set.
         """
+        cancel = scope.base.get("_cancel")
+        if cancel is not None and cancel.is_set():
+            raise DeadlineExceeded()
         names, var_names = _refs(expr)
         act: dict[str, Any] = {}
-        key: list = []
-        frozen = self._pinned
         for n in names:
             if n == "variables":
-                value = {v: scope.variables[v] for v in var_names if v in scope.variables}
-                key.append(tuple((v, self._frozen(scope.variables[v], frozen)) for v in value))
+                act[n] = {v: scope.variables[v] for v in var_names if v in scope.variables}
+            elif n == "item":
+                act[n] = None if scope.item is MISSING else scope.item
             else:
-                value = (None if scope.item is MISSING else scope.item) if n == "item" else scope.base[n]
-                key.append(self._frozen(value, frozen))
-            act[n] = value
-        memo = self._memo.setdefault(id(expr), {})
-        k = tuple(key)
+                act[n] = scope.base[n]
+        digests = scope.base["_digests"]
+        k: Optional[tuple]
         try:
-            return memo[k]
-        except KeyError:
-            pass
+            k = (id(expr),) + tuple(
+                tuple((v, _key_of(x, digests)) for v, x in act[n].items()) if n == "variables"
+                else self._params_keys[id(act[n])] if n == "params" else _key_of(act[n], digests)
+                for n in names)
+        except _Unkeyable:
+            k = None
+        if k is not None:
+            with self._memo_lock:
+                hit = self._memo.get(k, MISSING)
+            if hit is not MISSING:
+                return hit
         result = expr.evaluate(act, memo=False)
-        if len(memo) >= _MEMO_LIMIT:
-            memo.clear()
-        memo[k] = result
+        if k is not None:
+            with self._memo_lock:
+                self._memo.put(k, result)
         return result
-
-    def _frozen(self, value: Any, cache: dict) -> Any:
-        if type(value) not in (dict, list):
-            return _freeze(value)
-        ident = id(value)
-        hit = self._params_frozen.get(ident)
-        if hit is not None:
-            return hit
-        entry = cache.get(ident)
-        if entry is None:  # pin the value: its id must not be reused while the entry lives
-            if len(cache) >= _PINNED_LIMIT:
-                cache.clear()
-            entry = cache[ident] = (value, _freeze(value))
-        return entry[1]
 
     def _lookup(self, lk, scope: _Scope, view: AdmissionView) -> list[dict]:
         if lk.when is not None and self._eval(lk.when, scope) is not True:

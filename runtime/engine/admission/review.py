@@ -31,11 +31,22 @@ def _mapping(value: Any, what: str, uid: Optional[str], optional: bool = True) -
     return value
 
 
+def is_text(value: str) -> bool:
+    """Whether ``value`` is valid Unicode (no lone surrogate such as a JSON ``"\\ud800"`` escape)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _string(value: Any, what: str, uid: Optional[str]) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
         raise BadReview(f"{what} must be a string", uid)
+    if not is_text(value):
+        raise BadReview(f"{what} must be valid Unicode text (it holds a lone surrogate)", uid)
     return value
 
 
@@ -45,12 +56,15 @@ def parse_review(body: Any) -> AdmissionRequest:
         raise BadReview("the body must be an AdmissionReview object")
     request = body.get("request")
     uid = request.get("uid") if isinstance(request, dict) else None
-    uid = uid if isinstance(uid, str) and uid else None
+    uid = uid if isinstance(uid, str) and uid and is_text(uid) else None
     if body.get("apiVersion") != API_VERSION or body.get("kind") != "AdmissionReview":
         raise BadReview(f"expected apiVersion {API_VERSION}, kind AdmissionReview", uid)
     if not isinstance(request, dict):
         raise BadReview("request must be an object", uid)
     if uid is None:
+        raw = request.get("uid")
+        if isinstance(raw, str) and raw and not is_text(raw):
+            raise BadReview("request.uid must be valid Unicode text (it holds a lone surrogate)")
         raise BadReview("request.uid must be a non-empty string")
     kind = _mapping(request.get("kind"), "request.kind", uid, optional=False)
     for key in ("group", "version", "kind"):
@@ -61,12 +75,16 @@ def parse_review(body: Any) -> AdmissionRequest:
         raise BadReview(f"request.operation must be one of {', '.join(OPERATIONS)}", uid)
     obj = _mapping(request.get("object"), "request.object", uid)
     old = _mapping(request.get("oldObject"), "request.oldObject", uid)
+    if operation in ("CREATE", "CONNECT"):
+        old = {}  # kube-apiserver sends none: a CREATE carrying one is not judged as an update
     if operation in ("CREATE", "UPDATE") and not obj:
         raise BadReview(f"request.object is required for {operation}", uid)
     meta = _mapping(obj.get("metadata"), "request.object.metadata", uid)
     labels = _mapping(meta.get("labels"), "request.object.metadata.labels", uid)
     if any(not isinstance(v, str) for v in labels.values()):
         raise BadReview("request.object.metadata.labels values must be strings", uid)
+    if not all(is_text(k) and is_text(v) for k, v in labels.items()):
+        raise BadReview("request.object.metadata.labels must be valid Unicode text (a lone surrogate)", uid)
     return AdmissionRequest(
         uid=uid, kind=kind, resource=resource, operation=operation,
         name=_string(request.get("name"), "request.name", uid) or _string(meta.get("name"), "metadata.name", uid),

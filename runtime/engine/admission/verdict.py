@@ -24,13 +24,16 @@ _TYPES = {
     "Invalid": ("Invalid value", "FieldValueInvalid"),
     "NotFound": ("Not found", "FieldValueNotFound"),
     "Unsupported": ("Unsupported value", "FieldValueNotSupported"),
+    "TooMany": ("Too many", "FieldValueTooMany"),
+    "TooLong": ("Too long", "FieldValueTooLong"),
 }
-_WITH_VALUE = {"Invalid", "NotFound", "Unsupported"}
+_WITH_VALUE = {"Invalid", "NotFound", "Unsupported", "TooMany"}
 
 
 @dataclass(frozen=True)
 class FieldError:
-    """One field error: ``reason`` (Forbidden, Required, Invalid, NotFound, Unsupported), the field
+    """One field error: ``reason`` (Forbidden, Required, Invalid, NotFound, Unsupported, TooMany,
+    TooLong), the field
     path (``spec.containers[0].resources.limits[nvidia.com/gpu.sliced]``), the offending value
     (JSON; :data:`MISSING` when none) and the detail text. ``rule`` names the rule (metrics)."""
 

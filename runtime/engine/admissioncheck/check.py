@@ -99,9 +99,9 @@ class _Nodes:
         return self._by_flavor[key]
 
 
-def _managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
+def _managed_nodes(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> _Nodes:
     out = _Nodes()
-    for view in node_views(policy, snapshot):
+    for view in node_views(policy, snapshot, namespace=namespace):
         if not view.managed:
             continue
         out.labels[view.name] = view.labels
@@ -187,6 +187,7 @@ def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes:
     return Verdict(READY, message, placements=tuple(placements))
 
 
-def managed_nodes(policy: Policy, snapshot: Snapshot) -> _Nodes:
-    """The managed nodes' effective labels and accelerators, for :func:`check_workload`'s ``nodes``."""
-    return _managed_nodes(policy, snapshot)
+def managed_nodes(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> _Nodes:
+    """The managed nodes' effective labels and accelerators, for :func:`check_workload`'s ``nodes``.
+    ``namespace``: the system namespace whose NodeFeatures count (decision 20; None: the rules')."""
+    return _managed_nodes(policy, snapshot, namespace)

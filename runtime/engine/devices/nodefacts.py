@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from runtime.model.normalize import format_memory_mib, normalize_name, parse_quantity
+from runtime.model.normalize import fnv64a_hex, format_memory_mib, normalize_name, parse_quantity
 from runtime.engine.policy import Policy
 from runtime.model.agent import NodeAgentSpec
 from runtime.model.facts import AcceleratorFacts, CpuFacts
@@ -122,6 +122,24 @@ def group_id(policy: Policy, manufacturer: str, name: str, mib: int, with_memory
     return f"{ident}-{memory_suffix(policy, mib)}" if with_memory else ident
 
 
+def _repeated(ids: dict[tuple[str, str, int], str]) -> set[tuple[str, str]]:
+    """(manufacturer, id) pairs that more than one group key maps to."""
+    count: dict[tuple[str, str], int] = {}
+    for (manu, _, _), ident in ids.items():
+        count[(manu, ident)] = count.get((manu, ident), 0) + 1
+    return {pair for pair, n in count.items() if n > 1}
+
+
+def disambiguated_group_id(policy: Policy, manufacturer: str, name: str, mib: int) -> str:
+    """Issue 13 item 10: the group ID with memory (§5.3), cut to leave room for ``-<h>``, where ``h``
+    is the first ``groupIdHashDigits`` hex digits of FNV-1a 64 over ``<name>/<mib>``: stable for the
+    same product and memory on every node, within the key budget of decision 13."""
+    digits = policy.node_facts.groupIdHashDigits
+    budget = policy.node_facts.keyBudget - len(manufacturer)
+    base = group_id(policy, manufacturer, name, mib, True)[: budget - 1 - digits].rstrip("-")
+    return f"{base}-{fnv64a_hex(f'{name}/{mib}')[:digits]}"
+
+
 @dataclass
 class AcceleratorGroup:
     """Accelerators of one node with equal (manufacturer, name, adjusted memory MiB) (§1.2).
@@ -154,8 +172,12 @@ def accelerator_groups(policy: Policy, accelerators: list[AcceleratorFacts],
                        with_memory: bool = False) -> list[AcceleratorGroup]:
     """Group the node's accelerators (§1.2) in canonical order (§7.2: manufacturer, lowest index, id).
 
-    Two groups that would share an ID both get the memory suffix (our choice for §5.3's open point).
-    Raises ValueError naming the manufacturer when it is not in the manufacturer table.
+    Group IDs are unique per node (issue 13 item 10): two groups that would share an ID both get the
+    memory suffix (our choice for §5.3's open point); groups still sharing one (memory that rounds to
+    the same GiB, or long names whose slugs are cut to the same characters) get
+    :func:`disambiguated_group_id`. Raises ValueError naming the manufacturer when it is not in the
+    manufacturer table, and the groups when even that leaves two IDs equal (rules/node-facts.yaml
+    ``factChecks.messages.groupIdCollision``).
     """
     buckets: dict[tuple[str, str, int], list[AcceleratorFacts]] = {}
     for acc in accelerators:
@@ -164,15 +186,24 @@ def accelerator_groups(policy: Policy, accelerators: list[AcceleratorFacts],
             raise ValueError(f"accelerator {acc.uuid}: unknown manufacturer {acc.manufacturer!r} (known: {known})")
         buckets.setdefault((acc.manufacturer, acc.name, adjusted_memory_mib(policy, acc)), []).append(acc)
     ids = {key: group_id(policy, key[0], key[1], key[2], with_memory) for key in buckets}
-    taken: dict[tuple[str, str], int] = {}
-    for (manu, _, _), ident in ids.items():
-        taken[(manu, ident)] = taken.get((manu, ident), 0) + 1
+    if not with_memory:
+        repeated = _repeated(ids)
+        ids = {key: group_id(policy, *key, True) if (key[0], ident) in repeated else ident
+               for key, ident in ids.items()}
+    repeated = _repeated(ids)
+    ids = {key: disambiguated_group_id(policy, *key) if (key[0], ident) in repeated else ident
+           for key, ident in ids.items()}
+    seen: dict[tuple[str, str], tuple[str, str, int]] = {}
+    for key in sorted(ids):
+        first = seen.setdefault((key[0], ids[key]), key)
+        if first != key:
+            raise ValueError(policy.node_facts.factChecks.messages.groupIdCollision.format(
+                first=f"{first[1]} ({first[2]} MiB)", second=f"{key[1]} ({key[2]} MiB)", manufacturer=key[0],
+                id=ids[key]))
     groups = []
     for key, members in buckets.items():
         manu, name, mib = key
         ident = ids[key]
-        if taken[(manu, ident)] > 1 and not with_memory:
-            ident = group_id(policy, manu, name, mib, True)
         members = sorted(members, key=lambda a: a.index)
         first = members[0]
         major, minor = first.computeCapability

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from runtime.engine.devices.factcheck import ledger_sound
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 
@@ -82,8 +83,11 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
     """The healthy accelerators of one Devices object, in spec order (groups, then accelerators).
 
     ``devices`` is the API object (``spec`` capability, ``status`` ledger). Unhealthy accelerators are
-    skipped (node-facts.md §7.2).
+    skipped (node-facts.md §7.2). A Devices object with an out-of-range number yields nothing: it
+    counts in no view, no fit label and no admission check (decision 19, :func:`ledger_sound`).
     """
+    if not ledger_sound(policy, devices):
+        return
     ledger: dict[tuple, dict] = {}
     for group in (devices.get("status") or {}).get("groups") or []:
         for row in group.get("accelerators") or []:

@@ -19,7 +19,9 @@ from runtime.engine.pools import instancetypes as its
 from runtime.engine.pools import queues
 from runtime.engine.pools.flavors import FlavorPlan, plan_flavors, render_flavor
 from runtime.engine.pools.instancetypes import devices_selector, matches
-from runtime.engine.pools.nodes import NodeView, effective_node_labels, node_views
+from runtime.engine.pools.kept import as_kept
+from runtime.engine.devices.factcheck import FactProblem, ledger_problems
+from runtime.engine.pools.nodes import effective_node_labels, node_views, trusted_node_features
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, settings_of
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
@@ -42,7 +44,9 @@ class DesiredState:
     ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat them as
     read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
     spec/node-facts.md §9 are written on these only). ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
-    nodes without os/arch, ``.count`` labels that are not integers, unparsable settings).
+    nodes without os/arch, ``.count`` labels that are not integers in range, ledgers out of range,
+    NodeFeatures not trusted (decision 20), unparsable settings). ``fact_problems``: the refused node
+    facts of decision 19 as data (node, key, value, message), for the audit; each is also a warning.
     """
 
     settings: Settings
@@ -58,10 +62,12 @@ class DesiredState:
     devices: list[dict] = field(default_factory=list)
     managed_nodes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    fact_problems: list[FactProblem] = field(default_factory=list)
 
     def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
         """What ``kubectl get <kind>`` lists once this state is applied to ``snapshot``'s cluster:
-        the objects accelpolicy keeps, plus same-kind objects it does not own (name order)."""
+        the objects accelpolicy keeps, with the labels and annotations others added to them
+        (:func:`runtime.engine.pools.kept.as_kept`), plus same-kind objects it does not own (name order)."""
         ours = {
             "ResourceFlavor": self.resource_flavors, "ClusterQueue": self.cluster_queues,
             "LocalQueue": self.local_queues, "AdmissionCheck": self.admission_checks,
@@ -70,8 +76,12 @@ class DesiredState:
         }.get(kind)
         if ours is None:
             return snapshot.list(kind)
-        if kind in ("InstanceType", "InstanceTypeFlavor", "Devices"):
+        if kind in ("InstanceType", "Devices"):
             return list(ours)
+        ours = [as_kept(policy, kind, o, snapshot.get(kind, name_of(o), o["metadata"].get("namespace") or ""))
+                for o in ours]  # labels others added stay (issue 13 item 14)
+        if kind == "InstanceTypeFlavor":
+            return ours
         keep = {(o["metadata"].get("namespace", ""), name_of(o)) for o in ours}
         deleted = set(self.flavor_deletes) if kind == "ResourceFlavor" else set()
         foreign = [o for o in snapshot.list(kind)
@@ -113,14 +123,16 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")
     aware = settings.flag(its.AWARE)
 
-    effective = effective_node_labels(policy, snapshot)  # once: node views and Devices both read it
+    trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)  # decision 20
+    state.warnings.extend(untrusted)
+    effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)  # node views and Devices read it
     nodes = node_views(policy, snapshot, effective)
     state.managed_nodes = [node.name for node in nodes if node.managed]
     for node in nodes:
         if node.managed and (not node.os or not node.arch):
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
         if node.managed:
-            state.warnings.extend(_unparsable_counts(policy, node))
+            state.fact_problems.extend(node.problems)
     plans = plan_flavors(policy, snapshot, nodes, settings.flag(MIXED))
     rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
     state.resource_flavors = list(rendered.values())
@@ -158,6 +170,8 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
     devices = _devices_with_effective_labels(policy, snapshot, effective)
     state.devices = devices
+    devices = _sound_devices(policy, devices, state.fact_problems)  # decision 19: the others count in no view
+    state.warnings.extend(p.message for p in state.fact_problems)
     by_label = _label_index(devices)
     pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
     for name in sorted(types):
@@ -182,23 +196,16 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     return state
 
 
-def _unparsable_counts(policy: Policy, node: NodeView) -> list[str]:
-    """Warnings for a managed node's ``.count`` labels that are not integers (pools.md §2.1 reads
-    them as 0, so the node contributes no flavor of that kind; the warning says why)."""
+def _sound_devices(policy: Policy, devices: list[dict], problems: list[FactProblem]) -> list[dict]:
+    """``devices`` less those of nodes with a refused fact (decision 19): the node problems already in
+    ``problems`` and each Devices object's own out-of-range ledger (:func:`ledger_problems`, appended)."""
+    bad_nodes = {p.node for p in problems}
     out = []
-    checks = []
-    if node.gkey:
-        checks.append((f"{policy.prefix('general')}{node.gkey}.count", "CPU flavor"))
-    checks.extend((f"{policy.prefix('acceleratable')}{akey}.count", f"device flavor for {akey}") for akey in node.akeys)
-    for key, what in checks:
-        value = node.labels.get(key)
-        if value is None:
-            continue
-        try:
-            int(value.strip())
-        except ValueError:
-            out.append(f"Node {node.name}: label {key}={value!r} is not an integer; "
-                       f"the node contributes no {what}")
+    for obj in devices:
+        own = ledger_problems(policy, obj)
+        problems.extend(own)
+        if not own and name_of(obj) not in bad_nodes:
+            out.append(obj)
     return out
 
 

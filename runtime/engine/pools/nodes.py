@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.model.normalize import parse_int_label
+from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.devices.factcheck import FactProblem, count_problem, read_count, read_memory
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 
@@ -29,21 +30,64 @@ class NodeView:
     os: str
     arch: str
     akeys: dict[str, int] = field(default_factory=dict)  # aKey -> per-node count
+    problems: tuple[FactProblem, ...] = ()  # labels refused (decision 19): their key counts 0
 
 
-def effective_node_labels(policy: Policy, snapshot: Snapshot) -> dict[str, dict[str, str]]:
-    """Node name -> labels after NodeFeature propagation (see module docstring)."""
+def trusted_node_features(policy: Policy, snapshot: Snapshot,
+                          namespace: str | None = None) -> tuple[dict[str, list[dict]], list[str]]:
+    """Decision 20: (node name -> the NodeFeatures that feed its keys, warnings for those ignored).
+
+    Only NodeFeatures in the system namespace (``namespace``, else rules/pools/derivation.yaml
+    ``systemNamespace``) named ``<node><suffix>`` for the NodeFeature suffixes of rules/agent.yaml
+    (``nodeFeature.worker``/``deviceManager``) count. Another NodeFeature naming the node is ignored,
+    with a warning when it carries a key under the propagated prefixes (rules/labels.yaml); one
+    without such keys is none of our business (NFD's own worker writes one per node).
+    """
     node_key = policy.key("nodeFeatureNode")
     prefixes = tuple(policy.labels.propagatedPrefixes)
-    fit = policy.labels.fitLabelSuffix
-    by_node: dict[str, dict[str, str]] = {}
+    system = namespace or policy.derivation.systemNamespace
+    nf_rules = agent_rules(policy).nodeFeature
+    suffixes = (nf_rules.worker.nameSuffix, nf_rules.deviceManager.nameSuffix)
+    messages = policy.node_facts.factChecks.messages
+    trusted: dict[str, list[dict]] = {}
+    warnings: list[str] = []
     for nf in snapshot.list("NodeFeature"):
         node = labels_of(nf).get(node_key)
         if not node or is_deleting(nf):
             continue
+        meta = nf.get("metadata") or {}
+        ns, name = meta.get("namespace") or "", meta.get("name") or ""
+        if ns == system and name in (node + suffix for suffix in suffixes):
+            trusted.setdefault(node, []).append(nf)
+            continue
+        if not any(str(k).startswith(prefixes) for k in ((nf.get("spec") or {}).get("labels") or {})):
+            continue
+        if ns != system:
+            warnings.append(messages.foreignNodeFeature.format(namespace=ns, name=name, system=system, node=node,
+                                                               prefixes=", ".join(prefixes)))
+        else:
+            warnings.append(messages.nodeFeatureName.format(namespace=ns, name=name, node=node,
+                                                            expected=" or ".join(node + s for s in suffixes)))
+    return trusted, warnings
+
+
+def effective_node_labels(policy: Policy, snapshot: Snapshot, namespace: str | None = None,
+                          trusted: dict[str, list[dict]] | None = None) -> dict[str, dict[str, str]]:
+    """Node name -> labels after NodeFeature propagation (see module docstring).
+
+    Only the NodeFeatures :func:`trusted_node_features` keeps feed the propagated keys (decision 20);
+    ``trusted``: its first result when the caller already has it.
+    """
+    prefixes = tuple(policy.labels.propagatedPrefixes)
+    fit = policy.labels.fitLabelSuffix
+    by_node: dict[str, dict[str, str]] = {}
+    if trusted is None:
+        trusted = trusted_node_features(policy, snapshot, namespace)[0]
+    for node, features in trusted.items():
         merged = by_node.setdefault(node, {})
-        for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
-            merged[key] = str(value)
+        for nf in features:
+            for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
+                merged[key] = str(value)
     out: dict[str, dict[str, str]] = {}
     for node in snapshot.list("Node"):
         name = name_of(node)
@@ -62,6 +106,7 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
     acc = policy.prefix("acceleratable")
     gkey = None
     akeys: dict[str, int] = {}
+    problems: list[FactProblem] = []
     for key, value in labels.items():
         if value != "true":
             continue
@@ -73,23 +118,57 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
             rest = key[len(acc):]
             if "." in rest or "-" not in rest or policy.manufacturer_of_key(rest) is None:
                 continue
-            akeys[rest] = parse_int_label(labels.get(f"{acc}{rest}.count"))
-    cores = parse_int_label(labels.get(f"{general}{gkey}.count")) if gkey else 0
+            akeys[rest] = _count(policy, name, labels, f"{acc}{rest}.count", rest, problems)
+            if akeys[rest] and not _descriptors_sound(policy, name, labels, f"{acc}{rest}", rest, problems):
+                akeys[rest] = 0
+    cores = _count(policy, name, labels, f"{general}{gkey}.count", "", problems) if gkey else 0
     managed = bool(policy.derivation.managed.evaluate({"labels": labels}))
     return NodeView(
         name=name, labels=labels, annotations=annotations, managed=managed, gkey=gkey, cores=cores,
         os=labels.get(policy.key("os"), ""), arch=labels.get(policy.key("arch"), ""), akeys=dict(sorted(akeys.items())),
+        problems=tuple(sorted(problems, key=lambda p: p.key)),
     )
 
 
-def node_views(policy: Policy, snapshot: Snapshot,
-               effective: dict[str, dict[str, str]] | None = None) -> list[NodeView]:
+def _descriptors_sound(policy: Policy, node: str, labels: dict[str, str], base: str, akey: str,
+                       problems: list[FactProblem]) -> bool:
+    """Decision 19 for the descriptors a derived InstanceType copies (create-only, so a bad value
+    would stay): ``<aKey>.memory`` a quantity, ``<aKey>.cores`` an integer in range."""
+    suffixes = agent_rules(policy).suffixes
+    sound = True
+    memory_key = f"{base}{suffixes.memory}"
+    reason = read_memory(policy, labels.get(memory_key))
+    if reason:
+        problems.append(count_problem(policy, node, memory_key, labels[memory_key], reason, akey))
+        sound = False
+    cores_key = f"{base}{suffixes.cores}"
+    value = labels.get(cores_key)
+    _, reason = read_count(policy, value)
+    if reason and not (reason == "outOfRange" and value.strip() == "0"):  # .cores is written even when 0
+        problems.append(count_problem(policy, node, cores_key, value, reason, akey))
+        sound = False
+    return sound
+
+
+def _count(policy: Policy, node: str, labels: dict[str, str], key: str, akey: str,
+           problems: list[FactProblem]) -> int:
+    """The count label ``key`` (decision 19): 0 and a problem appended when it is refused."""
+    value = labels.get(key)
+    count, reason = read_count(policy, value)
+    if reason:
+        problems.append(count_problem(policy, node, key, value, reason, akey))
+    return count
+
+
+def node_views(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, str]] | None = None,
+               namespace: str | None = None) -> list[NodeView]:
     """Every Node of the snapshot (deleting ones excluded), in name order.
 
-    ``effective``: :func:`effective_node_labels` of ``snapshot`` when the caller already has it.
+    ``effective``: :func:`effective_node_labels` of ``snapshot`` when the caller already has it;
+    ``namespace``: the system namespace whose NodeFeatures count (decision 20; None: the rules').
     """
     if effective is None:
-        effective = effective_node_labels(policy, snapshot)
+        effective = effective_node_labels(policy, snapshot, namespace)
     views = []
     for node in snapshot.list("Node"):
         if is_deleting(node):

@@ -1,0 +1,86 @@
+"""Shape checks: an object against an ``ObjectShape`` (OpenAPI v3 structural schema), before the rules.
+
+:func:`shape_errors` walks the object along the schema and returns field errors in the API server's
+words (issue 13 item 6; apiextensions-apiserver's structural validation):
+
+- wrong type: ``spec.containers: Invalid value: "string": spec.containers in body must be of type
+  array: "string"``
+  (the value is the JSON type found: ``string``, ``integer``, ``number``, ``boolean``, ``array``,
+  ``object``, ``null``; int-or-string fields say ``integer,string``);
+- ``maxItems``: ``spec.additionalVolumes: Too many: 1000: must have at most 100 items``;
+- ``maxLength``: ``spec.image: Too long: may not be more than 4096 bytes``;
+- ``maxProperties``: ``spec.nodeSelector: Too many: 300: must have at most 256 items``.
+
+Map keys are rendered ``[key]`` (``resources.limits[nvidia.com/gpu]``), list items ``[i]``. At most
+``limit`` errors are returned (the first ones in document order). Pure.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.engine.admission.verdict import FieldError
+from runtime.model.admission import Schema
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"),
+               (dict, "object"))
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a decoded value (``null`` for None)."""
+    if value is None:
+        return "null"
+    for py, name in _JSON_TYPES:
+        if isinstance(value, py):
+            return name
+    return type(value).__name__
+
+
+def _type_ok(schema: Schema, found: str) -> bool:
+    if schema.intOrString:
+        return found in ("integer", "string")
+    if schema.type is None:
+        return True
+    return found == schema.type or (schema.type == "number" and found == "integer")
+
+
+def shape_errors(schema: Schema, value: Any, path: str = "", limit: int = 20) -> list[FieldError]:
+    """Field errors of ``value`` against ``schema`` (empty when it has the declared shape)."""
+    errors: list[FieldError] = []
+    _walk(schema, value, path, errors, limit)
+    return errors
+
+
+def _walk(schema: Schema, value: Any, path: str, errors: list[FieldError], limit: int) -> None:
+    if len(errors) >= limit:
+        return
+    found = json_type(value)
+    if value is None and (schema.nullable or schema.type is None and not schema.intOrString):
+        return
+    if not _type_ok(schema, found):
+        want = "integer,string" if schema.intOrString else schema.type
+        where = path or "<root>"
+        errors.append(FieldError(reason="Invalid", field=path, value=found,
+                                 detail=f'{where} in body must be of type {want}: "{found}"', rule="shape"))
+        return
+    if found == "string" and schema.maxLength is not None and len(value) > schema.maxLength:
+        errors.append(FieldError(reason="TooLong", field=path, rule="shape",
+                                 detail=f"may not be more than {schema.maxLength} bytes"))
+    elif found == "array":
+        if schema.maxItems is not None and len(value) > schema.maxItems:
+            errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule="shape",
+                                     detail=f"must have at most {schema.maxItems} items"))
+            return
+        if schema.items is not None:
+            for i, item in enumerate(value):
+                _walk(schema.items, item, f"{path}[{i}]", errors, limit)
+    elif found == "object":
+        if schema.maxProperties is not None and len(value) > schema.maxProperties:
+            errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule="shape",
+                                     detail=f"must have at most {schema.maxProperties} items"))
+            return
+        for key, sub in value.items():
+            child = schema.properties.get(key)
+            if child is not None:
+                _walk(child, sub, f"{path}.{key}" if path else key, errors, limit)
+            elif schema.additionalProperties is not None:
+                _walk(schema.additionalProperties, sub, f"{path}[{key}]", errors, limit)

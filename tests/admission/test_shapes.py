@@ -1,0 +1,135 @@
+"""Issue 13 item 6: malformed objects are answered with field errors in Kubernetes' words, never allowed.
+
+Every case was allowed (or answered with a Python message) before the ObjectShape check
+(rules/admission/shapes.yaml) ran ahead of the rules.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
+from runtime.engine.admission.shapes import shape_errors
+from runtime.engine.policy import Policy
+from runtime.model.admission import Schema
+from runtime.rules.loader import load_rules
+from runtime.snapshots import load_snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+QUEUE = {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}
+
+
+@pytest.fixture(scope="module")
+def judge():
+    policy = Policy(load_rules())
+    engine = AdmissionEngine(policy)
+    view = admission_view(policy, load_snapshot([str(ROOT / "tests/fixtures/seed/common")]))
+
+    def run(obj: dict, policy_name: str, operation: str = "CREATE") -> dict:
+        return decide(engine, review_for(obj, operation), view, policy_name)[0]["response"]
+    return run
+
+
+def _pod(spec: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "labels": QUEUE},
+            "spec": spec}
+
+
+def _instance(**spec) -> dict:
+    base = {"type": "gpustack--generic-linux-amd64", "image": "ubuntu:24.04", "volume": {"ephemeral": {"capacity": "1Gi"}}}
+    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "metadata": {"name": "i", "namespace": "default"},
+            "spec": {**base, **spec}}
+
+
+def _type_error(path: str, found: str, want: str) -> str:
+    return f'{path}: Invalid value: "{found}": {path} in body must be of type {want}: "{found}"'
+
+
+@pytest.mark.parametrize("spec, error", [
+    ({"containers": "oops"}, _type_error("spec.containers", "string", "array")),
+    ({"containers": ["oops"]}, _type_error("spec.containers[0]", "string", "object")),
+    ({"containers": [{"name": "c", "resources": {"limits": "oops"}}]},
+     _type_error("spec.containers[0].resources.limits", "string", "object")),
+    ({"containers": [{"name": "c", "resources": "oops"}]}, _type_error("spec.containers[0].resources", "string", "object")),
+    ({"initContainers": "oops", "containers": []}, _type_error("spec.initContainers", "string", "array")),
+    ({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.sliced.memory-percentage": None}}}]},
+     _type_error("spec.containers[0].resources.limits[nvidia.com/gpu.sliced.memory-percentage]", "null", "integer,string")),
+])
+@pytest.mark.parametrize("webhook", ["pods-validation", "pods-mutation"])
+def test_pod_shapes_are_refused_in_kubernetes_words(judge, spec, error, webhook):
+    resp = judge(_pod(spec), webhook)
+    assert resp["allowed"] is False and "patch" not in resp
+    assert resp["status"]["code"] == 422
+    assert resp["status"]["message"] == f'Pod "p" is invalid: {error}'
+
+
+def test_an_unreadable_sliced_quantity_is_denied_by_the_mutating_webhook_not_patched(judge):
+    resp = judge(_pod({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.sliced": "abc"}}}]}),
+                 "pods-mutation")
+    assert resp["allowed"] is False and "patch" not in resp
+    assert resp["status"]["message"] == (
+        "container \"c\": nvidia.com/gpu.sliced: quantities must match the regular expression "
+        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': 'abc'")
+
+
+@pytest.mark.parametrize("spec, error", [
+    ({"resources": "oops"}, _type_error("spec.resources", "string", "object")),
+    ({"additionalVolumes": "oops"}, _type_error("spec.additionalVolumes", "string", "array")),
+    ({"privileged": "true"}, _type_error("spec.privileged", "string", "boolean")),
+    ({"resources": {"acceleratorSlicedMemoryPercentage": "20"}},
+     _type_error("spec.resources.acceleratorSlicedMemoryPercentage", "string", "integer")),
+    ({"additionalVolumes": [{"mountPath": f"/m/{i}", "configMap": {"name": f"c{i}"}} for i in range(1000)]},
+     "spec.additionalVolumes: Too many: 1000: must have at most 100 items"),
+    ({"image": "x" * 5000}, "spec.image: Too long: may not be more than 4096 bytes"),
+])
+@pytest.mark.parametrize("webhook", ["instances-validation", "instances-mutation"])
+def test_instance_shapes_are_refused_in_kubernetes_words(judge, spec, error, webhook):
+    resp = judge(_instance(**spec), webhook)
+    assert resp["allowed"] is False and "patch" not in resp
+    assert resp["status"]["message"] == f'Instance.worker.gpustack.ai "i" is invalid: {error}'
+
+
+def test_the_workload_fit_pin_never_denies_a_malformed_workload(judge):
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "w", "namespace": "default"},
+                "spec": {"queueName": "gpustack-fnv64-c4680bb149644f1c", "podSets": "oops"}}
+    resp = judge(workload, "workloads-mutation")
+    assert resp == {"uid": resp["uid"], "allowed": True}
+
+
+def _caps(schema: dict, path: str = "spec") -> dict[str, tuple]:
+    """path -> (type, maxItems, maxLength, maxProperties) for every node of an OpenAPI schema."""
+    out = {path: (schema.get("type"), schema.get("maxItems"), schema.get("maxLength"), schema.get("maxProperties"))}
+    for key, sub in (schema.get("properties") or {}).items():
+        out.update(_caps(sub, f"{path}.{key}"))
+    if schema.get("items"):
+        out.update(_caps(schema["items"], f"{path}[]"))
+    return out
+
+
+def test_the_instance_shape_agrees_with_the_crd():
+    """Every field the rules' Instance shape declares has the same type and caps in the CRD."""
+    crd = yaml.safe_load((ROOT / "crds/worker.gpustack.ai_instances.yaml").read_text())
+    crd_spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = list(yaml.safe_load_all((ROOT / "rules/admission/shapes.yaml").read_text()))
+    shape = next(d for d in rules if d and d["metadata"]["name"] == "instance")
+    rule_spec = shape["spec"]["openAPIV3Schema"]["properties"]["spec"]
+    crd_caps, rule_caps = _caps(crd_spec), _caps(rule_spec)
+    assert {p: crd_caps.get(p) for p in rule_caps} == rule_caps
+
+
+def test_shape_errors_walk_maps_lists_and_stop_at_the_limit():
+    schema = Schema.model_validate({"type": "object", "properties": {
+        "xs": {"type": "array", "items": {"type": "integer"}},
+        "m": {"type": "object", "additionalProperties": {"type": "string"}}}})
+    errors = shape_errors(schema, {"xs": [1, "a", 2.5, True], "m": {"k": 1}, "other": "ignored"})
+    assert [e.render() for e in errors] == [
+        'xs[1]: Invalid value: "string": xs[1] in body must be of type integer: "string"',
+        'xs[2]: Invalid value: "number": xs[2] in body must be of type integer: "number"',
+        'xs[3]: Invalid value: "boolean": xs[3] in body must be of type integer: "boolean"',
+        'm[k]: Invalid value: "integer": m[k] in body must be of type string: "integer"']
+    assert len(shape_errors(schema, {"xs": ["a"] * 50}, limit=5)) == 5
+    assert shape_errors(schema, copy.deepcopy({"xs": [1, 2], "m": {"a": "b"}})) == []

@@ -1,0 +1,171 @@
+"""Issue 13: the webhook under hostile or careless clients (slow clients, aborted bodies, slow reviews).
+
+Real uvicorn servers on 127.0.0.1, raw sockets for the clients that misbehave.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from runtime.engine.admission import AdmissionEngine, admission_view, review_for
+from runtime.engine.policy import Policy
+from runtime.rules.loader import load_rules
+from runtime.snapshots import load_snapshot
+from runtime.webhook.app import WebhookState, build_app
+from runtime.webhook.server import ServerThread
+from testing.webhookload import held_seconds
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo", "namespace": "default"},
+       "spec": {"containers": [{"name": "main", "image": "x"}]}}
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return Policy(load_rules())
+
+
+@pytest.fixture(scope="module")
+def view(policy):
+    return admission_view(policy, load_snapshot(["tests/fixtures/seed/common"]))
+
+
+def _serve(state: WebhookState, **kw) -> ServerThread:
+    app = build_app(state, {s.path: n for n, s in state.engine.policies.items()})
+    return ServerThread(app, **kw).start()
+
+
+def test_partial_headers_and_partial_bodies_are_dropped_at_the_read_deadline(policy, view):
+    state = WebhookState(deadline_seconds=5)
+    state.set_ready(AdmissionEngine(policy), view)
+    server = _serve(state, read_timeout=1.0)
+    try:
+        partial_headers = b"POST /validate-pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty"
+        partial_body = (b"POST /validate-pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 5000\r\n\r\n{\"apiVersion\": ")
+        results = {}
+
+        def probe(label, payload):
+            results[label] = held_seconds(server.port, payload, limit=20)
+
+        threads = [threading.Thread(target=probe, args=(f"{kind}-{i}", payload))
+                   for i in range(5) for kind, payload in (("headers", partial_headers), ("body", partial_body),
+                                                           ("silent", b""))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(results) == 15
+        assert all(held < 10 for held in results.values()), results  # closed by the server, not held
+        # a well-behaved client on the same server is still answered
+        r = httpx.post(f"{server.url}/validate-pods", json=review_for(POD, uid="ok"), timeout=10)
+        assert r.json()["response"]["uid"] == "ok"
+    finally:
+        server.stop()
+        state.close()
+
+
+def test_connection_cap_answers_503_beyond_the_limit(policy, view):
+    state = WebhookState()
+    state.set_ready(AdmissionEngine(policy), view)
+    server = _serve(state, read_timeout=5.0, max_connections=4)
+    held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(4)]
+    try:
+        time.sleep(0.2)
+        r = httpx.get(f"{server.url}/healthz", timeout=5)
+        assert r.status_code == 503
+    finally:
+        for s in held:
+            s.close()
+        time.sleep(0.2)
+        assert httpx.get(f"{server.url}/healthz", timeout=5).text == "ok"
+        server.stop()
+        state.close()
+
+
+def test_an_aborted_body_is_one_debug_line_and_no_traceback(policy, view, caplog):
+    state = WebhookState()
+    state.set_ready(AdmissionEngine(policy), view)
+    server = _serve(state)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            for _ in range(3):
+                sock = socket.create_connection(("127.0.0.1", server.port))
+                sock.sendall(b"POST /validate-pods HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"a\": 1")
+                time.sleep(0.1)
+                sock.close()
+            deadline = time.monotonic() + 5
+            mine = []
+            while time.monotonic() < deadline and len(mine) < 3:
+                time.sleep(0.05)
+                mine = [r for r in caplog.records if "disconnected before the review body was read" in r.getMessage()]
+        assert len(mine) == 3 and all(r.levelno == logging.DEBUG for r in mine)
+        assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        server.stop()
+        state.close()
+
+
+def test_a_slow_review_is_denied_at_its_deadline_while_health_and_readiness_answer(policy, view):
+    """The engine runs off the event loop: a view that takes forever to build blocks only its review."""
+    release = threading.Event()
+
+    def slow_view():
+        release.wait(30)
+        return view
+
+    state = WebhookState(deadline_seconds=1.5, workers=2)
+    state.set_ready(AdmissionEngine(policy), slow_view)
+    server = _serve(state)
+    try:
+        answers = {}
+
+        def send():
+            answers["review"] = httpx.post(f"{server.url}/validate-pods", json=review_for(POD, uid="slow"), timeout=20)
+
+        t = threading.Thread(target=send)
+        t.start()
+        time.sleep(0.3)
+        assert httpx.get(f"{server.url}/healthz", timeout=1).text == "ok"
+        assert httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200
+        t.join(20)
+        resp = answers["review"].json()["response"]
+        assert answers["review"].status_code == 200
+        assert resp == {"uid": "slow", "allowed": False, "status": {
+            "status": "Failure", "reason": "Timeout", "code": 504,
+            "message": "webhook pods-validation: the review was not judged within its 1.5s deadline; retry"}}
+    finally:
+        release.set()
+        server.stop()
+        state.close()
+
+
+def test_readyz_is_503_while_the_cluster_view_cannot_be_built(policy, view):
+    broken = {"on": True}
+
+    def source():
+        if broken["on"]:
+            raise RuntimeError("watch cache not synced")
+        return view
+
+    state = WebhookState()
+    state.set_ready(AdmissionEngine(policy), source)
+    server = _serve(state)
+    try:
+        r = httpx.post(f"{server.url}/validate-pods", json=review_for(POD, uid="v"), timeout=10)
+        assert r.json()["response"]["status"]["message"] == (
+            "Internal error occurred: webhook pods-validation: RuntimeError: watch cache not synced")
+        ready = httpx.get(f"{server.url}/readyz", timeout=5)
+        assert (ready.status_code, ready.text) == (503, "not ready: cluster view: RuntimeError: watch cache not synced")
+        broken["on"] = False
+        assert httpx.post(f"{server.url}/validate-pods", json=review_for(POD, uid="w"), timeout=10).json()[
+            "response"]["allowed"] is True
+        assert httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200
+    finally:
+        server.stop()
+        state.close()
