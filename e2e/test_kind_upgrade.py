@@ -134,6 +134,8 @@ def test_helm_upgrade_and_leader_loss_keep_admission_answering(kind_stack, tmp_p
         record_step("leader Pod deleted -> Lease taken over", time.monotonic() - t0, table=False)
         cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deploy/{LEASE}", "--timeout=600s", timeout=660)
         time.sleep(3)
+    record_step(f"admission reviews: {upgrade[0]} ok / {upgrade[1]} failed during the upgrade, {client.ok} ok / "
+                f"{len(client.failures)} failed in all (leader {holder} -> {new_holder})", 0.0, table=False)
     print(f"\nadmission during upgrade: {upgrade[0]} reviews ok, {upgrade[1]} failed; in all {client.ok} ok, "
           f"{len(client.failures)} failed; leader {holder} -> {new_holder}")
     assert client.failures == []

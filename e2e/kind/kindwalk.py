@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from testing.localcluster.binaries import LocalClusterError
-from testing.localcluster.walkthrough import Walkthrough
+from testing.localcluster.walkthrough import MANIFESTS, Walkthrough
 
 SEED_NODE = re.compile(r"\bnode-(?:cpu|a10g|t4-a|t4-b)\b")
 
@@ -32,6 +32,12 @@ class KindWalkthrough(Walkthrough):
     def __init__(self, kubeconfig: Path, kind_node: dict[str, str], **kw):
         super().__init__(kubeconfig, webhooks=True, **kw)
         self.kind_node = dict(kind_node)
+        # the seed's manifests with kind's node names (pinned-demo.yaml pins spec.nodeName: node-t4-b)
+        self.manifests = self.workdir / "manifests"
+        self.manifests.mkdir(exist_ok=True)
+        for path in MANIFESTS.iterdir():
+            if path.is_file():
+                (self.manifests / path.name).write_text(self.seed_text(path.read_text()))
 
     def start(self) -> "KindWalkthrough":
         """Nothing to start (the chart runs the controller and agents, the stack the stand-ins): note the

@@ -166,6 +166,7 @@ class Walkthrough:
 
         self.kubeconfig = Path(kubeconfig)
         self.kubectl = Kubectl(self.kubeconfig)
+        self.manifests = MANIFESTS   # where the seed's `kubectl apply -f <file>` lines run
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="accelpolicy-walkthrough-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -365,7 +366,7 @@ class Walkthrough:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
                "PATH": f"{find_kubectl().parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         try:
-            proc = subprocess.run(["bash", "-c", line], cwd=MANIFESTS, env=env, capture_output=True, text=True,
+            proc = subprocess.run(["bash", "-c", line], cwd=self.manifests, env=env, capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
