@@ -7,7 +7,7 @@ ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
 .PHONY: help install test unit lint docs docs-gen controlplane reliability demo demo-snapshot bench clean podresources-stubs \
-        docker-up kind-images kind-up kind-down kind-test helm chart wheelhouse image components-images components-manifests
+        docker-up kind-images kind-up kind-down kind-test e2e-kind helm chart wheelhouse image components-images components-manifests
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -101,6 +101,14 @@ kind-up: kind-images  ## create kind cluster $(KIND_CLUSTER): 1 control-plane + 
 
 kind-down:  ## delete kind cluster $(KIND_CLUSTER)
 	bash e2e/kind/kind-down.sh --name $(KIND_CLUSTER)
+
+# The seed walkthrough on a fresh kind cluster "accelpolicy-e2e" (pytest-kind, e2e/kind/stack.py): images loaded,
+# Kueue + nfd-master, `helm install` of deploy/chart, device-plugin stand-ins; skipped when docker/the node image
+# is missing unless ACCELPOLICY_REQUIRE_KIND=1 (CI). ACCELPOLICY_KIND_KEEP=1 keeps the cluster afterwards.
+KIND_WALKTHROUGH = $(BIN)/python -m pytest e2e/test_walkthrough.py e2e/test_kind_upgrade.py --cluster=kind -m kind -p no:cacheprovider
+
+e2e-kind: install kind-images helm components-images  ## the seed walkthrough on kind with accelpolicy installed by its chart
+	ACCELPOLICY_REQUIRE_KIND=1 $(KIND_WALKTHROUGH)
 
 kind-test: install kind-images  ## the kind tests (guard refusal, a cluster up: nodes Ready, DNS, blackhole, no pulls)
 	$(BIN)/python -m pytest e2e/kind -m kind

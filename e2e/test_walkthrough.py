@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import subprocess
 import time
 
 import pytest
 import yaml
 
-from testing.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, REPOINT, RESTART, UNMANAGE,
-                                              Walkthrough, table_rows, tables_equal, wait_for_table)
+from testing.localcluster.walkthrough import (ALLOW_HOST_PATH, AWARE, MANIFESTS, READMIT, RECORDED_FACTS, REPOINT,
+                                              RESTART, UNMANAGE, Walkthrough, table_rows, tables_equal, wait_for_table)
 from tests.seedfiles import seed_object, seed_table, subset_mismatches
 
 TABLE_TIMEOUT = 300.0          # seconds; the machine is shared and slow, never a timing assertion
@@ -44,7 +46,11 @@ PRIVILEGED_DENIED = ('spec.privileged: Forbidden: privileged mode is not allowed
 
 @pytest.fixture(scope="module")
 def walk(cluster, tmp_path_factory, record_step):
-    w = Walkthrough(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("walkthrough"))
+    if cluster.stack is not None:   # kind: the chart runs everything; seed node names mapped to kind's
+        from kind.kindwalk import KindWalkthrough
+        w = KindWalkthrough(cluster.kubeconfig, cluster.stack.kind_node, workdir=tmp_path_factory.mktemp("walkthrough"))
+    else:
+        w = Walkthrough(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("walkthrough"))
     t0 = time.monotonic()
     w.start()
     w.t0 = t0
@@ -69,8 +75,22 @@ def expect(walk, name: str, *, kind: str = "instancetypes", as_set: bool = False
     if fix_entrance:
         assert STALE_ENTRANCE in want
         want = want.replace(STALE_ENTRANCE, RIGHT_ENTRANCE)
-    return wait_for_table(lambda: walk.kubectl.stdout("get", kind), want, timeout=TABLE_TIMEOUT, as_set=as_set,
-                          alive=walk.check_processes)
+    want = walk.seed_text(want)   # the Devices listing names the nodes
+    if walk.seed_cpu_capacity:
+        return wait_for_table(lambda: walk.kubectl.stdout("get", kind), want, timeout=TABLE_TIMEOUT, as_set=as_set,
+                              alive=walk.check_processes)
+    # kind: real kubelets report this machine's cores, not the seed's: the CPU column and the CPU
+    # ResourceFlavors (named with their core count, "-16c") cannot be the seed's; everything else must be.
+    return wait_for_table(lambda: without_core_flavors(walk.kubectl.stdout("get", kind)), without_core_flavors(want),
+                          timeout=TABLE_TIMEOUT, as_set=as_set, alive=walk.check_processes, ignore=("AGE", "CPU"))
+
+
+CORE_FLAVOR = re.compile(r"^\S+-\d+c\s")
+
+
+def without_core_flavors(table: str) -> str:
+    """A ``kubectl get`` table without the rows of CPU ResourceFlavors (``<name>-<cores>c``)."""
+    return "\n".join(line for line in table.splitlines() if not CORE_FLAVOR.match(line))
 
 
 def timed(walk, record_step, label: str, line: str, table: str, **kw) -> str:
@@ -109,7 +129,7 @@ def seed_object_mismatches(walk, seed_name: str, resource: str, *, labels_exact:
     """How the live object differs from the seed's: labels exact (our own objects) or a subset (a
     Node carries more labels than the seed shows: hostname, fit labels; spec/README.md §2), and
     every ``spec``/``status`` field the seed shows."""
-    want = seed_object(seed_name)
+    want = json.loads(walk.seed_text(json.dumps(seed_object(seed_name))))
     ns = want["metadata"].get("namespace")
     got = get(walk, resource, want["metadata"]["name"], *(["-n", ns] if ns else []))
     if not got:
@@ -117,6 +137,9 @@ def seed_object_mismatches(walk, seed_name: str, resource: str, *, labels_exact:
     out = [] if (got.get("kind"), got.get("apiVersion")) == (want["kind"], want["apiVersion"]) else \
         [f"kind/apiVersion {got.get('kind')}/{got.get('apiVersion')}"]
     labels, want_labels = got["metadata"].get("labels") or {}, want["metadata"].get("labels") or {}
+    if not walk.seed_cpu_capacity:   # kind: "<general>/<group>.count" is the kubelet's core count, not the seed's
+        general = walk.policy.prefix("general")
+        want_labels = {k: v for k, v in want_labels.items() if not (k.startswith(general) and k.endswith(".count"))}
     if labels_exact and labels != want_labels:
         out.append(f"labels: expected {want_labels}, got {labels}")
     elif not labels_exact:
@@ -147,7 +170,8 @@ def test_step1_tables(walk, record_step):
     record_step("step 1: cluster up (Nodes created) -> first correct table", time.monotonic() - walk.t0)
     expect(walk, "step1-resourceflavor.txt", kind="resourceflavor")
     expect(walk, "step1-clusterqueue.txt", kind="clusterqueue")
-    assert tables_equal(walk.kubectl.stdout("get", "instancetype"), seed_table("step1-instancetype.txt"))
+    assert tables_equal(walk.kubectl.stdout("get", "instancetype"), seed_table("step1-instancetype.txt"),
+                        ignore=("AGE",) if walk.seed_cpu_capacity else ("AGE", "CPU"))
     expect(walk, "step1-instancetypeflavor.txt", kind="instancetypeflavor", as_set=True)
     expect(walk, "step1-devices.txt", kind="devices", as_set=True)
 
@@ -162,6 +186,9 @@ def test_step1_tables(walk, record_step):
     ("step1-instancetypeflavor-a10g.yaml", "instancetypeflavors.worker.gpustack.ai", True),
 ])
 def test_step1_objects(walk, seed_name, resource, exact):
+    if seed_name == "step1-resourceflavor-cpu.yaml" and not walk.seed_cpu_capacity:
+        pytest.skip("kind: the CPU flavor's name carries the node's core count (\"-16c\"), the kubelet's here, "
+                    "not the seed's")
     assert_seed_object(walk, seed_name, resource, labels_exact=exact)
 
 
@@ -170,7 +197,7 @@ def test_step2_remove_and_readmit_a_node(walk, record_step):
     expect(walk, "step2-after-readmit.txt")            # "Before": the step 1 table
     assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
     timed(walk, record_step, "step 2: managed=false patch -> table", UNMANAGE, "step2-after-unmanage.txt")
-    wait_until(lambda: get(walk, "node", "node-a10g")["metadata"]["labels"].get("gpustack.ai/managed"),
+    wait_until(lambda: get(walk, "node", walk.node("node-a10g"))["metadata"]["labels"].get("gpustack.ai/managed"),
                lambda v: v == "false", "nfd-master propagating managed=false onto node-a10g")
     timed(walk, record_step, "step 2: managed=true patch -> table", READMIT, "step2-after-readmit.txt")
     assert_seed_object(walk, "step2-nodefeature-worker-node-a10g.yaml", "nodefeatures.nfd.k8s-sigs.io")
@@ -186,7 +213,7 @@ def test_step3_logical_slice(walk, record_step):
     record_step("step 3: apply sliced-demo -> Ready and table", time.monotonic() - t0)
     pod = get(walk, "pod", "sliced-demo", "-n", NS)
     assert pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu.sliced.units"] == "320k"
-    ledger = get(walk, "devices", "node-a10g")["status"]["groups"][0]["accelerators"][0]
+    ledger = get(walk, "devices", walk.node("node-a10g"))["status"]["groups"][0]["accelerators"][0]
     assert {k: ledger.get(k) for k in ("mode", "allocated", "remaining", "allocatedSlices")} == \
         {"mode": 3, "allocated": 320000, "remaining": 1280000, "allocatedSlices": 1}
     # "Deleting the Instance releases the slice: the row returns to 1/1 10/10 100/100 0/0."
@@ -230,7 +257,8 @@ def test_step5_cpu_awareness(walk, record_step):
     record_step("step 5: settings patch + controller restart -> 8-row table", time.monotonic() - t0)
     assert len(after.strip().splitlines()) == 9
     expect(walk, "step5-instancetypeflavor.txt", kind="instancetypeflavor", as_set=True)
-    assert walk.sh("kubectl get resourceflavor --no-headers | wc -l").stdout.strip() == "7"
+    if walk.seed_cpu_capacity:   # kind: nodes of one CPU group but different core counts share one "-Nc" flavor
+        assert walk.sh("kubectl get resourceflavor --no-headers | wc -l").stdout.strip() == "7"
     expect(walk, "step1-resourceflavor.txt", kind="resourceflavor")   # the same 7 flavors as step 1
     assert_seed_object(walk, "step5-clusterqueue-aware-a10g.yaml", "clusterqueues.kueue.x-k8s.io")
     secret = get(walk, "secret", "-n", SYSTEM, "gpustack-settings")
@@ -278,7 +306,7 @@ def test_step6_pinned_demo(walk, record_step):
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"false\"}}'")
     pod = wait_until(lambda: get(walk, "pod", "pinned-demo", "-n", NS), bool, "Pod pinned-demo")
-    hostname = get(walk, "node", "node-t4-b")["metadata"]["labels"]["kubernetes.io/hostname"]
+    hostname = get(walk, "node", walk.node("node-t4-b"))["metadata"]["labels"]["kubernetes.io/hostname"]
     selector = dict(pod["spec"]["nodeSelector"])
     assert selector.pop("kubernetes.io/hostname") == hostname
     # any other entry is one Kueue merged from the admitted ResourceFlavor's nodeLabels (instances.md §11.2)
@@ -314,7 +342,7 @@ def test_troubleshooting_unbindable_claim(walk):
                timeout=60)
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"true\"}}'")
-    doc = yaml.safe_load((MANIFESTS / "pinned-demo.yaml").read_text())
+    doc = yaml.safe_load((walk.manifests / "pinned-demo.yaml").read_text())
     doc["metadata"]["name"] = "claim-demo"
     walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
     inst = wait_until(lambda: get(walk, "instance", "claim-demo", "-n", NS),
@@ -328,3 +356,72 @@ def test_troubleshooting_privileged_rejected(walk):
     assert out.returncode != 0
     assert out.stderr == f'The Instance "privileged-demo" is invalid: {PRIVILEGED_DENIED}\n'
     assert get(walk, "instance", "privileged-demo", "-n", NS) == {}
+
+
+# -- kind only (issue 11 item 5): real kubelets, PodResources, the chart's RBAC ------------------------------
+def _kind_only(walk) -> None:
+    if not getattr(walk, "kind_node", None):
+        pytest.skip("kind backend only: real kubelets run the Instance Pods (--cluster=kind)")
+
+
+def test_kind_instance_pods_run_in_containers_the_kubelet_started(walk):
+    """custom-demo (Ready since step 5) has a Pod whose container the node's kubelet started in containerd,
+    with the accelerator the kubelet allocated from the device-plugin stand-in in its environment."""
+    _kind_only(walk)
+    pod = get(walk, "pod", "custom-demo", "-n", NS)
+    assert pod["status"]["phase"] == "Running"
+    node = pod["spec"]["nodeName"]
+    assert node == walk.node("node-a10g")
+    [main] = [c for c in pod["status"]["containerStatuses"] if c["name"] == "main"]
+    assert "running" in main["state"] and main["ready"] is True
+    runtime, cid = main["containerID"].split("://", 1)
+    assert runtime == "containerd"
+    info = json.loads(subprocess.run(["docker", "exec", node, "ctr", "-n", "k8s.io", "containers", "info", cid],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["Spec"]["process"]["args"] == ["sleep", "86400"]
+    a10g_uuid = next(a["uuid"] for a in yaml.safe_load((RECORDED_FACTS / "node-a10g.yaml").read_text())["accelerators"])
+    assert f"ACCELPOLICY_DEVICES_NVIDIA_COM_GPU={a10g_uuid}" in info["Spec"]["process"]["env"]
+
+
+def test_kind_ledger_came_from_podresources(walk):
+    """The agent runs with ``--allocation-source=podresources`` (the chart value the stack sets), the Pod
+    carries no allocation annotation (nothing writes one on kind), and the a10g ledger charges custom-demo."""
+    _kind_only(walk)
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+    ds = get(walk, "daemonset", "gpustack-operator-device-manager", "-n", SYSTEM)
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--allocation-source=podresources" in args
+    pod = get(walk, "pod", "custom-demo", "-n", NS)
+    assert Policy(load_rules()).key("allocation") not in (pod["metadata"].get("annotations") or {})
+    ledger = wait_until(lambda: get(walk, "devices", walk.node("node-a10g")),
+                        lambda d: d and d["status"]["groups"][0]["accelerators"][0].get("allocated"),
+                        "the a10g ledger charging custom-demo")
+    acc = ledger["status"]["groups"][0]["accelerators"][0]
+    assert {k: acc.get(k) for k in ("mode", "allocated")} == {"mode": 1, "allocated": 1600000}   # a whole A10G: 1600k credits
+
+
+def test_kind_controller_did_it_with_the_charts_rbac_alone(walk):
+    """Every binding naming the controller's (and the agent's) ServiceAccount is the chart's own, none binds
+    cluster-admin, and no controller or agent log line reports a refusal (forbidden / 403)."""
+    _kind_only(walk)
+    accounts = {("gpustack-system", "gpustack-controller"), ("gpustack-system", "gpustack-device-manager")}
+    bindings = get(walk, "clusterrolebindings")["items"] + get(walk, "rolebindings", "-A")["items"]
+    ours = [b for b in bindings if any((s.get("namespace"), s.get("name")) in accounts
+                                       for s in b.get("subjects") or [] if s.get("kind") == "ServiceAccount")]
+    assert ours, "no binding names the chart's ServiceAccounts"
+    for b in ours:
+        meta = b["metadata"]
+        assert (meta.get("annotations") or {}).get("meta.helm.sh/release-name") == "accelpolicy", meta["name"]
+        assert b["roleRef"]["name"] != "cluster-admin", meta["name"]
+    pods = get(walk, "pods", "-n", SYSTEM)["items"]
+    assert {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods} >= {"controller", "agent"}
+    refusals = []
+    for p in pods:
+        assert p["spec"]["serviceAccountName"] in {name for _, name in accounts}
+        if p["metadata"].get("deletionTimestamp"):
+            continue   # a replica the step 5 rollout is removing
+        log = walk.kubectl.stdout("-n", SYSTEM, "logs", p["metadata"]["name"], "--all-containers")
+        refusals += [f"{p['metadata']['name']}: {line}" for line in log.splitlines()
+                     if "forbidden" in line.lower() or " 403 " in line]
+    assert refusals == []

@@ -34,7 +34,8 @@ def policy() -> Policy:
 def test_advertised_devices_of_the_recorded_t4_node(policy):
     devices = advertised_devices(policy, load_document(recorded("node-t4-a")), "probes/recorded/node-t4-a.yaml")
     assert devices == {"nvidia.com/gpu": [T4_UUID],
-                       "nvidia.com/gpu.shared": [f"{T4_UUID}::{n}" for n in range(10)]}
+                       "nvidia.com/gpu.shared": [f"{T4_UUID}::{n}" for n in range(10)],
+                       "nvidia.com/gpu.sliced": [f"{T4_UUID}::slice-{n}" for n in range(128)]}   # logicalSlices: 128
 
 
 def test_advertised_devices_name_an_unknown_manufacturer(policy):

@@ -152,6 +152,12 @@ class Walkthrough:
     failed start. Errors: :class:`LocalClusterError` naming the step and the tail of its log.
     """
 
+    #: ``rollout restart deploy/gpustack-operator-worker`` restarts the controller subprocess (no Deployment).
+    simulated_rollout = True
+    #: Whether the Nodes carry the seed's ``status.capacity.cpu`` (kwok Nodes made with it: yes; real
+    #: kubelets report the machine's cores, so table cells derived from it cannot be the seed's).
+    seed_cpu_capacity = True
+
     def __init__(self, kubeconfig: Path, *, workdir: Path | None = None, rules_dir: Path | None = None,
                  policy=None, webhooks: bool | None = None, progress: Callable[[str], None] | None = None,
                  agent_interval: float = 30.0, coalesce_seconds: float = 0.2):
@@ -160,6 +166,7 @@ class Walkthrough:
 
         self.kubeconfig = Path(kubeconfig)
         self.kubectl = Kubectl(self.kubeconfig)
+        self.manifests = MANIFESTS   # where the seed's `kubectl apply -f <file>` lines run
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="accelpolicy-walkthrough-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -329,6 +336,15 @@ class Walkthrough:
                     raise
                 time.sleep(0.5)
 
+    # -- node names ------------------------------------------------------------------------------------
+    def node(self, seed_name: str) -> str:
+        """The cluster's name of seed node ``seed_name`` (here the seed's own: the Nodes are made with it)."""
+        return seed_name
+
+    def seed_text(self, text: str) -> str:
+        """A seed line, table or object text with each seed node name replaced by :meth:`node`'s."""
+        return text
+
     # -- the seed's commands -----------------------------------------------------------------------
     def sh(self, line: str, *, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """Run one of the seed's console lines (``kubectl ...``) as written, with bash.
@@ -338,14 +354,14 @@ class Walkthrough:
         deploy/gpustack-operator-worker`` restarts the controller instead (no Deployment here).
         Raises :class:`LocalClusterError` with the output when ``check`` and the line fails.
         """
-        words = shlex.split(line) if "rollout" in line else []
+        words = shlex.split(line) if "rollout" in line and self.simulated_rollout else []
         if "rollout" in words and "restart" in words and CONTROLLER_DEPLOYMENT in words:
             self.restart_controller()
             return subprocess.CompletedProcess([line], 0, f"{CONTROLLER_DEPLOYMENT.replace('deploy/', 'deployment.apps/')} restarted\n", "")
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
                "PATH": f"{find_kubectl().parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         try:
-            proc = subprocess.run(["bash", "-c", line], cwd=MANIFESTS, env=env, capture_output=True, text=True,
+            proc = subprocess.run(["bash", "-c", line], cwd=self.manifests, env=env, capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -377,7 +393,8 @@ def tables_equal(actual: str, expected: str, *, as_set: bool = False, ignore: Se
 
 
 def wait_for_table(get: Callable[[], str], expected: str, *, timeout: float, as_set: bool = False,
-                   interval: float = 0.25, alive: Callable[[], None] | None = None) -> tuple[float, str]:
+                   interval: float = 0.25, alive: Callable[[], None] | None = None,
+                   ignore: Sequence[str] = ("AGE",)) -> tuple[float, str]:
     """Poll ``get()`` until its table equals ``expected`` (:func:`tables_equal`).
 
     Returns ``(seconds until the first equal table, that table)``; raises ``AssertionError`` with
@@ -390,7 +407,7 @@ def wait_for_table(get: Callable[[], str], expected: str, *, timeout: float, as_
         if alive:
             alive()
         last = get()
-        if tables_equal(last, expected, as_set=as_set):
+        if tables_equal(last, expected, as_set=as_set, ignore=ignore):
             return time.monotonic() - t0, last
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"table not reached in {timeout:.0f}s\n--- expected\n{expected.rstrip()}\n"

@@ -37,7 +37,8 @@ def advertised_devices(policy: Policy, document: Mapping[str, Any], source: str 
 
     ``<base>`` (rules/manufacturers.yaml) gets one ID per healthy accelerator without MIG, its UUID;
     ``<base>.shared`` gets ``sharesPerAccelerator`` (rules/constants.yaml) IDs per such accelerator,
-    ``<uuid><deviceIdSeparator><n>`` (rules/agent.yaml, spec/node-facts.md §7.5). Raises
+    ``<uuid><deviceIdSeparator><n>`` (rules/agent.yaml, spec/node-facts.md §7.5), and ``<base>.sliced`` the
+    manufacturer's ``logicalSlices`` IDs per such accelerator, ``<uuid><separator>slice-<n>``. Raises
     :class:`runtime.model.facts.FactsError` naming ``source`` and the field for a malformed document,
     ValueError for a manufacturer the rules do not know.
     """
@@ -54,6 +55,9 @@ def advertised_devices(policy: Policy, document: Mapping[str, Any], source: str 
             continue
         out.setdefault(manufacturer.base, []).append(acc.uuid)
         out.setdefault(f"{manufacturer.base}.shared", []).extend(f"{acc.uuid}{separator}{n}" for n in range(shares))
+        if manufacturer.logicalSlices:   # a sliced container holds one slice token (its .units ride along)
+            out.setdefault(f"{manufacturer.base}.sliced", []).extend(
+                f"{acc.uuid}{separator}slice-{n}" for n in range(manufacturer.logicalSlices))
     return out
 
 
