@@ -223,8 +223,9 @@ def settings_page() -> str:
     """The settings reference from ``rules/settings.yaml`` (kind SettingCatalog)."""
     doc = yaml.safe_load((ROOT / "rules" / "settings.yaml").read_text())
     spec = doc["spec"]
+    namespace = yaml.safe_load((ROOT / "rules" / "pools" / "derivation.yaml").read_text())["spec"]["systemNamespace"]
     out = [_header("rules/settings.yaml"), "# Settings\n\n",
-           f"The settings live as raw strings in the Secret `{spec['namespace']}/{spec['secretName']}` "
+           f"The settings live as raw strings in the Secret `{namespace}/{spec['secretName']}` "
            f"(namespace from env `{spec['namespaceEnv']}` when set); the controller adds every missing "
            f"default and mirrors each key into a `Setting` object of the same name. Booleans read "
            f"{', '.join(f'`{v}`' for v in spec['booleanTrue'])} as true and "

@@ -35,7 +35,7 @@ EDITS = [  # (file, old, new): one preset, one denial message, one threshold, on
     ("admission/pods.yaml", "'a Pod may request only one accelerator family, found ['",
      "'one accelerator family per Pod, please; found ['"),
     ("constants.yaml", "sharesPerAccelerator: 10 ", "sharesPerAccelerator: 20 "),
-    ("pools/derivation.yaml", "entrance: '\"gpustack-fnv64-\" + fnv64a(name)'", "entrance: '\"pool-\" + fnv64a(name)'"),
+    ("pools/derivation.yaml", "entrancePrefix: gpustack-fnv64-", "entrancePrefix: pool-"),
 ]
 
 
@@ -107,8 +107,8 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         assert metrics["accelpolicy_rules_generation"] == generation
 
         # a broken copy: refused with file:line:col; the working generation keeps answering
-        _edit(rules, "pools/derivation.yaml", "entrance: '\"pool-\" + fnv64a(name)'",
-              "entrance: '\"pool-\" + fnv64a(nam)'")
+        _edit(rules, "pools/derivation.yaml", "entrance: 'entrancePrefix + fnv64a(name)'",
+              "entrance: 'entrancePrefix + fnv64a(nam)'")
         linted = _cli("lint", str(rules))
         assert linted.exit_code == 1
         assert _wait(lambda: reload.watcher.failures == 1)
