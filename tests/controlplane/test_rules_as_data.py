@@ -113,7 +113,7 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         assert linted.exit_code == 1
         assert _wait(lambda: reload.watcher.failures == 1)
         assert [str(p) for p in reload.watcher.last_error.problems] == [linted.output.splitlines()[0]]
-        assert linted.output.splitlines()[0].endswith("spec.entrance: undeclared name 'nam' (names here: name)")
+        assert linted.output.splitlines()[0].endswith("spec.entrance: undeclared name 'nam' (names here: entrancePrefix, name)")
         assert controller.policy.ruleset.generation == generation
         metrics = {m.name: m.samples[0].value for m in reload.registry.collect()}
         assert metrics["accelpolicy_rules_reload_failures"] == 1.0
