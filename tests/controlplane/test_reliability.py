@@ -44,6 +44,7 @@ import yaml
 
 from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
+from runtime.engine.pools import entrance
 from runtime.kube.session import MERGE_PATCH, KubeApiError, connect
 from testing.localcluster.testing import parse_table
 from runtime.rules.loader import load_rules
@@ -343,7 +344,7 @@ def _drained(session, kubectl):
 
 def walkthrough() -> list[Step]:
     custom_type = seed_file("objects", "step4-instancetype-a10g-12c128g.yaml")
-    aware_entrance = POLICY.derivation.entrance.evaluate({"name": AWARE_A10G})
+    aware_entrance = entrance(POLICY, AWARE_A10G)
     return [
         Step("step1", lambda kubectl: None, _table_is("step1-instancetype.txt")),
         Step("step2-unmanage", _patch_managed("false"), _table_is("step2-after-unmanage.txt")),
