@@ -61,10 +61,14 @@ def _tree(rel: str) -> ast.Module:
 
 
 def _functions(tree: ast.AST):
-    """(function name, node) for every def, methods included."""
+    """(function name, node) for every def, methods included, and ``("<module>", ...)`` for the module's
+    top-level assignments (tables of lambdas that build Actions, e.g. controller/instances.py)."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node.name, node
+    if isinstance(tree, ast.Module):
+        yield "<module>", ast.Module(body=[s for s in tree.body if isinstance(s, (ast.Assign, ast.AnnAssign))],
+                                     type_ignores=[])
 
 
 def _module_consts(tree: ast.Module) -> dict[str, str]:

@@ -289,8 +289,8 @@ def test_rule_file_cel_syntax_error(rules_copy):
     line = _replace(rules_copy / "pools" / "derivation.yaml", "  entrance: 'entrancePrefix + fnv64a(name)'",
                     "  entrance: 'entrancePrefix + + fnv64a(name'")
     (problem,) = _problems(rules_copy)
-    # the second `+`: column 14 opens the quoted expression, the `+` is its 21st character
-    assert problem.startswith(f"rules/pools/derivation.yaml:{line}:34 spec.entrance: CEL syntax error: "
+    # the second `+`: column 14 opens the quoted expression, the `+` is its 18th character
+    assert problem.startswith(f"rules/pools/derivation.yaml:{line}:31 spec.entrance: CEL syntax error: "
                               "unexpected '+' (expected one of: ")
 
 
@@ -319,7 +319,7 @@ def test_every_problem_of_every_file_is_listed(rules_copy):
     problems = _problems(rules_copy)
     assert [p.split(" ", 2)[:2] for p in problems] == [
         ["rules/constants.yaml:%d:10" % (unknown + 1), "spec.bogus:"],
-        ["rules/pools/derivation.yaml:%d:43" % cel_line2, "spec.managed:"],
+        ["rules/pools/derivation.yaml:%d:32" % cel_line2, "spec.managed:"],
         ["rules/pools/derivation.yaml:%d:31" % cel_line, "spec.generalGroup:"],
         ["rules/settings.yaml:%d:32" % bad_yaml, "<document>:"],
     ]
