@@ -139,7 +139,8 @@ def _refusals(text: str) -> list[str]:
 def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_path):
     cluster, kubectl = chart_rbac
     config = _sa_kubeconfig(cluster, kubectl, "gpustack-controller", tmp_path / "controller.kubeconfig")
-    once = subprocess.run([str(ACCELPOLICY), "controller", "--kubeconfig", str(config), "--once"],
+    once = subprocess.run([str(ACCELPOLICY), "controller", "--kubeconfig", str(config), "--once",
+                           "--audit-interval", "0"],
                           capture_output=True, text=True, timeout=120)
     assert once.returncode == 0, once.stderr
     assert _refusals(once.stdout + once.stderr) == []
@@ -150,6 +151,7 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
     proc = subprocess.Popen([str(ACCELPOLICY), "controller", "--kubeconfig", str(config), "--identity", "rbac-a",
                              "--webhook-port", "0", "--webhook-cert-secret", TLS_SECRET,
                              "--webhook-cert-dir", str(tmp_path / "tls"), "--coalesce-seconds", "0.1",
+                             "--audit-interval", "0",  # as the chart runs it (values.yaml auditInterval)
                              "--webhook-cert-check-seconds", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
