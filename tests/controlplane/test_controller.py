@@ -223,14 +223,14 @@ def test_administrator_type_is_never_modified_or_deleted(ctl, kubectl):
     assert names(kubectl, "instancetypes") == sorted([GENERIC_TYPE, A10G_TYPE, "gpustack--nvidia-tesla-t4-linux-amd64"])
 
 
-def _wait_for(kubectl, predicate, timeout=20.0):
+def _wait_for(kubectl, predicate, timeout=20.0, kind="instancetypes"):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        got = rows(kubectl)
+        got = rows(kubectl, kind)
         if predicate(got):
             return time.monotonic() - t0, got
         time.sleep(0.05)
-    raise AssertionError(f"table not reached in {timeout}s: {got}")
+    raise AssertionError(f"{kind} table not reached in {timeout}s: {got}")
 
 
 @contextlib.contextmanager
@@ -359,9 +359,10 @@ def test_settings_change_takes_effect_without_restart(running, kubectl):
     want = without_phase(seed_rows("step5-after-aware.txt"))
     seconds, _ = _wait_for(kubectl, lambda r: without_phase(r) == want)
     FIGURES.setdefault("settings Secret patch -> correct table, seconds", []).append(seconds)
-    catalog = rows(kubectl, "instancetypeflavors")
-    assert sorted(map(sorted, (r.items() for r in catalog))) == \
-        sorted(map(sorted, (r.items() for r in seed_rows("step5-instancetypeflavor.txt"))))
+    # the table is one write of the pass and the catalog's writes may follow it: wait for both
+    catalog = sorted(map(sorted, (r.items() for r in seed_rows("step5-instancetypeflavor.txt"))))
+    _wait_for(kubectl, lambda r: sorted(map(sorted, (row.items() for row in r))) == catalog,
+              kind="instancetypeflavors")
     assert len(names(kubectl, "resourceflavors.kueue.x-k8s.io")) == 7
     assert running.wait_idle(10)
     idle = [r for r in running.reconciles if not r.planned]

@@ -5,6 +5,7 @@ while the working generation keeps answering."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -62,8 +63,9 @@ def _wait(predicate, timeout=30.0):
 
 def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(control_plane, tmp_path):
     cluster, kubectl = control_plane
-    rules = tmp_path / "rules"
-    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    rules = tmp_path / "rules"  # a symlink, swapped in one rename as kubelet updates a mounted ConfigMap
+    shutil.copytree(DEFAULT_RULES_DIR, tmp_path / "v1")
+    rules.symlink_to(tmp_path / "v1")
     pod = tmp_path / "pod.yaml"
     _clean(kubectl)
     _apply_seed_cluster(kubectl)
@@ -82,8 +84,12 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         before = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).output
         assert "gpustack-fnv64-c4680bb149644f1c   8/64Gi/100Gi            1/1 10/10 100/100 0/0" in before
 
+        # the four edits arrive together (one generation), as a ConfigMap update does
+        shutil.copytree(tmp_path / "v1", tmp_path / "v2")
         for edit in EDITS:
-            _edit(rules, *edit)
+            _edit(tmp_path / "v2", *edit)
+        (tmp_path / "rules.new").symlink_to(tmp_path / "v2")
+        os.replace(tmp_path / "rules.new", rules)
         # get: the name pattern, the preset and the threshold
         after = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).output
         assert "pool-c4680bb149644f1c   12/128Gi/100Gi          1/1 20/20 100/100 0/0" in after
