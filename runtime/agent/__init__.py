@@ -1,1 +1,2 @@
-"""The per-node agent (spec/README.md §3.1): probes -> engine -> runtime.kube.client."""
+"""The per-node agent (spec/README.md §3.1): probes -> engine -> runtime.agent.cluster
+(the controller's runtime.kube session, watch cache and applier, narrowed to one node)."""

@@ -1,4 +1,5 @@
-"""The node agent's loop: probe -> observe -> plan (pure engine) -> apply (runtime.kube.client).
+"""The node agent's loop: probe -> observe -> plan (pure engine) -> apply (:mod:`runtime.agent.cluster`:
+the controller's session, watch cache and applier, narrowed to one node).
 
 Failure handling (issue 4): a probe that cannot run never stops the agent. CPU facts are always
 published; each distinct failure is logged once with its cause and its recovery once. A missing
@@ -19,6 +20,7 @@ from loguru import logger
 from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
+from runtime.agent.cluster import NodeCluster
 from runtime.engine.devices import AgentPlan, agent_rules, node_feature_name, plan_node
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
@@ -59,10 +61,12 @@ def resolve_allocation_source(choice: str, socket: str) -> str:
 
 
 class NodeAgent:
-    """One node's agent. ``client`` None means no cluster (dry run from facts): then ``node`` must be
-    given as the Node object to plan against."""
+    """One node's agent. ``session`` (a :class:`runtime.kube.session.Session`) None means no cluster
+    (dry run from facts): then ``node`` must be given as the Node object to plan against. With a
+    session the agent reads and writes through :attr:`cluster` (a :class:`NodeCluster`), started on
+    the first pass."""
 
-    def __init__(self, policy: Policy, backend: AcceleratorBackend, node_name: str, *, client: Any = None,
+    def __init__(self, policy: Policy, backend: AcceleratorBackend, node_name: str, *, session: Any = None,
                  node: Mapping[str, Any] | None = None, cpuinfo: str = CPUINFO, allocation_source: str = "auto",
                  group_id_with_memory: bool = False, namespace: str | None = None,
                  podresources_socket: str | None = None):
@@ -70,12 +74,18 @@ class NodeAgent:
         self.rules = agent_rules(policy)
         self.backend = backend
         self.node_name = node_name
-        self.client = client
         self.on_pass: Callable[[bool], None] | None = None  # called after each reconcile with its success
         self.node = node
         self.cpuinfo = cpuinfo
         self.group_id_with_memory = group_id_with_memory
         self.namespace = namespace or os.environ.get(self.rules.namespaceEnv) or self.rules.namespace
+        catalog = policy.settings
+        self.settings_namespace = os.environ.get(catalog.namespaceEnv) or catalog.namespace
+        self.wake = threading.Event()   # set by every watch event of the cluster view
+        self.cluster: NodeCluster | None = None
+        if session is not None:
+            self.cluster = NodeCluster(session, policy, node_name, self.namespace, self.settings_namespace,
+                                       on_event=lambda *_: self.wake.set())
         self.podresources_socket = podresources_socket or self.rules.podResources.socket
         resolve_allocation_source(allocation_source, self.podresources_socket)   # validates the choice
         self.allocation_choice = allocation_source
@@ -155,30 +165,29 @@ class NodeAgent:
     def _settings(self) -> Settings:
         catalog = self.policy.settings
         raw: dict[str, str] = {}
-        if self.client is not None:
-            ns = os.environ.get(catalog.namespaceEnv) or catalog.namespace
+        if self.cluster is not None:
             try:
-                raw = decode_secret_data(self.client.get_secret(ns, catalog.secretName))
+                raw = decode_secret_data(self.cluster.settings_secret())
                 self.log.ok("settings")
             except Exception as exc:
-                self.log.problem("settings", f"cannot read Secret {ns}/{catalog.secretName}, using defaults: {exc}",
-                                 "WARNING")
+                self.log.problem("settings", f"cannot read Secret {self.settings_namespace}/{catalog.secretName}, "
+                                 f"using defaults: {exc}", "WARNING")
         return resolve(catalog, raw)
 
     def plan(self) -> AgentPlan:
-        """Probe, read the cluster (when there is one) and compute the desired objects."""
+        """Probe, read the cluster (when there is one: its watch cache, started and synced on the
+        first pass) and compute the desired objects."""
         facts, known = self.probe()
-        settings = self._settings()
         worker_now, pods = None, []
-        if self.client is not None:
-            node = self.client.get_node(self.node_name)
-            nf = self.rules.nodeFeature
-            worker_now = self.client.get_custom(nf.group, nf.version, nf.plural,
-                                                node_feature_name(self.policy, self.node_name, "worker"),
-                                                self.namespace)
-            pods = self.client.pods_on_node(self.node_name)
+        if self.cluster is not None:
+            self.cluster.start()
+            settings = self._settings()
+            node = self.cluster.node()
+            worker_now = self.cluster.node_feature(node_feature_name(self.policy, self.node_name, "worker"))
+            pods = self.cluster.pods()
             pod_resources = self.pod_resources()
         else:
+            settings = self._settings()
             node = dict(self.node or {"metadata": {"name": self.node_name}})
             pod_resources = None
         return plan_node(self.policy, facts, node, settings, worker_now=worker_now, pods=pods,
@@ -187,24 +196,41 @@ class NodeAgent:
 
     # -- apply -------------------------------------------------------------------------------------
     def apply(self, plan: AgentPlan) -> list[str]:
-        """Write ``plan`` through the client; returns a list of ``"<action> <what>"`` lines."""
-        c, nf, dv = self.client, self.rules.nodeFeature, self.rules.devices
-        done: list[str] = []
-        node = c.get_node(self.node_name)
-        uid = (node.get("metadata") or {}).get("uid", "")
+        """Write ``plan`` through :attr:`cluster`; returns a list of ``"<action> <what>"`` lines."""
+        node = self.cluster.node()
+        done = self._apply_node_features(plan, node)
+        done += self._apply_node(plan, node)
+        for patch in plan.pod_patches:
+            meta = patch["metadata"]
+            self.cluster.patch_pod_annotations(meta["namespace"], meta["name"], meta["annotations"])
+            done.append(f"annotated Pod {meta['namespace']}/{meta['name']}")
+        done += self._apply_devices(plan, node)
+        self._record_events(plan, (node.get("metadata") or {}).get("uid", ""))
+        return done
+
+    def _apply_node_features(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
+        """The worker and device-manager NodeFeatures (spec/node-facts.md §3.3); the device-manager
+        one is deleted (when the node owns it) once the probe knows there is no accelerator."""
+        c, done = self.cluster, []
         for obj in (plan.worker, plan.device_manager):
             if obj is not None:
-                action, _ = c.upsert_custom(nf.group, nf.version, nf.plural, obj)
+                action = c.upsert(obj, c.node_feature(obj["metadata"]["name"]))
                 if action != "unchanged":
                     done.append(f"{action} NodeFeature {obj['metadata']['name']}")
         if plan.accelerators_known and plan.device_manager is None:
             name = node_feature_name(self.policy, self.node_name, "deviceManager")
-            if c.delete_custom_owned(nf.group, nf.version, nf.plural, name, self.namespace, uid, self.node_name):
+            if c.delete_owned(c.node_feature(name), node):
                 done.append(f"deleted NodeFeature {name}")
+        return done
+
+    def _apply_node(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
+        """The Node's CPU annotations (§3.2) and extended-resource capacity (§8), each patched only
+        when a key differs."""
+        done = []
         annotations = plan.node_patch["metadata"].get("annotations") or {}
         current = (node.get("metadata") or {}).get("annotations") or {}
         if any(current.get(k) != v for k, v in annotations.items()):
-            c.patch_node_annotations(self.node_name, annotations)
+            self.cluster.patch_node_annotations(annotations)
             done.append("patched Node annotations")
         status = plan.node_patch.get("status")
         if status:
@@ -212,22 +238,23 @@ class NodeAgent:
             alloc_now = (node.get("status") or {}).get("allocatable") or {}
             if any(cap_now.get(k) != v for k, v in status["capacity"].items()) or \
                     any(alloc_now.get(k) != v for k, v in status["allocatable"].items()):
-                c.patch_node_status(self.node_name, status)
+                self.cluster.patch_node_status(status)
                 done.append("patched Node capacity")
-        for patch in plan.pod_patches:
-            meta = patch["metadata"]
-            c.patch_pod_annotations(meta["namespace"], meta["name"], meta["annotations"])
-            done.append(f"annotated Pod {meta['namespace']}/{meta['name']}")
+        return done
+
+    def _apply_devices(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
+        """The Devices object and its ledger status (§7); deleted (when the node owns it) once the
+        probe knows there is no accelerator."""
+        c, done = self.cluster, []
         if plan.devices is not None:
-            action, _ = c.upsert_custom(dv.group, dv.version, dv.plural, plan.devices)
+            action = c.upsert(plan.devices, c.devices())
             if action != "unchanged":
                 done.append(f"{action} Devices {self.node_name}")
-            if c.replace_custom_status(dv.group, dv.version, dv.plural, self.node_name, plan.devices["status"]):
+            if c.write_status(plan.devices):
                 done.append(f"wrote Devices {self.node_name} status")
         elif plan.accelerators_known:
-            if c.delete_custom_owned(dv.group, dv.version, dv.plural, self.node_name, None, uid, self.node_name):
+            if c.delete_owned(c.devices(), node):
                 done.append(f"deleted Devices {self.node_name}")
-        self._record_events(plan, uid)
         return done
 
     def _record_events(self, plan: AgentPlan, node_uid: str) -> None:
@@ -239,18 +266,18 @@ class NodeAgent:
                 continue
             self._recorded_events.add(key)
             if ev.kind == dv.kind:
-                involved = {"api_version": dv.apiVersion, "kind": dv.kind, "name": ev.name}
+                involved = {"apiVersion": dv.apiVersion, "kind": dv.kind, "name": ev.name}
             else:
-                involved = {"api_version": "v1", "kind": ev.kind, "name": ev.name, "namespace": ev.namespace}
+                involved = {"apiVersion": "v1", "kind": ev.kind, "name": ev.name, "namespace": ev.namespace}
             logger.warning("{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
-            self.client.warn(involved, ev.reason, ev.message, COMPONENT)
+            self.cluster.warn(involved, ev.reason, ev.message, COMPONENT)
 
     # -- loop --------------------------------------------------------------------------------------
     def reconcile(self, dry_run: bool = False) -> AgentPlan | None:
         """One pass. Never raises for cluster or probe trouble: logs once and returns None."""
         try:
             plan = self.plan()
-            if not dry_run and self.client is not None:
+            if not dry_run and self.cluster is not None:
                 for line in self.apply(plan):
                     logger.info("{}", line)
             self.log.ok("reconcile")
@@ -262,24 +289,26 @@ class NodeAgent:
             if self.on_pass is not None:  # health endpoints (runtime/agent/health.py)
                 self.on_pass(self.log.healthy("reconcile"))
 
-    def watches(self) -> list:
-        """The client's watch specs for this node (Node, NodeFeatures, Pods, settings Secret)."""
-        nf, catalog = self.rules.nodeFeature, self.policy.settings
-        return self.client.node_watches(
-            self.node_name, nf.group, nf.version, nf.plural, self.namespace, self.policy.key("nodeFeatureNode"),
-            os.environ.get(catalog.namespaceEnv) or catalog.namespace, catalog.secretName)
-
     def run(self, interval: float, stop: threading.Event | None = None, watch: bool = True) -> None:
-        """Reconcile at start, on every watched change (when ``watch`` and a client), and at least every
-        ``interval`` seconds (the probe has no change events), until ``stop`` is set."""
+        """Reconcile at start, on every watched change (when ``watch`` and a cluster: the watch cache's
+        events), and at least every ``interval`` seconds (the probe has no change events), until
+        ``stop`` is set; the watches stop with the loop."""
         stop = stop or threading.Event()
-        wake = threading.Event()
-        if watch and self.client is not None:
-            self.client.start_watches(self.watches(), wake, stop)
-        while not stop.is_set():
-            wake.clear()
-            self.reconcile()
-            wake.wait(interval)
+        try:
+            while not stop.is_set():
+                self.wake.clear()
+                self.reconcile()
+                if watch:
+                    self.wake.wait(interval)
+                else:
+                    stop.wait(interval)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the cluster view's watches (when there is a cluster)."""
+        if self.cluster is not None:
+            self.cluster.stop()
 
 
 def _cpu_or_empty(cpu: Mapping[str, Any]) -> CpuFacts:

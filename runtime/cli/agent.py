@@ -84,24 +84,27 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         raise click.UsageError(f"the recorded facts describe node {recorded_node!r}, not --node {node_name!r}")
     with_memory = bool(parse_bool(policy.settings, os.environ.get(rules.groupIdWithMemoryEnv, "")))
     offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
-    client = node = None
+    session = node = None
     if offline:
         node = _offline_node(policy, node_name, node_capacity_cpu, node_labels)
     else:
-        from runtime.kube.client import KubeClient  # only a cluster run needs the kubernetes client
+        from runtime.kube.session import connect  # only a cluster run needs the kubernetes client
         try:
-            client = KubeClient.load(kubeconfig)
+            session = connect(kubeconfig)
         except Exception as exc:
             raise click.UsageError(f"no cluster configuration ({exc}); for a cluster-less dry run give "
                                    "--dry-run --facts FILE --node-capacity-cpu N") from None
     try:
-        agent = NodeAgent(policy, probe, node_name, client=client, node=node, cpuinfo=cpuinfo,
+        agent = NodeAgent(policy, probe, node_name, session=session, node=node, cpuinfo=cpuinfo,
                           allocation_source=allocation_source, group_id_with_memory=with_memory,
                           podresources_socket=podresources_socket)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if dry_run or once:
-        plan = agent.reconcile(dry_run=dry_run)
+        try:
+            plan = agent.reconcile(dry_run=dry_run)
+        finally:
+            agent.close()
         if plan is None:
             sys.exit(2)
         if dry_run:

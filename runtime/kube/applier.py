@@ -7,13 +7,18 @@
 * :meth:`Applier.create`: create-only objects (derived InstanceTypes, LocalQueues): POST, and
   ``AlreadyExists`` is not an error (returns None).
 * :meth:`Applier.merge_patch` / :meth:`Applier.json_patch`: pruning keys other managers own,
-  finalizer removal and the Node fit labels (spec/node-facts.md §9; only those keys are sent).
+  finalizer removal and the Node fit labels (spec/node-facts.md §9; only those keys are sent); the
+  agent's Node annotations, Node capacity (``subresource="status"``) and Pod allocation annotations.
+* :meth:`Applier.update` / :meth:`Applier.update_status`: the agent's objects (NodeFeatures, Devices,
+  spec/node-facts.md §3.3, §7): create, or replace labels, ownerReferences and the named fields
+  wholesale (PUT, keeping the resourceVersion), so keys another writer added are removed too.
 * :meth:`Applier.delete`: only objects accelpolicy owns (:func:`owned`): ResourceFlavors labelled
   ``resource.gpustack.ai/type: nodes``, InstanceTypeFlavors, ClusterQueues labelled
   ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated ``schedule.gpustack.ai/queue``,
   Pods whose controller ownerReference is an Instance (spec/instances.md §11.1; the Instance
   reconciler also checks it is *that* Instance). InstanceTypes are never deleted (spec/pools.md §4).
-  Anything else raises :class:`NotOwnedError`.
+  Anything else raises :class:`NotOwnedError`. With ``owner`` (the agent's Node): only an object
+  whose controller ownerReference is that owner (:func:`runtime.kube.ownership.owned_by`).
 
 ``409 Conflict`` (a stale resourceVersion), ``429`` and ``5xx`` answers are retried with tenacity
 (5 attempts, exponential wait). Every successful write is appended to :attr:`Applier.writes` and,
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from runtime.engine.policy import Policy
-from runtime.kube.ownership import owned
+from runtime.kube.ownership import owned, owned_by
 from runtime.kube.session import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, KubeApiError, Session
 
 FIELD_MANAGER = "accelpolicy"
@@ -57,6 +62,11 @@ def _transient(exc: BaseException) -> bool:
 
 _retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
                wait=wait_exponential(multiplier=0.1, max=2.0), reraise=True)
+# update(): AlreadyExists too (a create raced with another writer): the retry reads the object again
+_retry_update = retry(retry=retry_if_exception(lambda exc: _transient(exc) or (
+    isinstance(exc, KubeApiError) and exc.status == 409)), stop=stop_after_attempt(5),
+    wait=wait_exponential(multiplier=0.1, max=2.0), reraise=True)
+UNREAD = object()   # update(current=UNREAD): read the object from the server
 
 
 class Applier:
@@ -92,7 +102,7 @@ class Applier:
     @staticmethod
     def _ident(obj: dict) -> tuple[str, str, str]:
         meta = obj["metadata"]
-        return obj["kind"], meta["name"], meta.get("namespace") or ""
+        return obj["kind"], meta.get("name") or meta["generateName"], meta.get("namespace") or ""
 
     # -- writes --------------------------------------------------------------------------------------
     @_retry
@@ -139,9 +149,11 @@ class Applier:
         return result
 
     @_retry
-    def merge_patch(self, kind: str, name: str, patch: dict, namespace: str = "") -> dict:
-        """JSON merge patch (``None`` values delete keys)."""
-        result = self.session.call("patch", self._path(kind, name, namespace), body=patch,
+    def merge_patch(self, kind: str, name: str, patch: dict, namespace: str = "",
+                    subresource: str | None = None) -> dict:
+        """JSON merge patch (``None`` values delete keys), of the object or of its ``subresource``
+        (``status``: a Node's capacity)."""
+        result = self.session.call("patch", self._path(kind, name, namespace, subresource), body=patch,
                                    content_type=MERGE_PATCH, query={"fieldManager": self.field_manager})
         self._record("patch", kind, name, namespace, result)
         return result
@@ -154,12 +166,89 @@ class Applier:
         self._record("patch", kind, name, namespace, result)
         return result
 
-    @_retry
-    def delete(self, obj: dict) -> bool:
-        """Delete ``obj`` if accelpolicy owns it (else :class:`NotOwnedError`); False when it was
-        already gone. The delete is preconditioned on the object's uid when known."""
+    def update(self, desired: dict, fields: tuple[str, ...] = ("spec",),
+               current: dict | None | object = UNREAD) -> tuple[str, dict]:
+        """Create ``desired`` (without ``status``) or make the existing object's labels,
+        ownerReferences and ``fields`` equal to it, keeping its resourceVersion (PUT).
+
+        ``current``: the object as last seen (the cache; None: absent); left out, it is read from the
+        server. A conflict (409) re-reads it from the server before the retry. Returns
+        ``(action, object)``, action ``created``, ``replaced`` or ``unchanged`` (nothing sent).
+        """
+        seen = [current]
+
+        @_retry_update
+        def attempt() -> tuple[str, dict]:
+            known, seen[0] = seen[0], UNREAD
+            return self._update_once(desired, fields, known)
+        return attempt()
+
+    def _update_once(self, desired: dict, fields: tuple[str, ...], current) -> tuple[str, dict]:
+        """One try of :meth:`update`: read (when ``current`` is :data:`UNREAD`), compare, create or PUT."""
+        kind, name, ns = self._ident(desired)
+        meta = desired["metadata"]
+        if current is UNREAD:
+            try:
+                current = self.session.call("get", self._path(kind, name, ns))
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+                current = None
+        if current is None:
+            return "created", self.create_or_fail(desired)
+        cur_meta = current.get("metadata") or {}
+        if (cur_meta.get("labels") or {}) == (meta.get("labels") or {}) \
+                and (cur_meta.get("ownerReferences") or []) == (meta.get("ownerReferences") or []) \
+                and all(current.get(f) == desired.get(f) for f in fields):
+            return "unchanged", current
+        body = {**current, "metadata": {**cur_meta, "labels": dict(meta.get("labels") or {}),
+                                         "ownerReferences": list(meta.get("ownerReferences") or [])}}
+        body.update({f: desired.get(f) for f in fields})
+        result = self.session.call("put", self._path(kind, name, ns), body=body,
+                                   query={"fieldManager": self.field_manager})
+        self._record("update", kind, name, ns, result)
+        return "replaced", result
+
+    def create_or_fail(self, obj: dict) -> dict:
+        """POST ``obj`` without its ``status``; ``AlreadyExists`` (409) is raised (and retried by
+        :meth:`update` with a fresh read)."""
         kind, name, ns = self._ident(obj)
-        if not owned(self.policy, obj):
+        body = {k: v for k, v in obj.items() if k != "status"}
+        result = self.session.call("post", self.session.ref(kind).path(namespace=ns or None), body=body,
+                                   query={"fieldManager": self.field_manager})
+        self._record("create", kind, name, ns, result)
+        return result
+
+    @_retry
+    def update_status(self, desired: dict) -> bool:
+        """Make the object's ``status`` equal to ``desired["status"]`` through the status subresource
+        (PUT of the object as read now); False when the object is missing or already equal."""
+        kind, name, ns = self._ident(desired)
+        try:
+            current = self.session.call("get", self._path(kind, name, ns))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        if current.get("status") == desired["status"]:
+            return False
+        result = self.session.call("put", self._path(kind, name, ns, "status"),
+                                   body={**current, "status": desired["status"]},
+                                   query={"fieldManager": self.field_manager})
+        self._record("update-status", kind, name, ns, result)
+        return True
+
+    @_retry
+    def delete(self, obj: dict, owner: dict | None = None) -> bool:
+        """Delete ``obj`` if accelpolicy owns it (else :class:`NotOwnedError`); False when it was
+        already gone. The delete is preconditioned on the object's uid when known. ``owner`` (an
+        object): the rule is "its controller ownerReference is ``owner``" instead (the agent's)."""
+        kind, name, ns = self._ident(obj)
+        if owner is not None:
+            owner_meta = owner.get("metadata") or {}
+            if not owned_by(obj, owner_meta.get("uid", ""), owner_meta.get("name", "")):
+                raise NotOwnedError(f"refusing to delete {kind} {name}: not owned by {owner_meta.get('name')}")
+        elif not owned(self.policy, obj):
             raise NotOwnedError(f"refusing to delete {kind} {name}: not owned by accelpolicy")
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         uid = obj["metadata"].get("uid")

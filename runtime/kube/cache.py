@@ -28,12 +28,15 @@ EventCallback = Callable[[str, str, dict], None]
 
 @dataclass(frozen=True)
 class WatchedKind:
-    """A kind to cache, optionally narrowed to one namespace and a field selector (e.g. the
-    settings Secret: ``namespace="gpustack-system"``, ``field_selector="metadata.name=gpustack-settings"``)."""
+    """A kind to cache, optionally narrowed to one namespace, a field selector and a label selector
+    (e.g. the settings Secret: ``namespace="gpustack-system"``,
+    ``field_selector="metadata.name=gpustack-settings"``; a node's NodeFeatures:
+    ``label_selector="nfd.node.kubernetes.io/node-name=<node>"``)."""
 
     kind: str
     namespace: str | None = None
     field_selector: str | None = None
+    label_selector: str | None = None
 
 
 class _Gone(Exception):
@@ -157,6 +160,8 @@ class KindCache:
         query = {}
         if self.watched.field_selector:
             query["fieldSelector"] = self.watched.field_selector
+        if self.watched.label_selector:
+            query["labelSelector"] = self.watched.label_selector
         return query
 
     def _list(self) -> None:

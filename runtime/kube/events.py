@@ -1,8 +1,8 @@
 """The one Warning Event writer of the agent and the controller (core/v1 ``Event`` as a dict).
 
-The agent (:meth:`runtime.kube.client.KubeClient.warn`: a fact a node cannot use, an allocation it
+The agent (:meth:`runtime.agent.cluster.NodeCluster.warn`: a fact a node cannot use, an allocation it
 cannot read) and the controller (``InvalidSetting`` on the settings Secret, spec/settings.md §1)
-both build their Events here and send them with their own client.
+both build their Events here and send them with :meth:`runtime.kube.applier.Applier.create`.
 """
 from __future__ import annotations
 

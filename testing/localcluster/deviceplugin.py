@@ -33,6 +33,8 @@ from typing import Any, Mapping
 from loguru import logger
 
 from runtime.engine.devices import agent_rules, annotation_text, pod_allocations
+from runtime.kube.applier import Applier
+from runtime.kube.cache import ClusterCache, WatchedKind
 from runtime.model.normalize import parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
@@ -140,23 +142,35 @@ def choose_devices(policy: Policy, pod: Mapping[str, Any], devices: Mapping[str,
 class DevicePluginStandIn:
     """Advertise tokens on ``nodes`` and annotate the Pods bound to them (see the module docstring).
 
-    ``client`` is a :class:`runtime.kube.client.KubeClient`. :meth:`start` advertises once (every
-    node in ``nodes`` must have its Devices object; ``TimeoutError`` otherwise) and starts a daemon
-    thread that re-checks the Pods of those nodes on every Pod event; :meth:`stop` ends it.
+    ``session`` is a :class:`runtime.kube.session.Session`: the stand-in reads through a
+    :class:`runtime.kube.cache.ClusterCache` (Pods, Devices, Nodes) and writes through an
+    :class:`runtime.kube.applier.Applier`, as the agent and the controller do. :meth:`start` advertises
+    once (every node in ``nodes`` must have its Devices object; ``TimeoutError`` otherwise) and starts
+    a daemon thread that re-checks the Pods of those nodes on every Pod event; :meth:`stop` ends it.
     """
 
-    def __init__(self, client: Any, policy: Policy, nodes: list[str]):
-        self.client, self.policy, self.nodes = client, policy, list(nodes)
-        dv = agent_rules(policy).devices
-        self._devices_ref = (dv.group, dv.version, dv.plural)
+    def __init__(self, session: Any, policy: Policy, nodes: list[str]):
+        self.policy, self.nodes = policy, list(nodes)
+        self._devices_kind = agent_rules(policy).devices.kind
+        self.cache = ClusterCache(session, [WatchedKind("Pod"), WatchedKind(self._devices_kind), WatchedKind("Node")],
+                                  on_event=self._on_event)
+        self.applier = Applier(session, policy, cache=self.cache, field_manager="device-plugin-stand-in")
         self.problems: dict[tuple[str, str], str] = {}
         self.annotated: list[tuple[str, str, str]] = []   # (namespace, name, node) in order
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _on_event(self, kind: str, _type: str, _obj: dict) -> None:
+        if kind == "Pod":
+            self._wake.set()
+
     def devices(self, node: str) -> dict[str, Any] | None:
-        return self.client.get_custom(*self._devices_ref, node)
+        return self.cache.get(self._devices_kind, node)
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """The cached Pods bound to ``node`` (``spec.nodeName``)."""
+        return [p for p in self.cache["Pod"].objects() if (p.get("spec") or {}).get("nodeName") == node]
 
     def advertise(self) -> dict[str, dict[str, str]]:
         """Patch every node's status with its tokens (only when they differ); returns them by node."""
@@ -166,9 +180,10 @@ class DevicePluginStandIn:
             if devices is None:
                 raise TimeoutError(f"no Devices object for node {node}: has its agent run?")
             tokens = advertised_tokens(self.policy, devices)
-            status = self.client.get_node(node).get("status") or {}
+            status = (self.cache.get("Node", node) or {}).get("status") or {}
             if any((status.get(k) or {}).get(t) != v for k in ("capacity", "allocatable") for t, v in tokens.items()):
-                self.client.patch_node_status(node, {"capacity": tokens, "allocatable": tokens})
+                self.applier.merge_patch("Node", node, {"status": {"capacity": tokens, "allocatable": tokens}},
+                                         subresource="status")
             out[node] = tokens
         return out
 
@@ -176,7 +191,7 @@ class DevicePluginStandIn:
         """One pass: annotate every bound, unannotated, non-terminal Pod requesting accelerator tokens."""
         key = self.policy.key("allocation")
         for node in self.nodes:
-            pods = [p for p in self.client.pods_on_node(node)
+            pods = [p for p in self.pods_on_node(node)
                     if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES
                     and not (p["metadata"].get("deletionTimestamp"))]
             todo = [p for p in pods if key not in (p["metadata"].get("annotations") or {})]
@@ -206,14 +221,19 @@ class DevicePluginStandIn:
                     for g in groups:
                         for a in g["accelerators"]:
                             taken[a["id"]] = taken.get(a["id"], 0) + a["allocated"]
-                self.client.patch_pod_annotations(ident[0], ident[1], {key: annotation_text(doc)})
+                self.applier.merge_patch("Pod", ident[1], {"metadata": {"annotations": {key: annotation_text(doc)}}},
+                                         ident[0])
                 self.problems.pop(ident, None)
                 self.annotated.append((ident[0], ident[1], node))
                 logger.info("device plugin stand-in: allocated {} on {}", "/".join(ident), node)
 
-    def start(self) -> "DevicePluginStandIn":
+    def start(self, sync_timeout: float = 60.0) -> "DevicePluginStandIn":
+        """Start the watches (once), advertise, then start the annotating thread; TimeoutError while
+        a node has no Devices object yet or the caches did not sync (call again)."""
+        self.cache.start()
+        if not self.cache.wait_synced(sync_timeout):
+            raise TimeoutError(f"device plugin stand-in: caches not synced: {self.cache.unsynced()}")
         self.advertise()
-        self.client.start_watches(self.client.pod_watches(self.nodes), self._wake, self._stop)
         self._thread = threading.Thread(target=self._loop, name="device-plugin-stand-in", daemon=True)
         self._thread.start()
         return self
@@ -234,3 +254,4 @@ class DevicePluginStandIn:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(10)
+        self.cache.stop()

@@ -320,11 +320,11 @@ class Walkthrough:
                 raise LocalClusterError(f"{proc.name} exited with code {code}; log {proc.log}:\n{_tail(proc.log)}")
 
     def _start_plugin(self, timeout: float = 300.0) -> None:
-        from runtime.kube.client import KubeClient
+        from runtime.kube.session import connect
 
         from .deviceplugin import DevicePluginStandIn
         nodes = [n.name for n in SEED_NODES if n.accelerated]
-        plugin = DevicePluginStandIn(KubeClient.load(str(self.kubeconfig)), self.policy, nodes)
+        plugin = DevicePluginStandIn(connect(str(self.kubeconfig)), self.policy, nodes)
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -2,8 +2,8 @@
 
 The controller talks to the API server through :class:`runtime.kube.session.Session` (its watch
 caches, :class:`runtime.kube.applier.Applier`, the leader Lease, the serving-certificate Secret);
-the agent through :class:`runtime.kube.client.KubeClient` (the typed ``kubernetes`` client). This
-module reads those call sites from the source (``ast``) and the data they are driven by (the watched
+the agent through the same parts, narrowed to one node (:class:`runtime.agent.cluster.NodeCluster`:
+its watched kinds, its applier calls). This module reads those call sites from the source (``ast``) and the data they are driven by (the watched
 kinds, the kinds the admission view reads, the plan's ``Action(verb, kind, ...)`` constructors) and
 returns ``{(apiGroup, resource): {verbs}}`` per scope:
 
@@ -18,7 +18,6 @@ new API call makes the RBAC test fail until it is accounted for.
 from __future__ import annotations
 
 import ast
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -115,15 +114,20 @@ def resource_of(kind: str) -> tuple[str, str, bool]:
 
 # -- the Applier: which HTTP calls each method makes ------------------------------------------------------
 def applier_calls() -> dict[str, list[tuple[str, str]]]:
-    """``{Applier method: [(verb, subresource or "")]}`` from runtime/kube/applier.py."""
+    """``{Applier method: [(verb, subresource or "")]}`` from runtime/kube/applier.py, with the calls of
+    the methods each one calls (``self.<method>``, nested functions included)."""
     tree = _tree("runtime/kube/applier.py")
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Applier")
-    out: dict[str, list[tuple[str, str]]] = {}
+    direct: dict[str, list[tuple[str, str]]] = {}
+    calls_self: dict[str, set[str]] = defaultdict(set)
     for fn in cls.body:
         if not isinstance(fn, ast.FunctionDef):
             continue
         calls = []
         for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and ast.unparse(node.func.value) == "self":
+                calls_self[fn.name].add(node.func.attr)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "call" \
                     and ast.unparse(node.func.value) == "self.session":
                 method = _str(node.args[0], {})
@@ -136,8 +140,19 @@ def applier_calls() -> dict[str, list[tuple[str, str]]]:
                 if any(k.arg == "content_type" and ast.unparse(k.value) == "APPLY_PATCH" for k in node.keywords) \
                         and not sub:
                     calls.append(("create", sub))
-        if calls:
-            out[fn.name] = calls
+        direct[fn.name] = calls
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name in direct:
+        seen, todo, acc = set(), [name], []
+        while todo:
+            n = todo.pop()
+            if n in seen or n not in direct:
+                continue
+            seen.add(n)
+            acc += direct[n]
+            todo += sorted(calls_self[n])
+        if acc:
+            out[name] = acc
     return out
 
 
@@ -246,85 +261,49 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
 
 
 # -- the agent --------------------------------------------------------------------------------------------
-_TYPED = re.compile(r"^(read|list|create|patch|replace|delete|get)_(?:namespaced_|cluster_)?(\w+?)(_status)?"
-                    r"(?:_for_all_namespaces)?$")
-_TYPED_VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
-                "replace": "update", "delete": "delete"}
-
-
-def _client_methods() -> dict[str, list[tuple[str, str, str]]]:
-    """``{KubeClient method: [(verb, resource or "custom", subresource)]}``: typed calls, plus
-    ``list_*`` references handed to watches (list and watch), plus the methods each one calls."""
-    tree = _tree("runtime/kube/client.py")
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KubeClient")
-    direct: dict[str, list[tuple[str, str, str]]] = {}
-    calls_self: dict[str, set[str]] = defaultdict(set)
-    for fn in cls.body:
-        if not isinstance(fn, ast.FunctionDef):
-            continue
-        found = []
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("self.core", "self.custom"):
-                m = _TYPED.match(node.attr)
-                if not m:
-                    raise Underived(f"runtime/kube/client.py: {fn.name}: {node.attr}")
-                verb, what, status = m.groups()
-                resource = "custom" if what == "custom_object" else what + ("es" if what.endswith("s") else "s")
-                verbs = [_TYPED_VERBS[verb]] + (["watch"] if fn.name.endswith("_watches") else [])
-                found += [(v, resource, "status" if status else "") for v in verbs]
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and ast.unparse(node.func.value) == "self":
-                calls_self[fn.name].add(node.func.attr)
-        direct[fn.name] = found
-    out = {}
-    for name in direct:
-        seen, todo, acc = set(), [name], []
-        while todo:
-            n = todo.pop()
-            if n in seen or n not in direct:
-                continue
-            seen.add(n)
-            acc += direct[n]
-            todo += sorted(calls_self[n])
-        out[name] = acc
-    return out
+AGENT_MODULE = "runtime/agent/cluster.py"
+# NodeCluster call sites whose object comes from a variable: (function, applier method) -> kinds.
+AGENT_OBJECT_KINDS = {("upsert", "update"): ("NodeFeature", "Devices"),
+                      ("write_status", "update_status"): ("Devices",),
+                      ("delete_owned", "delete"): ("NodeFeature", "Devices"),
+                      ("warn", "create"): ("Event",)}
+# Kinds the agent touches in its own namespace only (its NodeFeatures, the settings Secret).
+AGENT_SYSTEM_KINDS = {"NodeFeature", "Secret"}
 
 
 def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     """The agent's needs: ``{"cluster"|"system": {(apiGroup, resource): verbs}}``.
 
-    Custom objects: the group/plural arguments come from rules/agent.yaml (``nodeFeature`` objects
-    live in the system namespace; ``devices`` are cluster-scoped); the settings Secret is read in
-    the system namespace only.
+    List and watch of every kind :func:`runtime.agent.cluster.node_watches` caches; the HTTP calls of
+    every applier method :class:`runtime.agent.cluster.NodeCluster` calls, on the kind its first
+    argument names (a literal) or :data:`AGENT_OBJECT_KINDS`; ``subresource="status"`` keywords.
+    NodeFeatures and the settings Secret live in the system namespace.
     """
+    from runtime.agent.cluster import node_watches
     from runtime.cli.common import load_policy
-    from runtime.engine.devices import agent_rules
 
-    rules = agent_rules(load_policy(None))
-    custom = {"nf": (rules.nodeFeature.group, rules.nodeFeature.plural, "system"),
-              "dv": (rules.devices.group, rules.devices.plural, "cluster"),
-              "feature": (rules.nodeFeature.group, rules.nodeFeature.plural, "system")}
-    system_core = {"secrets"}   # get_secret / the settings Secret watch: the settings namespace only
-    methods = _client_methods()
     needs: dict[str, dict[tuple[str, str], set[str]]] = {"cluster": defaultdict(set), "system": defaultdict(set)}
-    tree = _tree("runtime/agent/runner.py")
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        if ast.unparse(node.func.value) not in ("c", "self.client") or node.func.attr not in methods:
-            continue
-        args = [ast.unparse(a) for a in node.args]
-        which = next((custom[a.split(".")[0]] for a in args if a.split(".")[0] in custom and a.endswith("plural")),
-                     None)
-        if node.func.attr == "node_watches":
-            which = custom["feature"]   # its NodeFeature watch takes feature_group/feature_plural
-        for verb, resource, sub in methods[node.func.attr]:
-            if resource == "custom":
-                if which is None:
-                    raise Underived(f"runtime/agent/runner.py:{node.lineno}: custom object of {args}")
-                group, plural, scope = which
-                needs[scope][(group, plural + (f"/{sub}" if sub else ""))].add(verb)
-            else:
-                scope = "system" if resource in system_core else "cluster"
-                needs[scope][("", resource + (f"/{sub}" if sub else ""))].add(verb)
+
+    def need(kind: str, verbs, sub: str = "") -> None:
+        group, plural, _ = resource_of(kind)
+        scope = "system" if kind in AGENT_SYSTEM_KINDS else "cluster"
+        needs[scope][(group, plural + (f"/{sub}" if sub else ""))].update(verbs)
+
+    for watched in node_watches(load_policy(None), "node", "system", "system"):
+        need(watched.kind, {"list", "watch"})
+    applier = applier_calls()
+    tree = _tree(AGENT_MODULE)
+    for fname, fn in _functions(tree):
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and ast.unparse(node.func.value) == "self.applier"):
+                continue
+            kind = _str(node.args[0], {}) if node.args else None
+            kinds = (kind,) if kind else AGENT_OBJECT_KINDS.get((fname, node.func.attr))
+            if not kinds or node.func.attr not in applier:
+                raise Underived(f"{AGENT_MODULE}:{node.lineno} ({fname}): applier.{node.func.attr}")
+            status = any(k.arg == "subresource" and _str(k.value, {}) == "status" for k in node.keywords)
+            for k in kinds:
+                for http, sub in applier[node.func.attr]:
+                    need(k, {http}, "status" if status else sub)
     return {scope: dict(table) for scope, table in needs.items()}

@@ -1,0 +1,154 @@
+"""The agent's side of the cluster: the controller's kube layer narrowed to one node.
+
+The agent connects, watches and writes with the same parts as the controller
+(spec/node-facts.md §3.3, §7.6):
+
+* one :class:`runtime.kube.session.Session` (:func:`runtime.kube.session.connect`, the one kubeconfig
+  loader);
+* one :class:`runtime.kube.cache.ClusterCache` of what the agent depends on (:func:`node_watches`): its
+  Node, the Pods bound to it, its NodeFeatures, its Devices and the settings Secret. Every watch event
+  wakes the agent's loop; every read of a pass comes from the cache;
+* one :class:`runtime.kube.applier.Applier` (field manager :data:`FIELD_MANAGER`) whose answers are
+  written through to the cache, so the next pass sees them before their watch events arrive.
+
+Objects go in and come out as JSON-shaped dicts. Conflicts and transient failures are retried by the
+applier; any other :class:`runtime.kube.session.KubeApiError` propagates to the agent's pass.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Any, Callable, Mapping
+
+from loguru import logger
+
+from runtime.engine.devices import agent_rules
+from runtime.engine.policy import Policy
+from runtime.kube.applier import Applier
+from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.events import warning_event
+from runtime.kube.ownership import owned_by
+from runtime.kube.session import KubeApiError, Session, connect
+
+FIELD_MANAGER = "accelpolicy-agent"
+
+
+class NodeMissingError(LookupError):
+    """The agent's Node is not in the cluster (or not yet in its watch cache)."""
+
+
+def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str) -> list[WatchedKind]:
+    """What the agent reacts to (spec/node-facts.md §3.3, §7.6): its Node and Devices (by name), the
+    Pods bound to it (``spec.nodeName``), its NodeFeatures in ``namespace`` (label
+    ``nodeFeatureNode``) and the settings Secret in ``settings_namespace``."""
+    rules = agent_rules(policy)
+    return [
+        WatchedKind("Node", field_selector=f"metadata.name={node}"),
+        WatchedKind("Pod", field_selector=f"spec.nodeName={node}"),
+        WatchedKind(rules.nodeFeature.kind, namespace=namespace,
+                    label_selector=f"{policy.key('nodeFeatureNode')}={node}"),
+        WatchedKind(rules.devices.kind, field_selector=f"metadata.name={node}"),
+        WatchedKind("Secret", namespace=settings_namespace,
+                    field_selector=f"metadata.name={policy.settings.secretName}"),
+    ]
+
+
+class NodeCluster:
+    """One node's view of the cluster and its writes (see the module docstring).
+
+    ``on_event(kind, event_type, obj)`` is called on every watch event (the agent sets its wake-up
+    Event there). Call :meth:`start` before the first read; :meth:`stop` at the end.
+    """
+
+    def __init__(self, session: Session, policy: Policy, node: str, namespace: str, settings_namespace: str,
+                 on_event: Callable[[str, str, dict], None] | None = None, watch_timeout: int = 300):
+        self.session, self.policy, self.node_name = session, policy, node
+        self.namespace, self.settings_namespace = namespace, settings_namespace
+        self.rules = agent_rules(policy)
+        self.cache = ClusterCache(session, node_watches(policy, node, namespace, settings_namespace),
+                                  on_event=on_event, watch_timeout=watch_timeout)
+        self.applier = Applier(session, policy, cache=self.cache, field_manager=FIELD_MANAGER)
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None, policy: Policy, node: str, namespace: str,
+                settings_namespace: str) -> "NodeCluster":
+        """Connect with :func:`runtime.kube.session.connect` (``kubeconfig``, else ``$KUBECONFIG`` or
+        ``~/.kube/config``, else the in-cluster ServiceAccount). Raises
+        :class:`runtime.kube.session.KubeConfigError` or :class:`KubeApiError` (unreachable server)."""
+        return cls(connect(kubeconfig), policy, node, namespace, settings_namespace)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self, sync_timeout: float = 60.0) -> "NodeCluster":
+        """Start the watches and wait until each listed once. Raises TimeoutError naming the kinds
+        not listed after ``sync_timeout`` seconds."""
+        self.cache.start()
+        if not self.cache.wait_synced(sync_timeout):
+            raise TimeoutError(f"watch caches not synced after {sync_timeout:g}s: {', '.join(self.cache.unsynced())}")
+        return self
+
+    def stop(self) -> None:
+        """Stop the watches."""
+        self.cache.stop()
+
+    # -- reads (the watch cache) ------------------------------------------------------------------
+    def node(self) -> dict[str, Any]:
+        """The agent's Node; :class:`NodeMissingError` when the cluster does not hold it."""
+        node = self.cache.get("Node", self.node_name)
+        if node is None:
+            raise NodeMissingError(f"Node {self.node_name} not found")
+        return node
+
+    def node_feature(self, name: str) -> dict[str, Any] | None:
+        """The NodeFeature ``name`` of this node in the agent's namespace, or None."""
+        return self.cache.get(self.rules.nodeFeature.kind, name, self.namespace)
+
+    def devices(self) -> dict[str, Any] | None:
+        """This node's Devices object, or None."""
+        return self.cache.get(self.rules.devices.kind, self.node_name)
+
+    def pods(self) -> list[dict[str, Any]]:
+        """Every Pod bound to this node, all namespaces."""
+        return list(self.cache["Pod"].objects()) if "Pod" in self.cache.caches else []
+
+    def settings_secret(self) -> dict[str, Any] | None:
+        """The settings Secret (``data`` still base64), or None when missing."""
+        return self.cache.get("Secret", self.policy.settings.secretName, self.settings_namespace)
+
+    # -- writes (the applier) ---------------------------------------------------------------------
+    def upsert(self, desired: Mapping[str, Any], current: Mapping[str, Any] | None) -> str:
+        """Create ``desired`` or replace its labels, ownerReferences and spec (``current``: as cached).
+        Returns ``created``, ``replaced`` or ``unchanged``."""
+        return self.applier.update(dict(desired), ("spec",), current)[0]
+
+    def write_status(self, desired: Mapping[str, Any]) -> bool:
+        """Make the object's status equal to ``desired["status"]``; returns whether it wrote."""
+        return self.applier.update_status(dict(desired))
+
+    def delete_owned(self, current: Mapping[str, Any] | None, node: Mapping[str, Any]) -> bool:
+        """Delete ``current`` only when its controller ownerReference is ``node``: the agent never
+        deletes what it does not own. Returns whether it deleted."""
+        meta = node.get("metadata") or {}
+        if current is None or not owned_by(dict(current), meta.get("uid", ""), meta.get("name", "")):
+            return False
+        return self.applier.delete(dict(current), owner=dict(node))
+
+    def patch_node_annotations(self, annotations: Mapping[str, str]) -> None:
+        """Merge-patch only the given annotation keys onto the Node."""
+        self.applier.merge_patch("Node", self.node_name, {"metadata": {"annotations": dict(annotations)}})
+
+    def patch_node_status(self, status: Mapping[str, Any]) -> None:
+        """Merge-patch the Node's status subresource (capacity/allocatable keys)."""
+        self.applier.merge_patch("Node", self.node_name, {"status": dict(status)}, subresource="status")
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge-patch only the given annotation keys onto the Pod ``namespace``/``name``."""
+        self.applier.merge_patch("Pod", name, {"metadata": {"annotations": dict(annotations)}}, namespace)
+
+    def warn(self, involved: Mapping[str, Any], reason: str, message: str, component: str) -> None:
+        """Record a Warning Event on ``involved`` (``apiVersion``, ``kind``, ``name``, optional
+        ``namespace``, ``uid``); a refused Event is logged, never raised."""
+        event = warning_event(involved, reason, message, component, datetime.datetime.now(datetime.timezone.utc))
+        try:
+            self.applier.create(event)
+        except KubeApiError as exc:
+            logger.warning("cannot record event {} on {} {}: {}", reason, involved.get("kind"), involved.get("name"),
+                           exc)
