@@ -104,99 +104,38 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     reaches the server at --webhook-url-base (default https://127.0.0.1:<port>) or through
     --webhook-service. Registrations stay when the controller stops.
     """
-    webhook_opts = dict(port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
-                        self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
-                        register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir)
-    if webhook_port is None:
-        given = [name for name, value in (("--webhook-cert", webhook_cert), ("--webhook-key", webhook_key),
-                                          ("--webhook-cert-secret", webhook_cert_secret),
-                                          ("--webhook-cert-dir", webhook_cert_dir),
-                                          ("--webhook-ca", webhook_ca), ("--webhook-self-signed", webhook_self_signed),
-                                          ("--webhook-url-base", webhook_url_base),
-                                          ("--webhook-service", webhook_service)) if value]
-        if given:
-            fail(f"{', '.join(given)} need --webhook-port")
-        webhook_opts = None
-    elif once:
-        fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
+    webhook_opts = _webhook_options(once, dict(
+        port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
+        self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
+        register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir))
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
     audit_seconds = duration_seconds(audit_interval)
     policy = load_policy(rules_dir)
-    try:
-        session = connect(kubeconfig)
-    except KubeConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except KubeApiError as exc:
-        click.echo(f"error: cannot reach the API server: {exc}", err=True)
-        sys.exit(1)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    session = _connect(kubeconfig)
+    stop = _stop_on_signals()
     # --once is a single pass: fit labels are written in it rather than after their window (§9)
     serving_cert = None
     if webhook_opts and webhook_cert_secret:
-        serving_cert = ServingCertificate(
-            session, lease_namespace, webhook_cert_secret,
-            service_names(service[0], service[1]) if service else ("127.0.0.1", "localhost"), webhook_cert_dir,
-            manage=webhook_cert_issuer == "accelpolicy", days=webhook_cert_days, renew_days=webhook_cert_renew_days,
-            check_seconds=webhook_cert_check_seconds)
-        try:
-            data = serving_cert.ensure(stop=stop)
-        except (KubeApiError, TimeoutError) as exc:
-            click.echo(f"error: serving certificate: {exc}", err=True)
-            sys.exit(1)
-        tls = WebhookTls(serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"], data["ca.crt"])
-        click.echo(f"serving certificate from Secret {lease_namespace}/{webhook_cert_secret} "
-                   f"({webhook_cert_issuer}) in {webhook_cert_dir}", err=True)
+        serving_cert, tls = _serving_certificate(session, lease_namespace, webhook_cert_secret, service, stop, dict(
+            cert_dir=webhook_cert_dir, issuer=webhook_cert_issuer, days=webhook_cert_days,
+            renew_days=webhook_cert_renew_days, check_seconds=webhook_cert_check_seconds))
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if webhook_opts else ())
-    webhooks = None
-    stop_hooks: list = []
+    webhooks, stop_hooks = None, []
     try:
         if webhook_opts:
             webhooks = _serve_webhooks(controller, webhook_opts, tls, service)
         if serving_cert is not None:
-            serving_cert.listeners.append(lambda data: (
-                reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),
-                webhooks.use_ca(data["ca.crt"])))
-            serving_cert.start(stop)
+            _follow_certificate(serving_cert, webhooks, stop)
         if once:
-            controller.start()
-            result = controller.reconcile()
-            for write in result.writes:
-                click.echo(f"{write.verb} {write.kind} {write.namespace + '/' if write.namespace else ''}{write.name}")
-            for error in result.errors:
-                click.echo(f"error: {error}", err=True)
-            click.echo(f"reconciled in {result.seconds:.3f}s: {len(result.writes)} writes, "
-                       f"{len(result.errors)} errors", err=True)
-            sys.exit(1 if result.errors else 0)
-        elector = LeaderElector(session, LEASE_NAME, lease_namespace,
-                                identity or f"{socket.gethostname()}_{__import__('os').getpid()}")
-        click.echo(f"waiting for the leader Lease {lease_namespace}/{LEASE_NAME} as {elector.identity}", err=True)
-        if not elector.acquire(stop):
+            _reconcile_once(controller)
+        if (elector := _lead(session, lease_namespace, identity, stop, serving_cert)) is None:
             return
-        elector.keep_renewing(on_lost=stop.set)
-        click.echo("leading; reconciling", err=True)
-        if serving_cert is not None:
-            serving_cert.leading.set()
-            serving_cert.check()  # rotate now when due, before registering its caBundle
         controller.start()
-        if webhooks is not None and webhooks.register() is not None:
-            for desired in webhooks.registrar.desired:
-                click.echo(f"registered {desired['kind']} {desired['metadata']['name']}", err=True)
-        if watch_rules_seconds > 0:
-            reloader = ControllerRulesReload(controller, rules_dir, webhooks,
-                                           registry=webhooks.state.metrics.registry if webhooks else None,
-                                           interval=watch_rules_seconds).start()
-            stop_hooks.append(reloader.stop)
-            click.echo(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s", err=True)
-        if audit_seconds > 0:
-            background = BackgroundAudit(controller, audit_seconds,
-                                         registry=webhooks.state.metrics.registry if webhooks else None).start()
-            stop_hooks.append(background.stop)
-            click.echo(f"auditing every {audit_interval}", err=True)
+        _register(webhooks)
+        _start_background(controller, webhooks, stop_hooks, rules_dir, watch_rules_seconds, audit_seconds,
+                          audit_interval)
         controller.run(stop)
         elector.release()
     except (KubeApiError, TimeoutError) as exc:
@@ -208,6 +147,126 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         if webhooks is not None:
             webhooks.stop()
         controller.stop()
+
+
+def _stop_on_signals() -> threading.Event:
+    """An Event that SIGINT and SIGTERM set."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _webhook_options(once: bool, opts: dict) -> dict | None:
+    """The webhook options, or None without --webhook-port; a webhook option without --webhook-port,
+    or --webhook-port with --once, exits 2."""
+    if opts["port"] is None:
+        given = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
+                                        ("--webhook-cert-secret", "cert_secret"), ("--webhook-cert-dir", "cert_dir"),
+                                        ("--webhook-ca", "ca"), ("--webhook-self-signed", "self_signed"),
+                                        ("--webhook-url-base", "url_base"), ("--webhook-service", "service"))
+                 if opts[key]]
+        if given:
+            fail(f"{', '.join(given)} need --webhook-port")
+        return None
+    if once:
+        fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
+    return opts
+
+
+def _connect(kubeconfig: Path | None):
+    """A Session (runtime.kube.session.connect); exits 2 without a configuration, 1 when the API
+    server cannot be reached."""
+    try:
+        return connect(kubeconfig)
+    except KubeConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KubeApiError as exc:
+        click.echo(f"error: cannot reach the API server: {exc}", err=True)
+        sys.exit(1)
+
+
+def _serving_certificate(session, namespace: str, secret: str, service: tuple[str, str, int] | None,
+                         stop: threading.Event, opts: dict) -> tuple[ServingCertificate, WebhookTls]:
+    """--webhook-cert-secret: the shared serving certificate (created, or read, in ``namespace``) and
+    the TLS it gives now; exits 1 when it cannot be had."""
+    serving_cert = ServingCertificate(
+        session, namespace, secret,
+        service_names(service[0], service[1]) if service else ("127.0.0.1", "localhost"), opts["cert_dir"],
+        manage=opts["issuer"] == "accelpolicy", days=opts["days"], renew_days=opts["renew_days"],
+        check_seconds=opts["check_seconds"])
+    try:
+        data = serving_cert.ensure(stop=stop)
+    except (KubeApiError, TimeoutError) as exc:
+        click.echo(f"error: serving certificate: {exc}", err=True)
+        sys.exit(1)
+    tls = WebhookTls(serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"], data["ca.crt"])
+    click.echo(f"serving certificate from Secret {namespace}/{secret} "
+               f"({opts['issuer']}) in {opts['cert_dir']}", err=True)
+    return serving_cert, tls
+
+
+def _follow_certificate(serving_cert: ServingCertificate, webhooks: ControllerWebhooks,
+                        stop: threading.Event) -> None:
+    """Reload the server's TLS and the registered caBundle whenever the shared certificate changes."""
+    serving_cert.listeners.append(lambda data: (
+        reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),
+        webhooks.use_ca(data["ca.crt"])))
+    serving_cert.start(stop)
+
+
+def _reconcile_once(controller: Controller) -> None:
+    """--once: one reconcile, its writes on stdout; exits 0, or 1 when an action failed."""
+    controller.start()
+    result = controller.reconcile()
+    for write in result.writes:
+        click.echo(f"{write.verb} {write.kind} {write.namespace + '/' if write.namespace else ''}{write.name}")
+    for error in result.errors:
+        click.echo(f"error: {error}", err=True)
+    click.echo(f"reconciled in {result.seconds:.3f}s: {len(result.writes)} writes, "
+               f"{len(result.errors)} errors", err=True)
+    sys.exit(1 if result.errors else 0)
+
+
+def _lead(session, namespace: str, identity: str | None, stop: threading.Event,
+          serving_cert: ServingCertificate | None) -> LeaderElector | None:
+    """Take the leader Lease (None when ``stop`` came first) and keep renewing it; losing it sets
+    ``stop``. The leader rotates the shared serving certificate when due."""
+    elector = LeaderElector(session, LEASE_NAME, namespace,
+                            identity or f"{socket.gethostname()}_{__import__('os').getpid()}")
+    click.echo(f"waiting for the leader Lease {namespace}/{LEASE_NAME} as {elector.identity}", err=True)
+    if not elector.acquire(stop):
+        return None
+    elector.keep_renewing(on_lost=stop.set)
+    click.echo("leading; reconciling", err=True)
+    if serving_cert is not None:
+        serving_cert.leading.set()
+        serving_cert.check()  # rotate now when due, before registering its caBundle
+    return elector
+
+
+def _register(webhooks: ControllerWebhooks | None) -> None:
+    """Register the webhook configurations (leader; unless --no-webhook-registration)."""
+    if webhooks is not None and webhooks.register() is not None:
+        for desired in webhooks.registrar.desired:
+            click.echo(f"registered {desired['kind']} {desired['metadata']['name']}", err=True)
+
+
+def _start_background(controller: Controller, webhooks: ControllerWebhooks | None, stop_hooks: list,
+                      rules_dir: Path, watch_rules_seconds: float, audit_seconds: float, audit_interval: str) -> None:
+    """The leader's background work: the rules hot reload and the background audit (each off at 0);
+    their stop functions are appended to ``stop_hooks``."""
+    registry = webhooks.state.metrics.registry if webhooks else None
+    if watch_rules_seconds > 0:
+        reloader = ControllerRulesReload(controller, rules_dir, webhooks, registry=registry,
+                                         interval=watch_rules_seconds).start()
+        stop_hooks.append(reloader.stop)
+        click.echo(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s", err=True)
+    if audit_seconds > 0:
+        background = BackgroundAudit(controller, audit_seconds, registry=registry).start()
+        stop_hooks.append(background.stop)
+        click.echo(f"auditing every {audit_interval}", err=True)
 
 
 def duration_seconds(text: str) -> float:

@@ -57,7 +57,10 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
                  order: Mapping[str, int] | None = None) -> tuple[dict, list[dict]]:
     """Apply ``writes`` to a deep copy of ``obj``; returns ``(mutated, patch operations)``.
 
-    Raises ValueError for a path through a non-container or an index out of range (a rule bug).
+    Each write walks to its parent (:func:`_walk_to_parent`, which adds a missing map whole), then
+    sets or removes its last key (:func:`_write_leaf`); the operations come out in ``order``
+    (:func:`_render_ops`). Raises ValueError for a path through a non-container or an index out of
+    range (a rule bug).
     """
     mutated = copy.deepcopy(dict(obj))
     ops: dict[Path, dict] = {}
@@ -67,60 +70,78 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
         if not path:
             raise ValueError("a write needs a non-empty path")
         value = value if value is REMOVE else copy.deepcopy(value)
-        cur: Any = mutated
-        inside_new = False
-        done = False
-        for i, seg in enumerate(path[:-1]):
-            if isinstance(cur, list):
-                if not isinstance(seg, int) or not 0 <= seg < len(cur):
-                    raise ValueError(f"write {pointer(path)}: index {seg!r} out of range")
-                cur = cur[seg]
-                continue
-            if not isinstance(cur, dict):
-                raise ValueError(f"write {pointer(path)}: {pointer(path[:i])} is not an object")
-            nxt = cur.get(seg)
-            if nxt is None and value is REMOVE:
-                done = True
-                break
-            if nxt is None:
-                new = _nest(path[i + 1:], value)
-                cur[seg] = new
-                created.add(id(new))
-                if not inside_new:
-                    ops[path[: i + 1]] = {"op": "add", "path": path[: i + 1], "value": new}
-                done = True
-                break
-            if id(nxt) in created:
-                inside_new = True
-            cur = nxt
-        if done:
-            continue
-        last = path[-1]
-        if value is REMOVE:
-            if isinstance(cur, dict) and last in cur:
-                del cur[last]
-                if not inside_new:
-                    ops[path] = {"op": "remove", "path": path}
-            continue
+        reached = _walk_to_parent(mutated, path, value, ops, created)
+        if reached is not None:
+            _write_leaf(*reached, path, value, ops, created)
+    return mutated, _render_ops(ops, order)
+
+
+def _walk_to_parent(mutated: dict, path: Path, value: Any, ops: dict[Path, dict],
+                    created: set[int]) -> tuple[Any, bool] | None:
+    """Walk ``mutated`` to the container of ``path[-1]``; returns ``(parent, inside_new)`` (whether
+    the parent lies in a map this patch adds whole), or None when the walk already did the write: a
+    missing map on the way is added whole (one ``add`` operation), a removal under a missing map is
+    nothing to do."""
+    cur: Any = mutated
+    inside_new = False
+    for i, seg in enumerate(path[:-1]):
         if isinstance(cur, list):
-            if not isinstance(last, int) or not 0 <= last < len(cur):
-                raise ValueError(f"write {pointer(path)}: index {last!r} out of range")
-            old_present, old = True, cur[last]
-        elif isinstance(cur, dict):
-            old_present, old = last in cur, cur.get(last)
-        else:
-            raise ValueError(f"write {pointer(path)}: parent is not an object")
-        cur[last] = value
-        if inside_new:
+            if not isinstance(seg, int) or not 0 <= seg < len(cur):
+                raise ValueError(f"write {pointer(path)}: index {seg!r} out of range")
+            cur = cur[seg]
             continue
-        if path in ops:
-            ops[path]["value"] = value
-        elif not old_present:
-            ops[path] = {"op": "add", "path": path, "value": value}
-            if isinstance(value, (dict, list)):
-                created.add(id(value))  # later writes beneath it ride on this operation
-        elif old != value:
-            ops[path] = {"op": "replace", "path": path, "value": value}
+        if not isinstance(cur, dict):
+            raise ValueError(f"write {pointer(path)}: {pointer(path[:i])} is not an object")
+        nxt = cur.get(seg)
+        if nxt is None and value is REMOVE:
+            return None
+        if nxt is None:
+            new = _nest(path[i + 1:], value)
+            cur[seg] = new
+            created.add(id(new))
+            if not inside_new:
+                ops[path[: i + 1]] = {"op": "add", "path": path[: i + 1], "value": new}
+            return None
+        if id(nxt) in created:
+            inside_new = True
+        cur = nxt
+    return cur, inside_new
+
+
+def _write_leaf(cur: Any, inside_new: bool, path: Path, value: Any, ops: dict[Path, dict],
+                created: set[int]) -> None:
+    """Set (or remove) ``path[-1]`` in its parent ``cur`` and record the ``add``, ``replace`` or
+    ``remove`` operation (none inside a map this patch adds whole, none for an unchanged value)."""
+    last = path[-1]
+    if value is REMOVE:
+        if isinstance(cur, dict) and last in cur:
+            del cur[last]
+            if not inside_new:
+                ops[path] = {"op": "remove", "path": path}
+        return
+    if isinstance(cur, list):
+        if not isinstance(last, int) or not 0 <= last < len(cur):
+            raise ValueError(f"write {pointer(path)}: index {last!r} out of range")
+        old_present, old = True, cur[last]
+    elif isinstance(cur, dict):
+        old_present, old = last in cur, cur.get(last)
+    else:
+        raise ValueError(f"write {pointer(path)}: parent is not an object")
+    cur[last] = value
+    if inside_new:
+        return
+    if path in ops:
+        ops[path]["value"] = value
+    elif not old_present:
+        ops[path] = {"op": "add", "path": path, "value": value}
+        if isinstance(value, (dict, list)):
+            created.add(id(value))  # later writes beneath it ride on this operation
+    elif old != value:
+        ops[path] = {"op": "replace", "path": path, "value": value}
+
+
+def _render_ops(ops: dict[Path, dict], order: Mapping[str, int] | None) -> list[dict]:
+    """The operations sorted by ``order`` (field rank), as RFC 6902 dicts with JSON pointers."""
     ordered = sorted(ops.values(), key=lambda op: _sort_key(op["path"], order or {}))
     out = []
     for op in ordered:
@@ -128,7 +149,7 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
         if op["op"] != "remove":
             rendered["value"] = copy.deepcopy(op["value"])
         out.append(rendered)
-    return mutated, out
+    return out
 
 
 def diff_writes(old: Any, new: Any, depth: int, path: Path = ()) -> list[tuple[Path, Any]]:

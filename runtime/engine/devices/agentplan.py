@@ -74,6 +74,27 @@ def _node_feature(policy: Policy, node: Mapping[str, Any], role: str, labels: di
     }
 
 
+def _ledger(policy: Policy, facts: NodeFactsDoc, name: str, spec: dict[str, Any], pods: list[Mapping[str, Any]],
+            pod_resources: list[Mapping[str, Any]] | None) -> tuple[dict[str, Any], list[LedgerEvent],
+                                                                    list[dict[str, Any]]]:
+    """The Devices ``status`` of node ``name`` (§7.6), its Events, and the Pod annotation patches:
+    with ``pod_resources`` the Pods' allocations are computed from it first (§7.5), only the Pods whose
+    annotation differs are patched, and the ledger is rebuilt from the Pods as they will be."""
+    events: list[LedgerEvent] = []
+    pod_patches: list[dict[str, Any]] = []
+    if pod_resources is not None:
+        docs, events = pod_allocations(policy, name, spec, pod_resources, pods,
+                                       mig_device_index(policy, facts.accelerators))
+        current = {pod_key(p): p for p in pods}
+        pod_patches = [{"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": k[1], "namespace": k[0],
+                                     "annotations": {policy.key("allocation"): annotation_text(d)}}}
+                       for k, d in sorted(docs.items()) if annotation_differs(policy, current[k], d)]
+        pods = with_annotations(policy, pods, docs)
+    status, ledger_events = rebuild_ledger(policy, name, spec, pods)
+    return status, events + ledger_events, pod_patches
+
+
 def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], settings: Settings, *,
               worker_now: Mapping[str, Any] | None = None, pods: list[Mapping[str, Any]] | None = None,
               accelerators_known: bool = True, group_id_with_memory: bool = False,
@@ -112,18 +133,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
         if dm_labels:
             device_manager = _node_feature(policy, node, "deviceManager", dm_labels, ns)
         spec = devices_spec(policy, groups)
-        pods = list(pods or [])
-        if pod_resources is not None:
-            docs, events = pod_allocations(policy, name, spec, pod_resources, pods,
-                                           mig_device_index(policy, facts.accelerators))
-            current = {pod_key(p): p for p in pods}
-            pod_patches = [{"apiVersion": "v1", "kind": "Pod",
-                            "metadata": {"name": k[1], "namespace": k[0],
-                                         "annotations": {policy.key("allocation"): annotation_text(d)}}}
-                           for k, d in sorted(docs.items()) if annotation_differs(policy, current[k], d)]
-            pods = with_annotations(policy, pods, docs)
-        status, ledger_events = rebuild_ledger(policy, name, spec, pods)
-        events = events + ledger_events
+        status, events, pod_patches = _ledger(policy, facts, name, spec, list(pods or []), pod_resources)
         devices = {
             "apiVersion": rules.devices.apiVersion, "kind": rules.devices.kind,
             "metadata": {"name": name, "labels": devices_labels(policy, node_labels, gkey(policy, facts.cpu), groups),

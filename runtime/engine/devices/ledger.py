@@ -68,14 +68,12 @@ def _index_spec(spec: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Mapp
 def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: str) -> list[Charge]:
     """Parse and validate one Pod's allocation annotation against the node's Devices spec.
 
-    Raises :class:`AllocationError` (message from rules/agent.yaml) when the annotation does not
-    parse, names an unknown group or accelerator, or breaks the charge table of §7.4.
+    Containers are read in name order, each group checked against the spec (:func:`_index_spec`),
+    each accelerator entry validated by :func:`_parse_entry`. Raises :class:`AllocationError`
+    (message from rules/agent.yaml) when the annotation does not parse, names an unknown group or
+    accelerator, or breaks the charge table of §7.4.
     """
-    rules = agent_rules(policy)
-    msg = rules.ledger.messages
-    modes = rules.ledger.modes
-    credits = policy.constants.creditsPerAccelerator
-    implied = {modes.exclusive: credits, modes.shared: policy.constants.share}
+    msg = agent_rules(policy).ledger.messages
     key = policy.key("allocation")
     try:
         doc = json.loads(text)
@@ -102,32 +100,45 @@ def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: s
             for a in g["accelerators"]:
                 if not isinstance(a, dict):
                     raise bad("an accelerator entry must be an object")
-                aid = str(a.get("id", ""))
-                fmt = dict(key=key, container=container, accelerator=aid)
-                if aid not in accs:
-                    raise AllocationError(msg.unknownAccelerator.format(manufacturer=manu, group=gid, **fmt))
-                mode, allocated = a.get("mode"), a.get("allocated")
-                if isinstance(mode, bool) or mode not in (modes.exclusive, modes.shared, modes.sliced, modes.partitioned):
-                    raise AllocationError(msg.badMode.format(mode=mode, **fmt))
-                if mode in implied:
-                    if allocated is not None and (isinstance(allocated, bool) or allocated != implied[mode]):
-                        raise AllocationError(msg.impliedCharge.format(mode=mode, expected=implied[mode],
-                                                                       allocated=allocated, **fmt))
-                    allocated = implied[mode]
-                elif isinstance(allocated, bool) or not isinstance(allocated, int) or not 1 <= allocated <= credits:
-                    raise AllocationError(msg.chargeRange.format(mode=mode, credits=credits, allocated=allocated, **fmt))
-                profile, placements = "", ()
-                if mode == modes.partitioned:
-                    profile = a.get("allocatedPhysicalProfile")
-                    if not isinstance(profile, str) or not profile:
-                        raise AllocationError(msg.missingProfile.format(**fmt))
-                    try:
-                        placements = tuple((int(p["start"]), int(p["length"]))
-                                           for p in a.get("allocatedPhysicalPlacements") or [])
-                    except (TypeError, KeyError, ValueError):
-                        raise bad("allocatedPhysicalPlacements must be a list of {start, length}") from None
-                charges.append(Charge(container, gid, manu, aid, mode, allocated, profile, placements))
+                charges.append(_parse_entry(policy, a, container, gid, manu, accs, bad))
     return charges
+
+
+def _parse_entry(policy: Policy, a: Mapping[str, Any], container: str, gid: str, manu: str,
+                 accs: Mapping[str, Any], bad) -> Charge:
+    """One accelerator entry of group ``gid`` (§7.4 charge table): a known accelerator, a mode the
+    table knows, the implied charge of exclusive and shared, a charge in 1..D for sliced and
+    partitioned, and a partition's profile and placements. Raises :class:`AllocationError`;
+    ``bad(error)`` builds the generic ``badEntry`` one."""
+    rules = agent_rules(policy)
+    msg, modes = rules.ledger.messages, rules.ledger.modes
+    credits = policy.constants.creditsPerAccelerator
+    implied = {modes.exclusive: credits, modes.shared: policy.constants.share}
+    aid = str(a.get("id", ""))
+    fmt = dict(key=policy.key("allocation"), container=container, accelerator=aid)
+    if aid not in accs:
+        raise AllocationError(msg.unknownAccelerator.format(manufacturer=manu, group=gid, **fmt))
+    mode, allocated = a.get("mode"), a.get("allocated")
+    if isinstance(mode, bool) or mode not in (modes.exclusive, modes.shared, modes.sliced, modes.partitioned):
+        raise AllocationError(msg.badMode.format(mode=mode, **fmt))
+    if mode in implied:
+        if allocated is not None and (isinstance(allocated, bool) or allocated != implied[mode]):
+            raise AllocationError(msg.impliedCharge.format(mode=mode, expected=implied[mode],
+                                                           allocated=allocated, **fmt))
+        allocated = implied[mode]
+    elif isinstance(allocated, bool) or not isinstance(allocated, int) or not 1 <= allocated <= credits:
+        raise AllocationError(msg.chargeRange.format(mode=mode, credits=credits, allocated=allocated, **fmt))
+    profile, placements = "", ()
+    if mode == modes.partitioned:
+        profile = a.get("allocatedPhysicalProfile")
+        if not isinstance(profile, str) or not profile:
+            raise AllocationError(msg.missingProfile.format(**fmt))
+        try:
+            placements = tuple((int(p["start"]), int(p["length"]))
+                               for p in a.get("allocatedPhysicalPlacements") or [])
+        except (TypeError, KeyError, ValueError):
+            raise bad("allocatedPhysicalPlacements must be a list of {start, length}") from None
+    return Charge(container, gid, manu, aid, mode, allocated, profile, placements)
 
 
 def _span(start: int, length: int) -> set[int]:
@@ -205,13 +216,11 @@ def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
     """§7.6: rebuild ``status`` from the Pods on ``node``; returns ``(status, events)``.
 
     Pods are visited oldest first (creationTimestamp, then namespace/name), containers by name, so a
-    conflict always skips the later charge. Finished Pods (``Succeeded``/``Failed``) hold nothing.
-    Unhealthy accelerators are left out of ``status``.
+    conflict always skips the later charge (:func:`_charge_pod`). Finished Pods
+    (``Succeeded``/``Failed``) hold nothing. Unhealthy accelerators are left out of ``status``
+    (:func:`_status_entry`).
     """
-    rules = agent_rules(policy)
-    led = rules.ledger
-    credits = policy.constants.creditsPerAccelerator
-    devices_name = node
+    led = agent_rules(policy).ledger
     slots: dict[tuple[str, str, str], _Slot] = {}
     for g in spec.get("groups", []):
         for a in g["accelerators"]:
@@ -223,44 +232,56 @@ def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
         if (pod.get("status") or {}).get("phase") in led.finishedPhases:
             continue
         text = (meta.get("annotations") or {}).get(key)
-        if text is None:
-            continue
-        ns, name = meta.get("namespace", ""), meta.get("name", "")
-        try:
-            charges = parse_allocation(policy, text, spec, node)
-        except AllocationError as exc:
-            events.append(LedgerEvent("Pod", ns, name, led.events.invalidAllocation, str(exc)))
-            continue
-        for charge in charges:
-            slot = slots[(charge.manufacturer, charge.group, charge.accelerator)]
-            problem = _conflict(slot, charge, policy)
-            if problem is not None:
-                which, extra = problem
-                text = getattr(led.messages, which).format(
-                    pod=f"{ns}/{name}", container=charge.container, accelerator=charge.accelerator,
-                    manufacturer=charge.manufacturer, group=charge.group, mode=charge.mode, **extra)
-                events.append(LedgerEvent("Devices", "", devices_name, led.events.allocationConflict, text))
-                continue
-            _apply(slot, charge, policy)
+        if text is not None:
+            events += _charge_pod(policy, node, spec, slots, meta, text)
     status_groups = []
     for g in spec.get("groups", []):
-        entries = []
-        for a in g["accelerators"]:
-            if not is_healthy(a):
-                continue
-            slot = slots[(g["manufacturer"], g["id"], a["id"])]
-            entry: dict[str, Any] = {"id": a["id"], "index": a["index"], "mode": slot.mode}
-            remaining = max(credits - slot.allocated, 0)
-            if slot.allocated:
-                entry["allocated"] = slot.allocated
-            if remaining:
-                entry["remaining"] = remaining
-            if slot.slices:
-                entry["allocatedSlices"] = slot.slices
-            if is_partitioned(a):
-                if slot.held:
-                    entry["allocatedProfiles"] = [{"name": n, "count": c} for n, c in sorted(slot.held.items())]
-                entry["remainingProfiles"] = remaining_profiles(slot.profiles, slot.used)
-            entries.append(entry)
+        entries = [_status_entry(policy, slots[(g["manufacturer"], g["id"], a["id"])], a)
+                   for a in g["accelerators"] if is_healthy(a)]
         status_groups.append({"id": g["id"], "manufacturer": g["manufacturer"], "accelerators": entries})
     return {"groups": status_groups}, events
+
+
+def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], slots: dict[tuple[str, str, str], _Slot],
+                meta: Mapping[str, Any], text: str) -> list[LedgerEvent]:
+    """Charge one Pod's allocation annotation ``text`` onto ``slots``; returns its Events: one
+    ``InvalidAllocation`` on the Pod when the annotation is ignored, an ``AllocationConflict`` on the
+    Devices object (named ``node``) for each charge skipped."""
+    led = agent_rules(policy).ledger
+    ns, name = meta.get("namespace", ""), meta.get("name", "")
+    try:
+        charges = parse_allocation(policy, text, spec, node)
+    except AllocationError as exc:
+        return [LedgerEvent("Pod", ns, name, led.events.invalidAllocation, str(exc))]
+    events = []
+    for charge in charges:
+        slot = slots[(charge.manufacturer, charge.group, charge.accelerator)]
+        problem = _conflict(slot, charge, policy)
+        if problem is not None:
+            which, extra = problem
+            message = getattr(led.messages, which).format(
+                pod=f"{ns}/{name}", container=charge.container, accelerator=charge.accelerator,
+                manufacturer=charge.manufacturer, group=charge.group, mode=charge.mode, **extra)
+            events.append(LedgerEvent("Devices", "", node, led.events.allocationConflict, message))
+            continue
+        _apply(slot, charge, policy)
+    return events
+
+
+def _status_entry(policy: Policy, slot: _Slot, a: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``status`` entry of one healthy accelerator: mode, allocated and remaining credits (zero
+    ones left out), slices, and a partitioned one's held and remaining profiles (§7.6 step 3)."""
+    credits = policy.constants.creditsPerAccelerator
+    entry: dict[str, Any] = {"id": a["id"], "index": a["index"], "mode": slot.mode}
+    remaining = max(credits - slot.allocated, 0)
+    if slot.allocated:
+        entry["allocated"] = slot.allocated
+    if remaining:
+        entry["remaining"] = remaining
+    if slot.slices:
+        entry["allocatedSlices"] = slot.slices
+    if is_partitioned(a):
+        if slot.held:
+            entry["allocatedProfiles"] = [{"name": n, "count": c} for n, c in sorted(slot.held.items())]
+        entry["remainingProfiles"] = remaining_profiles(slot.profiles, slot.used)
+    return entry

@@ -126,27 +126,11 @@ def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_reso
     ``spec`` is the node's Devices ``spec`` (§7.2); ``pods`` the Pods the API lists on the node (their
     spec supplies the units requests); ``mig_devices`` from :func:`mig_device_index`. Returns
     ``({(namespace, name): annotation document}, InvalidAllocation events)``. Never raises for bad
-    input data; every device that cannot be mapped yields one event.
+    input data; every device that cannot be mapped yields one event (:class:`_DeviceMapper`).
     """
-    rules = agent_rules(policy)
-    pr = rules.podResources
-    modes = rules.ledger.modes
-    reason = rules.ledger.events.invalidAllocation
-    credits = policy.constants.creditsPerAccelerator
-    table = classifier_table(policy, pr.resourceKeysParams)
-    manufacturers = classifier_manufacturers(policy)
-    manu_of_base = {m["base"]: m for m in manufacturers}
-    family_mode = {"exclusive": modes.exclusive, "shared": modes.shared, "sliced": modes.sliced,
-                   "partitioned": modes.partitioned}
-    by_id: dict[tuple[str, str], _Hit] = {}
-    for order, g in enumerate(spec.get("groups", [])):
-        for a in g["accelerators"]:
-            by_id[(g["manufacturer"], a["id"])] = (order, g, a)
-    mig_devices = mig_devices or {}
+    mapper = _DeviceMapper(policy, node, spec, mig_devices or {})
     api_pods = {pod_key(p): p for p in pods}
     out: dict[PodKey, dict[str, list[dict[str, Any]]]] = {}
-    events: list[LedgerEvent] = []
-
     for entry in pod_resources:
         key = (str(entry.get("namespace", "")), str(entry.get("name", "")))
         pod = api_pods.get(key)
@@ -154,65 +138,102 @@ def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_reso
             continue
         doc: dict[str, list[dict[str, Any]]] = {}
         for ctr in sorted(entry.get("containers") or [], key=lambda c: str(c.get("name", ""))):
-            cname = str(ctr.get("name", ""))
-            requests = _container_requests(pod, cname)
-            # (group order, accelerator index, placement start, accelerator id, instance) -> (group, entry)
-            found: dict[tuple, tuple[Mapping[str, Any], dict[str, Any]]] = {}
-            for dev in ctr.get("devices") or []:
-                resource = str(dev.get("resourceName", ""))
-                info = resource_family(resource, table, manufacturers)
-                mode = family_mode.get(info["family"])
-                if mode is None:
-                    continue
-                manu = manu_of_base[info["base"]]
-                for device in dev.get("deviceIds") or []:
-                    device = str(device)
-
-                    def warn(which: str, **fields: Any) -> None:
-                        text = getattr(pr.messages, which).format(container=cname, resource=resource, device=device,
-                                                                  node=node, manufacturer=manu["id"], **fields)
-                        events.append(LedgerEvent("Pod", key[0], key[1], reason, text))
-
-                    hit, profile, placement = _resolve(device, manu["id"], by_id, mig_devices, pr.deviceIdSeparator)
-                    if hit is None:
-                        warn("unknownDevice")
-                        continue
-                    order, group, acc = hit
-                    if mode == modes.exclusive:
-                        allocated = credits
-                    elif mode == modes.shared:
-                        allocated = policy.constants.share
-                    else:
-                        template = rules.capacity.slicedUnits if mode == modes.sliced else rules.capacity.partitionedUnits
-                        units_key = template.format(base=info["base"])
-                        allocated = _units(requests.get(units_key), credits)
-                        if allocated is None:
-                            warn("missingUnits", key=units_key, credits=credits, value=requests.get(units_key))
-                            continue
-                    item: dict[str, Any] = {"id": acc["id"], "index": acc["index"], "mode": mode, "allocated": allocated}
-                    instance = ""
-                    if mode == modes.partitioned:
-                        if not profile:
-                            prefix = rules.capacity.partitionedProfile.format(
-                                base=info["base"], kind=manu.get("partitionKind") or "", profile="")
-                            named = {resource_family(k, table, manufacturers)["profile"] for k in requests
-                                     if str(k).startswith(prefix)} - {""}
-                            if len(named) != 1:
-                                warn("missingProfile", prefix=prefix)
-                                continue
-                            profile = named.pop()
-                        item["allocatedPhysicalProfile"] = profile
-                        if placement is not None:
-                            item["allocatedPhysicalPlacements"] = [{"start": placement[0], "length": placement[1]}]
-                        instance = device
-                    sort_key = (order, acc["index"], placement[0] if placement else -1, acc["id"], instance)
-                    found.setdefault(sort_key, (group, item))
-            groups = _groups(found)
+            groups = mapper.container_groups(key, pod, ctr)
             if groups:
-                doc[cname] = groups
+                doc[str(ctr.get("name", ""))] = groups
         if doc:
             out[key] = doc
-    return out, events
+    return out, mapper.events
+
+
+class _DeviceMapper:
+    """The tables :func:`pod_allocations` maps devices with (the Devices spec by accelerator id, the
+    resource-key classifier, the modes of rules/agent.yaml) and the Events it collects."""
+
+    def __init__(self, policy: Policy, node: str, spec: Mapping[str, Any],
+                 mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]]):
+        self.policy, self.node, self.mig_devices = policy, node, mig_devices
+        self.rules = agent_rules(policy)
+        self.modes = self.rules.ledger.modes
+        self.credits = policy.constants.creditsPerAccelerator
+        self.table = classifier_table(policy, self.rules.podResources.resourceKeysParams)
+        self.manufacturers = classifier_manufacturers(policy)
+        self.manu_of_base = {m["base"]: m for m in self.manufacturers}
+        self.family_mode = {"exclusive": self.modes.exclusive, "shared": self.modes.shared,
+                            "sliced": self.modes.sliced, "partitioned": self.modes.partitioned}
+        self.by_id: dict[tuple[str, str], _Hit] = {}
+        for order, g in enumerate(spec.get("groups", [])):
+            for a in g["accelerators"]:
+                self.by_id[(g["manufacturer"], a["id"])] = (order, g, a)
+        self.events: list[LedgerEvent] = []
+
+    def container_groups(self, key: PodKey, pod: Mapping[str, Any], ctr: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The §7.4 allocation groups of one PodResources container (spec order)."""
+        cname = str(ctr.get("name", ""))
+        requests = _container_requests(pod, cname)
+        # (group order, accelerator index, placement start, accelerator id, instance) -> (group, entry)
+        found: dict[tuple, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+        for dev in ctr.get("devices") or []:
+            resource = str(dev.get("resourceName", ""))
+            info = resource_family(resource, self.table, self.manufacturers)
+            mode = self.family_mode.get(info["family"])
+            if mode is None:
+                continue
+            for device in dev.get("deviceIds") or []:
+                device = str(device)
+
+                def warn(which: str, **fields: Any) -> None:
+                    text = getattr(self.rules.podResources.messages, which).format(
+                        container=cname, resource=resource, device=device, node=self.node,
+                        manufacturer=self.manu_of_base[info["base"]]["id"], **fields)
+                    self.events.append(LedgerEvent("Pod", key[0], key[1], self.rules.ledger.events.invalidAllocation,
+                                                   text))
+
+                hit = self.device_item(device, mode, info, requests, warn)
+                if hit is not None:
+                    found.setdefault(hit[0], hit[1:])
+        return _groups(found)
+
+    def device_item(self, device: str, mode: int, info: Mapping[str, Any], requests: Mapping[str, Any],
+                    warn) -> tuple[tuple, Mapping[str, Any], dict[str, Any]] | None:
+        """``(sort key, group, annotation entry)`` of one device ID, or None after ``warn(message key,
+        **fields)`` when it cannot be mapped: no such accelerator, no units request, no profile."""
+        modes, rules = self.modes, self.rules
+        manu = self.manu_of_base[info["base"]]
+        hit, profile, placement = _resolve(device, manu["id"], self.by_id, self.mig_devices,
+                                           rules.podResources.deviceIdSeparator)
+        if hit is None:
+            warn("unknownDevice")
+            return None
+        order, group, acc = hit
+        if mode == modes.exclusive:
+            allocated = self.credits
+        elif mode == modes.shared:
+            allocated = self.policy.constants.share
+        else:
+            template = rules.capacity.slicedUnits if mode == modes.sliced else rules.capacity.partitionedUnits
+            units_key = template.format(base=info["base"])
+            allocated = _units(requests.get(units_key), self.credits)
+            if allocated is None:
+                warn("missingUnits", key=units_key, credits=self.credits, value=requests.get(units_key))
+                return None
+        item: dict[str, Any] = {"id": acc["id"], "index": acc["index"], "mode": mode, "allocated": allocated}
+        instance = ""
+        if mode == modes.partitioned:
+            if not profile:
+                prefix = rules.capacity.partitionedProfile.format(
+                    base=info["base"], kind=manu.get("partitionKind") or "", profile="")
+                named = {resource_family(k, self.table, self.manufacturers)["profile"] for k in requests
+                         if str(k).startswith(prefix)} - {""}
+                if len(named) != 1:
+                    warn("missingProfile", prefix=prefix)
+                    return None
+                profile = named.pop()
+            item["allocatedPhysicalProfile"] = profile
+            if placement is not None:
+                item["allocatedPhysicalPlacements"] = [{"start": placement[0], "length": placement[1]}]
+            instance = device
+        return (order, acc["index"], placement[0] if placement else -1, acc["id"], instance), group, item
 
 
 def annotation_text(doc: Mapping[str, Any]) -> str:
