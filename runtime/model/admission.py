@@ -159,6 +159,9 @@ class Schema(Strict):
     maxItems: Optional[int] = Field(None, ge=0)
     maxProperties: Optional[int] = Field(None, ge=0)
     maxLength: Optional[int] = Field(None, ge=0)
+    maxLengthFrom: Optional[str] = Field(
+        None, description="the name of a number in rules/constants.yaml (e.g. maxNameLength) that sets "
+                          "maxLength when the rules load: the number's one home")
     nullable: bool = False
     intOrString: bool = Field(False, alias="x-kubernetes-int-or-string")
     preserveUnknownFields: bool = Field(False, alias="x-kubernetes-preserve-unknown-fields")

@@ -16,7 +16,9 @@ Two mechanisms read the homes, both here:
   ``NodeAgent.suffixes`` (the label suffixes), ``NodeAgent.capacity.percentPerSlice``
   (``percentPerAccelerator``), and in every AdmissionPolicy ``match.labelRolesExist`` /
   ``match.excludeReservedNamespaces`` / ``lookups[].labelRole`` (into ``labelsExist``,
-  ``excludeNamespaces``, ``labelKey``). An unknown role is a load problem naming file and field.
+  ``excludeNamespaces``, ``labelKey``), and in every ObjectShape schema ``maxLengthFrom`` (a number of
+  rules/constants.yaml, into ``maxLength``). An unknown role or constant is a load problem naming file
+  and field.
 - :func:`admission_params` is the shared ``params`` every AdmissionPolicy sees: ``labels`` (keys,
   prefixes, suffixes), ``derivation`` (names) and ``controllerUsers``; the engine adds ``constants``.
 
@@ -24,12 +26,13 @@ tests/engine/test_one_home.py fails when a key, a name pattern or a constant is 
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
 from runtime.model.agent import LabelSuffixes
 
-Problem = tuple[str, int, str, str]
-"""(file, line, field path, message): the loader turns it into a RuleProblem."""
+Problem = tuple
+"""(file, line, field path, message[, column]): the loader turns it into a RuleProblem."""
 
 
 class RuleSetLike(Protocol):
@@ -41,7 +44,12 @@ class RuleSetLike(Protocol):
 
 
 def _problem(doc, path: str, message: str) -> Problem:
-    return (doc.file, doc.line, path, message)
+    """The problem at ``path`` (dotted, ``[i]`` indexes) of ``doc``: the field's own line and column
+    when the document's source is known, else the document's line."""
+    if doc.source is None:
+        return (doc.file, doc.line, path, message)
+    parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]", path) if p)
+    return (doc.file, doc.source.line_of(parts), path, message, doc.source.column_of(parts))
 
 
 def link(ruleset: RuleSetLike) -> list[Problem]:
@@ -91,6 +99,28 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
                                              f"{lookup.labelRole!r} in rules/labels.yaml keys"))
                 else:
                     lookup.labelKey = labels.keys[lookup.labelRole]
+    for doc in ruleset.all("ObjectShape"):
+        problems += _link_schema(doc, doc.spec.openAPIV3Schema, "spec.openAPIV3Schema", constants)
+    return problems
+
+
+def _link_schema(doc, schema, path: str, constants) -> list[Problem]:
+    """Fill ``maxLength`` from ``maxLengthFrom`` (a number of rules/constants.yaml) in ``schema`` and
+    every schema below it; a name that is no integer constant is a problem at ``<path>.maxLengthFrom``."""
+    problems = []
+    if schema.maxLengthFrom is not None:
+        value = getattr(constants, schema.maxLengthFrom) if schema.maxLengthFrom in type(constants).model_fields \
+            else None
+        if type(value) is not int:
+            problems.append(_problem(doc, f"{path}.maxLengthFrom", f"no number {schema.maxLengthFrom!r} in "
+                                     "rules/constants.yaml"))
+        else:
+            schema.maxLength = value
+    for key, sub in schema.properties.items():
+        problems += _link_schema(doc, sub, f"{path}.properties.{key}", constants)
+    for key in ("items", "additionalProperties"):
+        if getattr(schema, key) is not None:
+            problems += _link_schema(doc, getattr(schema, key), f"{path}.{key}", constants)
     return problems
 
 

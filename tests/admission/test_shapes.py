@@ -114,9 +114,8 @@ def test_the_instance_shape_agrees_with_the_crd():
     """Every field the rules' Instance shape declares has the same type and caps in the CRD."""
     crd = yaml.safe_load((ROOT / "crds/worker.gpustack.ai_instances.yaml").read_text())
     crd_spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    rules = list(yaml.safe_load_all((ROOT / "rules/admission/shapes.yaml").read_text()))
-    shape = next(d for d in rules if d and d["metadata"]["name"] == "instance")
-    rule_spec = shape["spec"]["openAPIV3Schema"]["properties"]["spec"]
+    shape = load_rules().get("ObjectShape", "instance")   # caps linked from rules/constants.yaml
+    rule_spec = shape.openAPIV3Schema.model_dump(exclude_none=True)["properties"]["spec"]
     crd_caps, rule_caps = _caps(crd_spec), _caps(rule_spec)
     assert {p: crd_caps.get(p) for p in rule_caps} == rule_caps
 

@@ -367,3 +367,24 @@ def test_a_duplicate_key_in_a_rule_file_is_refused_with_both_lines(tmp_path):
     assert [str(p) for p in err.value.problems] == [
         f"rules/pools/fourview.yaml:{len(text.splitlines()) + 1}:3 <document>: "
         f"duplicate key 'sharedOnceMaxReading' in spec (first at line {first})"]
+
+
+def test_shape_cap_naming_an_unknown_constant(rules_copy):
+    """An ObjectShape cap takes its number from rules/constants.yaml (its one home) by name; a name
+    that is no number there is refused with the document and the field path."""
+    path = rules_copy / "admission" / "shapes.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("nodeName: {type: string, maxLengthFrom: maxNameLength}",
+                                 "nodeName: {type: string, maxLengthFrom: maxNodeNameLength}"))
+    line = text[: text.index("nodeName: {type: string, maxLengthFrom")].count("\n") + 1
+    column = path.read_text().splitlines()[line - 1].index("maxNodeNameLength") + 1   # the value's own place
+    assert _problems(rules_copy) == [
+        f"rules/admission/shapes.yaml:{line}:{column} spec.openAPIV3Schema.properties.spec.properties.nodeName"
+        ".maxLengthFrom: no number 'maxNodeNameLength' in rules/constants.yaml"]
+
+
+def test_shape_caps_are_linked_from_the_constants(rules_copy):
+    _replace(rules_copy / "constants.yaml", "  maxNameLength: 253 ", "  maxNameLength: 63 ")
+    instance = load_rules(rules_copy).get("ObjectShape", "instance").openAPIV3Schema.properties["spec"]
+    assert (instance.properties["type"].maxLength, instance.properties["nodeName"].maxLength) == (63, 63)
+    assert instance.properties["image"].maxLength == 4096
