@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Optional
 
 from loguru import logger
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from runtime.engine.admission import AdmissionEngine
 from runtime.engine.policy import Policy
 from runtime.kube.session import KubeApiError
 from runtime.rules.loader import RuleLoadError, RuleSet
 from runtime.rules.reload import RulesWatcher
-
-MAX_EVENT_PROBLEMS = 10
+from runtime.webhook.reload import ReloadMetrics, refusal_message
 
 
 def rules_event(namespace: str, reason: str, kind: str, message: str, now: datetime) -> dict:
@@ -47,11 +46,8 @@ class ControllerRulesReload:
         self.controller = controller
         self.webhooks = webhooks
         self.registry = registry or CollectorRegistry()
-        self.generation = Gauge("accelpolicy_rules_generation", "Generation of the rules in force",
-                                registry=self.registry)
-        self.failures = Counter("accelpolicy_rules_reload_failures", "Rule sets refused by a reload",
-                                registry=self.registry)
-        self.generation.set(controller.policy.ruleset.generation)
+        metrics = ReloadMetrics(self.registry, controller.policy.ruleset.generation)
+        self.generation, self.failures = metrics.generation, metrics.failures
         self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval,
                                     initial=controller.policy.ruleset)
 
@@ -91,10 +87,7 @@ class ControllerRulesReload:
 
     def _refused(self, exc: RuleLoadError, detail: str = "") -> None:
         self.failures.inc()
-        problems = [str(p) for p in exc.problems] or [detail]
-        shown = problems[:MAX_EVENT_PROBLEMS] + ([f"... and {len(problems) - MAX_EVENT_PROBLEMS} more"]
-                                                 if len(problems) > MAX_EVENT_PROBLEMS else [])
-        message = (f"rules in {self.watcher.root} refused; generation {self.controller.policy.ruleset.generation} "
-                   f"keeps serving:\n" + "\n".join(shown))
+        message = refusal_message(self.watcher.root, self.controller.policy.ruleset.generation,
+                                  [str(p) for p in exc.problems] or [detail])
         logger.error(message)
         self._event("RulesRefused", "Warning", message)

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -67,16 +67,31 @@ class WebhookMetrics:
         self.latency.labels(webhook).observe(seconds)
 
 
-@dataclass
-class WebhookState:
-    """What the app serves with: the engine and cluster view (None until loaded), limits, metrics."""
+@dataclass(frozen=True)
+class Generation:
+    """What a review is judged with, swapped as one object: the compiled rules (``engine``) and the
+    cluster view, fixed (``view``, snapshots) or live (``view_source``, the controller's caches)."""
 
     engine: Optional[AdmissionEngine] = None
     view: Optional[AdmissionView] = None
+    view_source: Optional[Callable[[], AdmissionView]] = None
+
+
+@dataclass
+class WebhookState:
+    """What the app serves with: the rules and cluster view in force (:attr:`served`, None until
+    loaded), limits, metrics.
+
+    A review reads :attr:`served` once and is judged with that :class:`Generation` to the end, so a
+    hot reload (:meth:`set_ready` again, one assignment) never lets a review mix two generations.
+    ``engine``, ``view`` and ``view_source`` read its parts; assigning ``engine`` replaces the rules
+    alone (the controller's reload, whose live view follows the new policy itself).
+    """
+
+    served: Optional[Generation] = None
     max_body_bytes: int = DEFAULT_MAX_BODY
     metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
     ready: bool = False
-    view_source: Optional[Callable[[], AdmissionView]] = None  # a live view (the controller's caches)
     ready_check: Optional[Callable[[], Optional[str]]] = None  # once ready: why not ready now, or None (blocking)
     deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
     workers: int = field(default_factory=lambda: os.cpu_count() or 2)
@@ -92,34 +107,56 @@ class WebhookState:
                 self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="admission")
             return self._pool
 
+    @property
+    def engine(self) -> Optional[AdmissionEngine]:
+        """The compiled rules in force (None until loaded)."""
+        return self.served.engine if self.served else None
+
+    @engine.setter
+    def engine(self, engine: AdmissionEngine) -> None:
+        self.served = replace(self.served or Generation(), engine=engine)
+
+    @property
+    def view(self) -> Optional[AdmissionView]:
+        """The fixed cluster view in force (None with a live source or until loaded)."""
+        return self.served.view if self.served else None
+
+    @property
+    def view_source(self) -> Optional[Callable[[], AdmissionView]]:
+        """The live view's source in force (None with a fixed view)."""
+        return self.served.view_source if self.served else None
+
     def set_ready(self, engine: AdmissionEngine, view: AdmissionView | Callable[[], AdmissionView]) -> None:
-        """Install compiled rules and a loaded view; /readyz turns 200.
+        """Install compiled rules and a loaded view as one :class:`Generation` (one assignment: a
+        hot reload calls it again); /readyz turns 200.
 
         ``view`` is a fixed :class:`AdmissionView` (snapshots) or a callable returning the view in force
         now, asked once per review (the controller's live view,
         :class:`runtime.controller.webhooks.LiveAdmissionView`).
         """
-        if callable(view):
-            self.engine, self.view_source, self.view = engine, view, None
-        else:
-            self.engine, self.view_source, self.view = engine, None, view
+        self.served = Generation(engine, None, view) if callable(view) else Generation(engine, view, None)
         self.ready = True
 
     def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None) -> tuple[dict, Outcome]:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
-        (:func:`runtime.engine.admission.decide` against :meth:`current_view`); ``cancel`` stops it
-        (:class:`runtime.engine.admission.DeadlineExceeded`). Raises what the engine raises."""
-        return decide(self.engine, data, self.current_view(), name, cancel=cancel)
+        (:func:`runtime.engine.admission.decide` against the view of the generation served now);
+        ``cancel`` stops it (:class:`runtime.engine.admission.DeadlineExceeded`). Raises what the
+        engine raises."""
+        served = self.served
+        return decide(served.engine, data, self._view_of(served), name, cancel=cancel)
 
     def current_view(self) -> AdmissionView:
         """The view a review judges against (rebuilt by a live source when the cluster changed).
 
         A live source that fails sets :attr:`view_error` (``/readyz`` answers 503 until a build
         succeeds) and the failure propagates."""
-        if self.view_source is None:
-            return self.view
+        return self._view_of(self.served)
+
+    def _view_of(self, served: Generation) -> AdmissionView:
+        if served.view_source is None:
+            return served.view
         try:
-            view = self.view_source()
+            view = served.view_source()
         except Exception as exc:
             self.view_error = f"cluster view: {type(exc).__name__}: {exc}"
             raise

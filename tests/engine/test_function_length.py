@@ -17,7 +17,6 @@ GENERATED = ("runtime/kube/podresources/api_pb2.py", "runtime/kube/podresources/
 ALLOWED = {
     ("runtime/rules/checks.py", "_admission"): "one AdmissionPolicy's static checks, owned by the lint work",
     ("runtime/engine/admission/engine.py", "AdmissionEngine.run"): "the admission pipeline's single pass, owned by the admission work",
-    ("runtime/cli/webhook.py", "webhook_command"): "the standalone webhook command, split with its hot reload",
 }
 
 

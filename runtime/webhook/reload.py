@@ -1,0 +1,98 @@
+"""Hot reload of the standalone webhook server's rules (issue 12 item 7), as the controller does it.
+
+:class:`WebhookRulesReload` wires a :class:`runtime.rules.reload.RulesWatcher` (a mounted ConfigMap's
+``..data`` symlink swap counts as one change) to a :class:`runtime.webhook.app.WebhookState`: a new
+rule set is compiled into an :class:`runtime.engine.admission.AdmissionEngine` and a cluster view of
+the same snapshot, then installed as one :class:`runtime.webhook.app.Generation` (one assignment), so
+each review is judged wholly by the old generation or wholly by the new one. A set that does not
+load (every ``file:line:col`` problem), does not compile into an engine, or serves a different set of
+webhook paths (the routes are fixed when the server starts: adding, removing or moving a webhook needs
+a restart) is refused and the working generation keeps answering.
+
+Each outcome is logged and counted in ``accelpolicy_rules_generation`` (gauge) and
+``accelpolicy_rules_reload_failures_total`` (counter) on the server's ``/metrics`` (:class:`ReloadMetrics`,
+shared with the controller's reload). The standalone server has no cluster connection, so it records
+no Event.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from loguru import logger
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from runtime.engine.admission import AdmissionEngine, AdmissionView
+from runtime.engine.policy import Policy
+from runtime.rules.loader import RuleLoadError, RuleSet
+from runtime.rules.reload import RulesWatcher
+
+MAX_SHOWN_PROBLEMS = 10
+
+
+class ReloadMetrics:
+    """``accelpolicy_rules_generation`` and ``accelpolicy_rules_reload_failures_total`` in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry, generation: int):
+        self.generation = Gauge("accelpolicy_rules_generation", "Generation of the rules in force", registry=registry)
+        self.failures = Counter("accelpolicy_rules_reload_failures", "Rule sets refused by a reload",
+                                registry=registry)
+        self.generation.set(generation)
+
+
+def refusal_message(root: Path | str, generation: int, problems: list[str]) -> str:
+    """The log (and Event) text of a refused set: the directory, the generation that keeps serving and
+    the first :data:`MAX_SHOWN_PROBLEMS` problems, then how many more."""
+    shown = problems[:MAX_SHOWN_PROBLEMS] + ([f"... and {len(problems) - MAX_SHOWN_PROBLEMS} more"]
+                                             if len(problems) > MAX_SHOWN_PROBLEMS else [])
+    return f"rules in {root} refused; generation {generation} keeps serving:\n" + "\n".join(shown)
+
+
+class WebhookRulesReload:
+    """Watch ``root`` every ``interval`` seconds and swap ``state``'s generation; see the module docstring.
+
+    ``paths``: the served routes (HTTPS path -> policy name); ``view_of(policy)``: the cluster view a
+    new policy judges against (the same snapshot, read once at start); ``initial``: the RuleSet the
+    server started with.
+    """
+
+    def __init__(self, state, paths: dict[str, str], root: Path | str, view_of: Callable[[Policy], AdmissionView],
+                 initial: RuleSet, interval: float = 2.0):
+        self.state, self.paths, self.view_of = state, dict(paths), view_of
+        self.metrics = ReloadMetrics(state.metrics.registry, initial.generation)
+        self.serving = initial   # the RuleSet whose generation answers now
+        self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval, initial=initial)
+
+    def start(self) -> "WebhookRulesReload":
+        """Start polling (a daemon thread; nothing when the interval is 0); returns self."""
+        self.watcher.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop polling."""
+        self.watcher.stop()
+
+    def _swap(self, ruleset: RuleSet) -> None:
+        policy = Policy(ruleset)
+        try:
+            engine = AdmissionEngine(policy)
+        except KeyError as exc:  # a dangling paramsFrom/builtin/shape: refuse like a lint finding
+            self._refused(RuleLoadError([]), str(exc.args[0]) if exc.args else str(exc))
+            return
+        paths = {spec.path: name for name, spec in engine.policies.items()}
+        if paths != self.paths:
+            changed = sorted(set(paths.items()) ^ set(self.paths.items()))
+            self._refused(RuleLoadError([]), "the webhooks served changed (path -> policy: "
+                          + ", ".join(f"{p} -> {n}" for p, n in changed) + "); restart the server to serve them")
+            return
+        self.state.set_ready(engine, self.view_of(policy))
+        self.serving = ruleset
+        self.metrics.generation.set(ruleset.generation)
+        logger.info("rules generation {} from {} in force (loaded in {:.3f}s)", ruleset.generation, ruleset.root,
+                    self.watcher.last_seconds)
+
+    def _refused(self, exc: RuleLoadError, detail: str = "") -> None:
+        self.metrics.failures.inc()
+        self.watcher.current = self.serving   # a set refused after it loaded is not in force either
+        problems = [str(p) for p in exc.problems] or [detail]
+        logger.error(refusal_message(self.watcher.root, self.serving.generation, problems))

@@ -1,0 +1,136 @@
+"""Hot reload of the standalone `accelpolicy webhook` server (issue 12 item 7), end to end.
+
+The real command serves over HTTPS from a rules directory laid out as kubelet mounts a ConfigMap
+(``..<timestamp>/``, ``..data`` swapped by one rename, entries linked through it). A new version with
+an edited denial message is served from the next review on, with no restart; a broken version is
+refused with its ``file:line:col`` problem while the working generation keeps answering, and both
+outcomes show on ``/metrics``.
+"""
+from __future__ import annotations
+
+import re
+import ssl
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime.engine.admission import review_for
+from runtime.webhook.app import Generation, WebhookState
+from testing.localcluster.testing import wait_for
+from testing.localcluster.walkthrough import accelpolicy_argv
+from tests.unit.test_rules_reload import _version
+
+SEED = "tests/fixtures/seed/common"
+A10G_QUEUE = "gpustack-fnv64-c4680bb149644f1c"
+OLD = "a logical slice request is always a single accelerator; multi-accelerator logical slicing is not supported yet"
+NEW = "a logical slice request is one accelerator in this cluster"
+
+
+def _pod() -> dict:
+    """A Pod asking for two logical slices: denied by pods-validation rule-2."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "demo", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": A10G_QUEUE}},
+            "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {
+                "nvidia.com/gpu.sliced": "2", "nvidia.com/gpu.sliced.memory-percentage": "20"}}}]}}
+
+
+def _edit(old: str, new: str):
+    def edit(target: Path) -> None:
+        path = target / "admission" / "pods.yaml"
+        text = path.read_text()
+        assert text.count(old) == 1, old
+        path.write_text(text.replace(old, new))
+    return edit
+
+
+class Server:
+    """`accelpolicy webhook` in a subprocess; its stderr lines are collected by a thread."""
+
+    def __init__(self, rules: Path, workdir: Path):
+        argv = accelpolicy_argv() + ["webhook", "--rules", str(rules), "--self-signed", str(workdir / "tls"),
+                                     "--port", "0", "--snapshot", SEED, "--watch-rules-seconds", "0.1"]
+        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        _, line = wait_for(lambda: next((ln for ln in self.lines if "/validate-pods" in ln), None), bool,
+                           timeout=60, what="the server's serving line")
+        self.base = re.search(r"(https://127\.0\.0\.1:\d+)/validate-pods", line).group(1)
+        self.client = httpx.Client(verify=ssl.create_default_context(cafile=workdir / "tls" / "ca.crt"), timeout=10)
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def denial(self) -> str:
+        """The message of pods-validation's answer to :func:`_pod`."""
+        resp = self.client.post(f"{self.base}/validate-pods", json=review_for(_pod(), uid="u")).json()["response"]
+        assert resp["uid"] == "u" and resp["allowed"] is False
+        return resp["status"]["details"]["causes"][0]["message"]
+
+    def metric(self, name: str) -> float:
+        text = self.client.get(f"{self.base}/metrics").text
+        return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
+
+    def stop(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(15)
+        self.reader.join(5)
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    mount = tmp_path / "rules"
+    mount.mkdir()
+    _version(mount, "2026_12_01_00_00_00.1")
+    srv = Server(mount, tmp_path)
+    srv.mount = mount
+    yield srv
+    srv.stop()
+
+
+def test_an_edited_rules_copy_is_served_without_a_restart_and_a_broken_one_is_refused(server):
+    assert server.denial() == f'Invalid value: "2": {OLD}'
+    first = server.metric("accelpolicy_rules_generation")
+
+    _version(server.mount, "2026_12_01_00_01_00.2", _edit(OLD, NEW))       # kubelet's atomic ..data swap
+    wait_for(server.denial, lambda m: m == f'Invalid value: "2": {NEW}', what="the edited message served")
+    assert server.metric("accelpolicy_rules_generation") > first
+    swapped = next(ln for ln in server.lines if re.search(r"rules generation \d+ from .* in force", ln))
+    print(swapped)   # the reload time, for the note
+    served = server.metric("accelpolicy_rules_generation")
+
+    broken = "expression: \"!(variables.k.sliced in item.keys) || qIsOne(item.keys[variables.k.sliced])\""
+    _version(server.mount, "2026_12_01_00_02_00.3",
+             _edit(broken, broken.replace("qIsOne(", "qIsUno(")))
+    wait_for(lambda: server.metric("accelpolicy_rules_reload_failures_total"), lambda n: n == 1.0,
+             what="the broken set refused")
+    text = (server.mount / "admission" / "pods.yaml").read_text()
+    line = text[: text.index("qIsUno(")].count("\n") + 1
+    column = text.splitlines()[line - 1].index("qIsUno(") + 1
+    refusal = next(ln for ln in server.lines if "refused; generation" in ln)
+    assert f"generation {int(served)} keeps serving" in refusal
+    problem = f"rules/admission/pods.yaml:{line}:{column} "
+    assert any(ln.startswith(problem) and "unknown function 'qIsUno'" in ln for ln in server.lines), server.lines[-5:]
+    assert server.denial() == f'Invalid value: "2": {NEW}'                # the working generation answers
+    assert server.metric("accelpolicy_rules_generation") == served
+
+
+def test_a_generation_is_swapped_as_one_object():
+    """A review reads the served generation once: the engine and view it is judged with belong together."""
+    state = WebhookState()
+    state.set_ready("engine-1", "view-1")
+    held = state.served
+    state.set_ready("engine-2", "view-2")
+    assert (held.engine, held.view) == ("engine-1", "view-1")
+    assert state.served == Generation("engine-2", "view-2", None) and state.current_view() == "view-2"
+    live = [0]
+    state.set_ready("engine-3", lambda: live[0])
+    assert (state.engine, state.view, state.current_view()) == ("engine-3", None, 0)
+    state.engine = "engine-4"             # the controller's reload replaces the rules alone
+    assert (state.served.engine, state.current_view()) == ("engine-4", 0)
