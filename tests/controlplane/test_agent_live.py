@@ -51,15 +51,22 @@ def test_first_pass_creates_everything_then_nothing_changes(make_agent, live):
     assert len(agent.cluster.applier.writes) == before
 
 
+def _label_worker(agent, kubectl, key: str, value: str) -> str:
+    """Another writer merge-patches a spec label onto the worker NodeFeature; returns once the agent's
+    cache holds the edit (the NodeFeature's name)."""
+    name = "node-a10g-gpustack-worker"
+    kubectl("patch", "nodefeatures.nfd.k8s-sigs.io", name, "-n", NS, "--type=merge",
+            "-p", json.dumps({"spec": {"labels": {key: value}}}))
+    wait_cached(agent, lambda: agent.cluster.node_feature(name), lambda o: o["spec"]["labels"].get(key) == value,
+                "the edited NodeFeature in the agent's cache")
+    return name
+
+
 def test_managed_false_on_the_nodefeature_survives(make_agent, live):
     kubectl, _ = live
     agent, _ = make_agent()
     agent.reconcile()
-    name = "node-a10g-gpustack-worker"
-    kubectl("patch", "nodefeatures.nfd.k8s-sigs.io", name, "-n", NS, "--type=merge",
-            "-p", json.dumps({"spec": {"labels": {MANAGED: "false"}}}))   # seed step 2
-    wait_cached(agent, lambda: agent.cluster.node_feature(name), lambda o: o["spec"]["labels"][MANAGED] == "false",
-                "the edited NodeFeature in the agent's cache")
+    _label_worker(agent, kubectl, MANAGED, "false")   # seed step 2
     agent.reconcile()
     assert worker(kubectl, "node-a10g")["spec"]["labels"][MANAGED] == "false"
 
@@ -68,11 +75,7 @@ def test_a_label_another_writer_adds_to_the_spec_is_removed(make_agent, live):
     kubectl, _ = live
     agent, _ = make_agent()
     agent.reconcile()
-    name = "node-a10g-gpustack-worker"
-    kubectl("patch", "nodefeatures.nfd.k8s-sigs.io", name, "-n", NS, "--type=merge",
-            "-p", json.dumps({"spec": {"labels": {"example.com/forged": "true"}}}))
-    wait_cached(agent, lambda: agent.cluster.node_feature(name), lambda o: "example.com/forged" in o["spec"]["labels"],
-                "the edited NodeFeature in the agent's cache")
+    name = _label_worker(agent, kubectl, "example.com/forged", "true")
     agent.reconcile()
     assert "example.com/forged" not in worker(kubectl, "node-a10g")["spec"]["labels"]
     assert ("update", "NodeFeature", name) in _writes(agent)
@@ -206,28 +209,15 @@ def test_run_loop_reconciles_until_stopped(make_agent, live):
 
 
 def test_a_watched_change_wakes_the_loop(make_agent, live):
+    """Every watch event of the agent's cache sets the Event its loop waits on (run(): wake.wait)."""
     kubectl, _ = live
-    agent, _ = make_agent()
-    stop = threading.Event()
-    passes = []
-    real = agent.reconcile
-
-    def counted(dry_run=False):
-        passes.append(1)
-        return real(dry_run)
-    agent.reconcile = counted
-    loop = threading.Thread(target=agent.run, args=(3600,), kwargs={"stop": stop}, daemon=True)
-    loop.start()
-    try:
-        wait_cached(agent, lambda: worker(kubectl, "node-a10g"), bool, "the first pass's NodeFeature")
-        first = len(passes)
-        kubectl("annotate", "node", "node-a10g", "example.com/poke=1")   # a watch event on the agent's Node
-        wait_cached(agent, lambda: len(passes), lambda n: n > first, "a pass woken by the Node's watch event")
-    finally:
-        stop.set()
-        agent.wake.set()
-        loop.join(10)
-    assert not loop.is_alive()
+    agent, _ = make_agent()          # caches synced, nothing written yet: no event of its own pending
+    agent.wake.clear()
+    kubectl("annotate", "node", "node-a10g", "example.com/poke=1")
+    wait_cached(agent, agent.wake.is_set, bool, "the agent woken by its Node's watch event")
+    agent.wake.clear()
+    kubectl("create", "secret", "generic", "gpustack-settings", "-n", NS, "--from-literal=node-management-manual=true")
+    wait_cached(agent, agent.wake.is_set, bool, "the agent woken by the settings Secret's watch event")
 
 
 # -- the applier's agent calls, on real objects --------------------------------------------------------
