@@ -10,7 +10,7 @@ import pytest
 from loguru import logger
 
 from runtime.kube.applier import NotOwnedError
-from tests.agent.helpers import A10G, entry, group, pod
+from tests.agent.helpers import A10G, ALLOCATED, entry, group, pod
 from tests.controlplane.agentlive import NS, PODS_NS, device_manager, devices, events_on, live, make_agent, \
     pod_annotations, server, wait_cached, worker  # noqa: F401 - fixtures
 
@@ -261,3 +261,50 @@ def test_pod_annotation_patch_merges_only_the_given_key(make_agent, live):
                                  "metadata": {"name": "p", "annotations": {"example.com/keep": "yes"}}}])
     agent.cluster.patch_pod_annotations(PODS_NS, "p", {"device.gpustack.ai/accelerator.allocated": "{}"})
     assert pod_annotations(kubectl, "p") == {"example.com/keep": "yes", "device.gpustack.ai/accelerator.allocated": "{}"}
+
+
+# -- the same kube layer from outside the agent's process ----------------------------------------------
+def test_the_agent_command_once_publishes_the_node(make_agent, live, tmp_path):
+    """`accelpolicy agent --once` connects with the one kubeconfig loader, syncs its caches, writes
+    and exits 0."""
+    import os
+    import subprocess
+
+    from testing.localcluster.walkthrough import accelpolicy_argv
+
+    kubectl, _ = live
+    make_agent()                      # the Node as kubelet registers it (this process writes nothing)
+    argv = accelpolicy_argv() + ["agent", "--node", "node-a10g", "--kubeconfig", str(kubectl.kubeconfig),
+                                 "--backend", "fake", "--facts", "probes/recorded/node-a10g.yaml",
+                                 "--allocation-source", "annotation", "--once"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KUBERNETES_POD_NAMESPACE": NS})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "created Devices node-a10g" in done.stderr
+    assert devices(kubectl, "node-a10g")["status"]["groups"][0]["accelerators"][0]["remaining"] == 1600000
+
+
+def test_the_device_plugin_stand_in_reads_and_writes_through_the_same_layer(make_agent, live, policy):
+    """testing/localcluster/deviceplugin.py on the shared cache and applier: it advertises the node's
+    tokens and annotates a bound Pod's allocation, which the agent's next pass charges."""
+    from testing.localcluster.deviceplugin import DevicePluginStandIn
+
+    kubectl, session = live
+    agent, _ = make_agent(pods=[{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "whole"},
+                                 "spec": {"containers": [{"name": "main", "resources": {
+                                     "requests": {"nvidia.com/gpu": "1"}}}]}}])
+    agent.reconcile()
+    plugin = DevicePluginStandIn(session, policy, ["node-a10g"]).start()
+    try:
+        capacity = server(kubectl, "node", "node-a10g")["status"]["capacity"]
+        assert (capacity["nvidia.com/gpu"], capacity["nvidia.com/gpu.shared"]) == ("1", "10")
+        wait_cached(agent, lambda: pod_annotations(kubectl, "whole"), lambda a: ALLOCATED in a,
+                    "the stand-in's allocation annotation on the Pod")
+    finally:
+        plugin.stop()
+    assert json.loads(pod_annotations(kubectl, "whole")[ALLOCATED]) == {"main": [group("a10g", entry(A10G, 0, 1, 1600000))]}
+    wait_cached(agent, lambda: agent.cluster.pods()[0]["metadata"].get("annotations") or {}, lambda a: ALLOCATED in a,
+                "the annotated Pod in the agent's cache")
+    agent.reconcile()
+    assert devices(kubectl, "node-a10g")["status"]["groups"][0]["accelerators"][0] == {
+        "id": A10G, "index": 0, "mode": 1, "allocated": 1600000}
