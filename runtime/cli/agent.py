@@ -19,6 +19,7 @@ from loguru import logger
 from probes.backend import BACKENDS, select_backend
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
+from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
@@ -64,9 +65,12 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
                    "port N, for kubelet probes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
+@log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
-            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None) -> None:
+            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None, log_level="INFO",
+            log_format="text") -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
+    configure_logging(log_level, log_format)
     try:
         policy = Policy(load_rules(rules_dir))
     except RuleLoadError as exc:
