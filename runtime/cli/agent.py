@@ -61,8 +61,8 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="N",
-              help="serve /healthz (the loop keeps passing) and /readyz (the last pass succeeded) over HTTP on "
-                   "port N, for kubelet probes")
+              help="serve /healthz (the loop keeps passing), /readyz (the last pass succeeded) and /metrics "
+                   "(Prometheus) over HTTP on port N, for kubelet probes and scrapes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 @log_options
@@ -117,10 +117,11 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         return
     if health_port is not None:
         from runtime.agent.health import PassClock, serve_health
+        from runtime.agent.metrics import AgentMetrics
         clock = PassClock(stale_seconds=3 * interval + 60)
         agent.on_pass = clock.passed
         try:
-            serve_health(clock, port=health_port)
+            serve_health(clock, port=health_port, metrics=AgentMetrics().bind(agent).registry)
         except OSError as exc:
             raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
     agent.run(interval)
