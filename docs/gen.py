@@ -380,9 +380,9 @@ def metrics_page() -> str:
            "Served at `/metrics` (Prometheus text). `accelpolicy webhook`: the admission metrics. "
            "`accelpolicy controller`: every metric below but the agent's (`runtime.agent.*`), over plain HTTP "
            "on `--metrics-bind-address` (default `:8080`) and, with `--webhook-port N`, on the webhook server "
-           "too. `accelpolicy agent`: the agent's (`runtime.agent.metrics`), on `--health-port` (the DaemonSet's port). Views: `ex` accelerators, `sh` "
-           "shares, `sl` VRAM percent, `pt` partitions, `cpu` cores. Guide: [Observability](../observability.md)."
-           "\n\n",
+           "too. `accelpolicy agent`: the agent's (`runtime.agent.metrics`), on `--health-port` (the "
+           "DaemonSet's port). Views: `ex` accelerators, `sh` shares, `sl` VRAM percent, `pt` partitions, "
+           "`cpu` cores. Guide: [Observability](../observability.md).\n\n",
            "| Metric | Type | Series | Labels | Help | Defined in |\n|---|---|---|---|---|---|\n"]
     for metric_name in sorted(rows):
         kind, exposed, labels, doc, module = rows[metric_name]

@@ -222,9 +222,10 @@ class Controller:
         result.seconds = time.monotonic() - t0
         self.reconciles.append(result)
         self._notify(result)
-        logger.bind(reconcile_seconds=round(result.seconds, 6), writes=len(result.writes), errors=len(result.errors)).info(
-            "reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s",
-                    len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds)
+        summary = logger.bind(reconcile_seconds=round(result.seconds, 6), writes=len(result.writes),
+                              errors=len(result.errors))
+        summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s",
+                     len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds)
         return result
 
     def _run_action(self, action: Action, result: ReconcileResult) -> None:
