@@ -359,8 +359,9 @@ def _described(collector) -> list[tuple[str, str, tuple, str, list]]:
             for f in (describe() if describe else [])]
 
 
-def metrics_page() -> str:
-    """The metrics reference: every collector of the product's registries (name, type, labels, help)."""
+def metric_table() -> dict[str, tuple[str, tuple, str, list, str]]:
+    """Every collector of the product's registries: name -> (type, label names, help, histogram bounds,
+    defining module). Also read by the dashboard test (tests/deploy/test_dashboard.py)."""
     from prometheus_client import REGISTRY
 
     rows: dict[str, tuple] = {}
@@ -371,11 +372,18 @@ def metrics_page() -> str:
                 for metric_name, kind, labels, doc, bounds in _described(collector):
                     if registry is REGISTRY and not metric_name.startswith("accelpolicy_"):
                         continue
-                    exposed = {"counter": f"{metric_name}_total",
-                               "histogram": f"{metric_name}_bucket, _sum, _count"}
-                    extra = " Buckets (s): " + ", ".join(f"{b:g}" for b in bounds) + "." if bounds else ""
-                    rows[metric_name] = (kind, exposed.get(kind, metric_name),
-                                         ", ".join(f"`{label}`" for label in labels), f"{doc}.{extra}", name)
+                    rows[metric_name] = (kind, labels, doc, bounds, name)
+    return rows
+
+
+def metrics_page() -> str:
+    """The metrics reference: every collector of the product's registries (name, type, labels, help)."""
+    rows = {}
+    for metric_name, (kind, labels, doc, bounds, name) in metric_table().items():
+        exposed = {"counter": f"{metric_name}_total", "histogram": f"{metric_name}_bucket, _sum, _count"}
+        extra = " Buckets (s): " + ", ".join(f"{b:g}" for b in bounds) + "." if bounds else ""
+        rows[metric_name] = (kind, exposed.get(kind, metric_name), ", ".join(f"`{label}`" for label in labels),
+                             f"{doc}.{extra}", name)
     out = [_header("the prometheus_client registries of runtime/"), "# Metrics\n\n",
            "Served at `/metrics` (Prometheus text). `accelpolicy webhook`: the admission metrics. "
            "`accelpolicy controller`: every metric below but the agent's (`runtime.agent.*`), over plain HTTP "
