@@ -28,7 +28,7 @@ from runtime.rules.loader import RuleLoadError, load_rules
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
-def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -> dict:
+def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -> dict:
     """The Node a cluster-less dry run plans against: this host's os/arch, ``--node-label`` pairs."""
     node_labels = {policy.key("os"): platform.system().lower(),
                    policy.key("arch"): _ARCH.get(platform.machine().lower(), platform.machine().lower())}
@@ -90,7 +90,7 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
     client = node = None
     if offline:
-        node = _offline_node(policy, node_name, node_capacity_cpu, node_labels)
+        node = offline_node(policy, node_name, node_capacity_cpu, node_labels)
     else:
         from runtime.kube.client import KubeClient  # only a cluster run needs the kubernetes client
         try:
