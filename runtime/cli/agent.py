@@ -121,7 +121,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         clock = PassClock(stale_seconds=3 * interval + 60)
         agent.on_pass = clock.passed
         try:
-            serve_health(clock, port=health_port, metrics=AgentMetrics().bind(agent).registry)
+            server = serve_health(clock, port=health_port, metrics=AgentMetrics().bind(agent).registry)
         except OSError as exc:
             raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
+        logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
     agent.run(interval)
