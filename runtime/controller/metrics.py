@@ -8,7 +8,8 @@ Two sources, so no number is derived twice:
   reads (the watch cache's copy, which the controller's own status writes update), the flavors of each
   ClusterQueue, the cached objects per kind and each watch's restarts and relists.
 - **Counted as it happens** (:class:`ControllerMetrics`): each reconcile's duration and failed
-  actions (a reconcile observer), the API writes by kind and verb (the applier's write log, read
+  actions (a reconcile observer), the AdmissionCheck answers it wrote by state and their latency from
+  the Workload's quota reservation, the API writes by kind and verb (the applier's write log, read
   forward at each scrape) and whether this replica leads.
 
 Labels stay bounded: InstanceType, ClusterQueue and kind names, views and verbs; never a Pod or
@@ -18,11 +19,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter as Tally
-from typing import Iterator, Optional
+from datetime import datetime, timezone
+from typing import Callable, Iterable, Iterator, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from runtime.controller.plan import Verb
 
 # Views (spec/four-view.md §2, pools.md §10.2) -> the InstanceType status field that publishes them
 # (crds/worker.gpustack.ai_instancetypes.yaml). Units: ex accelerators, sh shares, sl VRAM percent,
@@ -33,6 +37,7 @@ VIEW_NUMBERS = {"capacity": "capacity", "remaining": "remaining", "once_max_requ
 VIEW_HELP = ("view: ex (accelerators), sh (shares), sl (VRAM percent), pt (partitions), cpu (cores); "
              "as the InstanceType's status publishes it")
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+CHECK_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 
 
 def view_samples(instancetype: dict) -> Iterator[tuple[str, str, float]]:
@@ -54,6 +59,34 @@ def queue_flavors(queue: dict) -> int:
     """How many ResourceFlavors a ClusterQueue's ``spec.resourceGroups`` name (each counted once)."""
     groups = (queue.get("spec") or {}).get("resourceGroups") or []
     return len({f.get("name") for g in groups for f in (g.get("flavors") or []) if isinstance(f, dict)})
+
+
+def quota_reserved_at(workload: dict | None) -> datetime | None:
+    """When Kueue reserved the Workload's quota: its ``QuotaReserved`` True condition's
+    ``lastTransitionTime`` (None when absent or unreadable)."""
+    for cond in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
+            try:
+                return datetime.strptime(cond.get("lastTransitionTime", ""), "%Y-%m-%dT%H:%M:%SZ").replace(
+                    tzinfo=timezone.utc)
+            except ValueError:
+                return None
+    return None
+
+
+def check_answers(planned: Iterable, writes: Iterable, workload_of: Callable[[str, str], dict | None],
+                  now: datetime) -> list[tuple[str, float | None]]:
+    """``(state, seconds since quota reservation or None)`` for each AdmissionCheck answer a pass
+    wrote: its ``apply-check-state`` actions whose Workload status write succeeded (spec/pools.md §8.2)."""
+    written = {(w.namespace, w.name) for w in writes if w.kind == "Workload" and w.verb == "apply-status"}
+    out = []
+    for action in planned:
+        if action.verb != Verb.APPLY_CHECK_STATE or (action.namespace, action.name) not in written:
+            continue
+        state = action.body["status"]["admissionChecks"][0]["state"]
+        reserved = quota_reserved_at(workload_of(action.name, action.namespace))
+        out.append((state, (now - reserved).total_seconds() if reserved else None))
+    return out
 
 
 class ControllerCollector(Collector):
@@ -126,6 +159,11 @@ class ControllerMetrics:
                                         registry=self.registry)
         self.writes = Counter("accelpolicy_api_writes", "Successful API writes by kind and verb "
                               "(apply, apply-status, create, patch, delete)", ["kind", "verb"], registry=self.registry)
+        self.check_answers = Counter("accelpolicy_admissioncheck_answers", "AdmissionCheck answers written on "
+                                     "Workloads, by state (Ready, Retry, Rejected)", ["state"], registry=self.registry)
+        self.check_latency = Histogram("accelpolicy_admissioncheck_answer_seconds", "Time from a Workload's quota "
+                                       "reservation to the check's answer", ["state"], buckets=CHECK_BUCKETS,
+                                       registry=self.registry)
         self.leader = Gauge("accelpolicy_leader", "1 while this replica holds the leader Lease, else 0",
                             registry=self.registry)
 
@@ -141,6 +179,13 @@ class ControllerMetrics:
         self.reconcile_seconds.observe(result.seconds)
         if result.errors:
             self.reconcile_errors.inc(len(result.errors))
+        cache = self.controller.cache if self.controller is not None else None
+        for state, seconds in check_answers(result.planned, result.writes,
+                                            lambda n, ns: cache.get("Workload", n, ns) if cache else None,
+                                            datetime.now(timezone.utc)):
+            self.check_answers.labels(state).inc()
+            if seconds is not None:
+                self.check_latency.labels(state).observe(max(seconds, 0.0))
         self.count_writes()
 
     def count_writes(self) -> None:

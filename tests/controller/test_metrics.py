@@ -56,3 +56,23 @@ def test_unbound_registry_exposes_the_families_without_samples():
                  "accelpolicy_reconcile_seconds histogram", "accelpolicy_api_writes_total counter",
                  "accelpolicy_leader gauge", "accelpolicy_reconcile_errors_total counter"):
         assert f"# TYPE {name}\n" in text
+
+
+def test_admission_check_answers_and_their_latency_from_quota_reservation(policy):
+    from datetime import timedelta
+
+    from runtime.controller.metrics import check_answers
+    from runtime.controller.workloadchecks import plan_workload_checks
+    from runtime.kube.applier import Write
+    from tests.engine.test_admissioncheck import A10G_FLAVOR, NOW, SEED, snapshot, workload
+
+    held = workload(A10G_FLAVOR, {"nvidia.com/gpu": "1"})
+    snap = snapshot(policy, [SEED], edit=lambda objects: objects.append(held))
+    planned = plan_workload_checks(policy, snap, NOW).actions
+    assert [(a.verb, a.name) for a in planned] == [("apply-check-state", "pod-demo-1a2b3")]
+    written = [Write("apply-status", "Workload", "pod-demo-1a2b3", "default")]
+    later = NOW + timedelta(seconds=2)
+    # quota reserved at 20:59:59, answered at 21:00:02: 3 s
+    assert check_answers(planned, written, lambda name, ns: held, later) == [("Ready", 3.0)]
+    assert check_answers(planned, [], lambda name, ns: held, later) == []  # the write failed: no answer
+    assert check_answers(planned, written, lambda name, ns: None, later) == [("Ready", None)]

@@ -78,7 +78,8 @@ def test_the_dashboard_covers_the_issue_panels():
     exprs = " ".join(t["expr"] for p in _panels() for t in p["targets"])
     for family in ("accelpolicy_instancetype_capacity", "accelpolicy_instancetype_remaining",
                    "accelpolicy_admission_review_seconds_bucket", "accelpolicy_admission_rule_hits_total",
-                   "accelpolicy_reconcile_seconds_bucket", "accelpolicy_agent_ledger_remaining_credits"):
+                   "accelpolicy_reconcile_seconds_bucket", "accelpolicy_agent_ledger_remaining_credits",
+                   "accelpolicy_admissioncheck_answers_total"):
         assert family in exprs
 
 
