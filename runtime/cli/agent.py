@@ -19,6 +19,7 @@ from loguru import logger
 from probes.backend import BACKENDS, select_backend
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
+from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
@@ -27,7 +28,7 @@ from runtime.rules.loader import RuleLoadError, load_rules
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
-def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -> dict:
+def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -> dict:
     """The Node a cluster-less dry run plans against: this host's os/arch, ``--node-label`` pairs."""
     node_labels = {policy.key("os"): platform.system().lower(),
                    policy.key("arch"): _ARCH.get(platform.machine().lower(), platform.machine().lower())}
@@ -60,13 +61,16 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="N",
-              help="serve /healthz (the loop keeps passing) and /readyz (the last pass succeeded) over HTTP on "
-                   "port N, for kubelet probes")
+              help="serve /healthz (the loop keeps passing), /readyz (the last pass succeeded) and /metrics "
+                   "(Prometheus) over HTTP on port N, for kubelet probes and scrapes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
+@log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
-            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None) -> None:
+            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None, log_level="INFO",
+            log_format="text") -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
+    configure_logging(log_level, log_format)
     try:
         policy = Policy(load_rules(rules_dir))
     except RuleLoadError as exc:
@@ -86,7 +90,7 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
     client = node = None
     if offline:
-        node = _offline_node(policy, node_name, node_capacity_cpu, node_labels)
+        node = offline_node(policy, node_name, node_capacity_cpu, node_labels)
     else:
         from runtime.kube.client import KubeClient  # only a cluster run needs the kubernetes client
         try:
@@ -113,10 +117,12 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         return
     if health_port is not None:
         from runtime.agent.health import PassClock, serve_health
+        from runtime.agent.metrics import AgentMetrics
         clock = PassClock(stale_seconds=3 * interval + 60)
         agent.on_pass = clock.passed
         try:
-            serve_health(clock, port=health_port)
+            server = serve_health(clock, port=health_port, metrics=AgentMetrics().bind(agent).registry)
         except OSError as exc:
             raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
+        logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
     agent.run(interval)

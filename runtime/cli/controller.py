@@ -19,9 +19,13 @@ import threading
 from pathlib import Path
 
 import click
+from loguru import logger
+from prometheus_client import CollectorRegistry
 
 from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
+from runtime.cli.observability import configure_logging, log_options, metrics_bind_option, serve_metrics
 from runtime.controller.leader import LEASE_NAME, LeaderElector
+from runtime.controller.metrics import ControllerMetrics
 from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.reconciler import Controller
 from runtime.controller.rulesreload import ControllerRulesReload
@@ -86,6 +90,8 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
               help="The leader re-issues the certificate this many days before it ends.")
 @click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when due).")
+@metrics_bind_option
+@log_options
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_seconds: float,
             lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
@@ -94,7 +100,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             no_registration: bool, webhook_cert_secret: str | None = None, webhook_cert_dir: Path | None = None,
             webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
             webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0,
-            watch_rules_seconds: float = 2.0, audit_interval: str = "1h") -> None:
+            watch_rules_seconds: float = 2.0, audit_interval: str = "1h", log_level: str = "INFO",
+            log_format: str = "text", metrics_bind_address: str = "0") -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -103,7 +110,11 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR. The API server
     reaches the server at --webhook-url-base (default https://127.0.0.1:<port>) or through
     --webhook-service. Registrations stay when the controller stops.
+
+    Metrics (docs/reference/metrics.md): /metrics on --metrics-bind-address and, with --webhook-port,
+    on the webhook server too.
     """
+    configure_logging(log_level, log_format)
     webhook_opts = dict(port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
                         self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
                         register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir)
@@ -147,8 +158,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             click.echo(f"error: serving certificate: {exc}", err=True)
             sys.exit(1)
         tls = WebhookTls(serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"], data["ca.crt"])
-        click.echo(f"serving certificate from Secret {lease_namespace}/{webhook_cert_secret} "
-                   f"({webhook_cert_issuer}) in {webhook_cert_dir}", err=True)
+        logger.info(f"serving certificate from Secret {lease_namespace}/{webhook_cert_secret} "
+                    f"({webhook_cert_issuer}) in {webhook_cert_dir}")
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if webhook_opts else ())
@@ -162,6 +173,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
                 reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),
                 webhooks.use_ca(data["ca.crt"])))
             serving_cert.start(stop)
+        registry = webhooks.state.metrics.registry if webhooks else CollectorRegistry()
+        metrics = ControllerMetrics(registry).bind(controller)
         if once:
             controller.start()
             result = controller.reconcile()
@@ -172,35 +185,38 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             click.echo(f"reconciled in {result.seconds:.3f}s: {len(result.writes)} writes, "
                        f"{len(result.errors)} errors", err=True)
             sys.exit(1 if result.errors else 0)
+        metrics_server = serve_metrics(metrics_bind_address, registry)
+        if metrics_server is not None:
+            stop_hooks.append(lambda: (metrics_server.shutdown(), metrics_server.server_close()))
         elector = LeaderElector(session, LEASE_NAME, lease_namespace,
                                 identity or f"{socket.gethostname()}_{__import__('os').getpid()}")
-        click.echo(f"waiting for the leader Lease {lease_namespace}/{LEASE_NAME} as {elector.identity}", err=True)
+        logger.info(f"waiting for the leader Lease {lease_namespace}/{LEASE_NAME} as {elector.identity}")
         if not elector.acquire(stop):
             return
-        elector.keep_renewing(on_lost=stop.set)
-        click.echo("leading; reconciling", err=True)
+        metrics.leader.set(1)
+        elector.keep_renewing(on_lost=lambda: (metrics.leader.set(0), stop.set()))
+        logger.info("leading; reconciling")
         if serving_cert is not None:
             serving_cert.leading.set()
             serving_cert.check()  # rotate now when due, before registering its caBundle
         controller.start()
         if webhooks is not None and webhooks.register() is not None:
             for desired in webhooks.registrar.desired:
-                click.echo(f"registered {desired['kind']} {desired['metadata']['name']}", err=True)
+                logger.info(f"registered {desired['kind']} {desired['metadata']['name']}")
         if watch_rules_seconds > 0:
             reloader = ControllerRulesReload(controller, rules_dir, webhooks,
-                                           registry=webhooks.state.metrics.registry if webhooks else None,
-                                           interval=watch_rules_seconds).start()
+                                           registry=registry, interval=watch_rules_seconds).start()
             stop_hooks.append(reloader.stop)
-            click.echo(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s", err=True)
+            logger.info(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s")
         if audit_seconds > 0:
-            background = BackgroundAudit(controller, audit_seconds,
-                                         registry=webhooks.state.metrics.registry if webhooks else None).start()
+            background = BackgroundAudit(controller, audit_seconds, registry=registry).start()
             stop_hooks.append(background.stop)
-            click.echo(f"auditing every {audit_interval}", err=True)
+            logger.info(f"auditing every {audit_interval}")
         controller.run(stop)
         elector.release()
+        metrics.leader.set(0)
     except (KubeApiError, TimeoutError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        logger.error("error: {}", exc)
         sys.exit(1)
     finally:
         for hook in stop_hooks:
@@ -254,7 +270,7 @@ def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
             if service:
                 names += (f"{service[1]}.{service[0]}.svc", f"{service[1]}.{service[0]}.svc.cluster.local")
             paths = self_signed(opts["self_signed"], names)
-            click.echo(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}", err=True)
+            logger.info(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}")
             tls = WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes())
         elif not all(files):
             fail("--webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR")
@@ -286,8 +302,8 @@ def _serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
     except OSError as exc:
         fail(f"cannot listen on {opts['host']}:{opts['port']}: {exc.strerror or exc}")
     for spec in sorted(webhooks.engine.policies.values(), key=lambda s: s.path):
-        click.echo(f"serving {spec.webhook} at https://{opts['host']}:{webhooks.port}{spec.path}", err=True)
+        logger.info(f"serving {spec.webhook} at https://{opts['host']}:{webhooks.port}{spec.path}")
     controller.start_caches()
     webhooks.ready()
-    click.echo("webhooks ready (watch caches synced)", err=True)
+    logger.info("webhooks ready (watch caches synced)")
     return webhooks

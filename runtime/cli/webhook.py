@@ -4,8 +4,10 @@ from __future__ import annotations
 import tempfile
 
 import click
+from loguru import logger
 
 from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
+from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.admission import admission_view
 
 
@@ -34,14 +36,16 @@ def webhook_command(state_class: type | None = None) -> click.Command:
                        "(keep it below the webhook's timeoutSeconds, 10 by default)")
     @click.option("--workers", default=None, type=click.IntRange(min=1),
                   help="reviews judged at once (threads; default: the CPU count)")
+    @log_options
     def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes, read_timeout,
-                max_connections, deadline_seconds, workers):
+                max_connections, deadline_seconds, workers, log_level="INFO", log_format="text"):
         """Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics.
 
         Either --cert and --key, or --self-signed DIR. Binds 127.0.0.1 unless --host says otherwise.
         """
         import ssl
 
+        configure_logging(log_level, log_format)
         from runtime.webhook.app import WebhookState, build_app
         from runtime.webhook.server import bind, check_tls, self_signed, serve
 
@@ -49,7 +53,7 @@ def webhook_command(state_class: type | None = None) -> click.Command:
             if self_signed_dir is not None:
                 paths = self_signed(self_signed_dir or tempfile.mkdtemp(prefix="accelpolicy-webhook-"))
                 cert, key = str(paths["cert"]), str(paths["key"])
-                click.echo(f"self-signed: CA {paths['ca']}, certificate {cert}", err=True)
+                logger.info(f"self-signed: CA {paths['ca']}, certificate {cert}")
             elif not (cert and key):
                 fail("give --cert and --key, or --self-signed DIR")
             check_tls(cert, key)
@@ -70,7 +74,7 @@ def webhook_command(state_class: type | None = None) -> click.Command:
             fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         port = sock.getsockname()[1]
         for name, spec in sorted(engine.policies.items()):
-            click.echo(f"serving {spec.webhook} at https://{host}:{port}{spec.path}", err=True)
+            logger.info(f"serving {spec.webhook} at https://{host}:{port}{spec.path}")
         serve(app, sock, cert, key, read_timeout=read_timeout, max_connections=max_connections)
 
     return command

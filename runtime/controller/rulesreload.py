@@ -36,6 +36,17 @@ def rules_event(namespace: str, reason: str, kind: str, message: str, now: datet
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
 
 
+class ReloadMetrics:
+    """The reload's two collectors in ``registry`` (a new one when None)."""
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None):
+        self.registry = registry or CollectorRegistry()
+        self.generation = Gauge("accelpolicy_rules_generation", "Generation of the rules in force",
+                                registry=self.registry)
+        self.failures = Counter("accelpolicy_rules_reload_failures", "Rule sets refused by a reload",
+                                registry=self.registry)
+
+
 class ControllerRulesReload:
     """Watch ``root`` and swap the controller's (and ``webhooks``') rules; see the module docstring.
 
@@ -46,11 +57,8 @@ class ControllerRulesReload:
                  interval: float = 2.0):
         self.controller = controller
         self.webhooks = webhooks
-        self.registry = registry or CollectorRegistry()
-        self.generation = Gauge("accelpolicy_rules_generation", "Generation of the rules in force",
-                                registry=self.registry)
-        self.failures = Counter("accelpolicy_rules_reload_failures", "Rule sets refused by a reload",
-                                registry=self.registry)
+        metrics = ReloadMetrics(registry)
+        self.registry, self.generation, self.failures = metrics.registry, metrics.generation, metrics.failures
         self.generation.set(controller.policy.ruleset.generation)
         self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval,
                                     initial=controller.policy.ruleset)
