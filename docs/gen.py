@@ -346,8 +346,22 @@ def _registries(module) -> list:
     return found
 
 
-def metrics_page() -> str:
-    """The metrics reference: every collector of the product's registries (name, type, labels, help)."""
+def _described(collector) -> list[tuple[str, str, tuple, str, list]]:
+    """(name, type, label names, help, histogram bounds) of a standard collector (its own fields) or of a
+    custom one (the families its ``describe()`` returns, labels declared)."""
+    name = getattr(collector, "_name", None)
+    if name:
+        bounds = [b for b in getattr(collector, "_upper_bounds", []) if b != float("inf")]
+        return [(name, getattr(collector, "_type", ""), tuple(getattr(collector, "_labelnames", ())),
+                 getattr(collector, "_documentation", ""), bounds if collector._type == "histogram" else [])]
+    describe = getattr(collector, "describe", None)
+    return [(f.name, f.type, tuple(getattr(f, "_labelnames", ())), f.documentation, [])
+            for f in (describe() if describe else [])]
+
+
+def metric_table() -> dict[str, tuple[str, tuple, str, list, str]]:
+    """Every collector of the product's registries: name -> (type, label names, help, histogram bounds,
+    defining module). Also read by the dashboard test (tests/deploy/test_dashboard.py)."""
     from prometheus_client import REGISTRY
 
     rows: dict[str, tuple] = {}
@@ -355,21 +369,28 @@ def metrics_page() -> str:
         module = importlib.import_module(name)
         for registry in _registries(module) + [REGISTRY]:
             for collector in list(getattr(registry, "_collector_to_names", {})):
-                metric_name = getattr(collector, "_name", None)
-                if not metric_name or (registry is REGISTRY and not metric_name.startswith("accelpolicy_")):
-                    continue
-                kind = getattr(collector, "_type", "")
-                exposed = {"counter": f"{metric_name}_total", "histogram": f"{metric_name}_bucket, _sum, _count"}
-                labels = ", ".join(f"`{label}`" for label in getattr(collector, "_labelnames", ()))
-                extra = ""
-                if kind == "histogram":
-                    bounds = [b for b in getattr(collector, "_upper_bounds", []) if b != float("inf")]
-                    extra = " Buckets (s): " + ", ".join(f"{b:g}" for b in bounds) + "."
-                rows[metric_name] = (kind, exposed.get(kind, metric_name), labels,
-                                     f"{getattr(collector, '_documentation', '')}.{extra}", name)
+                for metric_name, kind, labels, doc, bounds in _described(collector):
+                    if registry is REGISTRY and not metric_name.startswith("accelpolicy_"):
+                        continue
+                    rows[metric_name] = (kind, labels, doc, bounds, name)
+    return rows
+
+
+def metrics_page() -> str:
+    """The metrics reference: every collector of the product's registries (name, type, labels, help)."""
+    rows = {}
+    for metric_name, (kind, labels, doc, bounds, name) in metric_table().items():
+        exposed = {"counter": f"{metric_name}_total", "histogram": f"{metric_name}_bucket, _sum, _count"}
+        extra = " Buckets (s): " + ", ".join(f"{b:g}" for b in bounds) + "." if bounds else ""
+        rows[metric_name] = (kind, exposed.get(kind, metric_name), ", ".join(f"`{label}`" for label in labels),
+                             f"{doc}.{extra}", name)
     out = [_header("the prometheus_client registries of runtime/"), "# Metrics\n\n",
-           "Served at `/metrics` (Prometheus text) by `accelpolicy webhook` and by the controller's webhook "
-           "server (`accelpolicy controller --webhook-port N`).\n\n",
+           "Served at `/metrics` (Prometheus text). `accelpolicy webhook`: the admission metrics. "
+           "`accelpolicy controller`: every metric below but the agent's (`runtime.agent.*`), over plain HTTP "
+           "on `--metrics-bind-address` (default `:8080`) and, with `--webhook-port N`, on the webhook server "
+           "too. `accelpolicy agent`: the agent's (`runtime.agent.metrics`), on `--health-port` (the "
+           "DaemonSet's port). Views: `ex` accelerators, `sh` shares, `sl` VRAM percent, `pt` partitions, "
+           "`cpu` cores. Guide: [Observability](../observability.md).\n\n",
            "| Metric | Type | Series | Labels | Help | Defined in |\n|---|---|---|---|---|---|\n"]
     for metric_name in sorted(rows):
         kind, exposed, labels, doc, module = rows[metric_name]

@@ -350,8 +350,13 @@ def test_troubleshooting_unbindable_claim(walk):
                timeout=60)
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"true\"}}'")
+    # the controller has taken the Setting in (its status.value) before an Instance relies on it
+    wait_until(lambda: get(walk, "setting", "instance-persistent-volume-placement", "-n", SYSTEM),
+               lambda s: (s.get("status") or {}).get("value") == "true", "Setting status.value true")
     doc = yaml.safe_load((walk.manifests / "pinned-demo.yaml").read_text())
     doc["metadata"]["name"] = "claim-demo"
+    # only the claim: the test stands alone (no host-path Setting, no ConfigMap from step 6)
+    doc["spec"]["additionalVolumes"] = [v for v in doc["spec"]["additionalVolumes"] if "persistent" in v]
     walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
     inst = wait_until(lambda: get(walk, "instance", "claim-demo", "-n", NS),
                       lambda i: (i.get("status") or {}).get("phaseMessage") == UNBINDABLE, "unbindable-claim phaseMessage")

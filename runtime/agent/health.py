@@ -4,12 +4,15 @@
 than ``stale_seconds`` ago; 200 during the first ``stale_seconds`` after start too), else 503.
 ``/readyz``: 200 once the last pass succeeded (its objects were written), else 503. Plain HTTP from
 the standard library's threading server: the Pod network only carries the kubelet's probes here.
+``/metrics``: the agent's Prometheus metrics (:mod:`runtime.agent.metrics`) when a registry is given.
 """
 from __future__ import annotations
 
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 
 class PassClock:
@@ -39,19 +42,23 @@ class PassClock:
         return (True, "last pass succeeded") if self.last_ok else (False, "last pass failed (see the log)")
 
 
-def serve_health(clock: PassClock, host: str = "0.0.0.0", port: int = 8081) -> ThreadingHTTPServer:
-    """Serve ``/healthz`` and ``/readyz`` of ``clock`` in a daemon thread; returns the server
-    (``server_address[1]`` is the bound port; ``shutdown()`` stops it). Raises OSError when the
-    port cannot be bound."""
+def serve_health(clock: PassClock, host: str = "0.0.0.0", port: int = 8081, metrics=None) -> ThreadingHTTPServer:
+    """Serve ``/healthz`` and ``/readyz`` of ``clock`` (and ``/metrics`` of the CollectorRegistry
+    ``metrics``, when given) in a daemon thread; returns the server (``server_address[1]`` is the bound
+    port; ``shutdown()`` stops it). Raises OSError when the port cannot be bound."""
     checks = {"/healthz": clock.live, "/readyz": clock.ready}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
+            if metrics is not None and self.path.split("?")[0] == "/metrics":
+                return self._send(200, CONTENT_TYPE_LATEST, generate_latest(metrics))
             check = checks.get(self.path.split("?")[0])
             ok, why = check() if check else (False, f"unknown path {self.path}")
-            body = (why + "\n").encode()
-            self.send_response(200 if ok else (503 if check else 404))
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self._send(200 if ok else (503 if check else 404), "text/plain; charset=utf-8", (why + "\n").encode())
+
+        def _send(self, code: int, content_type: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -36,8 +37,11 @@ class OnceLog:
 
     def __init__(self) -> None:
         self._current: dict[str, str] = {}
+        self.listeners: list[Callable[[str, str], None]] = []  # told of every problem (topic, level): metrics
 
     def problem(self, topic: str, message: str, level: str = "ERROR") -> None:
+        for listener in self.listeners:
+            listener(topic, level)
         if self._current.get(topic) != message:
             self._current[topic] = message
             logger.log(level, "{}: {}", topic, message)
@@ -75,6 +79,8 @@ class NodeAgent:
         self.backend = backend
         self.node_name = node_name
         self.on_pass: Callable[[bool], None] | None = None  # called after each reconcile with its success
+        self.observers: list[Callable[[AgentPlan | None, float], None]] = []  # each pass: plan, probe seconds
+        self.probe_seconds = 0.0
         self.node = node
         self.cpuinfo = cpuinfo
         self.group_id_with_memory = group_id_with_memory
@@ -177,7 +183,9 @@ class NodeAgent:
     def plan(self) -> AgentPlan:
         """Probe, read the cluster (when there is one: its watch cache, started and synced on the
         first pass) and compute the desired objects."""
+        started = time.monotonic()
         facts, known = self.probe()
+        self.probe_seconds = time.monotonic() - started
         worker_now, pods = None, []
         if self.cluster is not None:
             self.cluster.start()
@@ -275,6 +283,7 @@ class NodeAgent:
     # -- loop --------------------------------------------------------------------------------------
     def reconcile(self, dry_run: bool = False) -> AgentPlan | None:
         """One pass. Never raises for cluster or probe trouble: logs once and returns None."""
+        plan = None
         try:
             plan = self.plan()
             if not dry_run and self.cluster is not None:
@@ -284,10 +293,13 @@ class NodeAgent:
             return plan
         except Exception as exc:
             self.log.problem("reconcile", f"{type(exc).__name__}: {exc}")
+            plan = None
             return None
         finally:
             if self.on_pass is not None:  # health endpoints (runtime/agent/health.py)
                 self.on_pass(self.log.healthy("reconcile"))
+            for observer in self.observers:  # metrics (runtime/agent/metrics.py)
+                observer(plan, self.probe_seconds)
 
     def run(self, interval: float, stop: threading.Event | None = None, watch: bool = True) -> None:
         """Reconcile at start, on every watched change (when ``watch`` and a cluster: the watch cache's

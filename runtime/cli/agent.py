@@ -19,6 +19,7 @@ from loguru import logger
 from probes.backend import BACKENDS, select_backend
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
+from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
@@ -27,7 +28,7 @@ from runtime.rules.loader import RuleLoadError, load_rules
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
-def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -> dict:
+def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -> dict:
     """The Node a cluster-less dry run plans against: this host's os/arch, ``--node-label`` pairs."""
     node_labels = {policy.key("os"): platform.system().lower(),
                    policy.key("arch"): _ARCH.get(platform.machine().lower(), platform.machine().lower())}
@@ -60,13 +61,16 @@ def _offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) 
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="N",
-              help="serve /healthz (the loop keeps passing) and /readyz (the last pass succeeded) over HTTP on "
-                   "port N, for kubelet probes")
+              help="serve /healthz (the loop keeps passing), /readyz (the last pass succeeded) and /metrics "
+                   "(Prometheus) over HTTP on port N, for kubelet probes and scrapes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
+@log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
-            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None) -> None:
+            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None, log_level="INFO",
+            log_format="text") -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
+    configure_logging(log_level, log_format)
     try:
         policy = Policy(load_rules(rules_dir))
     except RuleLoadError as exc:
@@ -84,16 +88,7 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         raise click.UsageError(f"the recorded facts describe node {recorded_node!r}, not --node {node_name!r}")
     with_memory = bool(parse_bool(policy.settings, os.environ.get(rules.groupIdWithMemoryEnv, "")))
     offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
-    session = node = None
-    if offline:
-        node = _offline_node(policy, node_name, node_capacity_cpu, node_labels)
-    else:
-        from runtime.kube.session import connect  # only a cluster run needs the kubernetes client
-        try:
-            session = connect(kubeconfig)
-        except Exception as exc:
-            raise click.UsageError(f"no cluster configuration ({exc}); for a cluster-less dry run give "
-                                   "--dry-run --facts FILE --node-capacity-cpu N") from None
+    session, node = _cluster_or_node(policy, kubeconfig, node_name, node_capacity_cpu, node_labels, offline)
     try:
         agent = NodeAgent(policy, probe, node_name, session=session, node=node, cpuinfo=cpuinfo,
                           allocation_source=allocation_source, group_id_with_memory=with_memory,
@@ -101,25 +96,47 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if dry_run or once:
-        try:
-            plan = agent.reconcile(dry_run=dry_run)
-        finally:
-            agent.close()
-        if plan is None:
-            sys.exit(2)
-        if dry_run:
-            objects = plan.objects()
-            if output == "json":
-                click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
-            else:
-                click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+        _one_pass(agent, dry_run, output)
         return
     if health_port is not None:
         from runtime.agent.health import PassClock, serve_health
+        from runtime.agent.metrics import AgentMetrics
         clock = PassClock(stale_seconds=3 * interval + 60)
         agent.on_pass = clock.passed
         try:
-            serve_health(clock, port=health_port)
+            server = serve_health(clock, port=health_port, metrics=AgentMetrics().bind(agent).registry)
         except OSError as exc:
             raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
+        logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
     agent.run(interval)
+
+
+def _cluster_or_node(policy: Policy, kubeconfig: str | None, node_name: str, node_capacity_cpu: str | None,
+                     node_labels: tuple[str, ...], offline: bool) -> tuple[object, dict | None]:
+    """``(session, None)`` for a cluster run (runtime.kube.session.connect), ``(None, Node)`` for a
+    cluster-less dry run; no usable configuration is a usage error naming the cluster-less way."""
+    if offline:
+        return None, offline_node(policy, node_name, node_capacity_cpu, node_labels)
+    from runtime.kube.session import connect  # only a cluster run needs the kubernetes client
+    try:
+        return connect(kubeconfig), None
+    except Exception as exc:
+        raise click.UsageError(f"no cluster configuration ({exc}); for a cluster-less dry run give "
+                               "--dry-run --facts FILE --node-capacity-cpu N") from None
+
+
+def _one_pass(agent: NodeAgent, dry_run: bool, output: str) -> None:
+    """--once / --dry-run: one reconcile (the watches stopped after it); with --dry-run the objects
+    it would write on stdout as a v1 List (json) or a YAML stream. A failed pass exits 2."""
+    try:
+        plan = agent.reconcile(dry_run=dry_run)
+    finally:
+        agent.close()
+    if plan is None:
+        sys.exit(2)
+    if dry_run:
+        objects = plan.objects()
+        if output == "json":
+            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+        else:
+            click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)

@@ -19,9 +19,13 @@ import threading
 from pathlib import Path
 
 import click
+from loguru import logger
+from prometheus_client import CollectorRegistry
 
 from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
+from runtime.cli.observability import configure_logging, log_options, metrics_bind_option, serve_metrics
 from runtime.controller.leader import LEASE_NAME, LeaderElector
+from runtime.controller.metrics import ControllerMetrics
 from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.reconciler import Controller
 from runtime.controller.rulesreload import ControllerRulesReload
@@ -86,6 +90,8 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
               help="The leader re-issues the certificate this many days before it ends.")
 @click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when due).")
+@metrics_bind_option
+@log_options
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_seconds: float,
             lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
@@ -94,7 +100,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             no_registration: bool, webhook_cert_secret: str | None = None, webhook_cert_dir: Path | None = None,
             webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
             webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0,
-            watch_rules_seconds: float = 2.0, audit_interval: str = "1h") -> None:
+            watch_rules_seconds: float = 2.0, audit_interval: str = "1h", log_level: str = "INFO",
+            log_format: str = "text", metrics_bind_address: str = "0") -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -103,50 +110,49 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR. The API server
     reaches the server at --webhook-url-base (default https://127.0.0.1:<port>) or through
     --webhook-service. Registrations stay when the controller stops.
+
+    Metrics (docs/reference/metrics.md): /metrics on --metrics-bind-address and, with --webhook-port,
+    on the webhook server too.
     """
+    configure_logging(log_level, log_format)
     webhook_opts = _webhook_options(once, dict(
         port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
         self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
-        register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir))
+        register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir,
+        cert_issuer=webhook_cert_issuer, cert_days=webhook_cert_days, cert_renew_days=webhook_cert_renew_days,
+        cert_check_seconds=webhook_cert_check_seconds))
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
     audit_seconds = duration_seconds(audit_interval)
     policy = load_policy(rules_dir)
     session = _connect(kubeconfig)
     stop = _stop_on_signals()
     # --once is a single pass: fit labels are written in it rather than after their window (§9)
-    serving_cert = None
-    if webhook_opts and webhook_cert_secret:
-        serving_cert, tls = _serving_certificate(session, lease_namespace, webhook_cert_secret, service, stop, dict(
-            cert_dir=webhook_cert_dir, issuer=webhook_cert_issuer, days=webhook_cert_days,
-            renew_days=webhook_cert_renew_days, check_seconds=webhook_cert_check_seconds))
+    serving_cert, tls = (_serving_certificate(session, lease_namespace, service, stop, webhook_opts)
+                         if webhook_opts and webhook_cert_secret else (None, tls))
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if webhook_opts else ())
     webhooks, stop_hooks = None, []
     try:
-        if webhook_opts:
-            webhooks = _serve_webhooks(controller, webhook_opts, tls, service)
+        webhooks = _serve_webhooks(controller, webhook_opts, tls, service) if webhook_opts else None
         if serving_cert is not None:
             _follow_certificate(serving_cert, webhooks, stop)
+        registry, metrics = _controller_metrics(controller, webhooks)
         if once:
             _reconcile_once(controller)
-        if (elector := _lead(session, lease_namespace, identity, stop, serving_cert)) is None:
+        _serve_metrics(metrics_bind_address, registry, stop_hooks)
+        if (elector := _lead(session, lease_namespace, identity, stop, serving_cert, metrics)) is None:
             return
-        controller.start()
-        _register(webhooks)
-        _start_background(controller, webhooks, stop_hooks, rules_dir, watch_rules_seconds, audit_seconds,
-                          audit_interval)
+        _start_leading(controller, webhooks, registry, stop_hooks, rules_dir, watch_rules_seconds,
+                       audit_seconds, audit_interval)
         controller.run(stop)
         elector.release()
+        metrics.leader.set(0)
     except (KubeApiError, TimeoutError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        logger.error("error: {}", exc)
         sys.exit(1)
     finally:
-        for hook in stop_hooks:
-            hook()
-        if webhooks is not None:
-            webhooks.stop()
-        controller.stop()
+        _shut_down(stop_hooks, webhooks, controller)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -187,23 +193,23 @@ def _connect(kubeconfig: Path | None):
         sys.exit(1)
 
 
-def _serving_certificate(session, namespace: str, secret: str, service: tuple[str, str, int] | None,
+def _serving_certificate(session, namespace: str, service: tuple[str, str, int] | None,
                          stop: threading.Event, opts: dict) -> tuple[ServingCertificate, WebhookTls]:
     """--webhook-cert-secret: the shared serving certificate (created, or read, in ``namespace``) and
     the TLS it gives now; exits 1 when it cannot be had."""
+    secret = opts["cert_secret"]
     serving_cert = ServingCertificate(
         session, namespace, secret,
         service_names(service[0], service[1]) if service else ("127.0.0.1", "localhost"), opts["cert_dir"],
-        manage=opts["issuer"] == "accelpolicy", days=opts["days"], renew_days=opts["renew_days"],
-        check_seconds=opts["check_seconds"])
+        manage=opts["cert_issuer"] == "accelpolicy", days=opts["cert_days"], renew_days=opts["cert_renew_days"],
+        check_seconds=opts["cert_check_seconds"])
     try:
         data = serving_cert.ensure(stop=stop)
     except (KubeApiError, TimeoutError) as exc:
         click.echo(f"error: serving certificate: {exc}", err=True)
         sys.exit(1)
     tls = WebhookTls(serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"], data["ca.crt"])
-    click.echo(f"serving certificate from Secret {namespace}/{secret} "
-               f"({opts['issuer']}) in {opts['cert_dir']}", err=True)
+    logger.info(f"serving certificate from Secret {namespace}/{secret} ({opts['cert_issuer']}) in {opts['cert_dir']}")
     return serving_cert, tls
 
 
@@ -229,44 +235,67 @@ def _reconcile_once(controller: Controller) -> None:
     sys.exit(1 if result.errors else 0)
 
 
+def _controller_metrics(controller: Controller, webhooks: ControllerWebhooks | None
+                        ) -> tuple[CollectorRegistry, ControllerMetrics]:
+    """The one registry (the webhook server's when it serves ``/metrics``, else a new one) and the
+    controller's metrics bound to ``controller``."""
+    registry = webhooks.state.metrics.registry if webhooks else CollectorRegistry()
+    return registry, ControllerMetrics(registry).bind(controller)
+
+
+def _serve_metrics(bind_address: str, registry: CollectorRegistry, stop_hooks: list) -> None:
+    """/metrics on --metrics-bind-address (none at "0"); its shutdown is appended to ``stop_hooks``."""
+    metrics_server = serve_metrics(bind_address, registry)
+    if metrics_server is not None:
+        stop_hooks.append(lambda: (metrics_server.shutdown(), metrics_server.server_close()))
+
+
 def _lead(session, namespace: str, identity: str | None, stop: threading.Event,
-          serving_cert: ServingCertificate | None) -> LeaderElector | None:
+          serving_cert: ServingCertificate | None, metrics: ControllerMetrics) -> LeaderElector | None:
     """Take the leader Lease (None when ``stop`` came first) and keep renewing it; losing it sets
-    ``stop``. The leader rotates the shared serving certificate when due."""
+    ``stop``; the leader gauge follows. The leader rotates the shared serving certificate when due."""
     elector = LeaderElector(session, LEASE_NAME, namespace,
                             identity or f"{socket.gethostname()}_{__import__('os').getpid()}")
-    click.echo(f"waiting for the leader Lease {namespace}/{LEASE_NAME} as {elector.identity}", err=True)
+    logger.info(f"waiting for the leader Lease {namespace}/{LEASE_NAME} as {elector.identity}")
     if not elector.acquire(stop):
         return None
-    elector.keep_renewing(on_lost=stop.set)
-    click.echo("leading; reconciling", err=True)
+    metrics.leader.set(1)
+    elector.keep_renewing(on_lost=lambda: (metrics.leader.set(0), stop.set()))
+    logger.info("leading; reconciling")
     if serving_cert is not None:
         serving_cert.leading.set()
         serving_cert.check()  # rotate now when due, before registering its caBundle
     return elector
 
 
-def _register(webhooks: ControllerWebhooks | None) -> None:
-    """Register the webhook configurations (leader; unless --no-webhook-registration)."""
+def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, registry: CollectorRegistry,
+                   stop_hooks: list, rules_dir: Path, watch_rules_seconds: float, audit_seconds: float,
+                   audit_interval: str) -> None:
+    """What the leader starts before reconciling: the controller's caches, the webhook registration
+    (unless --no-webhook-registration), the rules hot reload and the background audit (each off at
+    0; their metrics in ``registry``, their stop functions appended to ``stop_hooks``)."""
+    controller.start()
     if webhooks is not None and webhooks.register() is not None:
         for desired in webhooks.registrar.desired:
-            click.echo(f"registered {desired['kind']} {desired['metadata']['name']}", err=True)
-
-
-def _start_background(controller: Controller, webhooks: ControllerWebhooks | None, stop_hooks: list,
-                      rules_dir: Path, watch_rules_seconds: float, audit_seconds: float, audit_interval: str) -> None:
-    """The leader's background work: the rules hot reload and the background audit (each off at 0);
-    their stop functions are appended to ``stop_hooks``."""
-    registry = webhooks.state.metrics.registry if webhooks else None
+            logger.info(f"registered {desired['kind']} {desired['metadata']['name']}")
     if watch_rules_seconds > 0:
         reloader = ControllerRulesReload(controller, rules_dir, webhooks, registry=registry,
                                          interval=watch_rules_seconds).start()
         stop_hooks.append(reloader.stop)
-        click.echo(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s", err=True)
+        logger.info(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s")
     if audit_seconds > 0:
         background = BackgroundAudit(controller, audit_seconds, registry=registry).start()
         stop_hooks.append(background.stop)
-        click.echo(f"auditing every {audit_interval}", err=True)
+        logger.info(f"auditing every {audit_interval}")
+
+
+def _shut_down(stop_hooks: list, webhooks: ControllerWebhooks | None, controller: Controller) -> None:
+    """Stop the background work, the webhook server and the controller, in that order."""
+    for hook in stop_hooks:
+        hook()
+    if webhooks is not None:
+        webhooks.stop()
+    controller.stop()
 
 
 def duration_seconds(text: str) -> float:
@@ -313,7 +342,7 @@ def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
             if service:
                 names += (f"{service[1]}.{service[0]}.svc", f"{service[1]}.{service[0]}.svc.cluster.local")
             paths = self_signed(opts["self_signed"], names)
-            click.echo(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}", err=True)
+            logger.info(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}")
             tls = WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes())
         elif not all(files):
             fail("--webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR")
@@ -345,8 +374,8 @@ def _serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
     except OSError as exc:
         fail(f"cannot listen on {opts['host']}:{opts['port']}: {exc.strerror or exc}")
     for spec in sorted(webhooks.engine.policies.values(), key=lambda s: s.path):
-        click.echo(f"serving {spec.webhook} at https://{opts['host']}:{webhooks.port}{spec.path}", err=True)
+        logger.info(f"serving {spec.webhook} at https://{opts['host']}:{webhooks.port}{spec.path}")
     controller.start_caches()
     webhooks.ready()
-    click.echo("webhooks ready (watch caches synced)", err=True)
+    logger.info("webhooks ready (watch caches synced)")
     return webhooks

@@ -4,8 +4,10 @@ from __future__ import annotations
 import tempfile
 
 import click
+from loguru import logger
 
 from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
+from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.admission import admission_view
 
 _OPTIONS = (
@@ -33,6 +35,7 @@ _OPTIONS = (
                  help="Poll the rules directory this often and swap in a changed set once it lints and "
                       "compiles (a broken set is refused, the working one keeps serving); 0: never. "
                       "As the controller's option of the same name."),
+    log_options,
 )
 """The options of `accelpolicy webhook`, top to bottom as --help lists them."""
 
@@ -42,13 +45,15 @@ def webhook_command(state_class: type | None = None) -> click.Command:
     :class:`runtime.webhook.app.WebhookState`; a subclass changes how a review is answered)."""
 
     def command(rules, cert, key, self_signed_dir, host, port, snapshot, max_body_bytes, read_timeout,
-                max_connections, deadline_seconds, workers, watch_rules_seconds=2.0):
+                max_connections, deadline_seconds, workers, watch_rules_seconds=2.0, log_level="INFO",
+                log_format="text"):
         """Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics.
 
         Either --cert and --key, or --self-signed DIR. Binds 127.0.0.1 unless --host says otherwise.
         The rules directory is watched (--watch-rules-seconds) and a changed set that loads is served
         from the next review on; a mounted ConfigMap's symlink swap counts as one change.
         """
+        configure_logging(log_level, log_format)
         from runtime.webhook.app import WebhookState, build_app
         from runtime.webhook.reload import WebhookRulesReload
         from runtime.webhook.server import bind, serve
@@ -69,11 +74,11 @@ def webhook_command(state_class: type | None = None) -> click.Command:
             fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         port = sock.getsockname()[1]
         for name, spec in sorted(engine.policies.items()):
-            click.echo(f"serving {spec.webhook} at https://{host}:{port}{spec.path}", err=True)
+            logger.info(f"serving {spec.webhook} at https://{host}:{port}{spec.path}")
         reload = WebhookRulesReload(state, paths, policy.ruleset.root, lambda p: admission_view(p, cluster),
                                     policy.ruleset, interval=watch_rules_seconds).start()
         if watch_rules_seconds > 0:
-            click.echo(f"watching {policy.ruleset.root} for rule changes every {watch_rules_seconds:g}s", err=True)
+            logger.info(f"watching {policy.ruleset.root} for rule changes every {watch_rules_seconds:g}s")
         try:
             serve(app, sock, cert, key, read_timeout=read_timeout, max_connections=max_connections)
         finally:
@@ -95,7 +100,7 @@ def _tls_files(cert: str | None, key: str | None, self_signed_dir: str | None) -
         if self_signed_dir is not None:
             paths = self_signed(self_signed_dir or tempfile.mkdtemp(prefix="accelpolicy-webhook-"))
             cert, key = str(paths["cert"]), str(paths["key"])
-            click.echo(f"self-signed: CA {paths['ca']}, certificate {cert}", err=True)
+            logger.info(f"self-signed: CA {paths['ca']}, certificate {cert}")
         elif not (cert and key):
             fail("give --cert and --key, or --self-signed DIR")
         check_tls(cert, key)

@@ -42,15 +42,23 @@ def failed_event(result: Result, now: datetime) -> dict:
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
 
 
+class AuditMetrics:
+    """The audit's gauge in ``registry`` (a new one when None)."""
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None):
+        self.registry = registry or CollectorRegistry()
+        self.results = Gauge("accelpolicy_audit_results", "Results of the latest background audit",
+                             ["result"], registry=self.registry)
+
+
 class BackgroundAudit(Periodic):
     """Run :meth:`run_once` every ``interval`` seconds in a thread (0: never); see the module docstring."""
 
     def __init__(self, controller, interval: float = 3600.0, registry: Optional[CollectorRegistry] = None):
         self.controller = controller
         self.interval = interval
-        self.registry = registry or CollectorRegistry()
-        self.results_gauge = Gauge("accelpolicy_audit_results", "Results of the latest background audit",
-                                   ["result"], registry=self.registry)
+        metrics = AuditMetrics(registry)
+        self.registry, self.results_gauge = metrics.registry, metrics.results
         self._written: dict[tuple[str, str], dict] = {}  # (kind, namespace) -> report body last applied
         self._failing: set[tuple] = set()
         self.runs = 0

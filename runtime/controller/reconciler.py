@@ -118,6 +118,7 @@ class Controller:
         self._dirty = threading.Event()
         self.events = 0
         self.listeners: list[Callable[[str, str, dict], None]] = []  # also told of every cache event
+        self.observers: list[Callable[[ReconcileResult], None]] = []  # told of every pass (metrics)
         self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
@@ -220,8 +221,11 @@ class Controller:
         result.writes = self.applier.writes[start_writes:]
         result.seconds = time.monotonic() - t0
         self.reconciles.append(result)
-        logger.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s",
-                    len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds)
+        self._notify(result)
+        summary = logger.bind(reconcile_seconds=round(result.seconds, 6), writes=len(result.writes),
+                              errors=len(result.errors))
+        summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s",
+                     len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds)
         return result
 
     def _run_action(self, action: Action, result: ReconcileResult) -> None:
@@ -378,6 +382,10 @@ class Controller:
             "name": queue_name, "uid": uid, "controller": True, "blockOwnerDeletion": True}]}}
         return body
 
+    def _notify(self, result: ReconcileResult) -> None:
+        for observer in self.observers:
+            observer(result)
+
     def request_reconcile(self) -> None:
         """Reconcile at the next turn of :meth:`run` (e.g. once after a rules reload)."""
         self._dirty.set()
@@ -398,6 +406,7 @@ class Controller:
                 self.reconcile()
             except Exception as exc:  # noqa: BLE001 - keep the loop alive; retry after a pause
                 logger.exception("reconcile failed: {}", exc)
+                self._notify(ReconcileResult(errors=[f"reconcile failed: {exc}"]))
                 self._dirty.set()
                 stop.wait(1.0)
             self._last_run = time.monotonic()

@@ -45,9 +45,9 @@ class ControllerRulesReload:
                  interval: float = 2.0):
         self.controller = controller
         self.webhooks = webhooks
-        self.registry = registry or CollectorRegistry()
-        metrics = ReloadMetrics(self.registry, controller.policy.ruleset.generation)
-        self.generation, self.failures = metrics.generation, metrics.failures
+        metrics = ReloadMetrics(registry)
+        self.registry, self.generation, self.failures = metrics.registry, metrics.generation, metrics.failures
+        self.generation.set(controller.policy.ruleset.generation)
         self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval,
                                     initial=controller.policy.ruleset)
 

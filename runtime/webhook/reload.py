@@ -17,7 +17,7 @@ no Event.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -31,13 +31,15 @@ MAX_SHOWN_PROBLEMS = 10
 
 
 class ReloadMetrics:
-    """``accelpolicy_rules_generation`` and ``accelpolicy_rules_reload_failures_total`` in ``registry``."""
+    """A reload's two collectors, ``accelpolicy_rules_generation`` and
+    ``accelpolicy_rules_reload_failures_total``, in ``registry`` (a new one when None)."""
 
-    def __init__(self, registry: CollectorRegistry, generation: int):
-        self.generation = Gauge("accelpolicy_rules_generation", "Generation of the rules in force", registry=registry)
+    def __init__(self, registry: Optional[CollectorRegistry] = None):
+        self.registry = registry or CollectorRegistry()
+        self.generation = Gauge("accelpolicy_rules_generation", "Generation of the rules in force",
+                                registry=self.registry)
         self.failures = Counter("accelpolicy_rules_reload_failures", "Rule sets refused by a reload",
-                                registry=registry)
-        self.generation.set(generation)
+                                registry=self.registry)
 
 
 def refusal_message(root: Path | str, generation: int, problems: list[str]) -> str:
@@ -59,7 +61,8 @@ class WebhookRulesReload:
     def __init__(self, state, paths: dict[str, str], root: Path | str, view_of: Callable[[Policy], AdmissionView],
                  initial: RuleSet, interval: float = 2.0):
         self.state, self.paths, self.view_of = state, dict(paths), view_of
-        self.metrics = ReloadMetrics(state.metrics.registry, initial.generation)
+        self.metrics = ReloadMetrics(state.metrics.registry)
+        self.metrics.generation.set(initial.generation)
         self.serving = initial   # the RuleSet whose generation answers now
         self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval, initial=initial)
 

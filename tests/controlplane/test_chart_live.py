@@ -175,7 +175,7 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
         # someone else (e.g. cert-manager) puts a certificate of another CA into the Secret: the running
         # server presents it and the leader registers the new caBundle, without a restart
         port = int(next(re.search(r"https://127\.0\.0\.1:(\d+)/", line).group(1) for line in lines
-                        if line.startswith("serving ") and "https://127.0.0.1:" in line))
+                        if "serving " in line and "https://127.0.0.1:" in line))
         new = issue(("127.0.0.1", "localhost"), days=90)
         kubectl("-n", NS, "patch", "secret", TLS_SECRET, "--type=merge", "-p", json.dumps(
             {"data": {k: base64.b64encode(v).decode() for k, v in new.items()}}))

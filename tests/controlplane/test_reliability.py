@@ -394,7 +394,7 @@ def run_walkthrough(session, kubectl, kubeconfig, rng: random.Random | None) -> 
     def restart():
         ctl.start()
         seconds = first_idle_after(ctl, ctl.starts[-1])
-        leading = next(t for t, ln in ctl.lines if t >= ctl.starts[-1] and ln.startswith("leading"))
+        leading = next(t for t, ln in ctl.lines if t >= ctl.starts[-1] and "leading; reconciling" in ln)
         restart_to_idle.append((seconds, ctl.starts[-1] + seconds - leading))
     ctl.start()
     try:

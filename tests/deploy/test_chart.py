@@ -95,7 +95,7 @@ def test_controller_deployment_serves_webhooks_with_the_shared_certificate():
     assert c["image"] == "accelpolicy:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
     assert c["args"] == [
         "controller", "--rules=/etc/accelpolicy/rules", "--coalesce-seconds=0.2", "--identity=$(POD_NAME)",
-        "--audit-interval=1h",
+        "--audit-interval=1h", "--metrics-bind-address=0",
         "--webhook-port=9443", "--webhook-host=0.0.0.0",
         "--webhook-service=$(KUBERNETES_POD_NAMESPACE)/gpustack-operator-worker:443",
         "--webhook-cert-secret=gpustack-operator-worker-webhook-tls",
