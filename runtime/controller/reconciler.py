@@ -44,6 +44,7 @@ from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.plan import Action, Verb, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
+from runtime.controller.transitions import TransitionEvents
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
 from runtime.engine.policy import Policy
@@ -123,6 +124,8 @@ class Controller:
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
+        self.transitions = TransitionEvents()  # the state-transition Events (issue 14 item 3)
+        self._pass: tuple[Snapshot | None, dict] = (None, {})  # this pass's snapshot and check verdicts
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
         self._warned: set[str] = set()  # derive warnings already logged
         self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
@@ -192,6 +195,10 @@ class Controller:
         snapshot = self._snapshot()
         state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace)
         self._report_invalid_settings(state, snapshot)
+        self._pass = (snapshot, {})
+        for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot,
+                                                  datetime.now(timezone.utc)):
+            self._create_event(event)
         self._log_warnings(state.warnings)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         actions = plan(self.policy, state, snapshot, now=now)
@@ -234,6 +241,19 @@ class Controller:
         except (KubeApiError, RuntimeError) as exc:
             result.errors.append(f"{action.verb} {action.kind} {action.name}: {exc}")
             logger.warning("{} {} {}: {}", action.verb, action.kind, action.name, exc)
+            return
+        event = self.transitions.after_action(self.policy, action, self._pass[0], self._pass[1],
+                                              datetime.now(timezone.utc))
+        if event is not None:
+            self._create_event(event)
+
+    def _create_event(self, event: dict) -> None:
+        """Record one Event; a refused write is logged, never fails the pass."""
+        try:
+            self.applier.create(event)
+        except KubeApiError as exc:
+            logger.warning("{} event on {} {}: {}", event["reason"], event["involvedObject"]["kind"],
+                           event["involvedObject"]["name"], exc)
 
     def _snapshot(self) -> Snapshot:
         """Every cached object as an engine Snapshot of copies (the cache's dicts are shared). The
@@ -292,6 +312,7 @@ class Controller:
         if checks.requeue is not None:
             due = time.monotonic() + checks.requeue
             self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
+        self._pass = (snapshot, checks.verdicts)
         return checks.actions
 
     def _apply_check_state(self, action: Action) -> None:
@@ -313,11 +334,8 @@ class Controller:
             if key in self._reported:
                 continue
             self._reported.add(key)
-            event = invalid_setting_event(self.policy.settings, secret, name, key[1], datetime.now(timezone.utc))
-            try:
-                self.applier.create(event)
-            except KubeApiError as exc:
-                logger.warning("InvalidSetting event for {}: {}", name, exc)
+            self._create_event(invalid_setting_event(self.policy.settings, secret, name, key[1],
+                                                     datetime.now(timezone.utc)))
 
     def _execute(self, action: Action) -> None:
         """Run one planned write through the handler of its :class:`Verb` (the dispatch table)."""

@@ -221,6 +221,23 @@ class ClusterQueueSpec(Strict):
     tooManyFlavorsMessage: Expr
 
 
+class StateEvent(Strict):
+    """One Event the controller records on a state transition (issue 14 item 3)."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str = Field(min_length=1, description="CamelCase, as Kubernetes reasons are")
+    message: str = Field(min_length=1, description="str.format with the variables its entry names")
+
+
+class StateEvents(Strict):
+    """The Events of the controller's state transitions, once per transition (docs/observability.md)."""
+
+    nodeLeftPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it left")
+    nodeJoinedPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it joined")
+    typeDraining: StateEvent = Field(description="on the InstanceType; {type}, {queue}: its ClusterQueue")
+    workloadRetry: StateEvent = Field(description="on the Workload; {check}, {message}: the check's answer")
+
+
 class PoolDerivationSpec(Strict):
     systemNamespace: str
     reservedNamespaces: list[str] = Field(description="no LocalQueues, no Instances, no Pod webhook (decision 17)")
@@ -240,6 +257,7 @@ class PoolDerivationSpec(Strict):
     clusterQueue: ClusterQueueSpec
     admissionCheck: AdmissionCheckSpec
     resourceTypes: dict[Literal["flavor", "queue"], str]
+    events: StateEvents
 
 
 # --- presets -----------------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ class DesiredState:
     the snapshot's Devices with the managed label mirrored from their Node; they share ``spec`` and
     ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat them as
     read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
-    spec/node-facts.md §9 are written on these only). ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
+    spec/node-facts.md §9 are written on these only). ``node_flavors``: node name -> the ResourceFlavors it
+    contributes to (name order; nodes contributing none are absent), what the pool Events compare. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
     nodes without os/arch, ``.count`` labels that are not integers in range, ledgers out of range,
     NodeFeatures not trusted (decision 20), unparsable settings). ``fact_problems``: the refused node
     facts of decision 19 as data (node, key, value, message), for the audit; each is also a warning.
@@ -59,6 +60,7 @@ class DesiredState:
     instance_type_flavors: list[dict] = field(default_factory=list)
     devices: list[dict] = field(default_factory=list)
     managed_nodes: list[str] = field(default_factory=list)
+    node_flavors: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fact_problems: list[FactProblem] = field(default_factory=list)
 
@@ -134,6 +136,9 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     plans = plan_flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")))
     rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
     state.resource_flavors = list(rendered.values())
+    for name, flavor in plans.items():  # name order, so each node's list is too
+        for node_name in flavor.contributors:
+            state.node_flavors.setdefault(node_name, []).append(name)
     flavor_type = policy.derivation.resourceTypes["flavor"]
     state.flavor_deletes = [name_of(f) for f in snapshot.list("ResourceFlavor")
                             if labels_of(f).get(policy.key("resourceType")) == flavor_type and name_of(f) not in rendered]
