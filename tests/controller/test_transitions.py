@@ -17,11 +17,12 @@ from tests.controller.test_workload_checks_plan import NOW, RETRY_A10G, _named, 
 from tests.engine.test_admissioncheck import workload
 
 A10G_TYPE = "gpustack--nvidia-a10g-linux-amd64"
+STAMP = "66170938d3400"  # NOW (2026-11-29T21:00:00Z) in microseconds, hex: unique Event names
 
 
 def _event(kind, api, name, namespace, uid, reason, message):
     return {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": reason, "message": message,
-            "metadata": {"namespace": namespace or "default", "generateName": f"{name}."},
+            "metadata": {"namespace": namespace or "default", "name": f"{name}.{reason.lower()}.{STAMP}"},
             "involvedObject": {k: v for k, v in (("apiVersion", api), ("kind", kind), ("name", name),
                                                  ("namespace", namespace), ("uid", uid)) if v},
             "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",

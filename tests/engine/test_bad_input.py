@@ -367,3 +367,13 @@ def test_a_duplicate_key_in_a_rule_file_is_refused_with_both_lines(tmp_path):
     assert [str(p) for p in err.value.problems] == [
         f"rules/pools/fourview.yaml:{len(text.splitlines()) + 1}:3 <document>: "
         f"duplicate key 'sharedOnceMaxReading' in spec (first at line {first})"]
+
+
+def test_rule_file_event_message_with_an_unknown_variable(rules_copy):
+    """A transition Event's message names a variable its entry does not have: refused at load, not
+    at the transition (runtime/model/rulefiles.py STATE_EVENT_VARIABLES)."""
+    _replace(rules_copy / "pools" / "derivation.yaml", "left the pool: no longer", "left pool {pool}: no longer")
+    (problem,) = _problems(rules_copy)
+    assert problem.startswith("rules/pools/derivation.yaml:")
+    assert problem.endswith("spec.events: Value error, nodeLeftPool.message: unknown variable(s) ['pool']; "
+                            "allowed: ['flavors', 'node']")
