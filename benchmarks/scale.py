@@ -240,6 +240,20 @@ def flip(session, objects: list[dict], node: str, value: str) -> None:
                  body={"spec": {"labels": {MANAGED: value}}}, content_type=MERGE_PATCH)
 
 
+def touch_ledger(session, objects: list[dict], node: str) -> None:
+    """An event touching one node: the first ledger row of ``node``'s Devices turns free (mode 0,
+    remaining D) or, when free, exclusively held (mode 1, allocated D), live and in ``objects``."""
+    devices = next(o for o in objects if o["kind"] == "Devices" and o["metadata"]["name"] == node)
+    row = devices["status"]["groups"][0]["accelerators"][0]
+    was_free = row.get("mode", 0) == 0 and row.get("remaining", 0) == 1_600_000
+    for key in ("mode", "allocated", "remaining", "allocatedSlices", "allocatedProfiles"):
+        row.pop(key, None)
+    row.update({"mode": 1, "allocated": 1_600_000} if was_free else {"mode": 0, "remaining": 1_600_000})
+    live = session.call("get", _path(session, "Devices", name=node))
+    body = {**live, "status": json.loads(json.dumps(devices["status"]))}
+    session.call("put", _path(session, "Devices", name=node, sub="status"), body=body)
+
+
 def _accelerated_nodes(objects: list[dict], count: int) -> list[str]:
     devices = {o["metadata"]["name"] for o in objects if o["kind"] == "Devices"}
     managed = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"
@@ -299,6 +313,15 @@ def run(nodes: int, churn: int) -> dict:
             idle = ctl.wait_reconciles(before + 1)[before:]
             out["idle"] = {"writes": sum(r["writes"] for r in idle), "seconds": [r["seconds"] for r in idle],
                            "cpu_s": round(ctl.cpu() - cpu0, 2)}
+            # an event that touches one node: one Devices ledger row changes
+            node = _accelerated_nodes(objects, 2)[1]
+            before, cpu0 = len(ctl.reconciles()), ctl.cpu()
+            t = time.monotonic()
+            touch_ledger(session, objects, node)
+            poller.wait_rows(expected_rows(policy, objects))
+            one = ctl.wait_quiet()[before:]
+            out["one_node"] = {"seconds": round(time.monotonic() - t, 3), "reconciles": [r["seconds"] for r in one],
+                               "writes": sum(r["writes"] for r in one), "cpu_s": round(ctl.cpu() - cpu0, 2)}
             # churn: flips in quick succession, the poller watching for partial rows
             t = time.monotonic()
             for i, node in enumerate(_accelerated_nodes(objects, churn)):
@@ -350,6 +373,9 @@ def main() -> None:
             print(f"  NodeFeature managed -> {f['to']}: rows correct in {f['seconds']} s "
                   f"(reconciles {f['reconciles']} s; controller CPU {f['cpu_s']} s)")
         print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s, CPU {r['idle']['cpu_s']} s")
+        o = r["one_node"]
+        print(f"  one node's ledger row changes: rows correct in {o['seconds']} s (reconciles {o['reconciles']} s, "
+              f"{o['writes']} writes; controller CPU {o['cpu_s']} s)")
         print(f"  churn of flips -> correct in {r['churn_correct_s']} s; partial rows observed "
               f"{r['partial_observed']} in {r['polls']} polls {r['partial_examples']}")
         print(f"  kubectl get instancetypes: {r['kubectl_rows']} rows, equal to the API: {r['kubectl_matches']}")
