@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Callable
 
 from runtime.engine.pools import DesiredState, fit_labels
 from runtime.engine.policy import Policy
@@ -77,10 +78,13 @@ def _ns(obj: dict) -> str:
     return (obj.get("metadata") or {}).get("namespace") or ""
 
 
-def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "") -> list[Action]:
+def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "",
+         fit_labels_of: Callable[[Policy, dict, bool], dict[str, str]] = fit_labels) -> list[Action]:
     """Actions turning ``snapshot``'s cluster into ``state`` (see the module docstring).
 
-    ``now``: RFC 3339 time for condition transitions the plan writes (the AdmissionCheck's).
+    ``now``: RFC 3339 time for condition transitions the plan writes (the AdmissionCheck's);
+    ``fit_labels_of``: :func:`runtime.engine.pools.fit_labels` or the same kept per node
+    (:meth:`runtime.engine.pools.incremental.DeriveMemo.fit_labels`, the controller's).
     """
     actions: list[Action] = []
     actions += _flavors(policy, state, snapshot)
@@ -97,7 +101,7 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "")
     actions += _local_queues(policy, state, snapshot)
     actions += _instance_type_status(policy, state, snapshot)
     actions += _catalog(state, snapshot)
-    actions += _fit_labels(policy, state, snapshot)
+    actions += _fit_labels(policy, state, snapshot, fit_labels_of)
     return actions
 
 
@@ -249,7 +253,8 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
     return out
 
 
-def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
+def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
+                fit_labels_of: Callable[[Policy, dict, bool], dict[str, str]] = fit_labels) -> list[Action]:
     """Per-node fit label patches (spec/node-facts.md §9), in Node name order.
 
     The wanted labels are :func:`runtime.engine.pools.fit.fit_labels` of the node's Devices object (the
@@ -267,7 +272,7 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list
         if is_deleting(node):
             continue
         have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
-        want = fit_labels(policy, devices[name], name in managed) if name in devices else {}
+        want = fit_labels_of(policy, devices[name], name in managed) if name in devices else {}
         if want == have:
             continue
         labels: dict = {k: None for k in have if k not in want}

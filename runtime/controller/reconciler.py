@@ -40,12 +40,14 @@ from typing import Callable, Iterable, Mapping
 from loguru import logger
 
 from runtime.controller import settings_seed
+from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.plan import Action, Verb, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
+from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy
 from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import Snapshot, name_of
@@ -126,6 +128,8 @@ class Controller:
         self._warned: set[str] = set()  # derive warnings already logged
         self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
         self._copies: dict[tuple, tuple[dict, dict]] = {}  # (kind, ns, name) -> (cached object, its copy)
+        self._memo = DeriveMemo()  # incremental derive: per-node and per-pool results of the last pass
+        self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -189,11 +193,11 @@ class Controller:
         t0 = time.monotonic()
         start_writes = len(self.applier.writes)
         snapshot = self._snapshot()
-        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace)
+        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace, memo=self._memo)
         self._report_invalid_settings(state, snapshot)
         self._log_warnings(state.warnings)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        actions = plan(self.policy, state, snapshot, now=now)
+        actions = plan(self.policy, state, snapshot, now=now, fit_labels_of=self._memo.fit_labels)
         instances = plan_instances(self.policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
@@ -204,13 +208,17 @@ class Controller:
             actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
         self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
         actions += self._workload_check_actions(snapshot)
+        if self.fit_writer is not None:
+            actions = self.fit_writer.fresh(actions)
         actions, deferred = self._hold_fit_labels(actions)
         result = ReconcileResult(planned=actions, deferred=deferred, state=state)
         for action in actions:
             if action.kind != "Node":
                 self._run_action(action, result)
         fit = [a for a in actions if a.kind == "Node"]  # independent one-Node patches: in parallel
-        if len(fit) > 1:
+        if self.fit_writer is not None:  # the loop's: written on its threads, this pass does not wait
+            self.fit_writer.submit(fit)
+        elif len(fit) > 1:
             with ThreadPoolExecutor(min(FIT_LABEL_WORKERS, len(fit))) as pool:
                 list(pool.map(lambda a: self._run_action(a, result), fit))
         elif fit:
@@ -218,6 +226,8 @@ class Controller:
         if result.errors:
             self._dirty.set()
         result.writes = self.applier.writes[start_writes:]
+        if self.fit_writer is not None:  # its Node patches are its own (logged per batch), not this pass's
+            result.writes = [w for w in result.writes if w.kind != "Node"]
         result.seconds = time.monotonic() - t0
         self.reconciles.append(result)
         logger.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s",
@@ -384,8 +394,18 @@ class Controller:
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set."""
+        """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set. Fit label
+        patches are written by a :class:`FitLabelWriter` meanwhile (closed when the loop ends)."""
         self._dirty.set()
+        self.fit_writer = FitLabelWriter(lambda action: self._execute(action), lambda name: self.cache.get("Node", name),
+                                         FIT_LABEL_WORKERS, lambda _message: self._dirty.set())
+        try:
+            self._loop(stop)
+        finally:
+            writer, self.fit_writer = self.fit_writer, None
+            writer.close()
+
+    def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             if not self._dirty.wait(timeout=min(self.resync_seconds, 0.25)):
                 due = self._requeue_at is not None and time.monotonic() >= self._requeue_at

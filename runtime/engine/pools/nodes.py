@@ -51,13 +51,13 @@ def trusted_node_features(policy: Policy, snapshot: Snapshot,
     messages = policy.node_facts.factChecks.messages
     trusted: dict[str, list[dict]] = {}
     warnings: list[str] = []
-    for nf in snapshot.list("NodeFeature"):
-        node = labels_of(nf).get(node_key)
-        if not node or is_deleting(nf):
-            continue
+    for nf in snapshot.list("NodeFeature"):  # inline reads: this runs for every NodeFeature of every derive
         meta = nf.get("metadata") or {}
+        node = (meta.get("labels") or {}).get(node_key)
+        if not node or meta.get("deletionTimestamp"):
+            continue
         ns, name = meta.get("namespace") or "", meta.get("name") or ""
-        if ns == system and name in (node + suffix for suffix in suffixes):
+        if ns == system and name.startswith(node) and name[len(node):] in suffixes:
             trusted.setdefault(node, []).append(nf)
             continue
         if not any(str(k).startswith(prefixes) for k in ((nf.get("spec") or {}).get("labels") or {})):
