@@ -246,6 +246,7 @@ class Controller:
         copies of :data:`REUSED_COPIES` kinds are reused while the cache holds the same object."""
         objects: list[dict] = []
         copies: dict[tuple, tuple[dict, dict]] = {}
+        checked: set[int] = set()  # reused copies that entered the last snapshot: not checked again
         for kind, cache in self.cache.caches.items():
             reuse = kind in REUSED_COPIES
             for obj in cache.objects():
@@ -257,10 +258,13 @@ class Controller:
                 hit = self._copies.get(key)
                 if hit is None or hit[0] is not obj:
                     hit = (obj, copy.deepcopy(obj))
+                else:
+                    checked.add(id(hit[1]))
                 copies[key] = hit
                 objects.append(hit[1])
-        self._copies = copies
-        return Snapshot.from_objects(objects, origin="<watch cache>")
+        snapshot = Snapshot.from_objects(objects, origin="<watch cache>", checked=checked)
+        self._copies = copies  # only copies that passed the checks count as checked next time
+        return snapshot
 
     def _log_warnings(self, warnings: list[str]) -> None:
         """Log each derive warning (refused facts of decision 19, untrusted NodeFeatures of decision
