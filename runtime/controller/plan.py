@@ -29,9 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Callable
+from functools import partial
 
 from runtime.engine.pools import DesiredState, fit_labels
+from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 from runtime.kube.ownership import owned
@@ -79,12 +80,12 @@ def _ns(obj: dict) -> str:
 
 
 def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "",
-         fit_labels_of: Callable[[Policy, dict, bool], dict[str, str]] = fit_labels) -> list[Action]:
+         memo: DeriveMemo | None = None) -> list[Action]:
     """Actions turning ``snapshot``'s cluster into ``state`` (see the module docstring).
 
     ``now``: RFC 3339 time for condition transitions the plan writes (the AdmissionCheck's);
-    ``fit_labels_of``: :func:`runtime.engine.pools.fit_labels` or the same kept per node
-    (:meth:`runtime.engine.pools.incremental.DeriveMemo.fit_labels`, the controller's).
+    ``memo``: the :class:`DeriveMemo` that derived ``state`` (the controller's), to keep each Node's
+    fit label patch while its Node and Devices objects are the same.
     """
     actions: list[Action] = []
     actions += _flavors(policy, state, snapshot)
@@ -101,7 +102,7 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "",
     actions += _local_queues(policy, state, snapshot)
     actions += _instance_type_status(policy, state, snapshot)
     actions += _catalog(state, snapshot)
-    actions += _fit_labels(policy, state, snapshot, fit_labels_of)
+    actions += _fit_labels(policy, state, snapshot, memo)
     return actions
 
 
@@ -253,8 +254,7 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
     return out
 
 
-def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
-                fit_labels_of: Callable[[Policy, dict, bool], dict[str, str]] = fit_labels) -> list[Action]:
+def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo | None = None) -> list[Action]:
     """Per-node fit label patches (spec/node-facts.md §9), in Node name order.
 
     The wanted labels are :func:`runtime.engine.pools.fit.fit_labels` of the node's Devices object (the
@@ -263,7 +263,6 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
     and removes (``None``) the fit labels no longer wanted; nothing is planned when they match.
     Nodes being deleted are left alone.
     """
-    prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
     managed = set(state.managed_nodes)
     devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
     out = []
@@ -271,11 +270,30 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
         name = name_of(node)
         if is_deleting(node):
             continue
-        have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
-        want = fit_labels_of(policy, devices[name], name in managed) if name in devices else {}
-        if want == have:
+        obj = devices.get(name)
+        if memo is None:
+            labels = fit_label_patch(policy, node, obj, name in managed)
+        else:
+            spec, status = (obj or {}).get("spec"), (obj or {}).get("status")
+            labels = memo.keep("fitpatch", name, (id(node.get("metadata")), obj is None, id(spec), id(status),
+                                                 name in managed), (node.get("metadata"), spec, status),
+                               partial(fit_label_patch, policy, node, obj, name in managed))
+        if labels is None:
             continue
-        labels: dict = {k: None for k in have if k not in want}
-        labels.update({k: v for k, v in want.items() if have.get(k) != v})
-        out.append(Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": labels}}, reason="fit labels differ"))
+        out.append(Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": dict(labels)}},
+                          reason="fit labels differ"))
     return out
+
+
+def fit_label_patch(policy: Policy, node: dict, devices: dict | None, managed: bool) -> dict | None:
+    """The labels of one Node's fit label merge patch (spec/node-facts.md §9): the wanted values
+    that are missing or differ, ``None`` for those no longer wanted; None when they all match.
+    ``devices``: the node's Devices object (None: it wants none)."""
+    prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
+    have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
+    want = fit_labels(policy, devices, managed) if devices is not None else {}
+    if want == have:
+        return None
+    labels: dict = {k: None for k in have if k not in want}
+    labels.update({k: v for k, v in want.items() if have.get(k) != v})
+    return labels

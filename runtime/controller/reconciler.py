@@ -197,7 +197,7 @@ class Controller:
         self._report_invalid_settings(state, snapshot)
         self._log_warnings(state.warnings)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        actions = plan(self.policy, state, snapshot, now=now, fit_labels_of=self._memo.fit_labels)
+        actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
         instances = plan_instances(self.policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)

@@ -1,5 +1,6 @@
-"""Incremental derive (issue 16): ``derive(..., memo=DeriveMemo())`` equals a full derive after any
-sequence of node edits, and an edit of one node re-derives only what that node feeds.
+"""Incremental derive (issue 16): ``derive(..., memo=DeriveMemo())`` (and the controller's plan
+with the same memo) equals a full derive after any sequence of node edits, and an edit of one node
+re-derives only what that node feeds.
 
 The edits replace the edited object with a new one and keep every other object as it was, as the
 controller's watch cache does (runtime/engine/pools/incremental.py keys by object identity).
@@ -14,6 +15,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.derive import generate
+from runtime.controller.plan import plan
 from runtime.engine.pools.derive import derive
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.snapshot import Snapshot
@@ -40,12 +42,12 @@ def _replace(objects: list[dict], kind: str, name: str, edit) -> None:
     objects[i] = new
 
 
-def _flip_managed(rng, objects, node):
+def _flip_managed(policy, rng, objects, node):
     _replace(objects, "NodeFeature", f"{node}-gpustack-worker", lambda nf: nf["spec"]["labels"].update(
         {MANAGED: "false" if nf["spec"]["labels"].get(MANAGED) == "true" else "true"}))
 
 
-def _ledger_row(rng, objects, node):
+def _ledger_row(policy, rng, objects, node):
     def edit(devices):
         row = rng.choice(devices["status"]["groups"][0]["accelerators"])
         for key in ("mode", "allocated", "remaining", "allocatedSlices", "allocatedProfiles"):
@@ -56,14 +58,14 @@ def _ledger_row(rng, objects, node):
     _replace(objects, "Devices", node, edit)
 
 
-def _unhealthy(rng, objects, node):
+def _unhealthy(policy, rng, objects, node):
     def edit(devices):
         acc = rng.choice(devices["spec"]["groups"][0]["accelerators"])
         acc["status"]["unhealthy"] = not acc["status"].get("unhealthy")
     _replace(objects, "Devices", node, edit)
 
 
-def _bad_count(rng, objects, node):
+def _bad_count(policy, rng, objects, node):
     def edit(nf):
         labels = nf["spec"]["labels"]
         key = next(k for k in labels if k.endswith(".count"))
@@ -71,17 +73,17 @@ def _bad_count(rng, objects, node):
     _replace(objects, "NodeFeature", f"{node}-gpustack-device-manager", edit)
 
 
-def _node_annotation(rng, objects, node):
+def _node_annotation(policy, rng, objects, node):
     _replace(objects, "Node", node, lambda n: n["metadata"]["annotations"].update(
         {"feature.gpustack.ai/cpu-name": rng.choice(["AMD EPYC 7R32", "Intel(R) Xeon(R) Gold 6348"])}))
 
 
-def _delete_node(rng, objects, node):
+def _delete_node(policy, rng, objects, node):
     objects[:] = [o for o in objects if not (o["metadata"]["name"] in (node, f"{node}-gpustack-worker",
                                                                          f"{node}-gpustack-device-manager"))]
 
 
-def _clone_node(rng, objects, node):
+def _clone_node(policy, rng, objects, node):
     name = f"{node}-clone{rng.randrange(1000)}"
     for obj in [o for o in objects if o["metadata"]["name"].startswith(node) and "clone" not in o["metadata"]["name"]]:
         new = copy.deepcopy(obj)
@@ -91,18 +93,30 @@ def _clone_node(rng, objects, node):
         objects.append(new)
 
 
-def _deleting_node(rng, objects, node):
+def _deleting_node(policy, rng, objects, node):
     _replace(objects, "Node", node, lambda n: n["metadata"].update({"deletionTimestamp": "2026-01-01T00:00:00Z"}))
 
 
-def _setting(rng, objects, node):
+def _setting(policy, rng, objects, node):
     value = base64.b64encode(rng.choice([b"true", b"false"])).decode()
     _replace(objects, "Secret", "gpustack-settings", lambda s: s["data"].update(
         {rng.choice(["instance-type-mixed-on-node", "instance-type-aware-cpu-manufacturer"]): value}))
 
 
+def _fit_labels_written(policy, rng, objects, node):
+    """The controller's fit label patch of ``node`` lands (a new Node object), when one is planned."""
+    snapshot = Snapshot.from_objects(objects)
+    patch = next((a.body for a in plan(policy, derive(policy, snapshot), snapshot)
+                  if a.kind == "Node" and a.name == node), None)
+    if patch is not None:
+        def edit(obj):
+            labels = {**obj["metadata"].get("labels", {}), **patch["metadata"]["labels"]}
+            obj["metadata"]["labels"] = {k: v for k, v in labels.items() if v is not None}
+        _replace(objects, "Node", node, edit)
+
+
 EDITS = [_flip_managed, _ledger_row, _unhealthy, _bad_count, _node_annotation, _delete_node, _clone_node,
-         _deleting_node, _setting]
+         _deleting_node, _setting, _fit_labels_written, _fit_labels_written]
 
 
 def _accelerated(objects: list[dict]) -> list[str]:
@@ -121,12 +135,14 @@ def test_random_node_edits_derive_as_a_full_derive(policy, seed):
         snapshot = Snapshot.from_objects(objects)
         for live, memo in memos.items():
             full = derive(policy, snapshot, live=live)
-            assert derive(policy, snapshot, live=live, memo=memo) == full, (seed, step, applied)
+            state = derive(policy, snapshot, live=live, memo=memo)
+            assert state == full, (seed, step, applied)
+            assert plan(policy, state, snapshot, memo=memo) == plan(policy, full, snapshot), (seed, step, applied)
             reused += memo.reused
         edit = rng.choice(EDITS)
-        edit(rng, objects, rng.choice(_accelerated(objects)))
+        edit(policy, rng, objects, rng.choice(_accelerated(objects)))
         applied.append(edit.__name__)
-    assert all(reused[store] > 0 for store in ("node", "flavors", "notes", "ledger", "status")), reused
+    assert all(reused[store] > 0 for store in ("node", "flavors", "notes", "ledger", "status", "fitpatch")), reused
 
 
 def test_an_edit_of_one_node_re_derives_only_that_node_and_its_pool(policy):
@@ -136,12 +152,12 @@ def test_an_edit_of_one_node_re_derives_only_that_node_and_its_pool(policy):
     types = memo.computed["status"]
     assert memo.computed["node"] == 200 and types > 2
     node = _accelerated(objects)[0]
-    _ledger_row(random.Random(0), objects, node)
+    _ledger_row(policy, random.Random(0), objects, node)
     state = derive(policy, Snapshot.from_objects(objects), memo=memo)
     assert state == derive(policy, Snapshot.from_objects(objects))
     assert (memo.computed["node"], memo.reused["node"]) == (0, 200)
     assert (memo.computed["ledger"], memo.computed["status"]) == (1, 1)  # the node's Devices, its one pool
-    _flip_managed(random.Random(0), objects, node)
+    _flip_managed(policy, random.Random(0), objects, node)
     state = derive(policy, Snapshot.from_objects(objects), memo=memo)
     assert state == derive(policy, Snapshot.from_objects(objects))
     assert (memo.computed["node"], memo.computed["flavors"]) == (1, 1)

@@ -16,8 +16,10 @@ ledger     Devices: its refused numbers (decision 19) the Devices' name, ``spec`
 status     InstanceType: its status (§10)            its spec and deletion, queue name, flavors'
                                                     counts, queue facts, settings, the pool's Devices
                                                     ``spec``/``status``
-fit        Node: its fit labels (node-facts.md §9)   the Devices' ``spec``/``status``, managed
 ========== ======================================== ==================================================
+
+Callers keep their own per-object results with :meth:`DeriveMemo.keep` (the controller's plan keeps
+each Node's fit label patch, spec/node-facts.md §9, by the Node's ``metadata`` and its Devices').
 
 Objects are keyed by identity: a snapshot's dicts are never mutated (:class:`Snapshot`), so the
 same ``metadata``/``spec``/``status`` object means the same facts, and a changed object is a new
@@ -37,12 +39,10 @@ from collections import Counter
 from typing import Callable, Hashable
 
 from runtime.engine.policy import Policy
-from runtime.engine.pools.fit import fit_labels
 from runtime.engine.pools.flavors import FlavorPlan, flavor_notes, node_contributions
 from runtime.engine.pools.nodes import NodeView, node_effective_labels, read_node
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, name_of
 
-STORES = ("node", "flavors", "notes", "ledger", "status", "fit")
 
 
 def _ids(*objects) -> tuple[int, ...]:
@@ -58,8 +58,8 @@ class DeriveMemo:
 
     def __init__(self) -> None:
         self._policy: Policy | None = None
-        self._old: dict[str, dict[str, tuple]] = {s: {} for s in STORES}
-        self._new: dict[str, dict[str, tuple]] = {s: {} for s in STORES}
+        self._old: dict[str, dict[str, tuple]] = {}
+        self._new: dict[str, dict[str, tuple]] = {}
         self.computed: Counter = Counter()
         self.reused: Counter = Counter()
 
@@ -68,20 +68,22 @@ class DeriveMemo:
         the memo."""
         if policy is not self._policy:
             self._policy = policy
-            self._new = {s: {} for s in STORES}
-        self._old, self._new = self._new, {s: {} for s in STORES}
+            self._new = {}
+        self._old, self._new = self._new, {}
         self.computed, self.reused = Counter(), Counter()
 
-    def _get(self, store: str, name: str, key: Hashable, refs, compute: Callable[[], object]):
+    def keep(self, store: str, name: str, key: Hashable, refs, compute: Callable[[], object]):
         """The value of ``store``/``name`` when its key is ``key``; else ``compute()``, kept with
-        ``refs`` (the objects whose ids are in ``key``)."""
-        entry = self._new[store].get(name) or self._old[store].get(name)
+        ``refs`` (the objects whose ids are in ``key``) until a call of :meth:`begin` after one in
+        which it was not used. The value is shared: never mutate it."""
+        new = self._new.setdefault(store, {})
+        entry = new.get(name) or self._old.get(store, {}).get(name)
         if entry is not None and entry[0] == key:
-            self._new[store][name] = entry
+            new[name] = entry
             self.reused[store] += 1
             return entry[2]
         value = compute()
-        self._new[store][name] = (key, refs, value)
+        new[name] = (key, refs, value)
         self.computed[store] += 1
         return value
 
@@ -98,7 +100,7 @@ class DeriveMemo:
             if is_deleting(node):
                 return labels, None
             return labels, read_node(policy, name_of(node), labels, dict(annotations_of(node)))
-        return self._get("node", name_of(node), key, (meta, [nf.get("spec") for nf in features]), compute)
+        return self.keep("node", name_of(node), key, (meta, [nf.get("spec") for nf in features]), compute)
 
     def nodes(self, policy: Policy, snapshot: Snapshot,
               trusted: dict[str, list[dict]]) -> tuple[dict[str, dict[str, str]], list[NodeView]]:
@@ -115,7 +117,7 @@ class DeriveMemo:
 
     def contributions(self, policy: Policy, node: NodeView, mixed: bool) -> list:
         """:func:`runtime.engine.pools.flavors.node_contributions` of one node."""
-        return self._get("flavors", node.name, (id(node), mixed), node,
+        return self.keep("flavors", node.name, (id(node), mixed), node,
                          lambda: node_contributions(policy, node, mixed))
 
     def notes(self, policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
@@ -123,7 +125,7 @@ class DeriveMemo:
         devices = snapshot.get("Devices", first.name)
         spec = (devices or {}).get("spec")
         key = (plan.kind, plan.gkey, plan.akey, id(first), devices is None, id(spec))
-        return dict(self._get("notes", plan.name, key, (first, spec),
+        return dict(self.keep("notes", plan.name, key, (first, spec),
                               lambda: flavor_notes(policy, snapshot, plan, first)))
 
     # -- Devices -----------------------------------------------------------------------------------
@@ -131,13 +133,7 @@ class DeriveMemo:
         """``compute()`` (the refused numbers of one Devices object, decision 19), kept per
         ``spec``/``status``."""
         spec, status = devices.get("spec"), devices.get("status")
-        return list(self._get("ledger", name_of(devices), _ids(spec, status), (spec, status), compute))
-
-    def fit_labels(self, policy: Policy, devices: dict, managed: bool) -> dict[str, str]:
-        """:func:`runtime.engine.pools.fit.fit_labels` of one node (a copy)."""
-        spec, status = devices.get("spec"), devices.get("status")
-        return dict(self._get("fit", name_of(devices), (*_ids(spec, status), managed), (spec, status),
-                              lambda: fit_labels(policy, devices, managed)))
+        return list(self.keep("ledger", name_of(devices), _ids(spec, status), (spec, status), compute))
 
     # -- pools -------------------------------------------------------------------------------------
     def status(self, it: dict, queue: dict | None, flavors: list, pool_devices: list[dict], queue_state: dict,
@@ -151,7 +147,7 @@ class DeriveMemo:
                _frozen(dict(settings_values)),
                tuple(i for d in pool_devices for i in _ids(d.get("spec"), d.get("status"))))
         refs = [(d.get("spec"), d.get("status")) for d in pool_devices]
-        return copy.deepcopy(self._get("status", name_of(it), key, refs, compute))
+        return copy.deepcopy(self.keep("status", name_of(it), key, refs, compute))
 
 
 def _frozen(value) -> Hashable:
