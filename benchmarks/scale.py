@@ -52,7 +52,8 @@ from runtime.rules.loader import load_rules  # noqa: E402
 from testing.localcluster import LocalCluster  # noqa: E402
 from testing.localcluster.testing import parse_table, with_crds  # noqa: E402
 
-RECONCILE = re.compile(r"reconcile: (\d+) actions, (\d+) deferred, (\d+) writes, (\d+) errors in ([\d.]+)s")
+RECONCILE = re.compile(r"reconcile: (\d+) actions, (\d+) deferred, (\d+) writes, (\d+) errors in ([\d.]+)s"
+                       r"(?: \(([\d.]+)s CPU\))?")  # the pass thread's CPU (since issue 16's incremental derive)
 FIT_BATCH = re.compile(r"fit labels: (\d+) patches, (\d+) errors in ([\d.]+)s")  # written outside the passes
 MANAGED = "gpustack.ai/managed"
 DERIVED = "schedule.gpustack.ai/derived-from-node"
@@ -195,8 +196,9 @@ class ControllerProcess:
         """Every ``reconcile:`` line so far: actions, deferred, writes, errors, seconds."""
         out = []
         for m in RECONCILE.finditer(self.log_path.read_text(errors="replace")):
-            a, d, w, e, s = m.groups()
-            out.append({"actions": int(a), "deferred": int(d), "writes": int(w), "errors": int(e), "seconds": float(s)})
+            a, d, w, e, s, cpu = m.groups()
+            out.append({"actions": int(a), "deferred": int(d), "writes": int(w), "errors": int(e), "seconds": float(s),
+                        "cpu": float(cpu) if cpu else None})
         return out
 
     def fit_batches(self) -> list[dict]:
@@ -314,6 +316,7 @@ def run(nodes: int, churn: int) -> dict:
                 flips[-1]["seconds"] = round(time.monotonic() - t, 3)
                 after = ctl.wait_quiet()
                 flips[-1]["reconciles"] = [r["seconds"] for r in after[before:]]
+                flips[-1]["reconcile_cpu"] = [r["cpu"] for r in after[before:]]
                 flips[-1]["cpu_s"] = round(ctl.cpu() - cpu0, 2)  # the event's passes, fit labels included
             out["flips"] = flips
             # an event that changes nothing
@@ -322,6 +325,7 @@ def run(nodes: int, churn: int) -> dict:
                          body={"metadata": {"annotations": {"bench/touch": str(time.time())}}}, content_type=MERGE_PATCH)
             idle = ctl.wait_reconciles(before + 1)[before:]
             out["idle"] = {"writes": sum(r["writes"] for r in idle), "seconds": [r["seconds"] for r in idle],
+                           "reconcile_cpu": [r["cpu"] for r in idle],
                            "cpu_s": round(ctl.cpu() - cpu0, 2)}
             # an event that touches one node: one Devices ledger row changes
             node = _accelerated_nodes(objects, 2)[1]
@@ -333,6 +337,7 @@ def run(nodes: int, churn: int) -> dict:
             seconds = round(time.monotonic() - t, 3)
             one = ctl.wait_quiet()[before:]
             out["one_node"] = {"seconds": seconds, "reconciles": [r["seconds"] for r in one],
+                               "reconcile_cpu": [r["cpu"] for r in one],
                                "writes": sum(r["writes"] for r in one), "cpu_s": round(ctl.cpu() - cpu0, 2)}
             # churn: flips in quick succession, the poller watching for partial rows
             t = time.monotonic()
@@ -389,10 +394,12 @@ def main() -> None:
                   f"{r['fit_label_batches']} batches")
         for f in r["flips"]:
             print(f"  NodeFeature managed -> {f['to']}: rows correct in {f['seconds']} s "
-                  f"(reconciles {f['reconciles']} s; controller CPU {f['cpu_s']} s)")
-        print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s, CPU {r['idle']['cpu_s']} s")
+                  f"(reconciles {f['reconciles']} s, their CPU {f['reconcile_cpu']} s; controller CPU {f['cpu_s']} s)")
+        print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s (its CPU "
+              f"{r['idle']['reconcile_cpu']} s), controller CPU {r['idle']['cpu_s']} s")
         o = r["one_node"]
         print(f"  one node's ledger row changes: rows correct in {o['seconds']} s (reconciles {o['reconciles']} s, "
+              f"their CPU {o['reconcile_cpu']} s, "
               f"{o['writes']} writes; controller CPU {o['cpu_s']} s)")
         print(f"  churn of flips -> correct in {r['churn_correct_s']} s; partial rows observed "
               f"{r['partial_observed']} in {r['polls']} polls {r['partial_examples']}")
