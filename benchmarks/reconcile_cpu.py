@@ -90,7 +90,7 @@ def summary(r: dict) -> str:
     """One line per tree: medians of the event passes and of their echoes."""
     def med(kind: str, key: str, part: str = "event") -> float:
         passes = [x[part] for x in r[kind]] if part == "event" else [e for x in r[kind] for e in x["echoes"]]
-        return statistics.median(p[key] for p in passes)
+        return round(statistics.median(p[key] for p in passes), 1)
     return (f"{r['tree']} (load average {r['load'][0]} -> {r['load'][1]}): first pass {r['first']['cpu_ms']} ms CPU; "
             f"idle pass {r['idle']['cpu_ms']} ms CPU, {r['idle']['writes']} writes; one ledger row: "
             f"{med('ledger', 'cpu_ms')} ms CPU ({med('ledger', 'wall_ms')} ms wall), echoes {med('ledger', 'cpu_ms', 'echoes')}"
