@@ -9,7 +9,8 @@ and installs, with nothing pulled:
    name ``ubuntu:24.04``, which cannot be pulled here, so the offline Debian base the accelpolicy image is
    built on (it has ``sleep``) is tagged ``docker.io/library/ubuntu:24.04`` inside the nodes only;
 2. Kueue and nfd-master from their own charts rendered with the local images (``deploy/components/render.py``),
-   server-side applied, waited for;
+   server-side applied, waited for; the openreports.io CRDs from their module (the background audit's
+   Report/ClusterReport objects);
 3. ``helm install`` of ``deploy/chart`` with the local image tag, the agent DaemonSet in fake mode with
    the recorded facts of the seed node each kind node stands in for (:data:`SEED_FOR`), allocations read
    from the kubelet's PodResources socket only (``agent.allocationSource=podresources``);
@@ -150,7 +151,8 @@ def helm_values(kind_node: dict[str, str], image: str, extra: list[str] | None =
     """``helm install/upgrade`` arguments: the local image (never pulled), the fake agent with each node's recorded facts, PodResources as the allocation source."""
     repo, tag = image.rsplit(":", 1)
     args = ["--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-            "--set", "agent.backend=fake", "--set", "agent.allocationSource=podresources"]
+            "--set", "agent.backend=fake", "--set", "agent.allocationSource=podresources",
+            "--set", "controller.auditInterval=20s"]   # the walkthrough sees a background audit within its steps
     for seed, node in kind_node.items():
         args += ["--set-file", f"agent.recordedFacts.{node}={kind_facts(seed, node)}"]
     return args + list(extra or [])
@@ -184,6 +186,17 @@ def install_components(t: dict, kubeconfig: Path, manifests: Path) -> None:
         kubectl(t, kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(manifests / name))
         kubectl(t, kubeconfig, "-n", namespace, "wait", "--for=condition=Available", "deployment", "--all",
                 "--timeout=600s", timeout=660)
+
+
+def install_report_crds(t: dict, kubeconfig: Path) -> None:
+    """The Report and ClusterReport CRDs from their own module (reports-api), established before the chart's
+    controller starts its background audit."""
+    import yaml
+    from testing.localcluster.crds import openreports_crds
+    crds = openreports_crds()
+    kubectl(t, kubeconfig, "apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(crds))
+    kubectl(t, kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+            *(f"crd/{c['metadata']['name']}" for c in crds), timeout=90)
 
 
 def start_standins(kind_node: dict[str, str]) -> dict[str, object]:
@@ -227,6 +240,7 @@ def install_stack(cluster: str, kubeconfig: Path, nodes: list[str]) -> Stack:
     tag_workload_image(nodes, base)
     stack = Stack(cluster, kubeconfig, kind_node, image, seconds=seconds)
     _timed(seconds, "Kueue and nfd-master available", install_components, t, kubeconfig, manifests)
+    _timed(seconds, "openreports.io CRDs (the background audit's reports)", install_report_crds, t, kubeconfig)
     stack.standins = _timed(seconds, "device-plugin stand-ins registered", start_standins, kind_node)
     try:
         _timed(seconds, "helm install (--wait)", helm, t, kubeconfig, "upgrade", "--install", "--create-namespace",

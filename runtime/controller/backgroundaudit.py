@@ -54,6 +54,7 @@ class BackgroundAudit(Periodic):
         self._written: dict[tuple[str, str], dict] = {}  # (kind, namespace) -> report body last applied
         self._failing: set[tuple] = set()
         self.runs = 0
+        self._warned_missing = False   # a 404 (no openreports.io CRDs) is logged once, not every run
         self.first, self.name = True, "background-audit"
 
     def run_once(self) -> list[Result]:
@@ -77,7 +78,13 @@ class BackgroundAudit(Periodic):
                 self.controller.applier.apply(body)
                 self._written[key] = body
             except KubeApiError as exc:
-                logger.warning("audit report {} {}: {}", key[0], key[1] or "(cluster)", exc)
+                if exc.status == 404 and not self._warned_missing:   # the CRDs are not installed
+                    self._warned_missing = True
+                    logger.warning("audit reports not written: the API server does not serve {} ({}); install the "
+                                   "openreports.io CRDs (github.com/openreports/reports-api config/crd) or set "
+                                   "--audit-interval=0", body["apiVersion"], exc)
+                elif exc.status != 404:
+                    logger.warning("audit report {} {}: {}", key[0], key[1] or "(cluster)", exc)
         failing = {(r.resource, r.policy, r.rule, r.field): r for r in results if r.result in ("fail", "error")}
         now = datetime.now(timezone.utc)
         for key in sorted(set(failing) - self._failing, key=str):

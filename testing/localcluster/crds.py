@@ -1,7 +1,8 @@
 """CustomResourceDefinitions the tests and the demo install.
 
 * Ours: the YAML files in ``crds/`` of the checkout (worker.gpustack.ai, gpustack.ai).
-* Kueue's (``kueue.x-k8s.io``) and NFD's (``nfd.k8s-sigs.io``): read from those projects' own Go
+* Kueue's (``kueue.x-k8s.io``), NFD's (``nfd.k8s-sigs.io``) and the audit reports' (``openreports.io``,
+  installed where the background audit runs): read from those projects' own Go
   modules at the versions pinned in ``e2e/crdsources/go.mod`` (hashes in its go.sum), fetched into
   Go's module cache with ``go mod download``; never copied into this tree.
 """
@@ -24,9 +25,11 @@ from .kubectl import Kubectl
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 NFD_MODULE = "sigs.k8s.io/node-feature-discovery"
+OPENREPORTS_MODULE = "github.com/openreports/reports-api"
 #: CRD files inside each module (paths relative to the module root).
 KUEUE_CRD_DIR = "config/components/crd/bases"
 NFD_CRD_FILE = "deployment/base/nfd-crds/nfd-api-crds.yaml"
+OPENREPORTS_CRD_DIR = "config/crd"
 
 
 def _load_yaml_docs(path: Path) -> list[dict]:
@@ -40,8 +43,9 @@ def _load_yaml_docs(path: Path) -> list[dict]:
     return docs
 
 
-def module_dirs(sources: Path | None = None) -> dict[str, Path]:
-    """Download (if needed) the pinned Kueue and NFD modules; return ``{module path: directory}``.
+def module_dirs(sources: Path | None = None, modules: tuple[str, ...] = (KUEUE_MODULE, NFD_MODULE)) -> dict[str, Path]:
+    """Download (if needed) the pinned ``modules`` (Kueue and NFD unless named); return
+    ``{module path: directory}``.
 
     Runs ``go mod download -json`` in ``e2e/crdsources`` (``-mod=readonly``: go.sum must already
     hold the hashes). Raises :class:`LocalClusterError` with go's message when go is missing or the
@@ -50,7 +54,7 @@ def module_dirs(sources: Path | None = None) -> dict[str, Path]:
     sources = sources or repo_root() / "e2e" / "crdsources"
     env = dict(os.environ, GOFLAGS="-mod=readonly")
     try:
-        proc = subprocess.run(["go", "mod", "download", "-json", KUEUE_MODULE, NFD_MODULE],
+        proc = subprocess.run(["go", "mod", "download", "-json", *modules],
                               cwd=sources, capture_output=True, text=True, env=env, timeout=600)
     except FileNotFoundError as e:
         raise LocalClusterError("`go` not found on PATH; it is needed to fetch the Kueue/NFD CRDs") from e
@@ -63,7 +67,7 @@ def module_dirs(sources: Path | None = None) -> dict[str, Path]:
         if info.get("Error"):
             raise LocalClusterError(f"go mod download {info.get('Path')}: {info['Error']}")
         dirs[info["Path"]] = Path(info["Dir"])
-    if proc.returncode != 0 or set(dirs) != {KUEUE_MODULE, NFD_MODULE}:
+    if proc.returncode != 0 or set(dirs) != set(modules):
         raise LocalClusterError(f"go mod download in {sources} failed: {proc.stderr.strip()}")
     return dirs
 
@@ -92,6 +96,15 @@ def nfd_crds(dirs: dict[str, Path] | None = None) -> list[dict]:
     """Return NFD's CRDs (NodeFeature, NodeFeatureRule, NodeFeatureGroup)."""
     dirs = dirs or module_dirs()
     return _load_yaml_docs(dirs[NFD_MODULE] / NFD_CRD_FILE)
+
+
+def openreports_crds() -> list[dict]:
+    """Return the openreports.io Report and ClusterReport CRDs (what the background audit writes)."""
+    directory = module_dirs(modules=(OPENREPORTS_MODULE,))[OPENREPORTS_MODULE] / OPENREPORTS_CRD_DIR
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise LocalClusterError(f"no CRD files in {directory}")
+    return [d for f in files for d in _load_yaml_docs(f)]
 
 
 def our_crds(directory: Path | None = None) -> list[dict]:

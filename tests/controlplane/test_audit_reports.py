@@ -7,30 +7,11 @@ nothing is copied into this tree. The API server validates the objects against t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
-import pytest
-import yaml
 from click.testing import CliRunner
 
 from runtime.cli import main
-from testing.localcluster.crds import install_crds
-
-MODULE = "github.com/openreports/reports-api"
-CRD_DIR = "config/crd"
-
-
-def openreports_crds() -> list[dict]:
-    """The Report and ClusterReport CRDs of the pinned reports-api module."""
-    sources = Path(__file__).resolve().parents[2] / "e2e" / "crdsources"
-    proc = subprocess.run(["go", "mod", "download", "-json", MODULE], cwd=sources, capture_output=True, text=True,
-                          env=dict(os.environ, GOFLAGS="-mod=readonly"), timeout=600)
-    if proc.returncode != 0:
-        pytest.fail(f"go mod download {MODULE}: {proc.stdout} {proc.stderr}", pytrace=False)
-    directory = Path(json.loads(proc.stdout)["Dir"]) / CRD_DIR
-    return [d for f in sorted(directory.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+from testing.localcluster.crds import install_crds, openreports_crds
 
 
 def test_audit_reports_apply_with_the_crds_from_their_module(kubectl):

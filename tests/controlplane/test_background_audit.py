@@ -9,8 +9,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
 from testing.hooks import ObservedController as Controller
-from testing.localcluster.crds import install_crds
-from tests.controlplane.test_audit_reports import openreports_crds
+from testing.localcluster.crds import install_crds, openreports_crds
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean
 
 POD = {"apiVersion": "v1", "kind": "Pod",
@@ -62,4 +61,6 @@ def test_the_background_audit_writes_reports_and_events(control_plane):
     finally:
         controller.stop()
         kubectl("delete", "pod", "two-families", "-n", "default", "--ignore-not-found", "--wait=false")
+        for kind in ("reports.openreports.io", "clusterreports.openreports.io"):   # what this run applied
+            kubectl("delete", kind, "-A", "-l", "app.kubernetes.io/managed-by=accelpolicy", "--ignore-not-found")
         _clean(kubectl)

@@ -32,7 +32,8 @@ HTTP_VERBS = {"get": "get", "post": "create", "put": "update", "patch": "patch",
 # Kinds outside runtime.engine.snapshot.KNOWN_KINDS that the controller writes.
 EXTRA_KINDS = {"Lease": ("coordination.k8s.io/v1", True), "Event": ("v1", True),
                "MutatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False),
-               "ValidatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False)}
+               "ValidatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False),
+               "Report": ("openreports.io/v1alpha1", True), "ClusterReport": ("openreports.io/v1alpha1", False)}
 
 # Call sites whose object comes from a variable: (module, function, applier method, argument) -> kinds.
 OBJECT_KINDS = {
@@ -41,13 +42,17 @@ OBJECT_KINDS = {
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
     ("runtime/controller/webhooks.py", "sync", "delete", "stale"):
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
+    ("runtime/controller/backgroundaudit.py", "run_once", "apply", "body"): ("Report", "ClusterReport"),
+    ("runtime/controller/rulesreload.py", "_event", "create", "event"): ("Event",),
+    ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(failing[key], now)"): ("Event",),
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
 SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret"}
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/settingsview.py": None,
-                 "runtime/controller/reconciler.py": {"seed_settings", "_report_invalid_settings"}}
+                 "runtime/controller/reconciler.py": {"seed_settings", "_report_invalid_settings"},
+                 "runtime/controller/rulesreload.py": {"_event"}}
 # Not RBAC-checked: every authenticated user may create a SelfSubjectReview (system:basic-user).
 NOT_AUTHORIZED_HERE = {"runtime/kube/session.py": "selfsubjectreviews (Session.username)"}
 
@@ -224,8 +229,8 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
                     for method in dispatch[verb]:
                         for http, sub in applier[method]:
                             need(kind, {http}, _system_scoped(rel, fname), sub)
-                elif isinstance(func, ast.Attribute) and ast.unparse(func.value) in ("applier", "self.applier") \
-                        and func.attr in applier:
+                elif isinstance(func, ast.Attribute) and ast.unparse(func.value).split(".")[-1] == "applier" \
+                        and func.attr in applier:   # applier, self.applier, self.controller.applier, ...
                     first = node.args[0] if node.args else None
                     kind = _str(first, consts)
                     if kind is None and isinstance(first, ast.Dict):

@@ -95,7 +95,7 @@ def test_controller_deployment_serves_webhooks_with_the_shared_certificate():
     assert c["image"] == "accelpolicy:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
     assert c["args"] == [
         "controller", "--rules=/etc/accelpolicy/rules", "--coalesce-seconds=0.2", "--identity=$(POD_NAME)",
-        "--audit-interval=0",
+        "--audit-interval=1h",
         "--webhook-port=9443", "--webhook-host=0.0.0.0",
         "--webhook-service=$(KUBERNETES_POD_NAMESPACE)/gpustack-operator-worker:443",
         "--webhook-cert-secret=gpustack-operator-worker-webhook-tls",
@@ -105,6 +105,9 @@ def test_controller_deployment_serves_webhooks_with_the_shared_certificate():
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "webhook", "scheme": "HTTPS"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "webhook", "scheme": "HTTPS"}
     assert c["ports"] == [{"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
+    # the endpoint leaves the Service before SIGTERM stops the webhook server (no refused review on rollout)
+    assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+    assert pod["terminationGracePeriodSeconds"] == 40
     _hardened(pod, c)
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
     assert {m["mountPath"]: m.get("readOnly", False) for m in c["volumeMounts"]} == {
@@ -291,7 +294,8 @@ def test_rbac_names_pin_the_objects_the_code_addresses():
 
 def test_the_derivation_fails_on_a_call_it_cannot_read(monkeypatch):
     monkeypatch.setattr(rbacderive, "OBJECT_KINDS", {})
-    with pytest.raises(rbacderive.Underived, match=r"applier\.create\(event\)"):
+    with pytest.raises(rbacderive.Underived, match=r"^runtime/controller/backgroundaudit\.py:\d+ \(run_once\): "
+                                                   r"applier\.apply\(body\)$"):
         rbacderive.controller_needs()
 
 
