@@ -75,8 +75,8 @@ class TransitionEvents:
                     now: datetime) -> list[dict]:
         """The ``nodeLeftPool`` / ``nodeJoinedPool`` Events since the previous call (none on the
         first); a Node no longer in ``snapshot`` (deleted) gets none."""
-        before, self.node_flavors = self.node_flavors, {k: list(v) for k, v in node_flavors.items()}
-        if before is None:
+        before, self.node_flavors = self.node_flavors, dict(node_flavors)  # each pass derives new lists
+        if before is None or before == node_flavors:  # the common pass: one dict comparison
             return []
         templates = policy.derivation.events
         out = []
