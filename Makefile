@@ -89,6 +89,7 @@ bench: install  ## benchmarks (figures, not pass/fail): derive, webhook under lo
 	$(BIN)/python benchmarks/admissioncheck.py
 	$(BIN)/python benchmarks/metrics_scrape.py --nodes $(SCALE_NODES)
 	$(BIN)/python benchmarks/scale.py --nodes $(SCALE_NODES)
+	$(BIN)/python benchmarks/reconcile_cpu.py --nodes $(SCALE_NODES)
 
 podresources-stubs: install  ## regenerate runtime/kube/podresources/api_pb2*.py from k8s.io/kubelet api.proto (Go proxy)
 	$(BIN)/pip install --quiet -e '.[codegen]'

@@ -13,9 +13,11 @@ Then it starts ``accelpolicy controller`` as a subprocess and measures:
   correct (offline derive of the flipped objects), each way, with the reconcile seconds it cost;
 - ``idle``: a Namespace annotation (an event that changes nothing) -> that reconcile's writes
   and seconds (goal: 0 writes);
-- the reconcile that wrote the fit labels (Node patches) and its seconds;
-- API writes in all (the controller's own ``reconcile:`` log lines), controller RSS settled and
-  peak (``/proc``);
+- the fit label batches the controller writes outside its reconciles (``fit labels:`` log lines;
+  before issue 16 they were written inside one reconcile: the biggest later reconcile);
+- ``one_node``: one Devices ledger row changes -> the rows correct, the reconciles it cost;
+- API writes in all (the controller's ``reconcile:`` and ``fit labels:`` log lines), controller RSS
+  settled and peak (``/proc``);
 - ``partial``: a poller lists the InstanceTypes every 50 ms from the controller's launch to the
   end, through a churn of ``--churn`` flips, and counts every derived type whose status is
   missing a column or has an empty cell (goal: never).
@@ -50,7 +52,9 @@ from runtime.rules.loader import load_rules  # noqa: E402
 from testing.localcluster import LocalCluster  # noqa: E402
 from testing.localcluster.testing import parse_table, with_crds  # noqa: E402
 
-RECONCILE = re.compile(r"reconcile: (\d+) actions, (\d+) deferred, (\d+) writes, (\d+) errors in ([\d.]+)s")
+RECONCILE = re.compile(r"reconcile: (\d+) actions, (\d+) deferred, (\d+) writes, (\d+) errors in ([\d.]+)s"
+                       r"(?: \(([\d.]+)s CPU\))?")  # the pass thread's CPU (since issue 16's incremental derive)
+FIT_BATCH = re.compile(r"fit labels: (\d+) patches, (\d+) errors in ([\d.]+)s")  # written outside the passes
 MANAGED = "gpustack.ai/managed"
 DERIVED = "schedule.gpustack.ai/derived-from-node"
 STEP_TIMEOUT = 120.0
@@ -192,9 +196,15 @@ class ControllerProcess:
         """Every ``reconcile:`` line so far: actions, deferred, writes, errors, seconds."""
         out = []
         for m in RECONCILE.finditer(self.log_path.read_text(errors="replace")):
-            a, d, w, e, s = m.groups()
-            out.append({"actions": int(a), "deferred": int(d), "writes": int(w), "errors": int(e), "seconds": float(s)})
+            a, d, w, e, s, cpu = m.groups()
+            out.append({"actions": int(a), "deferred": int(d), "writes": int(w), "errors": int(e), "seconds": float(s),
+                        "cpu": float(cpu) if cpu else None})
         return out
+
+    def fit_batches(self) -> list[dict]:
+        """Every ``fit labels:`` line so far (the controller's background fit label batches)."""
+        return [{"writes": int(w), "errors": int(e), "seconds": float(s)}
+                for w, e, s in FIT_BATCH.findall(self.log_path.read_text(errors="replace"))]
 
     def wait_reconciles(self, count: int, timeout: float = STEP_TIMEOUT) -> list[dict]:
         deadline = time.monotonic() + timeout
@@ -240,6 +250,20 @@ def flip(session, objects: list[dict], node: str, value: str) -> None:
                  body={"spec": {"labels": {MANAGED: value}}}, content_type=MERGE_PATCH)
 
 
+def touch_ledger(session, objects: list[dict], node: str) -> None:
+    """An event touching one node: the first ledger row of ``node``'s Devices turns free (mode 0,
+    remaining D) or, when free, exclusively held (mode 1, allocated D), live and in ``objects``."""
+    devices = next(o for o in objects if o["kind"] == "Devices" and o["metadata"]["name"] == node)
+    row = devices["status"]["groups"][0]["accelerators"][0]
+    was_free = row.get("mode", 0) == 0 and row.get("remaining", 0) == 1_600_000
+    for key in ("mode", "allocated", "remaining", "allocatedSlices", "allocatedProfiles"):
+        row.pop(key, None)
+    row.update({"mode": 1, "allocated": 1_600_000} if was_free else {"mode": 0, "remaining": 1_600_000})
+    live = session.call("get", _path(session, "Devices", name=node))
+    body = {**live, "status": json.loads(json.dumps(devices["status"]))}
+    session.call("put", _path(session, "Devices", name=node, sub="status"), body=body)
+
+
 def _accelerated_nodes(objects: list[dict], count: int) -> list[str]:
     devices = {o["metadata"]["name"] for o in objects if o["kind"] == "Devices"}
     managed = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"
@@ -272,6 +296,8 @@ def run(nodes: int, churn: int) -> dict:
             settled = ctl.wait_quiet()
             out["settled_cpu_s"] = round(ctl.cpu(), 2)
             out["fit_label_reconcile"] = max(settled[1:], key=lambda r: r["writes"]) if len(settled) > 1 else None
+            batches = ctl.fit_batches()
+            out["fit_label_batch"] = max(batches, key=lambda b: b["writes"]) if batches else None
             out["rss_settled_mib"] = round(ctl.rss() / 1024, 1)
             # one flip each way
             flips = []
@@ -290,6 +316,7 @@ def run(nodes: int, churn: int) -> dict:
                 flips[-1]["seconds"] = round(time.monotonic() - t, 3)
                 after = ctl.wait_quiet()
                 flips[-1]["reconciles"] = [r["seconds"] for r in after[before:]]
+                flips[-1]["reconcile_cpu"] = [r["cpu"] for r in after[before:]]
                 flips[-1]["cpu_s"] = round(ctl.cpu() - cpu0, 2)  # the event's passes, fit labels included
             out["flips"] = flips
             # an event that changes nothing
@@ -298,7 +325,20 @@ def run(nodes: int, churn: int) -> dict:
                          body={"metadata": {"annotations": {"bench/touch": str(time.time())}}}, content_type=MERGE_PATCH)
             idle = ctl.wait_reconciles(before + 1)[before:]
             out["idle"] = {"writes": sum(r["writes"] for r in idle), "seconds": [r["seconds"] for r in idle],
+                           "reconcile_cpu": [r["cpu"] for r in idle],
                            "cpu_s": round(ctl.cpu() - cpu0, 2)}
+            # an event that touches one node: one Devices ledger row changes
+            node = _accelerated_nodes(objects, 2)[1]
+            before, cpu0 = len(ctl.reconciles()), ctl.cpu()
+            t = time.monotonic()
+            touch_ledger(session, objects, node)
+            want = expected_rows(policy, objects)
+            poller.wait_rows(want)
+            seconds = round(time.monotonic() - t, 3)
+            one = ctl.wait_quiet()[before:]
+            out["one_node"] = {"seconds": seconds, "reconciles": [r["seconds"] for r in one],
+                               "reconcile_cpu": [r["cpu"] for r in one],
+                               "writes": sum(r["writes"] for r in one), "cpu_s": round(ctl.cpu() - cpu0, 2)}
             # churn: flips in quick succession, the poller watching for partial rows
             t = time.monotonic()
             for i, node in enumerate(_accelerated_nodes(objects, churn)):
@@ -314,8 +354,10 @@ def run(nodes: int, churn: int) -> dict:
                 == poller.rows[r["NAME"]] for r in rows)
             all_reconciles = ctl.reconciles()
             out["reconciles"] = len(all_reconciles)
-            out["api_writes"] = sum(r["writes"] for r in all_reconciles)
-            out["errors"] = sum(r["errors"] for r in all_reconciles)
+            batches = ctl.fit_batches()
+            out["fit_label_batches"] = len(batches)
+            out["api_writes"] = sum(r["writes"] for r in all_reconciles) + sum(b["writes"] for b in batches)
+            out["errors"] = sum(r["errors"] for r in all_reconciles) + sum(b["errors"] for b in batches)
             out["rss_peak_mib"] = round(ctl.rss_peak / 1024, 1)
         finally:
             poller.stop.set()
@@ -345,11 +387,20 @@ def main() -> None:
               f"{r['correct_s']} s; settled after {r['settled_cpu_s']} s of CPU")
         if r["fit_label_reconcile"]:
             f = r["fit_label_reconcile"]
-            print(f"  biggest later reconcile (fit labels): {f['writes']} writes in {f['seconds']} s")
+            print(f"  biggest later reconcile: {f['writes']} writes in {f['seconds']} s")
+        if r["fit_label_batch"]:
+            f = r["fit_label_batch"]
+            print(f"  biggest fit label batch (outside the reconciles): {f['writes']} patches in {f['seconds']} s; "
+                  f"{r['fit_label_batches']} batches")
         for f in r["flips"]:
             print(f"  NodeFeature managed -> {f['to']}: rows correct in {f['seconds']} s "
-                  f"(reconciles {f['reconciles']} s; controller CPU {f['cpu_s']} s)")
-        print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s, CPU {r['idle']['cpu_s']} s")
+                  f"(reconciles {f['reconciles']} s, their CPU {f['reconcile_cpu']} s; controller CPU {f['cpu_s']} s)")
+        print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s (its CPU "
+              f"{r['idle']['reconcile_cpu']} s), controller CPU {r['idle']['cpu_s']} s")
+        o = r["one_node"]
+        print(f"  one node's ledger row changes: rows correct in {o['seconds']} s (reconciles {o['reconciles']} s, "
+              f"their CPU {o['reconcile_cpu']} s, "
+              f"{o['writes']} writes; controller CPU {o['cpu_s']} s)")
         print(f"  churn of flips -> correct in {r['churn_correct_s']} s; partial rows observed "
               f"{r['partial_observed']} in {r['polls']} polls {r['partial_examples']}")
         print(f"  kubectl get instancetypes: {r['kubectl_rows']} rows, equal to the API: {r['kubectl_matches']}")

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 
 from runtime.engine.pools import DesiredState, fit_labels
+from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 from runtime.kube.ownership import owned
@@ -77,10 +79,13 @@ def _ns(obj: dict) -> str:
     return (obj.get("metadata") or {}).get("namespace") or ""
 
 
-def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "") -> list[Action]:
+def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "",
+         memo: DeriveMemo | None = None) -> list[Action]:
     """Actions turning ``snapshot``'s cluster into ``state`` (see the module docstring).
 
-    ``now``: RFC 3339 time for condition transitions the plan writes (the AdmissionCheck's).
+    ``now``: RFC 3339 time for condition transitions the plan writes (the AdmissionCheck's);
+    ``memo``: the :class:`DeriveMemo` that derived ``state`` (the controller's), to keep each Node's
+    fit label patch while its Node and Devices objects are the same.
     """
     actions: list[Action] = []
     actions += _flavors(policy, state, snapshot)
@@ -97,7 +102,7 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "")
     actions += _local_queues(policy, state, snapshot)
     actions += _instance_type_status(policy, state, snapshot)
     actions += _catalog(state, snapshot)
-    actions += _fit_labels(policy, state, snapshot)
+    actions += _fit_labels(policy, state, snapshot, memo)
     return actions
 
 
@@ -249,7 +254,7 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
     return out
 
 
-def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Action]:
+def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo | None = None) -> list[Action]:
     """Per-node fit label patches (spec/node-facts.md §9), in Node name order.
 
     The wanted labels are :func:`runtime.engine.pools.fit.fit_labels` of the node's Devices object (the
@@ -258,7 +263,6 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list
     and removes (``None``) the fit labels no longer wanted; nothing is planned when they match.
     Nodes being deleted are left alone.
     """
-    prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
     managed = set(state.managed_nodes)
     devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
     out = []
@@ -266,11 +270,30 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list
         name = name_of(node)
         if is_deleting(node):
             continue
-        have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
-        want = fit_labels(policy, devices[name], name in managed) if name in devices else {}
-        if want == have:
+        obj = devices.get(name)
+        if memo is None:
+            labels = fit_label_patch(policy, node, obj, name in managed)
+        else:
+            spec, status = (obj or {}).get("spec"), (obj or {}).get("status")
+            labels = memo.keep("fitpatch", name, (id(node.get("metadata")), obj is None, id(spec), id(status),
+                                                 name in managed), (node.get("metadata"), spec, status),
+                               partial(fit_label_patch, policy, node, obj, name in managed))
+        if labels is None:
             continue
-        labels: dict = {k: None for k in have if k not in want}
-        labels.update({k: v for k, v in want.items() if have.get(k) != v})
-        out.append(Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": labels}}, reason="fit labels differ"))
+        out.append(Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": dict(labels)}},
+                          reason="fit labels differ"))
     return out
+
+
+def fit_label_patch(policy: Policy, node: dict, devices: dict | None, managed: bool) -> dict | None:
+    """The labels of one Node's fit label merge patch (spec/node-facts.md §9): the wanted values
+    that are missing or differ, ``None`` for those no longer wanted; None when they all match.
+    ``devices``: the node's Devices object (None: it wants none)."""
+    prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
+    have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
+    want = fit_labels(policy, devices, managed) if devices is not None else {}
+    if want == have:
+        return None
+    labels: dict = {k: None for k in have if k not in want}
+    labels.update({k: v for k, v in want.items() if have.get(k) != v})
+    return labels

@@ -40,12 +40,15 @@ from typing import Callable, Iterable, Mapping
 from loguru import logger
 
 from runtime.controller import settings_seed
+from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.plan import Action, Verb, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
+from runtime.controller.transitions import TransitionEvents
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
+from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy
 from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import Snapshot, name_of
@@ -64,8 +67,11 @@ WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "Clu
            "Workload")
 # Kinds whose snapshot copies are kept between passes while the cached object is the same (the cache
 # replaces an object on every event, never mutates it; derive and plan only read these kinds): the
-# bulk of a large cluster, copied once per version instead of once per pass (issue 16).
-REUSED_COPIES = ("Node", "NodeFeature", "Devices")
+# bulk of a large cluster, copied once per version instead of once per pass (issue 16); the node kinds
+# also key the incremental derive (runtime/engine/pools/incremental.py), the pool kinds were two
+# thirds of an idle pass at 1,000 nodes (LocalQueues: one per pool and namespace).
+REUSED_COPIES = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
+                 "AdmissionCheck", "InstanceType", "InstanceTypeFlavor")
 # Fit label patches (one per Node) are sent this many at a time (issue 16: 619 Nodes one by one took 5 s).
 FIT_LABEL_WORKERS = 8
 # Which finalizer (label-catalog key role) the controller keeps on each kind.
@@ -123,10 +129,14 @@ class Controller:
         self.applier = Applier(session, policy, cache=self.cache)
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
+        self.transitions = TransitionEvents()  # the state-transition Events (issue 14 item 3)
+        self._pass: tuple[Snapshot | None, dict] = (None, {})  # this pass's snapshot and check verdicts
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
         self._warned: set[str] = set()  # derive warnings already logged
         self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
         self._copies: dict[tuple, tuple[dict, dict]] = {}  # (kind, ns, name) -> (cached object, its copy)
+        self._memo = DeriveMemo()  # incremental derive: per-node and per-pool results of the last pass
+        self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -187,14 +197,18 @@ class Controller:
     def reconcile(self) -> ReconcileResult:
         """Derive from the cache and execute the plan; failures of single actions are collected
         in ``errors`` (and mark the cluster dirty for a retry), not raised."""
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.thread_time()
         start_writes = len(self.applier.writes)
         snapshot = self._snapshot()
-        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace)
+        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace, memo=self._memo)
         self._report_invalid_settings(state, snapshot)
+        self._pass = (snapshot, {})
+        for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot,
+                                                  datetime.now(timezone.utc)):
+            self._create_event(event)
         self._log_warnings(state.warnings)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        actions = plan(self.policy, state, snapshot, now=now)
+        actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
         instances = plan_instances(self.policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
@@ -205,13 +219,17 @@ class Controller:
             actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
         self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
         actions += self._workload_check_actions(snapshot)
+        if self.fit_writer is not None:
+            actions = self.fit_writer.fresh(actions)
         actions, deferred = self._hold_fit_labels(actions)
         result = ReconcileResult(planned=actions, deferred=deferred, state=state)
         for action in actions:
             if action.kind != "Node":
                 self._run_action(action, result)
         fit = [a for a in actions if a.kind == "Node"]  # independent one-Node patches: in parallel
-        if len(fit) > 1:
+        if self.fit_writer is not None:  # the loop's: written on its threads, this pass does not wait
+            self.fit_writer.submit(fit)
+        elif len(fit) > 1:
             with ThreadPoolExecutor(min(FIT_LABEL_WORKERS, len(fit))) as pool:
                 list(pool.map(lambda a: self._run_action(a, result), fit))
         elif fit:
@@ -219,13 +237,16 @@ class Controller:
         if result.errors:
             self._dirty.set()
         result.writes = self.applier.writes[start_writes:]
+        if self.fit_writer is not None:  # its Node patches are its own (logged per batch), not this pass's
+            result.writes = [w for w in result.writes if w.kind != "Node"]
         result.seconds = time.monotonic() - t0
         self.reconciles.append(result)
         self._notify(result)
-        summary = logger.bind(reconcile_seconds=round(result.seconds, 6), writes=len(result.writes),
-                              errors=len(result.errors))
-        summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s",
-                     len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds)
+        cpu = time.thread_time() - cpu0
+        summary = logger.bind(reconcile_seconds=round(result.seconds, 6), cpu_seconds=round(cpu, 6),
+                              writes=len(result.writes), errors=len(result.errors))
+        summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s ({:.3f}s CPU)",
+                     len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds, cpu)
         return result
 
     def _run_action(self, action: Action, result: ReconcileResult) -> None:
@@ -234,12 +255,26 @@ class Controller:
         except (KubeApiError, RuntimeError) as exc:
             result.errors.append(f"{action.verb} {action.kind} {action.name}: {exc}")
             logger.warning("{} {} {}: {}", action.verb, action.kind, action.name, exc)
+            return
+        event = self.transitions.after_action(self.policy, action, self._pass[0], self._pass[1],
+                                              datetime.now(timezone.utc))
+        if event is not None:
+            self._create_event(event)
+
+    def _create_event(self, event: dict) -> None:
+        """Record one Event; a refused write is logged, never fails the pass."""
+        try:
+            self.applier.create(event)
+        except KubeApiError as exc:
+            logger.warning("{} event on {} {}: {}", event["reason"], event["involvedObject"]["kind"],
+                           event["involvedObject"]["name"], exc)
 
     def _snapshot(self) -> Snapshot:
         """Every cached object as an engine Snapshot of copies (the cache's dicts are shared). The
         copies of :data:`REUSED_COPIES` kinds are reused while the cache holds the same object."""
         objects: list[dict] = []
         copies: dict[tuple, tuple[dict, dict]] = {}
+        checked: set[int] = set()  # reused copies that entered the last snapshot: not checked again
         for kind, cache in self.cache.caches.items():
             reuse = kind in REUSED_COPIES
             for obj in cache.objects():
@@ -251,10 +286,13 @@ class Controller:
                 hit = self._copies.get(key)
                 if hit is None or hit[0] is not obj:
                     hit = (obj, copy.deepcopy(obj))
+                else:
+                    checked.add(id(hit[1]))
                 copies[key] = hit
                 objects.append(hit[1])
-        self._copies = copies
-        return Snapshot.from_objects(objects, origin="<watch cache>")
+        snapshot = Snapshot.from_objects(objects, origin="<watch cache>", checked=checked)
+        self._copies = copies  # only copies that passed the checks count as checked next time
+        return snapshot
 
     def _log_warnings(self, warnings: list[str]) -> None:
         """Log each derive warning (refused facts of decision 19, untrusted NodeFeatures of decision
@@ -292,6 +330,7 @@ class Controller:
         if checks.requeue is not None:
             due = time.monotonic() + checks.requeue
             self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
+        self._pass = (snapshot, checks.verdicts)
         return checks.actions
 
     def _apply_check_state(self, action: Action) -> None:
@@ -313,11 +352,8 @@ class Controller:
             if key in self._reported:
                 continue
             self._reported.add(key)
-            event = invalid_setting_event(self.policy.settings, secret, name, key[1], datetime.now(timezone.utc))
-            try:
-                self.applier.create(event)
-            except KubeApiError as exc:
-                logger.warning("InvalidSetting event for {}: {}", name, exc)
+            self._create_event(invalid_setting_event(self.policy.settings, secret, name, key[1],
+                                                     datetime.now(timezone.utc)))
 
     def _execute(self, action: Action) -> None:
         """Run one planned write through the handler of its :class:`Verb` (the dispatch table)."""
@@ -392,8 +428,18 @@ class Controller:
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set."""
+        """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set. Fit label
+        patches are written by a :class:`FitLabelWriter` meanwhile (closed when the loop ends)."""
         self._dirty.set()
+        self.fit_writer = FitLabelWriter(lambda action: self._execute(action), lambda name: self.cache.get("Node", name),
+                                         FIT_LABEL_WORKERS, lambda _message: self._dirty.set())
+        try:
+            self._loop(stop)
+        finally:
+            writer, self.fit_writer = self.fit_writer, None
+            writer.close()
+
+    def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             if not self._dirty.wait(timeout=min(self.resync_seconds, 0.25)):
                 due = self._requeue_at is not None and time.monotonic() >= self._requeue_at

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping  # not typing's: its isinstance is slow
 
 # kind -> (apiVersion, namespaced)
 KNOWN_KINDS: dict[str, tuple[str, bool]] = {
@@ -198,7 +198,8 @@ class Snapshot:
     warnings: tuple[str, ...] = field(default=())
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>", first_item: int = 0) -> "Snapshot":
+    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>", first_item: int = 0,
+                     checked: Collection[int] = ()) -> "Snapshot":
         """Index ``objects``; unknown kinds are skipped with a warning; a later duplicate replaces an
         earlier one (as a re-apply would).
 
@@ -206,7 +207,9 @@ class Snapshot:
         missing ``kind`` or ``metadata.name``, a label, annotation or NodeFeature ``spec.labels``
         value that is not a string, or a Devices field of the wrong type (:data:`DEVICES_SHAPE`). Namespaced kinds without ``metadata.namespace`` (Instances,
         LocalQueues, NodeFeatures) default to namespace ``default`` like kubectl does. Items are
-        numbered from ``first_item`` (0-based position of the object in ``origin``).
+        numbered from ``first_item`` (0-based position of the object in ``origin``). ``checked``: ids of
+        objects that passed these checks in an earlier call and are unchanged (the caller holds them
+        and never mutates them, as the controller its reused copies): only their kind and name are read.
         """
         index: dict[str, dict[tuple[str, str], dict]] = {}
         warnings: list[str] = []
@@ -227,6 +230,9 @@ class Snapshot:
             namespace = meta.get("namespace") or ("default" if namespaced else "")
             if not namespaced:
                 namespace = ""
+            if id(obj) in checked:
+                index.setdefault(kind, {})[(namespace, meta["name"])] = dict(obj)
+                continue
             maps = [("metadata.labels", "label", meta.get("labels")),
                     ("metadata.annotations", "annotation", meta.get("annotations"))]
             if kind == "NodeFeature":  # propagated to the Node as labels (node-facts.md §4)

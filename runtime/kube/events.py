@@ -1,8 +1,11 @@
-"""The one Warning Event writer of the agent and the controller (core/v1 ``Event`` as a dict).
+"""The one Event writer of the agent and the controller (core/v1 ``Event`` as a dict).
 
 The agent (:meth:`runtime.agent.cluster.NodeCluster.warn`: a fact a node cannot use, an allocation it
 cannot read) and the controller (``InvalidSetting`` on the settings Secret, spec/settings.md §1)
-both build their Events here and send them with :meth:`runtime.kube.applier.Applier.create`.
+both build their Events here and send them with :meth:`runtime.kube.applier.Applier.create`; so do
+the controller's state transitions (:mod:`runtime.controller.transitions`: a node leaving or joining a
+pool, a type draining, a Workload answered Retry), Normal or Warning as rules/pools/derivation.yaml
+``events`` says.
 """
 from __future__ import annotations
 
@@ -14,8 +17,14 @@ INVOLVED_FIELDS = ("apiVersion", "kind", "name", "namespace", "uid")
 
 def warning_event(involved: Mapping[str, Any], reason: str, message: str, component: str, now: datetime,
                   name: str | None = None) -> dict:
-    """A Warning Event on ``involved`` (``apiVersion``, ``kind``, ``name``, optional ``namespace`` and
-    ``uid``) at ``now`` (timezone-aware). Events on cluster-scoped objects go to namespace ``default``.
+    """A Warning Event: :func:`event` with ``type`` ``Warning``."""
+    return event(involved, "Warning", reason, message, component, now, name)
+
+
+def event(involved: Mapping[str, Any], type_: str, reason: str, message: str, component: str, now: datetime,
+          name: str | None = None) -> dict:
+    """An Event of ``type_`` (``Normal`` or ``Warning``) on ``involved`` (``apiVersion``, ``kind``,
+    ``name``, optional ``namespace`` and ``uid``) at ``now`` (timezone-aware). Events on cluster-scoped objects go to namespace ``default``.
     ``name``: the Event's name; without one the API server generates it from ``<involved name>.``."""
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     meta: dict[str, Any] = {"namespace": involved.get("namespace") or "default"}
@@ -24,7 +33,7 @@ def warning_event(involved: Mapping[str, Any], reason: str, message: str, compon
     else:
         meta["generateName"] = f"{involved['name']}."
     return {
-        "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": reason, "message": message,
+        "apiVersion": "v1", "kind": "Event", "type": type_, "reason": reason, "message": message,
         "metadata": meta,
         "involvedObject": {k: involved.get(k) for k in INVOLVED_FIELDS if involved.get(k) is not None},
         "source": {"component": component}, "reportingComponent": component,

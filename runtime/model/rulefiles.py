@@ -6,6 +6,7 @@ compiles each one once (``Expr.program``) and reports failures as ``file:line fi
 """
 from __future__ import annotations
 
+import string
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -221,6 +222,38 @@ class ClusterQueueSpec(Strict):
     tooManyFlavorsMessage: Expr
 
 
+class StateEvent(Strict):
+    """One Event the controller records on a state transition (issue 14 item 3)."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str = Field(min_length=1, description="CamelCase, as Kubernetes reasons are")
+    message: str = Field(min_length=1, description="str.format with the variables its entry names")
+
+
+# The str.format variables each transition Event's message may use (runtime/controller/transitions.py).
+STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": {"node", "flavors"},
+                         "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"}}
+
+
+class StateEvents(Strict):
+    """The Events of the controller's state transitions, once per transition (docs/observability.md)."""
+
+    nodeLeftPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it left")
+    nodeJoinedPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it joined")
+    typeDraining: StateEvent = Field(description="on the InstanceType; {type}, {queue}: its ClusterQueue")
+    workloadRetry: StateEvent = Field(description="on the Workload; {check}, {message}: the check's answer")
+
+    @model_validator(mode="after")
+    def _known_variables(self) -> "StateEvents":
+        """A message may name only its entry's variables (a typo would fail at the transition)."""
+        for name, allowed in STATE_EVENT_VARIABLES.items():
+            used = {f for _, f, _, _ in string.Formatter().parse(getattr(self, name).message) if f is not None}
+            if used - allowed:
+                raise ValueError(f"{name}.message: unknown variable(s) {sorted(used - allowed)}; "
+                                 f"allowed: {sorted(allowed)}")
+        return self
+
+
 class PoolDerivationSpec(Strict):
     systemNamespace: str
     reservedNamespaces: list[str] = Field(description="no LocalQueues, no Instances, no Pod webhook (decision 17)")
@@ -240,6 +273,7 @@ class PoolDerivationSpec(Strict):
     clusterQueue: ClusterQueueSpec
     admissionCheck: AdmissionCheckSpec
     resourceTypes: dict[Literal["flavor", "queue"], str]
+    events: StateEvents
 
 
 # --- presets -----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
 from testing.localcluster.testing import get_json, wait_for
-from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
+from tests.controlplane.test_controller import _apply_seed_cluster, _clean, _wait_for_events, loop_running
 
 POLICY = Policy(load_rules())
 NS = "default"
@@ -151,6 +151,10 @@ def test_two_whole_on_the_a10g_flavor_retry(live, kubectl):
     assert _answer_fields(wl)["fieldsV1"] == {"f:status": {"f:admissionChecks": {f'k:{{"name":"{CHECK}"}}': {
         ".": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:name": {}, "f:requeueAfterSeconds": {},
         "f:state": {}}}}}
+    # the Retry answer is also an Event on the Workload (rules/pools/derivation.yaml events.workloadRetry)
+    assert _wait_for_events(kubectl, wl["metadata"]["uid"], "AdmissionCheckRetry") == [(
+        "Normal", "AdmissionCheckRetry", f"admission check {CHECK} answered Retry: no node of flavor {FLAVOR} "
+        "can hold the request now", "accelpolicy")]
     _second_pass_writes_nothing(live, kubectl, "pod-whole-2")
 
 

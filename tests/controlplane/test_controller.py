@@ -257,8 +257,26 @@ def _patch_managed(kubectl, value):
             "-p", json.dumps({"spec": {"labels": {"gpustack.ai/managed": value}}}))
 
 
+def _uid(kubectl, resource, name) -> str:
+    return json.loads(kubectl.stdout("get", resource, name, "-o", "json"))["metadata"]["uid"]
+
+
+def _wait_for_events(kubectl, uid: str, reason: str, count: int = 1, timeout: float = 20.0) -> list[tuple]:
+    """(type, reason, message, reportingComponent) of the Events with ``reason`` on the object ``uid``
+    (any namespace), once ``count`` exist; polls until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        items = json.loads(kubectl.stdout("get", "events", "-A", "--field-selector",
+                                          f"involvedObject.uid={uid},reason={reason}", "-o", "json"))["items"]
+        got = sorted((e["type"], e["reason"], e["message"], e.get("reportingComponent")) for e in items)
+        if len(got) >= count or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
 def test_unmanage_and_readmit_with_the_running_loop(running, kubectl):
     want = without_phase(seed_rows("step2-after-unmanage.txt"))
+    node_uid = _uid(kubectl, "node", "node-a10g")
     _patch_managed(kubectl, "false")
     seconds, got = _wait_for(kubectl, lambda r: without_phase(r) == want)
     FIGURES.setdefault("NodeFeature patch -> correct table, seconds", []).append(seconds)
@@ -268,13 +286,22 @@ def test_unmanage_and_readmit_with_the_running_loop(running, kubectl):
     a10g = next(r for r in got if r["NAME"] == A10G_TYPE)
     assert a10g["ACCELERATOR(EX/SH/SL/PT)"] == "0/0 0/0 0/0 0/0"
     assert next(r for r in got if r["NAME"] == GENERIC_TYPE)["CPU"] == "48/68"
+    # one Event on the Node for the transition (rules/pools/derivation.yaml events.nodeLeftPool)
+    assert _wait_for_events(kubectl, node_uid, "NodeLeftPool") == [(
+        "Normal", "NodeLeftPool", f"node node-a10g left the pool: no longer contributes to ResourceFlavors "
+        f"{A10G_FLAVOR}, {A10G_CPU_FLAVOR}", "accelpolicy")]
 
     want = without_phase(seed_rows("step2-after-readmit.txt"))
     _patch_managed(kubectl, "true")
     seconds, _ = _wait_for(kubectl, lambda r: without_phase(r) == want)
     FIGURES["NodeFeature patch -> correct table, seconds"].append(seconds)
     assert len(names(kubectl, "resourceflavors.kueue.x-k8s.io")) == 7
+    assert _wait_for_events(kubectl, node_uid, "NodeJoinedPool") == [(
+        "Normal", "NodeJoinedPool", f"node node-a10g joined the pool: contributes to ResourceFlavors "
+        f"{A10G_FLAVOR}, {A10G_CPU_FLAVOR}", "accelpolicy")]
     assert running.wait_idle(10)
+    # once per transition: the passes after it wrote no second Event
+    assert len(_wait_for_events(kubectl, node_uid, "NodeLeftPool", timeout=0)) == 1
 
 
 def test_broken_watches_resume_and_an_expired_version_relists(running, kubectl):
@@ -334,6 +361,9 @@ def test_deleted_derived_type_loses_queue_then_finalizer_and_is_authored_again(r
     assert name in names(kubectl, "clusterqueues.kueue.x-k8s.io")
     assert running.wait_idle(10)
     assert without_phase(rows(kubectl)) == without_phase(seed_rows("step1-instancetype.txt"))
+    assert _wait_for_events(kubectl, before["metadata"]["uid"], "InstanceTypeDraining") == [(
+        "Normal", "InstanceTypeDraining", f"InstanceType {name} is being deleted: its ClusterQueue {name} drains "
+        "(HoldAndDrain) and is deleted", "accelpolicy")]
 
 
 def test_unparsable_setting_reads_as_default_with_a_warning_event(running, kubectl):
@@ -369,8 +399,10 @@ def test_settings_change_takes_effect_without_restart(running, kubectl):
     # reconciles with nothing planned wrote nothing; the one InvalidSetting Event above came with
     # the pass that also planned the Setting view's new status.value ("maybe")
     assert idle and sum(len(r.writes) for r in idle) == 0
-    event_passes = [r for r in running.reconciles if any(w.kind == "Event" for w in r.writes)]
-    assert len(event_passes) == 1 and [w.kind for w in event_passes[0].writes].count("Event") == 1
+    def settings_events(r):  # the transition Events of the tests above are on Nodes and types (namespace default)
+        return [w for w in r.writes if w.kind == "Event" and w.namespace == "gpustack-system"]
+    event_passes = [r for r in running.reconciles if settings_events(r)]
+    assert len(event_passes) == 1 and len(settings_events(event_passes[0])) == 1
     assert [(a.verb, a.kind, a.name) for a in event_passes[0].planned] == [
         ("apply-status", "Setting", "instance-type-mixed-on-node")]
     FIGURES.setdefault("median reconcile seconds (loop)", []).append(

@@ -158,7 +158,7 @@ def test_every_log_line_is_json(running):
     ctl.wait(lambda: any("reconcile:" in line for line in ctl.lines), "a reconcile summary line")
     records = [json.loads(line)["record"] for line in list(ctl.lines)]
     summary = next(r for r in records if r["message"].startswith("reconcile:"))
-    assert set(summary["extra"]) == {"reconcile_seconds", "writes", "errors"}
+    assert set(summary["extra"]) == {"reconcile_seconds", "cpu_seconds", "writes", "errors"}
     assert {r["level"]["name"] for r in records} <= {"DEBUG", "INFO", "WARNING", "ERROR"}
     agent_records = [json.loads(line)["record"] for line in list(agent.lines)]
     assert any(r["message"] == "wrote Devices node-a10g status" for r in agent_records)

@@ -36,7 +36,7 @@ EXTRA_KINDS = {"Lease": ("coordination.k8s.io/v1", True), "Event": ("v1", True),
 
 # Call sites whose object comes from a variable: (module, function, applier method, argument) -> kinds.
 OBJECT_KINDS = {
-    ("runtime/controller/reconciler.py", "_report_invalid_settings", "create", "event"): ("Event",),
+    ("runtime/controller/reconciler.py", "_create_event", "create", "event"): ("Event",),
     ("runtime/controller/webhooks.py", "sync", "apply", "desired"):
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
     ("runtime/controller/webhooks.py", "sync", "delete", "stale"):
@@ -50,7 +50,7 @@ SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/settingsview.py": None,
-                 "runtime/controller/reconciler.py": {"seed_settings", "_report_invalid_settings"},
+                 "runtime/controller/reconciler.py": {"seed_settings"},
                  "runtime/controller/rulesreload.py": {"_event"}}
 # Not RBAC-checked: every authenticated user may create a SelfSubjectReview (system:basic-user).
 NOT_AUTHORIZED_HERE = {"runtime/kube/session.py": "selfsubjectreviews (Session.username)"}

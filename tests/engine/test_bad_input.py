@@ -388,3 +388,13 @@ def test_shape_caps_are_linked_from_the_constants(rules_copy):
     instance = load_rules(rules_copy).get("ObjectShape", "instance").openAPIV3Schema.properties["spec"]
     assert (instance.properties["type"].maxLength, instance.properties["nodeName"].maxLength) == (63, 63)
     assert instance.properties["image"].maxLength == 4096
+
+
+def test_rule_file_event_message_with_an_unknown_variable(rules_copy):
+    """A transition Event's message names a variable its entry does not have: refused at load, not
+    at the transition (runtime/model/rulefiles.py STATE_EVENT_VARIABLES)."""
+    _replace(rules_copy / "pools" / "derivation.yaml", "left the pool: no longer", "left pool {pool}: no longer")
+    (problem,) = _problems(rules_copy)
+    assert problem.startswith("rules/pools/derivation.yaml:")
+    assert problem.endswith("spec.events: Value error, nodeLeftPool.message: unknown variable(s) ['pool']; "
+                            "allowed: ['flavors', 'node']")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import partial
 
 from runtime.engine.pools import catalog as catalog_mod
 from runtime.engine.pools import instancetypes as its
 from runtime.engine.pools import queues
 from runtime.engine.pools.flavors import FlavorPlan, plan_flavors, render_flavor
 from runtime.engine.pools.instancetypes import devices_selector, matches
+from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.pools.kept import as_kept
 from runtime.engine.devices.factcheck import FactProblem, ledger_problems
 from runtime.engine.pools.nodes import effective_node_labels, node_views, trusted_node_features
@@ -41,7 +43,8 @@ class DesiredState:
     the snapshot's Devices with the managed label mirrored from their Node; they share ``spec`` and
     ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat them as
     read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
-    spec/node-facts.md §9 are written on these only). ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
+    spec/node-facts.md §9 are written on these only). ``node_flavors``: node name -> the ResourceFlavors it
+    contributes to (name order; nodes contributing none are absent), what the pool Events compare. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
     nodes without os/arch, ``.count`` labels that are not integers in range, ledgers out of range,
     NodeFeatures not trusted (decision 20), unparsable settings). ``fact_problems``: the refused node
     facts of decision 19 as data (node, key, value, message), for the audit; each is also a warning.
@@ -59,6 +62,7 @@ class DesiredState:
     instance_type_flavors: list[dict] = field(default_factory=list)
     devices: list[dict] = field(default_factory=list)
     managed_nodes: list[str] = field(default_factory=list)
+    node_flavors: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fact_problems: list[FactProblem] = field(default_factory=list)
 
@@ -106,15 +110,20 @@ def _owned(policy: Policy, obj: dict, kind: str) -> bool:
 
 
 def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
-           settings_namespace: str | None = None) -> DesiredState:
+           settings_namespace: str | None = None, memo: DeriveMemo | None = None) -> DesiredState:
     """Compute the DesiredState of ``snapshot`` under ``policy`` (pure: no I/O, clock or env).
 
     ``live=False`` (snapshot mode, the CLI and the seed replays): a queue without a Kueue status
     reads as Kueue would soon report it, ``Active``. ``live=True`` (the controller): the phase shows
     what Kueue reports now, so a queue without an ``Active`` condition, or one this reconcile
     creates, reads ``Activating`` (spec/pools.md §10.1). ``settings_namespace``: see
-    :func:`runtime.engine.settings.settings_of`.
+    :func:`runtime.engine.settings.settings_of`. ``memo``: a
+    :class:`runtime.engine.pools.incremental.DeriveMemo` kept between calls (the controller's): the
+    parts that depend on one node or one pool are reused while the objects they were computed from
+    are the same; the result equals a derive without it.
     """
+    if memo is not None:
+        memo.begin(policy)
     settings = settings_of(policy, snapshot, settings_namespace)
     state = DesiredState(settings=settings, warnings=list(snapshot.warnings))
     for name in settings.invalid:
@@ -123,23 +132,29 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
 
     trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)  # decision 20
     state.warnings.extend(untrusted)
-    effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)  # node views and Devices read it
-    nodes = node_views(policy, snapshot, effective)
+    if memo is not None:
+        effective, nodes = memo.nodes(policy, snapshot, trusted)
+    else:
+        effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)  # node views and Devices read it
+        nodes = node_views(policy, snapshot, effective)
     state.managed_nodes = [node.name for node in nodes if node.managed]
     for node in nodes:
         if node.managed and (not node.os or not node.arch):
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
         if node.managed:
             state.fact_problems.extend(node.problems)
-    plans = plan_flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")))
+    plans = plan_flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")), memo)
     rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
     state.resource_flavors = list(rendered.values())
+    for name, flavor in plans.items():  # name order, so each node's list is too
+        for node_name in flavor.contributors:
+            state.node_flavors.setdefault(node_name, []).append(name)
     flavor_type = policy.derivation.resourceTypes["flavor"]
     state.flavor_deletes = [name_of(f) for f in snapshot.list("ResourceFlavor")
                             if labels_of(f).get(policy.key("resourceType")) == flavor_type and name_of(f) not in rendered]
 
     types = _instance_types(policy, snapshot, state, plans, aware)
-    _queues_and_status(policy, snapshot, state, types, plans, rendered, effective, aware, live)
+    _queues_and_status(policy, snapshot, state, types, plans, rendered, effective, aware, live, memo)
     state.admission_checks = [queues.admission_check(policy)]
     state.instance_type_flavors = catalog_mod.catalog(policy, plans, aware)
     return state
@@ -176,7 +191,7 @@ def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, pla
 
 def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, types: dict[str, dict],
                        plans: dict[str, FlavorPlan], rendered: dict[str, dict], effective, aware: bool,
-                       live: bool) -> None:
+                       live: bool, memo: DeriveMemo | None = None) -> None:
     """Per InstanceType in name order: its ClusterQueue and LocalQueues (unless it is being deleted)
     and its status (pools.md §7-§10); fills ``state``."""
     settings = state.settings
@@ -185,7 +200,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
     devices = _devices_with_effective_labels(policy, snapshot, effective)
     state.devices = devices
-    devices = _sound_devices(policy, devices, state.fact_problems)  # decision 19: the others count in no view
+    devices = _sound_devices(policy, devices, state.fact_problems, memo)  # decision 19: the others count in no view
     state.warnings.extend(p.message for p in state.fact_problems)
     by_label = _label_index(devices)
     pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
@@ -204,17 +219,23 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
         queue_state["instancePodCpuMillis"] = pod_cpu.get(its.entrance(policy, name), [])
         selector = devices_selector(policy, labels)
         pool_devices = _select(selector, devices, by_label)
-        it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
+        if memo is None:
+            it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
+        else:
+            it["status"] = memo.status(it, queue, flavors, pool_devices, queue_state, settings.values, partial(
+                its.instance_type_status, policy, settings, it, queue, flavors, pool_devices, queue_state))
         state.instance_types.append(it)
 
 
-def _sound_devices(policy: Policy, devices: list[dict], problems: list[FactProblem]) -> list[dict]:
+def _sound_devices(policy: Policy, devices: list[dict], problems: list[FactProblem],
+                   memo: DeriveMemo | None = None) -> list[dict]:
     """``devices`` less those of nodes with a refused fact (decision 19): the node problems already in
     ``problems`` and each Devices object's own out-of-range ledger (:func:`ledger_problems`, appended)."""
     bad_nodes = {p.node for p in problems}
     out = []
     for obj in devices:
-        own = ledger_problems(policy, obj)
+        own = ledger_problems(policy, obj) if memo is None else \
+            memo.ledger_problems(policy, obj, partial(ledger_problems, policy, obj))
         problems.extend(own)
         if not own and name_of(obj) not in bad_nodes:
             out.append(obj)

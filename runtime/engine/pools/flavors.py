@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from runtime.engine.pools.accelerators import walk_devices
 from runtime.engine.pools.nodes import NodeView
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from runtime.engine.pools.incremental import DeriveMemo
 
 
 @dataclass
@@ -42,53 +46,67 @@ class FlavorPlan:
         return self.akey if self.kind == "device" else self.gkey
 
 
-def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixed: bool) -> dict[str, FlavorPlan]:
-    """Flavor name -> plan, from the managed nodes (pools.md §2.1-§2.2)."""
+def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixed: bool,
+                 memo: "DeriveMemo | None" = None) -> dict[str, FlavorPlan]:
+    """Flavor name -> plan, from the managed nodes (pools.md §2.1-§2.2).
+
+    ``memo``: a :class:`runtime.engine.pools.incremental.DeriveMemo` reusing each node's
+    contributions and each flavor's notes while their inputs are the same objects (None: compute all).
+    """
+    plans: dict[str, FlavorPlan] = {}
+    for node in nodes:  # name order
+        contributions = memo.contributions(policy, node, mixed) if memo else node_contributions(policy, node, mixed)
+        for name, kind, akey, count, labels in contributions:
+            _contribute(plans, name, kind, node, node.gkey, akey, count, labels)
+    by_name = {n.name: n for n in nodes}
+    for plan in plans.values():
+        first = by_name[plan.contributors[0]]
+        plan.notes = memo.notes(policy, snapshot, plan, first) if memo else flavor_notes(policy, snapshot, plan, first)
+    return dict(sorted(plans.items()))
+
+
+def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tuple[str, str, str, int, dict]]:
+    """What one node contributes (pools.md §2.1): ``(flavor name, kind, aKey, per-node count,
+    spec.nodeLabels)`` for its CPU flavor and each accelerator flavor, per the CEL of
+    rules/pools/derivation.yaml ``spec.flavors``; [] for a node unmanaged or without gKey/os/arch."""
+    if not node.managed or not node.gkey or not node.os or not node.arch:
+        return []
     rules = policy.derivation.flavors
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
-    managed_key = policy.key("managed")
-    plans: dict[str, FlavorPlan] = {}
-    for node in nodes:  # name order
-        if not node.managed or not node.gkey or not node.os or not node.arch:
-            continue
-        has_acc = any(count > 0 for count in node.akeys.values())
-        base_labels = {policy.key("os"): node.os, policy.key("arch"): node.arch, managed_key: "true",
-                       f"{general}{node.gkey}": "true"}
-        cpu_vars = {"gKey": node.gkey, "aKey": "", "os": node.os, "arch": node.arch, "count": node.cores,
+    out: list[tuple[str, str, str, int, dict]] = []
+    has_acc = any(count > 0 for count in node.akeys.values())
+    base_labels = {policy.key("os"): node.os, policy.key("arch"): node.arch, policy.key("managed"): "true",
+                   f"{general}{node.gkey}": "true"}
+    cpu_vars = {"gKey": node.gkey, "aKey": "", "os": node.os, "arch": node.arch, "count": node.cores,
+                "mixed": mixed, "hasAccelerators": has_acc}
+    if rules["cpu"].when.evaluate(cpu_vars):
+        labels = dict(base_labels)
+        labels[f"{general}{node.gkey}{policy.suffix('count')}"] = str(node.cores)
+        if not mixed:
+            labels[policy.key("cpuOnly")] = "true"
+        out.append((rules["cpu"].name.evaluate(cpu_vars), "cpu", "", node.cores, labels))
+    for akey, count in node.akeys.items():
+        dev_vars = {"gKey": node.gkey, "aKey": akey, "os": node.os, "arch": node.arch, "count": count,
                     "mixed": mixed, "hasAccelerators": has_acc}
-        if rules["cpu"].when.evaluate(cpu_vars):
-            name = rules["cpu"].name.evaluate(cpu_vars)
-            labels = dict(base_labels)
-            labels[f"{general}{node.gkey}{policy.suffix('count')}"] = str(node.cores)
-            if not mixed:
-                labels[policy.key("cpuOnly")] = "true"
-            _contribute(plans, name, "cpu", node, node.gkey, "", node.cores, labels)
-        for akey, count in node.akeys.items():
-            dev_vars = {"gKey": node.gkey, "aKey": akey, "os": node.os, "arch": node.arch, "count": count,
-                        "mixed": mixed, "hasAccelerators": has_acc}
-            if not rules["device"].when.evaluate(dev_vars):
-                continue
-            name = rules["device"].name.evaluate(dev_vars)
-            labels = dict(base_labels)
-            labels[f"{acc}{akey}"] = "true"
-            labels[f"{acc}{akey}{policy.suffix('count')}"] = str(count)
-            _contribute(plans, name, "device", node, node.gkey, akey, count, labels)
-    by_name = {n.name: n for n in nodes}
-    for plan in plans.values():
-        plan.notes = _notes(policy, snapshot, plan, by_name[plan.contributors[0]])
-    return dict(sorted(plans.items()))
+        if not rules["device"].when.evaluate(dev_vars):
+            continue
+        labels = dict(base_labels)
+        labels[f"{acc}{akey}"] = "true"
+        labels[f"{acc}{akey}{policy.suffix('count')}"] = str(count)
+        out.append((rules["device"].name.evaluate(dev_vars), "device", akey, count, labels))
+    return out
 
 
 def _contribute(plans, name, kind, node, gkey, akey, count, labels) -> None:
     plan = plans.get(name)
     if plan is None:
         plan = plans[name] = FlavorPlan(name=name, kind=kind, gkey=gkey, akey=akey, os=node.os, arch=node.arch,
-                                        count=count, node_labels=labels)
+                                        count=count, node_labels=dict(labels))
     plan.contributors.append(node.name)
 
 
-def _notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
+def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
     """The ``note.gpustack.ai/*`` annotations of pools.md §2.3, from the first contributor."""
     if plan.kind == "cpu":
         notes = {"acceleratable": "false", "generalGroup": plan.gkey, "manufacturer": plan.gkey.split("-", 1)[0],

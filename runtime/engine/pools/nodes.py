@@ -51,13 +51,13 @@ def trusted_node_features(policy: Policy, snapshot: Snapshot,
     messages = policy.node_facts.factChecks.messages
     trusted: dict[str, list[dict]] = {}
     warnings: list[str] = []
-    for nf in snapshot.list("NodeFeature"):
-        node = labels_of(nf).get(node_key)
-        if not node or is_deleting(nf):
-            continue
+    for nf in snapshot.list("NodeFeature"):  # inline reads: this runs for every NodeFeature of every derive
         meta = nf.get("metadata") or {}
+        node = (meta.get("labels") or {}).get(node_key)
+        if not node or meta.get("deletionTimestamp"):
+            continue
         ns, name = meta.get("namespace") or "", meta.get("name") or ""
-        if ns == system and name in (node + suffix for suffix in suffixes):
+        if ns == system and name.startswith(node) and name[len(node):] in suffixes:
             trusted.setdefault(node, []).append(nf)
             continue
         if not any(str(k).startswith(prefixes) for k in ((nf.get("spec") or {}).get("labels") or {})):
@@ -78,26 +78,28 @@ def effective_node_labels(policy: Policy, snapshot: Snapshot, namespace: str | N
     Only the NodeFeatures :func:`trusted_node_features` keeps feed the propagated keys (decision 20);
     ``trusted``: its first result when the caller already has it.
     """
-    prefixes = tuple(policy.labels.propagatedPrefixes)
-    fit = policy.labels.fitLabelSuffix
-    by_node: dict[str, dict[str, str]] = {}
     if trusted is None:
         trusted = trusted_node_features(policy, snapshot, namespace)[0]
-    for node, features in trusted.items():
-        merged = by_node.setdefault(node, {})
-        for nf in features:
-            for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
-                merged[key] = str(value)
-    out: dict[str, dict[str, str]] = {}
-    for node in snapshot.list("Node"):
-        name = name_of(node)
-        labels = dict(labels_of(node))
-        if name in by_node:
-            labels = {k: v for k, v in labels.items()
-                      if not k.startswith(prefixes) or fit in k.split("/", 1)[0] + "/"}
-            labels.update(by_node[name])
-        out[name] = labels
-    return out
+    return {name_of(node): node_effective_labels(policy, node, trusted.get(name_of(node), ()))
+            for node in snapshot.list("Node")}
+
+
+def node_effective_labels(policy: Policy, node: dict, features) -> dict[str, str]:
+    """One Node's labels after propagation from ``features``, its trusted NodeFeatures in snapshot
+    order (:func:`trusted_node_features`): with any, the keys under the propagated prefixes
+    (rules/labels.yaml) are replaced by the union of their ``spec.labels`` (fit labels stay); a new dict."""
+    labels = dict(labels_of(node))
+    if not features:
+        return labels
+    prefixes = tuple(policy.labels.propagatedPrefixes)
+    fit = policy.labels.fitLabelSuffix
+    merged: dict[str, str] = {}
+    for nf in features:
+        for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
+            merged[key] = str(value)
+    labels = {k: v for k, v in labels.items() if not k.startswith(prefixes) or fit in k.split("/", 1)[0] + "/"}
+    labels.update(merged)
+    return labels
 
 
 def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: dict[str, str]) -> NodeView:

@@ -1,0 +1,159 @@
+"""Incremental derivation: what one :func:`derive` reuses from the previous one (issue 16).
+
+A :class:`DeriveMemo` passed to ``derive(policy, snapshot, memo=memo)`` keeps, between calls, the
+parts of a derivation that depend on one node or one pool only, each under a key made of the facts
+that fed it:
+
+========== ======================================== ==================================================
+store      one entry per                            key (the facts it was computed from)
+========== ======================================== ==================================================
+node       Node: effective labels, NodeView          the Node's ``metadata``, its trusted NodeFeatures'
+                                                    ``spec`` (decision 20)
+flavors    Node: its flavor contributions (§2.1)     the node's NodeView, the ``mixedOnNode`` setting
+notes      ResourceFlavor: its notes (§2.3)          the flavor, its first contributor's NodeView and
+                                                    Devices ``spec``
+ledger     Devices: its refused numbers (decision 19) the Devices' name, ``spec`` and ``status``
+status     InstanceType: its status (§10)            its spec and deletion, queue name, flavors'
+                                                    counts, queue facts, settings, the pool's Devices
+                                                    ``spec``/``status``
+========== ======================================== ==================================================
+
+Callers keep their own per-object results with :meth:`DeriveMemo.keep` (the controller's plan keeps
+each Node's fit label patch, spec/node-facts.md §9, by the Node's ``metadata`` and its Devices').
+
+Objects are keyed by identity: a snapshot's dicts are never mutated (:class:`Snapshot`), so the
+same ``metadata``/``spec``/``status`` object means the same facts, and a changed object is a new
+one (the watch cache replaces an object on every event; :meth:`Snapshot.from_objects` shares the
+nested dicts of its input). An entry holds the objects of its key, so an id is not reused while the
+entry lives; entries not used by the last call are dropped. Anything else (settings, queues,
+namespaces, catalog, plan) is derived afresh on every call. A memo serves one Policy: a reload
+(a new Policy object) empties it. Not thread-safe: one memo per deriving thread.
+
+The results equal a full derive's (``tests/engine/test_incremental_derive.py`` replays random node
+edits through both).
+"""
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Callable, Hashable
+
+from runtime.engine.policy import Policy
+from runtime.engine.pools.flavors import FlavorPlan, flavor_notes, node_contributions
+from runtime.engine.pools.nodes import NodeView, node_effective_labels, read_node
+from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, name_of
+
+
+
+def _ids(*objects) -> tuple[int, ...]:
+    return tuple(id(o) for o in objects)
+
+
+class DeriveMemo:
+    """Per-node and per-pool results of the last :func:`derive`, reused while their key holds.
+
+    ``computed``/``reused``: per store, how many entries the last call computed and reused (the
+    proof that an event touching one node re-derives only what that node feeds).
+    """
+
+    def __init__(self) -> None:
+        self._policy: Policy | None = None
+        self._old: dict[str, dict[str, tuple]] = {}
+        self._new: dict[str, dict[str, tuple]] = {}
+        self.computed: Counter = Counter()
+        self.reused: Counter = Counter()
+
+    def begin(self, policy: Policy) -> None:
+        """Start one derive: entries the previous call did not use are dropped; a new Policy empties
+        the memo."""
+        if policy is not self._policy:
+            self._policy = policy
+            self._new = {}
+        self._old, self._new = self._new, {}
+        self.computed, self.reused = Counter(), Counter()
+
+    def keep(self, store: str, name: str, key: Hashable, refs, compute: Callable[[], object]):
+        """The value of ``store``/``name`` when its key is ``key``; else ``compute()``, kept with
+        ``refs`` (the objects whose ids are in ``key``) until a call of :meth:`begin` after one in
+        which it was not used. The value is shared: never mutate it."""
+        new = self._new.setdefault(store, {})
+        entry = new.get(name) or self._old.get(store, {}).get(name)
+        if entry is not None and entry[0] == key:
+            new[name] = entry
+            self.reused[store] += 1
+            return entry[2]
+        value = compute()
+        new[name] = (key, refs, value)
+        self.computed[store] += 1
+        return value
+
+    # -- node facts --------------------------------------------------------------------------------
+    def node(self, policy: Policy, node: dict, features) -> tuple[dict[str, str], NodeView | None]:
+        """(effective labels, NodeView or None while the Node is being deleted) of one Node
+        (:func:`runtime.engine.pools.nodes.node_effective_labels`, :func:`read_node`)."""
+        features = tuple(features)
+        meta = node.get("metadata")
+        key = _ids(meta, *((nf.get("spec") for nf in features)))
+
+        def compute():
+            labels = node_effective_labels(policy, node, features)
+            if is_deleting(node):
+                return labels, None
+            return labels, read_node(policy, name_of(node), labels, dict(annotations_of(node)))
+        return self.keep("node", name_of(node), key, (meta, [nf.get("spec") for nf in features]), compute)
+
+    def nodes(self, policy: Policy, snapshot: Snapshot,
+              trusted: dict[str, list[dict]]) -> tuple[dict[str, dict[str, str]], list[NodeView]]:
+        """(node name -> effective labels, NodeViews in name order), as
+        :func:`runtime.engine.pools.nodes.effective_node_labels` and :func:`node_views` return them."""
+        effective: dict[str, dict[str, str]] = {}
+        views: list[NodeView] = []
+        for node in snapshot.list("Node"):
+            labels, view = self.node(policy, node, trusted.get(name_of(node), ()))
+            effective[name_of(node)] = labels
+            if view is not None:
+                views.append(view)
+        return effective, views
+
+    def contributions(self, policy: Policy, node: NodeView, mixed: bool) -> list:
+        """:func:`runtime.engine.pools.flavors.node_contributions` of one node."""
+        return self.keep("flavors", node.name, (id(node), mixed), node,
+                         lambda: node_contributions(policy, node, mixed))
+
+    def notes(self, policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
+        """:func:`runtime.engine.pools.flavors.flavor_notes` of one flavor (a copy)."""
+        devices = snapshot.get("Devices", first.name)
+        spec = (devices or {}).get("spec")
+        key = (plan.kind, plan.gkey, plan.akey, id(first), devices is None, id(spec))
+        return dict(self.keep("notes", plan.name, key, (first, spec),
+                              lambda: flavor_notes(policy, snapshot, plan, first)))
+
+    # -- Devices -----------------------------------------------------------------------------------
+    def ledger_problems(self, policy: Policy, devices: dict, compute: Callable[[], list]) -> list:
+        """``compute()`` (the refused numbers of one Devices object, decision 19), kept per
+        ``spec``/``status``."""
+        spec, status = devices.get("spec"), devices.get("status")
+        return list(self.keep("ledger", name_of(devices), _ids(spec, status), (spec, status), compute))
+
+    # -- pools -------------------------------------------------------------------------------------
+    def status(self, it: dict, queue: dict | None, flavors: list, pool_devices: list[dict], queue_state: dict,
+               settings_values, compute: Callable[[], dict]) -> dict:
+        """``compute()`` (one InstanceType's status, pools.md §10) unless every fact it reads is the
+        same as when it was last computed: the type's name, deletion and spec, its queue's name, its
+        flavors' counts and capacities, ``queue_state``, the settings and its Devices' ``spec`` and
+        ``status`` (by identity). A deep copy."""
+        key = (is_deleting(it), _frozen(it.get("spec")), name_of(queue) if queue is not None else None,
+               tuple((p.name, p.count, p.capacity) for p in flavors), _frozen(queue_state),
+               _frozen(dict(settings_values)),
+               tuple(i for d in pool_devices for i in _ids(d.get("spec"), d.get("status"))))
+        refs = [(d.get("spec"), d.get("status")) for d in pool_devices]
+        return copy.deepcopy(self.keep("status", name_of(it), key, refs, compute))
+
+
+def _frozen(value) -> Hashable:
+    """A hashable, order-insensitive (for maps) image of a JSON value, for keys."""
+    if isinstance(value, dict):
+        return ("{", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("[", tuple(_frozen(v) for v in value))
+    return type(value).__name__, value  # True and 1 are equal keys otherwise
