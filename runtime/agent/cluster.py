@@ -114,10 +114,12 @@ class NodeCluster:
         return self.cache.get("Secret", self.policy.settings.secretName, self.settings_namespace)
 
     # -- writes (the applier) ---------------------------------------------------------------------
-    def upsert(self, desired: Mapping[str, Any], current: Mapping[str, Any] | None) -> str:
-        """Create ``desired`` or replace its labels, ownerReferences and spec (``current``: as cached).
-        Returns ``created``, ``replaced`` or ``unchanged``."""
-        return self.applier.update(dict(desired), ("spec",), current)[0]
+    def upsert(self, desired: Mapping[str, Any], current: Mapping[str, Any] | None,
+               reread_on_conflict: bool = True) -> str:
+        """Create ``desired`` or replace its labels, ownerReferences and spec (``current``: as cached, or
+        as the plan read it). Returns ``created``, ``replaced`` or ``unchanged``; with
+        ``reread_on_conflict=False`` a 409 (the object changed since ``current``) raises KubeApiError."""
+        return self.applier.update(dict(desired), ("spec",), current, reread_on_conflict=reread_on_conflict)[0]
 
     def write_status(self, desired: Mapping[str, Any]) -> bool:
         """Make the object's status equal to ``desired["status"]``; returns whether it wrote."""

@@ -26,6 +26,7 @@ from runtime.engine.devices import AgentPlan, agent_rules, node_feature_name, pl
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
 from runtime.kube.podresources import PodResourcesError, list_pod_resources
+from runtime.kube.session import KubeApiError
 from runtime.model.facts import CpuFacts, FactsError, NodeFactsDoc, parse_facts
 
 ALLOCATION_SOURCES = ("auto", "podresources", "annotation")
@@ -88,6 +89,7 @@ class NodeAgent:
         catalog = policy.settings
         self.settings_namespace = os.environ.get(catalog.namespaceEnv) or catalog.namespace
         self.wake = threading.Event()   # set by every watch event of the cluster view
+        self._worker_read: dict | None = None   # the worker NodeFeature as the last plan read it
         self.cluster: NodeCluster | None = None
         if session is not None:
             self.cluster = NodeCluster(session, policy, node_name, self.namespace, self.settings_namespace,
@@ -192,6 +194,7 @@ class NodeAgent:
             settings = self._settings()
             node = self.cluster.node()
             worker_now = self.cluster.node_feature(node_feature_name(self.policy, self.node_name, "worker"))
+            self._worker_read = worker_now   # the version the plan's managed value came from (§6)
             pods = self.cluster.pods()
             pod_resources = self.pod_resources()
         else:
@@ -220,11 +223,24 @@ class NodeAgent:
         """The worker and device-manager NodeFeatures (spec/node-facts.md §3.3); the device-manager
         one is deleted (when the node owns it) once the probe knows there is no accelerator."""
         c, done = self.cluster, []
-        for obj in (plan.worker, plan.device_manager):
-            if obj is not None:
-                action = c.upsert(obj, c.node_feature(obj["metadata"]["name"]))
-                if action != "unchanged":
-                    done.append(f"{action} NodeFeature {obj['metadata']['name']}")
+        if plan.worker is not None:
+            # written against the version the plan read: an administrator's managed flip that lands in
+            # between is a 409, not overwritten; the flip's watch event wakes the next pass, which keeps it
+            name = plan.worker["metadata"]["name"]
+            try:
+                action = c.upsert(plan.worker, self._worker_read, reread_on_conflict=False)
+            except KubeApiError as exc:
+                if exc.status != 409:
+                    raise
+                logger.info("NodeFeature {} changed since this pass read it; the next pass plans again", name)
+                self.wake.set()
+                action = "unchanged"
+            if action != "unchanged":
+                done.append(f"{action} NodeFeature {name}")
+        if plan.device_manager is not None:
+            action = c.upsert(plan.device_manager, c.node_feature(plan.device_manager["metadata"]["name"]))
+            if action != "unchanged":
+                done.append(f"{action} NodeFeature {plan.device_manager['metadata']['name']}")
         if plan.accelerators_known and plan.device_manager is None:
             name = node_feature_name(self.policy, self.node_name, "deviceManager")
             if c.delete_owned(c.node_feature(name), node):

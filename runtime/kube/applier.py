@@ -66,6 +66,10 @@ _retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
 _retry_update = retry(retry=retry_if_exception(lambda exc: _transient(exc) or (
     isinstance(exc, KubeApiError) and exc.status == 409)), stop=stop_after_attempt(5),
     wait=wait_exponential(multiplier=0.1, max=2.0), reraise=True)
+# update(reread_on_conflict=False): a 409 is the caller's (it planned from ``current``); only 429/5xx retried
+_retry_unavailable = retry(retry=retry_if_exception(lambda exc: isinstance(exc, KubeApiError) and
+                                                    exc.status in (429, 500, 502, 503, 504)),
+                           stop=stop_after_attempt(5), wait=wait_exponential(multiplier=0.1, max=2.0), reraise=True)
 UNREAD = object()   # update(current=UNREAD): read the object from the server
 
 
@@ -167,21 +171,24 @@ class Applier:
         return result
 
     def update(self, desired: dict, fields: tuple[str, ...] = ("spec",),
-               current: dict | None | object = UNREAD) -> tuple[str, dict]:
+               current: dict | None | object = UNREAD, reread_on_conflict: bool = True) -> tuple[str, dict]:
         """Create ``desired`` (without ``status``) or make the existing object's labels,
         ownerReferences and ``fields`` equal to it, keeping its resourceVersion (PUT).
 
         ``current``: the object as last seen (the cache; None: absent); left out, it is read from the
-        server. A conflict (409) re-reads it from the server before the retry. Returns
+        server. A conflict (409) re-reads it from the server before the retry; with
+        ``reread_on_conflict=False`` it raises :class:`KubeApiError` instead (``desired`` was computed
+        from ``current``, so someone else's newer write must not be overwritten with it). Returns
         ``(action, object)``, action ``created``, ``replaced`` or ``unchanged`` (nothing sent).
         """
         seen = [current]
 
-        @_retry_update
         def attempt() -> tuple[str, dict]:
             known, seen[0] = seen[0], UNREAD
             return self._update_once(desired, fields, known)
-        return attempt()
+        if not reread_on_conflict:
+            return _retry_unavailable(lambda: self._update_once(desired, fields, current))()
+        return _retry_update(attempt)()
 
     def _update_once(self, desired: dict, fields: tuple[str, ...], current) -> tuple[str, dict]:
         """One try of :meth:`update`: read (when ``current`` is :data:`UNREAD`), compare, create or PUT."""

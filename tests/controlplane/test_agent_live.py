@@ -71,6 +71,40 @@ def test_managed_false_on_the_nodefeature_survives(make_agent, live):
     assert worker(kubectl, "node-a10g")["spec"]["labels"][MANAGED] == "false"
 
 
+def test_a_managed_flip_landing_between_plan_and_write_is_kept(make_agent, live):
+    """Seed step 2 racing a pass: the plan read managed "true"; the administrator's "false" reaches the
+    agent's cache before the write. The write is judged against the version the plan read (nothing to
+    change), never against the newer one, so "true" is not written back over the flip."""
+    kubectl, _ = live
+    agent, _ = make_agent()
+    agent.reconcile()
+    plan = agent.plan()
+    _label_worker(agent, kubectl, MANAGED, "false")
+    assert not [line for line in agent.apply(plan) if "NodeFeature node-a10g-gpustack-worker" in line]
+    assert worker(kubectl, "node-a10g")["spec"]["labels"][MANAGED] == "false"
+    agent.reconcile()
+    assert worker(kubectl, "node-a10g")["spec"]["labels"][MANAGED] == "false"
+
+
+def test_a_write_planned_from_an_older_version_is_a_conflict_then_planned_again(make_agent, live):
+    """The plan would remove a forged label (from the version it read); the managed flip lands first:
+    the PUT carries the read resourceVersion and gets 409, the agent wakes for another pass, which
+    removes the label and keeps the flip."""
+    kubectl, _ = live
+    agent, _ = make_agent()
+    agent.reconcile()
+    _label_worker(agent, kubectl, "example.com/forged", "true")
+    plan = agent.plan()
+    _label_worker(agent, kubectl, MANAGED, "false")
+    agent.wake.clear()
+    assert not [line for line in agent.apply(plan) if "NodeFeature node-a10g-gpustack-worker" in line]
+    assert agent.wake.is_set()
+    assert worker(kubectl, "node-a10g")["spec"]["labels"][MANAGED] == "false"
+    agent.reconcile()
+    labels = worker(kubectl, "node-a10g")["spec"]["labels"]
+    assert labels[MANAGED] == "false" and "example.com/forged" not in labels
+
+
 def test_a_label_another_writer_adds_to_the_spec_is_removed(make_agent, live):
     kubectl, _ = live
     agent, _ = make_agent()
