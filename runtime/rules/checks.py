@@ -123,69 +123,105 @@ def _offset(source: str, line: int, column: int) -> int:
     return sum(len(text) + 1 for text in lines[: line - 1]) + max(column - 1, 0)
 
 
-def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: AdmissionPolicySpec) -> None:
-    params: dict = {key: None for key in SHARED_PARAMS + VOCABULARY_PARAMS}
-    for ref in spec.paramsFrom:
-        params.update(checker.params_tables.get(ref, {}))
-    params.update(spec.params)
-    members = {"params": frozenset(params), "request": REQUEST_MEMBERS}
-    if checker.settings is not None:
-        members["settings"] = checker.settings
+class _PolicyScope:
+    """What one AdmissionPolicy's expressions may name, and the checks of its parts in order.
 
-    def names(variables: list[str], lookups: list[str], item: bool) -> celnames.Names:
+    ``params`` are the shared tables, ``paramsFrom`` and ``params``; ``lookups`` grows as the
+    lookups are checked (each sees only those declared before it). Source: issue 12 item 4.
+    """
+
+    def __init__(self, checker: _Checker, file: str, doc: SourceDocument, spec: AdmissionPolicySpec):
+        self.checker, self.file, self.doc = checker, file, doc
+        params: dict = {key: None for key in SHARED_PARAMS + VOCABULARY_PARAMS}
+        for ref in spec.paramsFrom:
+            params.update(checker.params_tables.get(ref, {}))
+        params.update(spec.params)
+        self.params = params
+        self.members = {"params": frozenset(params), "request": REQUEST_MEMBERS}
+        if checker.settings is not None:
+            self.members["settings"] = checker.settings
+        self.lookups: list[str] = []
+
+    def names(self, variables: list[str], item: bool) -> celnames.Names:
+        """The names bound with ``variables`` and the lookups so far visible; ``item`` inside forEach."""
         roots = ADMISSION_ROOTS | ({"item"} if item else set())
-        return celnames.Names(roots=frozenset(roots), params=params,
-                              members={**members, "variables": frozenset(variables), "lookups": frozenset(lookups)})
+        return celnames.Names(roots=frozenset(roots), params=self.params,
+                              members={**self.members, "variables": frozenset(variables),
+                                       "lookups": frozenset(self.lookups)})
 
-    lookups: list[str] = []
-    for i, lk in enumerate(spec.lookups):
-        for field_name in ("when", "nameExpression", "labelValueExpression"):
-            expr = getattr(lk, field_name)
-            if expr is not None:
-                checker.expression(file, doc, ("lookups", i, field_name), expr, names([], lookups, False))
-        lookups.append(lk.name)
-    declared: list[str] = []
-    for i, var in enumerate(spec.variables):
-        checker.expression(file, doc, ("variables", i, "expression"), var.expression, names(declared, lookups, False))
-        declared.append(var.name)
+    def expression(self, path: tuple, expr: Expr, scope: celnames.Names) -> None:
+        """Check one expression at ``path`` below ``spec`` against ``scope``."""
+        self.checker.expression(self.file, self.doc, path, expr, scope)
 
-    def rule(path: tuple, r, visible: list[str], item: bool, parts: tuple[str, ...]) -> None:
+    def check_lookups(self, spec: AdmissionPolicySpec) -> None:
+        """``spec.lookups`` in order, each seeing the lookups before it; records their names."""
+        for i, lk in enumerate(spec.lookups):
+            for field_name in ("when", "nameExpression", "labelValueExpression"):
+                expr = getattr(lk, field_name)
+                if expr is not None:
+                    self.expression(("lookups", i, field_name), expr, self.names([], False))
+            self.lookups.append(lk.name)
+
+    def check_variables(self, spec: AdmissionPolicySpec) -> list[str]:
+        """The policy variables in order, each seeing those before it; returns their names."""
+        declared: list[str] = []
+        for i, var in enumerate(spec.variables):
+            self.expression(("variables", i, "expression"), var.expression, self.names(declared, False))
+            declared.append(var.name)
+        return declared
+
+    def rule(self, path: tuple, r, visible: list[str], item: bool,
+             parts: tuple[str, ...]) -> tuple[list[str], bool]:
+        """A validation's or mutation's forEach, own variables and ``parts``.
+
+        Returns the variables visible inside it and whether ``item`` is bound there.
+        """
         if r.forEach is not None:
-            checker.expression(file, doc, path + ("forEach",), r.forEach, names(visible, lookups, item))
+            self.expression(path + ("forEach",), r.forEach, self.names(visible, item))
         inner_item = item or r.forEach is not None
         local = list(visible)
         for j, var in enumerate(r.variables):
-            checker.expression(file, doc, path + ("variables", j, "expression"), var.expression,
-                               names(local, lookups, inner_item))
+            self.expression(path + ("variables", j, "expression"), var.expression, self.names(local, inner_item))
             local.append(var.name)
-        scope = names(local, lookups, inner_item)
+        scope = self.names(local, inner_item)
         for part in parts:
             expr = getattr(r, part)
             if expr is not None:
-                checker.expression(file, doc, path + (part,), expr, scope)
+                self.expression(path + (part,), expr, scope)
         return local, inner_item
 
-    def validation(path: tuple, v: Validation, visible: list[str], item: bool) -> None:
-        local, inner = rule(path, v, visible, item,
-                            ("when", "expression", "fieldExpression", "messageExpression", "value"))
+    def validation(self, path: tuple, v: Validation, visible: list[str], item: bool) -> None:
+        """One validation and, depth first, its nested validations."""
+        local, inner = self.rule(path, v, visible, item,
+                                 ("when", "expression", "fieldExpression", "messageExpression", "value"))
         for k, sub in enumerate(v.validations):
-            validation(path + ("validations", k), sub, local, inner)
+            self.validation(path + ("validations", k), sub, local, inner)
 
-    for i, v in enumerate(spec.validations):
-        validation(("validations", i), v, declared, False)
-    for i, m in enumerate(spec.mutations):
-        local, inner = rule(("mutations", i), m, declared, False, ("when",))
-        scope = names(local, lookups, inner)
+    def mutation(self, i: int, m, declared: list[str]) -> None:
+        """Mutation ``i``: its own parts, then its denials and writes in the mutation's scope."""
+        local, inner = self.rule(("mutations", i), m, declared, False, ("when",))
+        scope = self.names(local, inner)
         for k, d in enumerate(m.denials):
             for part in ("expression", "messageExpression"):
                 expr = getattr(d, part)
                 if expr is not None:
-                    checker.expression(file, doc, ("mutations", i, "denials", k, part), expr, scope)
+                    self.expression(("mutations", i, "denials", k, part), expr, scope)
         for k, w in enumerate(m.writes):
             for part in ("when", "paths", "value"):
                 expr = getattr(w, part)
                 if expr is not None:
-                    checker.expression(file, doc, ("mutations", i, "writes", k, part), expr, scope)
+                    self.expression(("mutations", i, "writes", k, part), expr, scope)
+
+
+def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: AdmissionPolicySpec) -> None:
+    """One AdmissionPolicy's static checks: lookups, variables, validations, then mutations."""
+    scope = _PolicyScope(checker, file, doc, spec)
+    scope.check_lookups(spec)
+    declared = scope.check_variables(spec)
+    for i, v in enumerate(spec.validations):
+        scope.validation(("validations", i), v, declared, False)
+    for i, m in enumerate(spec.mutations):
+        scope.mutation(i, m, declared)
 
 
 def check_documents(documents: list) -> list[StaticProblem]:

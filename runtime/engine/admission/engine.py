@@ -11,12 +11,12 @@ dictionary freeze instead of a cel-python evaluation.
 """
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
+from runtime.engine.admission.memokeys import _by_identity, _digest, _key_of, _refs, _Unkeyable
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
@@ -27,12 +27,8 @@ from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, V
 from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelEvalError
 from runtime.rules.celvalues import cel_map, to_cel
-from runtime.rules.memo import BoundedMemo, fingerprint
+from runtime.rules.memo import BoundedMemo
 from runtime.rules.vocabulary import admission_params
-
-_TOP = ("object", "oldObject", "request", "params", "settings", "lookups", "item")
-_NAME_RE = re.compile(r"(?<![\w.'\"])(" + "|".join(_TOP + ("variables",)) + r")\b")
-_VAR_RE = re.compile(r"\bvariables\.([A-Za-z_]\w*)")
 
 
 @dataclass
@@ -69,67 +65,30 @@ class _Scope:
         return _Scope(self.base, dict(self.variables), self.item if item is MISSING else item)
 
 
+_MEMO_ENTRIES = 65536
+_MEMO_BYTES = 32 * 1024 * 1024
+
+
 class DeadlineExceeded(Exception):
     """The caller cancelled the review (its ``cancel`` event was set): the webhook's per-review
     deadline passed and it has already answered; the worker thread stops at the next expression."""
 
 
-_MEMO_ENTRIES = 65536
-_MEMO_BYTES = 32 * 1024 * 1024
-_SHORT = 64  # strings up to this length key the memo as themselves (type-tagged), longer ones by digest
-
-
-def _key_of(value: Any, digests: dict) -> Any:
-    """A small hashable, type-tagged memo key part for ``value``.
-
-    Short atoms are tagged with their type (``1``, ``True``, ``1.0`` differ); containers and long
-    strings are keyed by :func:`runtime.rules.memo.fingerprint`, computed once per object per review
-    (``digests``: id -> (object, digest), dropped when the review ends, so nothing outlives it).
-    """
-    t = type(value)
-    if t is not dict and t is not list and not (t is str and len(value) > _SHORT):
-        return (t.__name__, value) if t in (bool, int, float, str, type(None)) else _digest(value)
-    ident = id(value)
-    entry = digests.get(ident)
-    if entry is None or entry[0] is not value:
-        entry = digests[ident] = (value, _digest(value))
-    return entry[1]
-
-
-def _digest(value: Any) -> bytes:
-    digest = fingerprint(value)
-    if digest is None:
-        raise _Unkeyable()
-    return digest
-
-
-class _Unkeyable(Exception):
-    """A value with no fingerprint: evaluate without the memo."""
-
-
-def _by_identity(value: Any, static: dict, cache: dict, convert, limit: int | None = None) -> Any:
-    """``convert(value)`` cached by identity: ``static`` (id -> converted, for values that live as
-    long as the engine) first, then ``cache`` (id -> (value, converted): the value is pinned so its
-    id cannot be reused while the entry lives; cleared when it reaches ``limit``)."""
-    ident = id(value)
-    hit = static.get(ident)
-    if hit is not None:
-        return hit
-    entry = cache.get(ident)
-    if entry is None:
-        if limit is not None and len(cache) >= limit:
-            cache.clear()
-        entry = cache[ident] = (value, convert(value))
-    return entry[1]
-
-
-def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    cached = getattr(expr, "_refs", None)
-    if cached is None:
-        names = tuple(sorted(set(_NAME_RE.findall(expr))))
-        cached = (names, tuple(sorted(set(_VAR_RE.findall(expr)))))
-        expr._refs = cached
-    return cached
+def _stopped(stop: _Stop, outcome: Outcome) -> None:
+    """``outcome`` of a review a rule stopped: an InternalError or a guard's Forbidden (no field)
+    becomes the denial alone (500 / 403), a field error is the only error, a mutation's denial wins."""
+    if stop.error is not None:
+        if stop.error.reason == "InternalError":
+            outcome.errors = []
+            outcome.denial = (500, "InternalError", stop.error.detail)
+        elif stop.error.reason == "Forbidden" and not stop.error.field:  # a guard, not a field
+            outcome.errors = []
+            outcome.denial = (403, "Forbidden", stop.error.detail)
+        else:
+            outcome.errors = [stop.error]
+    else:
+        outcome.errors = []
+        outcome.denial = stop.denial
 
 
 class AdmissionEngine:
@@ -257,6 +216,21 @@ class AdmissionEngine:
                 if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                     outcome.errors = errors
                 return enforce(outcome, spec.enforcement)
+        scope = self._scope(name, request, view, cancel)
+        try:
+            self._judge(spec, scope, request, view, outcome)
+        except _Stop as stop:
+            _stopped(stop, outcome)
+        except (CelEvalError, ValueError, KeyError, TypeError) as exc:
+            outcome.errors, outcome.patch, outcome.mutated = [], [], None
+            outcome.rules.append("rule-error")
+            if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
+                outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
+        return enforce(outcome, spec.enforcement)
+
+    def _scope(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel) -> _Scope:
+        """The review's top scope: the names every expression of policy ``name`` may read, plus the
+        engine's per-review state (``_view``, ``_digests``, ``_cancel``); no variables yet."""
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
@@ -264,38 +238,27 @@ class AdmissionEngine:
             "params": self.params[name], "settings": dict(view.settings), "_view": view,
             "_digests": {}, "_cancel": cancel,
         }
-        scope = _Scope(base, {})
-        try:
-            base["lookups"] = {}
-            for lk in spec.lookups:  # in order: a lookup may read the ones before it (a new dict each time)
-                base["lookups"] = {**base["lookups"], lk.name: self._lookup(lk, scope, view)}
-            self._variables(spec.variables, scope)
-            if spec.type == "validating":
-                self._validate(spec.validations, scope, outcome)
-            else:
-                writes: list = []
-                for mutation in spec.mutations:
-                    self._mutate(mutation, scope, writes, outcome)
-                outcome.mutated, outcome.patch = apply_writes(request.object, writes, spec.patchOrder)
-        except _Stop as stop:
-            if stop.error is not None:
-                if stop.error.reason == "InternalError":
-                    outcome.errors = []
-                    outcome.denial = (500, "InternalError", stop.error.detail)
-                elif stop.error.reason == "Forbidden" and not stop.error.field:  # a guard, not a field
-                    outcome.errors = []
-                    outcome.denial = (403, "Forbidden", stop.error.detail)
-                else:
-                    outcome.errors = [stop.error]
-            else:
-                outcome.errors = []
-                outcome.denial = stop.denial
-        except (CelEvalError, ValueError, KeyError, TypeError) as exc:
-            outcome.errors, outcome.patch, outcome.mutated = [], [], None
-            outcome.rules.append("rule-error")
-            if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
-                outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
-        return enforce(outcome, spec.enforcement)
+        return _Scope(base, {})
+
+    def _judge(self, spec: AdmissionPolicySpec, scope: _Scope, request: AdmissionRequest,
+               view: AdmissionView, outcome: Outcome) -> None:
+        """Lookups, variables, then validations or mutations into ``outcome``.
+
+        Raises :class:`_Stop` when a rule answers alone or a mutation denies, and the rule errors
+        (CelEvalError, ValueError, KeyError, TypeError) :meth:`run` turns into a verdict.
+        """
+        base = scope.base
+        base["lookups"] = {}
+        for lk in spec.lookups:  # in order: a lookup may read the ones before it (a new dict each time)
+            base["lookups"] = {**base["lookups"], lk.name: self._lookup(lk, scope, view)}
+        self._variables(spec.variables, scope)
+        if spec.type == "validating":
+            self._validate(spec.validations, scope, outcome)
+        else:
+            writes: list = []
+            for mutation in spec.mutations:
+                self._mutate(mutation, scope, writes, outcome)
+            outcome.mutated, outcome.patch = apply_writes(request.object, writes, spec.patchOrder)
 
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
         """Evaluate with only the referenced names; memoised on their type-tagged digests.
