@@ -15,7 +15,7 @@ For every cached Instance, :func:`plan_instances` calls the engine's
   (``status.hostIPs``).
 
 and turns the :class:`~runtime.engine.instances.instancelife.InstancePlan` into :class:`Action` s for
-:meth:`runtime.controller.reconciler.Controller._execute`:
+:meth:`runtime.controller.actions.ActionWriter._execute`:
 
 ======================  ===================================================================
 engine action           Action

@@ -39,7 +39,7 @@ from runtime.kube.ownership import owned
 
 
 class Verb(StrEnum):
-    """The controller's one action vocabulary; :meth:`runtime.controller.reconciler.Controller._execute`
+    """The controller's one action vocabulary; :meth:`runtime.controller.actions.ActionWriter._execute`
     dispatches on it through a table (one handler per verb)."""
 
     APPLY = "apply"                        # server-side apply ``body``

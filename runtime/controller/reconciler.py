@@ -40,9 +40,10 @@ from typing import Callable, Iterable, Mapping
 from loguru import logger
 
 from runtime.controller import settings_seed
+from runtime.controller.actions import ActionWriter
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
-from runtime.controller.plan import Action, Verb, plan
+from runtime.controller.plan import Action, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.transitions import TransitionEvents
@@ -51,7 +52,7 @@ from runtime.engine.pools import DesiredState, derive
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy
 from runtime.engine.settings import decode_secret_data
-from runtime.engine.snapshot import Snapshot, name_of
+from runtime.engine.snapshot import Snapshot
 from runtime.kube.applier import Applier, Write
 from runtime.kube.cache import ClusterCache, WatchedKind
 from runtime.kube.session import KubeApiError, Session
@@ -74,8 +75,6 @@ REUSED_COPIES = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor"
                  "AdmissionCheck", "InstanceType", "InstanceTypeFlavor")
 # Fit label patches (one per Node) are sent this many at a time (issue 16: 619 Nodes one by one took 5 s).
 FIT_LABEL_WORKERS = 8
-# Which finalizer (label-catalog key role) the controller keeps on each kind.
-FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
 
 
 @dataclass
@@ -92,7 +91,7 @@ class ReconcileResult:
     state: DesiredState | None = None
 
 
-class Controller:
+class Controller(ActionWriter):
     """Keeps one cluster equal to ``derive(policy, snapshot)``.
 
     ``coalesce_seconds``: how long events are gathered before a reconcile; ``resync_seconds``: a
@@ -333,12 +332,6 @@ class Controller:
         self._pass = (snapshot, checks.verdicts)
         return checks.actions
 
-    def _apply_check_state(self, action: Action) -> None:
-        """Server-side apply of one Workload's check entry on its ``status`` subresource, field manager
-        = the check's ``controllerName`` (as Kueue's admission-check controllers write)."""
-        self.applier.apply_status(action.body, field_manager=self.policy.derivation.admissionCheck.controllerName,
-                                  keep_uid=True)
-
     def _report_invalid_settings(self, state: DesiredState, snapshot) -> None:
         """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does
         not parse (spec/settings.md §1), once per setting and value in this process."""
@@ -354,69 +347,6 @@ class Controller:
             self._reported.add(key)
             self._create_event(invalid_setting_event(self.policy.settings, secret, name, key[1],
                                                      datetime.now(timezone.utc)))
-
-    def _execute(self, action: Action) -> None:
-        """Run one planned write through the handler of its :class:`Verb` (the dispatch table)."""
-        handler = self._handlers.get(action.verb)
-        if handler is None:
-            raise RuntimeError(f"unknown action verb {action.verb}")
-        handler(self, action)
-
-    def _do_apply(self, action: Action) -> None:
-        self.applier.apply(action.body)
-
-    def _do_apply_status(self, action: Action) -> None:
-        self.applier.apply_status(action.body)
-
-    def _do_create(self, action: Action) -> None:
-        self.applier.create(self._with_owner(action.body) if action.kind == "LocalQueue" else action.body)
-
-    def _do_patch(self, action: Action) -> None:
-        self.applier.merge_patch(action.kind, action.name, action.body, action.namespace)
-
-    def _do_delete(self, action: Action) -> None:
-        self.applier.delete(action.body)
-
-    def _do_recreate(self, action: Action) -> None:
-        live = self.cache.get(action.kind, action.name)
-        if live is not None:
-            self.applier.delete(live)
-        if self.applier.get(action.kind, action.name) is None:
-            self.applier.apply(action.body)
-        # else: still held by a finalizer; its DELETED event brings the next reconcile.
-
-    def _do_remove_finalizer(self, action: Action) -> None:
-        finalizers = action.body["metadata"].get("finalizers") or []
-        index = finalizers.index(self.policy.key(FINALIZER_ROLES[action.kind]))
-        self.applier.json_patch(action.kind, action.name, [
-            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizers[index]},
-            {"op": "remove", "path": f"/metadata/finalizers/{index}"}], action.namespace)
-
-    def _do_add_finalizer(self, action: Action) -> None:
-        finalizers = action.body["metadata"].get("finalizers")
-        finalizer = self.policy.key(FINALIZER_ROLES[action.kind])
-        ops = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-               {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}] if finalizers else \
-            [{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
-        self.applier.json_patch(action.kind, action.name, ops, action.namespace)
-
-    _handlers = {
-        Verb.APPLY: _do_apply, Verb.APPLY_STATUS: _do_apply_status, Verb.APPLY_CHECK_STATE: _apply_check_state,
-        Verb.CREATE: _do_create, Verb.PATCH: _do_patch, Verb.DELETE: _do_delete, Verb.RECREATE: _do_recreate,
-        Verb.REMOVE_FINALIZER: _do_remove_finalizer, Verb.ADD_FINALIZER: _do_add_finalizer,
-    }
-
-    def _with_owner(self, lq: dict) -> dict:
-        """A LocalQueue with the controller owner reference to its ClusterQueue (§8.1)."""
-        queue_name = lq["spec"]["clusterQueue"]
-        queue = self.cache.get("ClusterQueue", queue_name)
-        uid = (queue or {}).get("metadata", {}).get("uid")
-        if not uid:
-            raise RuntimeError(f"LocalQueue {name_of(lq)}: ClusterQueue {queue_name} has no uid yet")
-        body = {**lq, "metadata": {**lq["metadata"], "ownerReferences": [{
-            "apiVersion": queue.get("apiVersion", "kueue.x-k8s.io/v1beta2"), "kind": "ClusterQueue",
-            "name": queue_name, "uid": uid, "controller": True, "blockOwnerDeletion": True}]}}
-        return body
 
     def _notify(self, result: ReconcileResult) -> None:
         for observer in self.observers:

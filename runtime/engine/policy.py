@@ -10,6 +10,7 @@ from functools import cached_property
 from runtime.engine.decisions import DecisionTable
 from runtime.model.normalize import CruftRules
 from runtime.model import rulefiles as rf
+from runtime.model.kueue import KueueConfigurationSpec
 from runtime.rules.loader import RuleSet
 
 
@@ -45,7 +46,7 @@ class Policy:
         return self.derivation.settings[role]
 
     @cached_property
-    def kueue(self) -> rf.KueueConfigurationSpec:
+    def kueue(self) -> KueueConfigurationSpec:
         """rules/pools/kueue.yaml: Kueue's charging and the ``cpu`` resource name."""
         return self.ruleset.get("KueueConfiguration")
 

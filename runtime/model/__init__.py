@@ -4,6 +4,7 @@ A module that defines more rule kinds adds them to ``rulefiles.SPEC_MODELS`` at 
 imported here, so the loader knows every kind.
 """
 from runtime.model import rulefiles  # noqa: F401
+from runtime.model import kueue  # noqa: F401  (kind KueueConfiguration)
 from runtime.model import agent  # noqa: F401  (kind NodeAgent)
 from runtime.model import instancepod  # noqa: F401  (kind InstancePod)
 from runtime.model import admission  # noqa: F401,E402

@@ -163,8 +163,8 @@ def applier_calls() -> dict[str, list[tuple[str, str]]]:
 
 # -- the controller ---------------------------------------------------------------------------------------
 def _execute_dispatch() -> dict[str, list[str]]:
-    """``{Action verb: [Applier methods]}`` from Controller._execute (and the helpers it calls)."""
-    rel = "runtime/controller/reconciler.py"
+    """``{Action verb: [Applier methods]}`` from ActionWriter._execute (and the helpers it calls)."""
+    rel = "runtime/controller/actions.py"
     tree = _tree(rel)
     consts = _module_consts(tree)
     methods = dict(_functions(tree))

@@ -16,7 +16,8 @@ from runtime.model.normalize import format_decimal_quantity, parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
 from runtime.model.resourcefamily import resource_family
-from runtime.model.rulefiles import KueueConfigurationSpec, Manufacturer
+from runtime.model.kueue import KueueConfigurationSpec
+from runtime.model.rulefiles import Manufacturer
 
 
 class KueueConfigurationError(ValueError):
