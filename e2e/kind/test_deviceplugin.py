@@ -105,8 +105,12 @@ def test_kubelet_allocates_stand_in_devices_and_podresources_reports_them(kind_c
         kind_cluster.node_exec(node, "systemctl", "restart", "kubelet")
         wait_for("the stand-in to register again after the kubelet restart", lambda: standin.reregistrations >= 1)
         wait_for(f"{node} to advertise the devices again", allocatable)
-        answer = list_pod_resources(str(short_link(kubelet_dir / "pod-resources") / "kubelet.sock"))
-        [entry] = [p for p in answer if p.get("name") == POD and p.get("namespace") == "default"]
+
+        def restarted_entries():
+            answer = list_pod_resources(str(short_link(kubelet_dir / "pod-resources") / "kubelet.sock"))
+            return [p for p in answer if p.get("name") == POD and p.get("namespace") == "default"]
+        # the restarted kubelet lists the Pod again once it has re-synced it
+        [entry] = wait_for(f"PodResources to list {POD} again after the kubelet restart", restarted_entries)
         assert {c["name"]: c.get("devices", []) for c in entry["containers"]}["main"] == [
             {"resourceName": "nvidia.com/gpu", "deviceIds": [T4_UUID]}]
     finally:

@@ -48,6 +48,7 @@ def _edit(root: Path, file: str, old: str, new: str) -> None:
 
 
 def _cli(*args):
+    """The CLI in-process; read `.stdout`: `.output` also holds what the running controller logs meanwhile."""
     return CliRunner().invoke(main, list(args))
 
 
@@ -81,7 +82,7 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
             it = json.loads(kubectl.stdout("get", "instancetypes", A10G, "-o", "json", "--ignore-not-found") or "{}")
             return (it.get("status") or {}).get("entrance")
         assert _wait(live_entrance) == "gpustack-fnv64-c4680bb149644f1c"
-        before = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).output
+        before = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).stdout
         assert "gpustack-fnv64-c4680bb149644f1c   8/64Gi/100Gi            1/1 10/10 100/100 0/0" in before
 
         # the four edits arrive together (one generation), as a ConfigMap update does
@@ -91,17 +92,17 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         (tmp_path / "rules.new").symlink_to(tmp_path / "v2")
         os.replace(tmp_path / "rules.new", rules)
         # get: the name pattern, the preset and the threshold
-        after = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).output
+        after = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).stdout
         assert "pool-c4680bb149644f1c   12/128Gi/100Gi          1/1 20/20 100/100 0/0" in after
         # admit: the message
         pod.write_text(TWO.replace("QUEUE", "pool-c4680bb149644f1c"))
         admitted = _cli("admit", "-f", str(pod), "--snapshot", SEED, "--rules", str(rules), "-o", "text")
         assert admitted.exit_code == 1
         assert ('message:  Pod "two" is invalid: spec: Forbidden: one accelerator family per Pod, please; '
-                "found [exclusive shared]") in admitted.output
+                "found [exclusive shared]") in admitted.stdout
         # audit: the same message on an existing Pod
         audited = _cli("audit", "--snapshot", SEED, "--snapshot", str(pod), "--rules", str(rules), "-o", "json")
-        assert [r["message"] for r in json.loads(audited.output) if r["policy"] == "pods-validation"] == [
+        assert [r["message"] for r in json.loads(audited.stdout) if r["policy"] == "pods-validation"] == [
             "spec: Forbidden: one accelerator family per Pod, please; found [exclusive shared]"]
         # the running controller: a new generation, reconciled once, no restart
         assert _wait(lambda: live_entrance() == "pool-c4680bb149644f1c")
@@ -118,8 +119,8 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         linted = _cli("lint", str(rules))
         assert linted.exit_code == 1
         assert _wait(lambda: reload.watcher.failures == 1)
-        assert [str(p) for p in reload.watcher.last_error.problems] == [linted.output.splitlines()[0]]
-        assert linted.output.splitlines()[0].endswith("spec.entrance: undeclared name 'nam' (names here: entrancePrefix, name)")
+        assert [str(p) for p in reload.watcher.last_error.problems] == [linted.stdout.splitlines()[0]]
+        assert linted.stdout.splitlines()[0].endswith("spec.entrance: undeclared name 'nam' (names here: entrancePrefix, name)")
         assert controller.policy.ruleset.generation == generation
         metrics = {m.name: m.samples[0].value for m in reload.registry.collect()}
         assert metrics["accelpolicy_rules_reload_failures"] == 1.0
