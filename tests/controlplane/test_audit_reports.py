@@ -21,7 +21,7 @@ def test_audit_reports_apply_with_the_crds_from_their_module(kubectl):
     result = CliRunner().invoke(main, ["audit", "--snapshot", "tests/fixtures/seed/common", "--snapshot",
                                        "tests/fixtures/audit/seed-cluster", "-o", "yaml"])
     assert result.exit_code == 1
-    kubectl("apply", "--server-side", "--field-manager=accelpolicy-audit", "-f", "-", input=result.output)
+    kubectl("apply", "--server-side", "--field-manager=accelpolicy-audit", "-f", "-", input=result.stdout)
     report = json.loads(kubectl("get", "reports.openreports.io", "-n", "default", "accelpolicy-audit",
                                 "-o", "json").stdout)
     assert report["summary"] == {"pass": 4, "fail": 2, "warn": 1, "error": 1, "skip": 0}
@@ -46,8 +46,8 @@ def test_audit_of_a_live_cluster_matches_the_offline_audit_of_its_objects(contro
         offline = CliRunner().invoke(main, ["audit", "--snapshot", "tests/fixtures/seed/common", "-o", "json"])
         assert live.exit_code == offline.exit_code == 1, live.output
         key = lambda r: (r["result"], r["policy"], r["rule"], r["resource"]["kind"], r["resource"]["name"], r["message"])  # noqa: E731
-        ours = [key(r) for r in json.loads(live.output) if r["policy"] == "derived-state"]
-        theirs = [key(r) for r in json.loads(offline.output)]
+        ours = [key(r) for r in json.loads(live.stdout) if r["policy"] == "derived-state"]
+        theirs = [key(r) for r in json.loads(offline.stdout)]
         assert len(theirs) == 17
         # the shared cluster may hold more Namespaces (other tests'): one LocalQueue each, also missing
         assert [k for k in ours if k[3] != "LocalQueue"] == [k for k in theirs if k[3] != "LocalQueue"]
