@@ -261,8 +261,19 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: D
     state's, named after the Node) for the nodes in ``state.managed_nodes``; a Node without Devices
     (or whose Devices is being deleted) wants none. The patch sets the missing and differing values
     and removes (``None``) the fit labels no longer wanted; nothing is planned when they match.
-    Nodes being deleted are left alone.
+    Nodes being deleted are left alone. With a ``memo``, the whole list is kept while the Nodes,
+    NodeFeatures and Devices are the same objects, and each Node's patch while its objects are.
     """
+    if memo is None:
+        return _node_fit_labels(policy, state, snapshot)
+    maps = tuple(snapshot.objects.get(kind) for kind in ("Node", "NodeFeature", "Devices"))  # whence state.devices
+    return list(memo.whole("fitlabels", maps, tuple(state.managed_nodes),
+                           partial(_node_fit_labels, policy, state, snapshot, memo), carry=("fitpatch",)))
+
+
+def _node_fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
+                     memo: DeriveMemo | None = None) -> list[Action]:
+    """:func:`_fit_labels` node by node (each Node's patch kept in ``memo``)."""
     managed = set(state.managed_nodes)
     devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
     out = []

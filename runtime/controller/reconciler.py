@@ -28,7 +28,6 @@ Typical use::
 """
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import time
@@ -46,6 +45,7 @@ from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.plan import Action, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
+from runtime.controller.snapshots import CacheSnapshots
 from runtime.controller.transitions import TransitionEvents
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
@@ -66,13 +66,6 @@ WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "Clu
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim", "PersistentVolume",
            "StorageClass", "RuntimeClass",
            "Workload")
-# Kinds whose snapshot copies are kept between passes while the cached object is the same (the cache
-# replaces an object on every event, never mutates it; derive and plan only read these kinds): the
-# bulk of a large cluster, copied once per version instead of once per pass (issue 16); the node kinds
-# also key the incremental derive (runtime/engine/pools/incremental.py), the pool kinds were two
-# thirds of an idle pass at 1,000 nodes (LocalQueues: one per pool and namespace).
-REUSED_COPIES = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
-                 "AdmissionCheck", "InstanceType", "InstanceTypeFlavor")
 # Fit label patches (one per Node) are sent this many at a time (issue 16: 619 Nodes one by one took 5 s).
 FIT_LABEL_WORKERS = 8
 
@@ -133,7 +126,7 @@ class Controller(ActionWriter):
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
         self._warned: set[str] = set()  # derive warnings already logged
         self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
-        self._copies: dict[tuple, tuple[dict, dict]] = {}  # (kind, ns, name) -> (cached object, its copy)
+        self.snapshots = CacheSnapshots(self.cache)  # each pass's snapshot, from the last one and the changes
         self._memo = DeriveMemo()  # incremental derive: per-node and per-pool results of the last pass
         self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
 
@@ -269,29 +262,9 @@ class Controller(ActionWriter):
                            event["involvedObject"]["name"], exc)
 
     def _snapshot(self) -> Snapshot:
-        """Every cached object as an engine Snapshot of copies (the cache's dicts are shared). The
-        copies of :data:`REUSED_COPIES` kinds are reused while the cache holds the same object."""
-        objects: list[dict] = []
-        copies: dict[tuple, tuple[dict, dict]] = {}
-        checked: set[int] = set()  # reused copies that entered the last snapshot: not checked again
-        for kind, cache in self.cache.caches.items():
-            reuse = kind in REUSED_COPIES
-            for obj in cache.objects():
-                if not reuse:
-                    objects.append(copy.deepcopy(obj))
-                    continue
-                meta = obj.get("metadata") or {}
-                key = (kind, meta.get("namespace") or "", meta.get("name"))
-                hit = self._copies.get(key)
-                if hit is None or hit[0] is not obj:
-                    hit = (obj, copy.deepcopy(obj))
-                else:
-                    checked.add(id(hit[1]))
-                copies[key] = hit
-                objects.append(hit[1])
-        snapshot = Snapshot.from_objects(objects, origin="<watch cache>", checked=checked)
-        self._copies = copies  # only copies that passed the checks count as checked next time
-        return snapshot
+        """Every cached object as an engine Snapshot of copies (the cache's dicts are shared), kept
+        up to date by the cache's changes (:class:`runtime.controller.snapshots.CacheSnapshots`)."""
+        return self.snapshots.snapshot()
 
     def _log_warnings(self, warnings: list[str]) -> None:
         """Log each derive warning (refused facts of decision 19, untrusted NodeFeatures of decision

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from collections.abc import Collection, Iterable, Iterator, Mapping  # not typing's: its isinstance is slow
+from collections.abc import Iterable, Iterator, Mapping  # not typing's: its isinstance is slow
 
 # kind -> (apiVersion, namespaced)
 KNOWN_KINDS: dict[str, tuple[str, bool]] = {
@@ -186,6 +186,51 @@ def is_deleting(obj: Mapping) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
+def _placed(obj: Mapping) -> tuple[str, tuple[str, str]]:
+    """(kind, (namespace, name)) of an object with a known kind and a name."""
+    kind, meta = obj["kind"], obj["metadata"]
+    if not KNOWN_KINDS[kind][1]:
+        return kind, ("", meta["name"])
+    return kind, (meta.get("namespace") or "default", meta["name"])
+
+
+def check_object(obj, origin: str, i: int, warnings: list[str]) -> tuple[str, tuple[str, str]] | None:
+    """Where ``obj`` (item ``i`` of ``origin``) goes in a snapshot: ``(kind, (namespace, name))``;
+    None for a kind accelpolicy does not use (a warning is appended to ``warnings``). Namespaced
+    kinds without ``metadata.namespace`` get ``default``, as kubectl does.
+
+    Raises :class:`SnapshotError` for what :meth:`Snapshot.from_objects` refuses (see there).
+    """
+    if not isinstance(obj, Mapping):
+        raise SnapshotError(f"{origin}: item {i} is not an object (got {type(obj).__name__})")
+    kind = obj.get("kind")
+    if not kind or not isinstance(kind, str):
+        name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
+        raise SnapshotError(f"{origin}: item {i}{f' (metadata.name {name})' if name else ''} has no kind")
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise SnapshotError(f"{origin}: {kind} at item {i} has no metadata.name")
+    if kind not in KNOWN_KINDS:
+        warnings.append(f"{origin}: skipped {object_ref(obj)}: kind {kind} is not used by accelpolicy")
+        return None
+    maps = [("metadata.labels", "label", meta.get("labels")),
+            ("metadata.annotations", "annotation", meta.get("annotations"))]
+    if kind == "NodeFeature":  # propagated to the Node as labels (node-facts.md §4)
+        maps.append(("spec.labels", "label", (obj.get("spec") or {}).get("labels")))
+    for field_path, what, values in maps:
+        if values is not None and not isinstance(values, Mapping):
+            raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path} must be a map")
+        for key, value in (values or {}).items():
+            if not isinstance(value, str):
+                raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path}: {what} {key} must be a "
+                                    f"string, got {value!r} (quote it in YAML)")
+    if kind == "Devices" and not _devices_fit(obj):
+        problem = _shape_problem(obj, DEVICES_SHAPE, ())
+        if problem:
+            raise SnapshotError(f"{origin}: {object_ref(obj)}: {problem}")
+    return _placed(obj)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Objects by kind, then by ``(namespace, name)`` (namespace "" for cluster-scoped kinds).
@@ -196,10 +241,10 @@ class Snapshot:
 
     objects: Mapping[str, Mapping[tuple[str, str], dict]]
     warnings: tuple[str, ...] = field(default=())
+    _order: dict = field(default_factory=dict, compare=False, repr=False)  # kind -> its objects sorted
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>", first_item: int = 0,
-                     checked: Collection[int] = ()) -> "Snapshot":
+    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>", first_item: int = 0) -> "Snapshot":
         """Index ``objects``; unknown kinds are skipped with a warning; a later duplicate replaces an
         earlier one (as a re-apply would).
 
@@ -207,55 +252,36 @@ class Snapshot:
         missing ``kind`` or ``metadata.name``, a label, annotation or NodeFeature ``spec.labels``
         value that is not a string, or a Devices field of the wrong type (:data:`DEVICES_SHAPE`). Namespaced kinds without ``metadata.namespace`` (Instances,
         LocalQueues, NodeFeatures) default to namespace ``default`` like kubectl does. Items are
-        numbered from ``first_item`` (0-based position of the object in ``origin``). ``checked``: ids of
-        objects that passed these checks in an earlier call and are unchanged (the caller holds them
-        and never mutates them, as the controller its reused copies): only their kind and name are read.
+        numbered from ``first_item`` (0-based position of the object in ``origin``).
         """
         index: dict[str, dict[tuple[str, str], dict]] = {}
         warnings: list[str] = []
         for i, obj in enumerate(objects, start=first_item):
-            if not isinstance(obj, Mapping):
-                raise SnapshotError(f"{origin}: item {i} is not an object (got {type(obj).__name__})")
-            kind = obj.get("kind")
-            if not kind or not isinstance(kind, str):
-                name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
-                raise SnapshotError(f"{origin}: item {i}{f' (metadata.name {name})' if name else ''} has no kind")
-            meta = obj.get("metadata")
-            if not isinstance(meta, Mapping) or not meta.get("name"):
-                raise SnapshotError(f"{origin}: {kind} at item {i} has no metadata.name")
-            if kind not in KNOWN_KINDS:
-                warnings.append(f"{origin}: skipped {object_ref(obj)}: kind {kind} is not used by accelpolicy")
-                continue
-            namespaced = KNOWN_KINDS[kind][1]
-            namespace = meta.get("namespace") or ("default" if namespaced else "")
-            if not namespaced:
-                namespace = ""
-            if id(obj) in checked:
-                index.setdefault(kind, {})[(namespace, meta["name"])] = dict(obj)
-                continue
-            maps = [("metadata.labels", "label", meta.get("labels")),
-                    ("metadata.annotations", "annotation", meta.get("annotations"))]
-            if kind == "NodeFeature":  # propagated to the Node as labels (node-facts.md §4)
-                maps.append(("spec.labels", "label", (obj.get("spec") or {}).get("labels")))
-            for field_path, what, values in maps:
-                if values is not None and not isinstance(values, Mapping):
-                    raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path} must be a map")
-                for key, value in (values or {}).items():
-                    if not isinstance(value, str):
-                        raise SnapshotError(f"{origin}: {object_ref(obj)}: {field_path}: {what} {key} must be a "
-                                            f"string, got {value!r} (quote it in YAML)")
-            if kind == "Devices" and not _devices_fit(obj):
-                problem = _shape_problem(obj, DEVICES_SHAPE, ())
-                if problem:
-                    raise SnapshotError(f"{origin}: {object_ref(obj)}: {problem}")
-            index.setdefault(kind, {})[(namespace, meta["name"])] = dict(obj)
-        frozen = {kind: MappingProxyType(items) for kind, items in index.items()}
+            placed = check_object(obj, origin, i, warnings)
+            if placed is not None:
+                index.setdefault(placed[0], {})[placed[1]] = dict(obj)
+        return cls.from_index(index, warnings)
+
+    @classmethod
+    def from_index(cls, index: Mapping[str, Mapping[tuple[str, str], dict]],
+                   warnings: Iterable[str] = ()) -> "Snapshot":
+        """A snapshot of objects already indexed by kind and ``(namespace, name)`` (as
+        :func:`check_object` places them) and already checked: the caller's maps are copied (cheap:
+        the objects are shared, never copied), so the caller may go on changing its maps, never the
+        objects. A map given as a ``MappingProxyType`` is taken as it is (its dict never changes): the
+        controller passes the same one again while a kind's objects are the same, and the incremental
+        derive reuses what it derived from that kind (issue 16)."""
+        frozen = {kind: items if isinstance(items, MappingProxyType) else MappingProxyType(dict(items))
+                  for kind, items in index.items()}
         return cls(objects=MappingProxyType(frozen), warnings=tuple(warnings))
 
     def list(self, kind: str) -> list[dict]:
         """Objects of ``kind`` in (namespace, name) order, as kubectl lists them."""
-        items = self.objects.get(kind, {})
-        return [items[key] for key in sorted(items)]
+        order = self._order.get(kind)
+        if order is None:  # sorted once per snapshot: derive lists Nodes and Devices several times
+            items = self.objects.get(kind, {})
+            order = self._order[kind] = [items[key] for key in sorted(items)]
+        return list(order)
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
         return self.objects.get(kind, {}).get((namespace, name))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -74,6 +75,11 @@ class KindCache:
         self.lists = self.events = self.relists = self.errors = 0
         self._items: dict[tuple[str, str], dict] = {}
         self._tombstones: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its DELETED event
+        # key -> the cache version at which its object was last stored, replaced or dropped (oldest
+        # first): what changed since a reader's last look (:meth:`changes`)
+        self._touched: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._seq = 0  # the cache version: +1 per touch
+        self._floor = 0  # touches at or before this version were forgotten
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stream = None
@@ -97,6 +103,36 @@ class KindCache:
         with self._lock:
             return self._items.get((namespace, name))
 
+    def changes(self, since: int) -> tuple[int, list[tuple[str, str]] | None]:
+        """``(version, keys)``: the cache's version now and the ``(namespace, name)`` keys whose object
+        was stored, replaced or dropped after version ``since`` (0: every key ever held), newest
+        first. ``keys`` is None when they are no longer known (``since`` predates what is kept): read
+        every object then. Any number of readers, each keeping its own ``since``; nothing is drained."""
+        with self._lock:
+            if since < self._floor:
+                return self._seq, None
+            keys = []
+            for key in reversed(self._touched):
+                if self._touched[key] <= since:
+                    break
+                keys.append(key)
+            return self._seq, keys
+
+    def keys(self) -> list[tuple[str, str]]:
+        """The ``(namespace, name)`` of every cached object."""
+        with self._lock:
+            return list(self._items)
+
+    def _touch(self, key: tuple[str, str]) -> None:
+        """Record a change of ``key`` (lock held); keys of objects long gone are forgotten when they
+        outnumber the held ones (readers older than that read everything)."""
+        self._seq += 1
+        self._touched[key] = self._seq
+        self._touched.move_to_end(key)
+        if len(self._touched) > 2 * len(self._items) + 1024:
+            for gone in [k for k in self._touched if k not in self._items]:
+                self._floor = max(self._floor, self._touched.pop(gone))
+
     # -- write-through ------------------------------------------------------------------------------
     def observe(self, obj: dict) -> None:
         """Record an object the server just returned (unless the cache already holds a newer one)."""
@@ -105,7 +141,8 @@ class KindCache:
     def forget(self, name: str, namespace: str = "") -> None:
         """Drop an object the server just deleted."""
         with self._lock:
-            self._items.pop((namespace, name), None)
+            if self._items.pop((namespace, name), None) is not None:
+                self._touch((namespace, name))
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> "KindCache":
@@ -186,6 +223,8 @@ class KindCache:
         with self._lock:
             old = self._items
             self._items = items
+            for key in set(old) | set(items):
+                self._touch(key)
         self.lists += 1
         self._version = version
         first = not self.synced.is_set()
@@ -226,7 +265,8 @@ class KindCache:
             with self._lock:
                 held = self._items.get(_key(obj))
                 if held is None or (_rv(held) or 0) <= (_rv(obj) or 0):
-                    self._items.pop(_key(obj), None)
+                    if self._items.pop(_key(obj), None) is not None:
+                        self._touch(_key(obj))
                     self._tombstones[_key(obj)] = _rv(obj) or 0
         else:
             self._store(obj)
@@ -248,10 +288,12 @@ class KindCache:
                     and not meta.get("deletionGracePeriodSeconds"):
                 # the server removes it now; its DELETED event follows. A Pod in graceful deletion
                 # (grace period > 0) stays until its kubelet confirms: it is still there.
-                self._items.pop(key, None)
+                if self._items.pop(key, None) is not None:
+                    self._touch(key)
                 return
             self._tombstones.pop(key, None)
             self._items[key] = obj
+            self._touch(key)
 
 
 class ClusterCache:

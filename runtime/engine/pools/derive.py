@@ -130,25 +130,17 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
         state.warnings.append(f"setting {name}: stored value does not parse; using its default")
     aware = settings.flag(policy.setting("awareCpuManufacturer"))
 
-    trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)  # decision 20
+    untrusted, effective, nodes = _nodes(policy, snapshot, settings_namespace, memo)
     state.warnings.extend(untrusted)
-    if memo is not None:
-        effective, nodes = memo.nodes(policy, snapshot, trusted)
-    else:
-        effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)  # node views and Devices read it
-        nodes = node_views(policy, snapshot, effective)
     state.managed_nodes = [node.name for node in nodes if node.managed]
     for node in nodes:
         if node.managed and (not node.os or not node.arch):
             state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
         if node.managed:
             state.fact_problems.extend(node.problems)
-    plans = plan_flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")), memo)
-    rendered = {name: render_flavor(policy, plan) for name, plan in plans.items()}
+    plans, rendered, node_flavors = _flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")), memo)
     state.resource_flavors = list(rendered.values())
-    for name, flavor in plans.items():  # name order, so each node's list is too
-        for node_name in flavor.contributors:
-            state.node_flavors.setdefault(node_name, []).append(name)
+    state.node_flavors = {name: list(flavors) for name, flavors in node_flavors.items()}
     flavor_type = policy.derivation.resourceTypes["flavor"]
     state.flavor_deletes = [name_of(f) for f in snapshot.list("ResourceFlavor")
                             if labels_of(f).get(policy.key("resourceType")) == flavor_type and name_of(f) not in rendered]
@@ -158,6 +150,59 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     state.admission_checks = [queues.admission_check(policy)]
     state.instance_type_flavors = catalog_mod.catalog(policy, plans, aware)
     return state
+
+
+def _maps(snapshot: Snapshot, *kinds: str) -> tuple:
+    """The snapshot's maps of ``kinds`` (the same objects while their objects are, for
+    :meth:`DeriveMemo.whole`)."""
+    return tuple(snapshot.objects.get(kind) for kind in kinds)
+
+
+def _nodes(policy: Policy, snapshot: Snapshot, settings_namespace: str | None,
+           memo: DeriveMemo | None) -> tuple[list[str], dict[str, dict[str, str]], list]:
+    """(warnings for untrusted NodeFeatures (decision 20), node name -> effective labels, NodeViews in
+    name order); with a memo, all three are reused while the Nodes and NodeFeatures are the same."""
+    def compute():
+        trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)
+        if memo is not None:
+            return (untrusted, *memo.nodes(policy, snapshot, trusted))
+        effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)
+        return untrusted, effective, node_views(policy, snapshot, effective)
+    if memo is None:
+        return compute()
+    return memo.whole("nodeset", _maps(snapshot, "Node", "NodeFeature"), settings_namespace, compute, carry=("node",))
+
+
+def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
+             memo: DeriveMemo | None) -> tuple[dict[str, FlavorPlan], dict[str, dict], dict[str, list[str]]]:
+    """(flavor name -> plan, flavor name -> rendered ResourceFlavor, node name -> its flavors in name
+    order) of the managed ``nodes`` (pools.md §2); with a memo, reused while the nodes, ``mixed`` and
+    the Devices (the notes read them) are the same."""
+    def compute():
+        plans = plan_flavors(policy, snapshot, nodes, mixed, memo)
+        node_flavors: dict[str, list[str]] = {}
+        for name, flavor in plans.items():  # name order, so each node's list is too
+            for node_name in flavor.contributors:
+                node_flavors.setdefault(node_name, []).append(name)
+        return plans, {name: render_flavor(policy, plan) for name, plan in plans.items()}, node_flavors
+    if memo is None:
+        return compute()
+    return memo.whole("flavorset", (nodes, *_maps(snapshot, "Devices")), mixed, compute, carry=("flavors", "notes"))
+
+
+def _devices(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, str]], node_problems: list[FactProblem],
+             memo: DeriveMemo | None) -> tuple[list[dict], list[FactProblem], list[dict], dict]:
+    """(the Devices with their Node's managed label, their refused ledgers (decision 19), the sound
+    ones (neither refused nor of a node in ``node_problems``), the label index of the sound ones);
+    with a memo, reused while the Devices and ``effective`` (whence the node problems) are the same."""
+    def compute():
+        devices = _devices_with_effective_labels(policy, snapshot, effective)
+        problems = list(node_problems)
+        sound = _sound_devices(policy, devices, problems, memo)
+        return devices, problems[len(node_problems):], sound, _label_index(sound)
+    if memo is None:
+        return compute()
+    return memo.whole("deviceset", (*_maps(snapshot, "Devices"), effective), None, compute, carry=("ledger",))
 
 
 def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, plans: dict[str, FlavorPlan],
@@ -198,11 +243,10 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
                   if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
-    devices = _devices_with_effective_labels(policy, snapshot, effective)
-    state.devices = devices
-    devices = _sound_devices(policy, devices, state.fact_problems, memo)  # decision 19: the others count in no view
+    every, refused, devices, by_label = _devices(policy, snapshot, effective, state.fact_problems, memo)
+    state.devices = list(every)
+    state.fact_problems.extend(refused)  # decision 19: their Devices count in no view
     state.warnings.extend(p.message for p in state.fact_problems)
-    by_label = _label_index(devices)
     pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
     for name in sorted(types):
         it = copy.deepcopy(types[name])
@@ -218,7 +262,11 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
         queue_state = _queue_state(queue, old_queue, phase_message, live)
         queue_state["instancePodCpuMillis"] = pod_cpu.get(its.entrance(policy, name), [])
         selector = devices_selector(policy, labels)
-        pool_devices = _select(selector, devices, by_label)
+        if memo is None:
+            pool_devices = _select(selector, devices, by_label)
+        else:
+            pool_devices = memo.keep("select", name, (None if selector is None else tuple(sorted(selector.items())),
+                                                      id(devices)), devices, partial(_select, selector, devices, by_label))
         if memo is None:
             it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
         else:

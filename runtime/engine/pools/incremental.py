@@ -87,6 +87,32 @@ class DeriveMemo:
         self.computed[store] += 1
         return value
 
+    def whole(self, store: str, refs: tuple, extra: Hashable, compute: Callable[[], object],
+              carry: tuple[str, ...] = ()):
+        """``compute()`` unless ``refs`` are the same objects (by identity) and ``extra`` is equal as
+        when it was last computed: a result derived from whole kinds of a snapshot, whose map of a
+        kind is the same object while the kind's objects are (:meth:`Snapshot.from_index`, the
+        controller's snapshots). When reused, the per-object entries of the ``carry`` stores (those
+        ``compute`` fills) are kept for the next change as if they had been used. Shared: never mutate it."""
+        key = (tuple(id(r) for r in refs), extra)
+        new = self._new.setdefault(store, {})
+        entry = new.get("") or self._old.get(store, {}).get("")
+        if entry is not None and entry[0] == key:
+            new[""] = entry
+            self.reused[store] += 1
+            for name in carry:
+                kept, old = self._new.get(name), self._old.get(name, {})
+                if kept is None:
+                    self._new[name] = old
+                else:
+                    for k, v in old.items():
+                        kept.setdefault(k, v)
+            return entry[2]
+        value = compute()
+        new[""] = (key, refs, value)
+        self.computed[store] += 1
+        return value
+
     # -- node facts --------------------------------------------------------------------------------
     def node(self, policy: Policy, node: dict, features) -> tuple[dict[str, str], NodeView | None]:
         """(effective labels, NodeView or None while the Node is being deleted) of one Node
