@@ -56,7 +56,9 @@ class CacheSnapshots:
         self.copied = 0
         for kind, cache in self.cache.caches.items():
             if kind in REUSED_COPIES:
-                index[kind] = self._refresh(kind, cache, warnings)
+                kept = self._refresh(kind, cache, warnings)
+                if kept:  # an empty kind is absent, as from_objects leaves it
+                    index[kind] = kept
                 continue
             for obj in cache.objects():
                 own = copy.deepcopy(obj)

@@ -18,7 +18,7 @@ from benchmarks.derive import generate
 from runtime.controller.plan import plan
 from runtime.engine.pools.derive import derive
 from runtime.engine.pools.incremental import DeriveMemo
-from runtime.engine.snapshot import Snapshot
+from runtime.engine.snapshot import Snapshot, check_object
 from runtime.report.tables import render, resolve_kind
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES, seed_table
@@ -115,6 +115,21 @@ def _fit_labels_written(policy, rng, objects, node):
         _replace(objects, "Node", node, edit)
 
 
+def _kept_snapshot(objects: list[dict], previous: Snapshot | None) -> Snapshot:
+    """The snapshot as the controller builds it (runtime/controller/snapshots.py): the objects
+    themselves, and ``previous``'s map of a kind (the same object) while that kind's objects are
+    all the same ones."""
+    index: dict[str, dict] = {}
+    for i, obj in enumerate(objects):
+        kind, key = check_object(obj, "<test>", i, [])
+        index.setdefault(kind, {})[key] = obj
+    for kind, items in index.items():
+        old = previous.objects.get(kind) if previous is not None else None
+        if old is not None and old.keys() == items.keys() and all(old[k] is v for k, v in items.items()):
+            index[kind] = old
+    return Snapshot.from_index(index)
+
+
 EDITS = [_flip_managed, _ledger_row, _unhealthy, _bad_count, _node_annotation, _delete_node, _clone_node,
          _deleting_node, _setting, _fit_labels_written, _fit_labels_written]
 
@@ -130,19 +145,23 @@ def test_random_node_edits_derive_as_a_full_derive(policy, seed):
     rng = random.Random(seed)
     objects = generate(40, seed=seed, aware=seed == 3)
     memos = {False: DeriveMemo(), True: DeriveMemo()}  # snapshot mode and live mode (the controller's)
+    kept_memo, kept = DeriveMemo(), None  # live mode on the controller's snapshots (unchanged kinds: same map)
     applied, reused = [], Counter()
     for step in range(30):
         snapshot = Snapshot.from_objects(objects)
-        for live, memo in memos.items():
+        kept = _kept_snapshot(objects, kept)
+        for live, memo, snap in ((False, memos[False], snapshot), (True, memos[True], snapshot),
+                                 (True, kept_memo, kept)):
             full = derive(policy, snapshot, live=live)
-            state = derive(policy, snapshot, live=live, memo=memo)
+            state = derive(policy, snap, live=live, memo=memo)
             assert state == full, (seed, step, applied)
-            assert plan(policy, state, snapshot, memo=memo) == plan(policy, full, snapshot), (seed, step, applied)
+            assert plan(policy, state, snap, memo=memo) == plan(policy, full, snapshot), (seed, step, applied)
             reused += memo.reused
         edit = rng.choice(EDITS)
         edit(policy, rng, objects, rng.choice(_accelerated(objects)))
         applied.append(edit.__name__)
-    assert all(reused[store] > 0 for store in ("node", "flavors", "notes", "ledger", "status", "fitpatch")), reused
+    assert all(reused[store] > 0 for store in ("node", "flavors", "notes", "ledger", "status", "fitpatch", "select",
+                                               "nodeset", "flavorset", "deviceset", "fitlabels")), reused
 
 
 def test_an_edit_of_one_node_re_derives_only_that_node_and_its_pool(policy):
@@ -162,6 +181,28 @@ def test_an_edit_of_one_node_re_derives_only_that_node_and_its_pool(policy):
     assert state == derive(policy, Snapshot.from_objects(objects))
     assert (memo.computed["node"], memo.computed["flavors"]) == (1, 1)
     assert memo.computed["status"] < types
+
+
+def test_a_ledger_edit_on_the_controllers_snapshots_reuses_every_node_result_whole(policy):
+    """Nodes and NodeFeatures unchanged (their maps the same objects): the node facts, flavors and
+    fit labels are reused whole, without a look at each node; the one Devices and its pool are new."""
+    objects = generate(200, seed=5)
+    memo = DeriveMemo()
+    snapshot = _kept_snapshot(objects, None)
+    plan(policy, derive(policy, snapshot, live=True, memo=memo), snapshot, memo=memo)
+    _ledger_row(policy, random.Random(0), objects, _accelerated(objects)[0])
+    snapshot = _kept_snapshot(objects, snapshot)
+    state = derive(policy, snapshot, live=True, memo=memo)
+    actions = plan(policy, state, snapshot, memo=memo)
+    assert state == derive(policy, Snapshot.from_objects(objects), live=True)
+    assert actions == plan(policy, state, Snapshot.from_objects(objects))
+    assert (memo.reused["nodeset"], memo.computed["node"], memo.reused["node"]) == (1, 0, 0)
+    assert (memo.computed["deviceset"], memo.computed["ledger"], memo.computed["status"]) == (1, 1, 1)
+    assert memo.computed["flavorset"] == 1 and memo.computed["flavors"] == 0  # the notes read the Devices
+    assert (memo.computed["fitlabels"], memo.computed["fitpatch"]) == (1, 1)
+    state = derive(policy, snapshot, live=True, memo=memo)  # the same snapshot again: an idle pass
+    assert plan(policy, state, snapshot, memo=memo) == actions
+    assert sum(memo.computed.values()) == 0, memo.computed
 
 
 def test_seed_steps_through_one_memo_print_the_seed_tables(policy):
