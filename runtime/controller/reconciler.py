@@ -28,6 +28,7 @@ Typical use::
 """
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -38,7 +39,7 @@ from typing import Callable, Iterable, Mapping
 
 from loguru import logger
 
-from runtime.controller import settings_seed
+from runtime.controller import gcpolicy, settings_seed
 from runtime.controller.actions import ActionWriter
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
@@ -92,13 +93,16 @@ class Controller(ActionWriter):
     ``fit_coalesce_seconds``: the fit label window (None: ``fitCoalesceSeconds`` of the rules; 0
     writes fit labels in the pass that plans them, as ``--once`` needs); ``extra_kinds``: more kinds
     to watch (e.g. what the admission webhooks read, :func:`runtime.engine.admission.view_kinds`);
-    ``listeners``: callables also given every cache event ``(kind, event_type, object)``.
+    ``listeners``: callables also given every cache event ``(kind, event_type, object)``; ``tune_gc``:
+    no full garbage collection from :meth:`start_caches` to the end of the first pass, then everything
+    alive frozen (:mod:`runtime.controller.gcpolicy`; the process's collector).
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
                  resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None,
-                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = ()):
+                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = (), tune_gc: bool = True):
         self.session = session
+        self.tune_gc = tune_gc
         self.policy = policy
         self.coalesce_seconds = coalesce_seconds
         self.fit_coalesce_seconds = policy.labels.fitCoalesceSeconds if fit_coalesce_seconds is None \
@@ -153,6 +157,8 @@ class Controller(ActionWriter):
 
         Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
         """
+        if self.tune_gc:
+            gcpolicy.hold()  # no full collection over the caches while they fill (settled after the first pass)
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
             raise TimeoutError(f"watch caches not synced within {sync_timeout}s")
@@ -161,6 +167,8 @@ class Controller(ActionWriter):
     def stop(self) -> None:
         """Stop the watch caches (a running :meth:`run` is stopped through its own event)."""
         self.cache.stop()
+        if self.tune_gc:
+            gcpolicy.settle()
 
     def seed_settings(self) -> list[str]:
         """Create the settings Secret or add its missing keys (spec/settings.md §1); returns the
@@ -239,6 +247,8 @@ class Controller(ActionWriter):
                               writes=len(result.writes), errors=len(result.errors))
         summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s ({:.3f}s CPU)",
                      len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds, cpu)
+        if self.tune_gc and gcpolicy.settle():
+            logger.info("garbage collector: {} objects of the caches and the first pass frozen", gc.get_freeze_count())
         return result
 
     def _run_action(self, action: Action, result: ReconcileResult) -> None:
