@@ -44,6 +44,7 @@ class CacheSnapshots:
         self._seen: dict[str, int] = {}  # kind -> the cache version read last
         self._sources: dict[str, dict[tuple, tuple[dict, tuple]]] = {}  # kind -> cache key -> (cached, snapshot key)
         self._copies: dict[str, dict[tuple, dict]] = {}  # kind -> snapshot key -> checked copy
+        self._last: Snapshot | None = None  # the last snapshot (its sorted lists serve unchanged kinds)
         self._frozen: dict[str, MappingProxyType] = {}  # kind -> the last snapshot's map (same while unchanged)
 
     def snapshot(self) -> Snapshot:
@@ -66,7 +67,8 @@ class CacheSnapshots:
                 self.copied += 1
                 if placed is not None:
                     index.setdefault(placed[0], {})[placed[1]] = own
-        return Snapshot.from_index(index, warnings)
+        self._last = Snapshot.from_index(index, warnings, previous=self._last)
+        return self._last
 
     def _refresh(self, kind: str, cache: KindCache, warnings: list[str]) -> MappingProxyType:
         """The kept copies of ``kind`` after the cache's changes since the last look: the last

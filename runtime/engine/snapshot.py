@@ -264,16 +264,22 @@ class Snapshot:
 
     @classmethod
     def from_index(cls, index: Mapping[str, Mapping[tuple[str, str], dict]],
-                   warnings: Iterable[str] = ()) -> "Snapshot":
+                   warnings: Iterable[str] = (), previous: "Snapshot | None" = None) -> "Snapshot":
         """A snapshot of objects already indexed by kind and ``(namespace, name)`` (as
         :func:`check_object` places them) and already checked: the caller's maps are copied (cheap:
         the objects are shared, never copied), so the caller may go on changing its maps, never the
         objects. A map given as a ``MappingProxyType`` is taken as it is (its dict never changes): the
         controller passes the same one again while a kind's objects are the same, and the incremental
-        derive reuses what it derived from that kind (issue 16)."""
+        derive reuses what it derived from that kind (issue 16). ``previous``: an earlier snapshot whose
+        sorted lists (:meth:`list`) serve the kinds whose map is the same object."""
         frozen = {kind: items if isinstance(items, MappingProxyType) else MappingProxyType(dict(items))
                   for kind, items in index.items()}
-        return cls(objects=MappingProxyType(frozen), warnings=tuple(warnings))
+        snapshot = cls(objects=MappingProxyType(frozen), warnings=tuple(warnings))
+        if previous is not None:
+            for kind, order in list(previous._order.items()):
+                if previous.objects.get(kind) is frozen.get(kind, previous):
+                    snapshot._order[kind] = order
+        return snapshot
 
     def list(self, kind: str) -> list[dict]:
         """Objects of ``kind`` in (namespace, name) order, as kubectl lists them."""

@@ -97,6 +97,31 @@ def _deleting_node(policy, rng, objects, node):
     _replace(objects, "Node", node, lambda n: n["metadata"].update({"deletionTimestamp": "2026-01-01T00:00:00Z"}))
 
 
+def _stray_node_feature(policy, rng, objects, node):
+    """A NodeFeature naming ``node`` that decision 20 ignores (another namespace, or a name that is not
+    ours: a warning), one moved to name another node, or such a stray one deleted again."""
+    strays = [i for i, o in enumerate(objects) if o["kind"] == "NodeFeature" and "stray" in o["metadata"]["name"]]
+    if strays and rng.random() < 0.4:
+        i = rng.choice(strays)
+        if rng.random() < 0.5:
+            del objects[i]
+        else:
+            objects[i] = copy.deepcopy(objects[i])
+            objects[i]["metadata"]["labels"]["nfd.node.kubernetes.io/node-name"] = node
+        return
+    worker = objects[_find(objects, "NodeFeature", f"{node}-gpustack-worker")]
+    stray = copy.deepcopy(worker)
+    stray["metadata"]["name"] = f"{node}-stray{rng.randrange(100)}"
+    stray["metadata"]["namespace"] = rng.choice(["gpustack-system", "default"])
+    objects.append(stray)
+
+
+def _feature_gone(policy, rng, objects, node):
+    """One of the node's own NodeFeatures is deleted (the node stays): its keys leave the node."""
+    name = rng.choice([f"{node}-gpustack-worker", f"{node}-gpustack-device-manager"])
+    objects[:] = [o for o in objects if not (o["kind"] == "NodeFeature" and o["metadata"]["name"] == name)]
+
+
 def _setting(policy, rng, objects, node):
     value = base64.b64encode(rng.choice([b"true", b"false"])).decode()
     _replace(objects, "Secret", "gpustack-settings", lambda s: s["data"].update(
@@ -131,11 +156,13 @@ def _kept_snapshot(objects: list[dict], previous: Snapshot | None) -> Snapshot:
 
 
 EDITS = [_flip_managed, _ledger_row, _unhealthy, _bad_count, _node_annotation, _delete_node, _clone_node,
-         _deleting_node, _setting, _fit_labels_written, _fit_labels_written]
+         _deleting_node, _setting, _fit_labels_written, _fit_labels_written, _stray_node_feature, _feature_gone]
 
 
 def _accelerated(objects: list[dict]) -> list[str]:
-    return sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Devices" and
+    return sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Devices" and any(
+                      n["kind"] == "NodeFeature" and n["metadata"]["name"] == f"{o['metadata']['name']}-gpustack-worker"
+                      for n in objects) and
                   any(n["kind"] == "NodeFeature" and n["metadata"]["name"] == f"{o['metadata']['name']}-gpustack-device-manager"
                       for n in objects))
 
@@ -146,7 +173,7 @@ def test_random_node_edits_derive_as_a_full_derive(policy, seed):
     objects = generate(40, seed=seed, aware=seed == 3)
     memos = {False: DeriveMemo(), True: DeriveMemo()}  # snapshot mode and live mode (the controller's)
     kept_memo, kept = DeriveMemo(), None  # live mode on the controller's snapshots (unchanged kinds: same map)
-    applied, reused = [], Counter()
+    applied, reused, warned = [], Counter(), False
     for step in range(30):
         snapshot = Snapshot.from_objects(objects)
         kept = _kept_snapshot(objects, kept)
@@ -155,6 +182,7 @@ def test_random_node_edits_derive_as_a_full_derive(policy, seed):
             full = derive(policy, snapshot, live=live)
             state = derive(policy, snap, live=live, memo=memo)
             assert state == full, (seed, step, applied)
+            warned = warned or any("stray" in w for w in full.warnings)
             assert plan(policy, state, snap, memo=memo) == plan(policy, full, snapshot), (seed, step, applied)
             reused += memo.reused
         edit = rng.choice(EDITS)
@@ -162,6 +190,7 @@ def test_random_node_edits_derive_as_a_full_derive(policy, seed):
         applied.append(edit.__name__)
     assert all(reused[store] > 0 for store in ("node", "flavors", "notes", "ledger", "status", "fitpatch", "select",
                                                "nodeset", "flavorset", "deviceset", "fitlabels")), reused
+    assert warned, applied  # decision 20's warnings were compared too
 
 
 def test_an_edit_of_one_node_re_derives_only_that_node_and_its_pool(policy):
@@ -203,6 +232,10 @@ def test_a_ledger_edit_on_the_controllers_snapshots_reuses_every_node_result_who
     state = derive(policy, snapshot, live=True, memo=memo)  # the same snapshot again: an idle pass
     assert plan(policy, state, snapshot, memo=memo) == actions
     assert sum(memo.computed.values()) == 0, memo.computed
+    _flip_managed(policy, random.Random(0), objects, _accelerated(objects)[0])
+    snapshot = _kept_snapshot(objects, snapshot)
+    assert derive(policy, snapshot, live=True, memo=memo) == derive(policy, Snapshot.from_objects(objects), live=True)
+    assert (memo.computed["node"], memo.reused["node"]) == (1, 0)  # only the flipped node is read again
 
 
 def test_seed_steps_through_one_memo_print_the_seed_tables(policy):

@@ -161,16 +161,12 @@ def _maps(snapshot: Snapshot, *kinds: str) -> tuple:
 def _nodes(policy: Policy, snapshot: Snapshot, settings_namespace: str | None,
            memo: DeriveMemo | None) -> tuple[list[str], dict[str, dict[str, str]], list]:
     """(warnings for untrusted NodeFeatures (decision 20), node name -> effective labels, NodeViews in
-    name order); with a memo, all three are reused while the Nodes and NodeFeatures are the same."""
-    def compute():
-        trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)
-        if memo is not None:
-            return (untrusted, *memo.nodes(policy, snapshot, trusted))
-        effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)
-        return untrusted, effective, node_views(policy, snapshot, effective)
-    if memo is None:
-        return compute()
-    return memo.whole("nodeset", _maps(snapshot, "Node", "NodeFeature"), settings_namespace, compute, carry=("node",))
+    name order); with a memo, updated from the Nodes and NodeFeatures that changed since its last derive."""
+    if memo is not None:
+        return memo.node_set(policy, snapshot, settings_namespace)
+    trusted, untrusted = trusted_node_features(policy, snapshot, settings_namespace)
+    effective = effective_node_labels(policy, snapshot, settings_namespace, trusted)
+    return untrusted, effective, node_views(policy, snapshot, effective)
 
 
 def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from functools import partial
 from typing import Callable, Hashable
 
 from runtime.engine.policy import Policy
 from runtime.engine.pools.flavors import FlavorPlan, flavor_notes, node_contributions
 from runtime.engine.pools.nodes import NodeView, node_effective_labels, read_node
+from runtime.engine.pools.nodeset import NodeSet
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, name_of
 
 
@@ -60,6 +62,7 @@ class DeriveMemo:
         self._policy: Policy | None = None
         self._old: dict[str, dict[str, tuple]] = {}
         self._new: dict[str, dict[str, tuple]] = {}
+        self._state: dict[str, object] = {}  # results updated from the changes (e.g. the NodeSet)
         self.computed: Counter = Counter()
         self.reused: Counter = Counter()
 
@@ -69,6 +72,7 @@ class DeriveMemo:
         if policy is not self._policy:
             self._policy = policy
             self._new = {}
+            self._state = {}
         self._old, self._new = self._new, {}
         self.computed, self.reused = Counter(), Counter()
 
@@ -127,6 +131,20 @@ class DeriveMemo:
                 return labels, None
             return labels, read_node(policy, name_of(node), labels, dict(annotations_of(node)))
         return self.keep("node", name_of(node), key, (meta, [nf.get("spec") for nf in features]), compute)
+
+    def node_set(self, policy: Policy, snapshot: Snapshot,
+                 namespace: str | None) -> tuple[list[str], dict[str, dict[str, str]], list[NodeView]]:
+        """(warnings for ignored NodeFeatures, node name -> effective labels, NodeViews in name order),
+        as :func:`runtime.engine.pools.nodes.trusted_node_features`, :func:`effective_node_labels` and
+        :func:`node_views` give them, updated from the Nodes and NodeFeatures changed since the last
+        call (:class:`runtime.engine.pools.nodeset.NodeSet`); the same objects when none changed."""
+        node_set = self._state.get("nodeset")
+        if node_set is None or node_set.namespace != namespace:
+            node_set = self._state["nodeset"] = NodeSet(policy, namespace, partial(self.node, policy))
+        before = node_set.result
+        result = node_set.update(snapshot)
+        (self.reused if result is before else self.computed)["nodeset"] += 1
+        return result
 
     def nodes(self, policy: Policy, snapshot: Snapshot,
               trusted: dict[str, list[dict]]) -> tuple[dict[str, dict[str, str]], list[NodeView]]:

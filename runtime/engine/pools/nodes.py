@@ -43,32 +43,45 @@ def trusted_node_features(policy: Policy, snapshot: Snapshot,
     with a warning when it carries a key under the propagated prefixes (rules/labels.yaml); one
     without such keys is none of our business (NFD's own worker writes one per node).
     """
+    judge = node_feature_judge(policy, namespace)
+    trusted: dict[str, list[dict]] = {}
+    warnings: list[str] = []
+    for nf in snapshot.list("NodeFeature"):
+        node, is_trusted, warning = judge(nf)
+        if is_trusted:
+            trusted.setdefault(node, []).append(nf)
+        elif warning:
+            warnings.append(warning)
+    return trusted, warnings
+
+
+def node_feature_judge(policy: Policy, namespace: str | None = None):
+    """The verdict of decision 20 on one NodeFeature, as a function ``nf -> (node name or None,
+    trusted, warning or None)`` (see :func:`trusted_node_features`): the node it names (None when it
+    names none or is being deleted), whether it feeds that node's keys, the warning when it is ignored."""
     node_key = policy.key("nodeFeatureNode")
     prefixes = tuple(policy.labels.propagatedPrefixes)
     system = namespace or policy.derivation.systemNamespace
     nf_rules = agent_rules(policy).nodeFeature
     suffixes = (nf_rules.worker.nameSuffix, nf_rules.deviceManager.nameSuffix)
     messages = policy.node_facts.factChecks.messages
-    trusted: dict[str, list[dict]] = {}
-    warnings: list[str] = []
-    for nf in snapshot.list("NodeFeature"):  # inline reads: this runs for every NodeFeature of every derive
+
+    def judge(nf: dict) -> tuple[str | None, bool, str | None]:  # inline reads: runs for every NodeFeature
         meta = nf.get("metadata") or {}
         node = (meta.get("labels") or {}).get(node_key)
         if not node or meta.get("deletionTimestamp"):
-            continue
+            return None, False, None
         ns, name = meta.get("namespace") or "", meta.get("name") or ""
         if ns == system and name.startswith(node) and name[len(node):] in suffixes:
-            trusted.setdefault(node, []).append(nf)
-            continue
+            return node, True, None
         if not any(str(k).startswith(prefixes) for k in ((nf.get("spec") or {}).get("labels") or {})):
-            continue
+            return node, False, None
         if ns != system:
-            warnings.append(messages.foreignNodeFeature.format(namespace=ns, name=name, system=system, node=node,
-                                                               prefixes=", ".join(prefixes)))
-        else:
-            warnings.append(messages.nodeFeatureName.format(namespace=ns, name=name, node=node,
-                                                            expected=" or ".join(node + s for s in suffixes)))
-    return trusted, warnings
+            return node, False, messages.foreignNodeFeature.format(namespace=ns, name=name, system=system, node=node,
+                                                                   prefixes=", ".join(prefixes))
+        return node, False, messages.nodeFeatureName.format(namespace=ns, name=name, node=node,
+                                                            expected=" or ".join(node + s for s in suffixes))
+    return judge
 
 
 def effective_node_labels(policy: Policy, snapshot: Snapshot, namespace: str | None = None,
