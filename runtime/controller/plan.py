@@ -28,11 +28,13 @@ Rules (spec/pools.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Mapping
 from enum import StrEnum
 from functools import partial
 
 from runtime.engine.pools import DesiredState, fit_labels
 from runtime.engine.pools.incremental import DeriveMemo
+from runtime.engine.pools.nodeset import changed_keys
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 from runtime.kube.ownership import owned
@@ -261,23 +263,31 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: D
     state's, named after the Node) for the nodes in ``state.managed_nodes``; a Node without Devices
     (or whose Devices is being deleted) wants none. The patch sets the missing and differing values
     and removes (``None``) the fit labels no longer wanted; nothing is planned when they match.
-    Nodes being deleted are left alone. With a ``memo``, the whole list is kept while the Nodes,
-    NodeFeatures and Devices are the same objects, and each Node's patch while its objects are.
+    Nodes being deleted are left alone. With a ``memo``, the last plan's patches are updated for the
+    Nodes whose objects changed (:class:`FitLabelPatches`), each Node's patch kept while its objects are.
     """
     if memo is None:
-        return _node_fit_labels(policy, state, snapshot)
-    maps = tuple(snapshot.objects.get(kind) for kind in ("Node", "NodeFeature", "Devices"))  # whence state.devices
-    return list(memo.whole("fitlabels", maps, tuple(state.managed_nodes),
-                           partial(_node_fit_labels, policy, state, snapshot, memo), carry=("fitpatch",)))
+        return [_fit_action(name, labels) for name, labels in _fit_patches(policy, state, snapshot, None).items()]
+    kept = memo.state("fitlabels", FitLabelPatches)
+    return [_fit_action(name, labels) for name, labels in kept.update(policy, state, snapshot, memo).items()]
 
 
-def _node_fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
-                     memo: DeriveMemo | None = None) -> list[Action]:
-    """:func:`_fit_labels` node by node (each Node's patch kept in ``memo``)."""
+def _fit_action(name: str, labels: dict) -> Action:
+    return Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": dict(labels)}}, reason="fit labels differ")
+
+
+def _fit_patches(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo | None,
+                 names: Iterable[str] | None = None, devices: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Node name -> its fit label patch, for the Nodes named in ``names`` (None: every Node) that
+    need one; with a ``memo``, each patch kept while the Node's ``metadata`` and its Devices are the
+    same objects. ``devices``: the state's Devices by name, not being deleted, when the caller has them."""
     managed = set(state.managed_nodes)
-    devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
-    out = []
-    for node in snapshot.list("Node"):
+    if devices is None:
+        devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
+    nodes = snapshot.list("Node") if names is None else \
+        [n for n in (snapshot.get("Node", name) for name in sorted(names)) if n is not None]
+    out = {}
+    for node in nodes:
         name = name_of(node)
         if is_deleting(node):
             continue
@@ -289,11 +299,34 @@ def _node_fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
             labels = memo.keep("fitpatch", name, (id(node.get("metadata")), obj is None, id(spec), id(status),
                                                  name in managed), (node.get("metadata"), spec, status),
                                partial(fit_label_patch, policy, node, obj, name in managed))
-        if labels is None:
-            continue
-        out.append(Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": dict(labels)}},
-                          reason="fit labels differ"))
+        if labels is not None:
+            out[name] = labels
     return out
+
+
+class FitLabelPatches:
+    """The fit label patches of the last plan, updated for the Nodes whose Node or Devices object
+    (by identity) or managed mark changed since (issue 16: a pass looks again at what changed only)."""
+
+    def __init__(self) -> None:
+        self.nodes: Mapping = {}  # the snapshot's Node map last planned
+        self.devices: dict[str, dict] = {}  # the state's Devices by name, not being deleted
+        self.managed: set[str] = set()
+        self.patches: dict[str, dict] = {}  # node name -> its patch, for the Nodes that need one
+
+    def update(self, policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo) -> dict[str, dict]:
+        """Node name -> fit label patch, in name order, for ``state`` (see :func:`_fit_labels`)."""
+        nodes = snapshot.objects.get("Node") or {}
+        devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
+        managed = set(state.managed_nodes)
+        names = {key[1] for key in changed_keys(self.nodes, nodes)} | changed_keys(self.devices, devices) \
+            | (managed ^ self.managed)
+        if names:
+            patches = {name: labels for name, labels in self.patches.items() if name not in names}
+            patches.update(_fit_patches(policy, state, snapshot, memo, names, devices))
+            self.patches = dict(sorted(patches.items()))
+        self.nodes, self.devices, self.managed = nodes, devices, managed
+        return self.patches
 
 
 def fit_label_patch(policy: Policy, node: dict, devices: dict | None, managed: bool) -> dict | None:

@@ -132,14 +132,21 @@ class DeriveMemo:
             return labels, read_node(policy, name_of(node), labels, dict(annotations_of(node)))
         return self.keep("node", name_of(node), key, (meta, [nf.get("spec") for nf in features]), compute)
 
+    def state(self, store: str, make: Callable[[], object]):
+        """The caller's object of ``store`` kept between calls (``make()`` when there is none yet, or
+        after a new Policy): a result the caller updates from the changes itself."""
+        if store not in self._state:
+            self._state[store] = make()
+        return self._state[store]
+
     def node_set(self, policy: Policy, snapshot: Snapshot,
                  namespace: str | None) -> tuple[list[str], dict[str, dict[str, str]], list[NodeView]]:
         """(warnings for ignored NodeFeatures, node name -> effective labels, NodeViews in name order),
         as :func:`runtime.engine.pools.nodes.trusted_node_features`, :func:`effective_node_labels` and
         :func:`node_views` give them, updated from the Nodes and NodeFeatures changed since the last
         call (:class:`runtime.engine.pools.nodeset.NodeSet`); the same objects when none changed."""
-        node_set = self._state.get("nodeset")
-        if node_set is None or node_set.namespace != namespace:
+        node_set = self.state("nodeset", lambda: NodeSet(policy, namespace, partial(self.node, policy)))
+        if node_set.namespace != namespace:
             node_set = self._state["nodeset"] = NodeSet(policy, namespace, partial(self.node, policy))
         before = node_set.result
         result = node_set.update(snapshot)
