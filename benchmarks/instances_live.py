@@ -17,7 +17,8 @@ Then:
 - the webhook server's own answer time during the load, from the controller's
   ``accelpolicy_admission_review_seconds`` histogram (the difference of two scrapes; a quantile is
   the upper bound of the bucket it falls in, buckets 0.5, 1, 2, 3, 5, 7.5, 10, 25 ms ...);
-- ``backlog_s``: the load's end -> every created Instance has its Pod; controller CPU and RSS.
+- ``backlog_s``: the load's end -> every created Instance has its Pod; the reconcile passes from the
+  load's start to then (count, writes, the pass thread's CPU); controller CPU and RSS.
 
 Usage: ``.venv/bin/python benchmarks/instances_live.py [--nodes 1000] [--rate 100] [--seconds 10]
 [--json]``. Needs ``make controlplane``. Loopback only; every phase bounded in time.
@@ -204,7 +205,7 @@ def run(nodes: int, rate: float, seconds: float, samples: int) -> dict:
             times = apply_to_pod(session, samples)
             out["apply_to_pod_s"] = {"median": round(statistics.median(times), 3), "max": round(max(times), 3),
                                      "samples": len(times)}
-            before, cpu0 = scrape(port, tmp / "tls" / "ca.crt"), ctl.cpu()
+            before, cpu0, passes0 = scrape(port, tmp / "tls" / "ca.crt"), ctl.cpu(), len(ctl.reconciles())
             queue = multiprocessing.get_context("spawn").Queue()
             loader = multiprocessing.get_context("spawn").Process(
                 target=_create_load, args=(str(cluster.kubeconfig), rate, seconds, "load", queue))
@@ -221,6 +222,9 @@ def run(nodes: int, rate: float, seconds: float, samples: int) -> dict:
             wait(lambda: pod_count(session, "load-"), lambda n: n >= created, every=0.2)
             out["backlog_s"] = round(time.monotonic() - ended, 2)
             out["controller_cpu_s"] = round(ctl.cpu() - cpu0, 2)
+            passes = ctl.reconciles()[passes0:]
+            out["passes"] = {"count": len(passes), "writes": sum(p["writes"] for p in passes),
+                             "cpu_s": round(sum(p["cpu"] or 0.0 for p in passes), 2)}
             out["rss_mib"] = {"settled": round(ctl.rss() / 1024), "peak": round(ctl.rss_peak / 1024)}
         finally:
             ctl.stop()
@@ -252,6 +256,9 @@ def main() -> int:
           f"client CPU {load['client_cpu_share']:.0%} of a core")
     for webhook, q in figures["webhook_during_load"].items():
         print(f"  webhook {webhook}: {q['reviews']} reviews, p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms")
+    passes = figures["passes"]
+    print(f"  {passes['count']} reconcile passes from the load's start to the last Pod: {passes['writes']} writes, "
+          f"{passes['cpu_s']} s of the pass thread's CPU")
     print(f"  every Instance's Pod {figures['backlog_s']} s after the load; controller CPU {figures['controller_cpu_s']} s; "
           f"RSS {figures['rss_mib']['settled']} / {figures['rss_mib']['peak']} MiB (settled / peak)")
     print(f"  load average {figures['load_before']:.1f} -> {figures['load_after']:.1f}")
