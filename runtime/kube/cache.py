@@ -73,6 +73,7 @@ class KindCache:
         self.page_size = page_size
         self.synced = threading.Event()
         self.lists = self.events = self.relists = self.errors = 0
+        self.last_error: str | None = None   # why the last list or watch failed (a 403 names the verb); None once listed
         self._items: dict[tuple[str, str], dict] = {}
         self._tombstones: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its DELETED event
         # key -> the cache version at which its object was last stored, replaced or dropped (oldest
@@ -180,6 +181,7 @@ class KindCache:
                 if self._stop.is_set():
                     break
                 self.errors += 1
+                self.last_error = str(exc)
                 if isinstance(exc, KubeApiError) and exc.status == 410:
                     self.relists += 1
                     self._version = None
@@ -226,6 +228,7 @@ class KindCache:
             for key in set(old) | set(items):
                 self._touch(key)
         self.lists += 1
+        self.last_error = None
         self._version = version
         first = not self.synced.is_set()
         self.synced.set()
