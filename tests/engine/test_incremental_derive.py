@@ -236,6 +236,10 @@ def test_a_ledger_edit_on_the_controllers_snapshots_reuses_every_node_result_who
     snapshot = _kept_snapshot(objects, snapshot)
     assert derive(policy, snapshot, live=True, memo=memo) == derive(policy, Snapshot.from_objects(objects), live=True)
     assert (memo.computed["node"], memo.reused["node"]) == (1, 0)  # only the flipped node is read again
+    _node_annotation(policy, random.Random(0), objects, _accelerated(objects)[1])  # no managed mark moves
+    snapshot = _kept_snapshot(objects, snapshot)
+    assert derive(policy, snapshot, live=True, memo=memo) == derive(policy, Snapshot.from_objects(objects), live=True)
+    assert (memo.computed["node"], memo.reused["deviceset"]) == (1, 1)  # the Devices are not looked at
 
 
 def test_seed_steps_through_one_memo_print_the_seed_tables(policy):

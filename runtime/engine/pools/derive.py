@@ -190,7 +190,8 @@ def _devices(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, 
              memo: DeriveMemo | None) -> tuple[list[dict], list[FactProblem], list[dict], dict]:
     """(the Devices with their Node's managed label, their refused ledgers (decision 19), the sound
     ones (neither refused nor of a node in ``node_problems``), the label index of the sound ones);
-    with a memo, reused while the Devices and ``effective`` (whence the node problems) are the same."""
+    with a memo, reused while the Devices, the nodes' managed marks (all the Devices read of
+    ``effective``) and the node problems are the same."""
     def compute():
         devices = _devices_with_effective_labels(policy, snapshot, effective)
         problems = list(node_problems)
@@ -198,7 +199,9 @@ def _devices(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, 
         return devices, problems[len(node_problems):], sound, _label_index(sound)
     if memo is None:
         return compute()
-    return memo.whole("deviceset", (*_maps(snapshot, "Devices"), effective), None, compute, carry=("ledger",))
+    marks = memo.node_marks()
+    refs = (*_maps(snapshot, "Devices"), effective if marks is None else marks)
+    return memo.whole("deviceset", refs, tuple(node_problems), compute, carry=("ledger",))
 
 
 def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, plans: dict[str, FlavorPlan],

@@ -153,6 +153,12 @@ class DeriveMemo:
         (self.reused if result is before else self.computed)["nodeset"] += 1
         return result
 
+    def node_marks(self) -> dict[str, str | None] | None:
+        """Node name -> effective managed label of the last :meth:`node_set` (the same map while no
+        mark changed), or None before one."""
+        node_set = self._state.get("nodeset")
+        return node_set.marks if node_set is not None else None
+
     def nodes(self, policy: Policy, snapshot: Snapshot,
               trusted: dict[str, list[dict]]) -> tuple[dict[str, dict[str, str]], list[NodeView]]:
         """(node name -> effective labels, NodeViews in name order), as

@@ -30,13 +30,17 @@ def changed_keys(old: Mapping, new: Mapping) -> set:
 
 class NodeSet:
     """What one derive read of the nodes, kept for the next: ``result`` is (warnings for ignored
-    NodeFeatures in NodeFeature order, node name -> effective labels, NodeViews in name order).
+    NodeFeatures in NodeFeature order, node name -> effective labels, NodeViews in name order);
+    ``marks``: node name -> its effective ``gpustack.ai/managed`` label, the same map while no mark
+    changes (what the Devices' mirrored label reads).
     ``read(node, features)`` gives one Node's (effective labels, NodeView or None when deleting)."""
 
     def __init__(self, policy: Policy, namespace: str | None, read: NodeReader):
         self.namespace = namespace
         self.read = read
         self.judge = node_feature_judge(policy, namespace)
+        self.managed_key = policy.key("managed")
+        self.marks: dict[str, str | None] = {}  # node name -> its effective managed label (None: absent)
         self.nodes: Mapping = _EMPTY  # the Node and NodeFeature maps last read
         self.features: Mapping = _EMPTY
         self.verdicts: dict[tuple, tuple] = {}  # NodeFeature key -> (node, trusted, warning)
@@ -56,15 +60,22 @@ class NodeSet:
             return self.result
         affected = self._judge(features, changed_keys(self.features, features))
         names = {key[1] for key in changed_keys(self.nodes, nodes)} | affected
-        effective, views = dict(self.effective), dict(self.views)
+        effective, views, marks = dict(self.effective), dict(self.views), self.marks
         for name in names:
             node = nodes.get(("", name))
             if node is None:
                 effective.pop(name, None)
                 views.pop(name, None)
+                if name in marks:
+                    marks = dict(marks) if marks is self.marks else marks
+                    del marks[name]
                 continue
             labels, view = self.read(node, self.trusted.get(name, ()))
             effective[name] = labels
+            mark = labels.get(self.managed_key)
+            if name not in marks or marks[name] != mark:  # a new map only when a mark changes
+                marks = dict(marks) if marks is self.marks else marks
+                marks[name] = mark
             if view is None:
                 views.pop(name, None)
             else:
@@ -73,7 +84,7 @@ class NodeSet:
         if nodes.keys() != self.nodes.keys():
             self.names = [key[1] for key in sorted(nodes)]
         order = [views[name] for name in self.names if name in views] if names else self.result[2]
-        self.nodes, self.features, self.effective, self.views = nodes, features, effective, views
+        self.nodes, self.features, self.effective, self.views, self.marks = nodes, features, effective, views, marks
         self.result = (warnings, effective, order)
         return self.result
 
