@@ -173,17 +173,28 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
              memo: DeriveMemo | None) -> tuple[dict[str, FlavorPlan], dict[str, dict], dict[str, list[str]]]:
     """(flavor name -> plan, flavor name -> rendered ResourceFlavor, node name -> its flavors in name
     order) of the managed ``nodes`` (pools.md §2); with a memo, reused while the nodes, ``mixed`` and
-    the Devices (the notes read them) are the same."""
+    the Devices ``spec`` of each flavor's first contributor (its notes read it) are the same."""
     def compute():
         plans = plan_flavors(policy, snapshot, nodes, mixed, memo)
         node_flavors: dict[str, list[str]] = {}
         for name, flavor in plans.items():  # name order, so each node's list is too
             for node_name in flavor.contributors:
                 node_flavors.setdefault(node_name, []).append(name)
-        return plans, {name: render_flavor(policy, plan) for name, plan in plans.items()}, node_flavors
+        firsts = tuple(sorted({plan.contributors[0] for plan in plans.values()}))
+        return plans, {name: render_flavor(policy, plan) for name, plan in plans.items()}, node_flavors, firsts
     if memo is None:
-        return compute()
-    return memo.whole("flavorset", (nodes, *_maps(snapshot, "Devices")), mixed, compute, carry=("flavors", "notes"))
+        return compute()[:3]
+    def key(firsts: tuple[str, ...]) -> tuple[tuple, tuple]:
+        devices = [snapshot.get("Devices", name) for name in firsts]
+        return (nodes, *((d or {}).get("spec") for d in devices)), (mixed, firsts, tuple(d is None for d in devices))
+    # the first contributors are the last result's while the nodes are the same (else it is a miss anyway)
+    last = memo.state("flavorfirsts", dict)
+    firsts = last.get("firsts", ()) if last.get("nodes") is nodes else ()
+    result = memo.whole("flavorset", *key(firsts), compute, carry=("flavors", "notes"))
+    if result[3] != firsts:  # computed afresh: kept under the key of its own first contributors
+        memo.whole("flavorset", *key(result[3]), lambda: result, carry=("flavors", "notes"))
+    last.update(nodes=nodes, firsts=result[3])
+    return result[:3]
 
 
 def _devices(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, str]], node_problems: list[FactProblem],

@@ -16,10 +16,21 @@ ledger     Devices: its refused numbers (decision 19) the Devices' name, ``spec`
 status     InstanceType: its status (§10)            its spec and deletion, queue name, flavors'
                                                     counts, queue facts, settings, the pool's Devices
                                                     ``spec``/``status``
+select     InstanceType: its pool's Devices          its Devices selector, the sound Devices list
 ========== ======================================== ==================================================
 
+Whole-kind results (:meth:`DeriveMemo.whole`) are kept while the snapshot's maps of the kinds they
+read are the same objects (the controller's snapshots keep a kind's map while none of its objects
+changed, :meth:`Snapshot.from_index`): ``deviceset`` (the Devices with their mirrored managed label,
+refused ledgers, sound list and label index; also keyed by every node's managed mark and the node
+problems) and ``flavorset`` (the flavor plans, rendered flavors and each node's flavors). The node
+facts are a :class:`runtime.engine.pools.nodeset.NodeSet` (:meth:`DeriveMemo.node_set`), updated
+from the Nodes and NodeFeatures that changed: a pass reads again only those.
+
 Callers keep their own per-object results with :meth:`DeriveMemo.keep` (the controller's plan keeps
-each Node's fit label patch, spec/node-facts.md §9, by the Node's ``metadata`` and its Devices').
+each Node's fit label patch, spec/node-facts.md §9, by the Node's ``metadata`` and its Devices') and
+their own state updated from the changes with :meth:`DeriveMemo.state` (the plan's
+``FitLabelPatches``).
 
 Objects are keyed by identity: a snapshot's dicts are never mutated (:class:`Snapshot`), so the
 same ``metadata``/``spec``/``status`` object means the same facts, and a changed object is a new
@@ -158,19 +169,6 @@ class DeriveMemo:
         mark changed), or None before one."""
         node_set = self._state.get("nodeset")
         return node_set.marks if node_set is not None else None
-
-    def nodes(self, policy: Policy, snapshot: Snapshot,
-              trusted: dict[str, list[dict]]) -> tuple[dict[str, dict[str, str]], list[NodeView]]:
-        """(node name -> effective labels, NodeViews in name order), as
-        :func:`runtime.engine.pools.nodes.effective_node_labels` and :func:`node_views` return them."""
-        effective: dict[str, dict[str, str]] = {}
-        views: list[NodeView] = []
-        for node in snapshot.list("Node"):
-            labels, view = self.node(policy, node, trusted.get(name_of(node), ()))
-            effective[name_of(node)] = labels
-            if view is not None:
-                views.append(view)
-        return effective, views
 
     def contributions(self, policy: Policy, node: NodeView, mixed: bool) -> list:
         """:func:`runtime.engine.pools.flavors.node_contributions` of one node."""
