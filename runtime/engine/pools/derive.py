@@ -172,8 +172,8 @@ def _nodes(policy: Policy, snapshot: Snapshot, settings_namespace: str | None,
 def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
              memo: DeriveMemo | None) -> tuple[dict[str, FlavorPlan], dict[str, dict], dict[str, list[str]]]:
     """(flavor name -> plan, flavor name -> rendered ResourceFlavor, node name -> its flavors in name
-    order) of the managed ``nodes`` (pools.md §2); with a memo, reused while the nodes, ``mixed`` and
-    the Devices ``spec`` of each flavor's first contributor (its notes read it) are the same."""
+    order) of the managed ``nodes`` (pools.md §2); with a memo, reused while the nodes and ``mixed``
+    are the same and the Devices ``spec`` of each flavor's first contributor (its notes read it) equal."""
     def compute():
         plans = plan_flavors(policy, snapshot, nodes, mixed, memo)
         node_flavors: dict[str, list[str]] = {}
@@ -184,9 +184,9 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
         return plans, {name: render_flavor(policy, plan) for name, plan in plans.items()}, node_flavors, firsts
     if memo is None:
         return compute()[:3]
-    def key(firsts: tuple[str, ...]) -> tuple[tuple, tuple]:
+    def key(firsts: tuple[str, ...]) -> tuple[tuple, tuple]:  # the specs by value: every event parses a new one
         devices = [snapshot.get("Devices", name) for name in firsts]
-        return (nodes, *((d or {}).get("spec") for d in devices)), (mixed, firsts, tuple(d is None for d in devices))
+        return (nodes,), (mixed, firsts, tuple((d is None, (d or {}).get("spec")) for d in devices))
     # the first contributors are the last result's while the nodes are the same (else it is a miss anyway)
     last = memo.state("flavorfirsts", dict)
     firsts = last.get("firsts", ()) if last.get("nodes") is nodes else ()
