@@ -219,14 +219,15 @@ def test_a_ledger_edit_on_the_controllers_snapshots_reuses_every_node_result_who
     memo = DeriveMemo()
     snapshot = _kept_snapshot(objects, None)
     plan(policy, derive(policy, snapshot, live=True, memo=memo), snapshot, memo=memo)
-    _ledger_row(policy, random.Random(0), objects, _accelerated(objects)[0])
+    _replace(objects, "Devices", _accelerated(objects)[0], lambda d: d["status"]["groups"][0]["accelerators"][0].update(
+        {"mode": 1, "allocated": 1_600_000, "remaining": 0}))  # one accelerator taken whole: a sound ledger row
     snapshot = _kept_snapshot(objects, snapshot)
     state = derive(policy, snapshot, live=True, memo=memo)
     actions = plan(policy, state, snapshot, memo=memo)
     assert state == derive(policy, Snapshot.from_objects(objects), live=True)
     assert actions == plan(policy, state, Snapshot.from_objects(objects))
     assert (memo.reused["nodeset"], memo.computed["node"], memo.reused["node"]) == (1, 0, 0)
-    assert (memo.computed["deviceset"], memo.computed["ledger"], memo.computed["status"]) == (1, 1, 1)
+    assert (memo.reused["deviceset"], memo.computed["ledger"], memo.computed["status"]) == (1, 1, 1)  # one replaced
     assert memo.reused["flavorset"] == 1  # a ledger row is no Devices spec: no flavor note moves
     assert memo.computed["fitpatch"] == 1 and memo.reused["fitpatch"] == 0  # the one node's, no look at the others
     state = derive(policy, snapshot, live=True, memo=memo)  # the same snapshot again: an idle pass
@@ -240,6 +241,16 @@ def test_a_ledger_edit_on_the_controllers_snapshots_reuses_every_node_result_who
     snapshot = _kept_snapshot(objects, snapshot)
     assert derive(policy, snapshot, live=True, memo=memo) == derive(policy, Snapshot.from_objects(objects), live=True)
     assert (memo.computed["node"], memo.reused["deviceset"]) == (1, 1)  # the Devices are not looked at
+    node = _accelerated(objects)[2]
+    row = {"mode": 1, "allocated": 1_600_000}
+    for edit in ({**row, "remaining": -5}, {**row, "remaining": 0}, {"example.com/rack": "r1"}):
+        # refused (decision 19), sound again, a label added: each changes the lists' shape
+        _replace(objects, "Devices", node, lambda d, edit=edit: (d["metadata"]["labels"] if "mode" not in edit
+                                                                else d["status"]["groups"][0]["accelerators"][0]).update(edit))
+        snapshot = _kept_snapshot(objects, snapshot)
+        state = derive(policy, snapshot, live=True, memo=memo)
+        assert state == derive(policy, Snapshot.from_objects(objects), live=True), edit
+        assert memo.computed["deviceset"] == 1, edit
 
 
 def test_seed_steps_through_one_memo_print_the_seed_tables(policy):

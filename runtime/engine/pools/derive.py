@@ -20,9 +20,10 @@ from runtime.engine.pools import instancetypes as its
 from runtime.engine.pools import queues
 from runtime.engine.pools.flavors import FlavorPlan, plan_flavors, render_flavor
 from runtime.engine.pools.instancetypes import devices_selector, matches
+from runtime.engine.pools.deviceset import read_devices
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.pools.kept import as_kept
-from runtime.engine.devices.factcheck import FactProblem, ledger_problems
+from runtime.engine.devices.factcheck import FactProblem
 from runtime.engine.pools.nodes import effective_node_labels, node_views, trusted_node_features
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, settings_of
@@ -152,12 +153,6 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     return state
 
 
-def _maps(snapshot: Snapshot, *kinds: str) -> tuple:
-    """The snapshot's maps of ``kinds`` (the same objects while their objects are, for
-    :meth:`DeriveMemo.whole`)."""
-    return tuple(snapshot.objects.get(kind) for kind in kinds)
-
-
 def _nodes(policy: Policy, snapshot: Snapshot, settings_namespace: str | None,
            memo: DeriveMemo | None) -> tuple[list[str], dict[str, dict[str, str]], list]:
     """(warnings for untrusted NodeFeatures (decision 20), node name -> effective labels, NodeViews in
@@ -195,24 +190,6 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
         memo.whole("flavorset", *key(result[3]), lambda: result, carry=("flavors", "notes"))
     last.update(nodes=nodes, firsts=result[3])
     return result[:3]
-
-
-def _devices(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, str]], node_problems: list[FactProblem],
-             memo: DeriveMemo | None) -> tuple[list[dict], list[FactProblem], list[dict], dict]:
-    """(the Devices with their Node's managed label, their refused ledgers (decision 19), the sound
-    ones (neither refused nor of a node in ``node_problems``), the label index of the sound ones);
-    with a memo, reused while the Devices, the nodes' managed marks (all the Devices read of
-    ``effective``) and the node problems are the same."""
-    def compute():
-        devices = _devices_with_effective_labels(policy, snapshot, effective)
-        problems = list(node_problems)
-        sound = _sound_devices(policy, devices, problems, memo)
-        return devices, problems[len(node_problems):], sound, _label_index(sound)
-    if memo is None:
-        return compute()
-    marks = memo.node_marks()
-    refs = (*_maps(snapshot, "Devices"), effective if marks is None else marks)
-    return memo.whole("deviceset", refs, tuple(node_problems), compute, carry=("ledger",))
 
 
 def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, plans: dict[str, FlavorPlan],
@@ -253,7 +230,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
                   if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
-    every, refused, devices, by_label = _devices(policy, snapshot, effective, state.fact_problems, memo)
+    every, refused, devices, by_label = read_devices(policy, snapshot, effective, state.fact_problems, memo)
     state.devices = list(every)
     state.fact_problems.extend(refused)  # decision 19: their Devices count in no view
     state.warnings.extend(p.message for p in state.fact_problems)
@@ -283,30 +260,6 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
             it["status"] = memo.status(it, queue, flavors, pool_devices, queue_state, settings.values, partial(
                 its.instance_type_status, policy, settings, it, queue, flavors, pool_devices, queue_state))
         state.instance_types.append(it)
-
-
-def _sound_devices(policy: Policy, devices: list[dict], problems: list[FactProblem],
-                   memo: DeriveMemo | None = None) -> list[dict]:
-    """``devices`` less those of nodes with a refused fact (decision 19): the node problems already in
-    ``problems`` and each Devices object's own out-of-range ledger (:func:`ledger_problems`, appended)."""
-    bad_nodes = {p.node for p in problems}
-    out = []
-    for obj in devices:
-        own = ledger_problems(policy, obj) if memo is None else \
-            memo.ledger_problems(policy, obj, partial(ledger_problems, policy, obj))
-        problems.extend(own)
-        if not own and name_of(obj) not in bad_nodes:
-            out.append(obj)
-    return out
-
-
-def _label_index(objects: list[dict]) -> dict[tuple[str, str], list[int]]:
-    """(label key, value) -> positions in ``objects`` (ascending) of the objects carrying it."""
-    index: dict[tuple[str, str], list[int]] = {}
-    for i, obj in enumerate(objects):
-        for item in labels_of(obj).items():
-            index.setdefault(item, []).append(i)
-    return index
 
 
 def _select(selector: dict[str, str] | None, objects: list[dict],
@@ -347,30 +300,3 @@ def _queue_state(queue: dict | None, old: dict | None, phase_message: str, live:
 
 
 _reserved = queues.holds_reservations
-
-
-def _devices_with_effective_labels(policy: Policy, snapshot: Snapshot,
-                                   effective: dict[str, dict[str, str]]) -> list[dict]:
-    """Devices objects whose ``gpustack.ai/managed`` label mirrors the Node's effective label, as
-    the agent keeps it (node-facts.md §7.1).
-
-    ``effective``: node name -> effective labels (:func:`effective_node_labels`). An object whose
-    label already mirrors the Node is returned as is; otherwise only its ``metadata``/``labels``
-    are copied and ``spec``/``status`` stay shared with the snapshot (read-only, like every
-    snapshot object): a deep copy of every ledger dominated derive time on large clusters.
-    """
-    managed = policy.key("managed")
-    out = []
-    for devices in snapshot.list("Devices"):
-        node_labels = effective.get(name_of(devices))
-        current = labels_of(devices)
-        if node_labels is None or node_labels.get(managed) == current.get(managed):
-            out.append(devices)
-            continue
-        labels = dict(current)
-        if managed in node_labels:
-            labels[managed] = node_labels[managed]
-        else:
-            labels.pop(managed, None)
-        out.append({**devices, "metadata": {**(devices.get("metadata") or {}), "labels": labels}})
-    return out

@@ -1,0 +1,139 @@
+"""The Devices as a derive reads them: managed label mirrored, refused ledgers, sound ones (issue 16).
+
+:func:`read_devices` gives a derive (the Devices with their Node's managed label, their refused
+ledgers (decision 19), the sound ones, the label index of the sound ones). With a memo it keeps them
+in a :class:`DeviceSet` and, while every node's managed mark and the node problems are the same,
+updates them from the Devices that changed (by object identity, a C-speed pass over the map): a
+ledger row (the usual event) replaces one object in the lists, and the label index stays while no
+label moves. An added or removed Devices, a label change or a Devices becoming refused or sound again
+rebuilds them. The results equal the rebuilt ones (tests/engine/test_incremental_derive.py).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Mapping
+
+from runtime.engine.devices.factcheck import FactProblem, ledger_problems
+from runtime.engine.policy import Policy
+from runtime.engine.pools.incremental import DeriveMemo
+from runtime.engine.pools.nodeset import changed_keys
+from runtime.engine.snapshot import Snapshot, labels_of, name_of
+
+DeviceLists = tuple[list[dict], list[FactProblem], list[dict], dict]
+
+
+def read_devices(policy: Policy, snapshot: Snapshot, effective: dict[str, dict[str, str]],
+                 node_problems: list[FactProblem], memo: DeriveMemo | None) -> DeviceLists:
+    """(the Devices with their Node's managed label, their refused ledgers (decision 19), the sound
+    ones (neither refused nor of a node in ``node_problems``), the label index of the sound ones),
+    each list in name order; with a memo, updated from what changed (see the module docstring)."""
+    if memo is None:
+        return _build(policy, snapshot, effective, node_problems, None)
+    kept = memo.state("deviceset", DeviceSet)
+    return kept.update(policy, snapshot, effective, node_problems, memo)
+
+
+def _build(policy: Policy, snapshot: Snapshot, effective, node_problems: list[FactProblem],
+           memo: DeriveMemo | None) -> DeviceLists:
+    devices = [mirrored(policy, d, effective) for d in snapshot.list("Devices")]
+    problems = list(node_problems)
+    sound = _sound_devices(policy, devices, problems, memo)
+    return devices, problems[len(node_problems):], sound, label_index(sound)
+
+
+class DeviceSet:
+    """The last :func:`read_devices` result with what it was read from, updated from the changes."""
+
+    def __init__(self) -> None:
+        self.devices: Mapping | None = None  # the snapshot's Devices map read last
+        self.marks: object = None  # the node marks (or effective labels) and node problems read last
+        self.problems: tuple = ()
+        self.result: DeviceLists | None = None
+        self.at: dict[str, int] = {}  # name -> position in the result's first list
+        self.sound_at: dict[str, int] = {}  # name -> position in the sound list
+
+    def update(self, policy: Policy, snapshot: Snapshot, effective, node_problems: list[FactProblem],
+               memo: DeriveMemo) -> DeviceLists:
+        devices = snapshot.objects.get("Devices") or {}
+        marks = memo.node_marks()
+        marks = effective if marks is None else marks
+        problems = tuple(node_problems)
+        result = None
+        if self.result is not None and marks is self.marks and problems == self.problems:
+            if devices is self.devices:
+                memo.reused["deviceset"] += 1
+                return self.result
+            result = self._patch(policy, devices, effective, memo)
+        if result is None:
+            result = _build(policy, snapshot, effective, node_problems, memo)
+            self.at = {name_of(d): i for i, d in enumerate(result[0])}
+            self.sound_at = {name_of(d): i for i, d in enumerate(result[2])}
+            memo.computed["deviceset"] += 1
+        self.devices, self.marks, self.problems, self.result = devices, marks, problems, result
+        return result
+
+    def _patch(self, policy: Policy, devices: Mapping, effective, memo: DeriveMemo) -> DeviceLists | None:
+        """The last result with the changed Devices replaced; None when a list or the index would
+        change shape (a Devices added or removed, a label moved, one refused or sound again)."""
+        every, refused, sound, index = self.result
+        every, sound = list(every), list(sound)
+        for key in changed_keys(self.devices, devices):
+            obj = devices.get(key)
+            if obj is None or key[1] not in self.at:
+                return None
+            old = every[self.at[key[1]]]
+            new = mirrored(policy, obj, effective)
+            own = memo.ledger_problems(policy, new, partial(ledger_problems, policy, new))
+            if own or labels_of(new) != labels_of(old) or any(p.node == key[1] for p in refused):
+                return None  # refused now or before, or a label moved: the lists change shape
+            every[self.at[key[1]]] = new
+            if key[1] in self.sound_at:
+                sound[self.sound_at[key[1]]] = new
+        memo.reused["deviceset"] += 1
+        return every, refused, sound, index
+
+
+def _sound_devices(policy: Policy, devices: list[dict], problems: list[FactProblem],
+                   memo: DeriveMemo | None = None) -> list[dict]:
+    """``devices`` less those of nodes with a refused fact (decision 19): the node problems already in
+    ``problems`` and each Devices object's own out-of-range ledger (:func:`ledger_problems`, appended)."""
+    bad_nodes = {p.node for p in problems}
+    out = []
+    for obj in devices:
+        own = ledger_problems(policy, obj) if memo is None else \
+            memo.ledger_problems(policy, obj, partial(ledger_problems, policy, obj))
+        problems.extend(own)
+        if not own and name_of(obj) not in bad_nodes:
+            out.append(obj)
+    return out
+
+
+def label_index(objects: list[dict]) -> dict[tuple[str, str], list[int]]:
+    """(label key, value) -> positions in ``objects`` (ascending) of the objects carrying it."""
+    index: dict[tuple[str, str], list[int]] = {}
+    for i, obj in enumerate(objects):
+        for item in labels_of(obj).items():
+            index.setdefault(item, []).append(i)
+    return index
+
+
+def mirrored(policy: Policy, devices: dict, effective: dict[str, dict[str, str]]) -> dict:
+    """One Devices object whose ``gpustack.ai/managed`` label mirrors the Node's effective label, as
+    the agent keeps it (node-facts.md §7.1).
+
+    ``effective``: node name -> effective labels (:func:`effective_node_labels`). An object whose
+    label already mirrors the Node is returned as is; otherwise only its ``metadata``/``labels``
+    are copied and ``spec``/``status`` stay shared with the snapshot (read-only, like every
+    snapshot object): a deep copy of every ledger dominated derive time on large clusters.
+    """
+    managed = policy.key("managed")
+    node_labels = effective.get(name_of(devices))
+    current = labels_of(devices)
+    if node_labels is None or node_labels.get(managed) == current.get(managed):
+        return devices
+    labels = dict(current)
+    if managed in node_labels:
+        labels[managed] = node_labels[managed]
+    else:
+        labels.pop(managed, None)
+    return {**devices, "metadata": {**(devices.get("metadata") or {}), "labels": labels}}
