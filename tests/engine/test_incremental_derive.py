@@ -17,6 +17,7 @@ import pytest
 from benchmarks.derive import generate
 from runtime.controller.plan import plan
 from runtime.engine.pools.derive import derive
+from runtime.engine.pools.deviceset import label_index, move_in_index
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.snapshot import Snapshot, check_object
 from runtime.report.tables import render, resolve_kind
@@ -243,14 +244,14 @@ def test_a_ledger_edit_on_the_controllers_snapshots_reuses_every_node_result_who
     assert (memo.computed["node"], memo.reused["deviceset"]) == (1, 1)  # the Devices are not looked at
     node = _accelerated(objects)[2]
     row = {"mode": 1, "allocated": 1_600_000}
-    for edit in ({**row, "remaining": -5}, {**row, "remaining": 0}, {"example.com/rack": "r1"}):
-        # refused (decision 19), sound again, a label added: each changes the lists' shape
+    for edit, rebuilt in (({**row, "remaining": -5}, 1), ({**row, "remaining": 0}, 1), ({"example.com/rack": "r1"}, 0)):
+        # refused (decision 19), sound again: the lists change shape; a label added: the index moves
         _replace(objects, "Devices", node, lambda d, edit=edit: (d["metadata"]["labels"] if "mode" not in edit
                                                                 else d["status"]["groups"][0]["accelerators"][0]).update(edit))
         snapshot = _kept_snapshot(objects, snapshot)
         state = derive(policy, snapshot, live=True, memo=memo)
         assert state == derive(policy, Snapshot.from_objects(objects), live=True), edit
-        assert memo.computed["deviceset"] == 1, edit
+        assert (memo.computed["deviceset"], memo.reused["deviceset"]) == (rebuilt, 1 - rebuilt), edit
 
 
 def test_seed_steps_through_one_memo_print_the_seed_tables(policy):
@@ -261,3 +262,16 @@ def test_seed_steps_through_one_memo_print_the_seed_tables(policy):
         state = derive(policy, snapshot, memo=memo)
         assert state == derive(policy, snapshot)
         assert render(table, state.view(policy, table.kind, snapshot)) == seed_table(expected)
+
+
+def test_a_moved_label_moves_its_position_in_the_label_index():
+    objects = [{"metadata": {"name": f"n{i}", "labels": {"a": str(i % 2), "b": "x"}}} for i in range(5)]
+    index = label_index(objects)
+    kept = {item: list(positions) for item, positions in index.items()}
+    new = {"metadata": {"name": "n2", "labels": {"a": "1", "c": "y"}}}
+    moved = dict(index)
+    move_in_index(moved, 2, objects[2]["metadata"]["labels"], new["metadata"]["labels"])
+    objects[2] = new
+    assert moved == label_index(objects)
+    assert moved[("a", "1")] == [1, 2, 3] and ("c", "y") in moved
+    assert index == kept  # the lists of the index it was copied from are not changed

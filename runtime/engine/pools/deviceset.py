@@ -2,11 +2,11 @@
 
 :func:`read_devices` gives a derive (the Devices with their Node's managed label, their refused
 ledgers (decision 19), the sound ones, the label index of the sound ones). With a memo it keeps them
-in a :class:`DeviceSet` and, while every node's managed mark and the node problems are the same,
-updates them from the Devices that changed (by object identity, a C-speed pass over the map): a
-ledger row (the usual event) replaces one object in the lists, and the label index stays while no
-label moves. An added or removed Devices, a label change or a Devices becoming refused or sound again
-rebuilds them. The results equal the rebuilt ones (tests/engine/test_incremental_derive.py).
+in a :class:`DeviceSet` and, while the node problems are the same, updates them from the Devices
+that changed and those whose node's managed mark changed (by object identity, a C-speed pass over
+the maps): a ledger row (the usual event) replaces one object in the lists, a managed flip one
+object and its label index entries. An added or removed Devices, or one becoming refused or sound again, rebuilds
+them. The results equal the rebuilt ones (tests/engine/test_incremental_derive.py).
 """
 from __future__ import annotations
 
@@ -59,11 +59,12 @@ class DeviceSet:
         marks = effective if marks is None else marks
         problems = tuple(node_problems)
         result = None
-        if self.result is not None and marks is self.marks and problems == self.problems:
-            if devices is self.devices:
+        if self.result is not None and problems == self.problems:
+            if devices is self.devices and marks is self.marks:
                 memo.reused["deviceset"] += 1
+                memo.carry("ledger")
                 return self.result
-            result = self._patch(policy, devices, effective, memo)
+            result = self._patch(policy, devices, marks, effective, memo)
         if result is None:
             result = _build(policy, snapshot, effective, node_problems, memo)
             self.at = {name_of(d): i for i, d in enumerate(result[0])}
@@ -72,25 +73,45 @@ class DeviceSet:
         self.devices, self.marks, self.problems, self.result = devices, marks, problems, result
         return result
 
-    def _patch(self, policy: Policy, devices: Mapping, effective, memo: DeriveMemo) -> DeviceLists | None:
-        """The last result with the changed Devices replaced; None when a list or the index would
-        change shape (a Devices added or removed, a label moved, one refused or sound again)."""
+    def _patch(self, policy: Policy, devices: Mapping, marks, effective, memo: DeriveMemo) -> DeviceLists | None:
+        """The last result with the Devices that changed (or whose node's managed mark did) replaced;
+        None when a list would change shape (a Devices added or removed, one refused or sound again)."""
         every, refused, sound, index = self.result
-        every, sound = list(every), list(sound)
-        for key in changed_keys(self.devices, devices):
-            obj = devices.get(key)
-            if obj is None or key[1] not in self.at:
+        names = {key[1] for key in changed_keys(self.devices, devices)}
+        if marks is not self.marks:
+            names |= changed_keys(self.marks, marks)
+        every, sound, index = list(every), list(sound), dict(index)
+        for name in names:
+            obj = devices.get(("", name))
+            if obj is None or name not in self.at:
+                if obj is None and name not in self.at:
+                    continue  # a node without Devices
                 return None
-            old = every[self.at[key[1]]]
+            old = every[self.at[name]]
             new = mirrored(policy, obj, effective)
             own = memo.ledger_problems(policy, new, partial(ledger_problems, policy, new))
-            if own or labels_of(new) != labels_of(old) or any(p.node == key[1] for p in refused):
-                return None  # refused now or before, or a label moved: the lists change shape
-            every[self.at[key[1]]] = new
-            if key[1] in self.sound_at:
-                sound[self.sound_at[key[1]]] = new
+            if own or any(p.node == name for p in refused):
+                return None  # refused now or before: the lists change shape
+            every[self.at[name]] = new
+            if name in self.sound_at:
+                sound[self.sound_at[name]] = new
+                move_in_index(index, self.sound_at[name], labels_of(old), labels_of(new))
         memo.reused["deviceset"] += 1
+        memo.carry("ledger")
         return every, refused, sound, index
+
+
+def move_in_index(index: dict, position: int, old: dict, new: dict) -> None:
+    """Move ``position`` in the label ``index`` from the ``old`` labels to the ``new`` ones (the
+    index's lists are replaced, never changed: the last result shares them)."""
+    for item in old.items() - new.items():
+        rest = [p for p in index[item] if p != position]
+        if rest:
+            index[item] = rest
+        else:
+            del index[item]
+    for item in new.items() - old.items():
+        index[item] = sorted([*index.get(item, []), position])
 
 
 def _sound_devices(policy: Policy, devices: list[dict], problems: list[FactProblem],

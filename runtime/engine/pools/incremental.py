@@ -21,11 +21,11 @@ select     InstanceType: its pool's Devices          its Devices selector, the s
 
 Whole-kind results (:meth:`DeriveMemo.whole`) are kept while the snapshot's maps of the kinds they
 read are the same objects (the controller's snapshots keep a kind's map while none of its objects
-changed, :meth:`Snapshot.from_index`): ``deviceset`` (the Devices with their mirrored managed label,
-refused ledgers, sound list and label index; also keyed by every node's managed mark and the node
-problems) and ``flavorset`` (the flavor plans, rendered flavors and each node's flavors). The node
-facts are a :class:`runtime.engine.pools.nodeset.NodeSet` (:meth:`DeriveMemo.node_set`), updated
-from the Nodes and NodeFeatures that changed: a pass reads again only those.
+changed, :meth:`Snapshot.from_index`): ``flavorset`` (the flavor plans, rendered flavors and each
+node's flavors; also keyed by the first contributors' Devices ``spec``, by value). The node facts are
+a :class:`runtime.engine.pools.nodeset.NodeSet` (:meth:`DeriveMemo.node_set`) and the Devices lists
+a :class:`runtime.engine.pools.deviceset.DeviceSet`, both updated from the objects that changed: a
+pass reads again only those.
 
 Callers keep their own per-object results with :meth:`DeriveMemo.keep` (the controller's plan keeps
 each Node's fit label patch, spec/node-facts.md §9, by the Node's ``metadata`` and its Devices') and
@@ -115,13 +115,7 @@ class DeriveMemo:
         if entry is not None and entry[0] == key:
             new[""] = entry
             self.reused[store] += 1
-            for name in carry:
-                kept, old = self._new.get(name), self._old.get(name, {})
-                if kept is None:
-                    self._new[name] = old
-                else:
-                    for k, v in old.items():
-                        kept.setdefault(k, v)
+            self.carry(*carry)
             return entry[2]
         value = compute()
         new[""] = (key, refs, value)
@@ -142,6 +136,17 @@ class DeriveMemo:
                 return labels, None
             return labels, read_node(policy, name_of(node), labels, dict(annotations_of(node)))
         return self.keep("node", name_of(node), key, (meta, [nf.get("spec") for nf in features]), compute)
+
+    def carry(self, *stores: str) -> None:
+        """Keep the entries of ``stores`` for the next call as if this one had used them (a caller
+        that updates its result from the changes looks at the unchanged entries no more)."""
+        for name in stores:
+            kept, old = self._new.get(name), self._old.get(name, {})
+            if kept is None:
+                self._new[name] = old
+            else:
+                for k, v in old.items():
+                    kept.setdefault(k, v)
 
     def state(self, store: str, make: Callable[[], object]):
         """The caller's object of ``store`` kept between calls (``make()`` when there is none yet, or
