@@ -66,13 +66,22 @@ def test_pod_shapes_are_refused_in_kubernetes_words(judge, spec, error, webhook)
     assert resp["status"]["message"] == f'Pod "p" is invalid: {error}'
 
 
-def test_an_unreadable_sliced_quantity_is_denied_by_the_mutating_webhook_not_patched(judge):
-    resp = judge(_pod({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.sliced": "abc"}}}]}),
-                 "pods-mutation")
+QUANTITY = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+
+
+@pytest.mark.parametrize("key, value", [
+    ("nvidia.com/gpu.sliced", "abc"),   # the mutating webhook patched units around it; validation said "single accelerator"
+    ("nvidia.com/gpu", "1.2.3"),        # allowed by validation (read as 0)
+    ("nvidia.com/gpu", " 1"),           # the API server's ParseQuantity takes no spaces
+    ("cpu", "abc"),
+])
+@pytest.mark.parametrize("webhook", ["pods-validation", "pods-mutation"])
+def test_an_unreadable_quantity_is_refused_by_both_pod_webhooks_not_patched(judge, key, value, webhook):
+    limits = {"nvidia.com/gpu.sliced.memory-percentage": "20", key: value}
+    resp = judge(_pod({"containers": [{"name": "c", "resources": {"limits": limits}}]}), webhook)
     assert resp["allowed"] is False and "patch" not in resp
     assert resp["status"]["message"] == (
-        "container \"c\": nvidia.com/gpu.sliced: quantities must match the regular expression "
-        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': 'abc'")
+        f'Pod "p" is invalid: spec.containers[0].resources.limits[{key}]: Invalid value: "{value}": {QUANTITY}')
 
 
 @pytest.mark.parametrize("spec, error", [
@@ -84,6 +93,12 @@ def test_an_unreadable_sliced_quantity_is_denied_by_the_mutating_webhook_not_pat
     ({"additionalVolumes": [{"mountPath": f"/m/{i}", "configMap": {"name": f"c{i}"}} for i in range(1000)]},
      "spec.additionalVolumes: Too many: 1000: must have at most 100 items"),
     ({"image": "x" * 5000}, "spec.image: Too long: may not be more than 4096 bytes"),
+    # unreadable quantities: validation allowed cpu/ram/localStorage ones, the mutation rewrote ram to the default
+    ({"resources": {"cpu": "abc"}}, f'spec.resources.cpu: Invalid value: "abc": {QUANTITY}'),
+    ({"resources": {"ram": "lots"}}, f'spec.resources.ram: Invalid value: "lots": {QUANTITY}'),
+    ({"resources": {"localStorage": "x"}}, f'spec.resources.localStorage: Invalid value: "x": {QUANTITY}'),
+    ({"resources": {"accelerator": "1.2.3"}}, f'spec.resources.accelerator: Invalid value: "1.2.3": {QUANTITY}'),
+    ({"volume": {"ephemeral": {"capacity": "big"}}}, f'spec.volume.ephemeral.capacity: Invalid value: "big": {QUANTITY}'),
 ])
 @pytest.mark.parametrize("webhook", ["instances-validation", "instances-mutation"])
 def test_instance_shapes_are_refused_in_kubernetes_words(judge, spec, error, webhook):
