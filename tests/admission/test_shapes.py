@@ -125,14 +125,65 @@ def _caps(schema: dict, path: str = "spec") -> dict[str, tuple]:
     return out
 
 
-def test_the_instance_shape_agrees_with_the_crd():
-    """Every field the rules' Instance shape declares has the same type and caps in the CRD."""
-    crd = yaml.safe_load((ROOT / "crds/worker.gpustack.ai_instances.yaml").read_text())
-    crd_spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    shape = load_rules().get("ObjectShape", "instance")   # caps linked from rules/constants.yaml
-    rule_spec = shape.openAPIV3Schema.model_dump(exclude_none=True)["properties"]["spec"]
-    crd_caps, rule_caps = _caps(crd_spec), _caps(rule_spec)
+@pytest.mark.parametrize("shape, crd", [
+    ("instance", "worker.gpustack.ai_instances.yaml"),
+    ("instancetype", "worker.gpustack.ai_instancetypes.yaml"),
+    ("setting", "gpustack.ai_settings.yaml"),
+])
+def test_every_shape_agrees_with_its_crd(shape, crd):
+    """Every field a shape declares has the same type and caps in the CRD, and every field of the
+    CRD's spec that the shape leaves out has no rule reading it (the Instance's shape covers what its
+    rules read; the InstanceType's and Setting's cover the whole spec)."""
+    crd_doc = yaml.safe_load((ROOT / "crds" / crd).read_text())
+    crd_spec = crd_doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rule_spec = load_rules().get("ObjectShape", shape).openAPIV3Schema.model_dump(exclude_none=True)["properties"]["spec"]
+    crd_caps, rule_caps = _caps(crd_spec), _caps(rule_spec)   # caps linked from rules/constants.yaml
     assert {p: crd_caps.get(p) for p in rule_caps} == rule_caps
+    if shape != "instance":
+        assert set(rule_caps) == set(crd_caps)
+
+
+@pytest.mark.parametrize("kind, spec, error", [
+    # a Python message before: 'str' object has no attribute 'get' (a traceback through decide)
+    ("InstanceType", "oops", _type_error("spec", "string", "object")),
+    # "Internal error occurred: policy instancetypes-validation: overflow"
+    ("InstanceType", {"unitResources": {"cpu": 2 ** 63}}, _type_error("spec.unitResources.cpu", "number", "string")),
+    # the mutation labelled the type acceleratable.feature.gpustack.ai/['x']
+    ("InstanceType", {"acceleratable": True, "acceleratorGroup": ["x"]}, _type_error("spec.acceleratorGroup", "array", "string")),
+    ("InstanceType", {"acceleratable": "true"}, _type_error("spec.acceleratable", "string", "boolean")),
+    ("Setting", "oops", _type_error("spec", "string", "object")),   # allowed before
+    ("Setting", {"value": True}, _type_error("spec.value", "boolean", "string")),   # allowed before
+    ("Setting", {"value": ["true"]}, _type_error("spec.value", "array", "string")),   # Invalid value: "ListType([StringType('true')])"
+    ("Setting", {"value": 2 ** 63}, _type_error("spec.value", "number", "string")),   # overflow
+])
+def test_instancetype_and_setting_shapes_are_refused_in_kubernetes_words(judge, kind, spec, error):
+    if kind == "InstanceType":
+        obj = {"apiVersion": "worker.gpustack.ai/v1", "kind": kind, "metadata": {"name": "t"}, "spec": spec}
+        webhooks, rendered = ["instancetypes-validation", "instancetypes-mutation"], 'InstanceType.worker.gpustack.ai "t"'
+    else:
+        obj = {"apiVersion": "gpustack.ai/v1", "kind": kind,
+               "metadata": {"name": "workload-fit-affinity", "namespace": "gpustack-system"}, "spec": spec}
+        webhooks, rendered = ["settings-validation"], 'Setting.gpustack.ai "workload-fit-affinity"'
+    for webhook in webhooks:
+        resp = judge(obj, webhook)
+        assert resp["allowed"] is False and "patch" not in resp
+        assert resp["status"]["message"] == f"{rendered} is invalid: {error}"
+
+
+@pytest.mark.parametrize("spec, error", [
+    ({"priority": 2 ** 63, "containers": []}, None),   # a field no rule reads: the API server's float64
+    ({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 2 ** 63}}}]},
+     _type_error("spec.containers[0].resources.limits[nvidia.com/gpu]", "number", "integer,string")),
+])
+@pytest.mark.parametrize("webhook", ["pods-validation", "pods-mutation"])
+def test_an_integer_beyond_int64_is_read_as_the_api_server_decodes_it(judge, spec, error, webhook):
+    """Before: ``Internal error occurred: policy pods-validation: overflow`` (CEL's int64) for any
+    such number anywhere in the object."""
+    resp = judge(_pod(spec), webhook)
+    if error is None:
+        assert resp["allowed"] is True
+    else:
+        assert resp["status"]["message"] == f'Pod "p" is invalid: {error}'
 
 
 def test_shape_errors_walk_maps_lists_and_stop_at_the_limit():

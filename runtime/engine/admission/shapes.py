@@ -29,10 +29,16 @@ _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "st
                (dict, "object"))
 
 
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
 def json_type(value: Any) -> str:
-    """The JSON type name of a decoded value (``null`` for None)."""
+    """The JSON type name of a decoded value (``null`` for None). An integer outside int64 is a
+    ``number``: the API server's JSON decoder reads it as a float64."""
     if value is None:
         return "null"
+    if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+        return "number"
     for py, name in _JSON_TYPES:
         if isinstance(value, py):
             return name
