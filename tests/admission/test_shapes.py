@@ -57,6 +57,11 @@ def _type_error(path: str, found: str, want: str) -> str:
     ({"initContainers": "oops", "containers": []}, _type_error("spec.initContainers", "string", "array")),
     ({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.sliced.memory-percentage": None}}}]},
      _type_error("spec.containers[0].resources.limits[nvidia.com/gpu.sliced.memory-percentage]", "null", "integer,string")),
+    # the mutation copied a term it could not read into its placement patch (pod-requests.md §7.4)
+    ({"containers": [], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "In", "values": "oops"}]}]}}}},
+     _type_error("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+                 ".matchExpressions[0].values", "string", "array")),
 ])
 @pytest.mark.parametrize("webhook", ["pods-validation", "pods-mutation"])
 def test_pod_shapes_are_refused_in_kubernetes_words(judge, spec, error, webhook):
