@@ -28,8 +28,8 @@ def judge():
     engine = AdmissionEngine(policy)
     view = admission_view(policy, load_snapshot([str(ROOT / "tests/fixtures/seed/common")]))
 
-    def run(obj: dict, policy_name: str, operation: str = "CREATE") -> dict:
-        return decide(engine, review_for(obj, operation), view, policy_name)[0]["response"]
+    def run(obj: dict, policy_name: str, operation: str = "CREATE", old: dict | None = None) -> dict:
+        return decide(engine, review_for(obj, operation, old), view, policy_name)[0]["response"]
     return run
 
 
@@ -203,3 +203,26 @@ def test_shape_errors_walk_maps_lists_and_stop_at_the_limit():
         'm[k]: Invalid value: "integer": m[k] in body must be of type string: "integer"']
     assert len(shape_errors(schema, {"xs": ["a"] * 50}, limit=5)) == 5
     assert shape_errors(schema, copy.deepcopy({"xs": [1, 2], "m": {"a": "b"}})) == []
+
+
+@pytest.mark.parametrize("old, error", [
+    ({"spec": {"privileged": "true"}, "status": {"phase": "Ready"}},
+     _type_error("oldObject.spec.privileged", "string", "boolean")),
+    ({"spec": {}, "status": "oops"}, _type_error("oldObject.status", "string", "object")),   # was allowed
+])
+def test_an_unreadable_old_object_is_refused_not_judged(judge, old, error):
+    """`admit --old` reads the old object from the user: the UPDATE rules read its spec and phase."""
+    stored = _instance(**old["spec"])
+    stored["status"] = old["status"]
+    for webhook in ("instances-validation", "instances-mutation"):
+        resp = judge(_instance(), webhook, "UPDATE", stored)
+        assert resp["allowed"] is False and "patch" not in resp
+        assert resp["status"]["message"] == f'Instance.worker.gpustack.ai "i" is invalid: {error}'
+
+
+def test_an_old_object_over_a_cap_is_still_judged(judge):
+    """A stored Instance may predate a cap: only the new object's size is refused."""
+    stored = _instance(stop=True, additionalVolumes=[{"mountPath": f"/m/{i}", "configMap": {"name": f"c{i}"}} for i in range(150)])
+    stored["status"] = {"phase": "Stopped"}
+    edited = _instance(stop=True, additionalVolumes=[{"mountPath": "/m/0", "configMap": {"name": "c0"}}])
+    assert judge(edited, "instances-validation", "UPDATE", stored)["allowed"] is True
