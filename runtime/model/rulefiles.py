@@ -223,7 +223,7 @@ class ClusterQueueSpec(Strict):
 
 
 class StateEvent(Strict):
-    """One Event the controller records on a state transition (issue 14 item 3)."""
+    """One Event the controller records on a state transition (docs/observability.md "Events")."""
 
     type: Literal["Normal", "Warning"]
     reason: str = Field(min_length=1, description="CamelCase, as Kubernetes reasons are")

@@ -5,6 +5,7 @@ Used by the evaluator (:mod:`runtime.rules.cel`) and by the custom functions
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from celpy import celtypes
@@ -29,14 +30,26 @@ def _key(key: Any) -> Any:
     return hit
 
 
+def beyond_int64(value: int) -> float:
+    """An integer outside int64 as the API server decodes it: the nearest float64, or +/-inf."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def to_cel(value: Any) -> Any:
     """JSON-shaped Python value (dict/list/str/int/float/bool/None) -> CEL value.
 
-    The same values as cel-python's ``json_to_cel`` (bool -> BoolType, int -> IntType with its
-    int64 overflow error, float -> DoubleType, str -> StringType, list/tuple -> ListType, dict ->
+    The same values as cel-python's ``json_to_cel`` (bool -> BoolType, int -> IntType, float -> DoubleType, str -> StringType, list/tuple -> ListType, dict ->
     MapType, None -> None), built by exact type without cel-python's generic ``isinstance`` chains and
     per-call int64 wrappers: the conversion was two thirds of a review's cost (issue 16). Anything
     else (datetimes, CEL values, subclasses) goes through ``json_to_cel``.
+
+    One difference: an integer outside int64 (``2**63``) becomes a DoubleType, as the API server's
+    JSON decoder reads such a number (apimachinery ``util/json``: int64 when it fits, else float64),
+    where ``json_to_cel`` raises ``ValueError: overflow`` and every rule of the review failed with it
+    (issue 13 items 1 and 6). Beyond float64 it is +/-inf.
     """
     t = type(value)
     if t is str:
@@ -50,8 +63,10 @@ def to_cel(value: Any) -> Any:
         return _LIST([to_cel(v) for v in value])
     if t is bool:
         return int.__new__(_BOOL, value)
-    if t is int and _INT_MIN <= value < _INT_MAX:
-        return int.__new__(_INT, value)
+    if t is int:
+        if _INT_MIN <= value < _INT_MAX:
+            return int.__new__(_INT, value)
+        return float.__new__(_DOUBLE, beyond_int64(value))
     if t is float:
         return float.__new__(_DOUBLE, value)
     if value is None:
