@@ -37,6 +37,8 @@ def to_cel(value: Any) -> Any:
     MapType, None -> None), built by exact type without cel-python's generic ``isinstance`` chains and
     per-call int64 wrappers: the conversion was two thirds of a review's cost (issue 16). Anything
     else (datetimes, CEL values, subclasses) goes through ``json_to_cel``.
+
+    A map or list built from a dict or list remembers it, for :func:`json_of`.
     """
     t = type(value)
     if t is str:
@@ -45,8 +47,13 @@ def to_cel(value: Any) -> Any:
         out = dict.__new__(_MAP)
         for k, v in value.items():
             dict.__setitem__(out, _key(k), to_cel(v))
+        out._json = value
         return out
-    if t is list or t is tuple:
+    if t is list:
+        out = _LIST([to_cel(v) for v in value])
+        out._json = value
+        return out
+    if t is tuple:
         return _LIST([to_cel(v) for v in value])
     if t is bool:
         return int.__new__(_BOOL, value)
@@ -65,6 +72,19 @@ def cel_map(items: dict) -> Any:
     for k, v in items.items():
         dict.__setitem__(out, _key(k), v)
     return out
+
+
+def json_of(value: Any) -> Any:
+    """The JSON-shaped value of CEL ``value`` for reading only: the very dict or list :func:`to_cel`
+    built it from when it was (a review's object, a policy's params tables: shared, never to be
+    mutated), else :func:`from_cel`'s copy. The custom functions read their arguments this way, so a
+    Pod or a table is not converted back from CEL on every call (issue 16)."""
+    t = type(value)
+    if t is _MAP or t is _LIST:
+        source = value.__dict__.get("_json")
+        if source is not None:
+            return source
+    return from_cel(value)
 
 
 def from_cel(value: Any) -> Any:

@@ -122,8 +122,12 @@ def self_signed(directory: Path | str, names: tuple[str, ...] = ("127.0.0.1", "l
     return paths
 
 
-def _config(app, certfile: Optional[str], keyfile: Optional[str], log_level: str,
-            read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> uvicorn.Config:
+def server_config(app, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning",
+                  read_timeout: float = DEFAULT_READ_TIMEOUT,
+                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> uvicorn.Config:
+    """The uvicorn configuration every webhook server runs with: TLS from ``certfile``/``keyfile``
+    (plain HTTP when None), httptools with :class:`ReadDeadlineProtocol`, uvloop, no access log,
+    ``max_connections`` (see the module docstring)."""
     return uvicorn.Config(app, ssl_certfile=certfile, ssl_keyfile=keyfile, log_level=log_level,
                           access_log=False, lifespan="off", timeout_keep_alive=DEFAULT_KEEP_ALIVE,
                           http=protocol_with_deadline(read_timeout), limit_concurrency=max_connections,
@@ -155,7 +159,7 @@ def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level:
           read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
     """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted.
     ``read_timeout`` and ``max_connections``: see the module docstring."""
-    server = uvicorn.Server(_config(app, certfile, keyfile, log_level, read_timeout, max_connections))
+    server = uvicorn.Server(server_config(app, certfile, keyfile, log_level, read_timeout, max_connections))
     server.run(sockets=[sock])
 
 
@@ -173,7 +177,7 @@ class ServerThread:
         self.sock = bind(host, port)
         self.port = self.sock.getsockname()[1]
         self.url = f"{'https' if certfile else 'http'}://{host}:{self.port}"
-        self.server = uvicorn.Server(_config(app, certfile, keyfile, "warning", read_timeout, max_connections))
+        self.server = uvicorn.Server(server_config(app, certfile, keyfile, "warning", read_timeout, max_connections))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def start(self) -> "ServerThread":

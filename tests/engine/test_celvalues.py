@@ -9,7 +9,7 @@ from celpy.adapter import json_to_cel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.rules.celvalues import from_cel, to_cel
+from runtime.rules.celvalues import from_cel, json_of, to_cel
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2 ** 64), max_value=2 ** 64)
@@ -64,3 +64,26 @@ def test_to_cel_types_and_fallbacks():
         to_cel(2 ** 63)
     assert from_cel(to_cel({"a": [True, 1, 1.5, None, "x"]})) == {"a": [True, 1, 1.5, None, "x"]}
     assert type(from_cel(to_cel({"a": True}))["a"]) is bool
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _JSON, max_size=4) | st.lists(_JSON, max_size=4))
+def test_json_of_is_the_source_of_a_converted_value_and_a_copy_otherwise(value):
+    try:
+        converted = to_cel(value)
+    except ValueError:  # int64 overflow: nothing to read back
+        return
+    assert json_of(converted) is value
+    for inner_source, inner in (zip(value.values(), converted.values()) if isinstance(value, dict)
+                                else zip(value, converted)):
+        if type(inner_source) in (dict, list):
+            assert json_of(inner) is inner_source
+    built_by_cel = celtypes.MapType({celtypes.StringType("v"): converted})   # a map CEL made: no source
+    assert json_of(built_by_cel) == {"v": value} and json_of(built_by_cel)["v"] is not value
+
+
+def test_json_of_scalars_and_tuples_are_converted():
+    assert json_of(to_cel("x")) == "x" and type(json_of(to_cel("x"))) is str
+    assert type(json_of(to_cel(True))) is bool and json_of(to_cel(None)) is None
+    pair = ("a", 1)
+    assert json_of(to_cel(pair)) == ["a", 1]
