@@ -13,7 +13,7 @@ profile is split into:
 - ``engine``: ``decide()`` minus the CEL work below (request parsing, scopes, memo keys, patches);
 - ``cel-convert``: JSON <-> CEL value conversion (``to_cel``/``from_cel``) inside evaluations;
 - ``cel-eval``: cel-python programs running (the rules themselves, custom functions included);
-- ``encode``: the response body (``JSONResponse.render``);
+- ``encode``: the response body (the app's ``_AsciiJSON.render``);
 - ``http``: everything else the server thread did (uvicorn, httptools, TLS, routing, handing the
   review to a worker, metrics).
 
@@ -71,7 +71,8 @@ def split(stats: pstats.Stats, reviews: int) -> dict:
     cel_all = _cum(stats, lambda f, n: n in ("evaluate", "evaluate_cel") and f.endswith("rules/cel.py"))
     convert = _cum(stats, lambda f, n: n in ("to_cel", "from_cel", "json_to_cel") and
                    (f.endswith("rules/celvalues.py") or f.endswith("celpy/adapter.py")))
-    encode = _cum(stats, lambda f, n: n == "render" and f.endswith("starlette/responses.py"))
+    encode = _cum(stats, lambda f, n: n == "render" and (f.endswith("starlette/responses.py")
+                                                         or f.endswith("webhook/app.py")))
     parts = {"http": total - decode - decide - encode, "decode": decode, "engine": decide - cel_all,
              "cel-convert": convert, "cel-eval": cel_all - convert, "encode": encode}
     per = {k: round(v / reviews * 1e6, 1) for k, v in parts.items()}
