@@ -81,7 +81,7 @@ gpu-check: install  ## the agent's real NVML backend in a dry run vs nvidia-smi,
 # `make bench` prints figures, never pass/fail; SCALE_NODES sizes the live scale run (needs `make controlplane`).
 SCALE_NODES ?= 1000
 
-bench: install  ## benchmarks (figures, not pass/fail): derive, webhook under load, one review's profile, admission check, metrics scrape, live scale (SCALE_NODES)
+bench: install  ## benchmarks (figures, not pass/fail): derive, webhook under load, one review's profile, admission check, metrics scrape, live scale and Instances through the API server (SCALE_NODES)
 	$(BIN)/python benchmarks/derive.py
 	$(BIN)/python benchmarks/webhook.py
 	$(BIN)/python benchmarks/profile_review.py --kind slice
@@ -89,6 +89,7 @@ bench: install  ## benchmarks (figures, not pass/fail): derive, webhook under lo
 	$(BIN)/python benchmarks/admissioncheck.py
 	$(BIN)/python benchmarks/metrics_scrape.py --nodes $(SCALE_NODES)
 	$(BIN)/python benchmarks/scale.py --nodes $(SCALE_NODES)
+	$(BIN)/python benchmarks/instances_live.py --nodes $(SCALE_NODES)
 	$(BIN)/python benchmarks/reconcile_cpu.py --nodes $(SCALE_NODES)
 
 podresources-stubs: install  ## regenerate runtime/kube/podresources/api_pb2*.py from k8s.io/kubelet api.proto (Go proxy)

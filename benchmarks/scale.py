@@ -156,15 +156,16 @@ class Poller(threading.Thread):
 
 
 class ControllerProcess:
-    """``accelpolicy controller`` as a subprocess, its log parsed, its RSS sampled."""
+    """``accelpolicy controller`` as a subprocess (``extra_args`` appended to its command line), its
+    log parsed, its RSS sampled."""
 
-    def __init__(self, kubeconfig: Path, log: Path):
+    def __init__(self, kubeconfig: Path, log: Path, extra_args: tuple[str, ...] = ()):
         self.log_path = log
         self.log = open(log, "w")
         env = {**os.environ, "LOGURU_LEVEL": "INFO"}
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "accelpolicy"), "controller",
-                                      "--kubeconfig", str(kubeconfig), "--identity", "scale-bench"],
+                                      "--kubeconfig", str(kubeconfig), "--identity", "scale-bench", *extra_args],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         self.rss_peak = 0
         self._stop = threading.Event()

@@ -17,6 +17,7 @@ applier; any other :class:`runtime.kube.session.KubeApiError` propagates to the 
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Any, Callable, Mapping
 
 from loguru import logger
@@ -34,6 +35,10 @@ FIELD_MANAGER = "accelpolicy-agent"
 
 class NodeMissingError(LookupError):
     """The agent's Node is not in the cluster (or not yet in its watch cache)."""
+
+
+class SettingsUnreadable(RuntimeError):
+    """The settings Secret's watch has not listed (forbidden, or no answer yet)."""
 
 
 def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str) -> list[WatchedKind]:
@@ -77,12 +82,23 @@ class NodeCluster:
         return cls(connect(kubeconfig), policy, node, namespace, settings_namespace)
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def start(self, sync_timeout: float = 60.0) -> "NodeCluster":
+    def start(self, sync_timeout: float = 60.0, settings_wait: float = 5.0) -> "NodeCluster":
         """Start the watches and wait until each listed once. Raises TimeoutError naming the kinds
-        not listed after ``sync_timeout`` seconds."""
+        not listed after ``sync_timeout`` seconds, and why (the last error, e.g. a 403). The settings
+        Secret is optional: on the first start it is waited for at most ``settings_wait`` seconds, and
+        while it cannot be listed :meth:`settings_secret` says why (the agent plans with the default
+        settings and a warning, spec/node-facts.md §3.3)."""
+        first = not self.cache.started
         self.cache.start()
-        if not self.cache.wait_synced(sync_timeout):
-            raise TimeoutError(f"watch caches not synced after {sync_timeout:g}s: {', '.join(self.cache.unsynced())}")
+        deadline = time.monotonic() + sync_timeout
+        missing = [kind for kind, cache in self.cache.caches.items()
+                   if kind != "Secret" and not cache.synced.wait(max(0.0, deadline - time.monotonic()))]
+        if missing:
+            why = "; ".join(f"{kind}: {self.cache[kind].last_error}" for kind in missing if self.cache[kind].last_error)
+            raise TimeoutError(f"watch caches not synced after {sync_timeout:g}s: {', '.join(missing)}"
+                               + (f" ({why})" if why else ""))
+        if first:
+            self.cache["Secret"].synced.wait(settings_wait)
         return self
 
     def stop(self) -> None:
@@ -110,7 +126,11 @@ class NodeCluster:
         return list(self.cache["Pod"].objects()) if "Pod" in self.cache.caches else []
 
     def settings_secret(self) -> dict[str, Any] | None:
-        """The settings Secret (``data`` still base64), or None when missing."""
+        """The settings Secret (``data`` still base64), or None when missing. Raises
+        :class:`SettingsUnreadable` while its watch has not listed (e.g. RBAC refuses it), naming why."""
+        secrets = self.cache["Secret"]
+        if not secrets.synced.is_set():
+            raise SettingsUnreadable(f"not listed: {secrets.last_error or 'no answer yet'}")
         return self.cache.get("Secret", self.policy.settings.secretName, self.settings_namespace)
 
     # -- writes (the applier) ---------------------------------------------------------------------

@@ -5,7 +5,8 @@
 Only reports whose content changed since the last write are applied (server-side apply, field manager
 ``accelpolicy``); a namespace whose findings are gone gets an empty report rather than a stale one.
 ``accelpolicy_audit_results{result}`` counts the latest run per result kind; an object that newly
-fails (``fail`` or ``error``) gets a Warning Event ``AuditFailed`` with the message. The audit runs on
+fails (``fail`` or ``error``) gets the ``auditFailed`` Event of rules/pools/derivation.yaml ``events``
+(Warning ``AuditFailed``) with the message. The audit runs on
 the rules in force (a hot reload applies from the next run).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Gauge
 
 from runtime.kube.session import KubeApiError
+from runtime.model.rulefiles import StateEvent
 from runtime.report.audit import audit
 from runtime.report.results import RESULT_KINDS, Result, reports, summary
 from runtime.rules.reload import Periodic
@@ -24,8 +26,10 @@ from runtime.rules.reload import Periodic
 MANAGED_BY = {"app.kubernetes.io/managed-by": "accelpolicy"}
 
 
-def failed_event(result: Result, now: datetime) -> dict:
-    """A Warning Event ``AuditFailed`` on the object of ``result``."""
+def failed_event(template: StateEvent, result: Result, now: datetime) -> dict:
+    """The Event of ``template`` (the ``auditFailed`` entry of ``events`` in rules/pools/derivation.yaml:
+    type, reason, message with ``{policy}``, ``{rule}``, ``{message}``) on the object of ``result``,
+    at ``now`` (aware datetime); the message cut at 1,024 characters."""
     ref = result.resource
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
@@ -33,11 +37,12 @@ def failed_event(result: Result, now: datetime) -> dict:
         involved["namespace"] = ref.namespace
     if ref.uid:
         involved["uid"] = ref.uid
-    return {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "AuditFailed",
+    return {"apiVersion": "v1", "kind": "Event", "type": template.type, "reason": template.reason,
             "metadata": {"name": f"{ref.name}.audit.{int(now.timestamp() * 1000):x}",
                          "namespace": ref.namespace or "default"},
             "involvedObject": involved,
-            "message": f"{result.policy}/{result.rule or '-'}: {result.message}"[:1024],
+            "message": template.message.format(policy=result.policy, rule=result.rule or "-",
+                                               message=result.message)[:1024],
             "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
 
@@ -95,11 +100,12 @@ class BackgroundAudit(Periodic):
                     logger.warning("audit report {} {}: {}", key[0], key[1] or "(cluster)", exc)
         failing = {(r.resource, r.policy, r.rule, r.field): r for r in results if r.result in ("fail", "error")}
         now = datetime.now(timezone.utc)
+        template = self.controller.policy.derivation.events.auditFailed
         for key in sorted(set(failing) - self._failing, key=str):
             try:
-                self.controller.applier.create(failed_event(failing[key], now))
+                self.controller.applier.create(failed_event(template, failing[key], now))
             except KubeApiError as exc:
-                logger.warning("AuditFailed event for {}: {}", key[0], exc)
+                logger.warning("{} event for {}: {}", template.reason, key[0], exc)
         self._failing = set(failing)
         self.runs += 1
         return results

@@ -1,12 +1,13 @@
 """Hot reload of the controller's rules (issue 12 item 7): a :class:`~runtime.rules.reload.RulesWatcher`
 wired to a running :class:`~runtime.controller.reconciler.Controller` and, when served, its webhooks.
 
-A new generation is swapped in one assignment per holder (the controller's and applier's Policy, the
-webhooks' AdmissionEngine and live view), then the controller reconciles once. A refused set leaves
-every holder on the working generation. Each outcome is logged, counted in
+A new generation is swapped in one assignment per holder (the controller's and applier's Policy; the
+webhooks' AdmissionEngine and a new live view of the new policy, together as one served generation,
+:meth:`~runtime.controller.webhooks.ControllerWebhooks.swap`), then the controller reconciles once. A
+refused set leaves every holder on the working generation. Each outcome is logged, counted in
 ``accelpolicy_rules_generation`` (gauge) and ``accelpolicy_rules_reload_failures_total`` (counter),
-and recorded as an Event (``RulesReloaded`` Normal / ``RulesRefused`` Warning) on the controller's
-namespace. Routes are fixed when the server starts: a policy added with a new ``path`` needs a restart.
+and recorded as an Event on the controller's namespace: reason, type and message are the
+``rulesReloaded`` / ``rulesRefused`` entries of ``events`` in rules/pools/derivation.yaml. Routes are fixed when the server starts: a policy added with a new ``path`` needs a restart.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import KubeApiError
 from runtime.rules.loader import RuleLoadError, RuleSet
 from runtime.rules.reload import RulesWatcher
-from runtime.webhook.reload import ReloadMetrics, refusal_message
+from runtime.webhook.reload import ReloadMetrics, reload_message
 
 
 def rules_event(namespace: str, reason: str, kind: str, message: str, now: datetime) -> dict:
@@ -58,12 +59,14 @@ class ControllerRulesReload:
     def stop(self) -> None:
         self.watcher.stop()
 
-    def _event(self, reason: str, kind: str, message: str) -> None:
-        event = rules_event(self.controller.settings_namespace, reason, kind, message, datetime.now(timezone.utc))
+    def _event(self, outcome: str, message: str) -> None:
+        template = getattr(self.controller.policy.derivation.events, outcome)
+        event = rules_event(self.controller.settings_namespace, template.reason, template.type, message,
+                            datetime.now(timezone.utc))
         try:
             self.controller.applier.create(event)
         except KubeApiError as exc:
-            logger.warning("{} event: {}", reason, exc)
+            logger.warning("{} event: {}", template.reason, exc)
 
     def _swap(self, ruleset: RuleSet) -> None:
         policy = Policy(ruleset)
@@ -75,19 +78,18 @@ class ControllerRulesReload:
         self.controller.policy = policy
         self.controller.applier.policy = policy
         if self.webhooks is not None:
-            self.webhooks.view.policy = policy
-            self.webhooks.engine = engine
-            self.webhooks.state.engine = engine
+            self.webhooks.swap(policy, engine)
         self.generation.set(ruleset.generation)
-        message = (f"rules generation {ruleset.generation} from {ruleset.root} in force "
-                   f"(loaded in {self.watcher.last_seconds:.3f}s)")
+        message = reload_message(ruleset, "rulesReloaded", generation=ruleset.generation, root=ruleset.root,
+                                 seconds=self.watcher.last_seconds)
         logger.info(message)
-        self._event("RulesReloaded", "Normal", message)
+        self._event("rulesReloaded", message)
         self.controller.request_reconcile()
 
     def _refused(self, exc: RuleLoadError, detail: str = "") -> None:
         self.failures.inc()
-        message = refusal_message(self.watcher.root, self.controller.policy.ruleset.generation,
-                                  [str(p) for p in exc.problems] or [detail])
+        message = reload_message(self.controller.policy.ruleset, "rulesRefused", root=self.watcher.root,
+                                 generation=self.controller.policy.ruleset.generation,
+                                 problems=[str(p) for p in exc.problems] or [detail])
         logger.error(message)
-        self._event("RulesRefused", "Warning", message)
+        self._event("rulesRefused", message)

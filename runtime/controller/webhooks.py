@@ -252,6 +252,19 @@ class ControllerWebhooks:
         self.state.set_ready(self.engine, self.view)
         self.state.ready_check = self.not_ready_reason
 
+    def swap(self, policy: Policy, engine: AdmissionEngine) -> None:
+        """A hot reload: from the next review on, ``engine`` judges against a live view of ``policy``
+        (built afresh on its first review, with the kinds ``policy`` reads), installed as one
+        generation; a review in flight finishes on the old pair. Before :meth:`ready` only the pair
+        to serve changes."""
+        old = self.view
+        view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
+        # a new list, not an edit: the controller's loop may be iterating the old one
+        self.controller.listeners = [f for f in self.controller.listeners if f != old.on_event] + [view.on_event]
+        self.engine, self.view = engine, view
+        if self.state.ready:
+            self.state.set_ready(engine, view)
+
     def not_ready_reason(self) -> str | None:
         """Why ``/readyz`` says 503 now: a watch cache not in sync (never listed, or relisting), or
         the cluster view that reviews judge against cannot be built (it is built here when stale).

@@ -72,6 +72,7 @@ class KindCache:
         self.page_size = page_size
         self.synced = threading.Event()
         self.lists = self.events = self.relists = self.errors = 0
+        self.last_error: str | None = None   # why the last list or watch failed (a 403 names the verb); None once listed
         self._items: dict[tuple[str, str], dict] = {}
         self._tombstones: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its DELETED event
         self._lock = threading.Lock()
@@ -143,6 +144,7 @@ class KindCache:
                 if self._stop.is_set():
                     break
                 self.errors += 1
+                self.last_error = str(exc)
                 if isinstance(exc, KubeApiError) and exc.status == 410:
                     self.relists += 1
                     self._version = None
@@ -187,6 +189,7 @@ class KindCache:
             old = self._items
             self._items = items
         self.lists += 1
+        self.last_error = None
         self._version = version
         first = not self.synced.is_set()
         self.synced.set()

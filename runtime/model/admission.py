@@ -168,7 +168,7 @@ class Schema(Strict):
 
 
 class ObjectShapeSpec(Strict):
-    """``kind: ObjectShape``: the structure of an object the admission rules read (issue 13 item 6).
+    """``kind: ObjectShape``: the structure of an object the admission rules read (docs/webhook-hardening.md).
 
     ``openAPIV3Schema`` is checked before any rule of a policy naming this shape (``spec.shape``);
     a value of the wrong type, a list over ``maxItems`` or a string over ``maxLength`` is answered

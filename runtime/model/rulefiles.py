@@ -223,7 +223,7 @@ class ClusterQueueSpec(Strict):
 
 
 class StateEvent(Strict):
-    """One Event the controller records on a state transition (issue 14 item 3)."""
+    """One Event the controller records on a state transition (docs/observability.md "Events")."""
 
     type: Literal["Normal", "Warning"]
     reason: str = Field(min_length=1, description="CamelCase, as Kubernetes reasons are")
@@ -232,16 +232,27 @@ class StateEvent(Strict):
 
 # The str.format variables each transition Event's message may use (runtime/controller/transitions.py).
 STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": {"node", "flavors"},
-                         "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"}}
+                         "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"},
+                         "rulesReloaded": {"generation", "root", "seconds"},
+                         "rulesRefused": {"root", "generation", "problems"},
+                         "auditFailed": {"policy", "rule", "message"}}
 
 
 class StateEvents(Strict):
-    """The Events of the controller's state transitions, once per transition (docs/observability.md)."""
+    """The Events of the controller's state transitions, once per transition, and of its rules reloads
+    and background audit (docs/observability.md)."""
 
     nodeLeftPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it left")
     nodeJoinedPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it joined")
     typeDraining: StateEvent = Field(description="on the InstanceType; {type}, {queue}: its ClusterQueue")
     workloadRetry: StateEvent = Field(description="on the Workload; {check}, {message}: the check's answer")
+    rulesReloaded: StateEvent = Field(description="on the settings Namespace; {generation}, {root}: the rules "
+                                                  "directory, {seconds}: load time (a float)")
+    rulesRefused: StateEvent = Field(description="on the settings Namespace (and the webhook server's log); "
+                                                 "{root}, {generation}: the one that keeps serving, {problems}: "
+                                                 "one per line")
+    auditFailed: StateEvent = Field(description="on the object the background audit newly finds failing; "
+                                                "{policy}, {rule} (- when none), {message}")
 
     @model_validator(mode="after")
     def _known_variables(self) -> "StateEvents":

@@ -42,12 +42,17 @@ class ReloadMetrics:
                                 registry=self.registry)
 
 
-def refusal_message(root: Path | str, generation: int, problems: list[str]) -> str:
-    """The log (and Event) text of a refused set: the directory, the generation that keeps serving and
-    the first :data:`MAX_SHOWN_PROBLEMS` problems, then how many more."""
-    shown = problems[:MAX_SHOWN_PROBLEMS] + ([f"... and {len(problems) - MAX_SHOWN_PROBLEMS} more"]
-                                             if len(problems) > MAX_SHOWN_PROBLEMS else [])
-    return f"rules in {root} refused; generation {generation} keeps serving:\n" + "\n".join(shown)
+def reload_message(ruleset: RuleSet, outcome: str, **variables) -> str:
+    """The log (and Event) text of a reload ``outcome`` (``rulesReloaded`` or ``rulesRefused``): the
+    ``events`` template of ``ruleset``'s PoolDerivation (rules/pools/derivation.yaml; the set in force,
+    since a refused set has none) formatted with ``variables``. For ``rulesRefused``, ``problems`` is a
+    list shown one per line, the first :data:`MAX_SHOWN_PROBLEMS`, then how many more."""
+    problems = variables.get("problems")
+    if isinstance(problems, list):
+        shown = problems[:MAX_SHOWN_PROBLEMS] + ([f"... and {len(problems) - MAX_SHOWN_PROBLEMS} more"]
+                                                 if len(problems) > MAX_SHOWN_PROBLEMS else [])
+        variables["problems"] = "\n".join(shown)
+    return getattr(ruleset.get("PoolDerivation").events, outcome).message.format(**variables)
 
 
 class WebhookRulesReload:
@@ -91,11 +96,12 @@ class WebhookRulesReload:
         self.state.set_ready(engine, self.view_of(policy))
         self.serving = ruleset
         self.metrics.generation.set(ruleset.generation)
-        logger.info("rules generation {} from {} in force (loaded in {:.3f}s)", ruleset.generation, ruleset.root,
-                    self.watcher.last_seconds)
+        logger.info(reload_message(ruleset, "rulesReloaded", generation=ruleset.generation, root=ruleset.root,
+                                   seconds=self.watcher.last_seconds))
 
     def _refused(self, exc: RuleLoadError, detail: str = "") -> None:
         self.metrics.failures.inc()
         self.watcher.current = self.serving   # a set refused after it loaded is not in force either
         problems = [str(p) for p in exc.problems] or [detail]
-        logger.error(refusal_message(self.watcher.root, self.serving.generation, problems))
+        logger.error(reload_message(self.serving, "rulesRefused", root=self.watcher.root,
+                                    generation=self.serving.generation, problems=problems))

@@ -203,3 +203,28 @@ def wait_for(fetch: Callable[[], Any], predicate: Callable[[Any], Any], timeout:
     except (TypeError, ValueError):
         shown = str(value)
     raise AssertionError(f"{what} not reached in {timeout}s; last: {shown[:2000]}")
+
+
+def service_account_kubeconfig(kubectl: Kubectl, admin_kubeconfig: Path, namespace: str, name: str, path: Path,
+                               duration: str = "24h") -> Path:
+    """Create ServiceAccount ``namespace/name`` bound to cluster-admin (ClusterRoleBinding
+    ``<name>-walkthrough``) and write a kubeconfig of a TokenRequest token of it (valid ``duration``)
+    to ``path`` (mode 0600), the cluster entry copied from ``admin_kubeconfig``; returns ``path``.
+    How the walkthrough and the benchmarks run the controller as the identity its own webhooks let
+    through (``controllerServiceAccount`` of rules/pools/derivation.yaml)."""
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{name}-walkthrough"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}]}))
+    token = kubectl.stdout("-n", namespace, "create", "token", name, f"--duration={duration}").strip()
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": name}}],
+        "current-context": "local"}))
+    path.chmod(0o600)
+    return path

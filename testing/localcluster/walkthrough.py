@@ -43,14 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-import yaml
-
 from .binaries import LocalClusterError, repo_root
 from .cluster import LocalCluster, _tail
 from .components import fake_node
 from .processes import ChildProcess, free_port
 from .kubectl import Kubectl, find_kubectl
-from .testing import parse_table
+from .testing import parse_table, service_account_kubeconfig
 
 #: The seed's kubectl manifests (seed steps 3, 4, 6), named as the seed's ``kubectl apply -f`` lines name them.
 MANIFESTS = repo_root() / "demo"
@@ -269,22 +267,7 @@ class Walkthrough:
         if path.exists():
             return path
         ns, name = self.controller_identity()
-        self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": f"{name}-walkthrough"},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]}))
-        token = self.kubectl.stdout("-n", ns, "create", "token", name, "--duration=24h").strip()
-        admin = yaml.safe_load(self.kubeconfig.read_text())
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-            "users": [{"name": name, "user": {"token": token}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": name}}],
-            "current-context": "local"}))
-        path.chmod(0o600)
-        return path
+        return service_account_kubeconfig(self.kubectl, self.kubeconfig, ns, name, path)
 
     def start_controller(self) -> None:
         """Start ``accelpolicy controller`` as its ServiceAccount (webhooks on a fixed loopback port

@@ -71,6 +71,11 @@ class Server:
         assert resp["uid"] == "u" and resp["allowed"] is False
         return resp["status"]["details"]["causes"][0]["message"]
 
+    def line(self, matches, what: str) -> str:
+        """The first log line ``matches`` accepts, waited for (it follows the metric it explains)."""
+        return wait_for(lambda: next((ln for ln in list(self.lines) if matches(ln)), None),
+                        lambda ln: ln is not None, what=what)[1]
+
     def metric(self, name: str) -> float:
         text = self.client.get(f"{self.base}/metrics").text
         return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
@@ -101,7 +106,7 @@ def test_an_edited_rules_copy_is_served_without_a_restart_and_a_broken_one_is_re
     _version(server.mount, "2026_12_01_00_01_00.2", _edit(OLD, NEW))       # kubelet's atomic ..data swap
     wait_for(server.denial, lambda m: m == f'Invalid value: "2": {NEW}', what="the edited message served")
     assert server.metric("accelpolicy_rules_generation") > first
-    swapped = next(ln for ln in server.lines if re.search(r"rules generation \d+ from .* in force", ln))
+    swapped = server.line(lambda ln: re.search(r"rules generation \d+ from .* in force", ln), "the swap's log line")
     print(swapped)   # the reload time, for the note
     served = server.metric("accelpolicy_rules_generation")
 
@@ -113,7 +118,7 @@ def test_an_edited_rules_copy_is_served_without_a_restart_and_a_broken_one_is_re
     text = (server.mount / "admission" / "pods.yaml").read_text()
     line = text[: text.index("qIsUno(")].count("\n") + 1
     column = text.splitlines()[line - 1].index("qIsUno(") + 1
-    refusal = next(ln for ln in server.lines if "refused; generation" in ln)
+    refusal = server.line(lambda ln: "refused; generation" in ln, "the refusal's log line")
     assert f"generation {int(served)} keeps serving" in refusal
     problem = f"rules/admission/pods.yaml:{line}:{column} "
     assert any(ln.startswith(problem) and "unknown function 'qIsUno'" in ln for ln in server.lines), server.lines[-5:]

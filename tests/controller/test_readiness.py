@@ -4,6 +4,7 @@ against cannot be built; 200 otherwise. Against a scripted API (lists per kind, 
 the real Controller, ClusterCache, LiveAdmissionView and Starlette app."""
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 
@@ -12,10 +13,11 @@ from starlette.testclient import TestClient
 
 from runtime.controller.reconciler import Controller
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
+from runtime.engine.admission import AdmissionEngine, review_for
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS
 from runtime.kube.session import KubeApiError, ResourceRef
-from runtime.rules.loader import load_rules
+from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
 from testing.localcluster.testing import wait_for
 
@@ -137,3 +139,39 @@ def test_not_ready_while_the_cluster_view_cannot_be_built(webhooks):
     controller.cache["Devices"].forget("node-x")
     controller._on_event("Devices", "DELETED", broken)
     assert _readyz(hooks) == (200, "ok")
+
+
+def _two_families(queue: str) -> dict:
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "two", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": queue}},
+           "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {
+               "nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"}}}]}}
+    return review_for(pod, uid="u-two")
+
+
+def test_a_hot_reload_swaps_the_engine_and_the_live_view_together(webhooks, tmp_path):
+    """ControllerWebhooks.swap (the controller's rules reload): the next review is judged by the new
+    engine against a view derived with the new policy (its queue names), never a mix; the old view
+    stops listening."""
+    api, controller, hooks = webhooks
+    _synced_and_ready(controller, hooks)
+    client = TestClient(hooks.app)
+    before = client.post("/validate-pods", json=_two_families("gpustack-fnv64-c4680bb149644f1c")).json()["response"]
+    assert before["status"]["details"]["causes"][0]["message"] == (
+        "Forbidden: a Pod may request only one accelerator family, found [exclusive shared]")
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    for file, old, new in [("admission/pods.yaml", "'a Pod may request only one accelerator family, found ['",
+                            "'one accelerator family per Pod, please; found ['"),
+                           ("pools/derivation.yaml", "entrancePrefix: gpustack-fnv64-", "entrancePrefix: pool-")]:
+        path = rules / file
+        assert old in path.read_text()
+        path.write_text(path.read_text().replace(old, new))
+    policy = Policy(load_rules(rules))
+    old_view = hooks.view
+    hooks.swap(policy, AdmissionEngine(policy))
+    assert old_view.on_event not in controller.listeners and hooks.view.on_event in controller.listeners
+    after = client.post("/validate-pods", json=_two_families("pool-c4680bb149644f1c")).json()["response"]
+    assert (after["allowed"], after["status"]["details"]["causes"][0]["message"]) == (
+        False, "Forbidden: one accelerator family per Pod, please; found [exclusive shared]")
+    assert hooks.state.served.view_source is hooks.view and hooks.view.policy is policy

@@ -283,3 +283,39 @@ def test_the_image_runs_controller_and_agent_read_only_as_the_service_accounts(c
                            capture_output=True, text=True, timeout=180)
     assert agent.returncode == 0, agent.stderr
     assert _refusals(agent.stdout + agent.stderr) == []
+
+
+def test_an_agent_that_may_not_read_the_settings_secret_plans_with_defaults(chart_rbac, tmp_path):
+    """The chart's agent ClusterRole and its NodeFeature rule, but no Secret rule: the settings watch is
+    refused (403) and the agent still does its job on the default settings, with a warning naming the
+    Secret and the refusal (spec/node-facts.md §3.3), instead of failing every pass."""
+    cluster, kubectl = chart_rbac
+    account = "agent-without-secrets"
+    rbac = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": NS}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": account},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "gpustack-operator-device-manager"},
+             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": account, "namespace": NS},
+             "rules": [{"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"],
+                        "verbs": ["create", "delete", "get", "list", "update", "watch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": account, "namespace": NS},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}]}]
+    manifest = tmp_path / "rbac.yaml"
+    manifest.write_text(yaml.safe_dump_all(rbac))
+    kubectl("apply", "-f", str(manifest))
+    try:
+        config = _sa_kubeconfig(cluster, kubectl, account, tmp_path / "agent.kubeconfig")
+        kubectl("delete", "devices.worker.gpustack.ai", "node-a10g", "--ignore-not-found")
+        result = subprocess.run([str(ACCELPOLICY), "agent", "--kubeconfig", str(config), "--once", "--node",
+                                 "node-a10g", "--backend", "fake", "--facts",
+                                 str(REPO / "probes/recorded/node-a10g.yaml"), "--allocation-source", "annotation"],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        warning = next(ln for ln in result.stderr.splitlines()
+                       if "cannot read Secret gpustack-system/gpustack-settings, using defaults: not listed:" in ln)
+        assert "403" in warning and "forbidden" in warning.lower(), warning
+        assert "created Devices node-a10g" in result.stderr
+    finally:
+        kubectl("delete", "-f", str(manifest), "--ignore-not-found")

@@ -36,3 +36,19 @@ def test_controller_at_100_nodes():
     assert figures["partial_observed"] == 0, figures["partial_examples"]
     assert figures["kubectl_matches"] is True
     assert figures["kubectl_rows"] >= 5
+
+
+@pytest.mark.controlplane
+@pytest.mark.slow
+def test_instances_through_the_api_server_at_20_nodes():
+    """benchmarks/instances_live.py at a small size: every Instance created through the API server
+    (both webhooks called by it) is admitted and gets its Pod (the run waits for all of them); the
+    webhook histogram counts each create's two reviews."""
+    from benchmarks.instances_live import run as run_instances
+
+    figures = run_instances(nodes=20, rate=10, seconds=1, samples=2)
+    print(json.dumps(figures))
+    assert figures["load"]["sent"] == 10 and figures["load"]["errors"] == {}
+    assert figures["apply_to_pod_s"]["samples"] == 2
+    hooks = figures["webhook_during_load"]
+    assert hooks["instances-mutation"]["reviews"] >= 10 and hooks["instances-validation"]["reviews"] >= 10

@@ -43,7 +43,7 @@ OBJECT_KINDS = {
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
     ("runtime/controller/backgroundaudit.py", "run_once", "apply", "body"): ("Report", "ClusterReport"),
     ("runtime/controller/rulesreload.py", "_event", "create", "event"): ("Event",),
-    ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(failing[key], now)"): ("Event",),
+    ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(template, failing[key], now)"): ("Event",),
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
 SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret"}

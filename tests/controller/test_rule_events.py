@@ -1,0 +1,69 @@
+"""The reload and background-audit Events are rule data (rules/pools/derivation.yaml ``events``):
+reason, type and message change with an edit of a rules copy, no Python edit."""
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from runtime.controller.backgroundaudit import failed_event
+from runtime.report.results import ObjectRef, Result
+from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from runtime.webhook.reload import reload_message
+
+NOW = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def rules_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, root)
+    return root
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_reload_messages_of_the_shipped_rules():
+    ruleset = load_rules(DEFAULT_RULES_DIR)
+    assert reload_message(ruleset, "rulesReloaded", generation=4, root="/etc/accelpolicy/rules",
+                          seconds=0.12345) == ("rules generation 4 from /etc/accelpolicy/rules in force "
+                                               "(loaded in 0.123s)")
+    problems = [f"rules/x.yaml:{i}:1 spec: bad" for i in range(1, 13)]
+    refused = reload_message(ruleset, "rulesRefused", root="/r", generation=3, problems=problems)
+    assert refused.splitlines() == (["rules in /r refused; generation 3 keeps serving:"] + problems[:10]
+                                    + ["... and 2 more"])
+
+
+def test_edited_event_templates_change_the_events(rules_copy):
+    derivation = rules_copy / "pools" / "derivation.yaml"
+    _edit(derivation, "reason: RulesRefused, message: \"rules in {root} refused;",
+          "reason: RulesRejected, message: \"rules in {root} rejected;")
+    _edit(derivation, "{type: Warning, reason: AuditFailed, message: \"{policy}/{rule}: {message}\"}",
+          "{type: Normal, reason: PolicyAuditFailed, message: \"audit {policy} rule {rule}: {message}\"}")
+    ruleset = load_rules(rules_copy)
+    events = ruleset.get("PoolDerivation").events
+    assert (events.rulesRefused.reason, events.auditFailed.reason) == ("RulesRejected", "PolicyAuditFailed")
+    assert reload_message(ruleset, "rulesRefused", root="/r", generation=2, problems=["p"]) == (
+        "rules in /r rejected; generation 2 keeps serving:\np")
+    result = Result("pods-validation", "", "fail", ObjectRef("Pod", "two-families", "default", "v1", "u-1"),
+                    "spec: Forbidden: one accelerator family per Pod")
+    event = failed_event(events.auditFailed, result, NOW)
+    assert (event["type"], event["reason"], event["message"]) == (
+        "Normal", "PolicyAuditFailed", "audit pods-validation rule -: spec: Forbidden: one accelerator family per Pod")
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "two-families",
+                                       "namespace": "default", "uid": "u-1"}
+    assert event["metadata"]["namespace"] == "default"
+
+
+def test_a_reload_template_with_an_unknown_variable_is_refused(rules_copy):
+    _edit(rules_copy / "pools" / "derivation.yaml", "from {root} in force", "from {directory} in force")
+    with pytest.raises(Exception) as info:
+        load_rules(rules_copy)
+    assert "rulesReloaded.message: unknown variable(s) ['directory']; allowed: ['generation', 'root', 'seconds']" \
+        in str(info.value)
