@@ -9,7 +9,7 @@ than the interpreter). That runner resolves custom functions by their dotted mod
 reachable there once at import time. The transpiled code also stores the activation in those module
 globals while it runs, so evaluation is serialised with a lock: cel-python is not thread-safe.
 Its activation resolves every name the program reads through ``typing.cast(Union[...], ...)``, whose
-``Union`` subscription costs ~14 us a call (a quarter of a Pod review, issue 16): programs here run
+``Union`` subscription costs ~14 us a call (about 15 % of a slice Pod review, issue 16): programs here run
 with :class:`_Activation`, the same resolution without it.
 
 Pure expressions are memoised per activation (`CelExpression.evaluate` with ``memo=True``): rule
