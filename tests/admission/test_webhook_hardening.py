@@ -4,6 +4,7 @@ Real uvicorn servers on 127.0.0.1, raw sockets for the clients that misbehave.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -171,6 +172,19 @@ def test_readyz_is_503_while_the_cluster_view_cannot_be_built(policy, view):
         state.close()
 
 
+@contextlib.contextmanager
+def _ready_server(policy, view):
+    """A real server judging with the seed view; stopped afterwards."""
+    state = WebhookState()
+    state.set_ready(AdmissionEngine(policy), view)
+    server = _serve(state)
+    try:
+        yield server
+    finally:
+        server.stop()
+        state.close()
+
+
 def _raw_exchange(port: int, payload: bytes, limit: float = 10) -> bytes:
     """Send ``payload`` on a plain connection and read until the server closes or resets it (at most
     ``limit`` s); what arrived before."""
@@ -186,14 +200,11 @@ def _raw_exchange(port: int, payload: bytes, limit: float = 10) -> bytes:
 
 
 def test_served_by_httptools_on_uvloop_and_malformed_reviews_are_denials_on_the_wire(policy, view):
-    """Issue 16: the HTTP stack is httptools on uvloop; the issue 13 answers hold through it."""
+    """The HTTP stack is httptools on uvloop; the hardening answers hold through it (issue 16)."""
     import uvloop
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    state = WebhookState()
-    state.set_ready(AdmissionEngine(policy), view)
-    server = _serve(state)
-    try:
+    with _ready_server(policy, view) as server:
         assert issubclass(server.server.config.http_protocol_class, HttpToolsProtocol)
         assert isinstance(server.server.servers[0].get_loop(), uvloop.Loop)
         surrogate = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "\\ud800"}}'
@@ -207,16 +218,10 @@ def test_served_by_httptools_on_uvloop_and_malformed_reviews_are_denials_on_the_
                     "status": "Failure", "message": message, "reason": "BadRequest", "code": 400}}
             chunked = http.post("/validate-pods", content=iter([b"{" + b" " * (2 * 1024 * 1024)] * 2))
             assert chunked.json()["response"]["status"]["message"] == "request body exceeds 3145728 bytes"
-    finally:
-        server.stop()
-        state.close()
 
 
 def test_oversized_request_headers_are_answered_400_and_closed(policy, view):
-    state = WebhookState()
-    state.set_ready(AdmissionEngine(policy), view)
-    server = _serve(state)
-    try:
+    with _ready_server(policy, view) as server:
         refused = b"HTTP/1.1 400 Bad Request\r\n"  # or nothing: a close with unread bytes is a reset
         head = b"POST /validate-pods HTTP/1.1\r\nHost: x\r\n" + b"X-Filler: " + b"a" * (70 * 1024) + b"\r\n"
         answer = _raw_exchange(server.port, head + b"Content-Length: 2\r\n\r\n{}")
@@ -228,6 +233,3 @@ def test_oversized_request_headers_are_answered_400_and_closed(policy, view):
         small = _raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                               + b"X-Filler: " + b"a" * 8000 + b"\r\n\r\n")
         assert small.startswith(b"HTTP/1.1 200 OK\r\n") and small.endswith(b"\r\n\r\nok")
-    finally:
-        server.stop()
-        state.close()
