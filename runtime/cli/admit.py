@@ -22,9 +22,15 @@ def _read_object(path: str) -> dict:
         docs, _ = read_objects([path])
     except SnapshotError as exc:
         fail(str(exc))
-    if len(docs) != 1 or not isinstance(docs[0], dict):
+    if len(docs) != 1:
         fail(f"{path}: expected exactly one object, found {len(docs)} documents")
-    return docs[0]
+    obj = docs[0]
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict) or not obj.get("kind"):
+        fail(f"{path}: not a Kubernetes object (needs kind and metadata.name)")
+    meta = obj.get("metadata") or {}
+    if not (meta.get("name") or meta.get("generateName")):
+        fail(f"{path}: not a Kubernetes object (needs kind and metadata.name)")
+    return obj
 
 
 def render_text(review: dict, answer: dict) -> str:
@@ -69,9 +75,6 @@ def command(filename, old, operation, snapshot, no_derive, rules, output):
         old_obj = obj
     if operation == "UPDATE" and old_obj is None:
         fail("--operation UPDATE needs --old OLD.yaml (the object as the cluster holds it)")
-    if not isinstance(obj, dict) or not obj.get("kind") or not (obj.get("metadata") or {}).get("name") and \
-            not (obj.get("metadata") or {}).get("generateName"):
-        fail(f"{filename}: not a Kubernetes object (needs kind and metadata.name)")
     view = admission_view(policy, snapshot_from(snapshot), derive_state=not no_derive)
     review = review_for(obj, operation, old_obj)
     answer, outcome = decide(engine_from(policy), review, view)

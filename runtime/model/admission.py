@@ -147,7 +147,7 @@ class Mutation(Strict):
 
 class Schema(Strict):
     """A node of an OpenAPI v3 structural schema, the subset a shape check needs (type, nesting,
-    size caps); other keywords a CRD schema carries (``description``, ``enum``, ``default``,
+    size caps, the ``quantity`` format); other keywords a CRD schema carries (``description``, ``enum``, ``default``,
     ``x-kubernetes-list-*``) are accepted and ignored, so a CRD's schema can be used as it is."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -162,6 +162,9 @@ class Schema(Strict):
     maxLengthFrom: Optional[str] = Field(
         None, description="the name of a number in rules/constants.yaml (e.g. maxNameLength) that sets "
                           "maxLength when the rules load: the number's one home")
+    format: Optional[str] = Field(
+        None, description="``quantity``: a string must parse as a Kubernetes quantity exactly (no surrounding "
+                          "spaces), as the API server's ParseQuantity does; other formats (``int32``, ...) are ignored")
     nullable: bool = False
     intOrString: bool = Field(False, alias="x-kubernetes-int-or-string")
     preserveUnknownFields: bool = Field(False, alias="x-kubernetes-preserve-unknown-fields")

@@ -162,8 +162,23 @@ _SUFFIX_SCALE = {
 }
 
 
+QUANTITY_FORMAT = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+
+
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
+
+
+def is_quantity(text: str) -> bool:
+    """Whether ``text`` is a Kubernetes quantity exactly as written (the API server's ParseQuantity:
+    no surrounding spaces, one number, an optional suffix). A failure reads :data:`QUANTITY_FORMAT`."""
+    if text != text.strip():
+        return False
+    try:
+        parse_quantity(text)
+    except QuantityError:
+        return False
+    return True
 
 
 def parse_quantity(text: str | int | float) -> Decimal:
@@ -177,12 +192,11 @@ def parse_quantity(text: str | int | float) -> Decimal:
         return Decimal(str(text))
     match = _QUANTITY_RE.match(str(text).strip())
     if not match:
-        raise QuantityError(f"quantities must match the regular expression "
-                            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}")
+        raise QuantityError(f"{QUANTITY_FORMAT}: {text!r}")
     try:
         number = Decimal(match.group(1))
     except InvalidOperation as exc:
-        raise QuantityError(f"not a quantity: {text!r}") from exc
+        raise QuantityError(f"{QUANTITY_FORMAT}: {text!r}") from exc
     return number * _SUFFIX_SCALE[match.group(2)]
 
 

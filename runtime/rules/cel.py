@@ -93,7 +93,11 @@ class CelEvalError(RuntimeError):
 
 
 _MEMO_ENTRIES = 65536
-_MEMO_BYTES = 32 * 1024 * 1024  # per expression
+_MEMO_BYTES = 32 * 1024 * 1024
+# One memo for every expression of the process (issue 13 item 2): the bound is the process's, not
+# 32 MiB times the ~500 expressions of a rules generation. Keys: (the expression's token, the
+# activation's fingerprint); an expression of an older generation ages out with its entries.
+_SHARED_MEMO = BoundedMemo(_MEMO_ENTRIES, _MEMO_BYTES)
 
 
 @dataclass
@@ -107,7 +111,7 @@ class CelExpression:
     source: str
     where: str
     _program: Any = field(repr=False, default=None)
-    _memo: BoundedMemo = field(repr=False, default_factory=lambda: BoundedMemo(_MEMO_ENTRIES, _MEMO_BYTES))
+    _token: object = field(repr=False, default_factory=object, compare=False)
 
     def evaluate(self, activation: Mapping[str, Any], memo: bool = True) -> Any:
         """Evaluate against JSON-shaped variables; returns a JSON-shaped result.
@@ -117,13 +121,13 @@ class CelExpression:
         key = fingerprint(activation) if memo else None  # type-tagged digest; None: not memoisable
         if key is not None:
             with _LOCK:
-                hit = self._memo.get(key, _MISSING)
+                hit = _SHARED_MEMO.get((self._token, key), _MISSING)
             if hit is not _MISSING:
                 return hit
         value = self.evaluate_cel({name: to_cel(value) for name, value in activation.items()})
         if key is not None:
             with _LOCK:
-                self._memo.put(key, value)
+                _SHARED_MEMO.put((self._token, key), value)
         return value
 
     def evaluate_cel(self, cel_activation: Mapping[str, Any]) -> Any:

@@ -89,6 +89,21 @@ def test_admit_bad_input_exits_2(tmp_path):
     assert CliRunner().invoke(main, ["admit", "-f", two]).exit_code == 2
 
 
+@pytest.mark.parametrize("text", [
+    "apiVersion: v1\nkind: Pod\nmetadata: oops\nspec: {containers: []}\n",   # issue 13 item 6: was a traceback
+    "just a string\n",
+    "apiVersion: v1\nkind: Pod\nmetadata: {namespace: default}\n",
+])
+@pytest.mark.parametrize("flag", ["-f", "--old"])
+def test_admit_names_a_file_that_is_not_an_object(tmp_path, text, flag):
+    bad = _write(tmp_path, "bad.yaml", text)
+    good = _write(tmp_path, "i.yaml", STEP3)
+    args = ["-f", bad, "--old", good] if flag == "-f" else ["-f", good, "--old", bad]
+    result = CliRunner().invoke(main, ["admit", *args])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {bad}: not a Kubernetes object (needs kind and metadata.name)\n"
+
+
 def test_rule_test_command_passes_on_the_repository_rules():
     result = CliRunner().invoke(main, ["test", str(DEFAULT_RULES_DIR), "-k", "pods-seed"])
     assert result.exit_code == 0, result.output

@@ -76,3 +76,18 @@ def test_a_review_object_is_not_kept_after_its_review():
     del pod, body
     gc.collect()
     assert ref() is None
+
+
+def test_every_cel_expression_shares_one_memo_bounded_for_the_process(monkeypatch):
+    """Each expression had its own 32 MiB memo: ~500 expressions of a rules generation could hold
+    ~16 GiB. Now one table bounds them all (here shrunk to 100 kB to see it)."""
+    from runtime.rules import cel
+
+    shared = BoundedMemo(max_entries=1000, max_bytes=100_000)
+    monkeypatch.setattr(cel, "_SHARED_MEMO", shared)
+    exprs = [compile_expression(f"x + '{i}'", "test") for i in range(40)]
+    for i, expr in enumerate(exprs):
+        assert expr.evaluate({"x": "y" * 10_000}) == "y" * 10_000 + str(i)
+    assert 0 < len(shared) < 40 and shared.bytes <= 100_000
+    assert exprs[-1].evaluate({"x": "y" * 10_000}) == "y" * 10_000 + "39"   # a hit of the newest entry
+    assert exprs[0].evaluate({"x": "z"}) == "z0" and exprs[1].evaluate({"x": "z"}) == "z1"   # keys per expression

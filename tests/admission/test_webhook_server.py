@@ -103,6 +103,10 @@ def test_denial_echoes_uid_with_causes(client):
     # issue 13 item 6: a review without `request` is answered as a review, not with HTTP 400
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), 200,
      "request must be an object"),
+    # an old object whose metadata is not a mapping crashed the engine (AttributeError, HTTP 200 InternalError)
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "kind": {"kind": "Pod"}, "operation": "DELETE", "oldObject": {"metadata": "oops"}}}).encode(), 200,
+     "request.oldObject.metadata must be an object"),
     # issue 13 item 5: lone surrogates are a denial, not an HTTP 500
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "\\ud800"}}', 200,
      "request.uid must be valid Unicode text (it holds a lone surrogate)"),

@@ -102,3 +102,21 @@ def test_bad_input_exits_2(tmp_path):
     result = CliRunner().invoke(main, ["audit", "--snapshot", str(bad)])
     assert result.exit_code == 2
     assert "has no metadata.name" in result.output
+
+
+def test_a_foreign_nodefeature_is_reported(tmp_path):
+    """Issue 13 item 9: a NodeFeature outside the system namespace claiming our keys for a node is
+    ignored by the derivation and reported by the audit, naming it."""
+    forged = tmp_path / "forged.yaml"
+    forged.write_text(yaml.safe_dump({
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+        "metadata": {"name": "node-t4-b-gpustack-device-manager", "namespace": "team-a",
+                     "labels": {"nfd.node.kubernetes.io/node-name": "node-t4-b"}},
+        "spec": {"labels": {"acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count": "8"}}}))
+    result = _run("-o", "json", "--snapshot", str(forged))
+    found = [(r["result"], r["policy"], r["rule"], r["resource"]["kind"], r["message"])
+             for r in json.loads(result.output) if r["rule"] == "input"]
+    assert found == [("error", "derived-state", "input", "Snapshot",
+                      "NodeFeature team-a/node-t4-b-gpustack-device-manager: ignored: only NodeFeatures in namespace "
+                      "gpustack-system feed the gpustack.ai/, feature.gpustack.ai/, general.feature.gpustack.ai/, "
+                      "acceleratable.feature.gpustack.ai/ keys of Node node-t4-b")]

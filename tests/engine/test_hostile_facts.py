@@ -213,3 +213,41 @@ def test_an_unreadable_descriptor_costs_only_its_node(policy, tmp_path, suffix, 
     assert _summaries(state) == {**SEED_SUMMARIES, T4_POOL: T4_A_ONLY}
     (t4,) = [it for it in state.instance_types if it["metadata"]["name"] == T4_POOL]
     assert (t4["spec"]["memory"], t4["spec"]["cores"]) == ("16Gi", "2560")
+
+
+def test_every_webhook_answers_and_readyz_is_true_with_a_2_pow_63_count(policy, tmp_path):
+    """Before: with this snapshot every webhook (the Ignore Workload one and Settings too) answered
+    InternalError ``overflow`` while ``/readyz`` said 200. Now each judges as on the seed."""
+    from starlette.testclient import TestClient
+
+    from runtime.engine.admission import AdmissionEngine, admission_view, review_for
+    from runtime.webhook.app import WebhookState, build_app
+
+    root = _copy(tmp_path)
+    _set_node_label(root, T4_COUNT, str(2 ** 63))
+    queue = {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}
+    sliced = {"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.memory-percentage": "20"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "labels": queue},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": sliced}}]}}
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "w", "namespace": "default"},
+                "spec": {"queueName": queue["kueue.x-k8s.io/queue-name"], "podSets": [
+                    {"name": "main", "count": 1, "template": {"spec": {"containers": [
+                        {"name": "c", "resources": {"limits": sliced}}]}}}]}}
+    setting = {"apiVersion": "gpustack.ai/v1", "kind": "Setting",
+               "metadata": {"name": "workload-fit-affinity", "namespace": "gpustack-system"}, "spec": {"value": "true"}}
+    instance = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "metadata": {"name": "i", "namespace": "default"},
+                "spec": {"type": T4_POOL, "image": "ubuntu:24.04", "resources": {"accelerator": "1"},
+                         "volume": {"ephemeral": {"capacity": "1Gi"}}}}
+    state = WebhookState()
+    state.set_ready(AdmissionEngine(policy), admission_view(policy, load_snapshot([root])))
+    client = TestClient(build_app(state, {s.path: n for n, s in state.engine.policies.items()}))
+    try:
+        assert client.get("/readyz").status_code == 200
+        answers = {path: client.post(path, json=review_for(obj, uid="u")).json()["response"]
+                   for path, obj in [("/mutate-pods", pod), ("/validate-pods", pod), ("/mutate-workloads", workload),
+                                     ("/validate-settings", setting), ("/mutate-instances", instance),
+                                     ("/validate-instances", instance)]}
+    finally:
+        state.close()
+    assert {path: a["allowed"] for path, a in answers.items()} == dict.fromkeys(answers, True)
+    assert "patch" in answers["/mutate-pods"] and "patch" in answers["/mutate-instances"]

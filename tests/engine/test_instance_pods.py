@@ -158,3 +158,14 @@ def test_ssh_sidecar_gets_visibility_only(policy, seed):
 ])
 def test_phases_from_pod_conditions(policy, conditions, expected):
     assert phase_from_pod(policy, {"status": {"conditions": copy.deepcopy(conditions)}}) == expected
+
+
+@pytest.mark.parametrize("value, privileged", [(True, True), ("true", None), ("false", None), (1, None), (False, None)])
+def test_only_a_boolean_true_renders_a_privileged_container(policy, seed, value, privileged):
+    """Issue 13 item 8: the gate reads ``privileged == true``; the renderer read any truthy value, so the
+    string "true" passed the gate and rendered a privileged container. Both now read the boolean only."""
+    snapshot, settings, types = seed
+    inst = instance(T4, "8", "32Gi", "15Gi", "1")
+    inst["spec"]["privileged"] = value
+    main = render_pod(policy, settings, snapshot, inst, types[T4]).pod["spec"]["containers"][0]
+    assert main["securityContext"].get("privileged") is privileged

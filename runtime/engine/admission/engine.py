@@ -209,13 +209,12 @@ class AdmissionEngine:
         if (spec.match.skipDeleting and request.operation == "UPDATE"
                 and (request.old_object.get("metadata") or {}).get("deletionTimestamp")):
             return outcome  # the stored object already has a deletionTimestamp (finalizers finishing)
-        if spec.shape and request.object:
-            errors = shape_errors(self.shapes[spec.shape], request.object)
-            if errors:  # the rules cannot read this object: answer the shape errors alone
-                outcome.rules.append("shape")
-                if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
-                    outcome.errors = errors
-                return enforce(outcome, spec.enforcement)
+        errors = self._shape_errors(spec, request)
+        if errors:  # the rules cannot read this object: answer the shape errors alone
+            outcome.rules.append("shape")
+            if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
+                outcome.errors = errors
+            return enforce(outcome, spec.enforcement)
         scope = self._scope(name, request, view, cancel)
         try:
             self._judge(spec, scope, request, view, outcome)
@@ -227,6 +226,18 @@ class AdmissionEngine:
             if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                 outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
         return enforce(outcome, spec.enforcement)
+
+    def _shape_errors(self, spec: AdmissionPolicySpec, request: AdmissionRequest) -> list[FieldError]:
+        """The object's errors against the policy's ObjectShape; when it has none, the old object's
+        type errors (``oldObject.spec...``: an offline ``admit --old``; the API server's stored object is
+        well-formed, though it may predate a size cap, so caps are not checked on it)."""
+        if not spec.shape:
+            return []
+        schema = self.shapes[spec.shape]
+        errors = shape_errors(schema, request.object) if request.object else []
+        if not errors and request.old_object:
+            errors = [e for e in shape_errors(schema, request.old_object, "oldObject") if e.reason == "Invalid"]
+        return errors
 
     def _scope(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel) -> _Scope:
         """The review's top scope: the names every expression of policy ``name`` may read, plus the

@@ -80,6 +80,7 @@ def parse_review(body: Any) -> AdmissionRequest:
     if operation in ("CREATE", "UPDATE") and not obj:
         raise BadReview(f"request.object is required for {operation}", uid)
     meta = _mapping(obj.get("metadata"), "request.object.metadata", uid)
+    _mapping(old.get("metadata"), "request.oldObject.metadata", uid)
     labels = _mapping(meta.get("labels"), "request.object.metadata.labels", uid)
     if any(not isinstance(v, str) for v in labels.values()):
         raise BadReview("request.object.metadata.labels values must be strings", uid)

@@ -9,7 +9,10 @@ words (issue 13 item 6; apiextensions-apiserver's structural validation):
   ``object``, ``null``; int-or-string fields say ``integer,string``);
 - ``maxItems``: ``spec.additionalVolumes: Too many: 1000: must have at most 100 items``;
 - ``maxLength``: ``spec.image: Too long: may not be more than 4096 bytes``;
-- ``maxProperties``: ``spec.nodeSelector: Too many: 300: must have at most 256 items``.
+- ``maxProperties``: ``spec.nodeSelector: Too many: 300: must have at most 256 items``;
+- ``format: quantity`` (a string that is not a Kubernetes quantity, as the API server's
+  ParseQuantity reads it): ``spec.resources.cpu: Invalid value: "abc": quantities must match the
+  regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'``.
 
 Map keys are rendered ``[key]`` (``resources.limits[nvidia.com/gpu]``), list items ``[i]``. At most
 ``limit`` errors are returned (the first ones in document order). Pure.
@@ -20,15 +23,22 @@ from typing import Any
 
 from runtime.engine.admission.verdict import FieldError
 from runtime.model.admission import Schema
+from runtime.model.normalize import QUANTITY_FORMAT, is_quantity
 
 _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"),
                (dict, "object"))
 
 
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
 def json_type(value: Any) -> str:
-    """The JSON type name of a decoded value (``null`` for None)."""
+    """The JSON type name of a decoded value (``null`` for None). An integer outside int64 is a
+    ``number``: the API server's JSON decoder reads it as a float64."""
     if value is None:
         return "null"
+    if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+        return "number"
     for py, name in _JSON_TYPES:
         if isinstance(value, py):
             return name
@@ -65,6 +75,8 @@ def _walk(schema: Schema, value: Any, path: str, errors: list[FieldError], limit
     if found == "string" and schema.maxLength is not None and len(value) > schema.maxLength:
         errors.append(FieldError(reason="TooLong", field=path, rule="shape",
                                  detail=f"may not be more than {schema.maxLength} bytes"))
+    elif found == "string" and schema.format == "quantity" and not is_quantity(value):
+        errors.append(FieldError(reason="Invalid", field=path, value=value, rule="shape", detail=QUANTITY_FORMAT))
     elif found == "array":
         if schema.maxItems is not None and len(value) > schema.maxItems:
             errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule="shape",

@@ -254,7 +254,7 @@ def _workload(policy, rules, settings, instance, instance_type, mounts) -> dict:
     if spec.get("command"):
         container["command"] = list(spec["command"])
     security = dict(rules.workloadSecurityContext)
-    if spec.get("privileged"):
+    if spec.get("privileged") is True:  # as the admission gate reads it (== true): "true", 1 grant nothing
         security["privileged"] = True
     container["securityContext"] = security
     ports = []

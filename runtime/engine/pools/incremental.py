@@ -42,6 +42,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.pools.flavors import FlavorPlan, flavor_notes, node_contributions
 from runtime.engine.pools.nodes import NodeView, node_effective_labels, read_node
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, name_of
+from runtime.rules.memo import fingerprint
 
 
 
@@ -151,9 +152,7 @@ class DeriveMemo:
 
 
 def _frozen(value) -> Hashable:
-    """A hashable, order-insensitive (for maps) image of a JSON value, for keys."""
-    if isinstance(value, dict):
-        return ("{", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple)):
-        return ("[", tuple(_frozen(v) for v in value))
-    return type(value).__name__, value  # True and 1 are equal keys otherwise
+    """The type-tagged content digest of a JSON value (:func:`runtime.rules.memo.fingerprint`, the one
+    freezer of every memo, issue 13 item 7); a value it cannot encode gets a key equal to nothing."""
+    key = fingerprint(value)
+    return key if key is not None else object()
