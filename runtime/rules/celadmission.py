@@ -18,11 +18,12 @@ from celpy import celtypes
 from runtime.model import normalize
 from runtime.model.poddemand import pod_containers, pod_demand
 from runtime.model.resourcefamily import resource_family
-from runtime.rules.celvalues import from_cel, to_cel
+from runtime.rules.celvalues import json_of, to_cel
 
 
 def _py(value: Any) -> Any:
-    return from_cel(value)
+    """``value`` as JSON for reading (:func:`runtime.rules.celvalues.json_of`): never mutate it."""
+    return json_of(value)
 
 
 def _cel(value: Any) -> Any:

@@ -17,6 +17,7 @@ _MAP, _LIST = celtypes.MapType, celtypes.ListType
 _INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 63
 _KEYS: dict[str, Any] = {}  # map keys repeat (metadata, name, labels...): one StringType each
 _KEYS_LIMIT = 8192
+_LOSSY = [0]  # conversions whose from_cel differs from their input (beyond int64, tuples, others): see json_of
 
 
 def _key(key: Any) -> Any:
@@ -50,28 +51,41 @@ def to_cel(value: Any) -> Any:
     JSON decoder reads such a number (apimachinery ``util/json``: int64 when it fits, else float64),
     where ``json_to_cel`` raises ``ValueError: overflow`` and every rule of the review failed with it
     (issue 13 items 1 and 6). Beyond float64 it is +/-inf.
+
+    A map or list built from a dict or list remembers it, for :func:`json_of`, when
+    :func:`from_cel` of the result equals it exactly (no integer beyond int64, tuple or other
+    non-JSON value inside).
     """
     t = type(value)
     if t is str:
         return str.__new__(_STR, value)
     if t is dict:
+        lossy = _LOSSY[0]
         out = dict.__new__(_MAP)
         for k, v in value.items():
             dict.__setitem__(out, _key(k), to_cel(v))
+        if _LOSSY[0] == lossy:
+            out._json = value
         return out
-    if t is list or t is tuple:
-        return _LIST([to_cel(v) for v in value])
+    if t is list:
+        lossy = _LOSSY[0]
+        out = _LIST([to_cel(v) for v in value])
+        if _LOSSY[0] == lossy:
+            out._json = value
+        return out
     if t is bool:
         return int.__new__(_BOOL, value)
     if t is int:
         if _INT_MIN <= value < _INT_MAX:
             return int.__new__(_INT, value)
+        _LOSSY[0] += 1
         return float.__new__(_DOUBLE, beyond_int64(value))
     if t is float:
         return float.__new__(_DOUBLE, value)
     if value is None:
         return None
-    return json_to_cel(value)
+    _LOSSY[0] += 1  # a tuple, a datetime, a CEL value, a subclass
+    return _LIST([to_cel(v) for v in value]) if t is tuple else json_to_cel(value)
 
 
 def cel_map(items: dict) -> Any:
@@ -80,6 +94,20 @@ def cel_map(items: dict) -> Any:
     for k, v in items.items():
         dict.__setitem__(out, _key(k), v)
     return out
+
+
+def json_of(value: Any) -> Any:
+    """The JSON-shaped value of CEL ``value`` for reading only, equal to :func:`from_cel`'s: the very
+    dict or list :func:`to_cel` built it from when it was and nothing in it converted differently
+    (a review's object, a policy's params tables: shared, never to be mutated), else
+    :func:`from_cel`'s copy. The custom functions read their arguments this way, so a
+    Pod or a table is not converted back from CEL on every call (issue 16)."""
+    t = type(value)
+    if t is _MAP or t is _LIST:
+        source = value.__dict__.get("_json")
+        if source is not None:
+            return source
+    return from_cel(value)
 
 
 def from_cel(value: Any) -> Any:

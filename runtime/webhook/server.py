@@ -1,8 +1,10 @@
-"""Running the webhook app over HTTPS (uvicorn), in the foreground or in a background thread.
+"""Running the webhook app over HTTPS (uvicorn on httptools and uvloop), in the foreground or in a
+background thread.
 
 Slow clients: every request must arrive whole (headers and body) within ``read_timeout`` seconds
 (default 10, kube-apiserver's own webhook timeout) of its first byte, or of the connection opening
-for the first request; otherwise the connection is closed (:class:`ReadDeadlineProtocol`). Idle
+for the first request; otherwise the connection is closed (:class:`ReadDeadlineProtocol`). A request
+line plus headers over 64 KiB is answered 400 and closed. Idle
 keep-alive connections close after ``timeout_keep_alive`` (5 s). At most ``max_connections``
 (default 512) connections and requests are served at once; beyond that uvicorn answers 503.
 
@@ -19,22 +21,24 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 DEFAULT_READ_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 512
 DEFAULT_KEEP_ALIVE = 5
+MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a review's size is in its body
 
 
-class ReadDeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a whole-request read deadline.
+class ReadDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a whole-request read deadline and a header size cap.
 
-    The deadline is armed when the connection opens and whenever a request starts arriving, and
-    disarmed once the request (headers and body) has been received; if it passes first the
-    connection is closed (the app sees a disconnect). ``read_timeout`` is a class attribute set by
-    :func:`protocol_with_deadline`.
+    The deadline is armed when the connection opens and whenever request bytes arrive or a request
+    starts, and disarmed once the request (headers and body) has been received; if it passes first
+    the connection is closed (the app sees a disconnect). A request line plus headers over
+    :data:`MAX_HEADER_BYTES` is a parse error: uvicorn answers 400 "Invalid HTTP request received."
+    and closes, as it does for h11's incomplete-event limit. ``read_timeout`` is a class attribute
+    set by :func:`protocol_with_deadline`.
     """
 
     read_timeout: float = DEFAULT_READ_TIMEOUT
@@ -42,6 +46,7 @@ class ReadDeadlineProtocol(H11Protocol):
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline = None
+        self._header_bytes = 0
         self._arm()
 
     def _arm(self) -> None:
@@ -60,11 +65,31 @@ class ReadDeadlineProtocol(H11Protocol):
                               self.client, self.read_timeout)
             self.transport.close()
 
+    def _count_header_bytes(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise ValueError(f"request line and headers exceed {MAX_HEADER_BYTES} bytes")
+
     def data_received(self, data: bytes) -> None:
         self._arm()
         super().data_received(data)
-        if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR):
-            self._disarm()
+
+    def on_message_begin(self) -> None:
+        self._arm()
+        self._header_bytes = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
 
     def connection_lost(self, exc) -> None:
         self._disarm()
@@ -97,12 +122,16 @@ def self_signed(directory: Path | str, names: tuple[str, ...] = ("127.0.0.1", "l
     return paths
 
 
-def _config(app, certfile: Optional[str], keyfile: Optional[str], log_level: str,
-            read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> uvicorn.Config:
+def server_config(app, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning",
+                  read_timeout: float = DEFAULT_READ_TIMEOUT,
+                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> uvicorn.Config:
+    """The uvicorn configuration every webhook server runs with: TLS from ``certfile``/``keyfile``
+    (plain HTTP when None), httptools with :class:`ReadDeadlineProtocol`, uvloop, no access log,
+    ``max_connections`` (see the module docstring)."""
     return uvicorn.Config(app, ssl_certfile=certfile, ssl_keyfile=keyfile, log_level=log_level,
                           access_log=False, lifespan="off", timeout_keep_alive=DEFAULT_KEEP_ALIVE,
                           http=protocol_with_deadline(read_timeout), limit_concurrency=max_connections,
-                          h11_max_incomplete_event_size=64 * 1024)
+                          loop="uvloop")
 
 
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -130,7 +159,7 @@ def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level:
           read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
     """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted.
     ``read_timeout`` and ``max_connections``: see the module docstring."""
-    server = uvicorn.Server(_config(app, certfile, keyfile, log_level, read_timeout, max_connections))
+    server = uvicorn.Server(server_config(app, certfile, keyfile, log_level, read_timeout, max_connections))
     server.run(sockets=[sock])
 
 
@@ -148,7 +177,7 @@ class ServerThread:
         self.sock = bind(host, port)
         self.port = self.sock.getsockname()[1]
         self.url = f"{'https' if certfile else 'http'}://{host}:{self.port}"
-        self.server = uvicorn.Server(_config(app, certfile, keyfile, "warning", read_timeout, max_connections))
+        self.server = uvicorn.Server(server_config(app, certfile, keyfile, "warning", read_timeout, max_connections))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def start(self) -> "ServerThread":

@@ -4,6 +4,7 @@ Real uvicorn servers on 127.0.0.1, raw sockets for the clients that misbehave.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -169,3 +170,66 @@ def test_readyz_is_503_while_the_cluster_view_cannot_be_built(policy, view):
     finally:
         server.stop()
         state.close()
+
+
+@contextlib.contextmanager
+def _ready_server(policy, view):
+    """A real server judging with the seed view; stopped afterwards."""
+    state = WebhookState()
+    state.set_ready(AdmissionEngine(policy), view)
+    server = _serve(state)
+    try:
+        yield server
+    finally:
+        server.stop()
+        state.close()
+
+
+def _raw_exchange(port: int, payload: bytes, limit: float = 10) -> bytes:
+    """Send ``payload`` on a plain connection and read until the server closes or resets it (at most
+    ``limit`` s); what arrived before."""
+    chunks = []
+    with socket.create_connection(("127.0.0.1", port), timeout=limit) as sock:
+        try:
+            sock.sendall(payload)
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        except (ConnectionResetError, BrokenPipeError):  # closed with our bytes unread: the answer may be lost
+            pass
+    return b"".join(chunks)
+
+
+def test_served_by_httptools_on_uvloop_and_malformed_reviews_are_denials_on_the_wire(policy, view):
+    """The HTTP stack is httptools on uvloop; the hardening answers hold through it (issue 16)."""
+    import uvloop
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    with _ready_server(policy, view) as server:
+        assert issubclass(server.server.config.http_protocol_class, HttpToolsProtocol)
+        assert isinstance(server.server.servers[0].get_loop(), uvloop.Loop)
+        surrogate = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "\\ud800"}}'
+        no_request = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}'
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            for body, message in ((surrogate, "request.uid must be valid Unicode text (it holds a lone surrogate)"),
+                                  (no_request, "request must be an object")):
+                r = http.post("/validate-pods", content=body, headers={"content-type": "application/json"})
+                assert r.status_code == 200
+                assert r.json()["response"] == {"uid": "", "allowed": False, "status": {
+                    "status": "Failure", "message": message, "reason": "BadRequest", "code": 400}}
+            chunked = http.post("/validate-pods", content=iter([b"{" + b" " * (2 * 1024 * 1024)] * 2))
+            assert chunked.json()["response"]["status"]["message"] == "request body exceeds 3145728 bytes"
+
+
+def test_oversized_request_headers_are_answered_400_and_closed(policy, view):
+    with _ready_server(policy, view) as server:
+        refused = b"HTTP/1.1 400 Bad Request\r\n"  # or nothing: a close with unread bytes is a reset
+        head = b"POST /validate-pods HTTP/1.1\r\nHost: x\r\n" + b"X-Filler: " + b"a" * (70 * 1024) + b"\r\n"
+        answer = _raw_exchange(server.port, head + b"Content-Length: 2\r\n\r\n{}")
+        assert answer == b"" or (answer.startswith(refused) and answer.endswith(
+            b"\r\n\r\nInvalid HTTP request received.")), answer[:200]
+        many = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 60) for i in range(2000))
+        answer = _raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        assert answer == b"" or answer.startswith(refused), answer[:200]
+        small = _raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                              + b"X-Filler: " + b"a" * 8000 + b"\r\n\r\n")
+        assert small.startswith(b"HTTP/1.1 200 OK\r\n") and small.endswith(b"\r\n\r\nok")

@@ -9,7 +9,7 @@ from celpy.adapter import json_to_cel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.rules.celvalues import beyond_int64, from_cel, to_cel
+from runtime.rules.celvalues import beyond_int64, from_cel, json_of, to_cel
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2 ** 64), max_value=2 ** 64)
@@ -68,3 +68,37 @@ def test_to_cel_types_and_fallbacks():
     assert to_cel(-(10 ** 400)) == float("-inf") and type(to_cel(2 ** 63 - 1)) is celtypes.IntType
     assert from_cel(to_cel({"a": [True, 1, 1.5, None, "x"]})) == {"a": [True, 1, 1.5, None, "x"]}
     assert type(from_cel(to_cel({"a": True}))["a"]) is bool
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _JSON, max_size=4) | st.lists(_JSON, max_size=4))
+def test_json_of_is_the_source_of_a_converted_value_and_a_copy_otherwise(value):
+    converted = to_cel(value)
+    assert json_of(converted) == from_cel(converted)   # always what from_cel reads
+    if _fits_int64(value):
+        assert json_of(converted) is value
+    else:  # an integer beyond int64 reads as a float: the source is not what the rules see
+        assert json_of(converted) is not value
+    for inner_source, inner in (zip(value.values(), converted.values()) if isinstance(value, dict)
+                                else zip(value, converted)):
+        if type(inner_source) in (dict, list) and _fits_int64(inner_source):
+            assert json_of(inner) is inner_source
+    built_by_cel = celtypes.MapType({celtypes.StringType("v"): converted})   # a map CEL made: no source
+    assert json_of(built_by_cel) == {"v": from_cel(converted)} and json_of(built_by_cel)["v"] is not value
+
+
+def _fits_int64(value) -> bool:
+    if isinstance(value, dict):
+        return all(_fits_int64(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_fits_int64(v) for v in value)
+    return type(value) is not int or -(2 ** 63) <= value < 2 ** 63
+
+
+def test_json_of_scalars_and_tuples_are_converted():
+    assert json_of(to_cel("x")) == "x" and type(json_of(to_cel("x"))) is str
+    assert type(json_of(to_cel(True))) is bool and json_of(to_cel(None)) is None
+    pair = ("a", 1)
+    assert json_of(to_cel(pair)) == ["a", 1]
+    holder = {"t": pair, "n": 2 ** 64}
+    assert json_of(to_cel(holder)) == {"t": ["a", 1], "n": 2.0 ** 64}

@@ -1,0 +1,57 @@
+"""runtime.rules.cel evaluates with its own Activation (issue 16): the same values and the same
+errors as cel-python's own transpiling runner, for variables, nested fields, macros, custom
+functions and unbound names."""
+from __future__ import annotations
+
+import celpy
+import pytest
+
+from runtime.rules import cel, celfunctions
+from runtime.rules.celvalues import from_cel, to_cel
+
+ACTIVATION = {"a": 1, "b": {"c": 2, "items": [1, 2, 3], "labels": {"app": "x"}}, "s": "text"}
+EXPRESSIONS = [
+    "a + b.c",
+    "b.items.all(x, x > 0) && b.items.exists(x, x == 3)",
+    "b.items.map(x, x * a)",
+    "b.items.filter(x, x > a).size()",
+    "has(b.labels.app) && !has(b.labels.other)",
+    "'app' in b.labels ? b.labels['app'] : 'none'",
+    "dig(b, ['labels', 'app'], 'none') + s",
+    "[a, b.c].map(v, [v].map(w, w + a))",
+    "missing + 1",
+    "b.nothing",
+    "a / 0",
+]
+
+
+def _stock(source: str):
+    env = celpy.Environment(runner_class=celpy.CompiledRunner)
+    program = env.program(env.compile(source), functions=celfunctions.FUNCTIONS)
+    try:
+        result = program.evaluate({k: to_cel(v) for k, v in ACTIVATION.items()})
+    except celpy.CELEvalError as exc:
+        return ("error", cel._describe(exc))
+    if isinstance(result, celpy.CELEvalError):
+        return ("error", cel._describe(result))
+    return ("value", from_cel(result))
+
+
+def _ours(source: str):
+    try:
+        return ("value", cel.compile_expression(source, "test").evaluate(ACTIVATION, memo=False))
+    except cel.CelEvalError as exc:
+        return ("error", str(exc).split(": ", 2)[2])
+
+
+@pytest.mark.parametrize("source", EXPRESSIONS)
+def test_same_answer_as_cel_python_runner(source):
+    assert _ours(source) == _stock(source)
+
+
+def test_program_activation_is_ours_and_clones_keep_it():
+    program = cel.compile_expression("a", "test")._program
+    assert type(program.tp.base_activation) is cel._Activation
+    assert type(program.tp.base_activation.clone()) is cel._Activation
+    assert _ours("a + b.c") == ("value", 3)
+    assert _ours("missing + 1")[0] == "error"
