@@ -25,7 +25,7 @@ import yaml
 from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
-from testing.localcluster.testing import parse_table
+from testing.localcluster.testing import parse_table, wait_for
 from runtime.rules.loader import load_rules
 from tests.seedfiles import FIXTURES, seed_file, seed_table
 
@@ -202,6 +202,9 @@ def test_live_objects_carry_our_fields(ctl, kubectl):
 def test_administrator_type_is_never_modified_or_deleted(ctl, kubectl):
     kubectl("apply", "-f", str(seed_file("objects", "step4-instancetype-a10g-12c128g.yaml")))
     before = json.loads(kubectl.stdout("get", "instancetypes", "a10g-12c128g", "-o", "json"))
+    # the passes below read the watch cache: wait until it holds what kubectl wrote
+    wait_for(lambda: ctl.cache.get("InstanceType", "a10g-12c128g"), lambda it: it is not None and
+             it["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], what="the type in the cache")
     assert ctl.reconcile().errors == []
     assert ctl.reconcile().writes == []
     after = json.loads(kubectl.stdout("get", "instancetypes", "a10g-12c128g", "-o", "json"))
@@ -213,6 +216,7 @@ def test_administrator_type_is_never_modified_or_deleted(ctl, kubectl):
     assert "a10g-12c128g" in names(kubectl, "clusterqueues.kueue.x-k8s.io")
     # the administrator deletes it: its queue and LocalQueue go, the derived types stay
     kubectl("delete", "instancetypes", "a10g-12c128g", "--wait=true")
+    wait_for(lambda: ctl.cache.get("InstanceType", "a10g-12c128g"), lambda it: it is None, what="the delete in the cache")
     result = ctl.reconcile()
     reserved = ("gpustack-system", "kube-system", "kube-public", "kube-node-lease")   # decision 17: no LocalQueues
     namespaces = [n for n in kubectl.stdout("get", "namespaces", "-o", "name").split()
