@@ -2,9 +2,7 @@
 reason, type and message change with an edit of a rules copy, no Python edit."""
 from __future__ import annotations
 
-import shutil
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -12,21 +10,9 @@ from runtime.controller.backgroundaudit import failed_event
 from runtime.report.results import ObjectRef, Result
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.webhook.reload import reload_message
+from tests.engine.test_policy_is_data import edit, rules_copy  # noqa: F401 - the fixture
 
 NOW = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)
-
-
-@pytest.fixture
-def rules_copy(tmp_path: Path) -> Path:
-    root = tmp_path / "rules"
-    shutil.copytree(DEFAULT_RULES_DIR, root)
-    return root
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"{old!r} not in {path}"
-    path.write_text(text.replace(old, new, 1))
 
 
 def test_reload_messages_of_the_shipped_rules():
@@ -42,9 +28,9 @@ def test_reload_messages_of_the_shipped_rules():
 
 def test_edited_event_templates_change_the_events(rules_copy):
     derivation = rules_copy / "pools" / "derivation.yaml"
-    _edit(derivation, "reason: RulesRefused, message: \"rules in {root} refused;",
+    edit(derivation, "reason: RulesRefused, message: \"rules in {root} refused;",
           "reason: RulesRejected, message: \"rules in {root} rejected;")
-    _edit(derivation, "{type: Warning, reason: AuditFailed, message: \"{policy}/{rule}: {message}\"}",
+    edit(derivation, "{type: Warning, reason: AuditFailed, message: \"{policy}/{rule}: {message}\"}",
           "{type: Normal, reason: PolicyAuditFailed, message: \"audit {policy} rule {rule}: {message}\"}")
     ruleset = load_rules(rules_copy)
     events = ruleset.get("PoolDerivation").events
@@ -62,7 +48,7 @@ def test_edited_event_templates_change_the_events(rules_copy):
 
 
 def test_a_reload_template_with_an_unknown_variable_is_refused(rules_copy):
-    _edit(rules_copy / "pools" / "derivation.yaml", "from {root} in force", "from {directory} in force")
+    edit(rules_copy / "pools" / "derivation.yaml", "from {root} in force", "from {directory} in force")
     with pytest.raises(Exception) as info:
         load_rules(rules_copy)
     assert "rulesReloaded.message: unknown variable(s) ['directory']; allowed: ['generation', 'root', 'seconds']" \
