@@ -139,6 +139,17 @@ def _build_scalar(node: yaml.Node) -> Any:
         loader.dispose()
 
 
+def safe_load_all(text: str) -> list:
+    """``yaml.safe_load_all`` as a list, parsed by libyaml (same constructor, same values); text libyaml
+    refuses is parsed again by PyYAML's own parser, so an error is PyYAML's own (type and message)."""
+    try:
+        return list(yaml.load_all(text, Loader=_COMPOSER))
+    except yaml.YAMLError:
+        if _COMPOSER is yaml.SafeLoader:
+            raise
+    return list(yaml.safe_load_all(text))
+
+
 def load_documents(text: str) -> list[SourceDocument]:
     """Parse a multi-document YAML text; empty documents are skipped.
 
