@@ -30,10 +30,10 @@ def rules_option(func: Callable | None = None, *, log: bool = False) -> Callable
     """``--rules DIR`` (default: the installed rules/, or env ACCELPOLICY_RULES), with the compiled-rules
     cache options (:func:`rules_cache_options`; ``log`` as there). ``@rules_option`` or ``@rules_option(log=True)``."""
     def decorate(command: Callable) -> Callable:
-        return rules_cache_options(click.option(
+        return click.option(
             "--rules", "rules_dir", type=click.Path(file_okay=False, path_type=Path),
             envvar="ACCELPOLICY_RULES", default=DEFAULT_RULES_DIR, show_default=True,
-            help="Directory of rule files (rules/README.md).")(command), log=log)
+            help="Directory of rule files (rules/README.md).")(rules_cache_options(command, log=log))
     return decorate(func) if func is not None else decorate
 
 
@@ -44,6 +44,8 @@ def rules_cache_options(func: Callable | None = None, *, log: bool = False) -> C
     (the long-running commands, whose stderr is their log)."""
     def decorate(command: Callable) -> Callable:
         def apply(ctx: click.Context, param: click.Parameter, value) -> None:
+            if "accelpolicy.rules_cache" not in ctx.meta:  # the choice lasts as long as the command
+                ctx.call_on_close(compiledcache.reset)
             chosen = ctx.meta.setdefault("accelpolicy.rules_cache", {})
             chosen[param.name] = value
             directory = None if chosen.get("no_rules_cache") else (chosen.get("rules_cache")
@@ -56,9 +58,9 @@ def rules_cache_options(func: Callable | None = None, *, log: bool = False) -> C
         return click.option(
             "--rules-cache", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
             expose_value=False, callback=apply,
-            help="Directory of the compiled-rules cache: rule files already compiled by this version load "
-                 "without parsing. Default: $ACCELPOLICY_RULES_CACHE (off: none), else "
-                 "$XDG_CACHE_HOME/accelpolicy/rules or ~/.cache/accelpolicy/rules.")(command)
+            help="Where compiled rules are kept, so unchanged rule files load without parsing "
+                 "(default: $ACCELPOLICY_RULES_CACHE, 'off' for none; else ~/.cache/accelpolicy/rules, "
+                 "under $XDG_CACHE_HOME when set).")(command)
     return decorate(func) if func is not None else decorate
 
 

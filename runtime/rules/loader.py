@@ -25,9 +25,8 @@ from pydantic import BaseModel, ValidationError
 
 from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, RuleDocument
-from runtime.rules import celnames, compiledcache
+from runtime.rules import compiledcache
 from runtime.rules.cel import CelCompileError, program_from_code, transpile
-from runtime.rules.checks import check_documents
 from runtime.rules.vocabulary import link
 from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
 
@@ -134,14 +133,16 @@ class _Compiler:
         self.code: dict = dict(code or {})
 
     def compile(self, source: str, where: str):
-        """The CelExpression of ``source``, or the CelSyntaxError of its parse (reported by the checks).
+        """The CelExpression of ``source``; None when it does not parse (the static checks report it).
 
         Raises CelCompileError when the transpiler refuses it."""
         code = self.code.get(source)
         if code is None:
+            from runtime.rules import celnames  # the parser: not imported by a load from the cache
+
             tree = celnames.parse(source, self.parsed)
             if isinstance(tree, celnames.CelSyntaxError):
-                return tree
+                return None
             code = self.code[source] = transpile(tree)
         return program_from_code(source, where, code)
 
@@ -161,7 +162,7 @@ def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, prob
         except CelCompileError as exc:
             problems.append(RuleProblem(file, doc.line_of(full), dotted(full), str(exc), doc.column_of(full)))
             return
-        if isinstance(compiled, celnames.CelSyntaxError):
+        if compiled is None:
             problems.append(None)  # counted, reported by the static checks
             return
         value.program = compiled
@@ -341,6 +342,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
                 continue
             ruleset.documents[key] = doc
     if entry is None:
+        from runtime.rules.checks import check_documents  # not imported by a load from the cache
+
         problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column)
                         for p in check_documents(validated, compiler.parsed))
     problems.sort(key=lambda p: (p.file, p.line, p.column))
