@@ -147,7 +147,7 @@ class RulesCache:
         path = self.path(key)
         try:
             blob = path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no entry (or no directory) yet
             return None
         except OSError as exc:
             self.damaged(path, f"cannot be read ({exc.strerror or exc})")
@@ -195,6 +195,7 @@ class RulesCache:
             try:
                 with os.fdopen(fd, "wb") as out:
                     out.write(blob)
+                os.chmod(tmp, 0o644)  # as a compiled module: readable by the image's non-root user
                 os.replace(tmp, self.path(key))
             except BaseException:
                 _remove(Path(tmp))
