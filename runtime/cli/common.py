@@ -48,9 +48,9 @@ def rules_cache_options(func: Callable | None = None, *, log: bool = False) -> C
                 ctx.call_on_close(compiledcache.reset)
             chosen = ctx.meta.setdefault("accelpolicy.rules_cache", {})
             chosen[param.name] = value
-            directory = None if chosen.get("no_rules_cache") else (chosen.get("rules_cache")
-                                                                   or compiledcache.default_directory())
-            compiledcache.configure(directory, None if log else warn_one)
+            directories = [] if chosen.get("no_rules_cache") else (
+                [chosen["rules_cache"]] if chosen.get("rules_cache") else compiledcache.default_directories())
+            compiledcache.configure(directories, None if log else warn_one)
 
         command = click.option(
             "--no-rules-cache", is_flag=True, expose_value=False, callback=apply,

@@ -29,8 +29,10 @@ verdict. Writes go to a temporary file renamed into place, so readers never see 
 The directory is trusted like ``__pycache__``: whoever can write it can change what the rules
 evaluate, so it lives in the user's own cache directory (``$XDG_CACHE_HOME/accelpolicy/rules``,
 default ``~/.cache/accelpolicy/rules``), ``--rules-cache DIR`` / ``ACCELPOLICY_RULES_CACHE`` elsewhere,
-``--no-rules-cache`` / ``ACCELPOLICY_RULES_CACHE=off`` for none. The image ships an entry for its own
-rules, built when the image is built.
+``--no-rules-cache`` / ``ACCELPOLICY_RULES_CACHE=off`` for none. ``ACCELPOLICY_RULES_CACHE`` may name
+several directories (``:``-separated): entries are read from each in turn and written to the first.
+The image ships an entry for its own rules, built when the image is built, in a read-only directory
+it names second (deploy/image/Dockerfile).
 """
 from __future__ import annotations
 
@@ -52,19 +54,20 @@ ENV = "ACCELPOLICY_RULES_CACHE"
 OFF = ("off", "none", "false", "0", "no")
 
 
-def default_directory() -> Optional[Path]:
-    """``$ACCELPOLICY_RULES_CACHE`` (None when it says off), else ``$XDG_CACHE_HOME/accelpolicy/rules``,
-    else ``~/.cache/accelpolicy/rules``; None when there is no home directory to put it in."""
+def default_directories() -> list[Path]:
+    """Where rule loads look for entries, the first also where they write them: ``$ACCELPOLICY_RULES_CACHE``
+    (directories separated by ``:``, as PATH; empty when it says off), else
+    ``$XDG_CACHE_HOME/accelpolicy/rules``, else ``~/.cache/accelpolicy/rules``; none without a home."""
     env = os.environ.get(ENV, "").strip()
     if env:
-        return None if env.lower() in OFF else Path(env)
+        return [] if env.lower() in OFF else [Path(part) for part in env.split(os.pathsep) if part.strip()]
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
     if not base:
         try:
             base = str(Path.home() / ".cache")
         except (RuntimeError, KeyError):  # no HOME and no passwd entry (a bare container user)
-            return None
-    return Path(base) / "accelpolicy" / "rules"
+            return []
+    return [Path(base) / "accelpolicy" / "rules"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,6 +107,7 @@ class Entry:
 
     files: dict[str, bytes]
     code: dict[str, Any]
+    path: Optional[Path] = None
 
     def documents(self, display: str) -> list[tuple]:
         """The documents of file ``display`` as ``(value, line, lines, spans)`` tuples, fresh objects
@@ -126,8 +130,10 @@ class RulesCache:
     """The compiled-rules cache in ``directory`` (see the module docstring); ``warn`` receives the one
     message of a damaged or foreign entry."""
 
-    def __init__(self, directory: Path | str, warn: Optional[Callable[[str], None]] = None):
+    def __init__(self, directory: Path | str, warn: Optional[Callable[[str], None]] = None,
+                 read_also: tuple[Path | str, ...] = ()):
         self.directory = Path(directory)
+        self.read_also = tuple(Path(d) for d in read_also)  # read-only seeds (the image's pre-built entries)
         self.warn = warn or _log_warning
 
     def key(self, files: list[tuple[str, bytes]]) -> str:
@@ -143,14 +149,19 @@ class RulesCache:
         return self.directory / f"{key}{SUFFIX}"
 
     def load(self, key: str) -> Optional[Entry]:
-        """The entry of ``key``; None when there is none or it is damaged or foreign (then one warning)."""
-        path = self.path(key)
-        try:
-            blob = path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):  # no entry (or no directory) yet
-            return None
-        except OSError as exc:
-            self.damaged(path, f"cannot be read ({exc.strerror or exc})")
+        """The entry of ``key`` (from the first directory that has one); None when there is none or it is
+        damaged or foreign (then one warning)."""
+        for directory in (self.directory, *self.read_also):
+            path = directory / f"{key}{SUFFIX}"
+            try:
+                blob = path.read_bytes()
+                break
+            except (FileNotFoundError, NotADirectoryError):  # no entry (or no directory) here
+                continue
+            except OSError as exc:
+                self.damaged(path, f"cannot be read ({exc.strerror or exc})")
+                return None
+        else:
             return None
         head = len(MAGIC) + 32
         if len(blob) < head or blob[:len(MAGIC)] != MAGIC:
@@ -172,7 +183,7 @@ class RulesCache:
         if not isinstance(files, dict) or not isinstance(code, dict):
             self.damaged(path, "is incomplete")
             return None
-        return Entry(files=files, code=code)
+        return Entry(files=files, code=code, path=path)
 
     def damaged(self, path: Path, why: str) -> None:
         """Report a damaged or foreign entry once: it is ignored and the rules compiled again."""
@@ -230,26 +241,28 @@ def _log_warning(message: str) -> None:
     logger.warning(message)
 
 
-_configured: Optional[tuple[Optional[Path], Optional[Callable[[str], None]]]] = None
+_configured: Optional[tuple[list[Path], Optional[Callable[[str], None]]]] = None
 
 
-def configure(directory: Optional[Path | str], warn: Optional[Callable[[str], None]] = None) -> None:
-    """Use ``directory`` for this process's rule loads (None: no cache); ``warn`` receives the
-    warning of a damaged entry (default: the log). The CLI's ``--rules-cache``/``--no-rules-cache``."""
+def configure(directories: "list[Path] | Path | str | None", warn: Optional[Callable[[str], None]] = None) -> None:
+    """Use ``directories`` (the first written, all read; one directory; None or []: no cache) for this
+    process's rule loads; ``warn`` receives the warning of a damaged entry (default: the log). The CLI's
+    ``--rules-cache``/``--no-rules-cache``."""
     global _configured
-    _configured = (Path(directory) if directory is not None else None, warn)
+    if directories is None:
+        directories = []
+    elif isinstance(directories, (str, Path)):
+        directories = [Path(directories)]
+    _configured = ([Path(d) for d in directories], warn)
 
 
 def reset() -> None:
-    """Back to the default (:func:`default_directory`, read from the environment at each load)."""
+    """Back to the default (:func:`default_directories`, read from the environment at each load)."""
     global _configured
     _configured = None
 
 
 def active() -> Optional[RulesCache]:
     """The cache rule loads use now (None: off)."""
-    if _configured is not None:
-        directory, warn = _configured
-        return RulesCache(directory, warn) if directory is not None else None
-    directory = default_directory()
-    return RulesCache(directory) if directory is not None else None
+    directories, warn = _configured if _configured is not None else (default_directories(), None)
+    return RulesCache(directories[0], warn, tuple(directories[1:])) if directories else None

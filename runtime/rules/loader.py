@@ -306,7 +306,7 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
             problems, ruleset = [RuleProblem(str(root_path), 0, "<cache>", repr(exc))], None
         if not problems:
             return problems, ruleset
-        store.damaged(store.path(key), "does not rebuild these rules")
+        store.damaged(entry.path or store.path(key), "does not rebuild these rules")
     compiler = _Compiler()
     packed: Optional[dict] = {} if key is not None else None
     problems, ruleset = _assemble(root_path, files, compiler, None, packed)

@@ -242,3 +242,24 @@ def test_cel_programs_share_one_read_only_base_activation():
     before = dict(first._program.tp.base_activation.identifiers)
     assert first.evaluate({"a": 2}, memo=False) == 3
     assert dict(first._program.tp.base_activation.identifiers) == before
+
+
+def test_a_read_only_seed_directory_serves_and_the_first_directory_takes_new_entries(rules, tmp_path, monkeypatch):
+    seed = tmp_path / "image-cache"
+    _load(rules, compiledcache.RulesCache(seed))  # what the image build does for its rules
+    seed.chmod(0o555)
+    try:
+        monkeypatch.setenv(compiledcache.ENV, f"{tmp_path / 'writable'}:{seed}")
+        store = compiledcache.active()
+        assert (store.directory, store.read_also) == (tmp_path / "writable", (seed,))
+        with monkeypatch.context() as m:
+            _no_parsing(m)
+            problems, _ = rule_problems(rules, cache=store)  # a hit from the seed: nothing parsed
+            assert problems == []
+        assert not (tmp_path / "writable").exists()
+        (rules / "constants.yaml").write_text((rules / "constants.yaml").read_text() + "\n# edited\n")
+        _load(rules, store)
+        assert len(list((tmp_path / "writable").glob("*.rules"))) == 1
+        assert len(list(seed.glob("*.rules"))) == 1
+    finally:
+        seed.chmod(0o755)
