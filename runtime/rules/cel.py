@@ -48,7 +48,8 @@ _MISSING = object()
 class _Activation(_celeval.Activation):
     """cel-python's Activation with the name resolution of its ``__getattr__`` (value, else container,
     else annotation; a name not found is a function) minus its per-call ``typing.cast(Union[...])``
-    and debug logging; ``clone()`` (one per evaluation) keeps the class."""
+    and debug logging; ``clone()`` (one per evaluation) and ``nested_activation()`` (one per macro
+    body) keep the class."""
 
     def clone(self) -> "_Activation":
         """A copy with its own identifiers (cel-python's ``Activation.clone``)."""
@@ -57,6 +58,13 @@ class _Activation(_celeval.Activation):
         clone.functions = self.functions.copy()
         clone.package = self.package
         return clone
+
+    def nested_activation(self, annotations: Any = None, vars: Any = None) -> "_Activation":  # noqa: A002
+        """cel-python's ``nested_activation`` (a macro's bound variable over this activation), keeping
+        the class: without it, every name a ``map``/``filter``/``all``/``exists`` body reads went
+        through cel-python's own ``__getattr__`` again."""
+        return _Activation(annotations=annotations, vars=vars, functions=self.functions, package=self.package,
+                           based_on=self)
 
     def __getattr__(self, name: str) -> Any:
         try:
