@@ -8,10 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
-
 from runtime.model.rulefiles import Expr
 from runtime.rules import cel, compiledcache, loader
+from runtime.rules.checks import _leaves
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules, rule_problems
 
 
@@ -31,18 +30,9 @@ def store(tmp_path):
     return cache
 
 
-def _exprs(value, path=()):
-    if isinstance(value, Expr):
-        yield path, value
-    elif isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            yield from _exprs(getattr(value, name), path + (name,))
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _exprs(item, path + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _exprs(item, path + (i,))
+def _exprs(spec):
+    """Every (path, Expr) of a validated spec (the static checks' own walk)."""
+    return [(path, value) for path, value in _leaves(spec, ()) if isinstance(value, Expr)]
 
 
 def _fingerprint(ruleset) -> list:
