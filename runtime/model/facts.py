@@ -8,6 +8,7 @@ Shape (YAML or JSON; units in the field names)::
       - {manufacturer: nvidia, uuid: GPU-..., index: 0, minor: 0, name: NVIDIA A10G, memoryMib: 23028,
          memoryBusWidth: 384, eccEnabled: true, computeCapability: [8, 6], cores: 10240,
          driverVersion: 580.159.03, cudaDriverVersion: 13000, migEnabled: false, healthy: true,
+         [eccReserved: true, draDriver: gpu.nvidia.com]  # set by the DRA reading (spec/dra.md) only
          migProfiles: [{name: MIG 1g.10gb, memoryMib: 10240, computeSlices: 1, memorySlices: 1,
                         count: 7, placements: [{start: 0, length: 1}, ...]}],
          migDevices: [{uuid: MIG-..., profile: MIG 3g.40gb, placement: {start: 0, length: 4}}]}
@@ -88,6 +89,12 @@ class AcceleratorFacts(_Facts):
     migProfiles: list[PartitionProfile] = []
     migDevices: list[MigDevice] = Field([], description="existing MIG devices (absent when unknown)")
     healthy: bool = True
+    eccReserved: Optional[bool] = Field(
+        None, description="whether 1/16 of memoryMib is ECC's, when the probe knows it without bus width and "
+                          "ECC mode (the DRA driver row's GDDR products, spec/dra.md §3); None: the ECC rule of "
+                          "spec/node-facts.md §5.5 decides from memoryBusWidth and eccEnabled")
+    draDriver: str = Field("", description="the DRA driver whose ResourceSlices published this accelerator "
+                                           "(spec/dra.md); empty for NVML and recorded facts")
 
 
 class NodeFactsDoc(_Facts):

@@ -56,9 +56,10 @@ def _profile_entry(name: str, prof: PartitionProfile) -> dict[str, Any]:
 
 # --- spec (§7.2) -------------------------------------------------------------------------------------
 def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
-    """One ``spec.groups[].accelerators[]`` entry."""
+    """One ``spec.groups[].accelerators[]`` entry. An accelerator a DRA driver published offers the
+    exclusive view only (spec/dra.md §2): no logical slices, no partitions."""
     manu = policy.manufacturers[acc.manufacturer]
-    profiles = published_profiles(policy, acc)
+    profiles = [] if acc.draDriver else published_profiles(policy, acc)
     physical: dict[str, Any] = {"count": max((p["count"] for p in profiles), default=0)}
     if physical["count"] > 0:
         physical["profiles"] = profiles
@@ -67,7 +68,8 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
         entry["physicalIndexes"] = [acc.minor]
     entry["status"] = {
         "unhealthy": not acc.healthy,
-        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 else manu.logicalSlices,
+        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 or acc.draDriver
+                          else manu.logicalSlices,
                           "coresPercentageOvercommit": manu.coresOvercommit},
         "physicalSliced": physical,
     }
