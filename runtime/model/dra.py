@@ -125,12 +125,12 @@ class DeviceClassSpec(Strict):
 
 class DraMessages(Strict):
     unreadableDevice: str
-    missingFact: str
     offersNothing: str
     staleSlice: str
     unknownNode: str
     featureMissing: str
     noDrivers: str
+    offlineCpu: str
 
 
 class DraEvents(Strict):
@@ -138,10 +138,21 @@ class DraEvents(Strict):
     featureMissing: str
 
 
+class OfflineCpuLabels(Strict):
+    """Node labels NFD's own worker writes (its ``cpu-model`` feature), read by the offline commands
+    for a DRA node the agent has not described yet: the vendor name (as rules/node-facts.yaml
+    ``cpuVendors`` values), the CPU family and model numbers."""
+
+    vendor: str
+    family: str
+    model: str
+
+
 class DraPolicySpec(Strict):
     """spec of the ``DraPolicy`` document (rules/dra.yaml)."""
 
     deviceClass: DeviceClassSpec
+    offlineCpuLabels: OfflineCpuLabels
     unhealthyTaintEffects: list[str] = Field(["NoSchedule", "NoExecute"],
                                              description="a device carrying a taint with one of these is unhealthy")
     podResource: str = Field("pods", description="ResourceClaim status.reservedFor[].resource of a Pod")

@@ -82,7 +82,7 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
         raw[base] = rules.trueValue
         raw[f"{base}{sfx.count}"] = str(len(healthy))
         raw[f"{base}{sfx.memory}"] = format_memory_mib(group.memory)
-        if not group.accelerators[0].draDriver:
+        if not group.accelerators[0].dra:
             raw[f"{base}{sfx.cores}"] = str(group.cores)
         if group.family:
             raw[f"{base}{sfx.family}"] = group.family

@@ -8,7 +8,7 @@ document are read, and of each pool (driver, ``spec.pool.name``) only the slices
 
 * ``<typeAttribute> == wholeType``: a whole accelerator, read through the row's ``facts`` into the
   accelerator shape of spec/node-facts.md §1.3 (``manufacturer`` the row's, ``eccReserved`` from the
-  row's GDDR products, ``draDriver`` the driver, no cores, bus width or ECC mode);
+  row's GDDR products, ``dra`` the driver, pool and device name; no cores, bus width or ECC mode);
 * ``== partitionType``: a partition device (a MIG device): its parent, profile and memory are read
   for :attr:`DraReading.partitions`; its parent is MIG-on, offers nothing on a DRA node (spec/dra.md
   §2) and is left out of the accelerators;
@@ -70,7 +70,7 @@ class DraReading:
     ``accelerators``: facts dicts (spec/node-facts.md §1.3 shape) of the whole accelerators that
     count; ``partitioned``: the MIG-on GPUs (offering nothing) by uuid; ``devices``: (driver, pool,
     device name) -> the accelerator uuid it is or belongs to (the ledger maps claim results with it);
-    ``warnings``: unreadable devices (spec/dra.md §5); ``notes``: slices ignored (stale, unknown node);
+    ``warnings``: unreadable devices (spec/dra.md §5); ``notes``: stale slices ignored;
     ``slices``: the names of the slices read; ``drivers``: the drivers that published something.
     """
 
@@ -91,24 +91,26 @@ class DraReading:
                 for uuid, p in sorted(self.partitioned.items())]
 
 
-def node_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], node: str,
-                known_nodes: set[str] | None = None) -> tuple[list[Mapping[str, Any]], list[str]]:
+def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: set[str]) -> list[str]:
+    """A note for each slice of a configured driver naming a node not in ``nodes`` (spec/dra.md §5:
+    ignored)."""
+    drivers = dra_drivers(policy)
+    return [dra_policy(policy).messages.unknownNode.format(slice=_name(s), node=(s.get("spec") or {})["nodeName"])
+            for s in slices if (s.get("spec") or {}).get("driver") in drivers
+            and (s.get("spec") or {}).get("nodeName") and s["spec"]["nodeName"] not in nodes]
+
+
+def node_slices(policy: Policy, slices: Iterable[Mapping[str, Any]],
+                node: str) -> tuple[list[Mapping[str, Any]], list[str]]:
     """The slices of ``node`` whose driver has a row, newest pool generation only; plus notes for the
-    stale ones. ``known_nodes`` given: a slice naming a node not in it is noted and skipped (for every
-    node, so the caller sees each once; spec/dra.md §5)."""
+    stale ones (spec/dra.md §5)."""
     drivers = dra_drivers(policy)
     messages = dra_policy(policy).messages if drivers else None
     mine, notes = [], []
     newest: dict[tuple[str, str], int] = {}
     for s in slices:
         spec = s.get("spec") or {}
-        if spec.get("driver") not in drivers:
-            continue
-        target = spec.get("nodeName")
-        if known_nodes is not None and target and target not in known_nodes:
-            notes.append(messages.unknownNode.format(slice=_name(s), node=target))
-            continue
-        if target != node:
+        if spec.get("driver") not in drivers or spec.get("nodeName") != node:
             continue
         pool = spec.get("pool") or {}
         key = (spec["driver"], str(pool.get("name", "")))
@@ -128,15 +130,14 @@ def node_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], node: str,
     return sorted(out, key=_name), notes
 
 
-def read_node(policy: Policy, node: str, slices: Iterable[Mapping[str, Any]],
-              known_nodes: set[str] | None = None) -> DraReading:
+def read_node(policy: Policy, node: str, slices: Iterable[Mapping[str, Any]]) -> DraReading:
     """Read ``node``'s accelerators from ``slices`` (see the module docstring). Never raises for bad
     slice data: an unreadable device is a warning."""
     drivers = dra_drivers(policy)
     reading = DraReading(node=node)
     if not drivers:
         return reading
-    current, reading.notes = node_slices(policy, slices, node, known_nodes)
+    current, reading.notes = node_slices(policy, slices, node)
     wholes: list[tuple[dict[str, Any], int | None, tuple[str, str, str]]] = []
     for s in current:
         spec = s["spec"]
@@ -161,6 +162,7 @@ def _read_device(policy: Policy, row: DraDriverSpec, reading: DraReading, wholes
     try:
         if kind == row.wholeType:
             facts, index = _whole(policy, row, device)
+            facts["dra"] = {"driver": row.driver, "pool": pool, "device": name}
             wholes.append((facts, index, (row.driver, pool, name)))
         elif row.partitionType and kind == row.partitionType:
             _partition(row, reading, pool, device)
@@ -177,7 +179,7 @@ def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tup
     facts: dict[str, Any] = {
         "manufacturer": row.manufacturer, "uuid": uuid, "name": product,
         "memoryMib": _mib(row, device, f.memoryMib, required=True),
-        "eccReserved": row.is_gddr(product), "healthy": _healthy(policy, device), "draDriver": row.driver,
+        "eccReserved": row.is_gddr(product), "healthy": _healthy(policy, device),
     }
     index = _int_field(row, device, f.index)
     minor = _int_field(row, device, f.minor)
