@@ -131,6 +131,9 @@ class DraMessages(Strict):
     featureMissing: str
     noDrivers: str
     offlineCpu: str
+    sourceDra: str
+    sourcePlugin: str
+    sourceNone: str
 
 
 class DraEvents(Strict):

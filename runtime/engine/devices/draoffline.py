@@ -78,7 +78,7 @@ def with_dra_nodes(policy: Policy, snapshot: Snapshot) -> tuple[Snapshot, dict[s
             nf[dm_key] = plan.device_manager
         if worker is None:
             nf[(rules.namespace, node_feature_name(policy, name, "worker"))] = plan.worker
-            if source == "none":
+            if source == "none" or not cpu.vendorId:
                 warnings.append(dra_policy(policy).messages.offlineCpu.format(
                     node=name, annotation=policy.key("cpuNameAnnotation"),
                     label=dra_policy(policy).offlineCpuLabels.vendor, gkey=gkey(policy, cpu)))
