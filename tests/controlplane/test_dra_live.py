@@ -37,6 +37,8 @@ def _classes(kubectl) -> dict[str, dict]:
 @pytest.fixture
 def controller(control_plane):
     cluster, kubectl = control_plane
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": "gpustack-system"}}))
     kubectl("delete", "deviceclasses", "--all", "--wait=true")
     made = []
 
@@ -73,7 +75,7 @@ def test_the_controller_derives_owns_and_reconciles_the_deviceclass(control_plan
     wait_for(lambda: ctl.cache.get("DeviceClass", "gpustack-old"), bool, what="the stale class cached")
     ctl.reconcile()
     classes = _classes(kubectl)
-    assert sorted(classes) == [CLASS, "gpu.nvidia.com"]          # ours put back, the stale one deleted
+    assert sorted(classes) == ["gpu.nvidia.com", CLASS]          # ours put back, the stale one deleted
     assert classes[CLASS]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
     assert classes["gpu.nvidia.com"]["spec"] == theirs["spec"]    # not ours: left alone
 
