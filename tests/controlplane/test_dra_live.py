@@ -180,3 +180,42 @@ def test_a_tainted_device_turns_unhealthy_and_leaves_the_labels(dra_node):
     (acc,) = devices(kubectl, "node-a10g")["spec"]["groups"][0]["accelerators"]
     assert acc["status"]["unhealthy"] is True
     assert device_manager(kubectl, "node-a10g") == {}   # no healthy accelerator: the NodeFeature is gone
+
+
+# --- what the chart's RBAC lets each component do with DRA objects, and what it refuses --------------
+from tests.controlplane.test_chart_live import ACCELPOLICY, NS as SYSTEM_NS, _refusals, _sa_kubeconfig  # noqa: E402
+from tests.controlplane.test_chart_live import chart_rbac  # noqa: E402,F401  (fixture)
+
+
+def test_the_agent_reads_slices_and_claims_with_the_charts_rbac_and_may_not_write_them(chart_rbac, tmp_path):  # noqa: F811
+    import subprocess
+    cluster, kubectl = chart_rbac
+    kubectl("apply", "-f", str(SLICE))
+    try:
+        config = _sa_kubeconfig(cluster, kubectl, "gpustack-device-manager", tmp_path / "agent.kubeconfig")
+        result = subprocess.run([str(ACCELPOLICY), "agent", "--kubeconfig", str(config), "--once", "--node", "node-a10g",
+                                 "--backend", "auto", "--cpuinfo", str(FIXTURES / "dra" / "node-a10g-cpuinfo.txt"),
+                                 "--allocation-source", "annotation"], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert _refusals(result.stdout + result.stderr) == []
+        assert "backend auto: gpu.nvidia.com publish(es) slices for node node-a10g: reading them (backend dra)" \
+            in result.stderr
+        labels = get_json(kubectl, "nodefeatures.nfd.k8s-sigs.io", "node-a10g-gpustack-device-manager",
+                          "-n", SYSTEM_NS)["spec"]["labels"]
+        assert "acceleratable.feature.gpustack.ai/nvidia-a10g.cores" not in labels   # replaced from the slice
+        agent = f"system:serviceaccount:{SYSTEM_NS}:gpustack-device-manager"
+        controller = f"system:serviceaccount:{SYSTEM_NS}:gpustack-controller"
+        for who, verb, resource, want in (
+                (agent, "list", "resourceslices.resource.k8s.io", "yes"),
+                (agent, "watch", "resourceclaims.resource.k8s.io", "yes"),
+                (agent, "create", "resourceslices.resource.k8s.io", "no"),
+                (agent, "patch", "resourceclaims.resource.k8s.io", "no"),
+                (agent, "update", "resourceclaims.resource.k8s.io/status", "no"),
+                (agent, "create", "deviceclasses.resource.k8s.io", "no"),
+                (controller, "create", "deviceclasses.resource.k8s.io", "yes"),
+                (controller, "list", "resourceslices.resource.k8s.io", "no"),
+                (controller, "patch", "resourceclaims.resource.k8s.io", "no")):
+            got = kubectl.stdout("auth", "can-i", verb, resource, "--as", who, "-A", check=False).strip()
+            assert got == want, (who, verb, resource, got)
+    finally:
+        kubectl("delete", "resourceslices", "--all", "--wait=true")
