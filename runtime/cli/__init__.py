@@ -23,7 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("agent", "Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."),
     "controller": ("controller", "Keep the cluster's pools equal to what the rule files derive from its node facts."),
     "admit": ("admit", "Judge one object as the admission webhooks would and print the AdmissionReview."),
-    "test": ("ruletest", "Run every AdmissionTests suite under RULES_DIR/tests; exit 1 when a case fails."),
+    "test": ("ruletest", "Run every AdmissionTests and DraDriverTests suite under RULES_DIR/tests; exit 1 when a case fails."),
     "webhook": ("webhook", "Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics."),
     "kueue-config": ("kueueconfig", "Print Kueue's resource charging: excludeResourcePrefixes and transformations."),
     "lint": ("lint", "Check a rules directory without loading it: print every problem of every file."),

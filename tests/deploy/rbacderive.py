@@ -18,6 +18,7 @@ new API call makes the RBAC test fail until it is accounted for.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -46,7 +47,8 @@ OBJECT_KINDS = {
     ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(template, failing[key], now)"): ("Event",),
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
-SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret"}
+SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",
+                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (spec/dra.md §4)
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/settingsview.py": None,
@@ -75,6 +77,13 @@ def _functions(tree: ast.AST):
                                      type_ignores=[])
 
 
+@functools.lru_cache(maxsize=None)
+def _imported_consts(rel: str) -> dict[str, str]:
+    """:func:`_module_consts` of an imported module, once per module (import chains share modules:
+    without it the walk grows exponentially with their depth)."""
+    return _module_consts(_tree(rel))
+
+
 def _module_consts(tree: ast.Module) -> dict[str, str]:
     out = {}
     for node in tree.body:
@@ -85,7 +94,7 @@ def _module_consts(tree: ast.Module) -> dict[str, str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runtime."):
             src = node.module.replace(".", "/") + ".py"
             if (REPO / src).exists():
-                consts = _module_consts(_tree(src))
+                consts = _imported_consts(src)
                 for alias in node.names:
                     if alias.name in consts:
                         out[alias.asname or alias.name] = consts[alias.name]
@@ -221,6 +230,8 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         need(kind, {"list", "watch"}, True)
     for kind in KINDS.values():  # WebhookRegistrar's own cache
         need(kind, {"list", "watch"}, False)
+    from runtime.controller.deviceclasses import KIND as DEVICE_CLASS
+    need(DEVICE_CLASS, {"list", "watch"}, False)   # Controller.__init__: watched where the cluster serves it
 
     applier = applier_calls()
     dispatch = _execute_dispatch()
@@ -294,7 +305,7 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         scope = "system" if kind in AGENT_SYSTEM_KINDS else "cluster"
         needs[scope][(group, plural + (f"/{sub}" if sub else ""))].update(verbs)
 
-    for watched in node_watches(load_policy(None), "node", "system", "system"):
+    for watched in node_watches(load_policy(None), "node", "system", "system", dra=True):   # the dra backend's too
         need(watched.kind, {"list", "watch"})
     applier = applier_calls()
     tree = _tree(AGENT_MODULE)
