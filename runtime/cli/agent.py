@@ -19,10 +19,12 @@ from loguru import logger
 from probes.backend import BACKENDS, select_backend
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
+from runtime.cli.common import fail
 from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
+from runtime.model.facts import FactsError
 from runtime.rules.loader import RuleLoadError, load_rules
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -81,6 +83,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         logger.info("manufacturer override from {}", name)
     try:
         probe = select_backend(backend, facts)
+    except FactsError as exc:  # the file's content, not the command line: no usage text
+        fail(f"recorded facts refused:\n{exc}")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     recorded_node = getattr(probe, "node", "")

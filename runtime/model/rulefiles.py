@@ -216,6 +216,24 @@ class AdmissionCheckSpec(Strict):
     retryAfterSeconds: int = Field(gt=0)
 
 
+class IncompleteTypeSpec(Strict):
+    """An InstanceType whose spec lacks what names its pool (pools.md §6.2 requires it; issue 23 item 5)."""
+
+    required: list[str] = Field(min_length=1, description="spec fields every type needs")
+    requiredWhenAcceleratable: list[str] = []
+    message: str = Field(min_length=1, description="its phaseMessage (phase Inactive); {fields}: the missing "
+                                                   "ones as spec.<field>, comma-separated")
+    unitPlaceholder: str = Field(min_length=1, description="status.summary.unit's part for a missing "
+                                                           "unitResources.cpu, unitResources.ram or localStorage")
+
+    @model_validator(mode="after")
+    def _fields_only(self) -> "IncompleteTypeSpec":
+        used = {f for _, f, _, _ in string.Formatter().parse(self.message) if f is not None}
+        if used - {"fields"}:
+            raise ValueError(f"message: unknown variable(s) {sorted(used - {'fields'})}; allowed: ['fields']")
+        return self
+
+
 class ClusterQueueSpec(Strict):
     template: dict[str, Any]
     maxFlavors: int = Field(gt=0)
@@ -281,6 +299,7 @@ class PoolDerivationSpec(Strict):
     generalGroup: Expr
     entrance: Expr
     derivedType: DerivedTypeSpec
+    incompleteType: IncompleteTypeSpec
     clusterQueue: ClusterQueueSpec
     admissionCheck: AdmissionCheckSpec
     resourceTypes: dict[Literal["flavor", "queue"], str]

@@ -68,7 +68,7 @@ def test_backend_selection(monkeypatch):
 def test_facts_errors_name_the_file_and_field(tmp_path):
     doc = load_document(recorded("node-a10g"))
     doc["accelerators"][0]["memoryMib"] = "lots"
-    with pytest.raises(FactsError, match=r"node-a10g.yaml: accelerators\.0\.memoryMib: "):
+    with pytest.raises(FactsError, match=r"node-a10g.yaml: accelerators\[0\]\.memoryMib: "):
         parse_facts(doc, "node-a10g.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just a list\n")

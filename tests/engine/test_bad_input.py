@@ -396,5 +396,5 @@ def test_rule_file_event_message_with_an_unknown_variable(rules_copy):
     _replace(rules_copy / "pools" / "derivation.yaml", "left the pool: no longer", "left pool {pool}: no longer")
     (problem,) = _problems(rules_copy)
     assert problem.startswith("rules/pools/derivation.yaml:")
-    assert problem.endswith("spec.events: Value error, nodeLeftPool.message: unknown variable(s) ['pool']; "
+    assert problem.endswith("spec.events: nodeLeftPool.message: unknown variable(s) ['pool']; "
                             "allowed: ['flavors', 'node']")
