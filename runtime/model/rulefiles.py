@@ -253,7 +253,11 @@ STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": 
                          "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"},
                          "rulesReloaded": {"generation", "root", "seconds"},
                          "rulesRefused": {"root", "generation", "problems"},
-                         "auditFailed": {"policy", "rule", "message"}}
+                         "auditFailed": {"policy", "rule", "message"},
+                         "flavorSelectsTooFewNodes": {"pool", "flavor", "message"},
+                         "flavorSelectsItsNodes": {"pool", "flavor"},
+                         "acceleratorsUnusable": {"pool", "flavor", "node", "message"},
+                         "acceleratorsUsable": {"pool", "flavor", "node"}}
 
 
 class StateEvents(Strict):
@@ -271,6 +275,16 @@ class StateEvents(Strict):
                                                  "one per line")
     auditFailed: StateEvent = Field(description="on the object the background audit newly finds failing; "
                                                 "{policy}, {rule} (- when none), {message}")
+    flavorSelectsTooFewNodes: StateEvent = Field(description="on the InstanceType, when a flavor of its pool selects "
+                                                             "fewer of its contributing Nodes than before; {pool}, "
+                                                             "{flavor}, {message}: the audit's (rules/audit.yaml reach)")
+    flavorSelectsItsNodes: StateEvent = Field(description="on the InstanceType, when that flavor selects all its "
+                                                          "nodes again; {pool}, {flavor}")
+    acceleratorsUnusable: StateEvent = Field(description="on the InstanceType, when a node's Devices can use fewer "
+                                                         "accelerators than its labels count; {pool}, {flavor}, "
+                                                         "{node}, {message}: the audit's")
+    acceleratorsUsable: StateEvent = Field(description="on the InstanceType, when they agree again; {pool}, "
+                                                       "{flavor}, {node}")
 
     @model_validator(mode="after")
     def _known_variables(self) -> "StateEvents":

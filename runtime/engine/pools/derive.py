@@ -54,6 +54,7 @@ class DesiredState:
     Devices count in the views; a device flavor's quota counts these, never more than its labels
     (issue 23 item 2, :func:`runtime.engine.pools.reach.usable_quota`). ``shortfalls``: the contributing
     nodes whose labels count more accelerators than that (:class:`runtime.engine.pools.reach.Shortfall`).
+    ``flavor_accelerators``: device flavor -> (accelerators its labels count, accelerators its quota counts).
     """
 
     settings: Settings
@@ -73,6 +74,7 @@ class DesiredState:
     fact_problems: list[FactProblem] = field(default_factory=list)
     usable_accelerators: dict[str, dict[str, int]] = field(default_factory=dict)
     shortfalls: list[reach.Shortfall] = field(default_factory=list)
+    flavor_accelerators: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
         """What ``kubectl get <kind>`` lists once this state is applied to ``snapshot``'s cluster:
@@ -246,6 +248,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
     state.shortfalls = reach.shortfalls(snapshot, device_plans, state.usable_accelerators)
     quotas = {name: reach.usable_quota(count, akey, nodes, state.usable_accelerators)
               for name, akey, count, nodes in device_plans}
+    state.flavor_accelerators = {name: (count * len(nodes), quotas[name]) for name, _, count, nodes in device_plans}
     pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
     for name in sorted(types):
         it = copy.deepcopy(types[name])
