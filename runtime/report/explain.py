@@ -74,7 +74,7 @@ def _uncounted_group(policy: Policy, node, selector: dict) -> str:
         problem = next((p for p in node.problems if p.key == count_key), None) or \
             next((p for p in node.problems if p.key.startswith(f"{key}.")), None)
         if problem is not None:
-            return f"its label {problem.key}={problem.value!r} is refused: {problem.message}"
+            return problem.message  # decision 19's warning: it names node, label, value and what it costs
         if node.labels.get(count_key) is None:
             return (f"it carries {key}=true but no {count_key} label: a node contributes a device flavor for "
                     f"{akey} only with that count (the agent writes it beside the group key)")
