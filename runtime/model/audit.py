@@ -14,13 +14,12 @@ rules, and in which words (issue 12 item 1).
 """
 from __future__ import annotations
 
-import string
 from typing import ClassVar, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from runtime.model import rulefiles
-from runtime.model.rulefiles import Expr, Strict
+from runtime.model.rulefiles import Expr, Strict, Templates as _Templates
 
 ResultKind = Literal["pass", "fail", "warn", "error", "skip"]
 
@@ -58,27 +57,6 @@ class AuditCheck(Strict):
 class LedgerSpec(Strict):
     policy: str = Field(min_length=1)
     result: ResultKind
-
-
-def _fields(template: str) -> set[str]:
-    return {f for _, f, _, _ in string.Formatter().parse(template) if f}
-
-
-class _Templates(Strict):
-    """Templates that may name only the variables listed in ``VARIABLES`` (a typo fails at load)."""
-
-    VARIABLES: ClassVar[dict[str, set[str]]] = {}
-
-    @model_validator(mode="after")
-    def _known_variables(self):
-        for name, allowed in self.VARIABLES.items():
-            value = getattr(self, name)
-            template = value.message if isinstance(value, Finding) else value
-            unknown = _fields(template) - allowed
-            if unknown:
-                raise ValueError(f"{name}: unknown template field(s) {', '.join(sorted(unknown))} "
-                                 f"(known: {', '.join(sorted(allowed))})")
-        return self
 
 
 _SELECTS = {"pool", "flavor", "selected", "nodes", "missing"}
