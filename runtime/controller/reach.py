@@ -63,6 +63,8 @@ class ReachWatch:
         if before == findings:  # the common pass
             return []
         templates, spec = policy.derivation.events, reach_spec(policy)
+        if spec is None:  # rules without an AuditPolicy (a reload dropped it): nothing to word
+            return []
         raised = {spec.unselected.rule: templates.flavorSelectsTooFewNodes, spec.unusable.rule: templates.acceleratorsUnusable}
         cleared = {spec.unselected.rule: templates.flavorSelectsItsNodes, spec.unusable.rule: templates.acceleratorsUsable}
         types = {name_of(it): it for it in state.instance_types}

@@ -40,9 +40,13 @@ class PoolFinding:
         return self.pool, self.rule, self.flavor, self.node
 
 
-def reach_spec(policy: Policy) -> ReachSpec:
-    """rules/audit.yaml ``reach``."""
-    return policy.ruleset.get("AuditPolicy").reach
+def reach_spec(policy: Policy) -> ReachSpec | None:
+    """rules/audit.yaml ``reach``; None when the rules hold no AuditPolicy (it is not a required kind:
+    then nothing is reported, and the controller's reconcile goes on)."""
+    try:
+        return policy.ruleset.get("AuditPolicy").reach
+    except KeyError:
+        return None
 
 
 def pairs_text(pairs) -> str:
@@ -71,8 +75,10 @@ def flavor_reaches(snapshot: Snapshot, desired: DesiredState) -> dict[str, Flavo
 def pool_findings(policy: Policy, snapshot: Snapshot, desired: DesiredState,
                   reaches: dict[str, FlavorReach] | None = None) -> list[PoolFinding]:
     """Every finding of every pool (InstanceType with a ClusterQueue in ``desired``), pool then flavor
-    then node order. ``reaches``: :func:`flavor_reaches` when the caller already has it."""
+    then node order ([] without an AuditPolicy). ``reaches``: :func:`flavor_reaches` when the caller already has it."""
     spec = reach_spec(policy)
+    if spec is None:
+        return []
     reaches = flavor_reaches(snapshot, desired) if reaches is None else reaches
     short: dict[str, list[Shortfall]] = {}
     for shortfall in desired.shortfalls:
@@ -99,6 +105,8 @@ def node_lines(policy: Policy, snapshot: Snapshot, desired: DesiredState, flavor
     ``key=value`` pairs its Node lacks, over all those flavors) and, where its Devices can use fewer
     accelerators than its labels count, how many."""
     spec = reach_spec(policy)
+    if spec is None:
+        return {}
     reaches = flavor_reaches(snapshot, desired)
     lacks: dict[str, dict[str, str]] = {}
     for flavor in flavors:

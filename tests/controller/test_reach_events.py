@@ -71,3 +71,19 @@ def test_an_unhealthy_accelerator_is_an_event_and_a_metric(policy):
         ("Normal", "AcceleratorsUsable", POOL, "node node-t4-b: its Devices can use every accelerator its labels "
                                                f"count in ResourceFlavor {F4} of pool {POOL} again")]
     assert T4  # the label prefix the stripped cluster lacks (tests/report/test_reach.py)
+
+
+def test_rules_without_an_audit_policy_report_nothing_and_the_pass_goes_on(tmp_path):
+    """AuditPolicy is not a required kind: without rules/audit.yaml the controller keeps reconciling."""
+    import shutil
+
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    (rules / "audit.yaml").unlink()
+    policy = Policy(load_rules(rules))
+    watch = ReachWatch()
+    assert _pass(policy, watch, _strip(_objects(), {"node-t4-a", "node-t4-b"})) == []
+    assert f'accelpolicy_resourceflavor_selected_nodes{{resourceflavor="{F4}"}} 0.0' in _samples(watch)
