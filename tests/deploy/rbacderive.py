@@ -18,6 +18,7 @@ new API call makes the RBAC test fail until it is accounted for.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -60,7 +61,10 @@ class Underived(AssertionError):
     """A call site whose kind or verb this module cannot read."""
 
 
+@functools.lru_cache(maxsize=None)
 def _tree(rel: str) -> ast.Module:
+    """The parsed module (once: :func:`_module_consts` follows every ``from runtime... import`` again
+    for each importer, thousands of times for the controller's modules; never mutated)."""
     return ast.parse((REPO / rel).read_text(), rel)
 
 
