@@ -7,9 +7,12 @@ compiles each one once (``Expr.program``) and reports failures as ``file:line fi
 from __future__ import annotations
 
 import string
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from runtime.model.base import Strict  # every rule kind's base (re-exported)
+from runtime.model.templates import IncompleteTypeSpec, Templates  # noqa: F401 - Templates re-exported
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"
 
@@ -28,10 +31,6 @@ class Expr(str):
     def evaluate(self, activation: dict, memo: bool = True) -> Any:
         """Evaluate the compiled program (see runtime.rules.cel.CelExpression.evaluate)."""
         return self.program.evaluate(activation, memo=memo)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True)
 
 
 class Metadata(Strict):
@@ -214,36 +213,6 @@ class AdmissionCheckSpec(Strict):
     readyMessage: Expr
     retryMessage: Expr
     retryAfterSeconds: int = Field(gt=0)
-
-
-class Templates(Strict):
-    """A model whose ``str.format`` templates may name only the variables ``VARIABLES`` lists per field
-    (a field that is a model with a ``message`` is checked on that message); a typo fails at load."""
-
-    VARIABLES: ClassVar[dict[str, set[str]]] = {}
-
-    @model_validator(mode="after")
-    def _known_variables(self):
-        for name, allowed in self.VARIABLES.items():
-            value = getattr(self, name)
-            template = getattr(value, "message", value)
-            used = {f for _, f, _, _ in string.Formatter().parse(template) if f}
-            if used - allowed:
-                raise ValueError(f"{name}: unknown template field(s) {', '.join(sorted(used - allowed))} "
-                                 f"(known: {', '.join(sorted(allowed)) or 'none'})")
-        return self
-
-
-class IncompleteTypeSpec(Templates):
-    """An InstanceType whose spec lacks what names its pool (pools.md §6.2 requires it; issue 23 item 5)."""
-
-    VARIABLES: ClassVar[dict[str, set[str]]] = {"message": {"fields"}}
-    required: list[str] = Field(min_length=1, description="spec fields every type needs")
-    requiredWhenAcceleratable: list[str] = []
-    message: str = Field(min_length=1, description="its phaseMessage (phase Inactive); {fields}: the missing "
-                                                   "ones as spec.<field>, comma-separated")
-    unitPlaceholder: str = Field(min_length=1, description="status.summary.unit's part for a missing "
-                                                           "unitResources.cpu, unitResources.ram or localStorage")
 
 
 class ClusterQueueSpec(Strict):

@@ -1,0 +1,10 @@
+"""The base of every rule-file model: unknown fields are refused (a typo in a rule file is an error)."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    """A rule-file model: extra fields forbidden, fields settable by name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True)
