@@ -4,7 +4,5 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 
-class Strict(BaseModel):
-    """A rule-file model: extra fields forbidden, fields settable by name."""
-
+class Strict(BaseModel):  # no docstring: the generated reference would give it to every model without one
     model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True)
