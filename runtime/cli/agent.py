@@ -21,11 +21,12 @@ from probes.backend import BACKEND_ENV, BACKENDS, select_backend
 from runtime.agent.dra import AUTO, BACKEND as DRA, DraBackend, cluster_publishes_for, publishes_for, slices_from_file
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
-from runtime.cli.common import rules_cache_options
+from runtime.cli.common import fail, rules_cache_options
 from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
 from runtime.engine.settings import parse_bool
+from runtime.model.facts import FactsError
 from runtime.rules.loader import RuleLoadError, load_rules
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -99,6 +100,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
                 raise ValueError("--resourceslices is for the cluster-less dry run (--dry-run, no --kubeconfig, "
                                  "--node-capacity-cpu N); a cluster agent watches the cluster's slices")
             probe = _backend(policy, chosen, facts, resourceslices, node_name, session)
+    except FactsError as exc:  # the file's content, not the command line: no usage text
+        fail(f"recorded facts refused:\n{exc}")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     recorded_node = getattr(probe, "node", "") if probe.name == "fake" else ""

@@ -45,6 +45,7 @@ from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_cla
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.plan import Action, plan
+from runtime.controller.reach import ReachWatch
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
@@ -130,6 +131,7 @@ class Controller(ActionWriter):
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
         self.transitions = TransitionEvents()  # the state-transition Events (issue 14 item 3)
+        self.reach = ReachWatch()  # pools that cannot keep their promises: Events, metrics (issue 23)
         self._pass: tuple[Snapshot | None, dict] = (None, {})  # this pass's snapshot and check verdicts
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
         self._warned: set[str] = set()  # derive warnings already logged
@@ -210,6 +212,8 @@ class Controller(ActionWriter):
         self._pass = (snapshot, {})
         for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot,
                                                   datetime.now(timezone.utc)):
+            self._create_event(event)
+        for event in self.reach.update(self.policy, snapshot, state, datetime.now(timezone.utc)):
             self._create_event(event)
         self._log_warnings(state.warnings)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -7,15 +7,19 @@ rules, and in which words (issue 12 item 1).
 - ``checks``: CEL checks of existing objects (activation ``object``, ``settings``), e.g. a held
   host-access grant whose setting is now off (a ``warn``: spec/instances.md §6).
 - ``ledger``: the result kind of a Pod allocation annotation its node's Devices refuses.
+- ``reach``: whether each pool can keep its promises (issue 23): a derived flavor whose
+  ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute, a node whose labels count
+  more accelerators than its Devices can use; and the words ``explain`` and the controller's Events
+  use for the same facts.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field
 
 from runtime.model import rulefiles
-from runtime.model.rulefiles import Expr, Strict
+from runtime.model.rulefiles import Expr, Strict, Templates as _Templates
 
 ResultKind = Literal["pass", "fail", "warn", "error", "skip"]
 
@@ -55,6 +59,57 @@ class LedgerSpec(Strict):
     result: ResultKind
 
 
+_SELECTS = {"pool", "flavor", "selected", "nodes", "missing"}
+_USES = {"pool", "flavor", "node", "akey", "labelled", "usable", "why"}
+
+
+class UnselectedSpec(_Templates):
+    """A derived flavor whose ``spec.nodeLabels`` select ``selected`` of its ``nodes`` contributors."""
+
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"none": _SELECTS, "some": _SELECTS, "nodeLacks": {"node", "pairs"}}
+    rule: str = Field(pattern=r"^[a-z0-9-]+$")
+    none: Finding = Field(description="0 of N selected: no Pod of the pool can land on the flavor")
+    some: Finding = Field(description="k of N selected, 0 < k < N")
+    nodeLacks: str = Field(min_length=1, description="one node of {missing}: {node}, {pairs} (key=value, ...)")
+
+
+class UnusableSpec(_Templates):
+    """A contributing node whose labels count more accelerators than its Devices can use."""
+
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"finding": _USES}
+    rule: str = Field(pattern=r"^[a-z0-9-]+$")
+    finding: Finding
+
+
+class WhySpec(_Templates):
+    """Why a node's Devices can use fewer accelerators than its labels count, per Devices state."""
+
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"present": {"unhealthy"}, "missing": set(), "refused": set()}
+    present: str = Field(min_length=1, description="the Devices object counts; {unhealthy}: accelerators marked unhealthy")
+    missing: str = Field(min_length=1, description="no Devices object for the node")
+    refused: str = Field(min_length=1, description="its Devices count in no view (decision 19)")
+
+
+class ExplainWords(_Templates):
+    """``explain instancetype``'s per-node lines."""
+
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"applied": set(), "notApplied": {"missing"},
+                 "accelerators": {"akey", "labelled", "usable", "why"}}
+    applied: str = Field(min_length=1)
+    notApplied: str = Field(min_length=1, description="{missing}: key=value, ... the Node lacks")
+    accelerators: str = Field(min_length=1)
+
+
+class ReachSpec(Strict):
+    """Issue 23: whether each pool can keep its promises (see the module docstring)."""
+
+    policy: str = Field(min_length=1)
+    unselected: UnselectedSpec
+    unusable: UnusableSpec
+    why: WhySpec
+    explain: ExplainWords
+
+
 class AuditPolicySpec(Strict):
     """``kind: AuditPolicy``: see the module docstring. ``source`` fills each result's ``source`` and
     ``reportName`` the Report/ClusterReport ``metadata.name``."""
@@ -66,6 +121,7 @@ class AuditPolicySpec(Strict):
     drift: DriftSpec
     checks: list[AuditCheck] = []
     ledger: LedgerSpec
+    reach: ReachSpec
 
 
 rulefiles.SPEC_MODELS["AuditPolicy"] = AuditPolicySpec

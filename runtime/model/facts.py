@@ -21,6 +21,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
+
+from runtime.model.errors import error_text, field_path
 
 
 class _Facts(BaseModel):
@@ -116,16 +119,19 @@ class NodeFactsDoc(_Facts):
     @field_validator("accelerators")
     @classmethod
     def _unique(cls, value: list[AcceleratorFacts]) -> list[AcceleratorFacts]:
-        seen: set[str] = set()
-        for acc in value:
-            if acc.uuid in seen:
-                raise ValueError(f"accelerator uuid {acc.uuid!r} listed twice")
-            seen.add(acc.uuid)
+        seen: dict[str, int] = {}
+        for index, acc in enumerate(value):
+            if acc.uuid in seen:  # Kubernetes' words; parse_facts points the path at the second one
+                raise PydanticCustomError("duplicate_uuid", 'Duplicate value: "{uuid}" (accelerators[{first}] has it '
+                                          'too; each accelerator has its own uuid)',
+                                          {"uuid": acc.uuid, "first": seen[acc.uuid], "index": index})
+            seen[acc.uuid] = index
         return value
 
 
 class FactsError(ValueError):
-    """A facts document that does not have the §1.3 shape; the message names source and field."""
+    """A facts document that does not have the §1.3 shape; the message names source and field
+    (``FILE: accelerators[1].uuid: Duplicate value: "GPU-..." ...``), one line per problem."""
 
 
 def parse_facts(data: Any, source: str = "<facts>") -> NodeFactsDoc:
@@ -137,6 +143,8 @@ def parse_facts(data: Any, source: str = "<facts>") -> NodeFactsDoc:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"]) or "<document>"
-            lines.append(f"{source}: {path}: {err['msg']}")
+            loc = tuple(err["loc"])
+            if err["type"] == "duplicate_uuid":
+                loc += (err["ctx"]["index"], "uuid")
+            lines.append(f"{source}: {field_path(loc)}: {error_text(err)}")
         raise FactsError("\n".join(lines)) from None

@@ -9,7 +9,10 @@ from __future__ import annotations
 import string
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from runtime.model.base import Strict  # every rule kind's base (re-exported)
+from runtime.model.templates import IncompleteTypeSpec, Templates  # noqa: F401 - Templates re-exported
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"
 
@@ -28,10 +31,6 @@ class Expr(str):
     def evaluate(self, activation: dict, memo: bool = True) -> Any:
         """Evaluate the compiled program (see runtime.rules.cel.CelExpression.evaluate)."""
         return self.program.evaluate(activation, memo=memo)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True)
 
 
 class Metadata(Strict):
@@ -235,7 +234,11 @@ STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": 
                          "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"},
                          "rulesReloaded": {"generation", "root", "seconds"},
                          "rulesRefused": {"root", "generation", "problems"},
-                         "auditFailed": {"policy", "rule", "message"}}
+                         "auditFailed": {"policy", "rule", "message"},
+                         "flavorSelectsTooFewNodes": {"pool", "flavor", "message"},
+                         "flavorSelectsItsNodes": {"pool", "flavor"},
+                         "acceleratorsUnusable": {"pool", "flavor", "node", "message"},
+                         "acceleratorsUsable": {"pool", "flavor", "node"}}
 
 
 class StateEvents(Strict):
@@ -253,6 +256,16 @@ class StateEvents(Strict):
                                                  "one per line")
     auditFailed: StateEvent = Field(description="on the object the background audit newly finds failing; "
                                                 "{policy}, {rule} (- when none), {message}")
+    flavorSelectsTooFewNodes: StateEvent = Field(description="on the InstanceType, when a flavor of its pool selects "
+                                                             "fewer of its contributing Nodes than before; {pool}, "
+                                                             "{flavor}, {message}: the audit's (rules/audit.yaml reach)")
+    flavorSelectsItsNodes: StateEvent = Field(description="on the InstanceType, when that flavor selects all its "
+                                                          "nodes again; {pool}, {flavor}")
+    acceleratorsUnusable: StateEvent = Field(description="on the InstanceType, when a node's Devices can use fewer "
+                                                         "accelerators than its labels count; {pool}, {flavor}, "
+                                                         "{node}, {message}: the audit's")
+    acceleratorsUsable: StateEvent = Field(description="on the InstanceType, when they agree again; {pool}, "
+                                                       "{flavor}, {node}")
 
     @model_validator(mode="after")
     def _known_variables(self) -> "StateEvents":
@@ -281,6 +294,7 @@ class PoolDerivationSpec(Strict):
     generalGroup: Expr
     entrance: Expr
     derivedType: DerivedTypeSpec
+    incompleteType: IncompleteTypeSpec
     clusterQueue: ClusterQueueSpec
     admissionCheck: AdmissionCheckSpec
     resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]

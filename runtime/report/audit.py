@@ -13,6 +13,10 @@
 3. CEL checks (rules/audit.yaml ``checks``), e.g. a held host-access grant whose setting is off.
 4. Device ledgers: each node's Pod allocation annotations replayed against its Devices
    (:func:`runtime.engine.devices.rebuild_ledger`); a refused annotation is a finding.
+5. Reach (rules/audit.yaml ``reach``, issue 23): on each pool's InstanceType, a flavor whose
+   ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute (labels stripped while
+   the NodeFeatures remain), a node whose labels count more accelerators than its Devices can use
+   (:func:`runtime.report.reach.pool_findings`).
 """
 from __future__ import annotations
 
@@ -23,8 +27,9 @@ from runtime.engine.admission import AdmissionEngine, AdmissionRequest, Admissio
 from runtime.engine.devices import rebuild_ledger
 from runtime.engine.policy import Policy
 from runtime.engine.pools import DesiredState, derive
-from runtime.engine.snapshot import Snapshot, labels_of
+from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.audit import AuditPolicySpec
+from runtime.report.reach import pool_findings
 from runtime.report.results import ObjectRef, Result, ordered
 from runtime.rules.cel import CelEvalError
 
@@ -47,6 +52,7 @@ def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = N
     results += drift_results(policy, snapshot, desired, spec)
     results += check_results(spec, snapshot, view.settings)
     results += ledger_results(policy, snapshot, spec)
+    results += reach_results(policy, snapshot, desired, spec)
     return ordered(results)
 
 
@@ -208,4 +214,18 @@ def ledger_results(policy: Policy, snapshot: Snapshot, spec: AuditPolicySpec) ->
             ref = ObjectRef(event.kind, event.name, event.namespace,
                             api_version="v1" if event.kind == "Pod" else "worker.gpustack.ai/v1")
             out.append(Result(spec.ledger.policy, event.reason, spec.ledger.result, ref, event.message))
+    return out
+
+
+def reach_results(policy: Policy, snapshot: Snapshot, desired: DesiredState, spec: AuditPolicySpec) -> list[Result]:
+    """The pools that cannot keep a promise (:func:`runtime.report.reach.pool_findings`), each on the
+    pool's InstanceType; ``properties`` name the ResourceFlavor (and the node of a Devices finding)."""
+    types = {name_of(it): it for it in desired.instance_types}
+    out = []
+    for finding in pool_findings(policy, snapshot, desired):
+        it = types.get(finding.pool)
+        ref = ObjectRef.of(it) if it is not None else ObjectRef("InstanceType", finding.pool,
+                                                                 api_version="worker.gpustack.ai/v1")
+        props = {"resourceFlavor": finding.flavor, **({"node": finding.node} if finding.node else {})}
+        out.append(Result(spec.reach.policy, finding.rule, finding.result, ref, finding.message, "", props))
     return out

@@ -23,6 +23,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.pools import accelerators, derive, flavor_selector, matches, node_views
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.rulefiles import Expr
+from runtime.report import reach
 from runtime.report.drasource import accelerator_sources, render_sources
 from runtime.rules.yamlsrc import dotted
 
@@ -47,6 +48,9 @@ def _excluded(policy: Policy, node, selector: dict, flavors: list[dict]) -> str:
         return f"no {policy.prefix('general')}<gKey>=true label (no CPU group: it contributes no flavor)"
     if not node.os or not node.arch:
         return f"no {policy.key('os')}/{policy.key('arch')} label (it contributes no flavor)"
+    uncounted = _uncounted_group(policy, node, selector)
+    if uncounted:
+        return uncounted
     own = [f for f in flavors if all(node.labels.get(k) == v for k, v in ((f.get("spec") or {}).get("nodeLabels") or {}).items())]
     for flavor in own:
         for key, want in selector.items():
@@ -57,10 +61,33 @@ def _excluded(policy: Policy, node, selector: dict, flavors: list[dict]) -> str:
     return "it contributes no flavor to this pool"
 
 
+def _uncounted_group(policy: Policy, node, selector: dict) -> str:
+    """Why a node that carries the pool's accelerator group key contributes no device flavor for it:
+    its ``<aKey>.count`` label is absent, or a fact of that group was refused (decision 19); "" else."""
+    acc = policy.prefix("acceleratable")
+    for key, want in selector.items():
+        if not key.startswith(acc) or want != "true" or node.labels.get(key) != "true":
+            continue
+        akey = key[len(acc):]
+        if node.akeys.get(akey):
+            continue
+        count_key = f"{key}{policy.suffix('count')}"
+        problem = next((p for p in node.problems if p.key == count_key), None) or \
+            next((p for p in node.problems if p.key.startswith(f"{key}.")), None)
+        if problem is not None:
+            return problem.message  # decision 19's warning: it names node, label, value and what it costs
+        if node.labels.get(count_key) is None:
+            return (f"it carries {key}=true but no {count_key} label: a node contributes a device flavor for "
+                    f"{akey} only with that count (the agent writes it beside the group key)")
+    return ""
+
+
 def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict:
     """The pool of InstanceType ``name``: ``{name, selector, flavors, nodes, excluded, views, accelerators}``.
 
     ``flavors``: ``{name, nodes}``; ``excluded``: node -> reason; ``views``: the type's status views;
+    ``reach``: node -> whether its Node carries the labels its flavors select and, where fewer, how many
+    of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`, issue 23);
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
     (the ledger the four views add up, spec/pools.md §10). Raises :class:`ExplainError`.
     """
@@ -95,6 +122,7 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict
             "flavors": [{"name": f, "nodes": members[f]} for f in sorted(members)],
             "nodes": in_pool, "excluded": excluded, "views": views, "accelerators": accel,
             "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),  # spec/dra.md
+            "reach": reach.node_lines(policy, snapshot, desired, reach.flavor_names(desired, name)),
             "credits": {"perAccelerator": policy.constants.creditsPerAccelerator,
                         "perShare": policy.constants.share}}
 
@@ -107,6 +135,9 @@ def render_instance_type(info: dict) -> str:
     lines += [f"  {f['name']}: nodes {', '.join(f['nodes']) or '(none)'}" for f in info["flavors"]] or ["  (none)"]
     lines.append("left out:")
     lines += [f"  {node}: {why}" for node, why in sorted(info["excluded"].items())] or ["  (none)"]
+    if info.get("reach"):  # issue 23: whether the Node carries what its flavors select, what its Devices can use
+        lines.append("nodes (as the scheduler sees them):")
+        lines += [f"  {node}: {line}" for node, line in info["reach"].items()]
     lines.append(f"views (capacity/remaining/onceMaxRequest; {info['credits']['perAccelerator']} credits per "
                  f"accelerator, {info['credits']['perShare']} per share):")
     for view, numbers in info["views"].items():

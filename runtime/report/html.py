@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import html
 from collections import Counter
+from dataclasses import dataclass
 
 from runtime.engine.policy import Policy
 from runtime.engine.pools import derive
 from runtime.engine.snapshot import Snapshot, name_of
 from runtime.report.results import RESULT_KINDS, Result, summary
 
-VIEWS = (("EX", "accelerator"),  # the four accelerator views, then CPU (CPU pools show only CPU) ("SH", "acceleratorShared"), ("SL", "acceleratorSliced"),
+# The four accelerator views (spec/four-view.md), then the CPU view (pools.md §10.2): accelerated pools
+# show the first four, CPU pools only the last, as the InstanceType's status publishes them.
+VIEWS = (("EX", "accelerator"), ("SH", "acceleratorShared"), ("SL", "acceleratorSliced"),
          ("PT", "acceleratorPartitioned"), ("CPU", "cpu"))
 
 _CSS = """
@@ -88,8 +91,24 @@ def _int(value) -> int:
         return 0
 
 
-def pool_bars(policy: Policy, snapshot: Snapshot) -> list[tuple[str, list[tuple[str, list[tuple[str, int, int]]]]]]:
-    """``[(accelerator group or 'CPU', [(InstanceType, [(view, used, capacity)])])]`` in name order."""
+@dataclass(frozen=True)
+class Bar:
+    """One view of one pool as its InstanceType status publishes it (integers; an unreadable value
+    reads 0): ``used`` = capacity - remaining (never below 0)."""
+
+    view: str
+    capacity: int
+    remaining: int
+    once_max: int
+
+    @property
+    def used(self) -> int:
+        return max(self.capacity - self.remaining, 0)
+
+
+def pool_bars(policy: Policy, snapshot: Snapshot) -> list[tuple[str, list[tuple[str, list[Bar]]]]]:
+    """``[(accelerator group or 'CPU', [(InstanceType, [Bar])])]`` in name order: EX, SH, SL and PT of an
+    accelerated pool, the CPU view of a CPU pool (the figures `get instancetypes` prints)."""
     groups: dict[str, list] = {}
     for it in derive(policy, snapshot).instance_types:
         spec, status = it.get("spec") or {}, it.get("status") or {}
@@ -99,8 +118,8 @@ def pool_bars(policy: Policy, snapshot: Snapshot) -> list[tuple[str, list[tuple[
             view = status.get(key)
             if not isinstance(view, dict):
                 continue
-            capacity, remaining = _int(view.get("capacity")), _int(view.get("remaining"))
-            bars.append((short, max(capacity - remaining, 0), capacity))
+            bars.append(Bar(short, _int(view.get("capacity")), _int(view.get("remaining")),
+                            _int(view.get("onceMaxRequest"))))
         groups.setdefault(group, []).append((name_of(it), bars))
     return [(g, sorted(groups[g])) for g in sorted(groups, key=lambda g: (g == "CPU", g))]
 
@@ -134,11 +153,14 @@ def render_page(policy: Policy, snapshot: Snapshot, results: list[Result], title
         out.append(f"<div class=group><h3>{_e(group)}</h3>")
         for name, bars in types:
             out.append(f"<div class=type data-type='{_e(name)}'><b>{_e(name)}</b><br>")
-            for short, used, capacity in bars:
-                pct = 0 if capacity == 0 else round(100 * used / capacity)
-                full = " full" if capacity and used >= capacity else ""
-                out.append(f"<span class=view>{short}</span><span class='bar{full}' title='{used} of {capacity} used'>"
-                           f"<i style='width:{pct}%'></i></span><span class=num>{used}/{capacity} used</span><br>")
+            for bar in bars:
+                pct = 0 if bar.capacity == 0 else round(100 * bar.used / bar.capacity)
+                full = " full" if bar.capacity and bar.used >= bar.capacity else ""
+                out.append(f"<span class=view>{bar.view}</span><span class='bar{full}' "
+                           f"title='{bar.used} of {bar.capacity} used'><i style='width:{pct}%'></i></span>"
+                           f"<span class=num data-view={bar.view} data-capacity={bar.capacity} "
+                           f"data-remaining={bar.remaining} data-once-max={bar.once_max}>{bar.used}/{bar.capacity} "
+                           f"used, {bar.remaining} free, at most {bar.once_max} at once</span><br>")
             out.append("</div>")
         out.append("</div>")
     out.append(f"</div><script>{_JS}</script></body></html>")

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Optional
 from pydantic import BaseModel, ValidationError
 
 from runtime.model import rulefiles
+from runtime.model.errors import error_text
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
 from runtime.rules.cel import CelCompileError, program_from_code, transpile
@@ -259,7 +260,7 @@ def _pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument,
     problems = []
     for err in exc.errors():
         loc = prefix + tuple(err["loc"])
-        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), err["msg"], doc.column_of(loc)))
+        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), error_text(err), doc.column_of(loc)))
     return problems
 
 

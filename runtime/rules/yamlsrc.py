@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from runtime.model.errors import field_path
+
 
 class YamlSourceError(ValueError):
     """The text is not YAML; ``line`` is 1-based (0 when unknown)."""
@@ -92,15 +94,7 @@ class SourceDocument:
         return line, column
 
 
-def dotted(path: tuple | list) -> str:
-    """("spec", "rules", 3, "expression") -> "spec.rules[3].expression"."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<document>"
+dotted = field_path  # ("spec", "rules", 3, "expression") -> "spec.rules[3].expression"
 
 
 _CONSTRUCTOR = yaml.SafeLoader

@@ -9,7 +9,8 @@ A review is never answered with a crash or a 500: a body over ``max_body_bytes``
 kube-apiserver's own request limit), non-JSON, a wrong apiVersion/kind, a missing ``request`` or uid,
 wrongly typed fields or strings that are not valid Unicode (lone surrogates) get a well-formed
 AdmissionReview denial (code 400), HTTP 200, echoing the uid when one could be read (``""``
-otherwise). An unexpected failure inside the engine is a 500-coded InternalError *denial*. Answers
+otherwise). Each is counted in ``accelpolicy_admission_malformed_reviews{webhook,reason}`` and logged
+(WARNING, at most one line per webhook and reason every 10 s; issue 23 item 4). An unexpected failure inside the engine is a 500-coded InternalError *denial*. Answers
 are JSON with non-ASCII escaped, so no value can make the answer unencodable.
 
 The engine runs off the event loop, in a pool of ``workers`` threads (default: the CPU count), so
@@ -43,6 +44,8 @@ from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, b
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSeconds default and maximum 30)
 _LOG = logging.getLogger(__name__)
+MALFORMED_REASONS = ("body-too-large", "not-json", "not-a-review")
+MALFORMED_LOG_SECONDS = 10.0
 _BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -59,6 +62,27 @@ class WebhookMetrics:
                              ["webhook", "rule"], registry=self.registry)
         self.latency = Histogram("accelpolicy_admission_review_seconds", "Time to answer one review",
                                  ["webhook"], buckets=_BUCKETS, registry=self.registry)
+        self.malformed = Counter("accelpolicy_admission_malformed_reviews", "Request bodies answered with a "
+                                 "BadRequest denial without being judged, by reason: body-too-large, not-json, "
+                                 "not-a-review (not an AdmissionReview v1 with a usable request)",
+                                 ["webhook", "reason"], registry=self.registry)
+        self._logged: dict[tuple[str, str], tuple[float | None, int]] = {}
+        self._log_lock = threading.Lock()
+
+    def malformed_review(self, webhook: str, reason: str, message: str, client: str) -> None:
+        """Count a review that could not be judged (``reason``: one of :data:`MALFORMED_REASONS`) and log
+        it: a WARNING line per webhook and reason at most every :data:`MALFORMED_LOG_SECONDS`, the
+        next one saying how many were not logged meanwhile (a flood of bad bodies cannot flood the log)."""
+        self.malformed.labels(webhook, reason).inc()
+        now = time.monotonic()
+        with self._log_lock:
+            last, skipped = self._logged.get((webhook, reason), (None, 0))
+            if last is not None and now - last < MALFORMED_LOG_SECONDS:
+                self._logged[(webhook, reason)] = (last, skipped + 1)
+                return
+            self._logged[(webhook, reason)] = (now, 0)
+        more = f" ({skipped} more since the last line)" if skipped else ""
+        _LOG.warning("webhook %s: malformed review from %s (%s): %s%s", webhook, client, reason, message, more)
 
     def observe(self, webhook: str, outcome: Outcome, seconds: float) -> None:
         self.reviews.labels(webhook, outcome.verdict()).inc()
@@ -243,11 +267,16 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
             _LOG.debug("%s: client %s disconnected before the review body was read", name,
                        request.client.host if request.client else "?")
             return Response(status_code=400)  # nobody reads it
+        client = request.client.host if request.client else "?"
         if body is None:
-            return _answer(bad_request("", f"request body exceeds {state.max_body_bytes} bytes"))
+            message = f"request body exceeds {state.max_body_bytes} bytes"
+            state.metrics.malformed_review(name, "body-too-large", message, client)
+            return _answer(bad_request("", message))
         try:
             data = json.loads(body, parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            state.metrics.malformed_review(name, "not-json", f"request body is not JSON ({type(exc).__name__}: "
+                                                             f"{str(exc)[:200]})", client)
             return _answer(bad_request("", "request body is not JSON"))
         if not state.ready:
             uid = _uid_of(data)
@@ -255,6 +284,8 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
                                                                             "webhook not ready; retry"))))
         answer, outcome = await _judge(state, data, name)
         state.metrics.observe(name, outcome, time.perf_counter() - started)
+        if outcome.denial is not None and outcome.denial[1] == "BadRequest":  # parse_review refused it
+            state.metrics.malformed_review(name, "not-a-review", outcome.denial[2], client)
         return _answer(answer)
 
     routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]

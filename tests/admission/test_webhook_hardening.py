@@ -211,7 +211,8 @@ def test_served_by_httptools_on_uvloop_and_malformed_reviews_are_denials_on_the_
         no_request = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}'
         with httpx.Client(base_url=server.url, timeout=10) as http:
             for body, message in ((surrogate, "request.uid must be valid Unicode text (it holds a lone surrogate)"),
-                                  (no_request, "request must be an object")):
+                                  (no_request, "request is required: an AdmissionReview carries the object to judge in request "
+                                              "(uid, kind, operation, object)")):
                 r = http.post("/validate-pods", content=body, headers={"content-type": "application/json"})
                 assert r.status_code == 200
                 assert r.json()["response"] == {"uid": "", "allowed": False, "status": {

@@ -91,7 +91,12 @@ def test_denial_echoes_uid_with_causes(client):
     (b"not json", 200, "request body is not JSON"),
     (b"[]", 200, "the body must be an AdmissionReview object"),
     (json.dumps({"apiVersion": "v1", "kind": "AdmissionReview", "request": {"uid": "x"}}).encode(), 200,
-     "expected apiVersion admission.k8s.io/v1, kind AdmissionReview"),
+     'expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got apiVersion "v1", kind "AdmissionReview"'),
+    # issue 23 item 4: which version came, and what to change
+    (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {"uid": "x"}}).encode(),
+     200, 'expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got apiVersion "admission.k8s.io/v1beta1", '
+          'kind "AdmissionReview" (this webhook reads admission.k8s.io/v1 only; kube-apiserver sends v1 when the '
+          "webhook configuration's admissionReviewVersions lists it)"),
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(), 200,
      "request.uid must be a non-empty string"),
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -102,7 +107,9 @@ def test_denial_echoes_uid_with_causes(client):
     (b"[" * 5000 + b"]" * 5000, 200, "request body is not JSON"),
     # issue 13 item 6: a review without `request` is answered as a review, not with HTTP 400
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), 200,
-     "request must be an object"),
+     "request is required: an AdmissionReview carries the object to judge in request (uid, kind, operation, object)"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": [1]}).encode(), 200,
+     "request must be an object, got array"),
     # an old object whose metadata is not a mapping crashed the engine (AttributeError, HTTP 200 InternalError)
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "u", "kind": {"kind": "Pod"}, "operation": "DELETE", "oldObject": {"metadata": "oops"}}}).encode(), 200,
@@ -120,6 +127,31 @@ def test_malformed_reviews_get_well_formed_denials(client, body, status, message
     resp = r.json()["response"]
     assert resp["allowed"] is False
     assert resp["status"] == {"status": "Failure", "message": message, "reason": "BadRequest", "code": 400}
+
+
+def test_malformed_reviews_are_counted_and_logged(caplog):
+    """Issue 23 item 4: a body too large, not JSON, or not a usable review was answered but neither
+    logged nor counted. Each is counted by webhook and reason; the log gets one WARNING line per webhook
+    and reason at most every 10 s, the next one saying how many it did not print."""
+    policy = Policy(load_rules())
+    st_ = WebhookState(max_body_bytes=1024)
+    st_.set_ready(AdmissionEngine(policy), admission_view(policy, load_snapshot(["tests/fixtures/seed/common"])))
+    c = TestClient(build_app(st_, {"/validate-pods": "pods-validation"}))
+    no_request = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode()
+    with caplog.at_level("WARNING", logger="runtime.webhook.app"):
+        for body in (b"x" * 2048, b"not json", b"not json", no_request):
+            assert c.post("/validate-pods", content=body).json()["response"]["status"]["code"] == 400
+        c.post("/validate-pods", json=review_for(_pod({"nvidia.com/gpu": "1"})))  # a review: not counted here
+    text = c.get("/metrics").text
+    assert 'accelpolicy_admission_malformed_reviews_total{reason="body-too-large",webhook="pods-validation"} 1.0' in text
+    assert 'accelpolicy_admission_malformed_reviews_total{reason="not-json",webhook="pods-validation"} 2.0' in text
+    assert 'accelpolicy_admission_malformed_reviews_total{reason="not-a-review",webhook="pods-validation"} 1.0' in text
+    assert [r.getMessage() for r in caplog.records if r.name == "runtime.webhook.app"] == [
+        "webhook pods-validation: malformed review from testclient (body-too-large): request body exceeds 1024 bytes",
+        "webhook pods-validation: malformed review from testclient (not-json): request body is not JSON "
+        "(JSONDecodeError: Expecting value: line 1 column 1 (char 0))",
+        "webhook pods-validation: malformed review from testclient (not-a-review): request is required: an "
+        "AdmissionReview carries the object to judge in request (uid, kind, operation, object)"]
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),

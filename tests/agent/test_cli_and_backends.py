@@ -57,6 +57,21 @@ def test_fake_backend_without_facts_is_a_usage_error():
     assert "needs recorded facts" in result.output
 
 
+def test_a_duplicated_uuid_is_named_in_kubernetes_words_not_as_a_usage_error(tmp_path):
+    """Issue 23 item 5: it read `Usage: ... Error: FILE: accelerators: Value error, accelerator uuid 'X' listed
+    twice` (the command line was fine; the file was not, and pydantic's prefix leaked)."""
+    doc = load_document(recorded("node-t4-b"))
+    doc["accelerators"][3]["uuid"] = doc["accelerators"][1]["uuid"]
+    path = tmp_path / "node-t4-b.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = _dry_run("--node", "node-t4-b", "--backend", "fake", "--facts", str(path), "--node-capacity-cpu", "48")
+    assert result.exit_code == 2
+    assert "Usage:" not in result.output and "Value error" not in result.output
+    assert result.stderr == (f"error: recorded facts refused:\n{path}: accelerators[3].uuid: Duplicate value: "
+                             f'"{doc["accelerators"][1]["uuid"]}" (accelerators[1] has it too; each accelerator has '
+                             "its own uuid)\n")
+
+
 def test_backend_selection(monkeypatch):
     monkeypatch.delenv("ACCELPOLICY_NVML_BACKEND", raising=False)
     assert isinstance(select_backend(), NvmlBackend)
@@ -68,7 +83,7 @@ def test_backend_selection(monkeypatch):
 def test_facts_errors_name_the_file_and_field(tmp_path):
     doc = load_document(recorded("node-a10g"))
     doc["accelerators"][0]["memoryMib"] = "lots"
-    with pytest.raises(FactsError, match=r"node-a10g.yaml: accelerators\.0\.memoryMib: "):
+    with pytest.raises(FactsError, match=r"node-a10g.yaml: accelerators\[0\]\.memoryMib: "):
         parse_facts(doc, "node-a10g.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just a list\n")

@@ -72,3 +72,36 @@ def test_explain_admit_lists_each_rule_with_file_line_inputs_and_result(tmp_path
     assert families["where"] == f"rules/admission/pods.yaml:{line} spec.variables[2].expression"
     assert text[line - 1].strip().startswith("expression:")
     assert list(families["inputs"]) == ["variables.claimers"]
+
+
+def test_explain_names_a_missing_count_label_not_the_accelerator_key(tmp_path):
+    """Issue 23 item 5: node-t4-a's NodeFeature keeps ``nvidia-tesla-t4: "true"`` but lost its ``.count``;
+    explain blamed the accelerator key (``its flavor ...-4c has ...nvidia-tesla-t4=<absent>``)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(open("tests/fixtures/seed/common/nodefeatures.yaml")) if d]
+    for nf in docs:
+        if nf["metadata"]["name"] == "node-t4-a-gpustack-device-manager":
+            del nf["spec"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"]
+    (tmp_path / "nodefeatures.yaml").write_text(yaml.safe_dump_all(docs))
+    result = CliRunner().invoke(main, ["explain", "instancetype", "gpustack--nvidia-tesla-t4-linux-amd64",
+                                       "--snapshot", "tests/fixtures/seed/common", "--snapshot", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    key = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
+    assert (f"  node-t4-a: it carries {key}=true but no {key}.count label: a node contributes a device flavor for "
+            "nvidia-tesla-t4 only with that count (the agent writes it beside the group key)") in result.output.splitlines()
+
+
+def test_explain_names_a_refused_count_label(tmp_path):
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(open("tests/fixtures/seed/common/nodefeatures.yaml")) if d]
+    for nf in docs:
+        if nf["metadata"]["name"] == "node-t4-a-gpustack-device-manager":
+            nf["spec"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"] = "four"
+    (tmp_path / "nodefeatures.yaml").write_text(yaml.safe_dump_all(docs))
+    result = CliRunner().invoke(main, ["explain", "instancetype", "gpustack--nvidia-tesla-t4-linux-amd64",
+                                       "--snapshot", "tests/fixtures/seed/common", "--snapshot", str(tmp_path)])
+    line = next(l for l in result.output.splitlines() if l.startswith("  node-t4-a: "))
+    assert line == ("  node-t4-a: Node node-t4-a: label acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count='four' "
+                    "is not an integer; the node contributes no device flavor for nvidia-tesla-t4")

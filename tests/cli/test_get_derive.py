@@ -129,3 +129,28 @@ def test_a_snapshot_with_a_duplicate_key_is_refused(tmp_path):
 
 def run_raw(*args):
     return CliRunner().invoke(main, list(args))
+
+
+def test_an_instancetype_without_spec_reads_inactive_and_selects_nothing(tmp_path):
+    """Issue 23 item 5: a type with no spec (written while the webhook was bypassed) showed `Active`, unit `//`
+    and the generic CPU pool's numbers (its labels selected every CPU flavor). An acceleratable one
+    without acceleratorGroup selected every device flavor the same way."""
+    (tmp_path / "types.yaml").write_text(yaml.safe_dump_all([
+        {"apiVersion": "worker.gpustack.ai/v1", "kind": "InstanceType", "metadata": {"name": "no-spec"}},
+        {"apiVersion": "worker.gpustack.ai/v1", "kind": "InstanceType", "metadata": {"name": "no-group"},
+         "spec": {"acceleratable": True, "os": "linux", "arch": "amd64", "unitResources": {"cpu": "8", "ram": "64Gi"},
+                  "localStorage": "100Gi"}}]))
+    result = run("get", "instancetypes", "--snapshot", STEP1, "--snapshot", str(tmp_path))
+    rows = {line.split()[0]: line.split()[2:] for line in result.output.splitlines()[1:]}
+    assert rows["no-spec"] == ["-/-/-", "0/0", "0/0", "0/0", "0/0", "0/0", "Inactive"]
+    assert rows["no-group"] == ["8/64Gi/100Gi", "0/0", "0/0", "0/0", "0/0", "0/0", "Inactive"]
+    assert rows["gpustack--generic-linux-amd64"][-2:] == ["48/72", "Active"]  # the real pool is unchanged
+    types = {t["metadata"]["name"]: t for t in yaml.safe_load(
+        run("get", "instancetypes", "-o", "yaml", "--snapshot", STEP1, "--snapshot", str(tmp_path)).output)["items"]}
+    assert types["no-spec"]["status"]["phaseMessage"] == (
+        "spec.os, spec.arch not set: the type selects no node (the InstanceType webhook requires them)")
+    assert types["no-group"]["status"]["phaseMessage"] == (
+        "spec.acceleratorGroup not set: the type selects no node (the InstanceType webhook requires them)")
+    queues = {q["metadata"]["name"]: q for q in yaml.safe_load(
+        run("get", "clusterqueues", "-o", "yaml", "--snapshot", STEP1, "--snapshot", str(tmp_path)).output)["items"]}
+    assert queues["no-spec"]["spec"]["resourceGroups"] == [] and queues["no-group"]["spec"]["resourceGroups"] == []

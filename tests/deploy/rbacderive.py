@@ -62,7 +62,10 @@ class Underived(AssertionError):
     """A call site whose kind or verb this module cannot read."""
 
 
+@functools.lru_cache(maxsize=None)
 def _tree(rel: str) -> ast.Module:
+    """The parsed module (once: :func:`_module_consts` follows every ``from runtime... import`` again
+    for each importer, thousands of times for the controller's modules; never mutated)."""
     return ast.parse((REPO / rel).read_text(), rel)
 
 

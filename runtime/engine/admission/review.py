@@ -6,12 +6,16 @@ well-formed denial (or HTTP 400 without a uid), never a crash.
 """
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, Optional
 
 from runtime.engine.admission.engine import AdmissionRequest
 
 API_VERSION = "admission.k8s.io/v1"
+OLD_VERSIONS = ("admission.k8s.io/v1beta1",)
+OLD_VERSION_HINT = (" (this webhook reads admission.k8s.io/v1 only; kube-apiserver sends v1 when the webhook "
+                    "configuration's admissionReviewVersions lists it)")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 
@@ -29,6 +33,26 @@ def _mapping(value: Any, what: str, uid: Optional[str], optional: bool = True) -
     if not isinstance(value, dict):
         raise BadReview(f"{what} must be an object", uid)
     return value
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (``null``, ``boolean``, ``number``, ``string``, ``array``, ``object``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    """A field value for a message: a short string quoted, else its JSON type (``<missing>`` for None)."""
+    if value is None:
+        return "<missing>"
+    if isinstance(value, str) and is_text(value):
+        return json.dumps(value[:80])
+    return f"<{_json_type(value)}>"
 
 
 def is_text(value: str) -> bool:
@@ -58,9 +82,14 @@ def parse_review(body: Any) -> AdmissionRequest:
     uid = request.get("uid") if isinstance(request, dict) else None
     uid = uid if isinstance(uid, str) and uid and is_text(uid) else None
     if body.get("apiVersion") != API_VERSION or body.get("kind") != "AdmissionReview":
-        raise BadReview(f"expected apiVersion {API_VERSION}, kind AdmissionReview", uid)
+        raise BadReview(f"expected apiVersion {API_VERSION}, kind AdmissionReview; got apiVersion "
+                        f"{_shown(body.get('apiVersion'))}, kind {_shown(body.get('kind'))}"
+                        + (OLD_VERSION_HINT if body.get("apiVersion") in OLD_VERSIONS else ""), uid)
+    if "request" not in body:
+        raise BadReview("request is required: an AdmissionReview carries the object to judge in request "
+                        "(uid, kind, operation, object)", uid)
     if not isinstance(request, dict):
-        raise BadReview("request must be an object", uid)
+        raise BadReview(f"request must be an object, got {_json_type(request)}", uid)
     if uid is None:
         raw = request.get("uid")
         if isinstance(raw, str) and raw and not is_text(raw):

@@ -18,6 +18,7 @@ from functools import partial
 from runtime.engine.pools import catalog as catalog_mod
 from runtime.engine.pools import instancetypes as its
 from runtime.engine.pools import queues
+from runtime.engine.pools import reach
 from runtime.engine.pools.flavors import FlavorPlan, plan_flavors, render_flavor
 from runtime.engine.pools.instancetypes import devices_selector, matches
 from runtime.engine.pools.deviceset import read_devices
@@ -49,6 +50,11 @@ class DesiredState:
     nodes without os/arch, ``.count`` labels that are not integers in range, ledgers out of range,
     NodeFeatures not trusted (decision 20), unparsable settings). ``fact_problems``: the refused node
     facts of decision 19 as data (node, key, value, message), for the audit; each is also a warning.
+    ``usable_accelerators``: node -> aKey -> healthy accelerators of its Devices, for the nodes whose
+    Devices count in the views; a device flavor's quota counts these, never more than its labels
+    (issue 23 item 2, :func:`runtime.engine.pools.reach.usable_quota`). ``shortfalls``: the contributing
+    nodes whose labels count more accelerators than that (:class:`runtime.engine.pools.reach.Shortfall`).
+    ``flavor_accelerators``: device flavor -> (accelerators its labels count, accelerators its quota counts).
     """
 
     settings: Settings
@@ -66,6 +72,9 @@ class DesiredState:
     node_flavors: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fact_problems: list[FactProblem] = field(default_factory=list)
+    usable_accelerators: dict[str, dict[str, int]] = field(default_factory=dict)
+    shortfalls: list[reach.Shortfall] = field(default_factory=list)
+    flavor_accelerators: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
         """What ``kubectl get <kind>`` lists once this state is applied to ``snapshot``'s cluster:
@@ -234,6 +243,12 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
     state.devices = list(every)
     state.fact_problems.extend(refused)  # decision 19: their Devices count in no view
     state.warnings.extend(p.message for p in state.fact_problems)
+    state.usable_accelerators = _usable(devices, memo)
+    device_plans = [(p.name, p.akey, p.count, p.contributors) for p in plans.values() if p.kind == "device"]
+    state.shortfalls = reach.shortfalls(snapshot, device_plans, state.usable_accelerators)
+    quotas = {name: reach.usable_quota(count, akey, nodes, state.usable_accelerators)
+              for name, akey, count, nodes in device_plans}
+    state.flavor_accelerators = {name: (count * len(nodes), quotas[name]) for name, _, count, nodes in device_plans}
     pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
     for name in sorted(types):
         it = copy.deepcopy(types[name])
@@ -243,7 +258,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
         queue = None
         phase_message = ""
         if not is_deleting(it):
-            queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors, old_queue)
+            queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors, old_queue, quotas)
             state.cluster_queues.append(queue)
             state.local_queues.extend(queues.local_queues(policy, queue, namespaces))
         queue_state = _queue_state(queue, old_queue, phase_message, live)
@@ -260,6 +275,18 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
             it["status"] = memo.status(it, queue, flavors, pool_devices, queue_state, settings.values, partial(
                 its.instance_type_status, policy, settings, it, queue, flavors, pool_devices, queue_state))
         state.instance_types.append(it)
+
+
+def _usable(devices: list[dict], memo: DeriveMemo | None) -> dict[str, dict[str, int]]:
+    """node -> aKey -> healthy accelerators, for the Devices that count in the views (``devices``: the
+    sound ones); with a memo, each kept while its ``spec`` is the same object."""
+    out = {}
+    for obj in devices:
+        spec = obj.get("spec")
+        compute = partial(reach.usable_accelerators, obj)
+        counts = compute() if memo is None else memo.keep("usable", name_of(obj), id(spec), spec, compute)
+        out[name_of(obj)] = {akey: healthy for akey, (healthy, _) in counts.items()}
+    return out
 
 
 def _select(selector: dict[str, str] | None, objects: list[dict],

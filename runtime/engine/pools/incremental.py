@@ -17,6 +17,7 @@ status     InstanceType: its status (§10)            its spec and deletion, que
                                                     counts, queue facts, settings, the pool's Devices
                                                     ``spec``/``status``
 select     InstanceType: its pool's Devices          its Devices selector, the sound Devices list
+usable     Devices: healthy accelerators per aKey    its ``spec`` (the quota counts them, issue 23)
 ========== ======================================== ==================================================
 
 Whole-kind results (:meth:`DeriveMemo.whole`) are kept while the snapshot's maps of the kinds they

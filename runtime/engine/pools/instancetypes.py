@@ -46,8 +46,21 @@ def _feature_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str,
     return {k: v for k, v in queue_labels.items() if k.startswith(prefixes) and v == "true"}
 
 
+def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
+    """Labels of a type whose spec lacks what names its pool (``os``, ``arch``; ``acceleratorGroup``
+    when acceleratable; validation requires them, pools.md §6.2): it selects nothing (issue 23 item 5:
+    a type without spec read as the CPU pool)."""
+    if policy.key("os") not in queue_labels or policy.key("arch") not in queue_labels:
+        return True
+    return queue_labels.get(policy.key("acceleratable")) == "true" and \
+        not any(k.startswith(policy.prefix("acceleratable")) for k in queue_labels)
+
+
 def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's flavors (pools.md §3.3); None selects nothing."""
+    """Label selector of the pool's flavors (pools.md §3.3); None selects nothing (also for the labels
+    of a type whose spec lacks os, arch, or the acceleratorGroup of an acceleratable type)."""
+    if _incomplete(policy, queue_labels):
+        return None
     selector = _feature_selector(policy, queue_labels)
     for role in ("os", "arch", "acceleratable"):
         if policy.key(role) in queue_labels:
@@ -59,9 +72,10 @@ def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, s
 
 
 def devices_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's Devices (pools.md §3.4); None when no feature key."""
+    """Label selector of the pool's Devices (pools.md §3.4); None when no feature key or the type's spec
+    is incomplete (see :func:`flavor_selector`)."""
     selector = _feature_selector(policy, queue_labels)
-    if not selector:
+    if not selector or _incomplete(policy, queue_labels):
         return None
     for role in ("os", "arch"):
         if policy.key(role) in queue_labels:
@@ -190,6 +204,14 @@ def _sliced_detail(devices_list: list[dict], akey: str, spec: dict) -> dict:
     return {"computeCapability": compute_capability, "slicedDetail": {"logical": logical_out, "physical": physical_out}}
 
 
+def missing_fields(policy: Policy, spec: dict) -> list[str]:
+    """The fields of rules/pools/derivation.yaml ``incompleteType`` that ``spec`` lacks (empty values
+    count as missing), in the rule's order."""
+    rule = policy.derivation.incompleteType
+    fields = list(rule.required) + (list(rule.requiredWhenAcceleratable) if spec.get("acceleratable") else [])
+    return [f for f in fields if not spec.get(f)]
+
+
 def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: dict | None,
                          queue_flavors: list, devices_list: list[dict], queue_state: dict) -> dict:
     """``status`` of one InstanceType (pools.md §10).
@@ -205,10 +227,13 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     acceleratable = bool(spec.get("acceleratable"))
     drained = queue_state.get("stopPolicy") == "HoldAndDrain"
     status: dict = {}
+    missing = missing_fields(policy, spec)
     _, phase = policy.decision_table("instancetype-phase").decide({
         "deleting": is_deleting(it), "stopPolicy": queue_state.get("stopPolicy", "None"),
         "reserved": bool(queue_state.get("reserved")), "queue": queue_state.get("active", "Missing"),
-        "queueMessage": queue_state.get("message", ""),
+        "queueMessage": queue_state.get("message", ""), "incomplete": bool(missing),
+        "incompleteMessage": policy.derivation.incompleteType.message.format(
+            fields=", ".join(f"spec.{f}" for f in missing)) if missing else "",
     })
     status.update({k: v for k, v in phase.items() if v != ""})
     if queue_state.get("phaseMessage") and "phaseMessage" not in status:
@@ -232,8 +257,9 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
             detail.pop("computeCapability", None)
         status["detail"] = detail
     unit = spec.get("unitResources") or {}
+    blank = policy.derivation.incompleteType.unitPlaceholder
     status["summary"] = {
-        "unit": f"{unit.get('cpu', '')}/{unit.get('ram', '')}/{spec.get('localStorage', '')}",
+        "unit": f"{unit.get('cpu') or blank}/{unit.get('ram') or blank}/{spec.get('localStorage') or blank}",
         "accelerator": views.summary(),
         "cpu": cpu_pair,
         "partitions": views.partitions(),

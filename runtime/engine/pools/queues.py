@@ -1,7 +1,9 @@
 """Kueue objects of a pool: ClusterQueue, LocalQueues, the AdmissionCheck (spec/pools.md §7-§8).
 
 Quota comes from flavors only (never from the InstanceType): accelerated queues cover
-``credits.gpustack.ai/<manufacturer>`` at capacity x D, CPU queues cover ``cpu`` at capacity cores.
+``credits.gpustack.ai/<manufacturer>`` at D per usable accelerator (the flavor's capacity, less what
+its nodes' Devices cannot use: issue 23 item 2, docs/concepts/pools-and-flavors.md), CPU queues cover
+``cpu`` at capacity cores.
 """
 from __future__ import annotations
 
@@ -38,8 +40,12 @@ def holds_reservations(queue: dict | None) -> bool:
 
 
 def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str, str],
-                  flavors: list[FlavorPlan], old: dict | None = None) -> tuple[dict, str]:
+                  flavors: list[FlavorPlan], old: dict | None = None,
+                  usable: dict[str, int] | None = None) -> tuple[dict, str]:
     """(ClusterQueue object, phaseMessage) for one InstanceType (§7.1-§7.4).
+
+    ``usable``: device flavor name -> the accelerators its quota counts
+    (:func:`runtime.engine.pools.reach.usable_quota`); a flavor not in it counts its capacity.
 
     ``old`` is the queue as the cluster holds it. When the pool lost every flavor while Workloads
     still hold reservations, the old groups are kept: with ``instance-type-drain-when-no-flavors``
@@ -56,7 +62,9 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     acceleratable = bool(spec_it.get("acceleratable"))
     if acceleratable:
         resource = policy.prefix("credits") + (spec_it.get("acceleratorGroup") or "").split("-", 1)[0]
-        quota = lambda plan: format_decimal_quantity(plan.capacity * policy.constants.creditsPerAccelerator)  # noqa: E731
+        counted = usable or {}
+        quota = lambda plan: format_decimal_quantity(  # noqa: E731
+            counted.get(plan.name, plan.capacity) * policy.constants.creditsPerAccelerator)
     else:
         resource = policy.kueue.cpuResource
         quota = lambda plan: format_decimal_quantity(plan.capacity)  # noqa: E731
