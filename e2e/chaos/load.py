@@ -44,6 +44,7 @@ import argparse
 import heapq
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -62,7 +63,10 @@ CREDITS_PER_PERCENT = 16_000   # PCT of spec/four-view.md (D = 1,600,000 credits
 SLICE_DENIED = ('spec.containers[0].resources.limits[nvidia.com/gpu.sliced]: Invalid value: "2": a logical slice '
                 'request is always a single accelerator; multi-accelerator logical slicing is not supported yet')
 PRIVILEGED_DENIED = "spec.privileged: Forbidden: privileged mode is not allowed"
-OUR_WEBHOOKS = "gpustack.ai\""   # every webhook name of rules/admission ends so
+OUR_WEBHOOKS = "gpustack.ai"   # every webhook name of rules/admission ends so
+# kube-apiserver's words (staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/errors and .../request):
+WEBHOOK_CALL = re.compile(r'failed calling webhook "([^"]+)"')
+WEBHOOK_DENIAL = re.compile(r'admission webhook "([^"]+)" denied the request')
 #: classes that count as a failed review (a create the webhooks must have judged and did not judge right)
 FAILED = ("unreviewed", "wrong", "webhook-ours")
 
@@ -106,17 +110,16 @@ def instance(name: str, namespace: str, run: str, type_name: str, i: int, privil
 
 def classify_error(status: int, reason: str, message: str) -> str:
     """The class of a non-2xx answer that is not the expected denial (module docstring)."""
-    if "failed calling webhook" in message or "failed to call webhook" in message:
-        head = message.split("failed calling webhook", 1)[-1].split("failed to call webhook", 1)[-1]
-        name = head.split(":", 1)[0].strip()
-        return "webhook-ours" if name.endswith(OUR_WEBHOOKS) else "webhook-other"
+    called = WEBHOOK_CALL.search(message)
+    if called:
+        return "webhook-ours" if called.group(1).endswith(OUR_WEBHOOKS) else "webhook-other"
     if status in (0, 429, 503, 504) or reason in ("Unreachable", "Timeout", "ServiceUnavailable", "TooManyRequests") \
             or "etcdserver" in message or "the server is currently unable" in message.lower() \
             or "apiserver is shutting down" in message:
         return "unavailable"
-    if "admission webhook" in message and "denied the request" in message:
-        head = message.split("admission webhook", 1)[1].split("denied the request", 1)[0].strip()
-        return "wrong" if head.endswith(OUR_WEBHOOKS) else "other"
+    denied = WEBHOOK_DENIAL.search(message)
+    if denied:
+        return "wrong" if denied.group(1).endswith(OUR_WEBHOOKS) else "other"
     return "other"
 
 
