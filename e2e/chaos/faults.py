@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import tempfile
 import time
@@ -51,6 +52,8 @@ NFD_NAMESPACE = "node-feature-discovery"
 PRIVILEGED_KEY = "admission__instances-validation.yaml"   # the chart's flattened rules ConfigMap key
 PRIVILEGED_TEXT = "privileged mode is not allowed"
 RULES_EDIT_SUFFIX = " (chaos rules edit)"
+# runtime/kube/cache.py's line when a watch answers 410 Gone
+EXPIRED = re.compile(r"(\w+) watch expired \(410 Gone\): relisting")
 
 
 class FaultError(RuntimeError):
@@ -146,19 +149,23 @@ class Target:
         return self.kind_node["node-cpu"]
 
     def apiserver_container(self) -> str:
-        """kube-apiserver's containerd ID in the control-plane node (``ctr`` there, the API may be down)."""
-        out = sh("docker", "exec", self.control_plane(), "ctr", "-n", "k8s.io", "containers", "ls",
-                 "-q").stdout.split()
-        running = set(sh("docker", "exec", self.control_plane(), "ctr", "-n", "k8s.io", "tasks", "ls").stdout.split())
-        for cid in out:
-            if cid not in running:
-                continue
-            info = json.loads(sh("docker", "exec", self.control_plane(), "ctr", "-n", "k8s.io", "containers", "info",
-                                 cid).stdout)
-            labels = info.get("Labels") or {}
-            if labels.get("io.kubernetes.container.name") == "kube-apiserver":
-                return cid
-        raise FaultError("no running kube-apiserver container in " + self.control_plane())
+        """kube-apiserver's running containerd ID in the control-plane node: from its mirror Pod's status when
+        the API answers and the ID is a running task there, else found by ``ctr`` (container labels)."""
+        node = self.control_plane()
+        running = set(self.ctr(node, "tasks", "ls").stdout.split())
+        try:
+            pod = self.get("pod", "-n", "kube-system", f"kube-apiserver-{node}")
+            ids = [cid for _, cid, _ in self.containers(pod) if cid in running]
+            if ids:
+                return ids[0]
+        except FaultError:
+            pass
+        for cid in self.ctr(node, "containers", "ls", "-q").stdout.split():
+            if cid in running:
+                info = json.loads(self.ctr(node, "containers", "info", cid).stdout)
+                if (info.get("Labels") or {}).get("io.kubernetes.container.name") == "kube-apiserver":
+                    return cid
+        raise FaultError("no running kube-apiserver container in " + node)
 
     def api_answers(self) -> bool:
         try:
@@ -306,7 +313,22 @@ def watch_expiry(t: Target) -> Injected:
         etcd.delete()
     finally:
         etcd.close()
-    return Injected(cleared=time.monotonic(), notes={"etcd revision (compacted at)": revision, "API down (s)": down})
+    cleared = time.monotonic()
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (cleared - t0) - 2))
+
+    def relisted() -> dict[str, list[str]]:
+        out = {}
+        for pod in t.controller_pods():
+            name = pod["metadata"]["name"]
+            log = t.kubectl("-n", SYSTEM, "logs", name, f"--since-time={since}", check=False).stdout
+            out[name] = sorted(set(EXPIRED.findall(log)))
+        return out
+    # every replica's caches resume their watches from resourceVersions older than the new watch cache
+    kinds = wait("410 Gone relists in every replica's log", lambda: (r := relisted()) and all(r.values()) and r,
+                 timeout=120, every=2.0)
+    return Injected(cleared=cleared, notes={"etcd revision (compacted at)": revision, "API down (s)": down,
+                                            "kinds relisted (410 Gone) per replica": {p: len(k) for p, k in kinds.items()},
+                                            "kinds": sorted({k for v in kinds.values() for k in v})})
 
 
 def kill_agent(t: Target) -> Injected:
