@@ -476,8 +476,7 @@ def helm_reinstall(t: Target) -> Injected:
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("sigkill-leader", "SIGKILL the controller replica holding the Lease", sigkill_leader, short=True),
     Fault("sigkill-all", "SIGKILL every controller and admission container at once", sigkill_all, fails_closed=True),
-    Fault("apiserver-restart", "kube-apiserver (static Pod) SIGTERM; the kubelet starts it again", apiserver_restart,
-          short=True),
+    Fault("apiserver-restart", "kube-apiserver (static Pod) SIGTERM; the kubelet starts it again", apiserver_restart),
     Fault("apiserver-pause", "kube-apiserver frozen 30 s (ctr tasks pause/resume)", apiserver_pause),
     Fault("watch-expiry", "410 Gone on every watch: etcd revision moved on and compacted under a frozen, then "
           "killed kube-apiserver", watch_expiry, short=True),

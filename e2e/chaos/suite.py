@@ -114,9 +114,12 @@ class Observer(threading.Thread):
         last: dict[str, tuple[str, str]] | None = None
         while not self.stop_event.is_set():
             now = time.monotonic()
-            out = s.target.kubectl("get", "instancetypes", check=False, timeout=20)
-            if out.returncode == 0:
-                self.table_ok.append((now, checker.tables_match(out.stdout, s.baseline_table)))
+            try:
+                out = s.target.kubectl("get", "instancetypes", check=False, timeout=20)
+                if out.returncode == 0:
+                    self.table_ok.append((now, checker.tables_match(out.stdout, s.baseline_table)))
+            except subprocess.TimeoutExpired:
+                pass   # the API server did not answer: no sample
             try:
                 ident = {}
                 for kind in ("ResourceFlavor", "ClusterQueue"):
