@@ -197,8 +197,12 @@ class Controller(ActionWriter):
     def reconcile(self) -> ReconcileResult:
         """Derive from the cache and execute the plan; failures of single actions are collected
         in ``errors`` (and mark the cluster dirty for a retry), not raised."""
+        with self.applier.recording() as own:  # this pass's writes, not the audit's or a reload's meanwhile
+            return self._reconcile(own)
+
+    def _reconcile(self, own: list[Write]) -> ReconcileResult:
+        """The pass of :meth:`reconcile`; ``own`` gathers its writes (on this thread and its fit label workers)."""
         t0, cpu0 = time.monotonic(), time.thread_time()
-        start_writes = len(self.applier.writes)
         snapshot = self._snapshot()
         state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace, memo=self._memo)
         self._report_invalid_settings(state, snapshot)
@@ -231,12 +235,12 @@ class Controller(ActionWriter):
             self.fit_writer.submit(fit)
         elif len(fit) > 1:
             with ThreadPoolExecutor(min(FIT_LABEL_WORKERS, len(fit))) as pool:
-                list(pool.map(lambda a: self._run_action(a, result), fit))
+                list(pool.map(lambda a: self._run_recorded(own, a, result), fit))
         elif fit:
             self._run_action(fit[0], result)
         if result.errors:
             self._dirty.set()
-        result.writes = self.applier.writes[start_writes:]
+        result.writes = list(own)
         if self.fit_writer is not None:  # its Node patches are its own (logged per batch), not this pass's
             result.writes = [w for w in result.writes if w.kind != "Node"]
         result.seconds = time.monotonic() - t0
@@ -250,6 +254,11 @@ class Controller(ActionWriter):
         if self.tune_gc and gcpolicy.settle():
             logger.info("garbage collector: {} objects of the caches and the first pass frozen", gc.get_freeze_count())
         return result
+
+    def _run_recorded(self, own: list[Write], action: Action, result: ReconcileResult) -> None:
+        """:meth:`_run_action` on a worker thread, its writes recorded in the pass's ``own``."""
+        with self.applier.recording(own):
+            self._run_action(action, result)
 
     def _run_action(self, action: Action, result: ReconcileResult) -> None:
         try:
