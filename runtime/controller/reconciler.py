@@ -19,6 +19,12 @@ rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, 
 at least that long after writes the patches planned then (a pass is requeued for that moment).
 ``ReconcileResult.deferred`` lists the patches held back.
 
+The start guard (:mod:`runtime.controller.startguard`, issue 21): until the view is whole (every cache
+listed and every Node's facts present, or ``startGuard.graceSeconds`` of rules/pools/derivation.yaml
+after :meth:`Controller.run` began), a pass writes no destructive step (a delete, a stopped or shrunk
+ClusterQueue, an Instance's ``spec.stop``); those are ``deferred`` too, and a pass is requeued for the
+grace period's end.
+
 Typical use::
 
     controller = Controller(connect(kubeconfig), policy)
@@ -47,6 +53,7 @@ from runtime.controller.plan import Action, plan
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
+from runtime.controller.startguard import StartGuard
 from runtime.controller.transitions import TransitionEvents
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
@@ -74,8 +81,8 @@ FIT_LABEL_WORKERS = 8
 @dataclass
 class ReconcileResult:
     """One pass: ``writes`` made, ``errors`` (one line per failed action), ``seconds`` taken,
-    ``planned`` actions, the fit label patches ``deferred`` to a later pass (their coalescing
-    window is open), and the ``state`` derived."""
+    ``planned`` actions, the actions ``deferred`` to a later pass (fit label patches whose
+    coalescing window is open; destructive steps the start guard holds), and the ``state`` derived."""
 
     writes: list[Write] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -133,6 +140,7 @@ class Controller(ActionWriter):
         self.snapshots = CacheSnapshots(self.cache)  # each pass's snapshot, from the last one and the changes
         self._memo = DeriveMemo()  # incremental derive: per-node and per-pool results of the last pass
         self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
+        self.guard = StartGuard(policy, self.settings_namespace)  # no destructive step before the view is whole
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -226,7 +234,10 @@ class Controller(ActionWriter):
         if self.fit_writer is not None:
             actions = self.fit_writer.fresh(actions)
         actions, deferred = self._hold_fit_labels(actions)
-        result = ReconcileResult(planned=actions, deferred=deferred, state=state)
+        actions, held = self.guard.hold(actions, snapshot, self.cache.never_synced())
+        if (due := self.guard.due()) is not None:  # the grace period's end: a pass then
+            self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
+        result = ReconcileResult(planned=actions, deferred=deferred + held, state=state)
         for action in actions:
             if action.kind != "Node":
                 self._run_action(action, result)
@@ -353,6 +364,7 @@ class Controller(ActionWriter):
         """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set. Fit label
         patches are written by a :class:`FitLabelWriter` meanwhile (closed when the loop ends)."""
         self._dirty.set()
+        self.guard.begin()  # leading starts: the start guard's grace period runs from here
         self.fit_writer = FitLabelWriter(lambda action: self._execute(action), lambda name: self.cache.get("Node", name),
                                          FIT_LABEL_WORKERS, lambda _message: self._dirty.set())
         try:
