@@ -234,6 +234,7 @@ class Controller(ActionWriter):
         if self.fit_writer is not None:
             actions = self.fit_writer.fresh(actions)
         actions, deferred = self._hold_fit_labels(actions)
+        self.guard.policy = self.policy  # a rules reload swaps the controller's policy
         actions, held = self.guard.hold(actions, snapshot, self.cache.never_synced())
         if (due := self.guard.due()) is not None:  # the grace period's end: a pass then
             self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
