@@ -16,6 +16,7 @@ _SUBCOMMANDS = [
     "demo",
     "agent",
     "controller",
+    "admission",
     "admit",
     "ruletest",
     "webhook",
