@@ -130,6 +130,15 @@ class Target:
         holder = self.get("lease", "-n", SYSTEM, LEASE)["spec"].get("holderIdentity") or ""
         return holder.split("_")[0]
 
+    def lease_renewed_after(self, wall: float) -> str:
+        """The Lease holder's Pod name once the Lease was renewed after wall-clock time ``wall``, else ""."""
+        from datetime import datetime
+        spec = self.get("lease", "-n", SYSTEM, LEASE)["spec"]
+        renew = spec.get("renewTime") or ""
+        if not renew or datetime.fromisoformat(renew.replace("Z", "+00:00")).timestamp() <= wall:
+            return ""
+        return (spec.get("holderIdentity") or "").split("_")[0]
+
     def controller_pods(self) -> list[dict]:
         """Every controller and admission Pod of the release (not the agents), not being deleted."""
         return [p for p in self.pods(SYSTEM, "app.kubernetes.io/name=accelpolicy,app.kubernetes.io/component!=agent")
@@ -214,11 +223,11 @@ class Target:
 def sigkill_leader(t: Target) -> Injected:
     leader = wait("a Lease holder", t.leader)
     [pod] = [p for p in t.controller_pods() if p["metadata"]["name"] == leader]
-    t0 = time.monotonic()
+    t0, wall = time.monotonic(), time.time()
     kills = t.sigkill([pod])
-    new = wait("a replica holding the Lease again", lambda: (h := t.leader()) and h, timeout=180)
+    new = wait("a replica renewing the Lease after the kill", lambda: t.lease_renewed_after(wall), timeout=180)
     return Injected(cleared=t0, kills=kills, notes={"leader": leader, "new leader": new,
-                                                    "lease taken (s)": round(time.monotonic() - t0, 1)})
+                                                    "Lease renewed after (s)": round(time.monotonic() - t0, 1)})
 
 
 def sigkill_all(t: Target) -> Injected:

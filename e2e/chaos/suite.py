@@ -194,8 +194,10 @@ class Suite:
             st = ds.get("status") or {}
             if st.get("numberReady", 0) < st.get("desiredNumberScheduled", 1):
                 return False
-        leader = t.leader()
-        if not leader or leader not in {p["metadata"]["name"] for p in t.controller_pods()}:
+        leader = t.lease_renewed_after(time.time() - 10.0)   # renewed every 5 s (runtime/controller/leader.py)
+        pods = {p["metadata"]["name"]: p for p in t.controller_pods()}
+        if not leader or leader not in pods or not any(
+                c["type"] == "Ready" and c["status"] == "True" for c in pods[leader]["status"].get("conditions") or []):
             return False
         probe = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance",
                  "metadata": {"name": "chaos-ready-probe", "namespace": LOAD_NAMESPACE},
