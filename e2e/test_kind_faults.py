@@ -14,7 +14,8 @@ asserts:
 
 Which faults: the short form (``short=True`` in faults.FAULTS) unless ``ACCELPOLICY_CHAOS=full`` (every fault,
 ``ACCELPOLICY_CHAOS_ROUNDS`` times, default 2: ``make chaos-kind``); ``ACCELPOLICY_CHAOS_FAULTS=a,b`` names
-them. ``ACCELPOLICY_CHAOS_RATE`` sets the load's creates per second. The results (``results.json``,
+them. ``ACCELPOLICY_CHAOS_RATE`` sets the load's creates per second (default 20; 10 in the short form, which
+runs inside `make test`). The results (``results.json``,
 ``table.md``, the answer log) go to ``build/chaos/<run>/``; the table is printed at the end.
 
 The suite leaves the cluster as it found it: the load's namespace is deleted and the final state is
@@ -35,7 +36,7 @@ ROUNDS = int(os.environ.get("ACCELPOLICY_CHAOS_ROUNDS", "2")) if FULL else 1
 NAMED = [n for n in os.environ.get("ACCELPOLICY_CHAOS_FAULTS", "").split(",") if n]
 SELECTED = NAMED or [n for n, f in FAULTS.items() if FULL or f.short]
 PLAN = [(name, r) for r in range(1, ROUNDS + 1) for name in SELECTED]
-RATE = float(os.environ.get("ACCELPOLICY_CHAOS_RATE", "20"))
+RATE = float(os.environ.get("ACCELPOLICY_CHAOS_RATE", "20" if FULL else "10"))   # the short form: a lighter CI
 
 
 @pytest.fixture(scope="module")
@@ -85,4 +86,5 @@ def test_the_cluster_ends_as_it_began(chaos):
     assert final["duplicates"] == [] and final["orphans"] == []
     assert chaos.target.kubectl("get", "instancetypes").stdout.splitlines()[0] == chaos.baseline_table.splitlines()[0]
     assert checker.tables_match(chaos.target.kubectl("get", "instancetypes").stdout, chaos.baseline_table)
-    assert chaos.between_faults().keys() <= {"ok"}, chaos.between_faults()
+    # outside every fault window each answer is right ("skipped": the load generator's own backlog, no request)
+    assert chaos.between_faults().keys() <= {"ok", "skipped"}, chaos.between_faults()

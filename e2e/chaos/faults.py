@@ -38,6 +38,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import ssl
 import subprocess
 import tempfile
 import time
@@ -279,7 +280,9 @@ class Etcd:
             files[name].write_text(sh("docker", "exec", node, "cat", path).stdout)
         ip = sh("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", node).stdout.strip()
         self.url = f"https://{ip}:2379"
-        self.client = httpx.Client(verify=str(files["ca"]), cert=(str(files["cert"]), str(files["key"])), timeout=10.0)
+        tls = ssl.create_default_context(cafile=str(files["ca"]))   # etcd asks for the client certificate
+        tls.load_cert_chain(str(files["cert"]), str(files["key"]))
+        self.client = httpx.Client(verify=tls, timeout=10.0)
 
     def call(self, path: str, body: dict) -> dict:
         resp = self.client.post(self.url + path, json=body)

@@ -107,7 +107,8 @@ class Observer(threading.Thread):
         self.stop_event = threading.Event()
         self.table_ok: list[tuple[float, bool]] = []
         self.events: list[str] = []
-        self.evicted: set[str] = set()
+        self.evicted: set[str] = set()     # Workloads evicted (condition Evicted True) first seen during the fault
+        self._evicted_before: set[str] | None = None
 
     def run(self) -> None:
         s = self.suite
@@ -121,7 +122,7 @@ class Observer(threading.Thread):
             except subprocess.TimeoutExpired:
                 pass   # the API server did not answer: no sample
             try:
-                ident = {}
+                ident, evicted = {}, set()
                 for kind in ("ResourceFlavor", "ClusterQueue"):
                     for o in s.target.session.call("get", s.target.session.ref(kind).path(), timeout=10).get("items") or []:
                         ident[f"{kind} {o['metadata']['name']}"] = (o["metadata"]["uid"],
@@ -131,7 +132,11 @@ class Observer(threading.Thread):
                         continue
                     for c in (w.get("status") or {}).get("conditions") or []:
                         if c.get("type") == "Evicted" and c.get("status") == "True":
-                            self.evicted.add(f"{w['metadata']['namespace']}/{w['metadata']['name']}: {c.get('reason')}")
+                            evicted.add(f"{w['metadata']['namespace']}/{w['metadata']['name']}: {c.get('reason')} "
+                                        f"{c.get('lastTransitionTime')}")
+                if self._evicted_before is None:
+                    self._evicted_before = evicted   # evicted before the fault: not the fault's doing
+                self.evicted |= evicted - self._evicted_before
             except Exception:  # noqa: BLE001 - the API may be down: no sample
                 ident = None
             if ident is not None and last is not None:
