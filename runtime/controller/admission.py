@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from loguru import logger
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from runtime.controller.metrics import CacheCollector
@@ -63,7 +64,7 @@ class BuiltAdmissionView:
     How stale a served view may be: ``refresh_seconds`` plus one rebuild after the event that changed
     it, on top of the cache's own age (:meth:`lag` reads it; the gauge
     ``accelpolicy_admission_view_stale_seconds``). Counters: ``rebuilds``, ``rebuild_seconds`` (the
-    last 1,000), ``failures``.
+    last 1,000), ``rebuild_total`` (seconds), ``failures``.
     """
 
     def __init__(self, cache: ClusterCache, policy: Policy, settings_namespace: str | None = None,
@@ -78,6 +79,7 @@ class BuiltAdmissionView:
         self.error: str | None = None
         self.rebuilds = self.failures = 0
         self.rebuild_seconds: list[float] = []
+        self.rebuild_total = 0.0
         self._view: AdmissionView | None = None
         self._pending_since: float | None = None  # first event not yet in the view (monotonic)
         self._lock = threading.Lock()
@@ -129,7 +131,9 @@ class BuiltAdmissionView:
             self.error = None
             self._view = view
             self.rebuilds += 1
-            self.rebuild_seconds = self.rebuild_seconds[-999:] + [time.perf_counter() - t0]
+            took = time.perf_counter() - t0
+            self.rebuild_total += took
+            self.rebuild_seconds = self.rebuild_seconds[-999:] + [took]
             return view
 
     def start(self) -> "BuiltAdmissionView":
@@ -159,24 +163,49 @@ class BuiltAdmissionView:
 
 
 class ViewCollector(Collector):
-    """``accelpolicy_admission_view_stale_seconds`` of the admission process's view (read at scrape)."""
+    """The admission process's view, read at scrape: ``accelpolicy_admission_view_stale_seconds``, and
+    the rebuilds and their seconds (counted over every view this process built, reloads included)."""
 
     def __init__(self, view_of: Callable[[], BuiltAdmissionView]):
         self.view_of = view_of
+        self.retired = [0, 0.0]  # rebuilds and seconds of the views a reload replaced
 
-    def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily("accelpolicy_admission_view_stale_seconds",
-                                 "Seconds since the first watch event the admission view in service does not "
-                                 "hold yet (0 when current; rebuilt off the review path, at most once per "
-                                 "--view-refresh-seconds)")
+    def retire(self, view: BuiltAdmissionView) -> None:
+        """Keep a replaced view's counts in the totals."""
+        self.retired[0] += view.rebuilds
+        self.retired[1] += view.rebuild_total
+
+    def _families(self):
+        return (GaugeMetricFamily("accelpolicy_admission_view_stale_seconds",
+                                  "Seconds since the first watch event the admission view in service does not "
+                                  "hold yet (0 when current; rebuilt off the review path, at most once per "
+                                  "--view-refresh-seconds)"),
+                CounterMetricFamily("accelpolicy_admission_view_rebuilds", "Admission views built"),
+                CounterMetricFamily("accelpolicy_admission_view_rebuild_seconds",
+                                    "Seconds spent building admission views (divided by the rebuilds: the mean)"))
 
     def describe(self):
-        return [self._family()]
+        return list(self._families())
 
     def collect(self):
-        family = self._family()
-        family.add_metric([], self.view_of().lag())
-        return [family]
+        stale, rebuilds, seconds = self._families()
+        view = self.view_of()
+        stale.add_metric([], view.lag())
+        rebuilds.add_metric([], self.retired[0] + view.rebuilds)
+        seconds.add_metric([], self.retired[1] + view.rebuild_total)
+        return [stale, rebuilds, seconds]
+
+
+class AdmissionMetrics:
+    """The admission process's own collectors, beside the webhook server's (:class:`WebhookMetrics`), in
+    ``registry`` (a new one when None): its watch caches' (:class:`CacheCollector`) and its view's
+    (:class:`ViewCollector`) of ``server``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, server: "AdmissionServer | None" = None):
+        self.registry = registry or CollectorRegistry()
+        self.view = ViewCollector(lambda: server.view)
+        self.registry.register(CacheCollector(server.cache if server is not None else None))
+        self.registry.register(self.view)
 
 
 @dataclass
@@ -215,8 +244,7 @@ class AdmissionServer:
             self.state.workers = self.workers
         self.paths = {spec.path: name for name, spec in self.engine.policies.items()}
         self.app = build_app(self.state, self.paths)
-        self.state.metrics.registry.register(CacheCollector(self.cache))
-        self.state.metrics.registry.register(ViewCollector(lambda: self.view))
+        self.view_metrics = AdmissionMetrics(self.state.metrics.registry, self).view
         self.reload: WebhookRulesReload | None = None
 
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -262,6 +290,7 @@ class AdmissionServer:
             pass
         old, self.view, self.policy = self.view, view.start(), policy
         old.stop()
+        self.view_metrics.retire(old)
         return view
 
     def stop(self) -> None:
