@@ -114,3 +114,27 @@ def test_the_first_view_failing_is_the_readiness_answer():
     finally:
         api.stop.set()
         cache.stop()
+
+
+def test_the_incremental_view_equals_the_full_one_through_changes(server):
+    """BuiltAdmissionView (CacheSnapshots + derive memo + view_of_state) holds what admission_view of a
+    fresh snapshot holds, after a change to one node's facts too."""
+    from runtime.engine.admission import admission_view
+
+    api, server = server
+    server.start(sync_timeout=10)
+
+    def same() -> None:
+        built = server.view.build()
+        full = admission_view(POLICY, server.cache.snapshot(server.view.kinds), live=True,
+                              settings_namespace="gpustack-system")
+        assert sorted(built.snapshot.objects) == sorted(full.snapshot.objects)
+        for kind in full.snapshot.objects:
+            assert built.snapshot.list(kind) == full.snapshot.list(kind), kind
+        assert built.settings == full.settings
+    same()
+    feature = dict(server.cache["NodeFeature"].get("node-a10g-gpustack-worker", "gpustack-system"))
+    feature["metadata"] = {**feature["metadata"], "resourceVersion": "999999"}
+    feature["spec"] = {**feature["spec"], "labels": {**feature["spec"]["labels"], "gpustack.ai/managed": "false"}}
+    server.cache["NodeFeature"].observe(feature)
+    same()
