@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from runtime.controller.metrics import CacheCollector
 from runtime.controller.snapshots import CacheSnapshots
-from runtime.controller.webhooks import view_not_ready_reason
+from runtime.controller.webhooks import view_failed, view_not_ready_reason
 from runtime.engine.admission import AdmissionEngine, AdmissionView, view_kinds, view_of_state
 from runtime.engine.policy import Policy
 from runtime.engine.pools import derive
@@ -117,12 +117,7 @@ class BuiltAdmissionView:
                                memo=self.memo)
                 view = view_of_state(self.policy, snapshot, state, self.settings_namespace, previous=self._view)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                if error != self.error:
-                    logger.warning("admission view not rebuilt ({}): {}", "the last good view serves on"
-                                   if self._view is not None else "no view yet", error)
-                self.error = error
-                self.failures += 1
+                view_failed(self, exc, self._view is not None)
                 if self._pending_since is None and pending is not None:
                     self._pending_since = min(pending, started)
                 if self._view is None:
