@@ -11,7 +11,6 @@ run ends with every pool object, Instance and Pod as it was (same uids).
 """
 from __future__ import annotations
 
-import json
 import time
 
 import yaml
