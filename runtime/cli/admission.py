@@ -77,9 +77,9 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
     """Serve every admission webhook of rules/admission/ from watch caches of what admission reads.
 
     The admission half of accelpolicy, apart from `accelpolicy controller` so that reviews never wait
-    for a reconcile pass: Nodes, NodeFeatures, Devices, Namespaces, the pools' Kueue objects,
-    InstanceTypes and the settings Secret are watched (no Pods, Instances or Workloads); nothing is
-    written to the cluster. The controller's leader registers the webhook configurations for the
+    for a reconcile pass. Reviews judge against what the controller published (InstanceTypes with their
+    status, ResourceFlavors, ClusterQueues, LocalQueues), Nodes and the settings Secret, watched here;
+    nothing is derived, nothing is written to the cluster. The controller's leader registers the webhook configurations for the
     Service in front of these replicas (`accelpolicy controller --webhook-registration-only`) and keeps
     the serving certificate in --cert-secret. /readyz answers 503 until every cache listed once and a
     cluster view was built, then 200, also while a cache relists (docs/availability.md).

@@ -2,10 +2,17 @@
 
 ``accelpolicy admission`` (:mod:`runtime.cli.admission`) runs one :class:`AdmissionServer`: its own
 watch caches of only what admission reads (:func:`admission_watched`: the kinds of
-:func:`runtime.engine.admission.view_kinds`, the settings Secret alone in its namespace; no Pods,
-Instances, Workloads, Events), a cluster view rebuilt off the review path (:class:`BuiltAdmissionView`),
-the HTTPS server, ``/readyz`` as :func:`runtime.controller.webhooks.view_not_ready_reason` says, and the
-rules hot reload. It writes nothing to the cluster: the controller's leader registers the webhook
+:func:`runtime.engine.admission.published_kinds`, the settings Secret alone in its namespace; no Pods,
+Instances, Workloads, Devices or NodeFeatures), a cluster view refreshed off the review path
+(:class:`BuiltAdmissionView`), the HTTPS server, ``/readyz`` as
+:func:`runtime.controller.webhooks.view_not_ready_reason` says, and the rules hot reload.
+
+The view is the objects the controller **published** (InstanceTypes with their status, ResourceFlavors,
+ClusterQueues, LocalQueues), not a derivation of its own: once the controller reconciled they are what
+:func:`runtime.engine.admission.admission_view` derives (tests/controller/test_admission_process.py
+compares them), and deriving again in every replica cost a full derivation per change under churn (3.1 s
+of a rebuild's mean at 5,000 nodes, the admission process saturated: docs/availability.md). A change
+reaches admission when the controller has written it (its pass), as it reaches Kueue. It writes nothing to the cluster: the controller's leader registers the webhook
 configurations for the admission Service and keeps the serving certificate, which every admission
 replica reads from its Secret (:class:`runtime.controller.servingcert.ServingCertificate`, ``manage``
 off) and reloads when it changes. The AdmissionCheck answers, the audit and the fit labels stay with
@@ -28,10 +35,8 @@ from prometheus_client.registry import Collector
 from runtime.controller.metrics import CacheCollector
 from runtime.controller.snapshots import CacheSnapshots
 from runtime.controller.webhooks import view_failed, view_not_ready_reason
-from runtime.engine.admission import AdmissionEngine, AdmissionView, view_kinds, view_of_state
+from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, published_kinds
 from runtime.engine.policy import Policy
-from runtime.engine.pools import derive
-from runtime.engine.pools.incremental import DeriveMemo
 from runtime.kube.cache import ClusterCache, WatchedKind
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.reload import WebhookRulesReload
@@ -41,9 +46,9 @@ DEFAULT_REFRESH_SECONDS = 1.0
 
 
 def admission_watched(policy: Policy, settings_namespace: str) -> list[WatchedKind]:
-    """What the admission process watches: every kind of ``view_kinds(policy)`` (whole), except the
+    """What the admission process watches: every kind of ``published_kinds(policy)`` (whole), except the
     settings Secret, watched alone (``settings_namespace``, its name from rules/settings.yaml)."""
-    kinds = sorted(view_kinds(policy) - {"Secret", "Setting"})
+    kinds = sorted(published_kinds(policy) - {"Secret", "Setting"})
     watched = [WatchedKind(kind) for kind in kinds]
     watched.append(WatchedKind("Secret", namespace=settings_namespace,
                                field_selector=f"metadata.name={policy.settings.secretName}"))
@@ -51,12 +56,13 @@ def admission_watched(policy: Policy, settings_namespace: str) -> list[WatchedKi
 
 
 class BuiltAdmissionView:
-    """The admission view of ``cache``, rebuilt by a thread of its own and never on a review's path.
+    """The admission view of ``cache`` (the published objects, module docstring), rebuilt by a thread of
+    its own and never on a review's path.
 
     A cache event of a kind the view reads wakes the builder; it rebuilds incrementally (the
-    controller's :class:`~runtime.controller.snapshots.CacheSnapshots` and derive memo: a change to
-    one node costs about what it costs a reconcile pass) at most once per ``refresh_seconds``
-    (events in between are coalesced into the next rebuild). Calling the object returns the last
+    controller's :class:`~runtime.controller.snapshots.CacheSnapshots`: the changed objects are copied,
+    the other kinds' maps kept) at most once per ``refresh_seconds`` (events in between are coalesced
+    into the next rebuild). Calling the object returns the last
     good view at once; only the first call, before any view exists, builds one (and raises when it
     cannot: :func:`runtime.controller.webhooks.view_not_ready_reason` reports it). A rebuild that
     fails keeps the last good view (``error`` says why; the next event tries again).
@@ -73,9 +79,8 @@ class BuiltAdmissionView:
         self.policy = policy
         self.settings_namespace = settings_namespace
         self.refresh_seconds = refresh_seconds
-        self.kinds = view_kinds(policy)
+        self.kinds = published_kinds(policy)
         self.snapshots = CacheSnapshots(cache)
-        self.memo = DeriveMemo()
         self.error: str | None = None
         self.rebuilds = self.failures = 0
         self.rebuild_seconds: list[float] = []
@@ -112,10 +117,8 @@ class BuiltAdmissionView:
             self._pending_since = None  # events from here on make it stale again
             t0 = time.perf_counter()
             try:
-                snapshot = self.snapshots.snapshot()
-                state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace,
-                               memo=self.memo)
-                view = view_of_state(self.policy, snapshot, state, self.settings_namespace, previous=self._view)
+                view = admission_view(self.policy, self.snapshots.snapshot(), derive_state=False,
+                                      settings_namespace=self.settings_namespace)
             except Exception as exc:
                 view_failed(self, exc, self._view is not None)
                 if self._pending_since is None and pending is not None:
@@ -274,7 +277,7 @@ class AdmissionServer:
     def _view_for(self, policy: Policy) -> BuiltAdmissionView:
         """A hot reload's view: built for ``policy`` before it serves (on the reload's thread), then the
         cache's events go to it and the old builder stops."""
-        missing = sorted(view_kinds(policy) - {"Setting"} - set(self.cache.caches))
+        missing = sorted(published_kinds(policy) - {"Setting"} - set(self.cache.caches))
         if missing:
             logger.warning("the reloaded rules read {} too, which this process does not watch: restart it "
                            "to serve them", ", ".join(missing))

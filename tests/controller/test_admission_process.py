@@ -10,20 +10,21 @@ import pytest
 from starlette.testclient import TestClient
 
 from runtime.controller.admission import AdmissionServer, BuiltAdmissionView, admission_watched
+from runtime.controller.reconciler import Controller
 from runtime.engine.policy import Policy
 from runtime.kube.cache import ClusterCache, WatchedKind
 from runtime.rules.loader import load_rules
 from testing.localcluster.testing import wait_for
 from tests.controller.test_pass_writes import seed_api
-from tests.controller.test_readiness import _a10g_pod
+from tests.controller.test_readiness import _a10g_pod, _two_families
 
 POLICY = Policy(load_rules())
 
 
 def test_it_watches_only_what_admission_reads():
     assert admission_watched(POLICY, "gpustack-system") == [
-        WatchedKind("ClusterQueue"), WatchedKind("Devices"), WatchedKind("InstanceType"), WatchedKind("LocalQueue"),
-        WatchedKind("Namespace"), WatchedKind("Node"), WatchedKind("NodeFeature"), WatchedKind("ResourceFlavor"),
+        WatchedKind("ClusterQueue"), WatchedKind("InstanceType"), WatchedKind("LocalQueue"), WatchedKind("Node"),
+        WatchedKind("ResourceFlavor"),
         WatchedKind("Secret", namespace="gpustack-system", field_selector="metadata.name=gpustack-settings")]
 
 
@@ -45,6 +46,7 @@ def _readyz(server) -> tuple[int, str]:
 
 def test_ready_once_listed_and_a_view_built_then_answering_from_it(server):
     api, server = server
+    _published(api)
     assert _readyz(server) == (503, "not ready: rules or cluster view not loaded")
     server.start(sync_timeout=10)
     assert _readyz(server) == (200, "ok")
@@ -52,10 +54,14 @@ def test_ready_once_listed_and_a_view_built_then_answering_from_it(server):
     client = TestClient(server.app)
     answer = client.post("/mutate-pods", json=_a10g_pod("one")).json()["response"]
     assert answer["allowed"] is True and answer["uid"] == "u-one"
+    # the fronting InstanceType the controller published answers for the queue: rule 1 of pods.yaml
+    two = client.post("/validate-pods", json=_two_families("gpustack-fnv64-c4680bb149644f1c")).json()["response"]
+    assert two["status"]["details"]["causes"][0]["message"] == (
+        "Forbidden: a Pod may request only one accelerator family, found [exclusive shared]")
     metrics = client.get("/metrics").text
-    assert 'accelpolicy_cache_objects{kind="Node"} 4.0' in metrics
+    assert 'accelpolicy_cache_objects{kind="Node"} 4.0' in metrics and 'kind="Devices"' not in metrics
     assert "accelpolicy_admission_view_rebuilds_total 1.0" in metrics
-    assert 'accelpolicy_watch_cache_stale_seconds{kind="Devices"} 0.0' in metrics
+    assert 'accelpolicy_watch_cache_stale_seconds{kind="InstanceType"} 0.0' in metrics
 
 
 def test_a_review_never_waits_for_a_rebuild(server):
@@ -100,41 +106,65 @@ def test_ready_and_answering_while_a_cache_relists(server):
 
 def test_the_first_view_failing_is_the_readiness_answer():
     api = seed_api()
-    api.objects["Devices"].append({"apiVersion": "worker.gpustack.ai/v1", "kind": "Devices", "metadata": {
-        "name": "node-x"}, "spec": {"groups": [{"id": "a10g", "manufacturer": "nvidia",
-                                                "accelerators": [{"id": "g", "index": "x"}]}]}})
+    api.objects["Node"].append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-x", "labels": {
+        "gpustack.ai/managed": True}}})   # a label value that is not a string
     cache = ClusterCache(api, admission_watched(POLICY, "gpustack-system"))
     view = BuiltAdmissionView(cache, POLICY, "gpustack-system")
     try:
         cache.start()
         assert cache.wait_synced(10)
-        with pytest.raises(Exception, match="must be an integer, got 'x'"):
+        with pytest.raises(Exception, match="label gpustack.ai/managed must be a string, got True"):
             view()
-        assert view.failures == 1 and "must be an integer" in view.error
+        assert view.failures == 1 and view.error == (
+            "SnapshotError: <watch cache>: Node node-x: metadata.labels: label gpustack.ai/managed must be a "
+            "string, got True (quote it in YAML)")
     finally:
         api.stop.set()
         cache.stop()
 
 
-def test_the_incremental_view_equals_the_full_one_through_changes(server):
-    """BuiltAdmissionView (CacheSnapshots + derive memo + view_of_state) holds what admission_view of a
-    fresh snapshot holds, after a change to one node's facts too."""
+def _published(api) -> None:
+    """The seed cluster as the controller publishes it (its passes' writes in the scripted store)."""
+    controller = Controller(api, POLICY, env={}, fit_coalesce_seconds=0, tune_gc=False).start_caches(10)
+    try:
+        for _ in range(3):
+            controller.reconcile()
+        assert controller.reconcile().planned == []
+    finally:
+        controller.cache.stop()
+
+
+def _comparable(obj: dict) -> dict:
+    """``obj`` without what the API server (uid, resourceVersion) or the create (a LocalQueue's owner,
+    filled at execution) adds, which no admission rule reads."""
+    meta = {k: v for k, v in obj["metadata"].items()
+            if k not in ("uid", "resourceVersion", "namespace", "ownerReferences")}
+    return {**obj, "metadata": meta}
+
+
+def test_the_published_view_is_what_derivation_gives(server):
+    """Once the controller reconciled, the objects it published are what admission_view derives from the
+    node facts: the admission process judges against the same InstanceTypes (status included),
+    ResourceFlavors, ClusterQueues, LocalQueues and settings, without deriving; and a change the
+    controller publishes reaches the view."""
     from runtime.engine.admission import admission_view
+    from runtime.engine.snapshot import Snapshot
 
     api, server = server
+    _published(api)
     server.start(sync_timeout=10)
-
-    def same() -> None:
-        built = server.view.build()
-        full = admission_view(POLICY, server.cache.snapshot(server.view.kinds), live=True,
-                              settings_namespace="gpustack-system")
-        assert sorted(built.snapshot.objects) == sorted(full.snapshot.objects)
-        for kind in full.snapshot.objects:
-            assert built.snapshot.list(kind) == full.snapshot.list(kind), kind
-        assert built.settings == full.settings
-    same()
-    feature = dict(server.cache["NodeFeature"].get("node-a10g-gpustack-worker", "gpustack-system"))
-    feature["metadata"] = {**feature["metadata"], "resourceVersion": "999999"}
-    feature["spec"] = {**feature["spec"], "labels": {**feature["spec"]["labels"], "gpustack.ai/managed": "false"}}
-    server.cache["NodeFeature"].observe(feature)
-    same()
+    built = server.view()
+    full = admission_view(POLICY, Snapshot.from_objects([dict(o) for items in api.objects.values() for o in items]),
+                          live=True, settings_namespace="gpustack-system")
+    for kind in ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue"):
+        assert [_comparable(o) for o in built.snapshot.list(kind)] == [_comparable(o) for o in full.snapshot.list(kind)], kind
+        assert built.snapshot.list(kind), kind
+    assert built.settings == full.settings
+    assert built.snapshot.count("Devices") == built.snapshot.count("NodeFeature") == 0   # not read here
+    status = server.cache["InstanceType"].get("gpustack--nvidia-a10g-linux-amd64")
+    changed = {**status, "metadata": {**status["metadata"], "resourceVersion": "999999"},
+               "status": {**status["status"], "phase": "Inactive"}}
+    server.cache["InstanceType"].observe(changed)
+    server._on_event("InstanceType", "MODIFIED", changed)
+    wait_for(lambda: server.view().snapshot.get("InstanceType", "gpustack--nvidia-a10g-linux-amd64"),
+             lambda it: it["status"]["phase"] == "Inactive", timeout=10, what="the published change in the view")
