@@ -47,8 +47,9 @@ from runtime.webhook.server import check_tls, self_signed
               help="Namespace of --cert-secret.")
 @click.option("--view-refresh-seconds", type=click.FloatRange(min=0), default=DEFAULT_REFRESH_SECONDS,
               show_default=True,
-              help="The cluster view reviews judge against is rebuilt off the review path at most this often "
-                   "after a watch event of a kind it reads (events in between wait for the next rebuild).")
+              help="The cluster view reviews judge against is rebuilt off the review path as soon as a watch "
+                   "event of a kind it reads arrives (0), or at most this often (events in between wait for the "
+                   "next rebuild): a higher value trades freshness for CPU under heavy churn.")
 @click.option("--switch-interval-ms", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
               help="How long one thread may hold the interpreter before another runs (sys.setswitchinterval; "
                    "Python's default is 5): short, so a view rebuild or a watch event holds a review back at "

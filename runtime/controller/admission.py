@@ -42,7 +42,7 @@ from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.reload import WebhookRulesReload
 from runtime.webhook.server import ServerThread
 
-DEFAULT_REFRESH_SECONDS = 1.0
+DEFAULT_REFRESH_SECONDS = 0.0  # rebuild as soon as an event arrives (a rebuild costs the changes)
 
 
 def admission_watched(policy: Policy, settings_namespace: str) -> list[WatchedKind]:
@@ -61,13 +61,13 @@ class BuiltAdmissionView:
 
     A cache event of a kind the view reads wakes the builder; it rebuilds incrementally (the
     controller's :class:`~runtime.controller.snapshots.CacheSnapshots`: the changed objects are copied,
-    the other kinds' maps kept) at most once per ``refresh_seconds`` (events in between are coalesced
-    into the next rebuild). Calling the object returns the last
+    the other kinds' maps kept): as soon as an event arrives (events during a rebuild are coalesced into
+    the next one), or at most once per ``refresh_seconds`` when that is above 0. Calling the object returns the last
     good view at once; only the first call, before any view exists, builds one (and raises when it
     cannot: :func:`runtime.controller.webhooks.view_not_ready_reason` reports it). A rebuild that
     fails keeps the last good view (``error`` says why; the next event tries again).
 
-    How stale a served view may be: ``refresh_seconds`` plus one rebuild after the event that changed
+    How stale a served view may be: one rebuild (plus ``refresh_seconds``) after the event that changed
     it, on top of the cache's own age (:meth:`lag` reads it; the gauge
     ``accelpolicy_admission_view_stale_seconds``). Counters: ``rebuilds``, ``rebuild_seconds`` (the
     last 1,000), ``rebuild_total`` (seconds), ``failures``.
@@ -157,7 +157,8 @@ class BuiltAdmissionView:
                 self.build()
             except Exception:  # noqa: BLE001 - recorded in error; the next event tries again
                 pass
-            self._stop.wait(self.refresh_seconds)  # coalesce: at most one rebuild per period
+            if self.refresh_seconds > 0:
+                self._stop.wait(self.refresh_seconds)  # coalesce: at most one rebuild per period
 
 
 class ViewCollector(Collector):
@@ -176,8 +177,8 @@ class ViewCollector(Collector):
     def _families(self):
         return (GaugeMetricFamily("accelpolicy_admission_view_stale_seconds",
                                   "Seconds since the first watch event the admission view in service does not "
-                                  "hold yet (0 when current; rebuilt off the review path, at most once per "
-                                  "--view-refresh-seconds)"),
+                                  "hold yet (0 when current; rebuilt off the review path as events arrive, or at most "
+                                  "once per --view-refresh-seconds when set)"),
                 CounterMetricFamily("accelpolicy_admission_view_rebuilds", "Admission views built"),
                 CounterMetricFamily("accelpolicy_admission_view_rebuild_seconds",
                                     "Seconds spent building admission views (divided by the rebuilds: the mean)"))
