@@ -47,8 +47,13 @@ from runtime.webhook.server import check_tls, self_signed
               help="Namespace of --cert-secret.")
 @click.option("--view-refresh-seconds", type=click.FloatRange(min=0), default=DEFAULT_REFRESH_SECONDS,
               show_default=True,
-              help="The cluster view reviews judge against is rebuilt off the review path at most this often "
-                   "after a watch event of a kind it reads (events in between wait for the next rebuild).")
+              help="The cluster view reviews judge against is rebuilt off the review path as soon as a watch "
+                   "event of a kind it reads arrives (0), or at most this often (events in between wait for the "
+                   "next rebuild): a higher value trades freshness for CPU under heavy churn.")
+@click.option("--switch-interval-ms", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
+              help="How long one thread may hold the interpreter before another runs (sys.setswitchinterval; "
+                   "Python's default is 5): short, so a view rebuild or a watch event holds a review back at "
+                   "most this long at a time.")
 @click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Poll the rules directory this often and swap in a changed set once it lints and compiles "
                    "(a broken set is refused, the working one keeps serving); 0: never.")
@@ -66,15 +71,16 @@ from runtime.webhook.server import check_tls, self_signed
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert: Path | None, key: Path | None,
             self_signed_dir: Path | None, cert_secret: str | None, cert_dir: Path | None, cert_check_seconds: float,
-            namespace: str, view_refresh_seconds: float, watch_rules_seconds: float, max_body_bytes: int,
+            namespace: str, view_refresh_seconds: float, switch_interval_ms: float, watch_rules_seconds: float,
+            max_body_bytes: int,
             read_timeout: float, max_connections: int, deadline_seconds: float, workers: int | None,
             log_level: str = "INFO", log_format: str = "text") -> None:
     """Serve every admission webhook of rules/admission/ from watch caches of what admission reads.
 
     The admission half of accelpolicy, apart from `accelpolicy controller` so that reviews never wait
-    for a reconcile pass: Nodes, NodeFeatures, Devices, Namespaces, the pools' Kueue objects,
-    InstanceTypes and the settings Secret are watched (no Pods, Instances or Workloads); nothing is
-    written to the cluster. The controller's leader registers the webhook configurations for the
+    for a reconcile pass. Reviews judge against what the controller published (InstanceTypes with their
+    status, ResourceFlavors, ClusterQueues, LocalQueues), Nodes and the settings Secret, watched here;
+    nothing is derived, nothing is written to the cluster. The controller's leader registers the webhook configurations for the
     Service in front of these replicas (`accelpolicy controller --webhook-registration-only`) and keeps
     the serving certificate in --cert-secret. /readyz answers 503 until every cache listed once and a
     cluster view was built, then 200, also while a cache relists (docs/availability.md).
@@ -82,7 +88,10 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
     TLS: --cert and --key, --cert-secret NAME with --cert-dir DIR, or --self-signed DIR.
     """
     configure_logging(log_level, log_format)
+    sys.setswitchinterval(switch_interval_ms / 1000.0)
     _tls_choice(cert, key, self_signed_dir, cert_secret, cert_dir)
+    if cert or key:
+        _check_files(cert, key)   # before connecting: bad input is a usage error
     policy = load_policy(rules_dir)
     session = _connect(kubeconfig)
     stop = _stop_on_signals()
@@ -103,8 +112,6 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
         paths = self_signed(self_signed_dir)
         cert, key = paths["cert"], paths["key"]
         logger.info(f"self-signed: CA {paths['ca']}, certificate {cert}")
-    else:
-        _check_files(cert, key)
     server = AdmissionServer(session, policy, cert, key, secret_namespace(policy.settings, os.environ), host=host,
                              port=port, refresh_seconds=view_refresh_seconds, max_body_bytes=max_body_bytes,
                              deadline_seconds=deadline_seconds, workers=workers, read_timeout=read_timeout,
@@ -148,6 +155,9 @@ def _check_files(cert: Path | None, key: Path | None) -> None:
     """--cert and --key both given, readable and a matching PEM pair; exits 2 naming them otherwise."""
     if not (cert and key):
         fail("give --cert and --key together")
+    for option, path in (("--cert", cert), ("--key", key)):
+        if not path.is_file():
+            fail(f"{option} {path}: No such file")
     try:
         check_tls(str(cert), str(key))
     except ssl.SSLError as exc:

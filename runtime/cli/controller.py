@@ -21,8 +21,10 @@ import socket
 import ssl
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import click
 from loguru import logger
@@ -160,7 +162,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         if (elector := _lead(session, lease_namespace, identity, stop, serving_cert, metrics)) is None:
             return
         _start_leading(controller, webhooks, registry, stop_hooks, rules_dir, watch_rules_seconds,
-                       audit_seconds, audit_interval, registration)
+                       audit_seconds, audit_interval, registration, stop)
         controller.run(stop)
         elector.release()
         metrics.leader.set(0)
@@ -236,14 +238,60 @@ class _Registration:
             return ClientConfig(ca_pem=ca, service=self.service)
         return ClientConfig(ca_pem=ca, url_base=self.url_base)
 
-    def start(self, controller: Controller) -> WebhookRegistrar:
-        """Register (the leader's job) and keep the configurations, re-registered on a new CA."""
-        registrar = WebhookRegistrar(self.session, controller.policy, self.client()).start()
-        if self.serving_cert is not None:
-            self.serving_cert.listeners.append(lambda data: registrar.retarget(self.client()))
-        for desired in registrar.desired:
-            logger.info(f"registered {desired['kind']} {desired['metadata']['name']} for the admission replicas")
-        return registrar
+    def readyz_url(self) -> str:
+        """Where the admission replicas answer ``/readyz`` (through the Service, or at the URL base)."""
+        if self.service is not None:
+            namespace, name, port = self.service
+            return f"https://{name}.{namespace}.svc:{port}/readyz"
+        return f"{self.url_base.rstrip('/')}/readyz"
+
+    def wait_ready(self, stop: threading.Event, timeout: float = 120.0) -> bool:
+        """Poll :meth:`readyz_url` (verified with the CA) once a second until it answers 200, ``stop`` is
+        set or ``timeout`` seconds passed; True when it answered. A webhook registered before any
+        replica is ready would refuse every review meanwhile (``failurePolicy: Fail``)."""
+        import urllib.request
+
+        deadline, url, last = time.monotonic() + timeout, self.readyz_url(), ""
+        while not stop.is_set():
+            try:
+                context = ssl.create_default_context(cadata=self.client().ca_pem.decode())
+                with urllib.request.urlopen(url, context=context, timeout=5) as answer:
+                    if answer.status == 200:
+                        return True
+            except (OSError, ValueError, ssl.SSLError) as exc:
+                if str(exc) != last:
+                    last = str(exc)
+                    logger.info("waiting for the admission replicas at {} before registering: {}", url, exc)
+            if time.monotonic() > deadline or stop.wait(1.0):
+                return False
+        return False
+
+    def start(self, controller: Controller, stop: threading.Event) -> Callable[[], None]:
+        """In a thread: wait until the admission replicas are ready (at most 120 s; then register anyway,
+        with a warning), register (the leader's job) and keep the configurations, re-registered on a new
+        CA. Returns the function that stops it."""
+        holder: list[WebhookRegistrar] = []
+
+        def register() -> None:
+            if not self.wait_ready(stop) and not stop.is_set():
+                logger.warning("the admission replicas at {} are not ready: registering the webhooks anyway",
+                               self.readyz_url())
+            if stop.is_set():
+                return
+            registrar = WebhookRegistrar(self.session, controller.policy, self.client()).start()
+            holder.append(registrar)
+            if self.serving_cert is not None:
+                self.serving_cert.listeners.append(lambda data: registrar.retarget(self.client()))
+            for desired in registrar.desired:
+                logger.info(f"registered {desired['kind']} {desired['metadata']['name']} for the admission replicas")
+        thread = threading.Thread(target=register, name="webhook-registration", daemon=True)
+        thread.start()
+
+        def halt() -> None:
+            thread.join(10.0)
+            for registrar in holder:
+                registrar.stop()
+        return halt
 
 
 def _connect(kubeconfig: Path | None):
@@ -336,14 +384,15 @@ def _lead(session, namespace: str, identity: str | None, stop: threading.Event,
 
 def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, registry: CollectorRegistry,
                    stop_hooks: list, rules_dir: Path, watch_rules_seconds: float, audit_seconds: float,
-                   audit_interval: str, registration: _Registration | None = None) -> None:
+                   audit_interval: str, registration: _Registration | None = None,
+                   stop: threading.Event | None = None) -> None:
     """What the leader starts before reconciling: the controller's caches, the webhook registration
     (unless --no-webhook-registration; for the admission replicas with --webhook-registration-only),
     the rules hot reload and the background audit (each off at 0; their metrics in ``registry``, their
     stop functions appended to ``stop_hooks``)."""
     controller.start()
     if registration is not None:
-        stop_hooks.append(registration.start(controller).stop)
+        stop_hooks.append(registration.start(controller, stop))
     if webhooks is not None and webhooks.register() is not None:
         for desired in webhooks.registrar.desired:
             logger.info(f"registered {desired['kind']} {desired['metadata']['name']}")

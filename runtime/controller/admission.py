@@ -2,10 +2,17 @@
 
 ``accelpolicy admission`` (:mod:`runtime.cli.admission`) runs one :class:`AdmissionServer`: its own
 watch caches of only what admission reads (:func:`admission_watched`: the kinds of
-:func:`runtime.engine.admission.view_kinds`, the settings Secret alone in its namespace; no Pods,
-Instances, Workloads, Events), a cluster view rebuilt off the review path (:class:`BuiltAdmissionView`),
-the HTTPS server, ``/readyz`` as :func:`runtime.controller.webhooks.view_not_ready_reason` says, and the
-rules hot reload. It writes nothing to the cluster: the controller's leader registers the webhook
+:func:`runtime.engine.admission.published_kinds`, the settings Secret alone in its namespace; no Pods,
+Instances, Workloads, Devices or NodeFeatures), a cluster view refreshed off the review path
+(:class:`BuiltAdmissionView`), the HTTPS server, ``/readyz`` as
+:func:`runtime.controller.webhooks.view_not_ready_reason` says, and the rules hot reload.
+
+The view is the objects the controller **published** (InstanceTypes with their status, ResourceFlavors,
+ClusterQueues, LocalQueues), not a derivation of its own: once the controller reconciled they are what
+:func:`runtime.engine.admission.admission_view` derives (tests/controller/test_admission_process.py
+compares them), and deriving again in every replica cost a full derivation per change under churn (3.1 s
+of a rebuild's mean at 5,000 nodes, the admission process saturated: docs/availability.md). A change
+reaches admission when the controller has written it (its pass), as it reaches Kueue. It writes nothing to the cluster: the controller's leader registers the webhook
 configurations for the admission Service and keeps the serving certificate, which every admission
 replica reads from its Secret (:class:`runtime.controller.servingcert.ServingCertificate`, ``manage``
 off) and reloads when it changes. The AdmissionCheck answers, the audit and the fit labels stay with
@@ -21,28 +28,27 @@ from pathlib import Path
 from typing import Callable
 
 from loguru import logger
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from runtime.controller.metrics import CacheCollector
 from runtime.controller.snapshots import CacheSnapshots
-from runtime.controller.webhooks import view_not_ready_reason
-from runtime.engine.admission import AdmissionEngine, AdmissionView, view_kinds, view_of_state
+from runtime.controller.webhooks import view_failed, view_not_ready_reason
+from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, published_kinds
 from runtime.engine.policy import Policy
-from runtime.engine.pools import derive
-from runtime.engine.pools.incremental import DeriveMemo
 from runtime.kube.cache import ClusterCache, WatchedKind
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.reload import WebhookRulesReload
 from runtime.webhook.server import ServerThread
 
-DEFAULT_REFRESH_SECONDS = 1.0
+DEFAULT_REFRESH_SECONDS = 0.0  # rebuild as soon as an event arrives (a rebuild costs the changes)
 
 
 def admission_watched(policy: Policy, settings_namespace: str) -> list[WatchedKind]:
-    """What the admission process watches: every kind of ``view_kinds(policy)`` (whole), except the
+    """What the admission process watches: every kind of ``published_kinds(policy)`` (whole), except the
     settings Secret, watched alone (``settings_namespace``, its name from rules/settings.yaml)."""
-    kinds = sorted(view_kinds(policy) - {"Secret", "Setting"})
+    kinds = sorted(published_kinds(policy) - {"Secret", "Setting"})
     watched = [WatchedKind(kind) for kind in kinds]
     watched.append(WatchedKind("Secret", namespace=settings_namespace,
                                field_selector=f"metadata.name={policy.settings.secretName}"))
@@ -50,20 +56,21 @@ def admission_watched(policy: Policy, settings_namespace: str) -> list[WatchedKi
 
 
 class BuiltAdmissionView:
-    """The admission view of ``cache``, rebuilt by a thread of its own and never on a review's path.
+    """The admission view of ``cache`` (the published objects, module docstring), rebuilt by a thread of
+    its own and never on a review's path.
 
     A cache event of a kind the view reads wakes the builder; it rebuilds incrementally (the
-    controller's :class:`~runtime.controller.snapshots.CacheSnapshots` and derive memo: a change to
-    one node costs about what it costs a reconcile pass) at most once per ``refresh_seconds``
-    (events in between are coalesced into the next rebuild). Calling the object returns the last
+    controller's :class:`~runtime.controller.snapshots.CacheSnapshots`: the changed objects are copied,
+    the other kinds' maps kept): as soon as an event arrives (events during a rebuild are coalesced into
+    the next one), or at most once per ``refresh_seconds`` when that is above 0. Calling the object returns the last
     good view at once; only the first call, before any view exists, builds one (and raises when it
     cannot: :func:`runtime.controller.webhooks.view_not_ready_reason` reports it). A rebuild that
     fails keeps the last good view (``error`` says why; the next event tries again).
 
-    How stale a served view may be: ``refresh_seconds`` plus one rebuild after the event that changed
+    How stale a served view may be: one rebuild (plus ``refresh_seconds``) after the event that changed
     it, on top of the cache's own age (:meth:`lag` reads it; the gauge
     ``accelpolicy_admission_view_stale_seconds``). Counters: ``rebuilds``, ``rebuild_seconds`` (the
-    last 1,000), ``failures``.
+    last 1,000), ``rebuild_total`` (seconds), ``failures``.
     """
 
     def __init__(self, cache: ClusterCache, policy: Policy, settings_namespace: str | None = None,
@@ -72,12 +79,12 @@ class BuiltAdmissionView:
         self.policy = policy
         self.settings_namespace = settings_namespace
         self.refresh_seconds = refresh_seconds
-        self.kinds = view_kinds(policy)
+        self.kinds = published_kinds(policy)
         self.snapshots = CacheSnapshots(cache)
-        self.memo = DeriveMemo()
         self.error: str | None = None
         self.rebuilds = self.failures = 0
         self.rebuild_seconds: list[float] = []
+        self.rebuild_total = 0.0
         self._view: AdmissionView | None = None
         self._pending_since: float | None = None  # first event not yet in the view (monotonic)
         self._lock = threading.Lock()
@@ -110,17 +117,10 @@ class BuiltAdmissionView:
             self._pending_since = None  # events from here on make it stale again
             t0 = time.perf_counter()
             try:
-                snapshot = self.snapshots.snapshot()
-                state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace,
-                               memo=self.memo)
-                view = view_of_state(self.policy, snapshot, state, self.settings_namespace, previous=self._view)
+                view = admission_view(self.policy, self.snapshots.snapshot(), derive_state=False,
+                                      settings_namespace=self.settings_namespace)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                if error != self.error:
-                    logger.warning("admission view not rebuilt ({}): {}", "the last good view serves on"
-                                   if self._view is not None else "no view yet", error)
-                self.error = error
-                self.failures += 1
+                view_failed(self, exc, self._view is not None)
                 if self._pending_since is None and pending is not None:
                     self._pending_since = min(pending, started)
                 if self._view is None:
@@ -129,7 +129,9 @@ class BuiltAdmissionView:
             self.error = None
             self._view = view
             self.rebuilds += 1
-            self.rebuild_seconds = self.rebuild_seconds[-999:] + [time.perf_counter() - t0]
+            took = time.perf_counter() - t0
+            self.rebuild_total += took
+            self.rebuild_seconds = self.rebuild_seconds[-999:] + [took]
             return view
 
     def start(self) -> "BuiltAdmissionView":
@@ -155,28 +157,54 @@ class BuiltAdmissionView:
                 self.build()
             except Exception:  # noqa: BLE001 - recorded in error; the next event tries again
                 pass
-            self._stop.wait(self.refresh_seconds)  # coalesce: at most one rebuild per period
+            if self.refresh_seconds > 0:
+                self._stop.wait(self.refresh_seconds)  # coalesce: at most one rebuild per period
 
 
 class ViewCollector(Collector):
-    """``accelpolicy_admission_view_stale_seconds`` of the admission process's view (read at scrape)."""
+    """The admission process's view, read at scrape: ``accelpolicy_admission_view_stale_seconds``, and
+    the rebuilds and their seconds (counted over every view this process built, reloads included)."""
 
     def __init__(self, view_of: Callable[[], BuiltAdmissionView]):
         self.view_of = view_of
+        self.retired = [0, 0.0]  # rebuilds and seconds of the views a reload replaced
 
-    def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily("accelpolicy_admission_view_stale_seconds",
-                                 "Seconds since the first watch event the admission view in service does not "
-                                 "hold yet (0 when current; rebuilt off the review path, at most once per "
-                                 "--view-refresh-seconds)")
+    def retire(self, view: BuiltAdmissionView) -> None:
+        """Keep a replaced view's counts in the totals."""
+        self.retired[0] += view.rebuilds
+        self.retired[1] += view.rebuild_total
+
+    def _families(self):
+        return (GaugeMetricFamily("accelpolicy_admission_view_stale_seconds",
+                                  "Seconds since the first watch event the admission view in service does not "
+                                  "hold yet (0 when current; rebuilt off the review path as events arrive, or at most "
+                                  "once per --view-refresh-seconds when set)"),
+                CounterMetricFamily("accelpolicy_admission_view_rebuilds", "Admission views built"),
+                CounterMetricFamily("accelpolicy_admission_view_rebuild_seconds",
+                                    "Seconds spent building admission views (divided by the rebuilds: the mean)"))
 
     def describe(self):
-        return [self._family()]
+        return list(self._families())
 
     def collect(self):
-        family = self._family()
-        family.add_metric([], self.view_of().lag())
-        return [family]
+        stale, rebuilds, seconds = self._families()
+        view = self.view_of()
+        stale.add_metric([], view.lag())
+        rebuilds.add_metric([], self.retired[0] + view.rebuilds)
+        seconds.add_metric([], self.retired[1] + view.rebuild_total)
+        return [stale, rebuilds, seconds]
+
+
+class AdmissionMetrics:
+    """The admission process's own collectors, beside the webhook server's (:class:`WebhookMetrics`), in
+    ``registry`` (a new one when None): its watch caches' (:class:`CacheCollector`) and its view's
+    (:class:`ViewCollector`) of ``server``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, server: "AdmissionServer | None" = None):
+        self.registry = registry or CollectorRegistry()
+        self.view = ViewCollector(lambda: server.view)
+        self.registry.register(CacheCollector(server.cache if server is not None else None))
+        self.registry.register(self.view)
 
 
 @dataclass
@@ -215,8 +243,7 @@ class AdmissionServer:
             self.state.workers = self.workers
         self.paths = {spec.path: name for name, spec in self.engine.policies.items()}
         self.app = build_app(self.state, self.paths)
-        self.state.metrics.registry.register(CacheCollector(self.cache))
-        self.state.metrics.registry.register(ViewCollector(lambda: self.view))
+        self.view_metrics = AdmissionMetrics(self.state.metrics.registry, self).view
         self.reload: WebhookRulesReload | None = None
 
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -251,7 +278,7 @@ class AdmissionServer:
     def _view_for(self, policy: Policy) -> BuiltAdmissionView:
         """A hot reload's view: built for ``policy`` before it serves (on the reload's thread), then the
         cache's events go to it and the old builder stops."""
-        missing = sorted(view_kinds(policy) - {"Setting"} - set(self.cache.caches))
+        missing = sorted(published_kinds(policy) - {"Setting"} - set(self.cache.caches))
         if missing:
             logger.warning("the reloaded rules read {} too, which this process does not watch: restart it "
                            "to serve them", ", ".join(missing))
@@ -262,6 +289,7 @@ class AdmissionServer:
             pass
         old, self.view, self.policy = self.view, view.start(), policy
         old.stop()
+        self.view_metrics.retire(old)
         return view
 
     def stop(self) -> None:

@@ -262,7 +262,7 @@ class Controller(ActionWriter):
         summary = logger.bind(reconcile_seconds=round(result.seconds, 6), cpu_seconds=round(cpu, 6),
                               writes=len(result.writes), errors=len(result.errors))
         summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s ({:.3f}s CPU)",
-                     len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds, cpu)
+                     len(actions), len(result.deferred), len(result.writes), len(result.errors), result.seconds, cpu)
         if self.tune_gc and gcpolicy.settle():
             logger.info("garbage collector: {} objects of the caches and the first pass frozen", gc.get_freeze_count())
         return result

@@ -7,7 +7,8 @@ queues (Kueue evicts what runs there) and stops the Instances for good. The guar
 until the view is **whole**, as ``startGuard`` of rules/pools/derivation.yaml defines it:
 
 * every watch cache listed once, and
-* every Node (not being deleted) for which ``expectFacts`` holds has the trusted NodeFeatures
+* every Node (not being deleted) for which ``expectFacts`` holds (by default: a Node the agent has
+  described before, its CPU annotation outliving an uninstall) has the trusted NodeFeatures
   (decision 20: in the system namespace, named ``<node><suffix>``) of each role in ``nodeFeatures``,
 
 or until ``graceSeconds`` after the controller began leading, whichever comes first. Once open, the
@@ -37,7 +38,7 @@ from runtime.controller.plan import Action, Verb
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 from runtime.engine.pools.nodes import node_feature_judge
-from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
+from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
 from runtime.model.normalize import parse_quantity
 
 STOPPED = ("Hold", "HoldAndDrain")
@@ -136,7 +137,8 @@ class StartGuard:
             name = name_of(node)
             if is_deleting(node) or not suffixes - present.get(name, set()):
                 continue
-            if rules.expectFacts.evaluate({"labels": labels_of(node)}):
+            if rules.expectFacts.evaluate({"labels": labels_of(node), "annotations": annotations_of(node),
+                                           "keys": dict(self.policy.labels.keys)}):
                 missing.append(name)
         return sorted(missing)
 

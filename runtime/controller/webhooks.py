@@ -85,12 +85,7 @@ class LiveAdmissionView:
                 view = admission_view(self.policy, self.cache.snapshot(self.kinds), live=True,
                                       settings_namespace=self.settings_namespace)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                if error != self.error:
-                    logger.warning("admission view not rebuilt ({}): {}", "the last good view serves on"
-                                   if self._view is not None else "no view yet", error)
-                self.error = error
-                self.failures += 1
+                view_failed(self, exc, self._view is not None)
                 with self._lock:
                     if self._view is None:
                         raise
@@ -102,6 +97,17 @@ class LiveAdmissionView:
             self.rebuilds += 1
             self.rebuild_seconds.append(time.perf_counter() - t0)
             return view
+
+
+def view_failed(view, exc: Exception, kept: bool) -> None:
+    """Record a failed rebuild of ``view`` (its ``error`` and ``failures``); a new reason is logged once,
+    saying whether the last good view serves on (``kept``)."""
+    error = f"{type(exc).__name__}: {exc}"
+    if error != view.error:
+        logger.warning("admission view not rebuilt ({}): {}", "the last good view serves on" if kept else
+                       "no view yet", error)
+    view.error = error
+    view.failures += 1
 
 
 class WebhookRegistrar:

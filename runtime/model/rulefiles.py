@@ -276,7 +276,8 @@ class StartGuardSpec(Strict):
     nodeFeatures: list[Literal["worker", "deviceManager"]] = Field(
         min_length=1, description="the NodeFeature roles of rules/agent.yaml nodeFeature every expected Node "
                                   "must have (the agent's; trusted as decision 20 says)")
-    expectFacts: Expr = Field(description="CEL over a Node's own ``labels``: true when the guard waits for its "
+    expectFacts: Expr = Field(description="CEL over a Node's own ``labels`` and ``annotations`` (``keys``: the "
+                                          "keys of rules/labels.yaml by role): true when the guard waits for its "
                                           "facts (false: a Node no agent runs on)")
 
 

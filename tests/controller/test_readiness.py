@@ -6,7 +6,6 @@ Controller, ClusterCache, LiveAdmissionView and Starlette app."""
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 
 import pytest

@@ -167,7 +167,8 @@ def test_a_start_with_every_fact_present_holds_nothing(reconciled):
 def test_the_guard_is_policy_data(rules_copy):
     """graceSeconds, the NodeFeature roles and which Nodes are expected come from the rules."""
     edit(rules_copy / "pools" / "derivation.yaml", "    graceSeconds: 120\n    nodeFeatures: [worker]\n"
-         "    expectFacts: 'true'", "    graceSeconds: 30\n    nodeFeatures: [worker, deviceManager]\n"
+         "    expectFacts: 'keys.cpuNameAnnotation in annotations'", "    graceSeconds: 30\n"
+         "    nodeFeatures: [worker, deviceManager]\n"
          "    expectFacts: '!(\"node-role.kubernetes.io/control-plane\" in labels)'")
     policy = Policy(load_rules(rules_copy))
     api = seed_api()
@@ -178,3 +179,19 @@ def test_the_guard_is_policy_data(rules_copy):
     assert guard.nodes_without_facts(snapshot) == ["node-cpu"]   # no device-manager NodeFeature; cp not expected
     guard.begin()
     assert guard.remaining() == 30.0
+
+
+def test_by_default_a_node_no_agent_ever_described_is_not_waited_for():
+    """expectFacts of the shipped rules: the Nodes carrying the agent's CPU annotation (which outlives an
+    uninstall, unlike NFD's labels) are waited for; a control-plane Node no agent runs on is not."""
+    api = seed_api()
+    removed = _uninstalled(api)
+    assert removed
+    api.objects["Node"].append({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "accelpolicy-control-plane", "labels": {"node-role.kubernetes.io/control-plane": ""}}})
+    snapshot = Snapshot.from_objects([o for items in api.objects.values() for o in items], origin="test")
+    assert StartGuard(POLICY).nodes_without_facts(snapshot) == ["node-a10g", "node-cpu", "node-t4-a", "node-t4-b"]
+    with_facts = Snapshot.from_objects([o for items in api.objects.values() for o in items] + removed, origin="test")
+    guard = StartGuard(POLICY, clock=Clock())
+    assert guard.nodes_without_facts(with_facts) == []
+    assert guard.whole(with_facts, []) == "every cache listed and every Node's facts present"

@@ -58,12 +58,27 @@ class AdmissionView:
 # What derivation reads (runtime.engine.pools.derive): the admission view is derived from these kinds.
 DERIVATION_KINDS = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue",
                     "LocalQueue", "InstanceType", "Secret")
+# What derivation produces that admission reads (a derived view replaces the snapshot's own).
+DERIVED_KINDS = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
 
 
 def view_kinds(policy: Policy) -> frozenset[str]:
     """Every kind an admission view needs: what derivation reads plus each AdmissionPolicy's
     ``lookups`` kinds. A live view need only be rebuilt after an event of one of these kinds."""
     kinds = set(DERIVATION_KINDS)
+    for doc in policy.ruleset.all("AdmissionPolicy"):
+        kinds.update(lookup.kind for lookup in doc.spec.lookups)
+    return frozenset(kinds)
+
+
+def published_kinds(policy: Policy) -> frozenset[str]:
+    """Every kind an admission view needs when the objects the controller published stand in for
+    derivation (the admission process, issue 21): the derived kinds as the cluster holds them
+    (InstanceTypes with their status, ResourceFlavors, ClusterQueues, LocalQueues: what
+    :func:`admission_view` would derive, once the controller reconciled), the settings Secret, and
+    each AdmissionPolicy's ``lookups`` kinds. No Devices, NodeFeatures or Namespaces: nothing is
+    derived from them here."""
+    kinds = set(DERIVED_KINDS) | {"Secret"}
     for doc in policy.ruleset.all("AdmissionPolicy"):
         kinds.update(lookup.kind for lookup in doc.spec.lookups)
     return frozenset(kinds)
@@ -87,8 +102,6 @@ def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool
     settings = settings_of(policy, snapshot, settings_namespace)
     return AdmissionView(snapshot=snapshot, settings=dict(settings.values))
 
-
-DERIVED_KINDS = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
 
 
 def view_of_state(policy: Policy, snapshot: Snapshot, state, settings_namespace: str | None = None,
