@@ -381,3 +381,35 @@ def markdown(results: list[FaultResult]) -> str:
                     f"{_fmt(r.table_s)} | {_fmt(r.converged_s)} | {len(r.duplicates)} / {len(r.orphans)} | "
                     f"{len(r.pods_replaced)} | {len(r.admin_changed)} | {r.restarts_injected} + {r.restarts_other} |")
     return "\n".join(rows) + "\n"
+
+
+def load_results(paths: list[Path]) -> list[FaultResult]:
+    """The :class:`FaultResult` rows of one or more runs' ``results.json`` (a run directory or the file)."""
+    out = []
+    for p in paths:
+        p = Path(p)
+        for row in json.loads((p / "results.json" if p.is_dir() else p).read_text()):
+            row["window"] = tuple(row.get("window") or (0.0, 0.0))
+            out.append(FaultResult(**row))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m chaos.suite RUN_DIR...``: the fault table of one or more runs (rows in run order), then each
+    fault's notes and what Kueue's objects did."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m chaos.suite", description=main.__doc__)
+    parser.add_argument("runs", nargs="+", type=Path, help="build/chaos/<run> directories (or results.json files)")
+    args = parser.parse_args(argv)
+    results = load_results(args.runs)
+    print(markdown(results))
+    for r in results:
+        extra = {k: v for k, v in (("kueue events", r.kueue.get("events")), ("evicted", r.kueue.get("evicted")),
+                                   ("error", r.error), ("problems", r.problems())) if v}
+        print(f"- {r.fault} #{r.round} ({r.started} UTC): {json.dumps(r.notes)}; classes {json.dumps(r.classes)}"
+              + (f"; {json.dumps(extra)}" if extra else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
