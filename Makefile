@@ -7,7 +7,7 @@ ACCELPOLICY_CACHE ?= $(HOME)/.cache/accelpolicy
 export ACCELPOLICY_CACHE
 
 .PHONY: help install test unit lint docs docs-gen controlplane reliability demo demo-snapshot bench clean podresources-stubs \
-        docker-up kind-images kind-up kind-down kind-test e2e-kind helm chart wheelhouse image components-images components-manifests gpu-check
+        docker-up kind-images kind-up kind-down kind-test e2e-kind chaos-kind helm chart wheelhouse image components-images components-manifests gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -118,10 +118,19 @@ kind-down:  ## delete kind cluster $(KIND_CLUSTER)
 # The seed walkthrough on a fresh kind cluster "accelpolicy-e2e" (pytest-kind, e2e/kind/stack.py): images loaded,
 # Kueue + nfd-master, `helm install` of deploy/chart, device-plugin stand-ins; skipped when docker/the node image
 # is missing unless ACCELPOLICY_REQUIRE_KIND=1 (CI). ACCELPOLICY_KIND_KEEP=1 keeps the cluster afterwards.
-KIND_WALKTHROUGH = $(BIN)/python -m pytest e2e/test_walkthrough.py e2e/test_kind_upgrade.py --cluster=kind -m kind -p no:cacheprovider
+KIND_WALKTHROUGH = $(BIN)/python -m pytest e2e/test_walkthrough.py e2e/test_kind_upgrade.py e2e/test_kind_faults.py --cluster=kind -m kind -p no:cacheprovider
 
 e2e-kind: install kind-images helm components-images  ## the seed walkthrough on kind with accelpolicy installed by its chart
 	ACCELPOLICY_REQUIRE_KIND=1 $(KIND_WALKTHROUGH)
+
+# The full fault suite (issue 21 item 4; e2e/chaos/, docs/reliability.md): the walkthrough, then every fault of
+# e2e/chaos/faults.py CHAOS_ROUNDS times under a 20 creates/s load; results and the table in build/chaos/<run>/.
+# `make test` runs the short form (the faults marked short, once) in the kind session above.
+CHAOS_ROUNDS ?= 2
+
+chaos-kind: install kind-images helm components-images  ## the full fault suite on kind (every fault CHAOS_ROUNDS times, default 2; ~30 min)
+	ACCELPOLICY_REQUIRE_KIND=1 ACCELPOLICY_CHAOS=full ACCELPOLICY_CHAOS_ROUNDS=$(CHAOS_ROUNDS) \
+	  $(BIN)/python -m pytest e2e/test_walkthrough.py e2e/test_kind_faults.py --cluster=kind -m kind -p no:cacheprovider -s
 
 kind-test: install kind-images  ## the kind tests (guard refusal, a cluster up: nodes Ready, DNS, blackhole, no pulls)
 	$(BIN)/python -m pytest e2e/kind -m kind

@@ -250,6 +250,8 @@ def metrics_page() -> str:
                              f"{doc}.{extra}", name)
     out = [_header("the prometheus_client registries of runtime/"), "# Metrics\n\n",
            "Served at `/metrics` (Prometheus text). `accelpolicy webhook`: the admission metrics. "
+           "`accelpolicy admission`: the admission metrics and its own (`runtime.controller.admission`: its "
+           "caches' and its view's), on its HTTPS port. "
            "`accelpolicy controller`: every metric below but the agent's (`runtime.agent.*`), over plain HTTP "
            "on `--metrics-bind-address` (default `:8080`) and, with `--webhook-port N`, on the webhook server "
            "too. `accelpolicy agent`: the agent's (`runtime.agent.metrics`), on `--health-port` (the "

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "The seed walkthrough: live on a local control plane (default when `make controlplane` has built it), else replayed from snapshots; prints each step's `kubectl get instancetypes`."),
     "agent": ("agent", "Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."),
     "controller": ("controller", "Keep the cluster's pools equal to what the rule files derive from its node facts."),
+    "admission": ("admission", "Serve every admission webhook of rules/admission/ from watch caches of what admission reads."),
     "admit": ("admit", "Judge one object as the admission webhooks would and print the AdmissionReview."),
     "test": ("ruletest", "Run every AdmissionTests and DraDriverTests suite under RULES_DIR/tests; exit 1 when a case fails."),
     "webhook": ("webhook", "Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics."),

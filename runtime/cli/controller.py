@@ -8,6 +8,11 @@ after every burst of watch events until SIGINT/SIGTERM or until leadership is lo
 ``--webhook-port N`` also serves every admission webhook over HTTPS from the watch caches (every
 replica, leader or not: ``/readyz`` 200 once the caches synced) and, on the leader, keeps the
 webhook configurations registered (:mod:`runtime.controller.webhooks`).
+
+``--webhook-registration-only`` (the chart's layout, issue 21 item 2): the webhooks are served by
+``accelpolicy admission`` replicas behind ``--webhook-service``; the controller serves none, holds no
+cache before it leads, and its leader registers the configurations for that Service and keeps the
+serving certificate of ``--webhook-cert-secret`` (the admission replicas read it).
 """
 from __future__ import annotations
 
@@ -16,7 +21,10 @@ import socket
 import ssl
 import sys
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import click
 from loguru import logger
@@ -30,7 +38,8 @@ from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.reconciler import Controller
 from runtime.controller.rulesreload import ControllerRulesReload
 from runtime.controller.servingcert import ServingCertificate, reload_server_tls, service_names
-from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
+from runtime.controller.webhooks import ControllerWebhooks, WebhookRegistrar, WebhookTls
+from runtime.engine.admission.registration import ClientConfig
 from runtime.engine.admission import view_kinds
 from runtime.webhook.server import check_tls, self_signed
 from runtime.kube.session import KubeApiError, KubeConfigError, connect
@@ -68,6 +77,11 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
                    "controller (port default 443).")
 @click.option("--no-webhook-registration", "no_registration", is_flag=True,
               help="Serve the webhooks but leave the webhook configurations to someone else.")
+@click.option("--webhook-registration-only", "registration_only", is_flag=True,
+              help="Serve no webhook here: `accelpolicy admission` replicas behind --webhook-service (or at "
+                   "--webhook-url-base) serve them. The leader registers the webhook configurations for them "
+                   "with the caBundle of --webhook-cert-secret (created and rotated here as "
+                   "--webhook-cert-issuer says) or of --webhook-ca FILE.")
 @click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Poll the rules directory this often and swap in a changed set once it lints and "
                    "compiles (a broken set is refused, the working one keeps serving); 0: never.")
@@ -101,7 +115,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
             webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0,
             watch_rules_seconds: float = 2.0, audit_interval: str = "1h", log_level: str = "INFO",
-            log_format: str = "text", metrics_bind_address: str = "0") -> None:
+            log_format: str = "text", metrics_bind_address: str = "0", registration_only: bool = False) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -120,7 +134,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
         register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir,
         cert_issuer=webhook_cert_issuer, cert_days=webhook_cert_days, cert_renew_days=webhook_cert_renew_days,
-        cert_check_seconds=webhook_cert_check_seconds))
+        cert_check_seconds=webhook_cert_check_seconds, registration_only=registration_only))
+    serving = webhook_opts is not None and not registration_only  # webhooks served in this process
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
     audit_seconds = duration_seconds(audit_interval)
     policy = load_policy(rules_dir)
@@ -131,12 +146,15 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
                          if webhook_opts and webhook_cert_secret else (None, tls))
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
                             fit_coalesce_seconds=0.0 if once else None,
-                            extra_kinds=view_kinds(policy) if webhook_opts else ())
+                            extra_kinds=view_kinds(policy) if serving else ())
     webhooks, stop_hooks = None, []
+    registration = _Registration(session, tls, service, webhook_url_base, serving_cert) if registration_only else None
     try:
-        webhooks = _serve_webhooks(controller, webhook_opts, tls, service) if webhook_opts else None
-        if serving_cert is not None:
+        webhooks = _serve_webhooks(controller, webhook_opts, tls, service) if serving else None
+        if serving_cert is not None and webhooks is not None:
             _follow_certificate(serving_cert, webhooks, stop)
+        elif serving_cert is not None:
+            serving_cert.start(stop)
         registry, metrics = _controller_metrics(controller, webhooks)
         if once:
             _reconcile_once(controller)
@@ -144,7 +162,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         if (elector := _lead(session, lease_namespace, identity, stop, serving_cert, metrics)) is None:
             return
         _start_leading(controller, webhooks, registry, stop_hooks, rules_dir, watch_rules_seconds,
-                       audit_seconds, audit_interval)
+                       audit_seconds, audit_interval, registration, stop)
         controller.run(stop)
         elector.release()
         metrics.leader.set(0)
@@ -164,8 +182,11 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _webhook_options(once: bool, opts: dict) -> dict | None:
-    """The webhook options, or None without --webhook-port; a webhook option without --webhook-port,
-    or --webhook-port with --once, exits 2."""
+    """The webhook options, or None without --webhook-port (or --webhook-registration-only); a webhook
+    option without either, or either with --once, exits 2."""
+    if opts["registration_only"]:
+        _registration_only_options(once, opts)
+        return opts
     if opts["port"] is None:
         given = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
                                         ("--webhook-cert-secret", "cert_secret"), ("--webhook-cert-dir", "cert_dir"),
@@ -178,6 +199,99 @@ def _webhook_options(once: bool, opts: dict) -> dict | None:
     if once:
         fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
     return opts
+
+
+def _registration_only_options(once: bool, opts: dict) -> None:
+    """--webhook-registration-only: exits 2 on an option that serves here or cannot be registered."""
+    if once:
+        fail("--once reconciles and exits: it registers no webhooks (drop --webhook-registration-only)")
+    if opts["port"] is not None:
+        fail("--webhook-registration-only serves no webhook here: drop --webhook-port")
+    if not opts["register"]:
+        fail("--webhook-registration-only and --no-webhook-registration leave nothing to do: give one")
+    if not (opts["service"] or opts["url_base"]):
+        fail("--webhook-registration-only needs --webhook-service NS/NAME[:PORT] or --webhook-url-base URL "
+             "(where the admission replicas answer)")
+    serving = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
+                                      ("--webhook-self-signed", "self_signed")) if opts[key]]
+    if serving:
+        fail(f"--webhook-registration-only serves no webhook here: drop {', '.join(serving)} (give the CA with "
+             "--webhook-ca FILE or --webhook-cert-secret NAME)")
+    if not (opts["cert_secret"] or opts["ca"]):
+        fail("--webhook-registration-only needs the CA to register: --webhook-cert-secret NAME or --webhook-ca FILE")
+
+
+@dataclass
+class _Registration:
+    """--webhook-registration-only: where the admission replicas answer and the CA that verifies them
+    (``tls.ca_pem``; with a ``serving_cert``, its ca.crt, followed when it rotates)."""
+
+    session: object
+    tls: WebhookTls
+    service: tuple[str, str, int] | None
+    url_base: str | None
+    serving_cert: ServingCertificate | None
+
+    def client(self) -> ClientConfig:
+        ca = self.serving_cert.data["ca.crt"] if self.serving_cert is not None else self.tls.ca_pem
+        if self.service is not None:
+            return ClientConfig(ca_pem=ca, service=self.service)
+        return ClientConfig(ca_pem=ca, url_base=self.url_base)
+
+    def readyz_url(self) -> str:
+        """Where the admission replicas answer ``/readyz`` (through the Service, or at the URL base)."""
+        if self.service is not None:
+            namespace, name, port = self.service
+            return f"https://{name}.{namespace}.svc:{port}/readyz"
+        return f"{self.url_base.rstrip('/')}/readyz"
+
+    def wait_ready(self, stop: threading.Event, timeout: float = 120.0) -> bool:
+        """Poll :meth:`readyz_url` (verified with the CA) once a second until it answers 200, ``stop`` is
+        set or ``timeout`` seconds passed; True when it answered. A webhook registered before any
+        replica is ready would refuse every review meanwhile (``failurePolicy: Fail``)."""
+        import urllib.request
+
+        deadline, url, last = time.monotonic() + timeout, self.readyz_url(), ""
+        while not stop.is_set():
+            try:
+                context = ssl.create_default_context(cadata=self.client().ca_pem.decode())
+                with urllib.request.urlopen(url, context=context, timeout=5) as answer:
+                    if answer.status == 200:
+                        return True
+            except (OSError, ValueError, ssl.SSLError) as exc:
+                if str(exc) != last:
+                    last = str(exc)
+                    logger.info("waiting for the admission replicas at {} before registering: {}", url, exc)
+            if time.monotonic() > deadline or stop.wait(1.0):
+                return False
+        return False
+
+    def start(self, controller: Controller, stop: threading.Event) -> Callable[[], None]:
+        """In a thread: wait until the admission replicas are ready (at most 120 s; then register anyway,
+        with a warning), register (the leader's job) and keep the configurations, re-registered on a new
+        CA. Returns the function that stops it."""
+        holder: list[WebhookRegistrar] = []
+
+        def register() -> None:
+            if not self.wait_ready(stop) and not stop.is_set():
+                logger.warning("the admission replicas at {} are not ready: registering the webhooks anyway",
+                               self.readyz_url())
+            if stop.is_set():
+                return
+            registrar = WebhookRegistrar(self.session, controller.policy, self.client()).start()
+            holder.append(registrar)
+            if self.serving_cert is not None:
+                self.serving_cert.listeners.append(lambda data: registrar.retarget(self.client()))
+            for desired in registrar.desired:
+                logger.info(f"registered {desired['kind']} {desired['metadata']['name']} for the admission replicas")
+        thread = threading.Thread(target=register, name="webhook-registration", daemon=True)
+        thread.start()
+
+        def halt() -> None:
+            thread.join(10.0)
+            for registrar in holder:
+                registrar.stop()
+        return halt
 
 
 def _connect(kubeconfig: Path | None):
@@ -270,11 +384,15 @@ def _lead(session, namespace: str, identity: str | None, stop: threading.Event,
 
 def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, registry: CollectorRegistry,
                    stop_hooks: list, rules_dir: Path, watch_rules_seconds: float, audit_seconds: float,
-                   audit_interval: str) -> None:
+                   audit_interval: str, registration: _Registration | None = None,
+                   stop: threading.Event | None = None) -> None:
     """What the leader starts before reconciling: the controller's caches, the webhook registration
-    (unless --no-webhook-registration), the rules hot reload and the background audit (each off at
-    0; their metrics in ``registry``, their stop functions appended to ``stop_hooks``)."""
+    (unless --no-webhook-registration; for the admission replicas with --webhook-registration-only),
+    the rules hot reload and the background audit (each off at 0; their metrics in ``registry``, their
+    stop functions appended to ``stop_hooks``)."""
     controller.start()
+    if registration is not None:
+        stop_hooks.append(registration.start(controller, stop))
     if webhooks is not None and webhooks.register() is not None:
         for desired in webhooks.registrar.desired:
             logger.info(f"registered {desired['kind']} {desired['metadata']['name']}")
@@ -325,6 +443,9 @@ def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
     if opts["url_base"] and not opts["url_base"].startswith("https://"):
         fail(f"--webhook-url-base {opts['url_base']!r}: the API server calls webhooks over https://")
     files = (opts["cert"], opts["key"], opts["ca"])
+    if opts.get("registration_only") and not opts["cert_secret"]:  # the CA alone: nothing served here
+        ca_pem = _read_ca(opts["ca"])
+        return WebhookTls(None, None, ca_pem), service
     if opts["cert_secret"]:
         if any(files) or opts["self_signed"] is not None:
             fail("give --webhook-cert-secret or --webhook-cert/--webhook-key/--webhook-ca or "
@@ -348,16 +469,24 @@ def _webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
             fail("--webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR")
         else:
             check_tls(str(opts["cert"]), str(opts["key"]))
-            ca_pem = opts["ca"].read_bytes()
-            if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
-                fail(f"--webhook-ca {opts['ca']}: no PEM certificate in it")
-            tls = WebhookTls(opts["cert"], opts["key"], ca_pem)
+            tls = WebhookTls(opts["cert"], opts["key"], _read_ca(opts["ca"]))
     except ssl.SSLError as exc:
         fail(f"--webhook-cert {opts['cert']} / --webhook-key {opts['key']}: not a PEM certificate and matching "
              f"private key ({exc.reason or exc})")
     except OSError as exc:
         fail(f"{exc.filename or opts['self_signed']}: {exc.strerror or exc}")
     return tls, service
+
+
+def _read_ca(path: Path) -> bytes:
+    """The PEM bundle of --webhook-ca; exits 2 when it holds no certificate or cannot be read."""
+    try:
+        ca_pem = path.read_bytes()
+    except OSError as exc:
+        fail(f"--webhook-ca {path}: {exc.strerror or exc}")
+    if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
+        fail(f"--webhook-ca {path}: no PEM certificate in it")
+    return ca_pem
 
 
 def _serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,

@@ -6,7 +6,8 @@ Two sources, so no number is derived twice:
 - **Read at scrape time** (:class:`ControllerCollector`) from what the controller holds: the
   capacity, remaining and onceMaxRequest of each InstanceType's view as its **published status**
   reads (the watch cache's copy, which the controller's own status writes update), the flavors of each
-  ClusterQueue, the cached objects per kind and each watch's restarts and relists.
+  ClusterQueue, the cached objects per kind, each watch's restarts and relists and how stale each
+  cache is (:class:`CacheCollector`, also the admission process's).
 - **Counted as it happens** (:class:`ControllerMetrics`): each reconcile's duration and failed
   actions (a reconcile observer), the AdmissionCheck answers it wrote by state and their latency from
   the Workload's quota reservation, the API writes by kind and verb (the applier's write log, read
@@ -91,6 +92,51 @@ def check_answers(planned: Iterable, writes: Iterable, workload_of: Callable[[st
     return out
 
 
+def cache_families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+    """The per-kind watch cache families (empty): objects, restarts, relists, staleness."""
+    return {"objects": GaugeMetricFamily("accelpolicy_cache_objects", "Objects in the watch cache of a kind",
+                                         labels=["kind"]),
+            "restarts": CounterMetricFamily("accelpolicy_watch_restarts",
+                                            "Watches of a kind restarted after a connection or API error",
+                                            labels=["kind"]),
+            "relists": CounterMetricFamily("accelpolicy_watch_relists",
+                                           "Full lists of a kind after its watch expired (410 Gone)",
+                                           labels=["kind"]),
+            "stale": GaugeMetricFamily("accelpolicy_watch_cache_stale_seconds",
+                                       "Seconds the objects a kind's watch cache serves may lag the API server: 0 "
+                                       "while its watch is current, the time since the watch broke while it "
+                                       "relists or retries (the last good objects are served meanwhile)",
+                                       labels=["kind"])}
+
+
+def add_cache_samples(families: dict, caches: dict) -> None:
+    """Add one sample per kind of ``caches`` (kind -> :class:`runtime.kube.cache.KindCache`) to the
+    :func:`cache_families` in ``families``; a kind never listed has no staleness sample."""
+    for kind, cache in caches.items():
+        families["objects"].add_metric([kind], len(cache.keys()))
+        families["restarts"].add_metric([kind], cache.errors)
+        families["relists"].add_metric([kind], cache.relists)
+        age = cache.age()
+        if age is not None:
+            families["stale"].add_metric([kind], age)
+
+
+class CacheCollector(Collector):
+    """Scrape-time :func:`cache_families` of one :class:`runtime.kube.cache.ClusterCache` (the admission
+    process's; the controller's are part of :class:`ControllerCollector`)."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def describe(self):
+        return list(cache_families().values())
+
+    def collect(self):
+        families = cache_families()
+        add_cache_samples(families, self.cache.caches)
+        return list(families.values())
+
+
 class ControllerCollector(Collector):
     """Scrape-time families read from a controller (``None``: the families, empty); ``before_scrape``
     runs first at each scrape (registered first, so what it updates is read in the same scrape)."""
@@ -107,14 +153,7 @@ class ControllerCollector(Collector):
         return {**views,
                 "flavors": GaugeMetricFamily("accelpolicy_clusterqueue_flavors",
                                              "ResourceFlavors a ClusterQueue names", labels=["clusterqueue"]),
-                "objects": GaugeMetricFamily("accelpolicy_cache_objects", "Objects in the watch cache of a kind",
-                                             labels=["kind"]),
-                "restarts": CounterMetricFamily("accelpolicy_watch_restarts",
-                                                "Watches of a kind restarted after a connection or API error",
-                                                labels=["kind"]),
-                "relists": CounterMetricFamily("accelpolicy_watch_relists",
-                                               "Full lists of a kind after its watch expired (410 Gone)",
-                                               labels=["kind"])}
+                **cache_families()}
 
     def describe(self):
         return list(self._families().values())
@@ -132,10 +171,7 @@ class ControllerCollector(Collector):
                     families[number].add_metric([name, view], value)
             for queue in caches["ClusterQueue"].objects() if "ClusterQueue" in caches else ():
                 families["flavors"].add_metric([(queue.get("metadata") or {}).get("name", "")], queue_flavors(queue))
-            for kind, cache in caches.items():
-                families["objects"].add_metric([kind], len(cache.objects()))
-                families["restarts"].add_metric([kind], cache.errors)
-                families["relists"].add_metric([kind], cache.relists)
+            add_cache_samples(families, caches)
         return list(families.values())
 
 

@@ -19,6 +19,12 @@ rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, 
 at least that long after writes the patches planned then (a pass is requeued for that moment).
 ``ReconcileResult.deferred`` lists the patches held back.
 
+The start guard (:mod:`runtime.controller.startguard`, issue 21): until the view is whole (every cache
+listed and every Node's facts present, or ``startGuard.graceSeconds`` of rules/pools/derivation.yaml
+after :meth:`Controller.run` began), a pass writes no destructive step (a delete, a stopped or shrunk
+ClusterQueue, an Instance's ``spec.stop``); those are ``deferred`` too, and a pass is requeued for the
+grace period's end.
+
 Typical use::
 
     controller = Controller(connect(kubeconfig), policy)
@@ -49,6 +55,7 @@ from runtime.controller.reach import ReachWatch
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
+from runtime.controller.startguard import StartGuard
 from runtime.controller.transitions import TransitionEvents
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
@@ -76,8 +83,8 @@ FIT_LABEL_WORKERS = 8
 @dataclass
 class ReconcileResult:
     """One pass: ``writes`` made, ``errors`` (one line per failed action), ``seconds`` taken,
-    ``planned`` actions, the fit label patches ``deferred`` to a later pass (their coalescing
-    window is open), and the ``state`` derived."""
+    ``planned`` actions, the actions ``deferred`` to a later pass (fit label patches whose
+    coalescing window is open; destructive steps the start guard holds), and the ``state`` derived."""
 
     writes: list[Write] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -139,6 +146,7 @@ class Controller(ActionWriter):
         self.snapshots = CacheSnapshots(self.cache)  # each pass's snapshot, from the last one and the changes
         self._memo = DeriveMemo()  # incremental derive: per-node and per-pool results of the last pass
         self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
+        self.guard = StartGuard(policy, self.settings_namespace)  # no destructive step before the view is whole
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -204,8 +212,12 @@ class Controller(ActionWriter):
     def reconcile(self) -> ReconcileResult:
         """Derive from the cache and execute the plan; failures of single actions are collected
         in ``errors`` (and mark the cluster dirty for a retry), not raised."""
+        with self.applier.recording() as own:  # this pass's writes, not the audit's or a reload's meanwhile
+            return self._reconcile(own)
+
+    def _reconcile(self, own: list[Write]) -> ReconcileResult:
+        """The pass of :meth:`reconcile`; ``own`` gathers its writes (on this thread and its fit label workers)."""
         t0, cpu0 = time.monotonic(), time.thread_time()
-        start_writes = len(self.applier.writes)
         snapshot = self._snapshot()
         state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace, memo=self._memo)
         self._report_invalid_settings(state, snapshot)
@@ -233,7 +245,11 @@ class Controller(ActionWriter):
         if self.fit_writer is not None:
             actions = self.fit_writer.fresh(actions)
         actions, deferred = self._hold_fit_labels(actions)
-        result = ReconcileResult(planned=actions, deferred=deferred, state=state)
+        self.guard.policy = self.policy  # a rules reload swaps the controller's policy
+        actions, held = self.guard.hold(actions, snapshot, self.cache.never_synced())
+        if (due := self.guard.due()) is not None:  # the grace period's end: a pass then
+            self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
+        result = ReconcileResult(planned=actions, deferred=deferred + held, state=state)
         for action in actions:
             if action.kind != "Node":
                 self._run_action(action, result)
@@ -242,12 +258,12 @@ class Controller(ActionWriter):
             self.fit_writer.submit(fit)
         elif len(fit) > 1:
             with ThreadPoolExecutor(min(FIT_LABEL_WORKERS, len(fit))) as pool:
-                list(pool.map(lambda a: self._run_action(a, result), fit))
+                list(pool.map(lambda a: self._run_recorded(own, a, result), fit))
         elif fit:
             self._run_action(fit[0], result)
         if result.errors:
             self._dirty.set()
-        result.writes = self.applier.writes[start_writes:]
+        result.writes = list(own)
         if self.fit_writer is not None:  # its Node patches are its own (logged per batch), not this pass's
             result.writes = [w for w in result.writes if w.kind != "Node"]
         result.seconds = time.monotonic() - t0
@@ -257,10 +273,15 @@ class Controller(ActionWriter):
         summary = logger.bind(reconcile_seconds=round(result.seconds, 6), cpu_seconds=round(cpu, 6),
                               writes=len(result.writes), errors=len(result.errors))
         summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s ({:.3f}s CPU)",
-                     len(actions), len(deferred), len(result.writes), len(result.errors), result.seconds, cpu)
+                     len(actions), len(result.deferred), len(result.writes), len(result.errors), result.seconds, cpu)
         if self.tune_gc and gcpolicy.settle():
             logger.info("garbage collector: {} objects of the caches and the first pass frozen", gc.get_freeze_count())
         return result
+
+    def _run_recorded(self, own: list[Write], action: Action, result: ReconcileResult) -> None:
+        """:meth:`_run_action` on a worker thread, its writes recorded in the pass's ``own``."""
+        with self.applier.recording(own):
+            self._run_action(action, result)
 
     def _run_action(self, action: Action, result: ReconcileResult) -> None:
         try:
@@ -355,6 +376,7 @@ class Controller(ActionWriter):
         """Reconcile now, then after every burst of events (coalesced) until ``stop`` is set. Fit label
         patches are written by a :class:`FitLabelWriter` meanwhile (closed when the loop ends)."""
         self._dirty.set()
+        self.guard.begin()  # leading starts: the start guard's grace period runs from here
         self.fit_writer = FitLabelWriter(lambda action: self._execute(action), lambda name: self.cache.get("Node", name),
                                          FIT_LABEL_WORKERS, lambda _message: self._dirty.set())
         try:

@@ -4,7 +4,8 @@
 * :class:`LiveAdmissionView`: the admission view (:func:`runtime.engine.admission.admission_view`)
   of the controller's caches. Events of the kinds the view reads
   (:func:`runtime.engine.admission.view_kinds`) mark it stale; the next review rebuilds it (lazily:
-  a burst of events costs one rebuild, and events of other kinds, e.g. Pods, cost nothing).
+  a burst of events costs one rebuild, and events of other kinds, e.g. Pods, cost nothing). A rebuild
+  that fails keeps the last good view in service (issue 21 item 1) until an event lets one succeed.
 * :class:`WebhookRegistrar`: keeps the Mutating/ValidatingWebhookConfigurations of
   :func:`runtime.engine.admission.registration.webhook_configurations` in the cluster: its own watch
   of both kinds, server-side apply (field manager ``accelpolicy``) when a configuration is missing
@@ -13,7 +14,8 @@
   reported. Nothing is deleted when the controller stops: the registrations stay (a restart
   re-applies them with its CA bundle).
 * :class:`ControllerWebhooks`: the HTTPS server (uvicorn in a thread) next to the reconcile loop,
-  ``/readyz`` 503 until the caches synced, plus the registrar (run by the leader only).
+  ``/readyz`` 503 until every cache listed once and a view was built, 200 from then on (a relisting
+  cache serves its last objects), plus the registrar (run by the leader only).
 """
 from __future__ import annotations
 
@@ -41,8 +43,10 @@ class LiveAdmissionView:
 
     ``on_event(kind, event_type, obj)`` (a controller listener) marks the view stale when ``kind`` is
     one it reads; calling the object rebuilds a stale view (``cache.snapshot`` of those kinds, then
-    derivation with ``live=True``) and otherwise returns the same view. Thread-safe. Counters for
-    reports: ``rebuilds``, ``rebuild_seconds`` (each rebuild's duration).
+    derivation with ``live=True``) and otherwise returns the same view. A rebuild that fails (e.g. a
+    malformed Devices object) sets ``error`` and keeps the last good view in service, not tried again
+    before the next event; only when no view was ever built does the failure propagate. Thread-safe.
+    Counters for reports: ``rebuilds``, ``rebuild_seconds`` (each rebuild's duration), ``failures``.
     """
 
     def __init__(self, cache: ClusterCache, policy: Policy, settings_namespace: str | None = None):
@@ -57,6 +61,7 @@ class LiveAdmissionView:
         self._build_lock = threading.Lock()
         self.rebuilds = 0
         self.rebuild_seconds: list[float] = []
+        self.failures = 0
         self.error: str | None = None  # why the last rebuild failed; None after a good one
 
     def on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -80,14 +85,29 @@ class LiveAdmissionView:
                 view = admission_view(self.policy, self.cache.snapshot(self.kinds), live=True,
                                       settings_namespace=self.settings_namespace)
             except Exception as exc:
-                self.error = f"{type(exc).__name__}: {exc}"
-                raise
+                view_failed(self, exc, self._view is not None)
+                with self._lock:
+                    if self._view is None:
+                        raise
+                    self._built = generation  # tried: the next event tries again
+                    return self._view
             self.error = None
             with self._lock:
                 self._view, self._built = view, generation
             self.rebuilds += 1
             self.rebuild_seconds.append(time.perf_counter() - t0)
             return view
+
+
+def view_failed(view, exc: Exception, kept: bool) -> None:
+    """Record a failed rebuild of ``view`` (its ``error`` and ``failures``); a new reason is logged once,
+    saying whether the last good view serves on (``kept``)."""
+    error = f"{type(exc).__name__}: {exc}"
+    if error != view.error:
+        logger.warning("admission view not rebuilt ({}): {}", "the last good view serves on" if kept else
+                       "no view yet", error)
+    view.error = error
+    view.failures += 1
 
 
 class WebhookRegistrar:
@@ -194,6 +214,23 @@ class WebhookRegistrar:
                 self._dirty.set()
 
 
+def view_not_ready_reason(cache: ClusterCache, view: LiveAdmissionView) -> str | None:
+    """Why a webhook server serving ``view`` from ``cache`` is not ready (issue 21 item 1): a watch
+    cache that never listed, or no cluster view ever built (it is built here when stale). A cache
+    relisting or retrying after its watch broke serves its last objects (their age:
+    ``accelpolicy_watch_cache_stale_seconds``), and a rebuild that fails after a good one keeps that
+    one: neither makes a replica unready, so no fault of a watch takes every replica out together.
+    None when ready. Blocking: the app calls it off the event loop."""
+    never = cache.never_synced()
+    if never:
+        return f"caches not synced: {', '.join(never)}"
+    try:
+        view()
+    except Exception:  # noqa: BLE001 - the reason is the answer
+        return f"cluster view cannot be built: {view.error}"
+    return None
+
+
 @dataclass
 class WebhookTls:
     """The serving certificate and key files and the CA bundle (PEM bytes) that verifies them."""
@@ -248,7 +285,7 @@ class ControllerWebhooks:
 
     def ready(self) -> None:
         """The caches synced: serve from the live view; ``/readyz`` turns 200 while
-        :meth:`not_ready_reason` finds nothing (issue 13 item 12)."""
+        :meth:`not_ready_reason` finds nothing (issue 13 item 12, issue 21 item 1)."""
         self.state.set_ready(self.engine, self.view)
         self.state.ready_check = self.not_ready_reason
 
@@ -266,17 +303,8 @@ class ControllerWebhooks:
             self.state.set_ready(engine, view)
 
     def not_ready_reason(self) -> str | None:
-        """Why ``/readyz`` says 503 now: a watch cache not in sync (never listed, or relisting), or
-        the cluster view that reviews judge against cannot be built (it is built here when stale).
-        None when ready. Blocking: the app calls it off the event loop."""
-        unsynced = self.controller.cache.unsynced()
-        if unsynced:
-            return f"caches not synced: {', '.join(unsynced)}"
-        try:
-            self.view()
-        except Exception:  # noqa: BLE001 - the reason is the answer
-            return f"cluster view cannot be built: {self.view.error}"
-        return None
+        """Why ``/readyz`` says 503 now; None when ready. See :func:`view_not_ready_reason`."""
+        return view_not_ready_reason(self.controller.cache, self.view)
 
     def client_config(self) -> ClientConfig:
         """How the API server reaches this server (see the class docstring)."""

@@ -21,13 +21,17 @@
   whose controller ownerReference is that owner (:func:`runtime.kube.ownership.owned_by`).
 
 ``409 Conflict`` (a stale resourceVersion), ``429`` and ``5xx`` answers are retried with tenacity
-(5 attempts, exponential wait). Every successful write is appended to :attr:`Applier.writes` and,
-when a cache is given, written through to it.
+(5 attempts, exponential wait). Every successful write is appended to :attr:`Applier.writes` (the
+process's log: every thread's writes) and, when a cache is given, written through to it;
+:meth:`Applier.recording` also collects the writes of chosen threads (one reconcile pass's, apart from
+the background audit's or a rules reload's made meanwhile).
 """
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -83,14 +87,31 @@ class Applier:
         self.field_manager = field_manager
         self.writes: list[Write] = []
         self._lock = threading.Lock()
+        self._local = threading.local()  # .logs: the recording() lists of this thread
+
+    @contextmanager
+    def recording(self, log: list[Write] | None = None) -> Iterator[list[Write]]:
+        """Within the block, also append this thread's successful writes to ``log`` (a new list when
+        None), which the block receives. Pass the same ``log`` from worker threads to gather one
+        job's writes made on several threads; writes of other threads are not in it."""
+        log = [] if log is None else log
+        logs = self._local.__dict__.setdefault("logs", [])
+        logs.append(log)
+        try:
+            yield log
+        finally:
+            del logs[next(i for i in range(len(logs) - 1, -1, -1) if logs[i] is log)]
 
     # -- helpers -------------------------------------------------------------------------------------
     def _path(self, kind: str, name: str, namespace: str = "", subresource: str | None = None) -> str:
         return self.session.ref(kind).path(namespace=namespace or None, name=name, subresource=subresource)
 
     def _record(self, verb: str, kind: str, name: str, namespace: str, result: dict | None) -> None:
+        write = Write(verb, kind, name, namespace or "")
         with self._lock:
-            self.writes.append(Write(verb, kind, name, namespace or ""))
+            self.writes.append(write)
+            for log in getattr(self._local, "logs", ()):
+                log.append(write)
         if self.cache is None or kind not in getattr(self.cache, "caches", {}):
             return
         if verb == "delete":

@@ -6,6 +6,14 @@ the cache and calls the event callback ``on_event(kind, event_type, obj)``. A wa
 timeout) resumes from the last resourceVersion seen (events and bookmarks); ``410 Gone`` (an
 ``ERROR`` event or the HTTP status) relists. Other errors back off (up to 5 s) and retry.
 
+Serving while relisting (issue 21 item 1): a cache keeps its last good objects while it relists or
+retries; a relist replaces them in one step when its last page arrived. How stale they may be: from
+the moment the watch broke (410 Gone, a transport error, an API server restart) until the relist or
+the resumed watch is current again, i.e. one list of the kind plus the retry back-off (at most 5 s
+between tries) while the API server answers; unbounded while it does not answer (then it calls no
+webhook either). :meth:`KindCache.age` says it (0 while watching); the metric
+``accelpolicy_watch_cache_stale_seconds{kind}`` exposes it.
+
 The controller writes through the cache (:meth:`KindCache.observe`, :meth:`KindCache.forget`) with
 the server's answers, so a reconcile right after a write sees it even before its watch event
 arrives; an event older than what the cache holds is not allowed to roll it back.
@@ -60,8 +68,10 @@ def _key(obj: dict) -> tuple[str, str]:
 class KindCache:
     """The cached objects of one :class:`WatchedKind`, kept by a daemon thread.
 
-    ``synced`` is set after the first complete list. Counters for tests and reports: ``lists``,
-    ``events``, ``relists`` (410 Gone), ``errors``.
+    ``synced`` is set after the first complete list (and stays set: the objects are served from
+    then on, also while relisting). Counters for tests and reports: ``lists``, ``events``,
+    ``relists`` (410 Gone), ``errors``; ``stale_since``: the monotonic time the cache stopped being
+    current (its watch broke), None while it is (:meth:`age`).
     """
 
     def __init__(self, session, watched: WatchedKind, on_event: EventCallback | None = None,
@@ -75,6 +85,8 @@ class KindCache:
         self.synced = threading.Event()
         self.lists = self.events = self.relists = self.errors = 0
         self.last_error: str | None = None   # why the last list or watch failed (a 403 names the verb); None once listed
+        self.stale_since: float | None = None
+        self._broke_at: float | None = None  # a reopened watch's outage start, until its first event
         self._items: dict[tuple[str, str], dict] = {}
         self._tombstones: dict[tuple[str, str], int] = {}  # key -> resourceVersion of its DELETED event
         # key -> the cache version at which its object was last stored, replaced or dropped (oldest
@@ -94,6 +106,15 @@ class KindCache:
     def in_sync(self) -> bool:
         """Listed at least once and not waiting for a relist (a 410 Gone drops the list version)."""
         return self.synced.is_set() and self._version is not None
+
+    def age(self, now: float | None = None) -> float | None:
+        """Seconds the served objects may lag the server: 0.0 while the cache is current (listed and
+        watching, or resuming a watch that ended in time), the time since its watch broke while it
+        relists or retries, None before its first list (nothing to serve)."""
+        if not self.synced.is_set():
+            return None
+        since = self.stale_since
+        return 0.0 if since is None else max(0.0, (time.monotonic() if now is None else now) - since)
 
     def objects(self) -> list[dict]:
         """Every cached object (the dicts are shared: do not mutate them)."""
@@ -175,12 +196,15 @@ class KindCache:
                 self._watch()
                 backoff = 0.2
             except _Gone:
-                logger.info("{} watch expired (410 Gone): relisting", self.kind)
+                logger.info("{} watch expired (410 Gone): relisting (serving the {} objects held meanwhile)",
+                            self.kind, len(self._items))
+                self._went_stale()
                 self.relists += 1
                 self._version = None
             except Exception as exc:  # noqa: BLE001 - any transport error: back off and retry
                 if self._stop.is_set():
                     break
+                self._went_stale()
                 self.errors += 1
                 self.last_error = str(exc)
                 if isinstance(exc, KubeApiError) and exc.status == 410:
@@ -190,6 +214,13 @@ class KindCache:
                 logger.warning("{} cache: {}; retrying in {:.1f}s", self.kind, exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    def _went_stale(self) -> None:
+        """The watch broke: the objects held are served on, aging from now (until current again)."""
+        if self.stale_since is None and self.synced.is_set():
+            # a watch that failed before its first event continues the outage it was opened after
+            self.stale_since = self._broke_at or time.monotonic()
+        self._broke_at = None
 
     def _path(self) -> str:
         if self._ref is None:
@@ -230,6 +261,7 @@ class KindCache:
                 self._touch(key)
         self.lists += 1
         self.last_error = None
+        self.stale_since = self._broke_at = None  # current as of the list; the watch resumes from its version
         self._version = version
         first = not self.synced.is_set()
         self.synced.set()
@@ -241,6 +273,8 @@ class KindCache:
                  "resourceVersion": self._version, "timeoutSeconds": self.watch_timeout}
         stream = self.session.stream(self._path(), query, timeout=self.watch_timeout + 30)
         self._stream = stream
+        # a resumed watch delivers what happened since the version held: current again
+        self._broke_at, self.stale_since = self.stale_since, None
         try:
             if self._stop.is_set():  # stop() ran before the stream was visible to it
                 return
@@ -248,6 +282,7 @@ class KindCache:
                 if self._stop.is_set():
                     return
                 self._handle(event)
+            self._broke_at = None
         finally:
             self._stream = None
             stream.close()
@@ -258,6 +293,7 @@ class KindCache:
             if obj.get("code") == 410:
                 raise _Gone()
             raise KubeApiError(int(obj.get("code") or 0), obj.get("reason", ""), obj.get("message", ""))
+        self._broke_at = None
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind == "BOOKMARK":
             if version:
@@ -342,8 +378,22 @@ class ClusterCache:
 
     def unsynced(self) -> list[str]:
         """Kinds whose cache does not hold a current list (never listed, or relisting after its watch
-        expired), in watch order; [] when every cache is in sync (the controller's ``/readyz``)."""
+        expired), in watch order; [] when every cache is in sync."""
         return [kind for kind, cache in self.caches.items() if not cache.in_sync]
+
+    def never_synced(self) -> list[str]:
+        """Kinds whose cache never completed a list (nothing to serve yet), in watch order; [] once
+        every cache listed once (the webhooks' ``/readyz``: a relisting cache serves its last objects)."""
+        return [kind for kind, cache in self.caches.items() if not cache.synced.is_set()]
+
+    def ages(self) -> dict[str, float]:
+        """Kind -> :meth:`KindCache.age` (seconds the served objects may lag), for the kinds listed once."""
+        out = {}
+        for kind, cache in self.caches.items():
+            age = cache.age()
+            if age is not None:
+                out[kind] = age
+        return out
 
     def stop(self) -> None:
         """Stop every kind's thread (each joined up to 2 s)."""

@@ -278,6 +278,22 @@ class StateEvents(Strict):
         return self
 
 
+class StartGuardSpec(Strict):
+    """When a starting, restarted or newly leading controller's view is whole (issue 21 item 3;
+    docs/availability.md "The start guard"): every watch cache listed once and every Node for which
+    ``expectFacts`` holds has its NodeFeatures of the ``nodeFeatures`` roles, or ``graceSeconds`` after it
+    began leading. Until then its destructive steps are held."""
+
+    graceSeconds: float = Field(ge=0, description="the longest a destructive step is held after the controller "
+                                                  "began leading (seconds; 0: no guard)")
+    nodeFeatures: list[Literal["worker", "deviceManager"]] = Field(
+        min_length=1, description="the NodeFeature roles of rules/agent.yaml nodeFeature every expected Node "
+                                  "must have (the agent's; trusted as decision 20 says)")
+    expectFacts: Expr = Field(description="CEL over a Node's own ``labels`` and ``annotations`` (``keys``: the "
+                                          "keys of rules/labels.yaml by role): true when the guard waits for its "
+                                          "facts (false: a Node no agent runs on)")
+
+
 class PoolDerivationSpec(Strict):
     systemNamespace: str
     reservedNamespaces: list[str] = Field(description="no LocalQueues, no Instances, no Pod webhook (decision 17)")
@@ -299,6 +315,7 @@ class PoolDerivationSpec(Strict):
     admissionCheck: AdmissionCheckSpec
     resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]
     events: StateEvents
+    startGuard: StartGuardSpec
 
 
 # --- presets -----------------------------------------------------------------------------------------

@@ -188,10 +188,11 @@ class WebhookState:
         return view
 
     def readiness(self) -> Optional[str]:
-        """None when ready, else why not (rules and view not loaded; the cluster view failed)."""
+        """None when ready, else why not (rules and view not loaded; the cluster view failed). With a
+        ``ready_check`` the view's state is its to say (it builds the view), not the last review's."""
         if not self.ready:
             return "rules or cluster view not loaded"
-        return self.view_error
+        return None if self.ready_check is not None else self.view_error
 
     def close(self) -> None:
         """Stop the worker pool (running reviews finish; queued ones are dropped)."""

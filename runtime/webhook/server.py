@@ -5,7 +5,8 @@ Slow clients: every request must arrive whole (headers and body) within ``read_t
 (default 10, kube-apiserver's own webhook timeout) of its first byte, or of the connection opening
 for the first request; otherwise the connection is closed (:class:`ReadDeadlineProtocol`). A request
 line plus headers over 64 KiB is answered 400 and closed. Idle
-keep-alive connections close after ``timeout_keep_alive`` (5 s). At most ``max_connections``
+keep-alive connections close after ``timeout_keep_alive`` (120 s: longer than kube-apiserver keeps an
+idle webhook connection, :data:`DEFAULT_KEEP_ALIVE`). At most ``max_connections``
 (default 512) connections and requests are served at once; beyond that uvicorn answers 503.
 
 :func:`self_signed` makes a development CA and a serving certificate for 127.0.0.1/localhost with
@@ -26,7 +27,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 DEFAULT_READ_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 512
-DEFAULT_KEEP_ALIVE = 5
+# Idle keep-alive connections close after this many seconds: longer than the 90 s kube-apiserver's webhook
+# client keeps an idle connection (client-go's transport takes http.DefaultTransport's IdleConnTimeout,
+# k8s.io/apimachinery/pkg/util/net SetTransportDefaults), so the client always closes first. A server that
+# closes first races the client's next POST on that connection, which Go does not retry: the review fails
+# with "failed to call webhook: ... EOF" (measured by the fault suite: 8 of ~1,300 reviews at 5 s).
+DEFAULT_KEEP_ALIVE = 120
 MAX_HEADER_BYTES = 64 * 1024  # request line + headers; a review's size is in its body
 
 

@@ -13,10 +13,14 @@ cluster had (shared/seed/README.md):
    its loop (``--allocation-source annotation``) on each accelerator node, whose first pass is the
    same run and whose later passes rebuild the ledger when Pods change. They write NodeFeatures,
    CPU annotations, capacity keys and Devices; nfd-master copies the NodeFeature labels onto the Nodes;
-3. the controller as a subprocess (``accelpolicy controller``) running as the ServiceAccount the
-   rules name as the controller (derivation.yaml ``controllerServiceAccount``, bound to cluster-admin), with
-   ``--webhook-port`` and a self-signed CA when this checkout's controller serves webhooks; it seeds the settings Secret
-   with its defaults, derives the pools and reconciles Instances;
+3. the chart's layout as processes (issue 21 item 2): the admission webhooks served by ``accelpolicy
+   admission`` (its own watch caches, a self-signed CA, a fixed loopback port; started first and kept
+   through controller restarts, as the chart's admission Deployment is through a rollout of the
+   controller's), and the controller as a subprocess (``accelpolicy controller``) running as the
+   ServiceAccount the rules name as the controller (derivation.yaml ``controllerServiceAccount``, bound to
+   cluster-admin) with ``--webhook-registration-only``: its leader registers the webhooks for the
+   admission process; it seeds the settings Secret with its defaults, derives the pools and reconciles
+   Instances;
 4. the device-plugin stand-in (:mod:`testing.localcluster.deviceplugin`) advertising accelerator
    tokens and writing allocation annotations on bound Pods, from which the agents' loops rebuild the
    ledger. Pods go Running through kwok.
@@ -177,6 +181,7 @@ class Walkthrough:
         self.plugin = None
         self._controller: ChildProcess | None = None
         self._controller_starts = 0
+        self._admission: ChildProcess | None = None
         self._agents: list[ChildProcess] = []
         self._webhook_port = free_port() if self.webhooks else None
 
@@ -202,7 +207,10 @@ class Walkthrough:
             once = [n for n in SEED_NODES if not n.accelerated]
             once_procs = [(n, self._spawn(f"agent-once-{n.name}", self._agent_argv(n, once=True))) for n in once]
             self._agents = [self._spawn(f"agent-{n.name}", self._agent_argv(n)) for n in SEED_NODES if n.accelerated]
-            self.progress("starting the controller" + (" with its admission webhooks" if self.webhooks else ""))
+            if self.webhooks:
+                self.progress("starting the admission webhooks (accelpolicy admission)")
+                self.start_admission()
+            self.progress("starting the controller" + (" (it registers the admission webhooks)" if self.webhooks else ""))
             self.start_controller()
             self._wait_once(once_procs)
             self.progress("waiting for the agents' first pass, then starting the device-plugin stand-in")
@@ -221,6 +229,9 @@ class Walkthrough:
             proc.stop(10)
         self._agents = []
         self.stop_controller()
+        if self._admission is not None:
+            self._admission.stop(15)
+            self._admission = None
         if self._own_workdir and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -269,17 +280,46 @@ class Walkthrough:
         ns, name = self.controller_identity()
         return service_account_kubeconfig(self.kubectl, self.kubeconfig, ns, name, path)
 
+    def start_admission(self, timeout: float = 120.0) -> None:
+        """Start ``accelpolicy admission`` on the fixed loopback port (a self-signed CA in the workdir) and
+        wait for its ``/readyz`` 200, so the controller registers webhooks that answer."""
+        import ssl
+        import urllib.request
+
+        tls = self.workdir / "webhook-tls"
+        argv = accelpolicy_argv() + ["admission", "--kubeconfig", str(self.kubeconfig), "--port",
+                                     str(self._webhook_port), "--self-signed", str(tls), *self._rules_args()]
+        self._admission = self._spawn("admission", argv)
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._admission.exited()
+            if code is not None:
+                raise LocalClusterError(f"accelpolicy admission exited with code {code}; log {self._admission.log}:\n"
+                                        f"{_tail(self._admission.log)}")
+            try:
+                context = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+                with urllib.request.urlopen(f"https://127.0.0.1:{self._webhook_port}/readyz", context=context,
+                                            timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise LocalClusterError(f"accelpolicy admission not ready within {timeout:.0f}s; log "
+                                        f"{self._admission.log}:\n{_tail(self._admission.log)}")
+            time.sleep(0.2)
+
     def start_controller(self) -> None:
-        """Start ``accelpolicy controller`` as its ServiceAccount (webhooks on a fixed loopback port
-        when :attr:`webhooks`)."""
+        """Start ``accelpolicy controller`` as its ServiceAccount (when :attr:`webhooks`: registering them
+        for the admission process, ``--webhook-registration-only``)."""
         if self._controller is not None and self._controller.exited() is None:
             raise LocalClusterError("the controller is already running")
         self._controller_starts += 1
         argv = accelpolicy_argv() + ["controller", "--kubeconfig", str(self._controller_kubeconfig()),
                                      "--coalesce-seconds", str(self.coalesce_seconds), *self._rules_args()]
         if self.webhooks:
-            argv += ["--webhook-port", str(self._webhook_port),
-                     "--webhook-self-signed", str(self.workdir / "webhook-tls")]
+            argv += ["--webhook-registration-only", "--webhook-url-base", f"https://127.0.0.1:{self._webhook_port}",
+                     "--webhook-ca", str(self.workdir / "webhook-tls" / "ca.crt")]
         self._controller = self._spawn(f"controller-{self._controller_starts}", argv)
 
     def stop_controller(self) -> None:
@@ -297,7 +337,7 @@ class Walkthrough:
 
     def check_processes(self) -> None:
         """Raise :class:`LocalClusterError` naming the first of our processes that exited."""
-        for proc in ([self._controller] if self._controller else []) + self._agents:
+        for proc in [p for p in (self._controller, self._admission) if p] + self._agents:
             code = proc.exited()
             if code is not None:
                 raise LocalClusterError(f"{proc.name} exited with code {code}; log {proc.log}:\n{_tail(proc.log)}")

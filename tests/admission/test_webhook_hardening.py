@@ -234,3 +234,37 @@ def test_oversized_request_headers_are_answered_400_and_closed(policy, view):
         small = _raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                               + b"X-Filler: " + b"a" * 8000 + b"\r\n\r\n")
         assert small.startswith(b"HTTP/1.1 200 OK\r\n") and small.endswith(b"\r\n\r\nok")
+
+
+def test_an_idle_keep_alive_connection_outlives_the_api_servers_idle_timeout(policy, view):
+    """kube-apiserver keeps an idle webhook connection 90 s (client-go's transport defaults) and sends the next
+    review on it; a server that closes it first races that POST, which fails with EOF (the fault suite saw it).
+    So the server keeps idle connections longer: the configured timeout exceeds 90 s, and a connection left
+    idle past the old 5 s still carries the next review."""
+    import json as _json
+    from runtime.webhook.server import DEFAULT_KEEP_ALIVE
+    assert DEFAULT_KEEP_ALIVE > 90
+    with _ready_server(policy, view) as server:
+        body = _json.dumps(review_for(POD, uid="keep")).encode()
+        request = (b"POST /validate-pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+            answers = []
+            for pause in (0.0, 6.0):
+                time.sleep(pause)
+                sock.sendall(request)
+                data = b""
+
+                def more() -> bytes:
+                    chunk = sock.recv(65536)
+                    assert chunk, f"the server closed the connection left idle {pause:g} s"
+                    return chunk
+                while b"\r\n\r\n" not in data:
+                    data += more()
+                head, rest = data.split(b"\r\n\r\n", 1)
+                length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(rest) < length:
+                    rest += more()
+                answers.append(_json.loads(rest[:length])["response"]["uid"])
+        assert answers == ["keep", "keep"]

@@ -216,3 +216,29 @@ def test_acquire_stops_when_asked():
 def test_transient_errors_are_retried(status, reason, retried):
     from runtime.kube.applier import _transient
     assert _transient(KubeApiError(status, reason, "")) is retried
+
+
+def test_age_counts_from_when_the_watch_broke_until_current_again(monkeypatch):
+    """The cache's age (issue 21 item 1): 0 while watching; from the moment the watch broke through a
+    reopened watch that fails before its first event and the relist that follows; 0 after the relist;
+    the objects held are served all along."""
+    clock = [100.0]
+    monkeypatch.setattr("runtime.kube.cache.time.monotonic", lambda: clock[0])
+    session = FakeSession(lists=[{"metadata": {"resourceVersion": "10"}, "items": [node("a", 5)]},
+                                 {"metadata": {"resourceVersion": "40"}, "items": [node("a", 30)]}],
+                          watches=[[{"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}]])
+    cache = KindCache(session, WatchedKind("Node"))
+    assert cache.age() is None                         # nothing listed: nothing served
+    cache._list()
+    assert cache.age() == 0.0
+    clock[0] = 110.0
+    cache._went_stale()                                # e.g. the API server went away
+    clock[0] = 115.0
+    assert cache.age() == 5.0 and [o["metadata"]["resourceVersion"] for o in cache.objects()] == ["5"]
+    with pytest.raises(Exception):                     # back: the resumed watch answers 410 at once
+        cache._watch()
+    cache._went_stale()
+    clock[0] = 118.0
+    assert cache.age() == 8.0                          # still since 110, not since the reopen
+    cache._list()
+    assert cache.age() == 0.0 and [o["metadata"]["resourceVersion"] for o in cache.objects()] == ["30"]

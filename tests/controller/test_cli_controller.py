@@ -38,3 +38,53 @@ def test_broken_rules_exit_2(tmp_path):
     (tmp_path / "broken.yaml").write_text("kind: [\n")
     result = CliRunner().invoke(main, ["controller", "--rules", str(tmp_path), "--once"])
     assert result.exit_code == 2 and "rule files refused" in result.output
+
+
+# -- the chart's layout (issue 21 item 2): admission apart, the controller registering for it ------------------
+def _controller(*args):
+    return CliRunner().invoke(main, ["controller", *args])
+
+
+def test_registration_only_refuses_what_would_serve_here_or_cannot_be_registered(tmp_path):
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not a certificate")
+    cases = [
+        (["--webhook-registration-only", "--webhook-port", "9443", "--webhook-url-base", "https://127.0.0.1:1",
+          "--webhook-ca", str(ca)], "--webhook-registration-only serves no webhook here: drop --webhook-port"),
+        (["--webhook-registration-only", "--webhook-ca", str(ca)],
+         "--webhook-registration-only needs --webhook-service NS/NAME[:PORT] or --webhook-url-base URL"),
+        (["--webhook-registration-only", "--webhook-service", "ns/svc"],
+         "--webhook-registration-only needs the CA to register: --webhook-cert-secret NAME or --webhook-ca FILE"),
+        (["--webhook-registration-only", "--webhook-service", "ns/svc", "--webhook-self-signed", str(tmp_path)],
+         "--webhook-registration-only serves no webhook here: drop --webhook-self-signed"),
+        (["--webhook-registration-only", "--no-webhook-registration", "--webhook-service", "ns/svc"],
+         "--webhook-registration-only and --no-webhook-registration leave nothing to do: give one"),
+        (["--webhook-registration-only", "--once"], "--once reconciles and exits: it registers no webhooks"),
+        (["--webhook-registration-only", "--webhook-service", "ns/svc", "--webhook-ca", str(ca)],
+         f"--webhook-ca {ca}: no PEM certificate in it"),
+    ]
+    for args, message in cases:
+        result = _controller(*args)
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+
+
+def test_admission_needs_exactly_one_tls_source(tmp_path):
+    cases = [
+        ([], "give one of --cert and --key, --cert-secret NAME with --cert-dir DIR, or --self-signed DIR"),
+        (["--self-signed", str(tmp_path), "--cert-secret", "s", "--cert-dir", str(tmp_path)],
+         "(got --self-signed, --cert-secret)"),
+        (["--cert-secret", "s"], "--cert-secret needs --cert-dir DIR (where its files are written)"),
+        (["--cert", str(tmp_path / "c")], "give --cert and --key together"),
+        (["--cert", str(tmp_path / "c"), "--key", str(tmp_path / "k")], f"--cert {tmp_path / 'c'}: No such file"),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(main, ["admission", *args])
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+
+
+def test_admission_against_an_unreachable_server_is_one_line_and_exit_1(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(DEAD)
+    result = CliRunner().invoke(main, ["admission", "--kubeconfig", str(kubeconfig), "--self-signed", str(tmp_path / "t")])
+    assert result.exit_code == 1
+    assert "error: cannot reach the API server: 0 Unreachable: https://127.0.0.1:1" in result.output

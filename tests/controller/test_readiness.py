@@ -1,11 +1,11 @@
-"""The controller's ``/readyz`` tells the truth (issue 13 item 12): 503 while a watch cache is not in
-sync (never listed, or relisting after its watch expired) or while the cluster view the webhooks judge
-against cannot be built; 200 otherwise. Against a scripted API (lists per kind, watches that idle),
-the real Controller, ClusterCache, LiveAdmissionView and Starlette app."""
+"""The webhooks' ``/readyz`` (issue 13 item 12, issue 21 item 1): 503 until every watch cache listed
+once and a cluster view was built; from then on 200, also while a cache relists (slowly, or failing)
+or a rebuild of the view fails: the last good objects and the last good view serve reviews, and the
+cache's age is a metric. Against a scripted API (lists per kind, watches that idle), the real
+Controller, ClusterCache, LiveAdmissionView and Starlette app."""
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,64 +15,12 @@ from runtime.controller.reconciler import Controller
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission import AdmissionEngine, review_for
 from runtime.engine.policy import Policy
-from runtime.engine.snapshot import KNOWN_KINDS
-from runtime.kube.session import KubeApiError, ResourceRef
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
 from testing.localcluster.testing import wait_for
+from tests.controller.fakeapi import ScriptedApi
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
-
-
-class _IdleStream:
-    def __init__(self, stop: threading.Event, gone: bool):
-        self.stop, self.gone = stop, gone
-
-    def __iter__(self):
-        if self.gone:
-            yield {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
-            return
-        self.stop.wait(0.2)
-        return
-
-    def close(self):
-        pass
-
-    def abort(self):
-        pass
-
-
-class ScriptedApi:
-    """Lists every kind from ``objects`` (kind -> items); ``fail_lists`` kinds answer 503; watches
-    idle, or end with 410 Gone for the kinds in ``expire``."""
-
-    def __init__(self, objects: dict[str, list[dict]]):
-        self.objects = objects
-        self.fail_lists: set[str] = set()
-        self.expire: set[str] = set()
-        self.stop = threading.Event()
-        self.version = 1
-
-    def ref(self, kind):
-        api_version, namespaced = KNOWN_KINDS.get(kind, ("v1", False))
-        return ResourceRef(kind, api_version, kind, namespaced)
-
-    def _kind(self, path: str) -> str:
-        return path.rsplit("/", 1)[1]
-
-    def call(self, method, path, query=None, **_):
-        kind = self._kind(path)
-        if kind in self.fail_lists:
-            raise KubeApiError(503, "ServiceUnavailable", "scripted")
-        self.version += 1
-        return {"apiVersion": "v1", "items": [dict(o) for o in self.objects.get(kind, [])],
-                "metadata": {"resourceVersion": str(self.version)}}
-
-    def stream(self, path, query, timeout):
-        kind = self._kind(path)
-        gone = kind in self.expire
-        self.expire.discard(kind)
-        return _IdleStream(self.stop, gone)
 
 
 @pytest.fixture
@@ -113,32 +61,82 @@ def test_not_ready_until_synced_then_ready(webhooks):
     assert _readyz(hooks) == (200, "ok")
 
 
-def test_not_ready_while_a_cache_relists(webhooks):
+def _a10g_pod(name: str, queue: str = "gpustack-fnv64-c4680bb149644f1c") -> dict:
+    """A review of a Pod asking for a whole A10G on the seed's A10G queue."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": queue}},
+           "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    return review_for(pod, uid=f"u-{name}")
+
+
+def _stale_seconds(hooks, kind: str) -> float | None:
+    from runtime.controller.metrics import CacheCollector
+    for family in CacheCollector(hooks.controller.cache).collect():
+        for sample in family.samples:
+            if sample.name == "accelpolicy_watch_cache_stale_seconds" and sample.labels == {"kind": kind}:
+                return sample.value
+    return None
+
+
+@pytest.mark.parametrize("relist", ["failing", "slow"])
+def test_ready_and_serving_the_last_objects_while_a_cache_relists(webhooks, relist):
     api, controller, hooks = webhooks
     _synced_and_ready(controller, hooks)
-    api.fail_lists.add("Devices")
-    api.expire.add("Devices")  # its watch expires; the relist fails until the API answers again
+    client = TestClient(hooks.app)
+    before = client.post("/validate-pods", json=_a10g_pod("before")).json()["response"]
+    devices = controller.cache["Devices"]
+    held = sorted(o["metadata"]["name"] for o in devices.objects())
+    assert held == ["node-a10g", "node-t4-a", "node-t4-b"] and _stale_seconds(hooks, "Devices") == 0.0
+    if relist == "failing":
+        api.fail_lists.add("Devices")
+    else:
+        api.slow_lists["Devices"] = 30.0
+    api.expire.add("Devices")  # its watch expires; the relist fails, or takes 30 s
     wait_for(controller.cache.unsynced, lambda kinds: "Devices" in kinds, timeout=10, what="Devices relisting")
-    assert _readyz(hooks) == (503, "not ready: caches not synced: Devices")
-    api.fail_lists.clear()
-    wait_for(controller.cache.unsynced, lambda kinds: not kinds, timeout=10, what="caches in sync")
+    wait_for(lambda: _stale_seconds(hooks, "Devices"), lambda age: age and age > 0.3, timeout=10,
+             what="the Devices cache aging")
     assert _readyz(hooks) == (200, "ok")
+    assert sorted(o["metadata"]["name"] for o in devices.objects()) == held
+    during = client.post("/validate-pods", json=_a10g_pod("during")).json()["response"]
+    assert during == {**before, "uid": "u-during"}
+    assert devices.age() > 0.3 and controller.cache.ages()["Node"] == 0.0
+    api.fail_lists.clear()
+    api.slow_lists.clear()
+    api.stop.set()  # a slow list returns now
+    wait_for(controller.cache.unsynced, lambda kinds: not kinds, timeout=10, what="caches in sync")
+    assert _stale_seconds(hooks, "Devices") == 0.0 and _readyz(hooks) == (200, "ok")
 
 
-def test_not_ready_while_the_cluster_view_cannot_be_built(webhooks):
+def test_not_ready_until_a_view_was_built_then_the_last_good_view_serves(webhooks):
     api, controller, hooks = webhooks
-    _synced_and_ready(controller, hooks)
     broken = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Devices", "metadata": {"name": "node-x"},
               "spec": {"groups": [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [{"id": "g", "index": "x"}]}]}}
-    controller.cache["Devices"].observe(broken)
-    controller._on_event("Devices", "ADDED", broken)
-    status, text = _readyz(hooks)
-    assert status == 503
-    assert text == ("not ready: cluster view cannot be built: SnapshotError: <watch cache>: Devices node-x: "
-                    "spec.groups[0].accelerators[0].index: must be an integer, got 'x'")
+    reason = ("not ready: cluster view cannot be built: SnapshotError: <watch cache>: Devices node-x: "
+              "spec.groups[0].accelerators[0].index: must be an integer, got 'x'")
+    api.objects["Devices"].append(broken)  # no view can be built from the first list
+    controller.cache.start()
+    assert controller.cache.wait_synced(10)
+    hooks.ready()
+    assert _readyz(hooks) == (503, reason)
+    client = TestClient(hooks.app)
+    failed = client.post("/validate-pods", json=_a10g_pod("none")).json()["response"]
+    assert (failed["allowed"], failed["status"]["code"]) == (False, 500)
     controller.cache["Devices"].forget("node-x")
     controller._on_event("Devices", "DELETED", broken)
     assert _readyz(hooks) == (200, "ok")
+    good = client.post("/validate-pods", json=_a10g_pod("good")).json()["response"]
+    # broken again: the rebuild fails, the last good view answers, /readyz stays 200
+    controller.cache["Devices"].observe(broken)
+    controller._on_event("Devices", "ADDED", broken)
+    assert _readyz(hooks) == (200, "ok")
+    assert hooks.view.error == reason.removeprefix("not ready: cluster view cannot be built: ")
+    failures = hooks.view.failures
+    kept = client.post("/validate-pods", json=_a10g_pod("kept")).json()["response"]
+    assert kept == {**good, "uid": "u-kept"}
+    assert hooks.view.failures == failures  # not tried again before the next event
+    controller.cache["Devices"].forget("node-x")
+    controller._on_event("Devices", "DELETED", broken)
+    assert _readyz(hooks) == (200, "ok") and hooks.view.error is None
 
 
 def _two_families(queue: str) -> dict:

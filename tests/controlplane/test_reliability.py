@@ -46,6 +46,8 @@ from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.engine.pools import entrance
 from runtime.kube.session import MERGE_PATCH, KubeApiError, connect
+from testing.localcluster import install_crds
+from testing.localcluster.crds import openreports_crds
 from testing.localcluster.testing import parse_table
 from runtime.rules.loader import load_rules
 from tests.controlplane.test_controller import loop_running
@@ -429,8 +431,11 @@ def _seed(config) -> int:
 
 @pytest.fixture(scope="module")
 def session(control_plane):
-    """A client of the session cluster; after the module the cluster is reset (other modules
-    start from their own clean-up and must not meet this module's objects)."""
+    """A client of the session cluster, with the openreports.io CRDs installed (the background audit of
+    every restarted controller then writes its Reports while the first pass runs, as in a full `make
+    test` session: the race of the issue-21 flake); after the module the cluster is reset (other
+    modules start from their own clean-up and must not meet this module's objects)."""
+    install_crds(control_plane[1], openreports_crds())
     session = connect(control_plane[0].kubeconfig)
     yield session
     reset_cluster(session)

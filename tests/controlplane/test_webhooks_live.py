@@ -345,6 +345,63 @@ def test_the_controller_command_serves_and_registers(sa_kubeconfig, kubectl, tmp
     assert _get(kubectl, "validatingwebhookconfiguration", "gpustack-worker-validation")["webhooks"]
 
 
+def test_the_admission_process_serves_while_the_controller_only_registers(sa_kubeconfig, kubectl, tmp_path):
+    """The chart's layout (issue 21 item 2): `accelpolicy admission` serves the webhooks from its own
+    caches; `accelpolicy controller --webhook-registration-only` registers them for it. The webhooks keep
+    answering while the controller is SIGKILLed; with the admission process gone they fail closed."""
+    from testing.localcluster.processes import free_port
+
+    port, tls = free_port(), tmp_path / "tls"
+    logs = {name: tmp_path / f"{name}.log" for name in ("admission", "controller")}
+    procs = {}
+    env = {**os.environ, "KUBECONFIG": ""}
+    try:
+        with open(logs["admission"], "w") as err:
+            procs["admission"] = subprocess.Popen(
+                [str(ACCELPOLICY), "admission", "--kubeconfig", sa_kubeconfig, "--port", str(port), "--self-signed",
+                 str(tls)], stdout=subprocess.DEVNULL, stderr=err, env=env)
+
+        def readyz():
+            try:
+                ctx = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=5) as answer:
+                    return answer.status
+            except OSError:
+                return procs["admission"].poll()
+        _wait(readyz, lambda status: status == 200 or procs["admission"].poll() is not None, timeout=90,
+              what="admission ready")
+        assert procs["admission"].poll() is None, logs["admission"].read_text()
+        with open(logs["controller"], "w") as err:
+            procs["controller"] = subprocess.Popen(
+                [str(ACCELPOLICY), "controller", "--kubeconfig", sa_kubeconfig, "--coalesce-seconds", "0.1",
+                 "--webhook-registration-only", "--webhook-url-base", f"https://127.0.0.1:{port}",
+                 "--webhook-ca", str(tls / "ca.crt")], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _wait(lambda: logs["controller"].read_text(),
+              lambda t: "registered ValidatingWebhookConfiguration gpustack-worker-validation for the admission "
+                        "replicas" in t or procs["controller"].poll() is not None, timeout=90, what="registration")
+        assert procs["controller"].poll() is None, logs["controller"].read_text()
+        hook = _get(kubectl, "validatingwebhookconfiguration", "gpustack-worker-validation")["webhooks"][0]
+        assert hook["clientConfig"] == {"url": f"https://127.0.0.1:{port}/validate-instances",
+                                        "caBundle": base64.b64encode((tls / "ca.crt").read_bytes()).decode()}
+        _wait(lambda: _create(kubectl, _instance("priv-demo", privileged=True)),
+              lambda p: p.stderr.strip() == PRIVILEGED_KUBECTL, what="the admission process answers")
+        procs["controller"].kill()
+        procs["controller"].wait(30)
+        _denied(_create(kubectl, _instance("priv-demo", privileged=True)), PRIVILEGED_KUBECTL)  # no controller
+        text = logs["admission"].read_text()
+        assert "admission ready: 6 kinds listed" in text
+        assert "Pod" not in re.findall(r"not watching (\w+)", text)
+        procs["admission"].send_signal(signal.SIGTERM)
+        assert procs["admission"].wait(30) == 0, logs["admission"].read_text()
+        closed = _create(kubectl, _instance("priv-demo", privileged=True))
+        assert closed.returncode != 0 and "failed calling webhook" in closed.stderr, closed.stderr
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
 def test_identity_warning_names_a_controller_user_the_rules_do_not_allow(served, control_plane):
     assert served.identity_warning() is None   # the ServiceAccount of rules/pools/derivation.yaml
     admin = ControllerWebhooks(Controller(connect(control_plane[0].kubeconfig), POLICY, env={}), served.tls)

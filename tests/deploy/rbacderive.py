@@ -326,3 +326,37 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
                 for http, sub in applier[node.func.attr]:
                     need(k, {http}, "status" if status else sub)
     return {scope: dict(table) for scope, table in needs.items()}
+
+
+# -- the admission replicas (issue 21 item 2) -------------------------------------------------------------
+ADMISSION_MODULES = ("runtime/controller/admission.py", "runtime/cli/admission.py")
+
+
+def admission_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
+    """The admission process's needs: ``{"cluster"|"system": {(apiGroup, resource): verbs}}``.
+
+    List and watch of every kind :func:`runtime.controller.admission.admission_watched` caches (the settings
+    Secret in the system namespace); ``get`` of the serving certificate's Secret
+    (:class:`runtime.controller.servingcert.ServingCertificate` with ``manage`` off reads it, and the only
+    other session calls it makes are its writes, reached only when it manages the Secret). An applier or a
+    session call in the admission modules raises :class:`Underived`: it writes nothing.
+    """
+    from runtime.cli.common import load_policy
+    from runtime.controller.admission import admission_watched
+
+    needs: dict[str, dict[tuple[str, str], set[str]]] = {"cluster": defaultdict(set), "system": defaultdict(set)}
+
+    def need(kind: str, verbs, system: bool) -> None:
+        group, plural, namespaced = resource_of(kind)
+        needs["system" if system and namespaced else "cluster"][(group, plural)].update(verbs)
+
+    for watched in admission_watched(load_policy(None), "system"):
+        need(watched.kind, {"list", "watch"}, watched.namespace is not None)
+    for rel in ADMISSION_MODULES:
+        for node in ast.walk(_tree(rel)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    ast.unparse(node.func.value).split(".")[-1] in ("applier", "session")
+                    and node.func.attr in ("call", "stream", *applier_calls())):
+                raise Underived(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]} (the admission process writes nothing)")
+    need("Secret", {"get"}, True)   # ServingCertificate._read
+    return {scope: dict(table) for scope, table in needs.items()}

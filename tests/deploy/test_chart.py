@@ -65,10 +65,21 @@ def test_default_render_has_exactly_these_objects():
         ("Role", "gpustack-operator-device-manager"), ("Role", "gpustack-operator-worker"),
         ("RoleBinding", "gpustack-operator-device-manager"), ("RoleBinding", "gpustack-operator-worker"),
         ("Service", "gpustack-operator-worker"),
-        ("ServiceAccount", "gpustack-controller"), ("ServiceAccount", "gpustack-device-manager")])
+        ("ServiceAccount", "gpustack-controller"), ("ServiceAccount", "gpustack-device-manager")]
+        + ADMISSION_OBJECTS)
     for (kind, _), obj in objects.items():
         if not kind.startswith("Cluster"):
             assert obj["metadata"]["namespace"] == NS
+
+
+# the admission Deployment and what it needs (issue 21 item 2; tests/deploy/test_chart_admission.py)
+ADMISSION_OBJECTS = [("ClusterRole", "gpustack-operator-worker-admission"),
+                     ("ClusterRoleBinding", "gpustack-operator-worker-admission"),
+                     ("Deployment", "gpustack-operator-worker-admission"),
+                     ("PodDisruptionBudget", "gpustack-operator-worker-admission"),
+                     ("Role", "gpustack-operator-worker-admission"),
+                     ("RoleBinding", "gpustack-operator-worker-admission"),
+                     ("ServiceAccount", "gpustack-admission")]
 
 
 def _container(workload: dict) -> dict:
@@ -84,7 +95,7 @@ def _hardened(pod_spec: dict, container: dict) -> None:
     assert set(container["resources"]) == {"requests", "limits"}
 
 
-def test_controller_deployment_serves_webhooks_with_the_shared_certificate():
+def test_controller_deployment_registers_the_webhooks_with_the_shared_certificate():
     objects = by_kind(render())
     deploy = objects[("Deployment", "gpustack-operator-worker")]
     spec = deploy["spec"]
@@ -95,16 +106,15 @@ def test_controller_deployment_serves_webhooks_with_the_shared_certificate():
     assert c["image"] == "accelpolicy:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
     assert c["args"] == [
         "controller", "--rules=/etc/accelpolicy/rules", "--coalesce-seconds=0.2", "--identity=$(POD_NAME)",
-        "--audit-interval=1h", "--metrics-bind-address=0",
-        "--webhook-port=9443", "--webhook-host=0.0.0.0",
+        "--audit-interval=1h", "--metrics-bind-address=:8080", "--webhook-registration-only",
         "--webhook-service=$(KUBERNETES_POD_NAMESPACE)/gpustack-operator-worker:443",
         "--webhook-cert-secret=gpustack-operator-worker-webhook-tls",
         "--webhook-cert-dir=/run/accelpolicy/webhook-tls", "--webhook-cert-issuer=accelpolicy",
         "--webhook-cert-days=90", "--webhook-cert-renew-days=30"]
     assert [e["name"] for e in c["env"]] == ["KUBERNETES_POD_NAMESPACE", "POD_NAME"]
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "webhook", "scheme": "HTTPS"}
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "webhook", "scheme": "HTTPS"}
-    assert c["ports"] == [{"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
+    assert "readinessProbe" not in c   # behind no Service: the admission replicas serve the webhooks
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
     # the endpoint leaves the Service before SIGTERM stops the webhook server (no refused review on rollout)
     assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
     assert pod["terminationGracePeriodSeconds"] == 40
@@ -114,7 +124,8 @@ def test_controller_deployment_serves_webhooks_with_the_shared_certificate():
         "/etc/accelpolicy/rules": True, "/run/accelpolicy/webhook-tls": False, "/tmp": False}
     service = objects[("Service", "gpustack-operator-worker")]
     assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
-    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+    admission = objects[("Deployment", "gpustack-operator-worker-admission")]
+    assert service["spec"]["selector"] == admission["spec"]["selector"]["matchLabels"]
     pdb = objects[("PodDisruptionBudget", "gpustack-operator-worker")]
     assert pdb["spec"] == {"minAvailable": 1, "selector": spec["selector"]}
 

@@ -97,6 +97,13 @@ def test_chart_ships_the_dashboard_and_monitors_only_behind_their_flags():
                       "ca": {"secret": {"name": "gpustack-operator-worker-webhook-tls", "key": "ca.crt"}}}}]
     service = objects[("Service", "gpustack-operator-worker")]
     assert [p["name"] for p in service["spec"]["ports"]] == ["webhook"]
+    admission = objects[("Deployment", "gpustack-operator-worker-admission")]   # the Service's Pods (issue 21)
+    assert service["spec"]["selector"] == admission["spec"]["selector"]["matchLabels"]
+    controller = objects[("PodMonitor", "gpustack-operator-worker")]   # the controller's own metrics
+    deployment = objects[("Deployment", "gpustack-operator-worker")]
+    assert [p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]] == ["metrics"]
+    assert controller["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert controller["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     pods = objects[("PodMonitor", "gpustack-operator-device-manager")]
     daemonset = objects[("DaemonSet", "gpustack-operator-device-manager")]
     assert [p["name"] for p in daemonset["spec"]["template"]["spec"]["containers"][0]["ports"]] == ["health"]

@@ -8,7 +8,7 @@
 
 Pure: no I/O (import-linter contract).
 """
-from runtime.engine.admission.context import AdmissionView, admission_view, view_kinds
+from runtime.engine.admission.context import AdmissionView, admission_view, published_kinds, view_kinds, view_of_state
 from runtime.engine.admission.engine import AdmissionEngine, AdmissionRequest, DeadlineExceeded
 from runtime.engine.admission.review import BadReview, is_text, parse_review, review_for
 from runtime.engine.admission.verdict import FieldError, Outcome, bad_request, build_response
@@ -37,4 +37,4 @@ def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | Non
 
 
 __all__ = ["AdmissionEngine", "AdmissionRequest", "AdmissionView", "BadReview", "DeadlineExceeded", "FieldError", "Outcome",
-           "admission_view", "bad_request", "is_text", "view_kinds", "build_response", "decide", "parse_review", "review_for"]
+           "admission_view", "bad_request", "is_text", "published_kinds", "view_kinds", "view_of_state", "build_response", "decide", "parse_review", "review_for"]

@@ -13,7 +13,7 @@ from typing import Mapping
 from runtime.engine.policy import Policy
 from runtime.engine.settings import settings_of
 from runtime.engine.pools.derive import derive
-from runtime.engine.snapshot import Snapshot, labels_of
+from runtime.engine.snapshot import Snapshot, check_object, labels_of
 
 
 _EMPTY: list = []
@@ -58,12 +58,27 @@ class AdmissionView:
 # What derivation reads (runtime.engine.pools.derive): the admission view is derived from these kinds.
 DERIVATION_KINDS = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue",
                     "LocalQueue", "InstanceType", "Secret")
+# What derivation produces that admission reads (a derived view replaces the snapshot's own).
+DERIVED_KINDS = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
 
 
 def view_kinds(policy: Policy) -> frozenset[str]:
     """Every kind an admission view needs: what derivation reads plus each AdmissionPolicy's
     ``lookups`` kinds. A live view need only be rebuilt after an event of one of these kinds."""
     kinds = set(DERIVATION_KINDS)
+    for doc in policy.ruleset.all("AdmissionPolicy"):
+        kinds.update(lookup.kind for lookup in doc.spec.lookups)
+    return frozenset(kinds)
+
+
+def published_kinds(policy: Policy) -> frozenset[str]:
+    """Every kind an admission view needs when the objects the controller published stand in for
+    derivation (the admission process, issue 21): the derived kinds as the cluster holds them
+    (InstanceTypes with their status, ResourceFlavors, ClusterQueues, LocalQueues: what
+    :func:`admission_view` would derive, once the controller reconciled), the settings Secret, and
+    each AdmissionPolicy's ``lookups`` kinds. No Devices, NodeFeatures or Namespaces: nothing is
+    derived from them here."""
+    kinds = set(DERIVED_KINDS) | {"Secret"}
     for doc in policy.ruleset.all("AdmissionPolicy"):
         kinds.update(lookup.kind for lookup in doc.spec.lookups)
     return frozenset(kinds)
@@ -81,12 +96,27 @@ def admission_view(policy: Policy, snapshot: Snapshot | None, derive_state: bool
     in the controller's namespace).
     """
     snapshot = snapshot or Snapshot.from_objects([])
-    settings = settings_of(policy, snapshot, settings_namespace)
     if derive_state:
         state = derive(policy, snapshot, live=live, settings_namespace=settings_namespace)
-        replaced = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
-        objects = ([o for o in snapshot if o.get("kind") not in replaced]
-                   + list(state.instance_types) + list(state.resource_flavors)
-                   + list(state.cluster_queues) + list(state.local_queues))
-        snapshot = Snapshot.from_objects(objects, origin="derived")
+        return view_of_state(policy, snapshot, state, settings_namespace)
+    settings = settings_of(policy, snapshot, settings_namespace)
     return AdmissionView(snapshot=snapshot, settings=dict(settings.values))
+
+
+
+def view_of_state(policy: Policy, snapshot: Snapshot, state, settings_namespace: str | None = None,
+                  previous: AdmissionView | None = None) -> AdmissionView:
+    """The view :func:`admission_view` builds, for a ``state`` (a DesiredState) already derived from
+    ``snapshot`` (e.g. incrementally, with a DeriveMemo): the snapshot's kinds shared as they are
+    (no object copied), the InstanceTypes, ResourceFlavors, ClusterQueues and LocalQueues replaced by
+    the derived ones. ``previous``: the last view, whose sorted lists serve the kinds that did not change."""
+    index = {kind: items for kind, items in snapshot.objects.items() if kind not in DERIVED_KINDS}
+    warnings: list[str] = list(snapshot.warnings)
+    for objects in (state.instance_types, state.resource_flavors, state.cluster_queues, state.local_queues):
+        for i, obj in enumerate(objects):
+            placed = check_object(obj, "derived", i, warnings)
+            if placed is not None:
+                index.setdefault(placed[0], {})[placed[1]] = obj
+    settings = settings_of(policy, snapshot, settings_namespace)
+    view = Snapshot.from_index(index, warnings, previous=previous.snapshot if previous is not None else None)
+    return AdmissionView(snapshot=view, settings=dict(settings.values))
