@@ -64,11 +64,14 @@ def test_helm_install_and_uninstall_on_the_api_server(control_plane):
     cluster, kubectl = control_plane
     kubectl("create", "namespace", NS, check=False)
     env = ["--kubeconfig", str(cluster.kubeconfig), "-n", NS]
+    # crds.install=false: this API server holds our CRDs already, applied without Helm (testing.localcluster)
     installed = helm("install", "accelpolicy-live", str(CHART), *env, "--set", "agent.backend=fake",
+                     "--set", "crds.install=false",
                      "--set-json", 'agent.recordedFacts={"node-a10g": {"node": "node-a10g"}}', check=False)
     try:
         assert installed.returncode == 0, installed.stderr
         for kind, name in (("deployment", "gpustack-operator-worker"), ("daemonset", "gpustack-operator-device-manager"),
+                           ("validatingadmissionpolicy", "accelpolicy-agent-node"),
                            ("service", "gpustack-operator-worker"), ("poddisruptionbudget", "gpustack-operator-worker"),
                            ("configmap", "accelpolicy-rules"), ("role", "gpustack-operator-worker")):
             assert kubectl("get", kind, name, "-n", NS, check=False).returncode == 0, (kind, name)
