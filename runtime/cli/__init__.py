@@ -23,6 +23,8 @@ _SUBCOMMANDS = [
     "lint",
     "audit",
     "explain",
+    "probe",
+    "nodecleanup",
 ]
 
 

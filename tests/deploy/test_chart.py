@@ -74,7 +74,7 @@ def test_default_render_has_exactly_these_objects():
         ("PodDisruptionBudget", "gpustack-operator-worker"),
         ("Role", "gpustack-operator-device-manager"), ("Role", "gpustack-operator-worker"),
         ("RoleBinding", "gpustack-operator-device-manager"), ("RoleBinding", "gpustack-operator-worker"),
-        ("Service", "gpustack-operator-worker"),
+        ("Service", "gpustack-operator-worker"), ("Pod", "gpustack-operator-worker-webhook-probe"),
         ("ServiceAccount", "gpustack-controller"), ("ServiceAccount", "gpustack-device-manager"),
         ("ValidatingAdmissionPolicy", "accelpolicy-agent-node"),
         ("ValidatingAdmissionPolicy", "accelpolicy-controller-scope"),
@@ -574,3 +574,20 @@ def _chart_rbac() -> set[tuple[str, str, str, str, str]]:
 def test_the_readme_rbac_table_is_the_charts():
     readme, chart = _readme_rbac(), _chart_rbac()
     assert sorted(readme - chart) == [] and sorted(chart - readme) == []
+
+
+def test_helm_test_probes_each_webhook_with_the_published_ca_and_no_token():
+    """issue 20 item 5: `helm test` sends one review to each webhook (accelpolicy webhook-probe) through the
+    Service, verified with the CA ConfigMap (not the Secret), with the chart's rules, without a token."""
+    pod = by_kind(render())[("Pod", "gpustack-operator-worker-webhook-probe")]
+    assert pod["metadata"]["annotations"] == {"helm.sh/hook": "test",
+                                              "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"}
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
+    (container,) = spec["containers"]
+    assert container["args"] == ["webhook-probe", "--url=https://gpustack-operator-worker.gpustack-system.svc:443",
+                                 "--ca-file=/etc/accelpolicy/webhook-ca/ca.crt", "--rules=/etc/accelpolicy/rules"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["webhook-ca"]["configMap"] == {"name": "gpustack-operator-worker-webhook-ca"}
+    assert "secret" not in json.dumps(spec["volumes"])
+    _hardened(spec, container)
