@@ -43,6 +43,8 @@ DENIED = "ValidatingAdmissionPolicy 'accelpolicy-agent-node' with binding 'accel
 CDENIED = ("ValidatingAdmissionPolicy 'accelpolicy-controller-scope' with binding 'accelpolicy-controller-scope' "
            "denied request: ")
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+GDENIED = ("ValidatingAdmissionPolicy 'accelpolicy-instance-pod-grants' with binding 'accelpolicy-instance-pod-grants' "
+           "denied request: ")
 
 
 def _kubeconfig(cluster, token: str, path: Path) -> Kubectl:
@@ -116,6 +118,14 @@ def _refused(send, message: str, timeout: float = 30.0) -> Answer:
             return answer
         assert time.monotonic() < deadline, f"not refused with {message!r}: {answer.status} {answer.message}"
         time.sleep(0.5)
+
+
+def _allowed_eventually(send, timeout: float = 30.0) -> Answer:
+    """``send()`` until allowed: the API server's params informer may not hold a new Instance yet."""
+    deadline = time.monotonic() + timeout
+    while not (answer := send()).allowed and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return answer
 
 
 def _denied(answer: Answer, message: str) -> None:
@@ -253,7 +263,7 @@ def _pods(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods"
 
 
-def test_the_controller_creates_only_instance_pods(controller, policies):
+def test_the_controller_creates_only_instance_pods(controller, policies, instances):
     attack = _pod("rooted", "kube-system", serviceAccountName="generic-garbage-collector", hostNetwork=True,
                   containers=[{"name": "main", "image": "ubuntu:24.04", "securityContext": {"privileged": True},
                                "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
@@ -265,23 +275,87 @@ def test_the_controller_creates_only_instance_pods(controller, policies):
             CDENIED + "the accelpolicy controller creates only the Pods of Instances: Pod default/orphan is not "
                       "controlled by an Instance of its name (an ownerReference worker.gpustack.ai/v1 Instance with "
                       "controller: true, its uid in label app.kubernetes.io/part-of, label kueue.x-k8s.io/queue-name)")
-    owned = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "name": "demo", "uid": "u-1", "controller": True}
-    shaped = _pod("demo", automountServiceAccountToken=False, hostIPC=True)
-    shaped["metadata"].update(ownerReferences=[owned], labels={"app.kubernetes.io/part-of": "u-1",
-                                                               "kueue.x-k8s.io/queue-name": "q"})
-    answer = controller.create(_pods("default"), shaped, dry_run=True)
+    shaped = _instance_pod(instances["plain"])
+    answer = _allowed_eventually(lambda: controller.create(_pods("default"), shaped, dry_run=True))
     assert answer.allowed, answer.message   # an Instance's Pod as the renderer makes it (hostIPC: rules' podSpec)
     token = json.loads(json.dumps(shaped))
     token["spec"].update(serviceAccountName="gpustack-controller", automountServiceAccountToken=True)
     _denied(controller.create(_pods("default"), token, dry_run=True),
             CDENIED + "the accelpolicy controller creates Instance Pods as ServiceAccount default without a token "
-                      "(rules/instances/pod.yaml podSpec): Pod default/demo asks for ServiceAccount gpustack-controller, "
+                      "(rules/instances/pod.yaml podSpec): Pod default/plain asks for ServiceAccount gpustack-controller, "
                       "automountServiceAccountToken true")
     host = json.loads(json.dumps(shaped))
     host["spec"]["hostNetwork"] = True
     _denied(controller.create(_pods("default"), host, dry_run=True),
             CDENIED + "the accelpolicy controller creates Instance Pods with the host namespaces of "
-                      "rules/instances/pod.yaml podSpec only: Pod default/demo asks for hostNetwork")
+                      "rules/instances/pod.yaml podSpec only: Pod default/plain asks for hostNetwork")
+
+
+def _instance(name: str, **spec) -> dict:
+    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"type": "gpustack--generic-linux-amd64", "image": "ubuntu:24.04",
+                     "volume": {"ephemeral": {"capacity": "1Gi"}}, **spec}}
+
+
+def _instance_pod(instance: dict, **spec) -> dict:
+    meta = instance["metadata"]
+    pod = _pod(meta["name"], automountServiceAccountToken=False, hostIPC=True, **spec)
+    pod["metadata"].update(
+        ownerReferences=[{"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "name": meta["name"],
+                          "uid": meta["uid"], "controller": True}],
+        labels={"app.kubernetes.io/part-of": meta["uid"], "kueue.x-k8s.io/queue-name": "q"})
+    return pod
+
+
+CACHE = {"mountPath": "/mnt/cache", "hostPath": {"path": "/var/lib/cache", "type": "DirectoryOrCreate"}}
+
+
+@pytest.fixture(scope="module")
+def instances(policies) -> dict[str, dict]:
+    """Instances ``plain`` (no grant) and ``granted`` (privileged, a hostPath) in ``default``, as stored."""
+    _, admin = policies
+    created = {}
+    for doc in (_instance("plain"), _instance("granted", privileged=True, additionalVolumes=[CACHE])):
+        admin("-n", "default", "delete", "instance", doc["metadata"]["name"], "--ignore-not-found", "--wait=true")
+        created[doc["metadata"]["name"]] = json.loads(admin.stdout("create", "-o", "json", "-f", "-",
+                                                                   input=json.dumps(doc)))
+    yield created
+    for name in created:
+        admin("-n", "default", "delete", "instance", name, "--ignore-not-found")
+
+
+def test_host_access_only_as_the_owning_instance_grants_it(controller, policies, instances):
+    """accelpolicy-instance-pod-grants reads the Instances of the Pod's namespace as its params: a Pod of an
+    Instance without the grant may not be privileged or mount a hostPath; with the grant it may; a
+    namespace without Instances holds no grant at all."""
+    _, admin = policies
+    cache, created = CACHE, instances   # as stored: their uids
+    privileged = {"containers": [{"name": "main", "image": "ubuntu:24.04", "securityContext": {"privileged": True}}]}
+    _refused(lambda: controller.create(_pods("default"), _instance_pod(created["plain"], **privileged), dry_run=True),
+             GDENIED + "Pod default/plain: Instance plain holds no privileged grant (spec.privileged), so its Pod "
+                       "may not run a privileged container")
+    root = {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}
+    _denied(controller.create(_pods("default"), _instance_pod(created["plain"], **root), dry_run=True),
+            GDENIED + "Pod default/plain: Instance plain holds no hostPath grant for / (spec.additionalVolumes), so "
+                      "its Pod may not mount it")
+    granted = _instance_pod(created["granted"], **privileged,
+                            volumes=[{"name": "additional-0", "hostPath": cache["hostPath"]}])
+    answer = controller.create(_pods("default"), granted, dry_run=True)
+    assert answer.allowed, answer.message
+    other = _instance_pod(created["granted"], volumes=[{"name": "root", "hostPath": {"path": "/"}}])
+    _denied(controller.create(_pods("default"), other, dry_run=True),
+            GDENIED + "Pod default/granted: Instance granted holds no hostPath grant for / (spec.additionalVolumes), "
+                      "so its Pod may not mount it")
+    # what the policy cannot see (docs/install.md): an owner that does not exist. In a namespace without
+    # Instances the Pod passes; the garbage collector deletes it once it finds the owner missing
+    admin("create", "namespace", "no-instances", check=False)
+    lonely = _instance_pod(created["plain"], **privileged)
+    lonely["metadata"]["namespace"] = "no-instances"
+    assert controller.create(_pods("no-instances"), lonely, dry_run=True).allowed
+    # and nobody else's Pods are judged: the admin's labelled privileged Pod in that namespace is admitted
+    mine = _pod("labelled", "no-instances", containers=privileged["containers"])
+    mine["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q", "app.kubernetes.io/part-of": "x"}
+    assert admin("create", "--dry-run=server", "-f", "-", input=json.dumps(mine), check=False).returncode == 0
 
 
 def _webhook_configuration(name: str, **client) -> dict:

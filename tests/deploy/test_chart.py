@@ -78,8 +78,10 @@ def test_default_render_has_exactly_these_objects():
         ("ServiceAccount", "gpustack-controller"), ("ServiceAccount", "gpustack-device-manager"),
         ("ValidatingAdmissionPolicy", "accelpolicy-agent-node"),
         ("ValidatingAdmissionPolicy", "accelpolicy-controller-scope"),
+        ("ValidatingAdmissionPolicy", "accelpolicy-instance-pod-grants"),
         ("ValidatingAdmissionPolicyBinding", "accelpolicy-agent-node"),
-        ("ValidatingAdmissionPolicyBinding", "accelpolicy-controller-scope")]
+        ("ValidatingAdmissionPolicyBinding", "accelpolicy-controller-scope"),
+        ("ValidatingAdmissionPolicyBinding", "accelpolicy-instance-pod-grants")]
         + [("CustomResourceDefinition", name) for name in sorted(_crds())])
     for (kind, _), obj in objects.items():
         if not kind.startswith(("Cluster", "CustomResourceDefinition", "ValidatingAdmissionPolicy")):
