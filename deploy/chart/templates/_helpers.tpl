@@ -68,6 +68,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* The Service every registered webhook calls (clientConfig.service): the policy
+     accelpolicy-controller-scope lets the controller register webhooks pointing there only. */}}
+{{- define "accelpolicy.webhookService" -}}
+{{ .Values.controller.name }}
+{{- end -}}
+
 {{/* The settings store (rules/settings.yaml secretName; a test keeps them equal). */}}
 {{- define "accelpolicy.settingsSecret" -}}
 gpustack-settings
