@@ -6,8 +6,8 @@ Instance for admission every ``PERIOD`` seconds (``kubectl create --dry-run=serv
 our defaulting and validating webhooks, and nothing is stored) while
 
 1. **from chart 0.1.0**: the release is put back to what chart 0.1.0 (commit 030db97, packaged as
-   ``e2e/fixtures/accelpolicy-0.1.0.tgz``) leaves: uninstalled, our CRDs replaced by that chart's
-   ``crds/`` exactly (no Helm ownership, as Helm's ``crds/`` installs them), the old chart installed with
+   ``e2e/fixtures/accelpolicy-0.1.0.tgz``) leaves: uninstalled, our CRDs set back to that chart's
+   ``crds/`` (its spec, no Helm ownership, as Helm's ``crds/`` installs them), the old chart installed with
    the stack's values. With the walkthrough's Instances, Settings and a custom InstanceType present,
    ``helm upgrade --take-ownership`` to ``deploy/chart`` (docs/install.md "Upgrade"): afterwards the CRDs
    are the new chart's, every Instance, InstanceType, Setting and Devices is there with its spec and
@@ -113,14 +113,21 @@ def _items(cluster, resource: str) -> dict[tuple[str, str], dict]:
     return out
 
 
-def _old_crds(tmp: Path) -> Path:
-    """chart 0.1.0's crds/ (from the packaged fixture) in one file."""
+def _old_crds() -> list[dict]:
+    """chart 0.1.0's crds/ (from the packaged fixture)."""
     with tarfile.open(OLD_CHART) as tar:
-        docs = [tar.extractfile(m).read().decode() for m in sorted(tar.getmembers(), key=lambda m: m.name)
-                if m.isfile() and m.name.startswith("accelpolicy/crds/")]
-    path = tmp / "crds-0.1.0.yaml"
-    path.write_text("\n---\n".join(docs))
-    return path
+        return [doc for m in sorted(tar.getmembers(), key=lambda m: m.name)
+                if m.isfile() and m.name.startswith("accelpolicy/crds/")
+                for doc in yaml.safe_load_all(tar.extractfile(m).read().decode()) if doc]
+
+
+def _as_chart_0_1_0_left_them(cluster) -> None:
+    """Our CRDs as chart 0.1.0's crds/ made them: its spec, its metadata (no Helm labels or annotations).
+    A merge patch (a CRD cannot be replaced without its resourceVersion)."""
+    for crd in _old_crds():
+        meta = crd["metadata"]
+        cluster.kubectl("patch", "crd", meta["name"], "--type=merge", "-p", json.dumps(
+            {"metadata": {"labels": meta.get("labels"), "annotations": meta.get("annotations")}, "spec": crd["spec"]}))
 
 
 def _pods(cluster, component: str) -> dict[str, str]:
@@ -140,7 +147,7 @@ def test_upgrade_from_chart_0_1_0_carries_the_crds_and_keeps_every_object(kind_s
     # -- the cluster as chart 0.1.0 leaves it ------------------------------------------------------------
     t0 = time.monotonic()
     run(*helm, "uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "5m", timeout=360)
-    cluster.kubectl("replace", "-f", str(_old_crds(tmp_path)))
+    _as_chart_0_1_0_left_them(cluster)
     crd = json.loads(cluster.kubectl.stdout("get", "crd", "instances.worker.gpustack.ai", "-o", "json"))
     assert "meta.helm.sh/release-name" not in (crd["metadata"].get("annotations") or {})
     run(*helm, "install", RELEASE, str(OLD_CHART), "-n", SYSTEM, *values, timeout=300)

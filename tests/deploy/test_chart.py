@@ -3,6 +3,8 @@ expected objects, no drift from crds/ and rules/, and RBAC equal to what the cod
 (tests/deploy/rbacderive.py). helm is built from its Go module by `make helm` (deploy/tools/build.sh)."""
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 import subprocess
@@ -43,12 +45,20 @@ def template(*args: str, namespace: str = NS, check: bool = True) -> subprocess.
 
 
 def render(*sets: str, values: dict | None = None, tmp: Path | None = None) -> list[dict]:
+    """The chart's objects for these ``--set`` values and ``values`` (a values file written into ``tmp``);
+    a fresh copy of one render per distinct input (helm takes seconds per render here)."""
+    return copy.deepcopy(_render(sets, json.dumps(values, sort_keys=True) if values is not None else None,
+                                 str(tmp) if tmp is not None else None))
+
+
+@functools.lru_cache(maxsize=32)
+def _render(sets: tuple[str, ...], values: str | None, tmp: str | None) -> list[dict]:
     args = []
     for s in sets:
         args += ["--set", s]
     if values is not None:
-        path = tmp / "values.yaml"
-        path.write_text(yaml.safe_dump(values))
+        path = Path(tmp) / "values.yaml"
+        path.write_text(yaml.safe_dump(json.loads(values)))
         args += ["-f", str(path)]
     return [d for d in yaml.safe_load_all(template(*args).stdout) if d]
 
