@@ -119,11 +119,12 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     agent.run(interval)
 
 
-def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry) -> None:
+def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry):
     """Reload ``rules_dir`` live (runtime.rules.reload.RulesWatcher): each set that loads becomes the
     agent's policy from its next pass on (the manufacturer env overrides applied again); a refused one
     is logged with its problems. ``accelpolicy_rules_generation`` and
-    ``accelpolicy_rules_reload_failures_total`` go into ``registry`` (the agent's /metrics) when given."""
+    ``accelpolicy_rules_reload_failures_total`` go into ``registry`` (the agent's /metrics) when given.
+    Returns the started :class:`runtime.rules.reload.RulesWatcher`."""
     from runtime.rules.reload import RulesWatcher
     from runtime.webhook.reload import ReloadMetrics
 
@@ -142,8 +143,9 @@ def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry) -> 
         logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
                      agent.policy.ruleset.generation, exc)
 
-    RulesWatcher(rules_dir, swap, refused, interval=seconds, initial=agent.policy.ruleset).start()
+    watcher = RulesWatcher(rules_dir, swap, refused, interval=seconds, initial=agent.policy.ruleset).start()
     logger.info("watching {} for rule changes every {:g}s", rules_dir, seconds)
+    return watcher
 
 
 def _cluster_or_node(policy: Policy, kubeconfig: str | None, node_name: str, node_capacity_cpu: str | None,
