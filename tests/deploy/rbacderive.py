@@ -50,7 +50,8 @@ OBJECT_KINDS = {
         ("ConfigMap",),
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
-SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret"}
+SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",
+                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (spec/dra.md §4)
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/cabundle.py": None,
@@ -78,6 +79,13 @@ def _functions(tree: ast.AST):
     if isinstance(tree, ast.Module):
         yield "<module>", ast.Module(body=[s for s in tree.body if isinstance(s, (ast.Assign, ast.AnnAssign))],
                                      type_ignores=[])
+
+
+@functools.lru_cache(maxsize=None)
+def _imported_consts(rel: str) -> dict[str, str]:
+    """:func:`_module_consts` of an imported module, once per module (import chains share modules:
+    without it the walk grows exponentially with their depth)."""
+    return _module_consts(_tree(rel))
 
 
 def _module_consts(tree: ast.Module) -> dict[str, str]:
@@ -234,6 +242,8 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         need(kind, {"list", "watch"}, True)
     for kind in (*KINDS.values(), OWNER_KIND):  # WebhookRegistrar's own cache (the owner: watched by name)
         need(kind, {"list", "watch"}, False)
+    from runtime.controller.deviceclasses import KIND as DEVICE_CLASS
+    need(DEVICE_CLASS, {"list", "watch"}, False)   # Controller.__init__: watched where the cluster serves it
 
     applier = applier_calls()
     dispatch = _execute_dispatch()
@@ -307,7 +317,7 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         scope = "system" if kind in AGENT_SYSTEM_KINDS else "cluster"
         needs[scope][(group, plural + (f"/{sub}" if sub else ""))].update(verbs)
 
-    for watched in node_watches(load_policy(None), "node", "system", "system"):
+    for watched in node_watches(load_policy(None), "node", "system", "system", dra=True):   # the dra backend's too
         need(watched.kind, {"list", "watch"})
     applier = applier_calls()
     tree = _tree(AGENT_MODULE)

@@ -542,7 +542,7 @@ def test_rbac_pins_the_webhook_configurations_and_the_owner_by_name():
 
 # -- deploy/README.md's RBAC table is the chart's ------------------------------------------------------------
 _SHORT = {"kueue": "kueue.x-k8s.io", "nfd": "nfd.k8s-sigs.io", "openreports.io": "openreports.io",
-          "rbac": "rbac.authorization.k8s.io"}
+          "rbac": "rbac.authorization.k8s.io", "dra": "resource.k8s.io"}
 
 
 def _readme_rbac() -> set[tuple[str, str, str, str, str]]:
