@@ -1,23 +1,33 @@
-"""Upgrade and restart on kind (issue 11 item 6): admission keeps answering.
+"""Upgrades on kind (issue 11 item 6, issue 20 items 4-5): admission keeps answering, the CRDs are carried,
+a rules edit reaches the agents without a restart.
 
-Runs after the walkthrough on the same ``--cluster=kind`` stack (``make e2e-kind`` passes both files).
-A client submits an Instance for admission every ``PERIOD`` seconds (``kubectl create --dry-run=server``:
-the API server calls our defaulting and validating webhooks, and nothing is stored) while
+Runs after the walkthrough (and the attacks) on the same ``--cluster=kind`` stack. A client submits an
+Instance for admission every ``PERIOD`` seconds (``kubectl create --dry-run=server``: the API server calls
+our defaulting and validating webhooks, and nothing is stored) while
 
-1. ``helm upgrade`` installs a new image tag (the same image, tagged ``<tag>-upgrade`` and loaded) and an
-   edited rules ConfigMap (the privileged-mode message of rules/admission/instances-validation.yaml with
-   `` (upgraded rules)`` appended): the Deployment rolls both replicas;
-2. the leader Pod (holder of Lease ``gpustack-operator-worker``) is deleted: another replica takes the
+1. **from chart 0.1.0**: the release is put back to what chart 0.1.0 (commit 030db97, packaged as
+   ``e2e/fixtures/accelpolicy-0.1.0.tgz``) leaves: uninstalled, our CRDs set back to that chart's
+   ``crds/`` (its spec, no Helm ownership, as Helm's ``crds/`` installs them), the old chart installed with
+   the stack's values. With the walkthrough's Instances, Settings and a custom InstanceType present,
+   ``helm upgrade --take-ownership`` to ``deploy/chart`` (docs/install.md "Upgrade"): afterwards the CRDs
+   are the new chart's, every Instance, InstanceType, Setting and Devices is there with its spec and
+   status, and no review failed during the upgrade;
+2. **a rules edit through values** (``--set-file rules.override...``: the privileged-mode message of
+   rules/admission/instances-validation.yaml with `` (upgraded rules)`` appended): the controller rolls
+   (checksum/rules) and serves the new message, no agent Pod restarts (their UIDs unchanged) and each
+   agent logs the new rules generation;
+3. the leader Pod (holder of Lease ``gpustack-operator-worker``) is deleted: another replica takes the
    Lease, the Deployment replaces the Pod.
 
 Every review must succeed (zero denied or failed), and each must show our defaulting webhook's work.
-After the upgrade, a privileged Instance is refused with the edited message: the new rules serve.
+Leaves the cluster as the walkthrough left it (the custom InstanceType is deleted again), with the
+rules edit in force.
 """
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
+import re
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -30,6 +40,9 @@ from testing.localcluster.walkthrough import MANIFESTS
 NS, SYSTEM, LEASE = "default", "gpustack-system", "gpustack-operator-worker"
 PERIOD = 0.3   # seconds between reviews
 EDITED = 'privileged mode is not allowed: enable the "instance-privileged-allowed" setting to allow it'
+OLD_CHART = Path(__file__).resolve().parent / "fixtures" / "accelpolicy-0.1.0.tgz"
+OURS = ("instances.worker.gpustack.ai", "instancetypes.worker.gpustack.ai", "settings.gpustack.ai",
+        "devices.worker.gpustack.ai", "instancepersistentvolumes.worker.gpustack.ai")
 
 
 @pytest.fixture(scope="module")
@@ -90,41 +103,137 @@ def wait(what: str, check, timeout: float = 600):
     raise AssertionError(f"{what} not reached in {timeout:.0f}s")
 
 
-def edited_chart(tmp: Path) -> Path:
-    """deploy/chart with its links resolved and the privileged-mode message edited."""
-    from kind.stack import REPO
-    chart = tmp / "chart"
-    shutil.copytree(REPO / "deploy" / "chart", chart, symlinks=False)
-    rule = chart / "files" / "rules" / "admission" / "instances-validation.yaml"
-    text = rule.read_text()
-    assert text.count(EDITED) == 1
-    rule.write_text(text.replace(EDITED, EDITED + " (upgraded rules)"))
-    return chart
+def _items(cluster, resource: str) -> dict[tuple[str, str], dict]:
+    """Every object of ``resource``: (namespace, name) -> {spec, status, finalizers}."""
+    out = {}
+    for obj in json.loads(cluster.kubectl.stdout("get", resource, "-A", "-o", "json"))["items"]:
+        meta = obj["metadata"]
+        out[(meta.get("namespace", ""), meta["name"])] = {"spec": obj.get("spec"), "status": obj.get("status"),
+                                                          "finalizers": meta.get("finalizers")}
+    return out
 
 
-def test_helm_upgrade_and_leader_loss_keep_admission_answering(kind_stack, tmp_path, record_step):
-    from kind.stack import helm_values, load_images, run, tools
+def _old_crds() -> list[dict]:
+    """chart 0.1.0's crds/ (from the packaged fixture)."""
+    with tarfile.open(OLD_CHART) as tar:
+        return [doc for m in sorted(tar.getmembers(), key=lambda m: m.name)
+                if m.isfile() and m.name.startswith("accelpolicy/crds/")
+                for doc in yaml.safe_load_all(tar.extractfile(m).read().decode()) if doc]
+
+
+def _as_chart_0_1_0_left_them(cluster) -> None:
+    """Our CRDs as chart 0.1.0's crds/ made them: its spec, its metadata (no Helm labels or annotations).
+    A merge patch (a CRD cannot be replaced without its resourceVersion)."""
+    for crd in _old_crds():
+        meta = crd["metadata"]
+        cluster.kubectl("patch", "crd", meta["name"], "--type=merge", "-p", json.dumps(
+            {"metadata": {"labels": meta.get("labels"), "annotations": meta.get("annotations")}, "spec": crd["spec"]}))
+
+
+def _pods(cluster, component: str) -> dict[str, str]:
+    """name -> uid of the component's Pods that are not being deleted."""
+    items = json.loads(cluster.kubectl.stdout("-n", SYSTEM, "get", "pods", "-l", f"app.kubernetes.io/component={component}",
+                                              "-o", "json"))["items"]
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def test_upgrade_from_chart_0_1_0_carries_the_crds_and_keeps_every_object(kind_stack, tmp_path, record_step):
+    from kind.stack import RELEASE, helm_values, run, tools
+    from tests.deploy.test_chart import render
     cluster, stack = kind_stack, kind_stack.stack
     t = tools()
-    new_image = f"{stack.image}-upgrade"
-    run("docker", "tag", stack.image, new_image)
-    load_images(t, stack.cluster, list(stack.kind_node.values()), [new_image])
-    chart = edited_chart(tmp_path)
-    pods_before = set(cluster.kubectl.stdout("-n", SYSTEM, "get", "pods", "-l", "app.kubernetes.io/component=controller",
-                                             "-o", "name").split())
+    helm = [t["helm"], "--kubeconfig", str(cluster.kubeconfig)]
+    values = helm_values(stack.kind_node, stack.image)
+    # -- the cluster as chart 0.1.0 leaves it ------------------------------------------------------------
+    t0 = time.monotonic()
+    run(*helm, "uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "5m", timeout=360)
+    _as_chart_0_1_0_left_them(cluster)
+    crd = json.loads(cluster.kubectl.stdout("get", "crd", "instances.worker.gpustack.ai", "-o", "json"))
+    assert "meta.helm.sh/release-name" not in (crd["metadata"].get("annotations") or {})
+    run(*helm, "install", RELEASE, str(OLD_CHART), "-n", SYSTEM, *values, timeout=300)
+    cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deploy/{LEASE}", "--timeout=600s", timeout=660)
+    wait("chart 0.1.0's controller registering the webhooks",
+         lambda: cluster.kubectl("get", "validatingwebhookconfiguration", "gpustack-worker-validation",
+                                 check=False).returncode == 0)
+    record_step("uninstall + chart 0.1.0 installed (controller ready, webhooks registered)", time.monotonic() - t0,
+                table=False)
+    cluster.kubectl("apply", "-f", str(MANIFESTS / "a10g-12c128g.yaml"))   # a custom InstanceType (seed step 4)
+    wait("the custom InstanceType's status", lambda: (json.loads(cluster.kubectl.stdout(
+        "get", "instancetype", "a10g-12c128g", "-o", "json")).get("status") or {}).get("entrance"))
+    time.sleep(5)   # one more reconcile pass: every status as it settles
+    before = {resource: _items(cluster, resource) for resource in OURS}
+    assert before["instances.worker.gpustack.ai"] and before["settings.gpustack.ai"]
+    # -- the upgrade, as docs/install.md says for 0.1.0 ----------------------------------------------------
     with ReviewClient(cluster) as client:
         time.sleep(3)
         t0 = time.monotonic()
-        run(t["helm"], "--kubeconfig", str(cluster.kubeconfig), "upgrade", "accelpolicy", str(chart), "-n", SYSTEM,
-            "--wait", "--timeout", "10m", *helm_values(stack.kind_node, new_image), timeout=720)
-        record_step("helm upgrade (new tag, edited rules) -> rolled out", time.monotonic() - t0, table=False)
-        upgrade = (client.ok, len(client.failures))
-        deployment = json.loads(cluster.kubectl.stdout("-n", SYSTEM, "get", "deploy", LEASE, "-o", "json"))
-        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == new_image
-        pods_after = set(cluster.kubectl.stdout("-n", SYSTEM, "get", "pods", "-l",
-                                                "app.kubernetes.io/component=controller", "-o", "name").split())
-        assert pods_after and not pods_after & pods_before   # both replicas replaced
+        # agent.maxUnavailable=100%: kind's four agents at once (the chart's 10 % rolls them one by one); this
+        # measures admission during the controller's rollout, not the agents'
+        run(*helm, "upgrade", RELEASE, str(Path(__file__).resolve().parents[1] / "deploy" / "chart"), "-n", SYSTEM,
+            "--take-ownership", "--wait", "--timeout", "10m", *values, "--set", "agent.maxUnavailable=100%",
+            timeout=720)
+        seconds = time.monotonic() - t0
+        time.sleep(3)
+    record_step(f"helm upgrade from chart 0.1.0 -> rolled out; admission reviews {client.ok} ok / "
+                f"{len(client.failures)} failed", seconds, table=False)
+    print(f"\nupgrade from 0.1.0: {seconds:.0f}s, reviews {client.ok} ok, {len(client.failures)} failed")
+    assert client.failures == [] and client.undefaulted == 0 and client.ok >= 20
+    # the CRDs are the new chart's, Helm's now (and kept on uninstall)
+    rendered = {d["metadata"]["name"]: d for d in render() if d["kind"] == "CustomResourceDefinition"}
+    for name, new in rendered.items():
+        live = json.loads(cluster.kubectl.stdout("get", "crd", name, "-o", "json"))
+        assert live["spec"]["versions"] == new["spec"]["versions"] and live["spec"]["names"]["kind"] == \
+            new["spec"]["names"]["kind"], name
+        assert live["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert live["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+    time.sleep(5)
+    after = {resource: _items(cluster, resource) for resource in OURS}
+    for resource in OURS:
+        assert after[resource] == before[resource], resource
+    # the webhook configurations are the release's now: owned by its ClusterRole
+    owner = json.loads(cluster.kubectl.stdout("get", "clusterrole", LEASE, "-o", "json"))["metadata"]["uid"]
+    wait("the configurations owned by the chart's ClusterRole", lambda: all(
+        [r.get("uid") for r in json.loads(cluster.kubectl.stdout("get", kind, name, "-o", "json"))["metadata"]
+         .get("ownerReferences") or []] == [owner]
+        for kind, name in (("mutatingwebhookconfiguration", "gpustack-worker-mutation"),
+                           ("validatingwebhookconfiguration", "gpustack-worker-validation"))), timeout=120)
+    cluster.kubectl("delete", "instancetype", "a10g-12c128g", "--wait=true", timeout=180)
 
+
+def _agent_generation(cluster, pod: str) -> int:
+    found = re.findall(r"rules reloaded from \S+: generation (\d+)",
+                       cluster.kubectl.stdout("-n", SYSTEM, "logs", pod, check=False))
+    return int(found[-1]) if found else 0
+
+
+def test_a_rules_edit_through_values_restarts_no_agent_and_keeps_admission_answering(kind_stack, tmp_path, record_step):
+    from kind.stack import REPO, RELEASE, run, tools
+    cluster = kind_stack
+    t = tools()
+    rule = (REPO / "rules" / "admission" / "instances-validation.yaml").read_text()
+    assert rule.count(EDITED) == 1
+    edited = tmp_path / "instances-validation.yaml"
+    edited.write_text(rule.replace(EDITED, EDITED + " (upgraded rules)"))
+    agents = _pods(cluster, "agent")
+    generations = {pod: _agent_generation(cluster, pod) for pod in agents}
+    controllers = set(_pods(cluster, "controller"))
+    with ReviewClient(cluster) as client:
+        time.sleep(3)
+        t0 = time.monotonic()
+        run(t["helm"], "--kubeconfig", str(cluster.kubeconfig), "upgrade", RELEASE, str(REPO / "deploy" / "chart"),
+            "-n", SYSTEM, "--reuse-values", "--wait", "--timeout", "10m",
+            "--set-file", f"rules.override.admission/instances-validation\\.yaml={edited}", timeout=720)
+        record_step("helm upgrade (rules edit through values) -> controller rolled out", time.monotonic() - t0,
+                    table=False)
+        upgrade = (client.ok, len(client.failures))
+        assert set(_pods(cluster, "controller")).isdisjoint(controllers)   # both replicas replaced (checksum/rules)
+        # the agents: the same Pods, each reloading the mounted ConfigMap once the kubelet has synced it
+        t0 = time.monotonic()
+        wait("every agent logging the new rules generation",
+             lambda: all(_agent_generation(cluster, pod) > generations[pod] for pod in agents), timeout=300)
+        record_step("rules edit -> every agent on the new generation (same Pods)", time.monotonic() - t0, table=False)
+        assert _pods(cluster, "agent") == agents   # no agent Pod restarted: same names and UIDs
+        # the leader Pod deleted: another replica takes the Lease
         holder = wait("a leader after the upgrade", lambda: lease_holder(cluster))
         leader_pod = holder.split("_")[0]
         t0 = time.monotonic()
@@ -134,9 +243,10 @@ def test_helm_upgrade_and_leader_loss_keep_admission_answering(kind_stack, tmp_p
         record_step("leader Pod deleted -> Lease taken over", time.monotonic() - t0, table=False)
         cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deploy/{LEASE}", "--timeout=600s", timeout=660)
         time.sleep(3)
-    record_step(f"admission reviews: {upgrade[0]} ok / {upgrade[1]} failed during the upgrade, {client.ok} ok / "
-                f"{len(client.failures)} failed in all (leader {holder} -> {new_holder})", 0.0, table=False)
-    print(f"\nadmission during upgrade: {upgrade[0]} reviews ok, {upgrade[1]} failed; in all {client.ok} ok, "
+    record_step(f"admission reviews: {upgrade[0]} ok / {upgrade[1]} failed during the rules-edit upgrade, "
+                f"{client.ok} ok / {len(client.failures)} failed in all (leader {holder} -> {new_holder})", 0.0,
+                table=False)
+    print(f"\nadmission during the rules edit: {upgrade[0]} reviews ok, {upgrade[1]} failed; in all {client.ok} ok, "
           f"{len(client.failures)} failed; leader {holder} -> {new_holder}")
     assert client.failures == []
     assert client.undefaulted == 0

@@ -328,9 +328,28 @@ class NodeAgent:
             self.cluster.warn(involved, ev.reason, ev.message, COMPONENT)
 
     # -- loop --------------------------------------------------------------------------------------
+    def use_policy(self, policy: Policy) -> None:
+        """A reloaded rules generation (the chart's mounted ConfigMap changed): the next pass plans and
+        writes with ``policy``; a pass in progress finishes on the old one. The watches keep their
+        selectors (a change of the NodeFeature node label or of the settings Secret's name needs a
+        restart). Wakes the loop."""
+        self._next_policy = policy
+        self.wake.set()
+
+    def _swap_policy(self) -> None:
+        policy, self._next_policy = getattr(self, "_next_policy", None), None
+        if policy is None:
+            return
+        self.policy, self.rules = policy, agent_rules(policy)
+        if self.cluster is not None:
+            self.cluster.policy, self.cluster.rules = policy, self.rules
+            self.cluster.applier.policy = policy
+        logger.info("rules generation {} in force", policy.ruleset.generation)
+
     def reconcile(self, dry_run: bool = False) -> AgentPlan | None:
         """One pass. Never raises for cluster or probe trouble: logs once and returns None."""
         plan = None
+        self._swap_policy()
         try:
             plan = self.plan()
             if not dry_run and self.cluster is not None:

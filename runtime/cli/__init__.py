@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("lint", "Check a rules directory without loading it: print every problem of every file."),
     "audit": ("audit", "Judge every existing object with the admission rules and report drift from the derived state."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
+    "webhook-probe": ("probe", "Send one admission review to each webhook of the rules and check each verdict."),
+    "node-cleanup": ("nodecleanup", "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),
 }
 
 

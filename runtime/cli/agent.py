@@ -74,11 +74,15 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
                    "(Prometheus) over HTTP on port N, for kubelet probes and scrapes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
+@click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="With --rules: poll the directory this often and plan with a changed set from the next pass "
+                   "on, once it lints and compiles (a broken set is refused and logged; the working one stays); "
+                   "the generation in force is the accelpolicy_rules_generation metric. 0: never.")
 @rules_cache_options(log=True)
 @log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
             node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, resourceslices=None, health_port=None,
-            log_level="INFO", log_format="text") -> None:
+            log_level="INFO", log_format="text", watch_rules_seconds=2.0) -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     configure_logging(log_level, log_format)
     try:
@@ -116,17 +120,50 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     if dry_run or once:
         _one_pass(agent, dry_run, output)
         return
+    registry = None
     if health_port is not None:
         from runtime.agent.health import PassClock, serve_health
         from runtime.agent.metrics import AgentMetrics
         clock = PassClock(stale_seconds=3 * interval + 60)
         agent.on_pass = clock.passed
+        registry = AgentMetrics().bind(agent).registry
         try:
-            server = serve_health(clock, port=health_port, metrics=AgentMetrics().bind(agent).registry)
+            server = serve_health(clock, port=health_port, metrics=registry)
         except OSError as exc:
             raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
         logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
+    if rules_dir and watch_rules_seconds > 0:
+        _watch_rules(agent, rules_dir, watch_rules_seconds, registry)
     agent.run(interval)
+
+
+def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry):
+    """Reload ``rules_dir`` live (runtime.rules.reload.RulesWatcher): each set that loads becomes the
+    agent's policy from its next pass on (the manufacturer env overrides applied again); a refused one
+    is logged with its problems. ``accelpolicy_rules_generation`` and
+    ``accelpolicy_rules_reload_failures_total`` go into ``registry`` (the agent's /metrics) when given.
+    Returns the started :class:`runtime.rules.reload.RulesWatcher`."""
+    from runtime.rules.reload import RulesWatcher
+    from runtime.webhook.reload import ReloadMetrics
+
+    metrics = ReloadMetrics(registry)
+    metrics.generation.set(agent.policy.ruleset.generation)
+
+    def swap(ruleset) -> None:
+        policy = Policy(ruleset)
+        apply_manufacturer_env(policy, os.environ)
+        agent.use_policy(policy)
+        metrics.generation.set(ruleset.generation)
+        logger.info("rules reloaded from {}: generation {}", rules_dir, ruleset.generation)
+
+    def refused(exc: RuleLoadError) -> None:
+        metrics.failures.inc()
+        logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
+                     agent.policy.ruleset.generation, exc)
+
+    watcher = RulesWatcher(rules_dir, swap, refused, interval=seconds, initial=agent.policy.ruleset).start()
+    logger.info("watching {} for rule changes every {:g}s", rules_dir, seconds)
+    return watcher
 
 
 def _backend(policy: Policy, name: str | None, facts: str | None, slices_file: str | None, node: str,

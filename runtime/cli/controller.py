@@ -37,6 +37,7 @@ from runtime.controller.metrics import ControllerMetrics
 from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.reconciler import Controller
 from runtime.controller.rulesreload import ControllerRulesReload
+from runtime.controller.cabundle import CaPublisher
 from runtime.controller.servingcert import ServingCertificate, reload_server_tls, service_names
 from runtime.controller.webhooks import ControllerWebhooks, WebhookRegistrar, WebhookTls
 from runtime.engine.admission.registration import ClientConfig
@@ -104,6 +105,13 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
               help="The leader re-issues the certificate this many days before it ends.")
 @click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when due).")
+@click.option("--webhook-ca-configmap", default=None, metavar="NAME",
+              help="The leader copies --webhook-cert-secret's ca.crt (the CA certificate only, never a key) into "
+                   "ConfigMap NAME (in --lease-namespace) for clients that verify the server, e.g. a Prometheus scrape.")
+@click.option("--webhook-owner-clusterrole", default=None, metavar="NAME",
+              help="Register the webhook configurations as owned by ClusterRole NAME (an ownerReference): the garbage "
+                   "collector deletes them when it is deleted (the chart's, at `helm uninstall`), and while it is "
+                   "missing nothing is registered.")
 @metrics_bind_option
 @log_options
 @bad_input_exits
@@ -114,6 +122,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             no_registration: bool, webhook_cert_secret: str | None = None, webhook_cert_dir: Path | None = None,
             webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
             webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0,
+            webhook_ca_configmap: str | None = None, webhook_owner_clusterrole: str | None = None,
             watch_rules_seconds: float = 2.0, audit_interval: str = "1h", log_level: str = "INFO",
             log_format: str = "text", metrics_bind_address: str = "0", registration_only: bool = False) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
@@ -134,7 +143,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
         register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir,
         cert_issuer=webhook_cert_issuer, cert_days=webhook_cert_days, cert_renew_days=webhook_cert_renew_days,
-        cert_check_seconds=webhook_cert_check_seconds, registration_only=registration_only))
+        cert_check_seconds=webhook_cert_check_seconds, registration_only=registration_only,
+        owner=webhook_owner_clusterrole))
     serving = webhook_opts is not None and not registration_only  # webhooks served in this process
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
     audit_seconds = duration_seconds(audit_interval)
@@ -148,13 +158,14 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if serving else ())
     webhooks, stop_hooks = None, []
-    registration = _Registration(session, tls, service, webhook_url_base, serving_cert) if registration_only else None
+    registration = (_Registration(session, tls, service, webhook_url_base, serving_cert, webhook_owner_clusterrole)
+                    if registration_only else None)
     try:
         webhooks = _serve_webhooks(controller, webhook_opts, tls, service) if serving else None
-        if serving_cert is not None and webhooks is not None:
-            _follow_certificate(serving_cert, webhooks, stop)
-        elif serving_cert is not None:
-            serving_cert.start(stop)
+        if serving_cert is not None:
+            _follow_certificate(serving_cert, webhooks, stop,
+                                CaPublisher(session, policy, lease_namespace, webhook_ca_configmap)
+                                if webhook_ca_configmap else None)
         registry, metrics = _controller_metrics(controller, webhooks)
         if once:
             _reconcile_once(controller)
@@ -191,7 +202,8 @@ def _webhook_options(once: bool, opts: dict) -> dict | None:
         given = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
                                         ("--webhook-cert-secret", "cert_secret"), ("--webhook-cert-dir", "cert_dir"),
                                         ("--webhook-ca", "ca"), ("--webhook-self-signed", "self_signed"),
-                                        ("--webhook-url-base", "url_base"), ("--webhook-service", "service"))
+                                        ("--webhook-url-base", "url_base"), ("--webhook-service", "service"),
+                                        ("--webhook-owner-clusterrole", "owner"))
                  if opts[key]]
         if given:
             fail(f"{', '.join(given)} need --webhook-port")
@@ -231,6 +243,7 @@ class _Registration:
     service: tuple[str, str, int] | None
     url_base: str | None
     serving_cert: ServingCertificate | None
+    owner: str | None = None   # --webhook-owner-clusterrole
 
     def client(self) -> ClientConfig:
         ca = self.serving_cert.data["ca.crt"] if self.serving_cert is not None else self.tls.ca_pem
@@ -278,7 +291,7 @@ class _Registration:
                                self.readyz_url())
             if stop.is_set():
                 return
-            registrar = WebhookRegistrar(self.session, controller.policy, self.client()).start()
+            registrar = WebhookRegistrar(self.session, controller.policy, self.client(), owner=self.owner).start()
             holder.append(registrar)
             if self.serving_cert is not None:
                 self.serving_cert.listeners.append(lambda data: registrar.retarget(self.client()))
@@ -327,12 +340,19 @@ def _serving_certificate(session, namespace: str, service: tuple[str, str, int] 
     return serving_cert, tls
 
 
-def _follow_certificate(serving_cert: ServingCertificate, webhooks: ControllerWebhooks,
-                        stop: threading.Event) -> None:
-    """Reload the server's TLS and the registered caBundle whenever the shared certificate changes."""
-    serving_cert.listeners.append(lambda data: (
-        reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),
-        webhooks.use_ca(data["ca.crt"])))
+def _follow_certificate(serving_cert: ServingCertificate, webhooks: ControllerWebhooks | None,
+                        stop: threading.Event, ca_publisher: CaPublisher | None = None) -> None:
+    """Reload the server's TLS and the registered caBundle whenever the shared certificate changes
+    (``webhooks``: None when this process serves none, --webhook-registration-only); the leader also
+    publishes its CA certificate (``ca_publisher``, --webhook-ca-configmap)."""
+    if webhooks is not None:
+        serving_cert.listeners.append(lambda data: (
+            reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),
+            webhooks.use_ca(data["ca.crt"])))
+    if ca_publisher is not None:
+        serving_cert.listeners.append(
+            lambda data: ca_publisher.publish(data["ca.crt"]) if serving_cert.leading.is_set() else None)
+        serving_cert.on_leading.append(lambda: ca_publisher.publish(serving_cert.data["ca.crt"]))
     serving_cert.start(stop)
 
 
@@ -379,6 +399,8 @@ def _lead(session, namespace: str, identity: str | None, stop: threading.Event,
     if serving_cert is not None:
         serving_cert.leading.set()
         serving_cert.check()  # rotate now when due, before registering its caBundle
+        for hook in serving_cert.on_leading:
+            hook()
     return elector
 
 
@@ -495,7 +517,7 @@ def _serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
     try:
         webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
                                       url_base=opts["url_base"], service=service,
-                                      register_configurations=opts["register"])
+                                      register_configurations=opts["register"], owner_clusterrole=opts["owner"])
     except KeyError as exc:
         fail(str(exc.args[0]) if exc.args else str(exc))
     try:

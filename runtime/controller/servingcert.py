@@ -208,6 +208,7 @@ class ServingCertificate:
     check_seconds: float = 60.0
     leading: threading.Event = field(default_factory=threading.Event)
     listeners: list[Callable[[dict[str, bytes]], None]] = field(default_factory=list)
+    on_leading: list[Callable[[], None]] = field(default_factory=list)   # run once this replica leads
     data: dict[str, bytes] = field(default_factory=dict)
     rotations: int = 0
 

@@ -12,7 +12,10 @@
   or drifted (e.g. someone edits ``caBundle``), deletion of configurations accelpolicy owns that the
   rules no longer name. A same-named configuration without the ownership labels is left alone and
   reported. Nothing is deleted when the controller stops: the registrations stay (a restart
-  re-applies them with its CA bundle).
+  re-applies them with its CA bundle). With an owner (``--webhook-owner-clusterrole``, the chart's
+  ClusterRole) each configuration carries an ownerReference to it, so the garbage collector deletes
+  them once the owner is gone (``helm uninstall``, with or without hooks), and the registrar, which
+  watches the owner, stops re-applying them from that moment on.
 * :class:`ControllerWebhooks`: the HTTPS server (uvicorn in a thread) next to the reconcile loop,
   ``/readyz`` 503 until every cache listed once and a view was built, 200 from then on (a relisting
   cache serves its last objects), plus the registrar (run by the leader only).
@@ -36,6 +39,8 @@ from runtime.kube.cache import ClusterCache, WatchedKind
 from runtime.kube.session import KubeApiError, Session
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.server import ServerThread
+
+OWNER_KIND = "ClusterRole"   # what owns the configurations (--webhook-owner-clusterrole)
 
 
 class LiveAdmissionView:
@@ -119,13 +124,18 @@ class WebhookRegistrar:
     foreign objects (one line each).
     """
 
-    def __init__(self, session: Session, policy: Policy, client: ClientConfig, resync_seconds: float = 300.0):
+    def __init__(self, session: Session, policy: Policy, client: ClientConfig, resync_seconds: float = 300.0,
+                 owner: str | None = None):
         self.policy = policy
-        self.desired = webhook_configurations(policy, client)
+        self.client = client
+        self.owner = owner   # the name of the ClusterRole that owns the configurations, or None
+        self.desired = [] if owner else webhook_configurations(policy, client)
         self.resync_seconds = resync_seconds
         self._dirty = threading.Event()
-        self.cache = ClusterCache(session, [WatchedKind(k) for k in KINDS.values()],
-                                  on_event=lambda *_: self._dirty.set())
+        watched = [WatchedKind(k) for k in KINDS.values()]
+        if owner:
+            watched.append(WatchedKind(OWNER_KIND, field_selector=f"metadata.name={owner}"))
+        self.cache = ClusterCache(session, watched, on_event=lambda *_: self._dirty.set())
         self.applier = Applier(session, policy, cache=self.cache)
         self.errors: list[str] = []
         self._reported: set[str] = set()
@@ -149,8 +159,22 @@ class WebhookRegistrar:
 
     def retarget(self, client: ClientConfig) -> None:
         """Register ``client`` from now on (e.g. a rotated CA bundle); the next pass applies it."""
-        self.desired = webhook_configurations(self.policy, client)
+        self.client = client
+        self.desired = webhook_configurations(self.policy, client) if not self.owner else self.desired
         self._dirty.set()
+
+    def _render(self) -> bool:
+        """Set :attr:`desired` for this pass; False when the owner is gone (nothing may be applied)."""
+        if not self.owner:
+            self.desired = webhook_configurations(self.policy, self.client)
+            return True
+        owner = self.cache.get(OWNER_KIND, self.owner)
+        if owner is None:
+            self._error(f"{OWNER_KIND} {self.owner}, the configurations' owner, is gone (an uninstall?): "
+                        "nothing is registered while it is missing")
+            return False
+        self.desired = webhook_configurations(self.policy, self.client, owner)
+        return True
 
     def stop(self) -> None:
         """Stop keeping the configurations (they stay registered)."""
@@ -161,8 +185,11 @@ class WebhookRegistrar:
         self.cache.stop()
 
     def sync(self, raise_errors: bool = False) -> list[str]:
-        """One pass: apply each missing or drifted configuration, delete stale ones we own."""
+        """One pass: apply each missing or drifted configuration, delete stale ones we own (nothing
+        while the owner is gone)."""
         done: list[str] = []
+        if not self._render():
+            return done
         for desired in self.desired:
             kind, name = desired["kind"], desired["metadata"]["name"]
             live = self.cache.get(kind, name)
@@ -246,7 +273,8 @@ class ControllerWebhooks:
 
     ``url_base`` or ``service`` say how the API server reaches the server (``url_base`` None and no
     ``service``: ``https://127.0.0.1:<bound port>``); ``register`` False serves without registering
-    (configurations managed elsewhere). Use: ``serve()`` early (``/readyz`` 503),
+    (configurations managed elsewhere); ``owner_clusterrole`` names the ClusterRole that owns the
+    registered configurations (:class:`WebhookRegistrar`). Use: ``serve()`` early (``/readyz`` 503),
     ``ready()`` once ``controller.start_caches()`` returned, ``register()`` once leading, ``stop()``.
     """
 
@@ -257,6 +285,7 @@ class ControllerWebhooks:
     url_base: str | None = None
     service: tuple[str, str, int] | None = None
     register_configurations: bool = True
+    owner_clusterrole: str | None = None
     max_body_bytes: int = 3 * 1024 * 1024
     view: LiveAdmissionView = field(init=False)
     state: WebhookState = field(init=False)
@@ -333,8 +362,8 @@ class ControllerWebhooks:
         warning = self.identity_warning()
         if warning:
             logger.warning("webhook registration: {}", warning)
-        self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
-                                          self.client_config()).start(sync_timeout)
+        self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy, self.client_config(),
+                                          owner=self.owner_clusterrole).start(sync_timeout)
         return self.registrar
 
     def use_ca(self, ca_pem: bytes) -> None:

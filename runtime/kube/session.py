@@ -190,7 +190,8 @@ class WatchStream:
 EXTRA_KINDS = {"Lease": "coordination.k8s.io/v1", "Event": "v1",
                "Report": "openreports.io/v1alpha1", "ClusterReport": "openreports.io/v1alpha1",
                "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
-               "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1"}
+               "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
+               "ClusterRole": "rbac.authorization.k8s.io/v1"}
 
 
 def connect(kubeconfig: str | Path | None = None, context: str | None = None) -> Session:

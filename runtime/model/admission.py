@@ -240,6 +240,14 @@ class WebhookConfigurationNames(Strict):
     validating: str = Field(min_length=1, description="ValidatingWebhookConfiguration name")
 
 
+class MatchCondition(Strict):
+    """A webhook ``matchConditions`` entry: CEL the API server evaluates before calling the webhook
+    (false: not called, the request passes whether or not the webhook is up)."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    expression: str = Field(min_length=1)
+
+
 class WebhookRegistrationSpec(Strict):
     """``kind: WebhookRegistration`` (rules/admission/registration.yaml): how the controller registers
     the AdmissionPolicies as Mutating/ValidatingWebhookConfigurations (spec/README.md §3.2).
@@ -247,7 +255,8 @@ class WebhookRegistrationSpec(Strict):
     ``configurations`` names the two objects (mutating policies in one, validating in the other, each
     webhook in policy-name order); ``labels`` mark them as accelpolicy's (the only configurations it
     writes or deletes); ``sideEffects``, ``admissionReviewVersions``, ``timeoutSeconds`` (1-30, the
-    API server's bounds) and ``matchPolicy`` go into every webhook.
+    API server's bounds) and ``matchPolicy`` go into every webhook; ``skipDeletingCondition`` into
+    those whose policy skips objects being deleted.
     """
 
     configurations: WebhookConfigurationNames
@@ -258,6 +267,10 @@ class WebhookRegistrationSpec(Strict):
     matchPolicy: Literal["Exact", "Equivalent"] = "Equivalent"
     namespaceLabel: str = Field("kubernetes.io/metadata.name",
                                 description="the Namespace label excludeNamespaces selects on")
+    skipDeletingCondition: Optional[MatchCondition] = Field(
+        None, description="the matchCondition of every policy with match.skipDeleting: the API server does not "
+                          "call the webhook for an UPDATE of an object being deleted (its finalizers can always be "
+                          "removed, even while the webhooks are down); None: the webhook is called and allows it")
 
 
 rulefiles.SPEC_MODELS["AdmissionPolicy"] = AdmissionPolicySpec

@@ -80,6 +80,36 @@ def test_failure_policies_and_operations_follow_the_spec_table():
         "pods.mutation.worker.gpustack.ai", "pods.validation.worker.gpustack.ai"]
 
 
+def test_objects_being_deleted_skip_the_webhooks_at_the_api_server():
+    """issue 20 item 3: every policy with match.skipDeleting is registered with the matchCondition of
+    rules/admission/registration.yaml, so the API server does not even call it for an UPDATE of an object
+    being deleted: its finalizers can be removed while the webhooks are down (an uninstall, a break-glass)."""
+    hooks = _hooks(webhook_configurations(POLICY, URL))
+    condition = [{"name": "not-being-deleted",
+                  "expression": "request.operation != 'UPDATE' || !has(oldObject.metadata.deletionTimestamp)"}]
+    skipping = {d.spec.webhook for d in POLICY.ruleset.all("AdmissionPolicy") if d.spec.match.skipDeleting}
+    assert skipping == {"instances.mutation.worker.gpustack.ai", "instances.validation.worker.gpustack.ai",
+                        "instancetypes.mutation.worker.gpustack.ai", "instancetypes.validation.worker.gpustack.ai"}
+    assert {n for n, h in hooks.items() if h.get("matchConditions") == condition} == skipping
+    assert not [n for n, h in hooks.items() if n not in skipping and "matchConditions" in h]
+
+
+def test_an_owner_makes_the_configurations_go_with_it():
+    """issue 20 item 3: with an owner (the chart's ClusterRole) each configuration carries an
+    ownerReference to it, and a configuration without it (the old chart's) has drifted."""
+    owner = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "gpustack-operator-worker", "uid": "0f0f"}}
+    owned_by = webhook_configurations(POLICY, URL, owner)
+    for config in owned_by:
+        assert config["metadata"]["ownerReferences"] == [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "gpustack-operator-worker",
+             "uid": "0f0f"}]
+    unowned = webhook_configurations(POLICY, URL)
+    assert "ownerReferences" not in unowned[0]["metadata"]
+    assert drift(unowned[0], owned_by[0]) == ["metadata.ownerReferences"]
+    assert drift(owned_by[0], owned_by[0]) == []
+
+
 def test_service_client_config():
     client = ClientConfig(ca_pem=CA, service=("gpustack-system", "gpustack-operator-worker", 443))
     hook = _hooks(webhook_configurations(POLICY, client))["settings.validation.gpustack.ai"]

@@ -28,6 +28,7 @@ ACCELPOLICY = Path(sys.executable).parent / "accelpolicy"
 REPO = Path(__file__).resolve().parents[2]
 NS = "gpustack-system"
 TLS_SECRET = "gpustack-operator-worker-webhook-tls"
+CA_CONFIGMAP = "gpustack-operator-worker-webhook-ca"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 WEBHOOK_CONFIGS = (("mutatingwebhookconfiguration", "gpustack-worker-mutation"),
                    ("validatingwebhookconfiguration", "gpustack-worker-validation"))
@@ -37,6 +38,7 @@ def _cleanup_webhooks(kubectl) -> None:
     for kind, name in WEBHOOK_CONFIGS:
         kubectl("delete", kind, name, "--ignore-not-found")
     kubectl("delete", "secret", TLS_SECRET, "-n", NS, "--ignore-not-found")
+    kubectl("delete", "configmap", CA_CONFIGMAP, "-n", NS, "--ignore-not-found")
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +66,14 @@ def test_helm_install_and_uninstall_on_the_api_server(control_plane):
     cluster, kubectl = control_plane
     kubectl("create", "namespace", NS, check=False)
     env = ["--kubeconfig", str(cluster.kubeconfig), "-n", NS]
+    # crds.install=false: this API server holds our CRDs already, applied without Helm (testing.localcluster)
     installed = helm("install", "accelpolicy-live", str(CHART), *env, "--set", "agent.backend=fake",
+                     "--set", "crds.install=false",
                      "--set-json", 'agent.recordedFacts={"node-a10g": {"node": "node-a10g"}}', check=False)
     try:
         assert installed.returncode == 0, installed.stderr
         for kind, name in (("deployment", "gpustack-operator-worker"), ("daemonset", "gpustack-operator-device-manager"),
+                           ("validatingadmissionpolicy", "accelpolicy-agent-node"),
                            ("service", "gpustack-operator-worker"), ("poddisruptionbudget", "gpustack-operator-worker"),
                            ("configmap", "accelpolicy-rules"), ("role", "gpustack-operator-worker")):
             assert kubectl("get", kind, name, "-n", NS, check=False).returncode == 0, (kind, name)
@@ -151,6 +156,10 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
     proc = subprocess.Popen([str(ACCELPOLICY), "controller", "--kubeconfig", str(config), "--identity", "rbac-a",
                              "--webhook-port", "0", "--webhook-cert-secret", TLS_SECRET,
                              "--webhook-cert-dir", str(tmp_path / "tls"), "--coalesce-seconds", "0.1",
+                             # as the chart runs it: the configurations owned by its ClusterRole (watched by
+                             # name), the CA certificate published for clients
+                             "--webhook-owner-clusterrole", "gpustack-operator-worker",
+                             "--webhook-ca-configmap", CA_CONFIGMAP,
                              "--audit-interval", "0",  # as the chart runs it (values.yaml auditInterval)
                              "--webhook-cert-check-seconds", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -167,9 +176,15 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
         secret = json.loads(kubectl.stdout("get", "secret", TLS_SECRET, "-n", NS, "-o", "json"))
         assert secret["type"] == "kubernetes.io/tls"
         ca = base64.b64decode(secret["data"]["ca.crt"])
+        owner = json.loads(kubectl.stdout("get", "clusterrole", "gpustack-operator-worker", "-o", "json"))
         for kind, name in WEBHOOK_CONFIGS:
             registered = json.loads(kubectl.stdout("get", kind, name, "-o", "json"))
             assert {base64.b64decode(w["clientConfig"]["caBundle"]) for w in registered["webhooks"]} == {ca}
+            assert registered["metadata"]["ownerReferences"] == [
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "gpustack-operator-worker",
+                 "uid": owner["metadata"]["uid"]}]
+        published = json.loads(kubectl.stdout("get", "configmap", CA_CONFIGMAP, "-n", NS, "-o", "json"))
+        assert published["data"] == {"ca.crt": ca.decode()}   # the CA certificate only, never a key
         assert (tmp_path / "tls" / "tls.crt").read_bytes() == base64.b64decode(secret["data"]["tls.crt"])
 
         # someone else (e.g. cert-manager) puts a certificate of another CA into the Secret: the running
@@ -184,6 +199,11 @@ def test_the_controller_does_its_job_with_the_charts_rbac_alone(chart_rbac, tmp_
                 any({base64.b64decode(w["clientConfig"]["caBundle"]) for w in json.loads(
                     kubectl.stdout("get", kind, name, "-o", "json"))["webhooks"]} != {new["ca.crt"]}
                     for kind, name in WEBHOOK_CONFIGS):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.3)
+        deadline = time.monotonic() + 30   # the leader publishes the new CA certificate too
+        while json.loads(kubectl.stdout("get", "configmap", CA_CONFIGMAP, "-n", NS, "-o", "json"))["data"] != \
+                {"ca.crt": new["ca.crt"].decode()}:
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.3)
         # the API server reaches the webhooks with the new bundle: a reviewed write goes through

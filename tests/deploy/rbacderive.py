@@ -33,7 +33,8 @@ HTTP_VERBS = {"get": "get", "post": "create", "put": "update", "patch": "patch",
 EXTRA_KINDS = {"Lease": ("coordination.k8s.io/v1", True), "Event": ("v1", True),
                "MutatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False),
                "ValidatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False),
-               "Report": ("openreports.io/v1alpha1", True), "ClusterReport": ("openreports.io/v1alpha1", False)}
+               "Report": ("openreports.io/v1alpha1", True), "ClusterReport": ("openreports.io/v1alpha1", False),
+               "ClusterRole": ("rbac.authorization.k8s.io/v1", False)}
 
 # Call sites whose object comes from a variable: (module, function, applier method, argument) -> kinds.
 OBJECT_KINDS = {
@@ -45,12 +46,15 @@ OBJECT_KINDS = {
     ("runtime/controller/backgroundaudit.py", "run_once", "apply", "body"): ("Report", "ClusterReport"),
     ("runtime/controller/rulesreload.py", "_event", "create", "event"): ("Event",),
     ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(template, failing[key], now)"): ("Event",),
+    ("runtime/controller/cabundle.py", "publish", "apply", "ca_configmap(self.namespace, self.name, ca_pem)"):
+        ("ConfigMap",),
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
 SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",
                    "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (spec/dra.md §4)
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
+                 "runtime/controller/cabundle.py": None,
                  "runtime/controller/settingsview.py": None,
                  "runtime/controller/reconciler.py": {"seed_settings"},
                  "runtime/controller/rulesreload.py": {"_event"}}
@@ -102,6 +106,13 @@ def _module_consts(tree: ast.Module) -> dict[str, str]:
                     if alias.name in consts:
                         out[alias.asname or alias.name] = consts[alias.name]
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _imported_consts(rel: str) -> dict[str, str]:
+    """:func:`_module_consts` of module ``rel``, once per module (an import graph is walked once, not
+    once per path through it)."""
+    return _module_consts(_tree(rel))
 
 
 def _str(node: ast.AST, consts: dict[str, str]) -> str | None:
@@ -217,6 +228,7 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     from runtime.cli.common import load_policy
     from runtime.controller.reconciler import WATCHED
     from runtime.engine.admission import view_kinds
+    from runtime.controller.webhooks import OWNER_KIND
     from runtime.engine.admission.registration import KINDS
 
     needs: dict[str, dict[tuple[str, str], set[str]]] = {"cluster": defaultdict(set), "system": defaultdict(set)}
@@ -231,7 +243,7 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         need(kind, {"list", "watch"}, False)
     for kind in ("Secret", "Setting"):  # Controller.__init__: WatchedKind(kind, namespace=settings namespace)
         need(kind, {"list", "watch"}, True)
-    for kind in KINDS.values():  # WebhookRegistrar's own cache
+    for kind in (*KINDS.values(), OWNER_KIND):  # WebhookRegistrar's own cache (the owner: watched by name)
         need(kind, {"list", "watch"}, False)
     from runtime.controller.deviceclasses import KIND as DEVICE_CLASS
     need(DEVICE_CLASS, {"list", "watch"}, False)   # Controller.__init__: watched where the cluster serves it

@@ -94,7 +94,8 @@ def test_chart_ships_the_dashboard_and_monitors_only_behind_their_flags():
     assert monitor["spec"]["endpoints"] == [{
         "port": "webhook", "path": "/metrics", "scheme": "https", "interval": "30s",
         "tlsConfig": {"serverName": "gpustack-operator-worker.gpustack-system.svc",
-                      "ca": {"secret": {"name": "gpustack-operator-worker-webhook-tls", "key": "ca.crt"}}}}]
+                      # the CA certificate the leader publishes, never the serving Secret (it holds keys)
+                      "ca": {"configMap": {"name": "gpustack-operator-worker-webhook-ca", "key": "ca.crt"}}}}]
     service = objects[("Service", "gpustack-operator-worker")]
     assert [p["name"] for p in service["spec"]["ports"]] == ["webhook"]
     admission = objects[("Deployment", "gpustack-operator-worker-admission")]   # the Service's Pods (issue 21)

@@ -4,7 +4,8 @@
 one webhook (``spec.webhook`` its name, ``spec.path`` its path, ``spec.match`` its rule, object and
 namespace selectors, ``spec.failurePolicy``); ``kind: WebhookRegistration``
 (rules/admission/registration.yaml) names the two configurations and gives what every webhook
-shares (sideEffects, admissionReviewVersions, timeoutSeconds, matchPolicy, the ownership labels).
+shares (sideEffects, admissionReviewVersions, timeoutSeconds, matchPolicy, the ownership labels, the
+matchCondition of policies that skip objects being deleted).
 :func:`drift` compares a live configuration with the rendered one. Pure: no I/O.
 """
 from __future__ import annotations
@@ -71,24 +72,36 @@ def _webhook(spec: AdmissionPolicySpec, reg: WebhookRegistrationSpec, client: Cl
     if m.excludeNamespaces:
         hook["namespaceSelector"] = {"matchExpressions": [
             {"key": reg.namespaceLabel, "operator": "NotIn", "values": list(m.excludeNamespaces)}]}
+    if m.skipDeleting and reg.skipDeletingCondition is not None:
+        hook["matchConditions"] = [reg.skipDeletingCondition.model_dump()]
     if spec.type == "mutating":
         hook["reinvocationPolicy"] = "Never"
     return hook
 
 
-def webhook_configurations(policy: Policy, client: ClientConfig) -> list[dict]:
+def owner_reference(owner: Mapping) -> dict:
+    """The ``ownerReferences`` entry naming ``owner`` (a live object: apiVersion, kind, metadata name
+    and uid): a configuration it owns is deleted by the garbage collector once the owner is gone."""
+    meta = owner["metadata"]
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"]}
+
+
+def webhook_configurations(policy: Policy, client: ClientConfig, owner: Mapping | None = None) -> list[dict]:
     """The MutatingWebhookConfiguration and the ValidatingWebhookConfiguration (in that order) for
     every AdmissionPolicy of ``policy``, webhooks in policy-name order; a configuration no policy
-    uses is left out. Each carries the registration's ``labels`` (accelpolicy owns it)."""
+    uses is left out. Each carries the registration's ``labels`` (accelpolicy owns it) and, with
+    ``owner`` (a live cluster-scoped object, e.g. the chart's ClusterRole), an ownerReference to it:
+    the configurations then go when the owner goes (``helm uninstall``, hooks or not)."""
     reg = registration_of(policy)
     docs = sorted(policy.ruleset.all("AdmissionPolicy"), key=lambda d: d.name)
     out = []
     for kind_type in ("mutating", "validating"):
         hooks = [_webhook(d.spec, reg, client) for d in docs if d.spec.type == kind_type]
         if hooks:
-            name = getattr(reg.configurations, kind_type)
-            out.append({"apiVersion": API_VERSION, "kind": KINDS[kind_type],
-                        "metadata": {"name": name, "labels": dict(reg.labels)}, "webhooks": hooks})
+            meta = {"name": getattr(reg.configurations, kind_type), "labels": dict(reg.labels)}
+            if owner is not None:
+                meta["ownerReferences"] = [owner_reference(owner)]
+            out.append({"apiVersion": API_VERSION, "kind": KINDS[kind_type], "metadata": meta, "webhooks": hooks})
     return out
 
 
@@ -109,6 +122,9 @@ def drift(live: Mapping | None, desired: Mapping) -> list[str]:
     out: list[str] = []
     _diff(live.get("metadata", {}).get("labels") or {}, desired["metadata"].get("labels") or {},
           "metadata.labels", out)
+    if "ownerReferences" in desired["metadata"]:
+        _diff(live.get("metadata", {}).get("ownerReferences") or [], desired["metadata"]["ownerReferences"],
+              "metadata.ownerReferences", out)
     by_name = {w.get("name"): w for w in live.get("webhooks") or []}
     for hook in desired.get("webhooks") or []:
         _diff(by_name.get(hook["name"]), hook, f"webhooks[{hook['name']}]", out)

@@ -166,7 +166,7 @@ def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mappin
                 values[key] = values.get(key, 0) + (per_acc.get(prof["name"], 0) if per_acc is not None
                                                     else prof["count"])
     for key in existing or {}:
-        if key not in values and _is_agent_capacity_key(policy, key):
+        if key not in values and is_agent_capacity_key(policy, key):
             values[key] = 0
     return {k: format_decimal_quantity(v) for k, v in sorted(values.items())}
 
@@ -185,7 +185,7 @@ def _held_profiles(ledger_status: Mapping[str, Any] | None) -> dict[tuple[str, s
     return out
 
 
-def _is_agent_capacity_key(policy: Policy, key: str) -> bool:
+def is_agent_capacity_key(policy: Policy, key: str) -> bool:
     """Whether ``key`` is one of the §8 keys for some known manufacturer (never device-plugin keys)."""
     cap = agent_rules(policy).capacity
     for manu in policy.manufacturers.values():

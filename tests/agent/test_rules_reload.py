@@ -1,0 +1,49 @@
+"""The agent reloads its mounted rules live (issue 20 item 5: a rules edit restarts no agent): the chart's
+ConfigMap changes, the watcher of `accelpolicy agent --rules DIR` loads the new set, the next pass plans
+with it and the generation metric counts it; a broken set is refused and the working one stays."""
+from __future__ import annotations
+
+import shutil
+
+from prometheus_client import CollectorRegistry
+
+from probes.backend import select_backend
+from runtime.agent.runner import NodeAgent
+from runtime.cli.agent import _watch_rules
+from runtime.engine.policy import Policy
+from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from tests.seedfiles import REPO
+
+
+def test_an_edited_rule_set_is_planned_with_from_the_next_pass(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules, ignore=shutil.ignore_patterns("*.py", "__pycache__", "tests"))
+    policy = Policy(load_rules(rules))
+    probe = select_backend("fake", str(REPO / "probes" / "recorded" / "node-a10g.yaml"))
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a10g", "uid": "", "labels": {}},
+            "status": {"capacity": {"cpu": "4"}}}
+    agent = NodeAgent(policy, probe, "node-a10g", node=node, allocation_source="annotation")
+    before = agent.reconcile(dry_run=True)
+    key = "feature.gpustack.ai/cpu-name"
+    assert key in before.node_patch["metadata"]["annotations"]
+    registry = CollectorRegistry()
+    watcher = _watch_rules(agent, str(rules), 3600, registry)   # its thread waits an hour: polled by hand below
+    generation = registry.get_sample_value("accelpolicy_rules_generation")
+    # the CPU-name annotation key is rules/labels.yaml's: rename it in the mounted copy
+    labels = rules / "labels.yaml"
+    labels.write_text(labels.read_text().replace(f"cpuNameAnnotation: {key}", "cpuNameAnnotation: example.com/cpu-name"))
+    assert watcher.poll() is True
+    assert agent.policy is policy   # a pass in progress keeps the old set: the swap waits for the next pass
+    after = agent.reconcile(dry_run=True)
+    assert agent.policy is not policy
+    annotations = after.node_patch["metadata"]["annotations"]
+    assert "example.com/cpu-name" in annotations and key not in annotations
+    assert registry.get_sample_value("accelpolicy_rules_generation") > generation
+    # a broken set: refused, counted, the working one stays
+    labels.write_text("kind: [\n")
+    assert watcher.poll() is False
+    assert registry.get_sample_value("accelpolicy_rules_reload_failures_total") == 1.0
+    again = agent.reconcile(dry_run=True)
+    assert "example.com/cpu-name" in again.node_patch["metadata"]["annotations"]
+    watcher.stop()
+
