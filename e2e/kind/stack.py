@@ -268,6 +268,9 @@ def install_stack(cluster: str, kubeconfig: Path, nodes: list[str]) -> Stack:
     tag_workload_image(nodes, base)
     stack = Stack(cluster, kubeconfig, kind_node, image, seconds=seconds, dra_nodes=dra_nodes(nodes))
     if stack.dra_nodes:
+        import sys
+        if str(HERE) not in sys.path:
+            sys.path.insert(0, str(HERE))   # draworker is a top-level module of e2e/kind
         from draworker import Kube, park_node
         for node in stack.dra_nodes:
             _timed(seconds, f"DRA worker {node} parked", park_node, Kube(t["kubectl"], kubeconfig), node)
