@@ -259,7 +259,7 @@ def test_derived_device_class_and_explain(dra, tmp_path):
     snapshot = tmp_path / "cluster.yaml"
     kinds = "nodes,nodefeatures.nfd.k8s-sigs.io,devices.worker.gpustack.ai,resourceslices.resource.k8s.io," \
             "instancetypes.worker.gpustack.ai,resourceflavors.kueue.x-k8s.io,clusterqueues.kueue.x-k8s.io,pods," \
-            "resourceclaims.resource.k8s.io,secrets,settings.worker.gpustack.ai"
+            "resourceclaims.resource.k8s.io,settings.gpustack.ai"
     snapshot.write_text(dra.kubectl.stdout("get", kinds, "-A", "-o", "yaml", timeout=180))
     from kind.stack import REPO, run
     out = run(str(REPO / ".venv/bin/accelpolicy"), "explain", "instancetype", "gpustack--nvidia-a10g-linux-amd64",
