@@ -28,7 +28,6 @@ kubelet, no Node object, so nothing of the walkthrough saw it). Here:
 """
 from __future__ import annotations
 
-import copy
 import os
 import json
 import re
@@ -38,7 +37,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testing.localcluster.walkthrough import RECORDED_FACTS, table_rows
+from testing.localcluster.walkthrough import table_rows
 
 NS, SYSTEM = "default", "gpustack-system"
 TIMEOUT = 300.0                      # seconds: the machine is shared and slow; never a timing assertion
@@ -78,39 +77,6 @@ def shift_ex(table_rows_: list[dict[str, str]], delta: int) -> list[dict[str, st
             row[EX] = " ".join([f"{once}/{remaining}", *rest])
         out.append(row)
     return out
-
-
-def cpuinfo_of(seed: str) -> str:
-    """A /proc/cpuinfo text with the CPU of the seed node's recorded facts (probes/recorded/<seed>.yaml)."""
-    cpu = yaml.safe_load((RECORDED_FACTS / f"{seed}.yaml").read_text())["cpu"]
-    return (f"processor\t: 0\nvendor_id\t: {cpu['vendorId']}\ncpu family\t: {cpu['family']}\n"
-            f"model\t\t: {cpu['model']}\nmodel name\t: {cpu['modelName']}\nstepping\t: 0\n\n")
-
-
-def dra_agent_objects(chart_ds: dict, cpuinfo: str, agent_label: str) -> list[dict]:
-    """The chart's agent DaemonSet as the DRA worker's: same image, ServiceAccount, rules and probes;
-    ``--backend=dra`` instead of the recorded facts, ``--cpuinfo`` from a ConfigMap; on the nodes
-    labelled ``<agent_label>=dra`` only. Returns [ConfigMap, DaemonSet]."""
-    ds = copy.deepcopy(chart_ds)
-    name = ds["metadata"]["name"] + "-dra"
-    component = {"app.kubernetes.io/component": "agent-dra"}
-    labels = {**ds["metadata"].get("labels", {}), **component}
-    ds["metadata"] = {"name": name, "namespace": SYSTEM, "labels": labels}
-    ds.pop("status", None)
-    ds["spec"]["selector"]["matchLabels"].update(component)
-    tpl = ds["spec"]["template"]
-    tpl["metadata"]["labels"].update(component)
-    tpl["spec"]["nodeSelector"] = {agent_label: "dra"}
-    [container] = [c for c in tpl["spec"]["containers"] if c["name"] == "agent"]
-    args = [a for a in container["args"] if not a.startswith(("--backend=", "--facts="))]
-    container["args"] = args + ["--backend=dra", "--cpuinfo=/etc/accelpolicy/cpu/cpuinfo"]
-    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "facts"] + [
-        {"name": "cpuinfo", "mountPath": "/etc/accelpolicy/cpu", "readOnly": True}]
-    tpl["spec"]["volumes"] = [v for v in tpl["spec"]["volumes"] if v["name"] != "facts"] + [
-        {"name": "cpuinfo", "configMap": {"name": f"{name}-cpuinfo"}}]
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cpuinfo", "namespace": SYSTEM},
-              "data": {"cpuinfo": cpuinfo}}
-    return [config, ds]
 
 
 class DraRun:
@@ -196,7 +162,7 @@ def test_dra_node_is_parked_and_the_gates_are_on(dra):
 
 # -- 1: join -------------------------------------------------------------------------------------------------
 def test_dra_node_joins_the_a10g_pool(dra):
-    from kind.draworker import driver_image, join_node, start_driver
+    from kind.draworker import cpuinfo_of, dra_agent_objects, driver_image, join_node, start_driver
     from kind.stack import AGENT_LABEL, run
     image = driver_image()
     env = {"PATH": f"{Path(__file__).parent / 'kind' / 'shim'}:{os.environ['PATH']}",

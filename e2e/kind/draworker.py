@@ -15,10 +15,13 @@ agent's objects and the ResourceSlices have the Node as owner: the garbage colle
 """
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import time
 from pathlib import Path
+
+import yaml
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "kind_draplugin" / "build.sh"
@@ -178,3 +181,38 @@ def leave_node(kube: Kube, node: str) -> None:
     """The node leaves again: kubelet stopped, Node deleted (its Pods, and the objects that name it as
     owner, are removed by the cluster)."""
     park_node(kube, node)
+
+
+def cpuinfo_of(seed: str) -> str:
+    """A /proc/cpuinfo text with the CPU of the seed node's recorded facts (probes/recorded/<seed>.yaml),
+    as `accelpolicy agent --cpuinfo` reads it."""
+    cpu = yaml.safe_load((HERE.parents[1] / "probes" / "recorded" / f"{seed}.yaml").read_text())["cpu"]
+    return (f"processor\t: 0\nvendor_id\t: {cpu['vendorId']}\ncpu family\t: {cpu['family']}\n"
+            f"model\t\t: {cpu['model']}\nmodel name\t: {cpu['modelName']}\nstepping\t: 0\n\n")
+
+
+def dra_agent_objects(chart_ds: dict, cpuinfo: str, agent_label: str) -> list[dict]:
+    """The chart's agent DaemonSet as the DRA worker's: same image, ServiceAccount, rules and probes;
+    ``--backend=dra`` instead of the recorded facts, ``--cpuinfo`` from a ConfigMap; on the nodes
+    labelled ``<agent_label>=dra`` only. Returns [ConfigMap, DaemonSet]."""
+    ds = copy.deepcopy(chart_ds)
+    namespace = ds["metadata"]["namespace"]
+    name = ds["metadata"]["name"] + "-dra"
+    component = {"app.kubernetes.io/component": "agent-dra"}
+    labels = {**ds["metadata"].get("labels", {}), **component}
+    ds["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
+    ds.pop("status", None)
+    ds["spec"]["selector"]["matchLabels"].update(component)
+    tpl = ds["spec"]["template"]
+    tpl["metadata"]["labels"].update(component)
+    tpl["spec"]["nodeSelector"] = {agent_label: "dra"}
+    [container] = [c for c in tpl["spec"]["containers"] if c["name"] == "agent"]
+    args = [a for a in container["args"] if not a.startswith(("--backend=", "--facts="))]
+    container["args"] = args + ["--backend=dra", "--cpuinfo=/etc/accelpolicy/cpu/cpuinfo"]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "facts"] + [
+        {"name": "cpuinfo", "mountPath": "/etc/accelpolicy/cpu", "readOnly": True}]
+    tpl["spec"]["volumes"] = [v for v in tpl["spec"]["volumes"] if v["name"] != "facts"] + [
+        {"name": "cpuinfo", "configMap": {"name": f"{name}-cpuinfo"}}]
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cpuinfo", "namespace": namespace},
+              "data": {"cpuinfo": cpuinfo}}
+    return [config, ds]

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -134,3 +135,51 @@ def test_claims_allocated_to_the_mock_device_through_a_hand_made_device_class(ki
     assert node_slices(kube, node) == []
     if os.environ.get("ACCELPOLICY_KIND_DRA_KEEP_LOGS"):
         print(kube("-n", "default", "get", "events", check=False).stdout)
+
+
+# -- the objects draworker.py applies (no cluster) -----------------------------------------------------------
+def test_driver_daemonset_runs_on_one_node_with_the_kubelet_plugin_directories_only():
+    from draworker import driver_objects
+    objects = {o["kind"]: o for o in driver_objects("kind-worker4", "accelpolicy.local/kind-dra-plugin:x", "devices: []")}
+    assert sorted(objects) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Namespace", "ServiceAccount"]
+    assert objects["ClusterRole"]["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    pod = objects["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "kind-worker4"}
+    assert {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]} == {
+        "registry": "/var/lib/kubelet/plugins_registry", "plugin": "/var/lib/kubelet/plugins/gpu.nvidia.com",
+        "devices": None}
+    [container] = pod["containers"]
+    assert container["imagePullPolicy"] == "Never" and container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in container["securityContext"]
+
+
+def test_dra_agent_is_the_charts_agent_with_the_dra_backend_on_the_dra_worker():
+    """The DRA suite's agent (e2e/test_kind_dra.py) from the chart's DaemonSet as the kind stack renders it."""
+    from draworker import cpuinfo_of, dra_agent_objects
+    from stack import AGENT_LABEL, REPO, helm_values, seed_mapping, tools
+    helm = tools()["helm"]
+    if not Path(helm).exists():
+        pytest.skip(f"helm is not built ({helm}; make helm)")
+    nodes = ["c-control-plane", "c-worker", "c-worker2", "c-worker3", "c-worker4"]
+    out = sh(helm, "template", "accelpolicy", str(REPO / "deploy" / "chart"), "-n", "gpustack-system",
+             *helm_values(seed_mapping(nodes), "accelpolicy:0.1.0-abc"), timeout=300).stdout
+    [chart_ds] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "DaemonSet"]
+    assert chart_ds["spec"]["template"]["spec"]["nodeSelector"] == {AGENT_LABEL: "recorded"}
+    config, ds = dra_agent_objects(chart_ds, cpuinfo_of("node-a10g"), AGENT_LABEL)
+    assert config["data"]["cpuinfo"].splitlines()[:5] == [
+        "processor\t: 0", "vendor_id\t: AuthenticAMD", "cpu family\t: 23", "model\t\t: 49", "model name\t: AMD EPYC 7R32"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {AGENT_LABEL: "dra"}
+    assert ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "agent-dra"
+    [chart_container] = chart_ds["spec"]["template"]["spec"]["containers"]
+    [container] = spec["containers"]
+    assert container["image"] == chart_container["image"] and spec["serviceAccountName"] == "gpustack-device-manager"
+    assert [a for a in container["args"] if a.startswith(("--backend", "--facts", "--cpuinfo"))] == [
+        "--backend=dra", "--cpuinfo=/etc/accelpolicy/cpu/cpuinfo"]
+    kept = [a for a in chart_container["args"] if not a.startswith(("--backend", "--facts"))]
+    assert container["args"][:len(kept)] == kept
+    assert "facts" not in {v["name"] for v in spec["volumes"]}
