@@ -41,12 +41,17 @@ class SettingsUnreadable(RuntimeError):
     """The settings Secret's watch has not listed (forbidden, or no answer yet)."""
 
 
-def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str) -> list[WatchedKind]:
+def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str,
+                 dra: bool = False) -> list[WatchedKind]:
     """What the agent reacts to (spec/node-facts.md §3.3, §7.6): its Node and Devices (by name), the
     Pods bound to it (``spec.nodeName``), its NodeFeatures in ``namespace`` (label
-    ``nodeFeatureNode``) and the settings Secret in ``settings_namespace``."""
+    ``nodeFeatureNode``) and the settings Secret in ``settings_namespace``; with ``dra`` (the ``dra``
+    backend, spec/dra.md) also the ResourceSlices naming the node (``spec.nodeName``) and every
+    ResourceClaim (a claim has no node to select on; its allocation names the node's devices)."""
     rules = agent_rules(policy)
-    return [
+    extra = [WatchedKind("ResourceSlice", field_selector=f"spec.nodeName={node}"),
+             WatchedKind("ResourceClaim")] if dra else []
+    return extra + [
         WatchedKind("Node", field_selector=f"metadata.name={node}"),
         WatchedKind("Pod", field_selector=f"spec.nodeName={node}"),
         WatchedKind(rules.nodeFeature.kind, namespace=namespace,
@@ -65,11 +70,12 @@ class NodeCluster:
     """
 
     def __init__(self, session: Session, policy: Policy, node: str, namespace: str, settings_namespace: str,
-                 on_event: Callable[[str, str, dict], None] | None = None, watch_timeout: int = 300):
+                 on_event: Callable[[str, str, dict], None] | None = None, watch_timeout: int = 300,
+                 dra: bool = False):
         self.session, self.policy, self.node_name = session, policy, node
         self.namespace, self.settings_namespace = namespace, settings_namespace
         self.rules = agent_rules(policy)
-        self.cache = ClusterCache(session, node_watches(policy, node, namespace, settings_namespace),
+        self.cache = ClusterCache(session, node_watches(policy, node, namespace, settings_namespace, dra),
                                   on_event=on_event, watch_timeout=watch_timeout)
         self.applier = Applier(session, policy, cache=self.cache, field_manager=FIELD_MANAGER)
 
@@ -124,6 +130,14 @@ class NodeCluster:
     def pods(self) -> list[dict[str, Any]]:
         """Every Pod bound to this node, all namespaces."""
         return list(self.cache["Pod"].objects()) if "Pod" in self.cache.caches else []
+
+    def resource_slices(self) -> list[dict[str, Any]]:
+        """The ResourceSlices naming this node (the ``dra`` backend's watch; empty without it)."""
+        return list(self.cache["ResourceSlice"].objects()) if "ResourceSlice" in self.cache.caches else []
+
+    def resource_claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim, all namespaces (the ``dra`` backend's watch; empty without it)."""
+        return list(self.cache["ResourceClaim"].objects()) if "ResourceClaim" in self.cache.caches else []
 
     def settings_secret(self) -> dict[str, Any] | None:
         """The settings Secret (``data`` still base64), or None when missing. Raises

@@ -22,7 +22,10 @@ from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
 from runtime.agent.cluster import NodeCluster
-from runtime.engine.devices import AgentPlan, agent_rules, node_feature_name, plan_node
+from runtime.agent.dra import BACKEND as DRA_BACKEND
+from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_feature_name, plan_node
+from runtime.engine.devices.draclaims import claim_pod_resources
+from runtime.engine.devices.draslices import dra_policy
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
 from runtime.kube.podresources import PodResourcesError, list_pod_resources
@@ -91,9 +94,12 @@ class NodeAgent:
         self.wake = threading.Event()   # set by every watch event of the cluster view
         self._worker_read: dict | None = None   # the worker NodeFeature as the last plan read it
         self.cluster: NodeCluster | None = None
+        self.dra = getattr(backend, "name", "") == DRA_BACKEND   # facts and allocations from DRA (spec/dra.md)
         if session is not None:
             self.cluster = NodeCluster(session, policy, node_name, self.namespace, self.settings_namespace,
-                                       on_event=lambda *_: self.wake.set())
+                                       on_event=lambda *_: self.wake.set(), dra=self.dra)
+            if self.dra:
+                backend.bind(self.cluster.resource_slices)
         self.podresources_socket = podresources_socket or self.rules.podResources.socket
         resolve_allocation_source(allocation_source, self.podresources_socket)   # validates the choice
         self.allocation_choice = allocation_source
@@ -107,6 +113,12 @@ class NodeAgent:
         return resolve_allocation_source(self.allocation_choice, self.podresources_socket)
 
     # -- allocations (§7.5) ------------------------------------------------------------------------
+    def claim_allocations(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A DRA node's allocations from the ResourceClaims of its devices (spec/dra.md §4), in the
+        PodResources shape (:func:`runtime.engine.devices.draclaims.claim_pod_resources`)."""
+        claims = self.cluster.resource_claims() if self.cluster is not None else []
+        return claim_pod_resources(self.policy, self.backend.reading, claims, pods)
+
     def pod_resources(self) -> list[dict[str, Any]] | None:
         """kubelet's PodResources ``List`` (dicts), or None when the ledger comes from the annotations.
 
@@ -167,7 +179,18 @@ class NodeAgent:
             facts, known = NodeFactsDoc(node=self.node_name, cpu=_cpu_or_empty(cpu)), False
         if known and facts.accelerators:
             self._seen_accelerators = True
+        if self.dra:
+            self._dra_problems()
         return facts, known
+
+    def _dra_problems(self) -> None:
+        """Log what the slices could not give (once while it lasts, spec/dra.md §2, §5); an
+        unreadable device also becomes a Warning Event on the Node (:meth:`plan`)."""
+        problems = self.backend.problems()
+        if problems:
+            self.log.problem("accelerators from ResourceSlices", "; ".join(problems), "WARNING")
+        else:
+            self.log.ok("accelerators from ResourceSlices")
 
     # -- observe -----------------------------------------------------------------------------------
     def _settings(self) -> Settings:
@@ -184,26 +207,32 @@ class NodeAgent:
 
     def plan(self) -> AgentPlan:
         """Probe, read the cluster (when there is one: its watch cache, started and synced on the
-        first pass) and compute the desired objects."""
+        first pass, before the probe: the ``dra`` backend reads its slices there) and compute the
+        desired objects."""
+        if self.cluster is not None:
+            self.cluster.start()
         started = time.monotonic()
         facts, known = self.probe()
         self.probe_seconds = time.monotonic() - started
         worker_now, pods = None, []
         if self.cluster is not None:
-            self.cluster.start()
             settings = self._settings()
             node = self.cluster.node()
             worker_now = self.cluster.node_feature(node_feature_name(self.policy, self.node_name, "worker"))
             self._worker_read = worker_now   # the version the plan's managed value came from (§6)
             pods = self.cluster.pods()
-            pod_resources = self.pod_resources()
+            pod_resources = self.claim_allocations(pods) if self.dra else self.pod_resources()
         else:
             settings = self._settings()
             node = dict(self.node or {"metadata": {"name": self.node_name}})
             pod_resources = None
-        return plan_node(self.policy, facts, node, settings, worker_now=worker_now, pods=pods,
+        plan = plan_node(self.policy, facts, node, settings, worker_now=worker_now, pods=pods,
                          accelerators_known=known, group_id_with_memory=self.group_id_with_memory,
                          namespace=self.namespace, pod_resources=pod_resources)
+        if self.dra:
+            reason = dra_policy(self.policy).events.unreadableDevice
+            plan.events += [LedgerEvent("Node", "", self.node_name, reason, w) for w in self.backend.reading.warnings]
+        return plan
 
     # -- apply -------------------------------------------------------------------------------------
     def apply(self, plan: AgentPlan) -> list[str]:
@@ -293,6 +322,8 @@ class NodeAgent:
                 involved = {"apiVersion": dv.apiVersion, "kind": dv.kind, "name": ev.name}
             else:
                 involved = {"apiVersion": "v1", "kind": ev.kind, "name": ev.name, "namespace": ev.namespace}
+                if ev.kind == "Node":   # an unreadable DRA device (spec/dra.md §5)
+                    involved["uid"] = node_uid
             logger.warning("{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
             self.cluster.warn(involved, ev.reason, ev.message, COMPONENT)
 

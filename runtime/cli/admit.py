@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
+from runtime.cli.common import engine_from, fail, offline_snapshot, policy_from
 from runtime.engine.admission import admission_view, decide, review_for
 from runtime.engine.snapshot import SnapshotError
 from runtime.snapshots import read_objects
@@ -75,7 +75,7 @@ def command(filename, old, operation, snapshot, no_derive, rules, output):
         old_obj = obj
     if operation == "UPDATE" and old_obj is None:
         fail("--operation UPDATE needs --old OLD.yaml (the object as the cluster holds it)")
-    view = admission_view(policy, snapshot_from(snapshot), derive_state=not no_derive)
+    view = admission_view(policy, offline_snapshot(policy, snapshot), derive_state=not no_derive)
     review = review_for(obj, operation, old_obj)
     answer, outcome = decide(engine_from(policy), review, view)
     if output == "json":

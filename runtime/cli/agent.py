@@ -2,7 +2,8 @@
 
 Runs forever (every ``--interval`` seconds) unless ``--once``. ``--dry-run -o yaml`` prints what it
 would write (NodeFeatures, the Node annotation/capacity patch, Devices) and writes nothing; with
-``--facts FILE --node-capacity-cpu N`` and no ``--kubeconfig`` it needs no cluster at all.
+``--facts FILE --node-capacity-cpu N`` (or ``--backend dra --resourceslices FILE --node-capacity-cpu N``,
+spec/dra.md) and no ``--kubeconfig`` it needs no cluster at all.
 Exit codes: 0 success, 2 bad input (unreadable facts, broken rules, bad flag combination).
 """
 from __future__ import annotations
@@ -16,7 +17,8 @@ import click
 import yaml
 from loguru import logger
 
-from probes.backend import BACKENDS, select_backend
+from probes.backend import BACKEND_ENV, BACKENDS, select_backend
+from runtime.agent.dra import AUTO, BACKEND as DRA, DraBackend, cluster_publishes_for, publishes_for, slices_from_file
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
 from runtime.cli.observability import configure_logging, log_options
@@ -48,10 +50,15 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
 @click.option("--once", is_flag=True, help="reconcile once and exit")
 @click.option("--dry-run", is_flag=True, help="print what would be written; write nothing")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
-@click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="accelerator probe: real (pynvml) or fake (recorded facts); env ACCELPOLICY_NVML_BACKEND")
+@click.option("--backend", type=click.Choice(BACKENDS + (DRA, AUTO)), default=None,
+              help="accelerator probe: real (pynvml), fake (recorded facts), dra (the ResourceSlices a DRA "
+                   "driver of rules/dra.yaml publishes for the node) or auto (dra when such a driver publishes "
+                   "slices for the node at start, real otherwise); env ACCELPOLICY_NVML_BACKEND")
 @click.option("--facts", type=click.Path(dir_okay=False), default=None,
               help="recorded-facts document for --backend fake; env ACCELPOLICY_RECORDED_FACTS")
+@click.option("--resourceslices", "resourceslices", type=click.Path(dir_okay=False), default=None,
+              help="cluster-less dry run with --backend dra|auto: a file of ResourceSlice objects (YAML/JSON, "
+                   "e.g. kubectl get resourceslices -o yaml)")
 @click.option("--allocation-source", type=click.Choice(ALLOCATION_SOURCES), default="auto", show_default=True,
               help="where the ledger's allocations come from (spec/node-facts.md §7.5)")
 @click.option("--podresources-socket", default=None,
@@ -67,8 +74,8 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 @log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
-            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, health_port=None, log_level="INFO",
-            log_format="text") -> None:
+            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, resourceslices=None, health_port=None,
+            log_level="INFO", log_format="text") -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     configure_logging(log_level, log_format)
     try:
@@ -79,16 +86,22 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     rules = agent_rules(policy)
     for name in apply_manufacturer_env(policy, os.environ):
         logger.info("manufacturer override from {}", name)
-    try:
-        probe = select_backend(backend, facts)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    recorded_node = getattr(probe, "node", "")
-    if recorded_node and recorded_node != node_name:
-        raise click.UsageError(f"the recorded facts describe node {recorded_node!r}, not --node {node_name!r}")
     with_memory = bool(parse_bool(policy.settings, os.environ.get(rules.groupIdWithMemoryEnv, "")))
     offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
-    session, node = _cluster_or_node(policy, kubeconfig, node_name, node_capacity_cpu, node_labels, offline)
+    chosen = backend or os.environ.get(BACKEND_ENV)
+    try:   # real and fake are checked before any cluster is reached; dra and auto may need it
+        probe = None if chosen in (DRA, AUTO) else _backend(policy, chosen, facts, resourceslices, node_name, None)
+        session, node = _cluster_or_node(policy, kubeconfig, node_name, node_capacity_cpu, node_labels, offline)
+        if probe is None:
+            if session is not None and resourceslices:
+                raise ValueError("--resourceslices is for the cluster-less dry run (--dry-run, no --kubeconfig, "
+                                 "--node-capacity-cpu N); a cluster agent watches the cluster's slices")
+            probe = _backend(policy, chosen, facts, resourceslices, node_name, session)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    recorded_node = getattr(probe, "node", "") if probe.name == "fake" else ""
+    if recorded_node and recorded_node != node_name:
+        raise click.UsageError(f"the recorded facts describe node {recorded_node!r}, not --node {node_name!r}")
     try:
         agent = NodeAgent(policy, probe, node_name, session=session, node=node, cpuinfo=cpuinfo,
                           allocation_source=allocation_source, group_id_with_memory=with_memory,
@@ -111,6 +124,32 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     agent.run(interval)
 
 
+def _backend(policy: Policy, name: str | None, facts: str | None, slices_file: str | None, node: str,
+             session: object):
+    """The probe backend: ``real``/``fake`` as probes/backend.py selects them; ``dra`` reading the
+    node's ResourceSlices (``slices_file`` in a cluster-less dry run, else the agent's watch cache);
+    ``auto``: ``dra`` when a driver of rules/dra.yaml publishes slices for the node now (the file's, or
+    one list of the cluster's), else ``real``. Raises ValueError for a bad choice or file."""
+    if name not in (DRA, AUTO):
+        if slices_file:
+            raise ValueError("--resourceslices is for --backend dra or auto")
+        return select_backend(name, facts)
+    if session is None and not slices_file:
+        raise ValueError(f"--backend {name} without a cluster needs --resourceslices FILE")
+    if slices_file:
+        slices = slices_from_file(slices_file)
+        source, drivers = slices_file, publishes_for(policy, slices, node)
+    else:
+        source, drivers = "the cluster's ResourceSlices", cluster_publishes_for(session, policy, node)
+    if name == AUTO and not drivers:
+        logger.info("backend auto: no DRA driver of the rules publishes slices for node {} in {}: NVML", node, source)
+        return select_backend("real", facts)
+    if name == AUTO:
+        logger.info("backend auto: {} publish(es) slices for node {}: reading them (backend dra)",
+                    ", ".join(drivers), node)
+    return DraBackend(policy, node, (lambda: slices) if slices_file else (lambda: []), source)
+
+
 def _cluster_or_node(policy: Policy, kubeconfig: str | None, node_name: str, node_capacity_cpu: str | None,
                      node_labels: tuple[str, ...], offline: bool) -> tuple[object, dict | None]:
     """``(session, None)`` for a cluster run (runtime.kube.session.connect), ``(None, Node)`` for a
@@ -122,7 +161,8 @@ def _cluster_or_node(policy: Policy, kubeconfig: str | None, node_name: str, nod
         return connect(kubeconfig), None
     except Exception as exc:
         raise click.UsageError(f"no cluster configuration ({exc}); for a cluster-less dry run give "
-                               "--dry-run --facts FILE --node-capacity-cpu N") from None
+                               "--dry-run --facts FILE (or --backend dra --resourceslices FILE) "
+                               "--node-capacity-cpu N") from None
 
 
 def _one_pass(agent: NodeAgent, dry_run: bool, output: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import bad_input_exits, emit, fail, load_policy, rules_option, snapshot_from
+from runtime.cli.common import bad_input_exits, emit, fail, load_policy, offline_snapshot, rules_option
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot
 from runtime.report.audit import audit
 from runtime.report.results import reports, table
@@ -69,7 +69,7 @@ def command(snapshots: tuple[str, ...], kubeconfig: Path | None, rules_dir: Path
     if bool(snapshots) == bool(kubeconfig):
         fail("give either --snapshot PATH (repeatable) or --kubeconfig FILE")
     policy = load_policy(rules_dir)
-    snapshot = snapshot_from(snapshots) if snapshots else live_snapshot(kubeconfig)
+    snapshot = offline_snapshot(policy, snapshots) if snapshots else live_snapshot(kubeconfig)
     results = audit(policy, snapshot)
     spec = policy.ruleset.get("AuditPolicy")
     if output == "table":

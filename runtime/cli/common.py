@@ -96,6 +96,20 @@ def snapshot_from(paths: tuple[str, ...]):
         fail(str(exc))
 
 
+def offline_snapshot(policy: Policy, paths: tuple[str, ...]):
+    """:func:`snapshot_from` with the DRA nodes planned from their ResourceSlices as their agents would
+    (:func:`runtime.engine.devices.draoffline.with_dra_nodes`, spec/dra.md): what ``get``, ``derive``,
+    ``explain``, ``audit`` and ``admit`` read. None when ``paths`` is empty."""
+    snapshot = snapshot_from(paths)
+    if snapshot is None:
+        return None
+    from runtime.engine.devices.draoffline import with_dra_nodes
+    try:
+        return with_dra_nodes(policy, snapshot)[0]
+    except ValueError as exc:   # a DRA node's Node that the agent could not plan either (e.g. its capacity.cpu)
+        fail(f"planning the nodes whose accelerators come from ResourceSlices: {exc}")
+
+
 def emit(objects: list[dict], output: str, as_list: bool = True, stream: bool = False) -> None:
     """Print objects as kubectl does: a ``v1 List`` (or the single object when ``as_list`` is false) in
     YAML or JSON; ``stream`` prints a multi-document YAML stream instead (for ``kubectl apply -f -``)."""

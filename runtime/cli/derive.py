@@ -5,9 +5,8 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import bad_input_exits, emit, load_policy, rules_option, snapshot_option, warn
+from runtime.cli.common import bad_input_exits, emit, load_policy, offline_snapshot, rules_option, snapshot_option, warn
 from runtime.engine.pools import derive
-from runtime.snapshots import load_snapshot
 
 
 @click.command("derive")
@@ -23,7 +22,7 @@ def command(snapshots: tuple[str, ...], rules_dir: Path, output: str) -> None:
     InstanceTypeFlavor catalog. Flavors the controller would delete are listed on stderr.
     """
     policy = load_policy(rules_dir)
-    snapshot = load_snapshot(snapshots)
+    snapshot = offline_snapshot(policy, snapshots)
     state = derive(policy, snapshot)
     warn(state.warnings)
     for name in state.flavor_deletes:

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option, snapshot_from, snapshot_option
+from runtime.cli.common import bad_input_exits, fail, load_policy, offline_snapshot, rules_option, snapshot_option
 from runtime.engine.admission import admission_view, parse_review, review_for
 from runtime.report.explain import (ExplainError, explain_admission, explain_instance_type, render_admission,
                                     render_instance_type)
@@ -36,7 +36,7 @@ def instancetype(name: str, snapshots, rules_dir, output: str) -> None:
     """The pool of InstanceType NAME: flavors, nodes, nodes left out and why, how each view was computed."""
     policy = load_policy(rules_dir)
     try:
-        info = explain_instance_type(policy, snapshot_from(snapshots), name)
+        info = explain_instance_type(policy, offline_snapshot(policy, snapshots), name)
     except ExplainError as exc:
         fail(exc.args[0])
     click.echo(json.dumps(info, indent=2) if output == "json" else render_instance_type(info))
@@ -58,7 +58,7 @@ def admit(filename: str, operation: str, snapshots, rules_dir, output: str) -> N
         fail(f"{filename}: expected exactly one Kubernetes object, found {len(docs)} documents")
     obj = docs[0]
     request = parse_review(review_for(obj, operation, obj if operation == "UPDATE" else None))
-    info = explain_admission(policy, request, admission_view(policy, snapshot_from(snapshots)))
+    info = explain_admission(policy, request, admission_view(policy, offline_snapshot(policy, snapshots)))
     click.echo(json.dumps(info, indent=2, default=str) if output == "json" else render_admission(info))
     denied = any(p["verdict"] in ("invalid", "forbidden", "internal") for p in info["policies"])
     sys.exit(1 if denied else 0)

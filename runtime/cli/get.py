@@ -5,10 +5,9 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import bad_input_exits, emit, load_policy, rules_option, snapshot_option, warn
+from runtime.cli.common import bad_input_exits, emit, load_policy, offline_snapshot, rules_option, snapshot_option, warn
 from runtime.engine.pools import derive
 from runtime.report.tables import KINDS, render, resolve_kind
-from runtime.snapshots import load_snapshot
 
 _GROUPS = {"ResourceFlavor": "kueue.x-k8s.io", "ClusterQueue": "kueue.x-k8s.io", "LocalQueue": "kueue.x-k8s.io",
            "AdmissionCheck": "kueue.x-k8s.io", "InstanceType": "worker.gpustack.ai",
@@ -34,7 +33,7 @@ def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], rules
     """
     table = resolve_kind(kind)
     policy = load_policy(rules_dir)
-    snapshot = load_snapshot(snapshots)
+    snapshot = offline_snapshot(policy, snapshots)
     state = derive(policy, snapshot)
     warn(state.warnings)
     objects = state.view(policy, table.kind, snapshot)

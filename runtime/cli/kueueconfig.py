@@ -1,5 +1,6 @@
 """`accelpolicy kueue-config`: the Kueue Configuration fragment of spec/pools.md §9, to merge into
-Kueue's ConfigMap (``controller_manager_config.yaml``)."""
+Kueue's ConfigMap (``controller_manager_config.yaml``), with the ``deviceClassMappings`` of the
+DeviceClasses accelpolicy derives for DRA drivers (spec/dra.md §4) when the rules have any."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import yaml
 
 from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
 from runtime.engine.pools import KueueConfigurationError, kueue_configuration
+from runtime.engine.pools.deviceclasses import device_class_mappings
 
 
 @click.command("kueue-config")
@@ -21,6 +23,9 @@ def command(rules_dir: Path, output: str) -> None:
 
     Built from rules/pools/kueue.yaml over the manufacturer table: accelerator keys become
     credits.gpustack.ai/<manufacturer>, the other keys a Pod may carry (cpu included) are excluded.
+    With DRA drivers in the rules (rules/dra.yaml), also deviceClassMappings: each manufacturer's
+    <base> key names the DeviceClasses accelpolicy derives for it, which workloads that request
+    ResourceClaims directly need (Kueue's DRA support, its DynamicResourceAllocation feature gate).
     Merge the `resources` field into Kueue's Configuration; Kueue reads it at start.
     """
     policy = load_policy(rules_dir)
@@ -30,6 +35,9 @@ def command(rules_dir: Path, output: str) -> None:
         fail(str(exc))
     except KeyError as exc:  # a dangling resourceKeysParams
         fail(str(exc.args[0]) if exc.args else str(exc))
+    mappings = device_class_mappings(policy)
+    if mappings:
+        configuration["resources"]["deviceClassMappings"] = mappings
     if output == "json":
         click.echo(json.dumps(configuration, indent=2))
     else:

@@ -41,6 +41,7 @@ from loguru import logger
 
 from runtime.controller import gcpolicy, settings_seed
 from runtime.controller.actions import ActionWriter
+from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.plan import Action, plan
@@ -117,6 +118,9 @@ class Controller(ActionWriter):
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
+        self.device_classes = DeviceClassFeature(session)   # spec/dra.md §4: watched where served
+        if self.device_classes.served:
+            watched.append(WatchedKind("DeviceClass"))
         self._dirty = threading.Event()
         self.events = 0
         self.listeners: list[Callable[[str, str, dict], None]] = []  # also told of every cache event
@@ -149,6 +153,7 @@ class Controller(ActionWriter):
         """
         self.start_caches(sync_timeout)
         self.seed_settings()
+        self.device_classes.check(self.policy, self.settings_namespace, self._create_event)
         return self
 
     def start_caches(self, sync_timeout: float = 60.0) -> "Controller":
@@ -219,6 +224,8 @@ class Controller(ActionWriter):
             actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
         self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
         actions += self._workload_check_actions(snapshot)
+        if self.device_classes.available:
+            actions += plan_device_classes(self.policy, snapshot)
         if self.fit_writer is not None:
             actions = self.fit_writer.fresh(actions)
         actions, deferred = self._hold_fit_labels(actions)

@@ -34,6 +34,11 @@ KNOWN_KINDS: dict[str, tuple[str, bool]] = {
     "Devices": ("worker.gpustack.ai/v1", False),
     "InstancePersistentVolume": ("worker.gpustack.ai/v1", True),
     "Setting": ("gpustack.ai/v1", True),
+    # Dynamic Resource Allocation (spec/dra.md): the slices a node's accelerators may come from, the
+    # claims that charge them, the DeviceClasses the controller derives
+    "ResourceSlice": ("resource.k8s.io/v1", False),
+    "ResourceClaim": ("resource.k8s.io/v1", True),
+    "DeviceClass": ("resource.k8s.io/v1", False),
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from runtime.engine.admission.registration import owned_configuration
 from runtime.engine.policy import Policy
+from runtime.engine.pools.deviceclasses import owned_device_class
 from runtime.engine.snapshot import KNOWN_KINDS, annotations_of, labels_of
 
 
@@ -42,8 +43,9 @@ def owned(policy: Policy, obj: dict) -> bool:
     """Whether accelpolicy owns ``obj``: ResourceFlavors labelled ``resource.gpustack.ai/type: nodes``,
     ClusterQueues labelled ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated
     ``schedule.gpustack.ai/queue``, every InstanceTypeFlavor, Pods whose controller ownerReference is
-    an Instance, webhook configurations carrying the labels of rules/admission/registration.yaml. Never an InstanceType (create-only, §4) nor any other kind. Keys and values come
-    from the policy."""
+    an Instance, webhook configurations carrying the labels of rules/admission/registration.yaml,
+    DeviceClasses labelled ``resource.gpustack.ai/type: deviceclasses`` (spec/dra.md §4). Never an
+    InstanceType (create-only, §4) nor any other kind. Keys and values come from the policy."""
     kind = obj.get("kind")
     resource_type = labels_of(obj).get(policy.key("resourceType"))
     types = policy.derivation.resourceTypes
@@ -57,4 +59,6 @@ def owned(policy: Policy, obj: dict) -> bool:
         return owned_by_instance(obj)
     if kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         return owned_configuration(policy, obj)
+    if kind == "DeviceClass":
+        return owned_device_class(policy, obj)
     return kind == "InstanceTypeFlavor"

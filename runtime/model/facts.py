@@ -8,6 +8,7 @@ Shape (YAML or JSON; units in the field names)::
       - {manufacturer: nvidia, uuid: GPU-..., index: 0, minor: 0, name: NVIDIA A10G, memoryMib: 23028,
          memoryBusWidth: 384, eccEnabled: true, computeCapability: [8, 6], cores: 10240,
          driverVersion: 580.159.03, cudaDriverVersion: 13000, migEnabled: false, healthy: true,
+         [eccReserved: true, dra: {driver: gpu.nvidia.com, pool: node-a10g, device: gpu-0}]  # DRA only
          migProfiles: [{name: MIG 1g.10gb, memoryMib: 10240, computeSlices: 1, memorySlices: 1,
                         count: 7, placements: [{start: 0, length: 1}, ...]}],
          migDevices: [{uuid: MIG-..., profile: MIG 3g.40gb, placement: {start: 0, length: 4}}]}
@@ -69,6 +70,15 @@ class MigDevice(_Facts):
     placement: Optional[Placement] = None
 
 
+class DraDevice(_Facts):
+    """Where a DRA driver publishes an accelerator: ``<driver>/<pool>/<device>``, the triple a
+    ResourceClaim allocation result names (spec/dra.md §4)."""
+
+    driver: str = Field(min_length=1)
+    pool: str = ""
+    device: str = Field(min_length=1)
+
+
 class AcceleratorFacts(_Facts):
     """§1.2: one accelerator. memoryMib is the raw total (before the ECC rule of §5.5)."""
 
@@ -88,6 +98,12 @@ class AcceleratorFacts(_Facts):
     migProfiles: list[PartitionProfile] = []
     migDevices: list[MigDevice] = Field([], description="existing MIG devices (absent when unknown)")
     healthy: bool = True
+    eccReserved: Optional[bool] = Field(
+        None, description="whether 1/16 of memoryMib is ECC's, when the probe knows it without bus width and "
+                          "ECC mode (the DRA driver row's GDDR products, spec/dra.md §3); None: the ECC rule of "
+                          "spec/node-facts.md §5.5 decides from memoryBusWidth and eccEnabled")
+    dra: Optional[DraDevice] = Field(None, description="the ResourceSlice device that published this accelerator "
+                                                       "(spec/dra.md); absent for NVML and recorded facts")
 
 
 class NodeFactsDoc(_Facts):

@@ -283,7 +283,7 @@ class PoolDerivationSpec(Strict):
     derivedType: DerivedTypeSpec
     clusterQueue: ClusterQueueSpec
     admissionCheck: AdmissionCheckSpec
-    resourceTypes: dict[Literal["flavor", "queue"], str]
+    resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]
     events: StateEvents
 
 

@@ -23,6 +23,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.pools import accelerators, derive, flavor_selector, matches, node_views
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.rulefiles import Expr
+from runtime.report.drasource import accelerator_sources, render_sources
 from runtime.rules.yamlsrc import dotted
 
 
@@ -93,6 +94,7 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict
     return {"name": name, "selector": selector,
             "flavors": [{"name": f, "nodes": members[f]} for f in sorted(members)],
             "nodes": in_pool, "excluded": excluded, "views": views, "accelerators": accel,
+            "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),  # spec/dra.md
             "credits": {"perAccelerator": policy.constants.creditsPerAccelerator,
                         "perShare": policy.constants.share}}
 
@@ -113,6 +115,7 @@ def render_instance_type(info: dict) -> str:
         for row in rows:
             lines.append(f"  {node} {row['group']}/{row['id']}: mode {row['mode']}, ledger remaining "
                          f"{row['remaining']}, allocated slices {row['allocatedSlices']}")
+    lines += render_sources(info.get("sources") or {})
     return "\n".join(lines)
 
 

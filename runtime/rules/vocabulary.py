@@ -101,6 +101,35 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
                     lookup.labelKey = labels.keys[lookup.labelRole]
     for doc in ruleset.all("ObjectShape"):
         problems += _link_schema(doc, doc.spec.openAPIV3Schema, "spec.openAPIV3Schema", constants)
+    problems += _link_dra(ruleset, derivation)
+    return problems
+
+
+def _link_dra(ruleset: RuleSetLike, derivation) -> list[Problem]:
+    """The DRA rows (rules/dra.yaml, spec/dra.md): a known manufacturer, one row per driver, one
+    ``DraPolicy`` beside them, its DeviceClass ownership role among the derivation's resourceTypes."""
+    problems: list[Problem] = []
+    drivers = ruleset.all("DraDriver")
+    policies = ruleset.all("DraPolicy")
+    manufacturers = {m.id for m in ruleset.get("ManufacturerTable").manufacturers}
+    seen: dict[str, object] = {}
+    for doc in drivers:
+        spec = doc.spec
+        if spec.manufacturer not in manufacturers:
+            problems.append(_problem(doc, "spec.manufacturer", f"no manufacturer {spec.manufacturer!r} in "
+                                     f"rules/manufacturers.yaml (known: {', '.join(sorted(manufacturers))})"))
+        if spec.driver in seen:
+            problems.append(_problem(doc, "spec.driver", f"driver {spec.driver!r} already has a DraDriver row "
+                                     f"({seen[spec.driver].file}:{seen[spec.driver].line})"))
+        seen.setdefault(spec.driver, doc)
+    if drivers and len(policies) != 1:
+        problems.append(_problem(drivers[0], "kind", f"DraDriver rows need exactly one DraPolicy document, "
+                                 f"found {len(policies)}"))
+    for doc in policies:
+        role = doc.spec.deviceClass.resourceType
+        if role not in derivation.resourceTypes:
+            problems.append(_problem(doc, "spec.deviceClass.resourceType", f"no resource type {role!r} in "
+                                     "rules/pools/derivation.yaml resourceTypes"))
     return problems
 
 

@@ -9,14 +9,27 @@ from tests.cli.test_get_derive import edited_rules, run
 from tests.engine.test_kueue_charging import EXPECTED
 
 
+# spec/dra.md §4: the DeviceClass accelpolicy derives for NVIDIA's DRA driver, for claims made directly
+WITH_DRA = {**EXPECTED, "resources": {**EXPECTED["resources"], "deviceClassMappings": [
+    {"name": "nvidia.com/gpu", "deviceClassNames": ["gpustack-nvidia-gpu.nvidia.com"]}]}}
+
+
 def test_prints_the_configuration_as_yaml_and_json():
     as_yaml = run("kueue-config")
     assert as_yaml.exit_code == 0
-    assert yaml.safe_load(as_yaml.output) == EXPECTED
+    assert yaml.safe_load(as_yaml.output) == WITH_DRA
     assert as_yaml.output.startswith("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n"
                                      "  excludeResourcePrefixes:\n  - cpu\n")
     as_json = run("kueue-config", "-o", "json")
-    assert as_json.exit_code == 0 and json.loads(as_json.output) == EXPECTED
+    assert as_json.exit_code == 0 and json.loads(as_json.output) == WITH_DRA
+
+
+def test_without_dra_drivers_no_device_class_mappings(tmp_path):
+    rules, path = edited_rules(tmp_path, "dra.yaml", "kind: DraDriver", "kind: DraDriver")
+    text = path.read_text()
+    path.write_text(text[:text.index("# NVIDIA's driver")])   # the DraPolicy alone
+    result = run("kueue-config", "-o", "json", "--rules", str(rules))
+    assert result.exit_code == 0 and json.loads(result.output) == EXPECTED
 
 
 def test_a_broken_rule_file_exits_2_naming_file_and_field(tmp_path):

@@ -60,7 +60,9 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
     """§3.1 device-manager keys for the groups with at least one healthy accelerator.
 
     Every value passes SanitizeLabelValue (§5.4); ``.family``, ``.comcap``, ``.driver-version`` and
-    ``.runtime-version`` are omitted when empty; ``.cores`` is written even when 0.
+    ``.runtime-version`` are omitted when empty; ``.cores`` is written even when 0, except for a
+    group a DRA driver published: its drivers do not publish cores, so the key is omitted
+    (spec/dra.md §1).
     """
     rules = agent_rules(policy)
     sfx = rules.suffixes
@@ -80,7 +82,8 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
         raw[base] = rules.trueValue
         raw[f"{base}{sfx.count}"] = str(len(healthy))
         raw[f"{base}{sfx.memory}"] = format_memory_mib(group.memory)
-        raw[f"{base}{sfx.cores}"] = str(group.cores)
+        if not group.accelerators[0].dra:
+            raw[f"{base}{sfx.cores}"] = str(group.cores)
         if group.family:
             raw[f"{base}{sfx.family}"] = group.family
         raw[f"{base}{sfx.product}"] = group.name

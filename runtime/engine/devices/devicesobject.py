@@ -56,18 +56,23 @@ def _profile_entry(name: str, prof: PartitionProfile) -> dict[str, Any]:
 
 # --- spec (§7.2) -------------------------------------------------------------------------------------
 def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
-    """One ``spec.groups[].accelerators[]`` entry."""
+    """One ``spec.groups[].accelerators[]`` entry. An accelerator a DRA driver published offers the
+    exclusive view only (spec/dra.md §2): no logical slices, no partitions, and its ``dra`` reference
+    (driver, pool, device) tells the readers so (no shares either)."""
     manu = policy.manufacturers[acc.manufacturer]
-    profiles = published_profiles(policy, acc)
+    profiles = [] if acc.dra else published_profiles(policy, acc)
     physical: dict[str, Any] = {"count": max((p["count"] for p in profiles), default=0)}
     if physical["count"] > 0:
         physical["profiles"] = profiles
     entry: dict[str, Any] = {"id": acc.uuid, "index": acc.index}
     if acc.minor is not None:
         entry["physicalIndexes"] = [acc.minor]
+    if acc.dra is not None:   # offers the exclusive view only (spec/dra.md §2); the claims name this device
+        entry["dra"] = acc.dra.model_dump()
     entry["status"] = {
         "unhealthy": not acc.healthy,
-        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 else manu.logicalSlices,
+        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 or acc.dra
+                          else manu.logicalSlices,
                           "coresPercentageOvercommit": manu.coresOvercommit},
         "physicalSliced": physical,
     }

@@ -65,11 +65,14 @@ def cores_from_capacity(capacity_cpu: str | int | None) -> int:
 
 # --- accelerators (§5.3, §5.5, §5.6) ---------------------------------------------------------------
 def adjusted_memory_mib(policy: Policy, acc: AcceleratorFacts) -> int:
-    """§5.5: NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on."""
+    """§5.5: NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on; a DRA-published
+    accelerator says so itself (``eccReserved``: its driver row's GDDR products, spec/dra.md §3)."""
     nf = policy.node_facts
     if acc.manufacturer not in agent_rules(policy).eccRuleManufacturers:
         return acc.memoryMib
-    if acc.eccEnabled and 0 < acc.memoryBusWidth < nf.gddrBusWidthBelow:
+    reserved = acc.eccReserved if acc.eccReserved is not None \
+        else acc.eccEnabled and 0 < acc.memoryBusWidth < nf.gddrBusWidthBelow
+    if reserved:
         mul, div = nf.eccMultiply
         return acc.memoryMib * mul // div
     return acc.memoryMib

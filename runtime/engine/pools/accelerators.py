@@ -45,6 +45,7 @@ class Accelerator:
     offered_profiles: tuple[str, ...] = ()
     remaining_profiles: dict[str, int] = field(default_factory=dict)
     allocated_profiles: dict[str, int] = field(default_factory=dict)
+    dra: bool = False   # published by a DRA driver (its capability's ``dra`` reference, spec/dra.md §2)
 
     @property
     def akey(self) -> str:
@@ -65,6 +66,12 @@ class Accelerator:
     def whole_capable(self) -> bool:
         """Not partitioned (node-facts.md §7.2)."""
         return not self.partitioned
+
+    @property
+    def shareable(self) -> bool:
+        """Whole-capable and served by the sharing device plugin: not a DRA-published accelerator,
+        which offers the exclusive view only (spec/dra.md §2)."""
+        return self.whole_capable and not self.dra
 
 
 def _int(value) -> int:
@@ -129,7 +136,7 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
             logical_count=_int((status.get("logicalSliced") or {}).get("count")),
             physical_count=_int(physical.get("count")),
             offered_profiles=tuple(p["name"] for p in profiles),
-            remaining_profiles=rem_profiles, allocated_profiles=alloc_profiles)
+            remaining_profiles=rem_profiles, allocated_profiles=alloc_profiles, dra=bool(accel.get("dra")))
 
 
 # --- predicates ---------------------------------------------------------------------------------------
@@ -140,16 +147,16 @@ def exclusive_free(policy: Policy, a: Accelerator) -> bool:
 
 
 def takes_shares(policy: Policy, a: Accelerator) -> bool:
-    """Whole-capable and free or held in Shared mode: its remaining credits count as free shares
-    (four-view.md §2)."""
-    return a.whole_capable and (exclusive_free(policy, a) or a.mode == _modes(policy).shared)
+    """Shareable (whole-capable, not DRA-published) and free or held in Shared mode: its remaining
+    credits count as free shares (four-view.md §2, spec/dra.md §2)."""
+    return a.shareable and (exclusive_free(policy, a) or a.mode == _modes(policy).shared)
 
 
 def has_free_share(policy: Policy, a: Accelerator) -> bool:
-    """Whole-capable, mode None or Shared, ``remaining ≥`` one share (160,000): it can take one more
-    shared holder (pools.md §8.2 shared row; node-facts.md §9 ``shared-free-cards``)."""
+    """Shareable, mode None or Shared, ``remaining ≥`` one share (160,000): it can take one more
+    shared holder (pools.md §8.2 shared row; node-facts.md §9 ``shared-free-cards``; spec/dra.md §2)."""
     modes = _modes(policy)
-    return a.whole_capable and a.mode in (modes.none, modes.shared) and a.remaining >= policy.constants.share
+    return a.shareable and a.mode in (modes.none, modes.shared) and a.remaining >= policy.constants.share
 
 
 def takes_slices(policy: Policy, a: Accelerator) -> bool:

@@ -22,7 +22,7 @@ def fit_labels(policy: Policy, devices: dict, managed: bool) -> dict[str, str]:
         return {}
     sliceable: set[str] = set()
     best_units: dict[str, int] = {}
-    whole_capable: set[str] = set()
+    shareable: set[str] = set()
     shared_free: dict[str, int] = {}
     akeys: list[str] = []
     for a in accelerators(policy, devices):
@@ -30,7 +30,8 @@ def fit_labels(policy: Policy, devices: dict, managed: bool) -> dict[str, str]:
             akeys.append(a.akey)
         if a.partitioned:
             continue
-        whole_capable.add(a.akey)
+        if a.shareable:   # not a DRA-published accelerator (spec/dra.md §2)
+            shareable.add(a.akey)
         if has_free_share(policy, a):
             shared_free[a.akey] = shared_free.get(a.akey, 0) + 1
         if a.logically_sliceable:
@@ -41,6 +42,6 @@ def fit_labels(policy: Policy, devices: dict, managed: bool) -> dict[str, str]:
     for akey in akeys:
         if akey in sliceable:
             out[f"{policy.prefix('fitSliced')}{akey}"] = str(best_units.get(akey, 0))
-        if akey in whole_capable:
+        if akey in shareable:
             out[f"{policy.prefix('fitShared')}{akey}"] = str(shared_free.get(akey, 0))
     return out

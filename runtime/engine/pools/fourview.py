@@ -70,7 +70,7 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
     share_sum = policy.fourview.sharedOnceMaxReading == "shareSum"
     fv = FourView()
     for devices in devices_list:
-        node_accs = node_excl = node_shares = node_share_accs = node_logical = node_sliced = 0
+        node_accs = node_shareable = node_excl = node_shares = node_share_accs = node_logical = node_sliced = 0
         for a in accelerators(policy, devices):
             if a.akey != akey:
                 continue
@@ -78,6 +78,7 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
                 _pt_pass(fv, a)
                 continue
             node_accs += 1
+            node_shareable += a.shareable   # a DRA-published accelerator offers no shares (spec/dra.md §2)
             if exclusive_free(policy, a):
                 node_excl += 1
             if takes_shares(policy, a):
@@ -94,7 +95,7 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
         fv.ex.capacity += node_accs
         fv.ex.remaining += node_excl
         fv.ex.once_max = max(fv.ex.once_max, node_excl)
-        fv.sh.capacity += node_accs * per_acc_shares
+        fv.sh.capacity += node_shareable * per_acc_shares
         fv.sh.remaining += node_shares
         fv.sh.once_max = max(fv.sh.once_max, node_shares if share_sum else node_share_accs)
         fv.sl.capacity += node_logical * per_acc_pct

@@ -1,0 +1,93 @@
+"""The agent's ``dra`` backend: a node's accelerators from the ResourceSlices of the drivers the rules
+list (spec/dra.md §1), and the choice ``auto`` makes between it and NVML.
+
+:class:`DraBackend` has the probe backends' interface (``name``, ``cpu()``, ``accelerators()``;
+probes/backend.py): its slices come from a callable, the agent's watch cache of its node's slices
+(:class:`runtime.agent.cluster.NodeCluster`) or a file (the cluster-less dry run,
+:func:`slices_from_file`). The reading itself is the engine's
+(:func:`runtime.engine.devices.draslices.read_node`); :attr:`DraBackend.reading` keeps the last one for
+the ledger from ResourceClaims (:func:`runtime.engine.devices.draclaims.claim_pod_resources`) and the
+warnings the agent logs and records.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from loguru import logger
+
+from runtime.engine.devices.draslices import DraReading, dra_drivers, dra_policy, read_node
+from runtime.engine.policy import Policy
+from runtime.engine.snapshot import SnapshotError
+from runtime.snapshots import read_objects
+
+BACKEND = "dra"
+AUTO = "auto"
+SLICE_KIND = "ResourceSlice"
+
+
+class DraBackend:
+    """Accelerators from ResourceSlices. ``slices()`` returns the current ResourceSlice objects (the
+    node's, or more: the reading keeps the node's); ``source`` names them in messages."""
+
+    name = BACKEND
+
+    def __init__(self, policy: Policy, node: str, slices: Callable[[], list[dict[str, Any]]], source: str):
+        if not dra_drivers(policy):
+            raise ValueError(dra_policy(policy).messages.noDrivers if dra_policy(policy) is not None
+                             else "no DraDriver in the rules: the dra backend reads nothing")
+        self.policy, self.node, self._slices, self.source = policy, node, slices, source
+        self.reading = DraReading(node=node)
+
+    def bind(self, slices: Callable[[], list[dict[str, Any]]]) -> None:
+        """Read the slices from ``slices()`` from now on (the agent's watch cache, once it exists)."""
+        self._slices = slices
+
+    def cpu(self) -> dict[str, str] | None:
+        """Slices say nothing about the CPU: None (the agent reads /proc/cpuinfo or --cpuinfo)."""
+        return None
+
+    def accelerators(self) -> list[dict[str, Any]]:
+        """The node's whole accelerators read from its slices now (spec/node-facts.md §1.3 shape)."""
+        self.reading = read_node(self.policy, self.node, self._slices())
+        return [dict(a) for a in self.reading.accelerators]
+
+    def problems(self) -> list[str]:
+        """What the last reading could not use: unreadable devices, stale slices, MIG-on GPUs."""
+        return self.reading.warnings + self.reading.notes + self.reading.offers_nothing(self.policy)
+
+
+def slices_from_file(path: str | Path) -> list[dict[str, Any]]:
+    """The ResourceSlice objects of a YAML/JSON file (documents, ``kind: List``; other kinds skipped).
+    Raises ValueError naming the file when it cannot be read or holds no ResourceSlice."""
+    try:
+        objects, _ = read_objects([str(path)])
+    except SnapshotError as exc:
+        raise ValueError(str(exc)) from None
+    slices = [o for o in objects if isinstance(o, dict) and o.get("kind") == SLICE_KIND]
+    if not slices:
+        raise ValueError(f"{path}: no {SLICE_KIND} in the file")
+    return slices
+
+
+def publishes_for(policy: Policy, slices: list[dict[str, Any]], node: str) -> list[str]:
+    """The configured drivers (rules/dra.yaml) with a slice naming ``node`` in ``slices`` (sorted):
+    ``auto`` picks the ``dra`` backend when there is one."""
+    drivers = dra_drivers(policy)
+    return sorted({s["spec"]["driver"] for s in slices
+                   if (s.get("spec") or {}).get("driver") in drivers and s["spec"].get("nodeName") == node})
+
+
+def cluster_publishes_for(session: Any, policy: Policy, node: str) -> list[str]:
+    """:func:`publishes_for` over one list of the cluster's ResourceSlices naming ``node`` (field
+    selector ``spec.nodeName``); empty (NVML then) when the cluster does not serve or refuses them,
+    with the reason logged."""
+    from runtime.kube.session import KubeApiError
+
+    try:
+        path = session.ref(SLICE_KIND).path()
+        page = session.call("get", path, query={"fieldSelector": f"spec.nodeName={node}"})
+    except KubeApiError as exc:
+        logger.info("backend auto: cannot list ResourceSlices ({}): NVML", exc)
+        return []
+    return publishes_for(policy, page.get("items") or [], node)

@@ -1,0 +1,354 @@
+"""ResourceSlices -> probe facts: how a node whose accelerators are published by a DRA driver is read
+(spec/dra.md §1-§3, §5). Pure; every name and message comes from rules/dra.yaml.
+
+Input: the node's name and ResourceSlice objects (``resource.k8s.io/v1``, JSON-shaped dicts, any
+node's: the ones of other nodes are skipped). Only slices whose ``spec.driver`` has a ``DraDriver``
+document are read, and of each pool (driver, ``spec.pool.name``) only the slices of its newest
+``spec.pool.generation`` (older ones are reported, :attr:`DraReading.notes`). Per device:
+
+* ``<typeAttribute> == wholeType``: a whole accelerator, read through the row's ``facts`` into the
+  accelerator shape of spec/node-facts.md §1.3 (``manufacturer`` the row's, ``eccReserved`` from the
+  row's GDDR products, ``dra`` the driver, pool and device name; no cores, bus width or ECC mode);
+* ``== partitionType``: a partition device (a MIG device): its parent, profile and memory are read
+  for :attr:`DraReading.partitions`; its parent is MIG-on, offers nothing on a DRA node (spec/dra.md
+  §2) and is left out of the accelerators;
+* any other type is ignored.
+
+A device whose field does not parse is left out with a warning naming node, driver, device and the
+field (spec/dra.md §5); the others are read. ``index`` not published: the uuid's place among the
+node's whole accelerators that publish none (after the published indexes); ``minor``: the index.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.policy import Policy
+from runtime.model.dra import DeviceField, DraDriverSpec, DraPolicySpec
+from runtime.model.normalize import QuantityError, parse_quantity
+
+_VERSION = re.compile(r"^v?([0-9]+)\.([0-9]+)(?:\.([0-9]+))?(?:[-+].*)?$")
+_MIB = 2 ** 20
+
+
+class _Unreadable(ValueError):
+    """One device field that does not parse; ``field`` as messages name it."""
+
+    def __init__(self, where: DeviceField | str, error: str):
+        super().__init__(error)
+        self.field = where.describe() if isinstance(where, DeviceField) else where
+
+
+def dra_drivers(policy: Policy) -> dict[str, DraDriverSpec]:
+    """Driver name -> its ``DraDriver`` row (rules/dra.yaml and any other rule file); empty when none."""
+    return {doc.spec.driver: doc.spec for doc in policy.ruleset.all("DraDriver")}
+
+
+def dra_policy(policy: Policy) -> DraPolicySpec | None:
+    """The ``DraPolicy`` document, or None when the rules have none (DRA off)."""
+    docs = policy.ruleset.all("DraPolicy")
+    return docs[0].spec if docs else None
+
+
+@dataclass
+class PartitionedGpu:
+    """A GPU some partition devices name as their parent: MIG on, nothing offered (spec/dra.md §2)."""
+
+    uuid: str
+    driver: str
+    product: str = ""
+    profiles: dict[str, int] = field(default_factory=dict)   # profile -> partition devices of it
+    devices: list[str] = field(default_factory=list)          # <pool>/<device> names
+
+
+@dataclass
+class DraReading:
+    """What one node's ResourceSlices say (see the module docstring).
+
+    ``accelerators``: facts dicts (spec/node-facts.md §1.3 shape) of the whole accelerators that
+    count; ``partitioned``: the MIG-on GPUs (offering nothing) by uuid; ``devices``: (driver, pool,
+    device name) -> the accelerator uuid it is or belongs to (the ledger maps claim results with it);
+    ``warnings``: unreadable devices (spec/dra.md §5); ``notes``: stale slices ignored;
+    ``slices``: the names of the slices read; ``drivers``: the drivers that published something.
+    """
+
+    node: str
+    accelerators: list[dict[str, Any]] = field(default_factory=list)
+    partitioned: dict[str, PartitionedGpu] = field(default_factory=dict)
+    devices: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    slices: list[str] = field(default_factory=list)
+    drivers: list[str] = field(default_factory=list)
+
+    def offers_nothing(self, policy: Policy) -> list[str]:
+        """One line per MIG-on GPU (rules/dra.yaml ``messages.offersNothing``), by uuid."""
+        msg = dra_policy(policy).messages.offersNothing
+        return [msg.format(driver=p.driver, count=sum(p.profiles.values()), uuid=uuid,
+                           profiles=", ".join(f"{name} x{n}" for name, n in sorted(p.profiles.items())))
+                for uuid, p in sorted(self.partitioned.items())]
+
+
+def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: set[str]) -> list[str]:
+    """A note for each slice of a configured driver naming a node not in ``nodes`` (spec/dra.md §5:
+    ignored)."""
+    drivers = dra_drivers(policy)
+    return [dra_policy(policy).messages.unknownNode.format(slice=_name(s), node=(s.get("spec") or {})["nodeName"])
+            for s in slices if (s.get("spec") or {}).get("driver") in drivers
+            and (s.get("spec") or {}).get("nodeName") and s["spec"]["nodeName"] not in nodes]
+
+
+def node_slices(policy: Policy, slices: Iterable[Mapping[str, Any]],
+                node: str) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The slices of ``node`` whose driver has a row, newest pool generation only; plus notes for the
+    stale ones (spec/dra.md §5)."""
+    drivers = dra_drivers(policy)
+    messages = dra_policy(policy).messages if drivers else None
+    mine, notes = [], []
+    newest: dict[tuple[str, str], int] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") not in drivers or spec.get("nodeName") != node:
+            continue
+        pool = spec.get("pool") or {}
+        key = (spec["driver"], str(pool.get("name", "")))
+        newest[key] = max(newest.get(key, 0), _int(pool.get("generation")))
+        mine.append(s)
+    out = []
+    for s in mine:
+        spec = s["spec"]
+        pool = spec.get("pool") or {}
+        key = (spec["driver"], str(pool.get("name", "")))
+        generation = _int(pool.get("generation"))
+        if generation < newest[key]:
+            notes.append(messages.staleSlice.format(slice=_name(s), driver=key[0], pool=key[1], generation=generation,
+                                                    newest=newest[key]))
+            continue
+        out.append(s)
+    return sorted(out, key=_name), notes
+
+
+def read_node(policy: Policy, node: str, slices: Iterable[Mapping[str, Any]]) -> DraReading:
+    """Read ``node``'s accelerators from ``slices`` (see the module docstring). Never raises for bad
+    slice data: an unreadable device is a warning."""
+    drivers = dra_drivers(policy)
+    reading = DraReading(node=node)
+    if not drivers:
+        return reading
+    current, reading.notes = node_slices(policy, slices, node)
+    wholes: list[tuple[dict[str, Any], int | None, tuple[str, str, str]]] = []
+    for s in current:
+        spec = s["spec"]
+        row = drivers[spec["driver"]]
+        reading.slices.append(_name(s))
+        if row.driver not in reading.drivers:
+            reading.drivers.append(row.driver)
+        for device in spec.get("devices") or []:
+            if not isinstance(device, Mapping):
+                continue
+            _read_device(policy, row, reading, wholes, str((spec.get("pool") or {}).get("name", "")), device)
+    _place(policy, reading, wholes)
+    return reading
+
+
+def _read_device(policy: Policy, row: DraDriverSpec, reading: DraReading, wholes: list, pool: str,
+                 device: Mapping[str, Any]) -> None:
+    """One device: a whole accelerator appended to ``wholes``, a partition recorded, others skipped."""
+    name = str(device.get("name", ""))
+    kind = _attribute(row, device, row.typeAttribute)
+    kind = _text_value(kind) if kind is not None else None
+    try:
+        if kind == row.wholeType:
+            facts, index = _whole(policy, row, device)
+            facts["dra"] = {"driver": row.driver, "pool": pool, "device": name}
+            wholes.append((facts, index, (row.driver, pool, name)))
+        elif row.partitionType and kind == row.partitionType:
+            _partition(row, reading, pool, device)
+    except _Unreadable as exc:
+        reading.warnings.append(dra_policy(policy).messages.unreadableDevice.format(
+            node=reading.node, driver=row.driver, device=f"{pool}/{name}", field=exc.field, error=exc))
+
+
+def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """The facts of one whole accelerator and its published index (None when not published)."""
+    f = row.facts
+    uuid = _rewritten(row, "uuid", _text(row, device, f.uuid, required=True))
+    product = _rewritten(row, "name", _text(row, device, f.name, required=True))
+    facts: dict[str, Any] = {
+        "manufacturer": row.manufacturer, "uuid": uuid, "name": product,
+        "memoryMib": _mib(row, device, f.memoryMib, required=True),
+        "eccReserved": row.is_gddr(product), "healthy": _healthy(policy, device),
+    }
+    index = _int_field(row, device, f.index)
+    minor = _int_field(row, device, f.minor)
+    if minor is not None:
+        facts["minor"] = minor
+    cc = _version(row, device, f.computeCapability)
+    if cc is not None:
+        facts["computeCapability"] = [cc[0], cc[1]]
+    if f.driverVersion is not None:
+        text = _text(row, device, f.driverVersion)
+        if text:
+            facts["driverVersion"] = _rewritten(row, "driverVersion", text)
+    cuda = _version(row, device, f.cudaDriverVersion)
+    if cuda is not None:
+        major_div, minor_div = agent_rules(policy).runtimeVersionDivisors
+        facts["cudaDriverVersion"] = cuda[0] * major_div + cuda[1] * minor_div
+    return facts, index
+
+
+def _partition(row: DraDriverSpec, reading: DraReading, pool: str, device: Mapping[str, Any]) -> None:
+    part = row.partition
+    parent = _text(row, device, part.parent, required=True)
+    profile = _text(row, device, part.profile, required=True)
+    gpu = reading.partitioned.setdefault(parent, PartitionedGpu(uuid=parent, driver=row.driver))
+    gpu.profiles[profile] = gpu.profiles.get(profile, 0) + 1
+    gpu.devices.append(f"{pool}/{device.get('name', '')}")
+    if not gpu.product:
+        try:
+            gpu.product = _text(row, device, row.facts.name)
+        except _Unreadable:
+            pass
+    reading.devices[(row.driver, pool, str(device.get("name", "")))] = parent
+
+
+def _place(policy: Policy, reading: DraReading, wholes: list) -> None:
+    """Index the whole accelerators (published, else by uuid order), drop duplicates and MIG-on ones."""
+    seen: set[str] = set()
+    kept = []
+    for facts, index, ref in wholes:
+        uuid = facts["uuid"]
+        if uuid in seen:
+            reading.warnings.append(dra_policy(policy).messages.unreadableDevice.format(
+                node=reading.node, driver=ref[0], device=f"{ref[1]}/{ref[2]}", field="uuid",
+                error=f"{uuid} is published twice"))
+            continue
+        seen.add(uuid)
+        reading.devices[ref] = uuid
+        gpu = reading.partitioned.get(uuid)
+        if gpu is not None:
+            gpu.product = gpu.product or facts["name"]
+            continue
+        kept.append((facts, index))
+    taken = {index for _, index in kept if index is not None}
+    free = (i for i in range(len(kept) + len(taken)) if i not in taken)
+    for facts, index in sorted(kept, key=lambda item: item[0]["uuid"]):
+        facts["index"] = index if index is not None else next(free)
+        facts.setdefault("minor", facts["index"])
+    reading.accelerators = sorted((facts for facts, _ in kept), key=lambda a: (a["index"], a["uuid"]))
+
+
+# --- field access -------------------------------------------------------------------------------------
+def _attribute(row: DraDriverSpec, device: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """The attribute ``name`` (unqualified: the driver's; ``<driver>/<name>`` spelled out matches too)."""
+    attrs = device.get("attributes") or {}
+    if not isinstance(attrs, Mapping):
+        raise _Unreadable("attributes", "not a map")
+    value = attrs.get(name)
+    if value is None and "/" not in name:
+        value = attrs.get(f"{row.driver}/{name}")
+    if value is None and name.startswith(row.driver + "/"):
+        value = attrs.get(name[len(row.driver) + 1:])
+    if value is not None and not isinstance(value, Mapping):
+        raise _Unreadable(f"attribute {name}", f"{value!r} is not a device attribute (int, bool, string, version)")
+    return value
+
+
+def _raw(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField) -> Any:
+    """The field's raw value: an attribute's mapping, a capacity's value, the device name; None: absent."""
+    if where.deviceName:
+        return device.get("name") or None
+    if where.attribute:
+        return _attribute(row, device, where.attribute)
+    capacity = device.get("capacity") or {}
+    entry = capacity.get(where.capacity) if isinstance(capacity, Mapping) else None
+    if entry is None:
+        return None
+    if not isinstance(entry, Mapping) or "value" not in entry:
+        raise _Unreadable(where, f"{entry!r} has no value")
+    return entry["value"]
+
+
+def _text_value(attr: Mapping[str, Any]) -> str | None:
+    for key in ("string", "version"):
+        if isinstance(attr.get(key), str):
+            return attr[key]
+    if isinstance(attr.get("int"), int) and not isinstance(attr.get("int"), bool):
+        return str(attr["int"])
+    return None
+
+
+def _text(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField, required: bool = False) -> str:
+    raw = _raw(row, device, where)
+    if raw is None:
+        if required:
+            raise _Unreadable(where, "not published")
+        return ""
+    if where.deviceName:
+        return str(raw)
+    text = _text_value(raw) if where.attribute else str(raw)
+    if text is None or (required and not text.strip()):
+        raise _Unreadable(where, f"{dict(raw)!r} is not a string")
+    return text
+
+
+def _rewritten(row: DraDriverSpec, fact: str, text: str) -> str:
+    for rewrite in row.rewrites.get(fact, []):
+        text = re.sub(rewrite.pattern, rewrite.replacement, text)
+    return text
+
+
+def _int_field(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField | None) -> int | None:
+    if where is None:
+        return None
+    raw = _raw(row, device, where)
+    if raw is None:
+        return None
+    value = raw.get("int") if where.attribute else raw
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Unreadable(where, f"{dict(raw) if where.attribute else raw!r} is not a non-negative int")
+    return value
+
+
+def _mib(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField, required: bool = False) -> int:
+    """A quantity of bytes (a capacity, or an int/string attribute) -> MiB, rounded down."""
+    raw = _raw(row, device, where)
+    if raw is None:
+        raise _Unreadable(where, "not published")
+    value = (raw.get("int") if "int" in raw else raw.get("string")) if where.attribute else raw
+    try:
+        amount = parse_quantity(value)
+    except (QuantityError, TypeError) as exc:
+        raise _Unreadable(where, f"{value!r} is not a quantity") from exc
+    if amount < 0:
+        raise _Unreadable(where, f"{value!r} is negative")
+    return int(amount // _MIB)
+
+
+def _version(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField | None) -> tuple[int, int] | None:
+    """A version (``8.6.0``) -> (major, minor); None when not published."""
+    if where is None:
+        return None
+    text = _text(row, device, where)
+    if not text:
+        return None
+    match = _VERSION.match(text.strip())
+    if match is None:
+        raise _Unreadable(where, f"{text!r} is not a version")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _healthy(policy: Policy, device: Mapping[str, Any]) -> bool:
+    """False when a taint's effect is one of ``unhealthyTaintEffects`` (spec/dra.md §1)."""
+    effects = set(dra_policy(policy).unhealthyTaintEffects)
+    return not any(isinstance(t, Mapping) and t.get("effect") in effects for t in device.get("taints") or [])
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

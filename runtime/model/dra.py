@@ -1,0 +1,167 @@
+"""Rule kinds ``DraDriver`` and ``DraPolicy`` (rules/dra.yaml): which Dynamic Resource Allocation drivers
+accelpolicy reads, how each driver's device attributes map to the probe facts of spec/node-facts.md
+§1.2, and the shared vocabulary of the DRA support (spec/dra.md).
+
+One ``DraDriver`` document per driver (``metadata.name`` is free; ``spec.driver`` is the driver name a
+ResourceSlice carries in ``spec.driver``): adding a vendor's driver is adding a document. One
+``DraPolicy`` (optional: without it and without drivers, DRA is off) holds the DeviceClass name and
+selector templates, the taint effects that make a device unhealthy, the messages and Event reasons.
+
+Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from runtime.model import rulefiles
+from runtime.model.rulefiles import Strict
+
+
+class DeviceField(Strict):
+    """Where one fact comes from on a ResourceSlice device: exactly one of ``attribute`` (a device
+    attribute: an unqualified name is the driver's own, ``resource.kubernetes.io/pciBusID`` a
+    qualified one), ``capacity`` (a device capacity, a quantity) or ``deviceName: true`` (the
+    device's ``name``)."""
+
+    attribute: str = ""
+    capacity: str = ""
+    deviceName: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "DeviceField":
+        if sum((bool(self.attribute), bool(self.capacity), self.deviceName)) != 1:
+            raise ValueError("give exactly one of attribute, capacity, deviceName: true")
+        return self
+
+    def describe(self) -> str:
+        """How messages name this field: ``attribute uuid``, ``capacity memory``, ``device name``."""
+        if self.attribute:
+            return f"attribute {self.attribute}"
+        if self.capacity:
+            return f"capacity {self.capacity}"
+        return "device name"
+
+
+class Rewrite(Strict):
+    """A regular-expression rewrite of a fact's text (Python ``re.sub`` syntax)."""
+
+    pattern: str
+    replacement: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
+class DriverFacts(Strict):
+    """Probe fact (spec/node-facts.md §1.2) <- device field, for a whole accelerator. ``uuid``,
+    ``name`` and ``memoryMib`` are required; a fact left out is not published by the driver
+    (spec/dra.md §1: ``index`` then is the uuid's order among the node's whole accelerators of the
+    driver, ``minor`` the index, ``computeCapability`` unknown, the versions empty)."""
+
+    uuid: DeviceField
+    name: DeviceField
+    memoryMib: DeviceField = Field(description="a capacity quantity (bytes) -> MiB, or an int attribute in MiB")
+    index: Optional[DeviceField] = None
+    minor: Optional[DeviceField] = None
+    computeCapability: Optional[DeviceField] = Field(None, description="a version: major, minor")
+    driverVersion: Optional[DeviceField] = Field(None, description="the version's (or string's) text")
+    cudaDriverVersion: Optional[DeviceField] = Field(
+        None, description="a version -> major * d0 + minor * d1 (runtimeVersionDivisors of rules/agent.yaml)")
+
+
+class PartitionFacts(Strict):
+    """What a partition device (a MIG device) tells: its parent's uuid, its profile, its memory."""
+
+    parent: DeviceField
+    profile: DeviceField
+    memoryMib: Optional[DeviceField] = None
+
+
+class DraDriverSpec(Strict):
+    """spec of one ``DraDriver`` document; field meanings are commented in rules/dra.yaml."""
+
+    driver: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63,
+                        description="the DRA driver name (a DNS subdomain), e.g. gpu.nvidia.com")
+    manufacturer: str = Field(min_length=1, description="the manufacturer id of rules/manufacturers.yaml")
+    typeAttribute: str = Field(min_length=1, description="the attribute that tells a device's kind")
+    wholeType: str = Field(min_length=1, description="its value on a whole accelerator")
+    partitionType: str = Field("", description="its value on a partition device ('' = the driver has none)")
+    facts: DriverFacts
+    partition: Optional[PartitionFacts] = None
+    rewrites: dict[Literal["uuid", "name", "driverVersion"], list[Rewrite]] = Field(
+        {}, description="per text fact, rewrites applied in order to the published text")
+    gddrProducts: list[str] = Field(
+        [], description="product names (a name matches when it equals one, or starts with it and a space) "
+                        "whose memory gets the ECC rule as if ECC were on (spec/dra.md §3)")
+
+    @model_validator(mode="after")
+    def _partition_needs_fields(self) -> "DraDriverSpec":
+        if self.partitionType and self.partition is None:
+            raise ValueError("partitionType needs partition (parent, profile)")
+        return self
+
+    def is_gddr(self, product: str) -> bool:
+        """Whether ``product`` is in :attr:`gddrProducts` (equal, or the entry followed by a space)."""
+        return any(product == p or product.startswith(p + " ") for p in self.gddrProducts)
+
+
+class DeviceClassSpec(Strict):
+    """How the controller derives a DeviceClass per (driver, manufacturer base key), spec/dra.md §4.
+    Templates take ``{driver}``, ``{manufacturer}``, ``{base}``, ``{typeAttribute}``, ``{wholeType}``."""
+
+    apiVersion: str = "resource.k8s.io/v1"
+    plural: str = "deviceclasses"
+    nameTemplate: str = Field(min_length=1)
+    selectorTemplate: str = Field(min_length=1, description="CEL (Kubernetes') selecting the whole accelerators")
+    resourceType: str = Field("deviceClass", description="role in rules/pools/derivation.yaml resourceTypes: the "
+                                                          "ownership label value")
+
+
+class DraMessages(Strict):
+    unreadableDevice: str
+    offersNothing: str
+    staleSlice: str
+    unknownNode: str
+    featureMissing: str
+    noDrivers: str
+    offlineCpu: str
+    sourceDra: str
+    sourcePlugin: str
+    sourceNone: str
+
+
+class DraEvents(Strict):
+    unreadableDevice: str
+    featureMissing: str
+
+
+class OfflineCpuLabels(Strict):
+    """Node labels NFD's own worker writes (its ``cpu-model`` feature), read by the offline commands
+    for a DRA node the agent has not described yet: the vendor name (as rules/node-facts.yaml
+    ``cpuVendors`` values), the CPU family and model numbers."""
+
+    vendor: str
+    family: str
+    model: str
+
+
+class DraPolicySpec(Strict):
+    """spec of the ``DraPolicy`` document (rules/dra.yaml)."""
+
+    deviceClass: DeviceClassSpec
+    offlineCpuLabels: OfflineCpuLabels
+    unhealthyTaintEffects: list[str] = Field(["NoSchedule", "NoExecute"],
+                                             description="a device carrying a taint with one of these is unhealthy")
+    podResource: str = Field("pods", description="ResourceClaim status.reservedFor[].resource of a Pod")
+    messages: DraMessages
+    events: DraEvents
+
+
+rulefiles.SPEC_MODELS["DraDriver"] = DraDriverSpec
+rulefiles.SPEC_MODELS["DraPolicy"] = DraPolicySpec
