@@ -28,9 +28,8 @@ kubelet, no Node object, so nothing of the walkthrough saw it). Here:
 """
 from __future__ import annotations
 
-import os
 import json
-import re
+import os
 import time
 from pathlib import Path
 
@@ -94,7 +93,7 @@ class DraRun:
         self.before: dict[str, str] = {}              # kubectl get <kind> before the join
         self.status_before: dict[str, dict] = {}      # InstanceType name -> status before the join
         self.joined = ""                               # kubectl get instancetypes once joined
-        self.device_class = self.claim = ""
+        self.device_class = self.claim = self.slice = ""
 
     def get(self, *args: str) -> dict:
         out = self.kubectl("get", *args, "-o", "json", check=False)
@@ -176,6 +175,7 @@ def test_dra_node_joins_the_a10g_pool(dra):
     assert not any(k.startswith("nvidia.com/") for k in node["status"]["allocatable"])   # no device plugin
     [slice_] = start_driver(dra.kube, dra.node, image)
     assert (slice_["spec"]["driver"], slice_["spec"]["pool"]["name"]) == ("gpu.nvidia.com", dra.node)
+    dra.slice = slice_["metadata"]["name"]
     dra.step("join", "Node registers Ready, no nvidia.com/* allocatable; 1 ResourceSlice (gpu.nvidia.com, gpu-0)",
              f"Ready; slice {slice_['metadata']['name']} devices {[d['name'] for d in slice_['spec']['devices']]}")
 
@@ -228,13 +228,20 @@ def test_derived_device_class_and_explain(dra, tmp_path):
             "resourceclaims.resource.k8s.io,settings.gpustack.ai"
     snapshot.write_text(dra.kubectl.stdout("get", kinds, "-A", "-o", "yaml", timeout=180))
     from kind.stack import REPO, run
-    out = run(str(REPO / ".venv/bin/accelpolicy"), "explain", "instancetype", "gpustack--nvidia-a10g-linux-amd64",
-              "--snapshot", str(snapshot)).stdout
-    node_lines = [line for line in out.splitlines() if dra.node in line]
-    assert node_lines, out
-    assert any(re.search(r"ResourceSlice|gpu\.nvidia\.com|\bDRA\b", line) for line in node_lines), out
-    dra.step("explain", f"explain names {dra.node} and its source (gpu.nvidia.com ResourceSlices)",
-             " / ".join(line.strip() for line in node_lines)[:300])
+    explain = [str(REPO / ".venv/bin/accelpolicy"), "explain", "instancetype", "gpustack--nvidia-a10g-linux-amd64",
+               "--snapshot", str(snapshot)]
+    out = run(*explain).stdout
+    a10g = dra.cluster.stack.kind_node["node-a10g"]
+    sources = out.split("accelerators from:\n", 1)[1].splitlines()
+    assert f"  {dra.node}: ResourceSlices of gpu.nvidia.com ({dra.slice}): 1 whole accelerator(s), offering the " \
+           "exclusive view only (spec/dra.md §2)" in sources, out
+    assert f"  {a10g}: NVML through the agent (NodeFeature {a10g}-gpustack-device-manager): a device-plugin node, " \
+           "every view offered" in sources, out
+    info = json.loads(run(*explain, "-o", "json").stdout)
+    assert dra.node in info["nodes"] and a10g in info["nodes"]
+    assert {n: info["sources"][n]["source"] for n in (dra.node, a10g)} == {dra.node: "dra", a10g: "plugin"}
+    dra.step("explain", f"{dra.node} in the pool, source dra (its slice); {a10g} source plugin",
+             " / ".join(line.strip() for line in sources if dra.node in line or a10g in line)[:300])
 
 
 # -- 3: an Instance lands on the DRA node ---------------------------------------------------------------------
