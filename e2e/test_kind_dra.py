@@ -119,7 +119,7 @@ class DraRun:
 
 
 @pytest.fixture(scope="module")
-def dra(cluster):
+def dra(cluster, request):
     if cluster.stack is None:
         pytest.skip("kind backend only: a DRA driver on a real kubelet (--cluster=kind)")
     if not cluster.stack.dra_nodes:
@@ -134,9 +134,11 @@ def dra(cluster):
     run.kubectl("-n", NS, "delete", "instance", INSTANCE, "--ignore-not-found", check=False)
     stop_driver(run.kube, run.node)
     leave_node(run.kube, run.node)
-    print("\nDRA walkthrough on kind (step | expected | seen):")
-    for step, expected, seen in run.steps:
-        print(f"  {step} | {expected} | {seen}")
+    report = request.config.pluginmanager.get_plugin("terminalreporter")
+    if report is not None:   # the run's table in the session output, passed or not
+        report.write_line("\nDRA walkthrough on kind (step | expected | seen):")
+        for step, expected, seen in run.steps:
+            report.write_line(f"  {step} | {expected} | {seen}")
 
 
 # -- 0: the cluster as the walkthrough left it; the gates ---------------------------------------------------
@@ -183,7 +185,7 @@ def test_dra_node_joins_the_a10g_pool(dra):
     assert chart_ds["spec"]["template"]["spec"]["nodeSelector"] == {AGENT_LABEL: "recorded"}
     dra.agent_objects = dra_agent_objects(chart_ds, cpuinfo_of("node-a10g"), AGENT_LABEL)
     dra.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": dra.agent_objects}))
-    devices = wait_until(f"Devices {dra.node} written by the dra agent", lambda: dra.get("devices", dra.node))
+    wait_until(f"Devices {dra.node} written by the dra agent", lambda: dra.get("devices", dra.node))
     want = shift_ex(rows(dra.before["instancetypes"]), +1)
     seconds = dra.wait_rows("instancetypes", want, "the DRA A10G in the A10G pools (EX +1)")
     joined = dra.table("instancetypes")
@@ -198,7 +200,7 @@ def test_dra_node_joins_the_a10g_pool(dra):
         assert int(status["accelerator"]["capacity"]) == int(before["accelerator"]["capacity"]) + 1, (name, status)
         for view in ("acceleratorShared", "acceleratorSliced", "acceleratorPartitioned"):
             assert status[view] == before[view], (name, view, status[view], before[view])
-    [group] = devices["status"]["groups"]
+    [group] = dra.get("devices", dra.node)["status"]["groups"]
     assert group["id"] == "a10g" and [a["id"] for a in group["accelerators"]] == [DRA_UUID]
     labels = dra.get("node", dra.node)["metadata"]["labels"]
     seed = dra.get("node", dra.cluster.stack.kind_node["node-a10g"])["metadata"]["labels"]
