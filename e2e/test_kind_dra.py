@@ -16,8 +16,8 @@ kubelet, no Node object, so nothing of the walkthrough saw it). Here:
 2. ``kubectl get deviceclasses`` lists the class the controller derived (spec/dra.md §4), and
    ``accelpolicy explain instancetype`` on a snapshot of the live cluster names the DRA node and its
    source;
-3. **an Instance of the A10G type** (node-a10g's A10G is held by custom-demo since step 5) lands on the
-   DRA node: its Pod asks ``nvidia.com/gpu: 1`` and gets it through the derived DeviceClass (the
+3. **an Instance of the A10G type**, pinned to the DRA node (``spec.nodeName``, seed step 6: the Pod gets
+   a hostname nodeSelector and still queues through Kueue), lands there: its Pod asks ``nvidia.com/gpu: 1`` and gets it through the derived DeviceClass (the
    scheduler's ResourceClaim, allocated to the mock device, prepared by the stand-in); the agent
    charges the ledger from that claim (mode 1, 1600k credits; the Pod's allocation annotation names
    the GPU) and the pools' EX remaining drops by one;
@@ -254,6 +254,7 @@ def test_instance_gets_the_dra_gpu_and_the_ledger_charges_it(dra):
     doc = yaml.safe_load((Path(__file__).parents[1] / "demo" / "custom-demo.yaml").read_text())
     doc["metadata"]["name"] = INSTANCE
     doc["spec"]["type"] = "gpustack--nvidia-a10g-linux-amd64"
+    doc["spec"]["nodeName"] = dra.node   # the pin (seed step 6): a nodeSelector, the scheduler still places it
     dra.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
     wait_until(f"Instance {INSTANCE} Ready", lambda: (dra.get("instance", INSTANCE, "-n", NS).get("status") or {})
                .get("phase") == "Ready")
