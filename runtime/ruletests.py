@@ -1,4 +1,5 @@
-"""Rule test suites as data: ``rules/tests/**/*.yaml`` documents of ``kind: AdmissionTests``.
+"""Rule test suites as data: ``rules/tests/**/*.yaml`` documents of ``kind: AdmissionTests`` (and of
+``kind: DraDriverTests``, the DRA driver rows: :class:`DraCase`).
 
 A suite::
 
@@ -174,3 +175,87 @@ class Runner:
         """:meth:`run` for each case, in order."""
         for case in cases:
             yield self.run(case)
+
+
+# --- DRA driver rows (rules/dra.yaml, spec/dra.md §1) ------------------------------------------------
+DRA_SUITE_KIND = "DraDriverTests"
+
+
+@dataclass
+class DraCase:
+    """One case of a ``DraDriverTests`` suite::
+
+        apiVersion: rules.accelpolicy.dev/v1alpha1
+        kind: DraDriverTests
+        metadata: {name: nvidia}
+        spec:
+          node: node-a10g                    # the node the slices are read for
+          cases:
+            - name: one A10G
+              slices: [{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, ...}]
+              expect:
+                accelerators: [{uuid: ..., memoryMib: 23028}]   # in order; each the keys it names
+                labels: {...}                # the device-manager NodeFeature's spec.labels, exactly
+                warnings: [...]              # unreadable devices, stale slices, MIG-on GPUs, exactly
+    """
+
+    suite: str
+    name: str
+    file: str
+    node: str
+    slices: list
+    expect: dict
+
+    @property
+    def id(self) -> str:
+        return f"{self.suite}::{self.name}"
+
+
+def load_dra_cases(rules_dir: Path | str) -> list[DraCase]:
+    """Every case of every ``DraDriverTests`` suite under ``<rules_dir>/tests``. Raises ValueError naming
+    the file for a malformed suite."""
+    cases: list[DraCase] = []
+    for path in sorted((Path(rules_dir) / "tests").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if not isinstance(doc, dict) or doc.get("kind") != DRA_SUITE_KIND:
+                continue
+            spec = doc.get("spec") or {}
+            suite = (doc.get("metadata") or {}).get("name") or path.stem
+            for i, raw in enumerate(spec.get("cases") or []):
+                if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw \
+                        or not isinstance(raw.get("slices"), list):
+                    raise ValueError(f"{path}: case {i} needs name, slices (a list) and expect")
+                cases.append(DraCase(suite=suite, name=str(raw["name"]), file=str(path),
+                                     node=str(raw.get("node", spec.get("node", ""))), slices=raw["slices"],
+                                     expect=raw["expect"]))
+    return cases
+
+
+def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
+    """Read ``case.slices`` for ``case.node`` with ``policy``'s DRA rows and compare with ``expect``."""
+    from runtime.engine.devices.agentplan import plan_node
+    from runtime.engine.devices.draslices import read_node
+    from runtime.engine.settings import resolve
+    from runtime.model.facts import parse_facts
+
+    result = CaseResult(case=case)   # type: ignore[arg-type]
+    reading = read_node(policy, case.node, case.slices)
+    exp = case.expect
+    if "accelerators" in exp:
+        got = reading.accelerators
+        want = exp["accelerators"]
+        if len(got) != len(want) or any({k: g.get(k) for k in w} != w for g, w in zip(got, want)):
+            result.problems.append(f"accelerators:\n  want {json.dumps(want)}\n  got  {json.dumps(got)}")
+    if "warnings" in exp:
+        got_w = reading.warnings + reading.notes + reading.offers_nothing(policy)
+        if got_w != exp["warnings"]:
+            result.problems.append(f"warnings:\n  want {json.dumps(exp['warnings'])}\n  got  {json.dumps(got_w)}")
+    if "labels" in exp:
+        facts = parse_facts({"node": case.node, "accelerators": reading.accelerators}, case.file)
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case.node, "labels": {}}, "status": {}}
+        plan = plan_node(policy, facts, node, resolve(policy.settings, {}))
+        labels = (plan.device_manager or {}).get("spec", {}).get("labels", {})
+        if labels != exp["labels"]:
+            result.problems.append(f"labels:\n  want {json.dumps(exp['labels'], sort_keys=True)}\n"
+                                   f"  got  {json.dumps(labels, sort_keys=True)}")
+    return result

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from runtime.cli.common import fail, policy_from
-from runtime.ruletests import Runner, load_cases
+from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case
 
 
 @click.command("test")
@@ -15,7 +15,7 @@ from runtime.ruletests import Runner, load_cases
 @click.option("-k", "match", default="", help="only cases whose suite::name contains this text")
 @click.option("-v", "--verbose", is_flag=True, help="list every case, not only failures")
 def command(rules_dir, match, verbose):
-    """Run every AdmissionTests suite under RULES_DIR/tests; exit 1 when a case fails.
+    """Run every AdmissionTests and DraDriverTests suite under RULES_DIR/tests; exit 1 when a case fails.
 
     Snapshot paths in suites are relative to RULES_DIR's parent (the repository root).
     """
@@ -28,8 +28,14 @@ def command(rules_dir, match, verbose):
         runner = Runner(policy, Path(rules_dir).resolve().parent)
     except KeyError as exc:  # a dangling paramsFrom/builtin
         fail(str(exc.args[0]) if exc.args else str(exc))
+    try:
+        dra_cases = [c for c in load_dra_cases(rules_dir) if match in c.id]
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    results = list(runner.run_all(cases)) + [run_dra_case(policy, c) for c in dra_cases]
+    cases = cases + dra_cases
     failed = 0
-    for result in runner.run_all(cases):
+    for result in results:
         if not result.passed:
             failed += 1
             click.echo(f"FAIL {result.case.id} ({result.case.file})")

@@ -46,7 +46,8 @@ OBJECT_KINDS = {
     ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(template, failing[key], now)"): ("Event",),
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
-SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret"}
+SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",
+                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (spec/dra.md §4)
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/settingsview.py": None,
@@ -221,6 +222,8 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         need(kind, {"list", "watch"}, True)
     for kind in KINDS.values():  # WebhookRegistrar's own cache
         need(kind, {"list", "watch"}, False)
+    from runtime.controller.deviceclasses import KIND as DEVICE_CLASS
+    need(DEVICE_CLASS, {"list", "watch"}, False)   # Controller.__init__: watched where the cluster serves it
 
     applier = applier_calls()
     dispatch = _execute_dispatch()
@@ -294,7 +297,7 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         scope = "system" if kind in AGENT_SYSTEM_KINDS else "cluster"
         needs[scope][(group, plural + (f"/{sub}" if sub else ""))].update(verbs)
 
-    for watched in node_watches(load_policy(None), "node", "system", "system"):
+    for watched in node_watches(load_policy(None), "node", "system", "system", dra=True):   # the dra backend's too
         need(watched.kind, {"list", "watch"})
     applier = applier_calls()
     tree = _tree(AGENT_MODULE)
