@@ -57,7 +57,7 @@ echo "controlplane: kube-apiserver, kube-controller-manager, kube-scheduler done
 go build -v -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3 2>&1 | progress etcd
 echo "controlplane: etcd done ($(( $(date +%s) - start ))s)"
 "$tmp/kube-apiserver" --version
-"$tmp/etcd" --version | head -1
+"$tmp/etcd" --version | sed -n 1p  # sed reads it all: head would close the pipe (SIGPIPE, exit 141 under pipefail)
 mkdir -p "$out"
 for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do mv -f "$tmp/$b" "$out/$b"; done
 printf 'k8s.io/kubernetes %s\ngo.etcd.io/etcd/server/v3 %s\n%s\n' "$k8s_version" "$etcd_version" "$(go version)" > "$out/VERSIONS"

@@ -93,7 +93,7 @@ else
   mkdir -p "$coredns_dir"
   (cd "$here/coredns" && go mod download && go build -v -trimpath -ldflags "-s -w" -o "$coredns_dir/coredns.tmp" .) 2>&1 | progress coredns
   mv -f "$coredns_dir/coredns.tmp" "$coredns_dir/coredns"
-  say "coredns built: $("$coredns_dir/coredns" -version | head -1)"
+  say "coredns built: $("$coredns_dir/coredns" -version | sed -n 1p)"
 fi
 
 # 5. pause, from kubernetes' own C source, static.
