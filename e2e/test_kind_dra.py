@@ -119,9 +119,10 @@ class DraRun:
 
 
 @pytest.fixture(scope="module")
-def dra(cluster, request):
-    if cluster.stack is None:
+def dra(request):
+    if request.config.getoption("--cluster") != "kind":   # before the session cluster is asked for
         pytest.skip("kind backend only: a DRA driver on a real kubelet (--cluster=kind)")
+    cluster = request.getfixturevalue("cluster")
     if not cluster.stack.dra_nodes:
         pytest.fail("the kind stack has no DRA worker (stack.DRA_WORKERS; kind-up.sh --dra-workers)")
     from kind.draworker import leave_node, stop_driver
