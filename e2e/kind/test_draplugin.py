@@ -70,7 +70,7 @@ def _pod(name: str, node: str, image: str, resources: dict | None = None, claim:
 
 
 def test_claims_allocated_to_the_mock_device_through_a_hand_made_device_class(kind_cluster):
-    from stack import load_images, tools
+    from stack import containerd_ref, load_images, tools
     node = kind_cluster.nodes[1]            # the first worker (the device-plugin test uses the last)
     kube = Kube(kind_cluster.kubectl_bin, kind_cluster.kubeconfig)
     image = driver_image()
@@ -132,6 +132,8 @@ def test_claims_allocated_to_the_mock_device_through_a_hand_made_device_class(ki
         kube("delete", "resourceclaim", "dra-direct", "-n", "default", "--ignore-not-found", check=False)
         kube("delete", "deviceclass", CLASS, "--ignore-not-found", check=False)
         stop_driver(kube, node)
+        for n in kind_cluster.nodes:   # the nodes hold the preloaded images only again (test_no_image_was_pulled)
+            sh("docker", "exec", n, "ctr", "-n", "k8s.io", "images", "rm", containerd_ref(image), check=False)
     assert node_slices(kube, node) == []
     if os.environ.get("ACCELPOLICY_KIND_DRA_KEEP_LOGS"):
         print(kube("-n", "default", "get", "events", check=False).stdout)
