@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from draworker import A10G_DEVICES, BUILD, DRIVER, cpuinfo_of
+from draworker import A10G_DEVICES, BUILD, DRIVER, cpuinfo_of, wait
 from kindcluster import sh
 from stack import REPO
 
@@ -28,16 +28,6 @@ A10G_UUID = "GPU-5b2f7c1e-8a3d-4e6b-b1f0-2d9c4a7e6f13"   # kind_draplugin/nodes/
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _until(what: str, fetch, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fetch()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +58,7 @@ def test_scheduler_allocates_the_published_device_and_the_agent_charges_it(sched
     driver = subprocess.Popen([binary, "--kubeconfig", str(lc.kubeconfig), "--node-name", NODE, "--devices", str(A10G_DEVICES),
                                "--registrar-dir", str(registry), "--plugin-dir", str(plugin)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        [slice_] = _until("the stand-in's ResourceSlice", lambda: json.loads(
+        [slice_] = wait("the stand-in's ResourceSlice", lambda: json.loads(
             kubectl.stdout("get", "resourceslices", "-o", "json"))["items"])
         assert {k: slice_["spec"][k] for k in ("driver", "nodeName", "pool")} == {
             "driver": DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1}}
@@ -87,7 +77,7 @@ def test_scheduler_allocates_the_published_device_and_the_agent_charges_it(sched
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1", "namespace": "default"},
             "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "main", "image": "unused", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}))
-        pod = _until("Pod p1 bound", lambda: (p := json.loads(kubectl.stdout("get", "pod", "p1", "-o", "json")))
+        pod = wait("Pod p1 bound", lambda: (p := json.loads(kubectl.stdout("get", "pod", "p1", "-o", "json")))
                      ["spec"].get("nodeName") and p)
         assert pod["spec"]["nodeName"] == NODE
         claim = json.loads(kubectl.stdout("get", "resourceclaim", pod["status"]["extendedResourceClaimStatus"]
