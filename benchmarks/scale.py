@@ -57,7 +57,8 @@ RECONCILE = re.compile(r"reconcile: (\d+) actions, (\d+) deferred, (\d+) writes,
 FIT_BATCH = re.compile(r"fit labels: (\d+) patches, (\d+) errors in ([\d.]+)s")  # written outside the passes
 MANAGED = "gpustack.ai/managed"
 DERIVED = "schedule.gpustack.ai/derived-from-node"
-STEP_TIMEOUT = 120.0
+STEP_TIMEOUT = 120.0  # seconds one step may take; run() raises it to 30 ms a node (10,000 nodes: 300 s)
+STEP_SECONDS_PER_NODE = 0.03
 
 
 def _path(session, kind, namespace=None, name=None, sub=None) -> str:
@@ -141,8 +142,9 @@ class Poller(threading.Thread):
                     self.rows, self.polls = rows, self.polls + 1
             self.stop.wait(self.interval)
 
-    def wait_rows(self, want: dict[str, tuple], names=None, timeout: float = STEP_TIMEOUT) -> float:
+    def wait_rows(self, want: dict[str, tuple], names=None, timeout: float | None = None) -> float:
         """Seconds until the polled rows equal ``want`` (only ``names`` when given); raises TimeoutError."""
+        timeout = timeout or STEP_TIMEOUT
         t0 = time.monotonic()
         keys = names if names is not None else want
         while time.monotonic() - t0 < timeout:
@@ -207,7 +209,8 @@ class ControllerProcess:
         return [{"writes": int(w), "errors": int(e), "seconds": float(s)}
                 for w, e, s in FIT_BATCH.findall(self.log_path.read_text(errors="replace"))]
 
-    def wait_reconciles(self, count: int, timeout: float = STEP_TIMEOUT) -> list[dict]:
+    def wait_reconciles(self, count: int, timeout: float | None = None) -> list[dict]:
+        timeout = timeout or STEP_TIMEOUT
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -218,9 +221,9 @@ class ControllerProcess:
             time.sleep(0.02)
         raise TimeoutError(f"fewer than {count} reconciles after {timeout}s")
 
-    def wait_quiet(self, seconds: float = 1.5, timeout: float = STEP_TIMEOUT) -> list[dict]:
+    def wait_quiet(self, seconds: float = 1.5, timeout: float | None = None) -> list[dict]:
         """Wait until no reconcile line appeared for ``seconds`` and the last one planned nothing."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (timeout or STEP_TIMEOUT)
         last, since = -1, time.monotonic()
         while time.monotonic() < deadline:
             got = self.reconciles()
@@ -274,6 +277,8 @@ def _accelerated_nodes(objects: list[dict], count: int) -> list[str]:
 
 def run(nodes: int, churn: int) -> dict:
     """The whole benchmark for one size (see the module docstring); returns the figures."""
+    global STEP_TIMEOUT
+    STEP_TIMEOUT = max(STEP_TIMEOUT, nodes * STEP_SECONDS_PER_NODE)
     policy = Policy(load_rules())
     objects = generate(nodes)
     out: dict = {"nodes": nodes, "objects": len(objects), "load_before": os.getloadavg()[0]}

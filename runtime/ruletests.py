@@ -35,11 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
-
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR
+from runtime.rules.yamlsrc import safe_load_all
 from runtime.snapshots import load_snapshot
 
 SUITE_KIND = "AdmissionTests"
@@ -100,7 +99,7 @@ def load_cases(rules_dir: Path | str) -> list[Case]:
     root = Path(rules_dir)
     cases: list[Case] = []
     for path in sorted((root / "tests").rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        for doc in safe_load_all(path.read_text(encoding="utf-8")):
             if not isinstance(doc, dict) or doc.get("kind") != SUITE_KIND:
                 continue
             spec = doc.get("spec") or {}
@@ -216,7 +215,7 @@ def load_dra_cases(rules_dir: Path | str) -> list[DraCase]:
     the file for a malformed suite."""
     cases: list[DraCase] = []
     for path in sorted((Path(rules_dir) / "tests").rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        for doc in safe_load_all(path.read_text(encoding="utf-8")):
             if not isinstance(doc, dict) or doc.get("kind") != DRA_SUITE_KIND:
                 continue
             spec = doc.get("spec") or {}

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from runtime.cli.common import engine_from, fail, offline_snapshot, policy_from
+from runtime.cli.common import engine_from, fail, offline_snapshot, policy_from, rules_cache_options
 from runtime.engine.admission import admission_view, decide, review_for
 from runtime.engine.snapshot import SnapshotError
 from runtime.snapshots import read_objects
@@ -60,6 +60,7 @@ def render_text(review: dict, answer: dict) -> str:
 @click.option("--no-derive", is_flag=True, help="judge against the snapshot as given (no derivation)")
 @click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
+@rules_cache_options
 @click.option("-o", "--output", type=click.Choice(["json", "text"]), default="json")
 def command(filename, old, operation, snapshot, no_derive, rules, output):
     """Judge one object as the admission webhooks would and print the AdmissionReview.

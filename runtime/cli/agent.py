@@ -21,6 +21,7 @@ from probes.backend import BACKEND_ENV, BACKENDS, select_backend
 from runtime.agent.dra import AUTO, BACKEND as DRA, DraBackend, cluster_publishes_for, publishes_for, slices_from_file
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
+from runtime.cli.common import rules_cache_options
 from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
@@ -72,6 +73,7 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
                    "(Prometheus) over HTTP on port N, for kubelet probes and scrapes")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
+@rules_cache_options(log=True)
 @log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
             node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, resourceslices=None, health_port=None,

@@ -2,6 +2,9 @@
 
 Bad input never ends in a traceback: a broken rule file, an unreadable snapshot or an unknown kind
 prints one clear message per problem on stderr and exits with code 2.
+
+This module is imported by every subcommand, so it imports the engine, the rules and the snapshots
+only inside the functions that use them (issue 24 item 2): ``--help`` of a command stays light.
 """
 from __future__ import annotations
 
@@ -9,27 +12,56 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 import click
-import yaml
 
-from runtime.engine.admission import AdmissionEngine
-from runtime.engine.policy import Policy
-from runtime.engine.snapshot import SnapshotError
-from runtime.report.tables import UnknownKindError
-from runtime.rules.cel import CelEvalError
-from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
-from runtime.snapshots import load_snapshot
+from runtime.rules import compiledcache
+from runtime.rules.loader import DEFAULT_RULES_DIR
+
+if TYPE_CHECKING:
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import RuleLoadError
 
 EXIT_BAD_INPUT = 2
 
 
-def rules_option(func: Callable) -> Callable:
-    """``--rules DIR`` (default: the installed rules/, or env ACCELPOLICY_RULES)."""
-    return click.option("--rules", "rules_dir", type=click.Path(file_okay=False, path_type=Path),
-                        envvar="ACCELPOLICY_RULES", default=DEFAULT_RULES_DIR, show_default=True,
-                        help="Directory of rule files (rules/README.md).")(func)
+def rules_option(func: Callable | None = None, *, log: bool = False) -> Callable:
+    """``--rules DIR`` (default: the installed rules/, or env ACCELPOLICY_RULES), with the compiled-rules
+    cache options (:func:`rules_cache_options`; ``log`` as there). ``@rules_option`` or ``@rules_option(log=True)``."""
+    def decorate(command: Callable) -> Callable:
+        return click.option(
+            "--rules", "rules_dir", type=click.Path(file_okay=False, path_type=Path),
+            envvar="ACCELPOLICY_RULES", default=DEFAULT_RULES_DIR, show_default=True,
+            help="Directory of rule files (rules/README.md).")(rules_cache_options(command, log=log))
+    return decorate(func) if func is not None else decorate
+
+
+def rules_cache_options(func: Callable | None = None, *, log: bool = False) -> Callable:
+    """``--rules-cache DIR`` and ``--no-rules-cache``: where this process keeps compiled rules
+    (:mod:`runtime.rules.compiledcache`). They configure the process and are not passed to the command.
+    A damaged cache entry is reported as ``warning: ...`` on stderr, or in the log when ``log``
+    (the long-running commands, whose stderr is their log)."""
+    def decorate(command: Callable) -> Callable:
+        def apply(ctx: click.Context, param: click.Parameter, value) -> None:
+            if "accelpolicy.rules_cache" not in ctx.meta:  # the choice lasts as long as the command
+                ctx.call_on_close(compiledcache.reset)
+            chosen = ctx.meta.setdefault("accelpolicy.rules_cache", {})
+            chosen[param.name] = value
+            directories = [] if chosen.get("no_rules_cache") else (
+                [chosen["rules_cache"]] if chosen.get("rules_cache") else compiledcache.default_directories())
+            compiledcache.configure(directories, None if log else warn_one)
+
+        command = click.option(
+            "--no-rules-cache", is_flag=True, expose_value=False, callback=apply,
+            help="Compile the rules without reading or writing the compiled-rules cache.")(command)
+        return click.option(
+            "--rules-cache", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+            expose_value=False, callback=apply,
+            help="Where compiled rules are kept, so unchanged rule files load without parsing "
+                 "(default: $ACCELPOLICY_RULES_CACHE, 'off' for none; else ~/.cache/accelpolicy/rules, "
+                 "under $XDG_CACHE_HOME when set).")(command)
+    return decorate(func) if func is not None else decorate
 
 
 def snapshot_option(func: Callable) -> Callable:
@@ -45,7 +77,7 @@ def fail(message: str) -> NoReturn:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def _refused(exc: RuleLoadError) -> str:
+def _refused(exc: "RuleLoadError") -> str:
     return "rule files refused (the previous rules, if any, stay in force):\n" + "\n".join(
         f"  {problem}" for problem in exc.problems)
 
@@ -54,6 +86,11 @@ def bad_input_exits(func: Callable) -> Callable:
     """Turn the known bad-input errors into a message on stderr and exit code 2."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from runtime.engine.snapshot import SnapshotError
+        from runtime.report.tables import UnknownKindError
+        from runtime.rules.cel import CelEvalError
+        from runtime.rules.loader import RuleLoadError
+
         try:
             return func(*args, **kwargs)
         except RuleLoadError as exc:
@@ -65,21 +102,28 @@ def bad_input_exits(func: Callable) -> Callable:
     return wrapper
 
 
-def load_policy(rules_dir: Path | str | None) -> Policy:
+def load_policy(rules_dir: Path | str | None) -> "Policy":
     """Load and compile the rule files (default directory when None); RuleLoadError on any problem."""
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+
     return Policy(load_rules(rules_dir or DEFAULT_RULES_DIR))
 
 
-def policy_from(rules: Path | str | None) -> Policy:
+def policy_from(rules: Path | str | None) -> "Policy":
     """:func:`load_policy`; a broken rule file exits 2 listing every problem."""
+    from runtime.rules.loader import RuleLoadError
+
     try:
         return load_policy(rules)
     except RuleLoadError as exc:
         fail(_refused(exc))
 
 
-def engine_from(policy: Policy):
+def engine_from(policy: "Policy"):
     """The AdmissionEngine of ``policy``; a dangling ``paramsFrom``/``builtin`` exits 2."""
+    from runtime.engine.admission import AdmissionEngine
+
     try:
         return AdmissionEngine(policy)
     except KeyError as exc:
@@ -88,6 +132,9 @@ def engine_from(policy: Policy):
 
 def snapshot_from(paths: tuple[str, ...]):
     """The snapshot of ``paths`` (None when empty); unreadable input exits 2."""
+    from runtime.engine.snapshot import SnapshotError
+    from runtime.snapshots import load_snapshot
+
     if not paths:
         return None
     try:
@@ -113,6 +160,8 @@ def offline_snapshot(policy: Policy, paths: tuple[str, ...]):
 def emit(objects: list[dict], output: str, as_list: bool = True, stream: bool = False) -> None:
     """Print objects as kubectl does: a ``v1 List`` (or the single object when ``as_list`` is false) in
     YAML or JSON; ``stream`` prints a multi-document YAML stream instead (for ``kubectl apply -f -``)."""
+    import yaml
+
     if stream and output == "yaml":
         click.echo(yaml.safe_dump_all(objects, sort_keys=False, width=200, explicit_start=True).rstrip("\n"))
         return
@@ -124,5 +173,11 @@ def emit(objects: list[dict], output: str, as_list: bool = True, stream: bool = 
 
 
 def warn(messages) -> None:
+    """Print each message as ``warning: <message>`` on stderr."""
     for message in messages:
-        click.echo(f"warning: {message}", err=True)
+        warn_one(message)
+
+
+def warn_one(message: str) -> None:
+    """Print ``warning: <message>`` on stderr."""
+    click.echo(f"warning: {message}", err=True)

@@ -39,7 +39,7 @@ from runtime.kube.session import KubeApiError, KubeConfigError, connect
 @click.command("controller")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount).")
-@rules_option
+@rules_option(log=True)
 @click.option("--once", is_flag=True, help="Reconcile once and exit (no leader election).")
 @click.option("--coalesce-seconds", type=click.FloatRange(min=0), default=0.2, show_default=True,
               help="How long watch events are gathered before a reconcile.")

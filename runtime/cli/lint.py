@@ -12,12 +12,13 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import fail
+from runtime.cli.common import fail, rules_cache_options
 from runtime.rules.loader import rule_problems
 
 
 @click.command("lint")
 @click.argument("directory", type=click.Path(path_type=Path), metavar="DIR")
+@rules_cache_options
 def command(directory: Path) -> None:
     """Check a rules directory without loading it: print every problem of every file.
 

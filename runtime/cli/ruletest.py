@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import fail, policy_from
+from runtime.cli.common import fail, policy_from, rules_cache_options
 from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case
 
 
@@ -14,6 +14,7 @@ from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case
 @click.argument("rules_dir", default="rules", type=click.Path(file_okay=False))
 @click.option("-k", "match", default="", help="only cases whose suite::name contains this text")
 @click.option("-v", "--verbose", is_flag=True, help="list every case, not only failures")
+@rules_cache_options
 def command(rules_dir, match, verbose):
     """Run every AdmissionTests and DraDriverTests suite under RULES_DIR/tests; exit 1 when a case fails.
 

@@ -6,7 +6,7 @@ import tempfile
 import click
 from loguru import logger
 
-from runtime.cli.common import engine_from, fail, policy_from, snapshot_from
+from runtime.cli.common import engine_from, fail, policy_from, rules_cache_options, snapshot_from
 from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.admission import admission_view
 
@@ -14,6 +14,7 @@ _OPTIONS = (
     click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
                  help="rules directory (default: the installed rules/, or env "
                       "ACCELPOLICY_RULES)"),
+    rules_cache_options(log=True),
     click.option("--cert", default=None, help="serving certificate (PEM)"),
     click.option("--key", default=None, help="serving private key (PEM)"),
     click.option("--self-signed", "self_signed_dir", default=None, metavar="DIR",

@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from runtime.controller.plan import Verb
+from runtime.kube.held import CacheBytesCollector
 
 # Views (spec/four-view.md §2, pools.md §10.2) -> the InstanceType status field that publishes them
 # (crds/worker.gpustack.ai_instancetypes.yaml). Units: ex accelerators, sh shares, sl VRAM percent,
@@ -152,6 +153,7 @@ class ControllerMetrics:
         self._lock = threading.Lock()
         self.collector = ControllerCollector(before_scrape=self.count_writes)
         self.registry.register(self.collector)
+        self.registry.register(CacheBytesCollector(lambda: self.controller.cache.caches if self.controller else None))
         self.reconcile_seconds = Histogram("accelpolicy_reconcile_seconds", "Time one reconcile pass took",
                                            buckets=RECONCILE_BUCKETS, registry=self.registry)
         self.reconcile_errors = Counter("accelpolicy_reconcile_errors",

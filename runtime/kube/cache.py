@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 from loguru import logger
 
 from runtime.engine.snapshot import Snapshot
+from runtime.kube.held import held as held_form
 from runtime.kube.session import KubeApiError
 
 EventCallback = Callable[[str, str, dict], None]
@@ -216,7 +217,7 @@ class KindCache:
             for obj in page.get("items") or []:
                 obj.setdefault("kind", self.kind)
                 obj.setdefault("apiVersion", api_version)
-                items[_key(obj)] = obj
+                items[_key(obj)] = held_form(self.kind, obj)  # runtime/kube/held.py: what is kept of each kind
             meta = page.get("metadata") or {}
             cont = meta.get("continue")
             if not cont:
@@ -279,6 +280,7 @@ class KindCache:
             self.on_event(self.kind, kind, obj)
 
     def _store(self, obj: dict) -> None:
+        obj = held_form(self.kind, obj)  # runtime/kube/held.py: what is kept of each kind
         key, version = _key(obj), _rv(obj)
         with self._lock:
             held = self._items.get(key)

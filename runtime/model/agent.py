@@ -54,8 +54,9 @@ class AgentSettingNames(Strict):
     mixedOnNode: str
 
 
-class ProfileRewrite(Strict):
-    manufacturer: str
+class Rewrite(Strict):
+    """A regular-expression rewrite of a text (Python ``re.sub`` syntax); the pattern must compile."""
+
     pattern: str
     replacement: str
 
@@ -64,6 +65,10 @@ class ProfileRewrite(Strict):
     def _compiles(cls, value: str) -> str:
         re.compile(value)
         return value
+
+
+class ProfileRewrite(Rewrite):
+    manufacturer: str
 
 
 class CapacityKeys(Strict):

@@ -11,12 +11,12 @@ Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
 """
 from __future__ import annotations
 
-import re
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from runtime.model import rulefiles
+from runtime.model.agent import Rewrite
 from runtime.model.rulefiles import Strict
 
 
@@ -43,19 +43,6 @@ class DeviceField(Strict):
         if self.capacity:
             return f"capacity {self.capacity}"
         return "device name"
-
-
-class Rewrite(Strict):
-    """A regular-expression rewrite of a fact's text (Python ``re.sub`` syntax)."""
-
-    pattern: str
-    replacement: str
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        re.compile(value)
-        return value
 
 
 class DriverFacts(Strict):

@@ -12,6 +12,12 @@ Its activation resolves every name the program reads through ``typing.cast(Union
 ``Union`` subscription costs ~14 us a call (about 15 % of a slice Pod review, issue 16): programs here run
 with :class:`_Activation`, the same resolution without it.
 
+An expression is compiled in two steps: its lark tree is transpiled to a Python code object
+(:func:`transpile`), and :func:`program_from_code` binds that code object to a fresh activation. The
+loader keeps the code objects of a rules directory in its compiled-rules cache
+(:mod:`runtime.rules.compiledcache`), so a warm start evaluates the very same code without building
+cel-python's lark parser or parsing anything; the parser is built on the first parse, not at import.
+
 Pure expressions are memoised per activation (`CelExpression.evaluate` with ``memo=True``): rule
 evaluation has no clock, no I/O and no environment, so equal inputs give equal outputs. The memo is
 keyed by type-tagged digests and bounded by entries and bytes (:mod:`runtime.rules.memo`).
@@ -19,6 +25,7 @@ keyed by type-tagged digests and bounded by entries and bytes (:mod:`runtime.rul
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -41,7 +48,8 @@ _MISSING = object()
 class _Activation(_celeval.Activation):
     """cel-python's Activation with the name resolution of its ``__getattr__`` (value, else container,
     else annotation; a name not found is a function) minus its per-call ``typing.cast(Union[...])``
-    and debug logging; ``clone()`` (one per evaluation) keeps the class."""
+    and debug logging; ``clone()`` (one per evaluation) and ``nested_activation()`` (one per macro
+    body) keep the class."""
 
     def clone(self) -> "_Activation":
         """A copy with its own identifiers (cel-python's ``Activation.clone``)."""
@@ -50,6 +58,13 @@ class _Activation(_celeval.Activation):
         clone.functions = self.functions.copy()
         clone.package = self.package
         return clone
+
+    def nested_activation(self, annotations: Any = None, vars: Any = None) -> "_Activation":  # noqa: A002
+        """cel-python's ``nested_activation`` (a macro's bound variable over this activation), keeping
+        the class: without it, every name a ``map``/``filter``/``all``/``exists`` body reads went
+        through cel-python's own ``__getattr__`` again."""
+        return _Activation(annotations=annotations, vars=vars, functions=self.functions, package=self.package,
+                           based_on=self)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -76,7 +91,53 @@ class _Runner(celpy.CompiledRunner):
                            functions=self.functions)
 
 
-_ENV = celpy.Environment(runner_class=_Runner)
+_ENV: celpy.Environment | None = None
+# cel-python's Environment raises the recursion limit for CEL's nesting minimums; a process that only
+# runs cached programs never builds one, so the limit is raised here, as importing this module always did.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 2500))
+
+
+def environment() -> celpy.Environment:
+    """The one cel-python Environment (transpiling runner), built on first use: building it builds
+    cel-python's lark parser (~0.3 s), which a start from the compiled-rules cache never needs."""
+    global _ENV
+    with _LOCK:
+        if _ENV is None:
+            _ENV = celpy.Environment(runner_class=_Runner)
+        return _ENV
+
+
+class _Program:
+    """A transpiled CEL expression ready to evaluate: cel-python's ``Transpiler`` around a code object,
+    without the parse tree it came from. ``evaluate(context)`` is cel-python's own
+    ``Transpiler.evaluate`` (the ``CompiledRunner`` interface), so a program built from a cached code
+    object and one just transpiled run the same code the same way."""
+
+    __slots__ = ("tp",)
+
+    def __init__(self, code: Any):
+        tp = _celeval.Transpiler.__new__(_celeval.Transpiler)
+        tp.ast = None
+        tp.base_activation = tp.activation = _base_activation()
+        tp.executable_code = code
+        self.tp = tp
+
+    def evaluate(self, context: Any) -> Any:
+        """cel-python's ``CompiledRunner.evaluate``: a CEL value, or a ``CELEvalError`` raised or returned."""
+        return self.tp.evaluate(context)
+
+
+_BASE: _Activation | None = None
+
+
+def _base_activation() -> _Activation:
+    """The base activation every program starts from: the annotations celpy.Environment() folds in (the
+    protobuf well-known type names) and the function table. One for all programs: an evaluation works
+    on a clone (``Transpiler.evaluate``), so nothing writes to it once built."""
+    global _BASE
+    if _BASE is None:
+        _BASE = _Activation(annotations=dict(celpy.googleapis), functions=celfunctions.FUNCTIONS)
+    return _BASE
 
 
 class CelCompileError(ValueError):
@@ -167,6 +228,25 @@ def _describe(exc: BaseException) -> str:
     return ": ".join(dict.fromkeys(parts)) or str(exc)
 
 
+def transpile(tree: Any) -> Any:
+    """The Python code object cel-python's transpiler makes of the parse tree ``tree`` (from
+    :func:`runtime.rules.celnames.parse`); :func:`program_from_code` makes it a program.
+
+    Raises :class:`CelCompileError` when the transpiler rejects a construct.
+    """
+    with _LOCK:
+        try:
+            return _Runner(environment(), tree, celfunctions.FUNCTIONS).tp.executable_code
+        except Exception as exc:  # transpiler rejects some constructs
+            raise CelCompileError(f"CEL program error: {exc}") from exc
+
+
+def program_from_code(source: str, where: str, code: Any) -> CelExpression:
+    """The :class:`CelExpression` of ``source`` whose program runs ``code`` (from :func:`transpile`, or
+    the compiled-rules cache); ``where`` names its origin for error messages."""
+    return CelExpression(source=source, where=where, _program=_Program(code))
+
+
 def compile_expression(source: str, where: str = "<expr>") -> CelExpression:
     """Compile ``source`` once, bound to the custom-function table.
 
@@ -176,13 +256,9 @@ def compile_expression(source: str, where: str = "<expr>") -> CelExpression:
         raise CelCompileError("expression must be a non-empty string")
     with _LOCK:
         try:
-            ast = _ENV.compile(source)
+            ast = environment().compile(source)
         except celpy.CELParseError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "syntax error"
             raise CelCompileError(f"CEL syntax error: {first}", getattr(exc, "line", None),
                                   getattr(exc, "column", None)) from exc
-        try:
-            program = _ENV.program(ast, functions=celfunctions.FUNCTIONS)
-        except Exception as exc:  # transpiler rejects some constructs
-            raise CelCompileError(f"CEL program error: {exc}") from exc
-    return CelExpression(source=source, where=where, _program=program)
+    return program_from_code(source, where, transpile(ast))

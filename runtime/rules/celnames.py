@@ -35,7 +35,15 @@ STANDARD_FUNCTIONS = frozenset({
     "getMinutes", "getMonth", "getSeconds", "null_type",
 })
 _PARSER_LOCK = threading.Lock()
-_PARSER = celpy.Environment(runner_class=celpy.CompiledRunner)  # the parser is shared class-wide: same tree class as runtime.rules.cel
+_PARSER: Optional[celpy.Environment] = None  # built on the first parse: a start from the compiled-rules cache parses nothing
+
+
+def _parser() -> celpy.Environment:
+    """cel-python's parser (shared class-wide, the tree class of runtime.rules.cel's transpiler)."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = celpy.Environment(runner_class=celpy.CompiledRunner)
+    return _PARSER
 
 
 @dataclass(frozen=True)
@@ -81,17 +89,26 @@ def _describe(exc: BaseException | None) -> str:
     return str(exc).splitlines()[0] if exc is not None and str(exc) else "syntax error"
 
 
-def parse(source: str) -> "lark.Tree | CelSyntaxError":
-    """The parse tree of ``source``, or a :class:`CelSyntaxError` with the parser's line, column, message."""
+def parse(source: str, memo: Optional[dict] = None) -> "lark.Tree | CelSyntaxError":
+    """The parse tree of ``source``, or a :class:`CelSyntaxError` with the parser's line, column, message.
+
+    ``memo`` (source -> result), when given, is read and filled: one load of a rules directory parses
+    each distinct expression once for its syntax check, its transpilation and its name checks.
+    """
+    if memo is not None and source in memo:
+        return memo[source]
     if not isinstance(source, str) or not source.strip():
         return CelSyntaxError(1, 1, "expression must be a non-empty string")
     with _PARSER_LOCK:
         try:
-            return _PARSER.compile(source)
+            found = _parser().compile(source)
         except celpy.CELParseError as exc:
             line = getattr(exc, "line", None) or 1
             column = getattr(exc, "column", None) or 1
-            return CelSyntaxError(line, column, f"CEL syntax error: {_describe(exc.__context__)}")
+            found = CelSyntaxError(line, column, f"CEL syntax error: {_describe(exc.__context__)}")
+    if memo is not None:
+        memo[source] = found
+    return found
 
 
 def _child_trees(node: lark.Tree) -> list[lark.Tree]:
@@ -234,9 +251,9 @@ def check_names(tree: lark.Tree, names: Names) -> list[NameProblem]:
     return sorted(walker.problems, key=lambda p: (p.line, p.column))
 
 
-def check(source: str, names: Optional[Names]) -> list["CelSyntaxError | NameProblem"]:
-    """Parse ``source`` and check its names (``names`` None: syntax only)."""
-    tree = parse(source)
+def check(source: str, names: Optional[Names], memo: Optional[dict] = None) -> list["CelSyntaxError | NameProblem"]:
+    """Parse ``source`` (through ``memo``, see :func:`parse`) and check its names (``names`` None: syntax only)."""
+    tree = parse(source, memo)
     if isinstance(tree, CelSyntaxError):
         return [tree]
     return [] if names is None else list(check_names(tree, names))

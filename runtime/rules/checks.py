@@ -94,15 +94,16 @@ def _leaves(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
 
 
 class _Checker:
-    def __init__(self, settings: Optional[frozenset[str]], params_tables: dict[str, dict]):
+    def __init__(self, settings: Optional[frozenset[str]], params_tables: dict[str, dict], parsed: Optional[dict] = None):
         self.settings = settings
         self.params_tables = params_tables
+        self.parsed = parsed
         self.problems: list[StaticProblem] = []
 
     def expression(self, file: str, doc: SourceDocument, path: tuple, expr: Expr,
                    names: Optional[celnames.Names]) -> None:
         full = ("spec",) + path
-        for found in celnames.check(str(expr), names):
+        for found in celnames.check(str(expr), names, self.parsed):
             offset = _offset(str(expr), found.line, found.column)
             line, column = doc.position_in(full, offset)
             self.problems.append(StaticProblem(file, line, column, dotted(full), found.message))
@@ -224,8 +225,11 @@ def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: Admissio
         scope.mutation(i, m, declared)
 
 
-def check_documents(documents: list) -> list[StaticProblem]:
+def check_documents(documents: list, parsed: Optional[dict] = None) -> list[StaticProblem]:
     """Static problems of loaded rule documents (``RuleFile`` objects that carry their ``source``).
+
+    ``parsed`` (CEL source -> parse tree or syntax error, :func:`runtime.rules.celnames.parse`) reuses
+    the loader's parses.
 
     Every Expr field is syntax-checked; listed fields (:data:`ACTIVATIONS`, AdmissionPolicy) also have
     their names checked; setting names in :data:`SETTING_FIELDS` must be in the SettingCatalog.
@@ -237,7 +241,7 @@ def check_documents(documents: list) -> list[StaticProblem]:
             settings = frozenset(s.name for s in doc.spec.settings)
         elif doc.kind == "AdmissionParams":
             tables[doc.name] = dict(doc.spec.values)
-    checker = _Checker(settings, tables)
+    checker = _Checker(settings, tables, parsed)
     for doc in documents:
         source = doc.source
         if source is None:

@@ -7,6 +7,11 @@ each rendered ``file:line:column field.path: message``. Besides the schema and C
 checks of :mod:`runtime.rules.checks` run on every document that validated: a CEL name that is not
 declared (in any branch), an unknown param, lookup, variable or setting refuses the set too. Nothing is half-loaded: callers keep the rules they
 had (the controller keeps its previous RuleSet when a reload fails).
+
+Each distinct CEL source is parsed once per load (its syntax check, its transpilation and its name
+checks share the tree) and transpiled once. Rules that load clean are kept in the compiled-rules cache
+(:mod:`runtime.rules.compiledcache`): the next load of the same bytes by the same code takes the
+documents and code objects from there, and still validates every document and links the vocabulary.
 """
 from __future__ import annotations
 
@@ -20,9 +25,8 @@ from pydantic import BaseModel, ValidationError
 
 from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, RuleDocument
-from runtime.rules import celnames
-from runtime.rules.cel import CelCompileError, compile_expression
-from runtime.rules.checks import check_documents
+from runtime.rules import compiledcache
+from runtime.rules.cel import CelCompileError, program_from_code, transpile
 from runtime.rules.vocabulary import link
 from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
 
@@ -120,7 +124,31 @@ def iter_rule_files(root: Path) -> Iterator[Path]:
     yield from sorted(found)
 
 
-def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, problems: list) -> None:
+class _Compiler:
+    """One load's CEL compilation: each distinct source parsed once (``parsed``, shared with the static
+    checks) and transpiled once (``code``: source -> code object, seeded from the compiled-rules cache)."""
+
+    def __init__(self, code: Optional[dict] = None):
+        self.parsed: dict = {}
+        self.code: dict = dict(code or {})
+
+    def compile(self, source: str, where: str):
+        """The CelExpression of ``source``; None when it does not parse (the static checks report it).
+
+        Raises CelCompileError when the transpiler refuses it."""
+        code = self.code.get(source)
+        if code is None:
+            from runtime.rules import celnames  # the parser: not imported by a load from the cache
+
+            tree = celnames.parse(source, self.parsed)
+            if isinstance(tree, celnames.CelSyntaxError):
+                return None
+            code = self.code[source] = transpile(tree)
+        return program_from_code(source, where, code)
+
+
+def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, problems: list,
+                   compiler: _Compiler) -> None:
     """Compile every Expr inside a validated model, recording problems with their lines.
 
     An expression that does not parse is left uncompiled here: :func:`check_documents` reports it
@@ -128,24 +156,26 @@ def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, prob
     """
     if isinstance(value, Expr):
         full = ("spec",) + path
-        if isinstance(celnames.parse(str(value)), celnames.CelSyntaxError):
-            problems.append(None)  # counted, reported by the static checks
-            return
         where = f"{file}:{doc.line_of(full)} {dotted(full)}"
         try:
-            value.program = compile_expression(str(value), where)
+            compiled = compiler.compile(str(value), where)
         except CelCompileError as exc:
             problems.append(RuleProblem(file, doc.line_of(full), dotted(full), str(exc), doc.column_of(full)))
+            return
+        if compiled is None:
+            problems.append(None)  # counted, reported by the static checks
+            return
+        value.program = compiled
         return
     if isinstance(value, BaseModel):
         for name in type(value).model_fields:
-            _compile_exprs(getattr(value, name), path + (name,), doc, file, problems)
+            _compile_exprs(getattr(value, name), path + (name,), doc, file, problems, compiler)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _compile_exprs(item, path + (key,), doc, file, problems)
+            _compile_exprs(item, path + (key,), doc, file, problems, compiler)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _compile_exprs(item, path + (i,), doc, file, problems)
+            _compile_exprs(item, path + (i,), doc, file, problems, compiler)
 
 
 def load_file(path: Path, display: str | None = None) -> tuple[list[RuleFile], list[RuleProblem]]:
@@ -153,23 +183,44 @@ def load_file(path: Path, display: str | None = None) -> tuple[list[RuleFile], l
 
     The cross-document checks (:mod:`runtime.rules.checks`) are not run here: see :func:`load_rules`.
     """
-    docs, problems, _ = _load_file(path, display)
+    docs, problems, _ = _load_file(path, display, _Compiler())
     return docs, problems
 
 
-def _load_file(path: Path, display: str | None) -> tuple[list[RuleFile], list[RuleProblem], list[RuleFile]]:
+def _read(path: Path, file: str) -> tuple[Optional[bytes], list[RuleProblem]]:
+    try:
+        return path.read_bytes(), []
+    except OSError as exc:
+        return None, [RuleProblem(file, 0, "<file>", f"cannot read: {exc.strerror or exc}")]
+
+
+def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optional[bytes] = None,
+               cached: Optional[list[tuple]] = None,
+               packed: Optional[dict] = None) -> tuple[list[RuleFile], list[RuleProblem], list[RuleFile]]:
     """``(documents, problems, validated)``: ``validated`` holds every document whose schema held
-    (even in a file with problems), for the static checks."""
+    (even in a file with problems), for the static checks. ``data`` is the file's bytes when already
+    read; ``cached`` its documents from the compiled-rules cache (``(value, line, lines, spans)``);
+    ``packed``, when given, receives the parsed documents for the cache (display name -> bytes)."""
     file = display or str(path)
     problems: list[RuleProblem] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        return [], [RuleProblem(file, 0, "<file>", f"cannot read: {exc.strerror or exc}")], []
-    try:
-        docs = load_documents(text)
-    except YamlSourceError as exc:
-        return [], [RuleProblem(file, exc.line, "<document>", str(exc), exc.column)], []
+    if data is None:
+        data, problems = _read(path, file)
+        if data is None:
+            return [], problems, []
+    try:  # as Path.read_text: UTF-8, universal newlines
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        return [], [RuleProblem(file, 0, "<file>", f"cannot read: {exc}")], []
+    if cached is not None:
+        docs = [SourceDocument(value=value, line=line, lines=lines, spans=spans, text=text)
+                for value, line, lines, spans in cached]
+    else:
+        try:
+            docs = load_documents(text)
+        except YamlSourceError as exc:
+            return [], [RuleProblem(file, exc.line, "<document>", str(exc), exc.column)], []
+        if packed is not None:
+            packed[file] = compiledcache.pack_documents(docs)
     out: list[RuleFile] = []
     validated: list[RuleFile] = []
     for doc in docs:
@@ -194,7 +245,7 @@ def _load_file(path: Path, display: str | None) -> tuple[list[RuleFile], list[Ru
             problems.extend(_pydantic_problems(exc, ("spec",), doc, file))
             continue
         before = len(problems)
-        _compile_exprs(spec, (), doc, file, problems)
+        _compile_exprs(spec, (), doc, file, problems, compiler)
         loaded = RuleFile(envelope.kind, envelope.metadata.name, spec, file, doc.line, doc)
         validated.append(loaded)
         if len(problems) == before:
@@ -230,18 +281,55 @@ def load_rules(root: Path | str | None = None) -> RuleSet:
     return ruleset
 
 
-def rule_problems(root_path: Path) -> tuple[list[RuleProblem], RuleSet]:
+def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | bool" = True) -> tuple[list[RuleProblem], RuleSet]:
     """Every problem of every rule file under ``root_path`` (schema, YAML, CEL syntax, static names)
     in file, line, column order, and the documents that loaded (a RuleSet only usable when no problem).
 
     This is ``accelpolicy lint``; :func:`load_rules` refuses the set when the list is not empty.
+    ``cache``: the compiled-rules cache to read and fill (True: :func:`runtime.rules.compiledcache.active`,
+    None or False: none). A hit gives the same documents, programs and (no) problems as a compile.
     """
+    store = compiledcache.active() if cache is True else (cache or None)
+    files: list[tuple[Path, str, Optional[bytes]]] = []
+    unread: list[RuleProblem] = []
+    for path in iter_rule_files(root_path):
+        display = str(path.relative_to(root_path.parent)) if root_path.parent != path else str(path)
+        data, problems = _read(path, display)
+        files.append((path, display, data))
+        unread.extend(problems)
+    key = store.key([(display, data) for _, display, data in files]) if store is not None and not unread else None
+    entry = store.load(key) if key is not None else None
+    if entry is not None:
+        try:
+            problems, ruleset = _assemble(root_path, files, _Compiler(entry.code), entry)
+        except Exception as exc:  # noqa: BLE001 - an entry whose checksum held but whose content does not rebuild
+            problems, ruleset = [RuleProblem(str(root_path), 0, "<cache>", repr(exc))], None
+        if not problems:
+            return problems, ruleset
+        store.damaged(entry.path or store.path(key), "does not rebuild these rules")
+    compiler = _Compiler()
+    packed: Optional[dict] = {} if key is not None else None
+    problems, ruleset = _assemble(root_path, files, compiler, None, packed)
+    if key is not None and not problems:
+        store.save(key, packed, compiler.code)
+    return problems, ruleset
+
+
+def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], compiler: _Compiler,
+              entry: "compiledcache.Entry | None", packed: Optional[dict] = None) -> tuple[list[RuleProblem], RuleSet]:
+    """Load ``files`` (path, display name, bytes or None when unreadable) into a RuleSet and find every
+    problem; ``entry``: the compiled-rules cache's entry for these files (their documents and code; the
+    static checks, which its rules passed when it was written, are then not run again); ``packed``
+    receives each file's parsed documents for a new entry."""
     problems: list[RuleProblem] = []
     ruleset = RuleSet(root=str(root_path))
     validated: list[RuleFile] = []
-    for path in iter_rule_files(root_path):
-        display = str(path.relative_to(root_path.parent)) if root_path.parent != path else str(path)
-        docs, file_problems, checked = _load_file(path, display)
+    for path, display, data in files:
+        if data is None:
+            problems.extend(_read(path, display)[1])
+            continue
+        docs, file_problems, checked = _load_file(path, display, compiler, data,
+                                                  None if entry is None else entry.documents(display), packed)
         validated.extend(checked)
         problems.extend(file_problems)
         for doc in docs:
@@ -253,7 +341,11 @@ def rule_problems(root_path: Path) -> tuple[list[RuleProblem], RuleSet]:
                                             doc.source.column_of(("metadata", "name")) if doc.source else 0))
                 continue
             ruleset.documents[key] = doc
-    problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in check_documents(validated))
+    if entry is None:
+        from runtime.rules.checks import check_documents  # not imported by a load from the cache
+
+        problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column)
+                        for p in check_documents(validated, compiler.parsed))
     problems.sort(key=lambda p: (p.file, p.line, p.column))
     if not problems:  # a broken file may be the one holding a required kind: report that first
         for kind in REQUIRED_KINDS:

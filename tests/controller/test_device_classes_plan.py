@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from runtime.controller.deviceclasses import plan_device_classes
 from runtime.controller.plan import Verb
 from runtime.engine.pools.deviceclasses import device_class_mappings, device_classes
@@ -60,3 +62,62 @@ def test_only_owned_classes_no_row_derives_are_deleted(policy):
 def test_a_class_being_deleted_is_recreated_only_once_gone(policy):
     deleting = live(NVIDIA_CLASS, deletionTimestamp="2026-01-01T00:00:00Z")
     assert plan_device_classes(policy, Snapshot.from_objects([deleting])) == []
+
+
+# --- the feature check (runtime/controller/deviceclasses.py DeviceClassFeature) -----------------------
+class _Ref:
+    def path(self, namespace=None, name=None):
+        return "/apis/resource.k8s.io/v1/deviceclasses" + (f"/{name}" if name else "")
+
+
+class _Session:
+    """A session whose server serves DeviceClasses or not, and answers the dry-run create with ``answer``."""
+
+    def __init__(self, served=True, answer=None, error=None):
+        self.served, self.answer, self.error, self.calls = served, answer, error, []
+
+    def ref(self, kind):
+        from runtime.kube.session import KubeApiError
+        if not self.served:
+            raise KubeApiError(404, "NotFound", f"the server does not serve {kind} (resource.k8s.io/v1)")
+        return _Ref()
+
+    def call(self, method, path, body=None, query=None):
+        self.calls.append((method, path, query))
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+MISSING = ("the cluster does not serve resource.k8s.io/v1 deviceclasses with spec.extendedResourceName (Kubernetes' "
+           "DRA extended-resource feature); no DeviceClass is derived for the DRA drivers gpu.nvidia.com, so Pods on "
+           "nodes whose accelerators come from DRA cannot get them through nvidia.com/gpu")
+
+
+def _check(policy, session):
+    from runtime.controller.deviceclasses import DeviceClassFeature
+    events = []
+    feature = DeviceClassFeature(session)
+    return feature, feature.check(policy, "gpustack-system", events.append), events
+
+
+def test_a_server_keeping_the_field_takes_the_classes_after_a_dry_run(policy):
+    session = _Session(answer=NVIDIA_CLASS)
+    feature, available, events = _check(policy, session)
+    assert available and feature.served and events == []
+    assert session.calls == [("post", "/apis/resource.k8s.io/v1/deviceclasses", {"dryRun": "All"})]
+
+
+@pytest.mark.parametrize("session, why", [
+    (_Session(served=False), "404 NotFound: the server does not serve DeviceClass (resource.k8s.io/v1)"),
+    (_Session(answer={**NVIDIA_CLASS, "spec": {"selectors": NVIDIA_CLASS["spec"]["selectors"]}}),
+     "spec.extendedResourceName is dropped by the server"),
+])
+def test_without_the_feature_a_warning_event_and_nothing_derived(policy, session, why):
+    feature, available, events = _check(policy, session)
+    assert not available
+    (event,) = events
+    assert (event["type"], event["reason"], event["message"]) == ("Warning", "DeviceClassesNotDerived", f"{MISSING} ({why})")
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Namespace", "name": "gpustack-system",
+                                       "namespace": "gpustack-system"}
+    assert event["metadata"]["namespace"] == "gpustack-system"

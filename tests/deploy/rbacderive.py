@@ -18,6 +18,7 @@ new API call makes the RBAC test fail until it is accounted for.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -76,6 +77,13 @@ def _functions(tree: ast.AST):
                                      type_ignores=[])
 
 
+@functools.lru_cache(maxsize=None)
+def _imported_consts(rel: str) -> dict[str, str]:
+    """:func:`_module_consts` of an imported module, once per module (import chains share modules:
+    without it the walk grows exponentially with their depth)."""
+    return _module_consts(_tree(rel))
+
+
 def _module_consts(tree: ast.Module) -> dict[str, str]:
     out = {}
     for node in tree.body:
@@ -86,7 +94,7 @@ def _module_consts(tree: ast.Module) -> dict[str, str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runtime."):
             src = node.module.replace(".", "/") + ".py"
             if (REPO / src).exists():
-                consts = _module_consts(_tree(src))
+                consts = _imported_consts(src)
                 for alias in node.names:
                     if alias.name in consts:
                         out[alias.asname or alias.name] = consts[alias.name]

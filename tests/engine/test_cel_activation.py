@@ -55,3 +55,11 @@ def test_program_activation_is_ours_and_clones_keep_it():
     assert type(program.tp.base_activation.clone()) is cel._Activation
     assert _ours("a + b.c") == ("value", 3)
     assert _ours("missing + 1")[0] == "error"
+
+
+def test_macro_bodies_evaluate_with_our_activation_too():
+    program = cel.compile_expression("b.items.map(x, x * a)", "test")._program
+    nested = program.tp.base_activation.nested_activation(vars={"x": 1})
+    assert type(nested) is cel._Activation
+    assert nested.identifiers.parent is program.tp.base_activation.identifiers
+    assert _ours("b.items.filter(x, x > a).map(y, y + a)") == _stock("b.items.filter(x, x > a).map(y, y + a)")
