@@ -5,14 +5,15 @@ Runs on the ``--cluster=kind`` stack after the seed walkthrough (and the attack 
 DRA worker (e2e/kind/stack.py ``dra_nodes``: the fourth worker, parked since the cluster came up: no
 kubelet, no Node object, so nothing of the walkthrough saw it). Here:
 
-1. **join**: its kubelet starts (the Node registers again), the DRA driver stand-in
-   (e2e/kind/kind_draplugin, driver ``gpu.nvidia.com``) publishes its A10G (kind_draplugin/nodes/
-   node-a10g-dra.yaml) as a ResourceSlice, and accelpolicy's agent runs there with ``--backend=dra``
-   (the chart's DaemonSet with its image, ServiceAccount, RBAC and rules; args ``--backend=dra`` and
-   ``--cpuinfo`` of the seed node-a10g's CPU, so the node groups with node-a10g; the chart's own
-   DaemonSet is kept to the seed's nodes, stack.py). No device plugin runs there. The A10G pools gain
-   one exclusive accelerator (EX +1), their SH/SL/PT are unchanged (a DRA accelerator offers the
-   exclusive view only, spec/dra.md §2); no ResourceFlavor is added (same CPU, same count);
+1. **join**: its kubelet starts (the Node registers again) and two DaemonSets start their Pods there,
+   as on a new node of a mixed cluster: the DRA driver stand-in (e2e/kind/kind_draplugin, driver
+   ``gpu.nvidia.com``), which publishes its A10G (kind_draplugin/nodes/node-a10g-dra.yaml) as a
+   ResourceSlice, and the chart's one agent DaemonSet, ``agent.backend: auto`` on every node
+   (stack.helm_values): on the seed nodes it reads their recorded facts, on this node the slice once
+   the driver publishes it (its recorded document holds node-a10g's CPU and no accelerator, so the node
+   groups with node-a10g). No device plugin runs there. The A10G pools gain one exclusive accelerator
+   (EX +1), their SH/SL/PT are unchanged (a DRA accelerator offers the exclusive view only, spec/dra.md
+   §2); no ResourceFlavor is added (same CPU, same count);
 2. ``kubectl get deviceclasses`` lists the class the controller derived (spec/dra.md §4), and
    ``accelpolicy explain instancetype`` on a snapshot of the live cluster names the DRA node and its
    source;
@@ -22,9 +23,10 @@ kubelet, no Node object, so nothing of the walkthrough saw it). Here:
    charges the ledger from that claim (mode 1, 1600k credits; the Pod's allocation annotation names
    the GPU) and the pools' EX remaining drops by one;
 4. the Instance deleted: the claim is unprepared and deleted, the ledger and EX remaining come back;
-5. **leave**: the agent and the stand-in removed, the kubelet stopped and the Node deleted (the
-   garbage collector removes its NodeFeatures, Devices and ResourceSlices, owned by the Node): every
-   table is the one this suite started from, for the suites after it.
+5. **leave**: the stand-in removed, the kubelet stopped and the Node deleted (its Pods, the chart
+   agent's among them, are deleted; the garbage collector removes its NodeFeatures, Devices and
+   ResourceSlices, owned by the Node): every table is the one this suite started from, for the suites
+   after it.
 """
 from __future__ import annotations
 
@@ -89,7 +91,6 @@ class DraRun:
         self.kube = Kube(self.t["kubectl"], cluster.kubeconfig)
         self.kubectl = cluster.kubectl
         self.steps: list[tuple[str, str, str]] = []
-        self.agent_objects: list[dict] = []
         self.before: dict[str, str] = {}              # kubectl get <kind> before the join
         self.status_before: dict[str, dict] = {}      # InstanceType name -> status before the join
         self.joined = ""                               # kubectl get instancetypes once joined
@@ -129,9 +130,6 @@ def dra(request):
     run = DraRun(cluster, cluster.stack.dra_nodes[0])
     yield run
     # leave, whatever happened: the suites after this one get the walkthrough's end state
-    for obj in reversed(run.agent_objects):
-        run.kubectl("delete", obj["kind"], obj["metadata"]["name"], "-n", SYSTEM, "--ignore-not-found",
-                    "--wait=true", "--timeout=120s", check=False, timeout=180)
     run.kubectl("-n", NS, "delete", "instance", INSTANCE, "--ignore-not-found", check=False)
     stop_driver(run.kube, run.node)
     leave_node(run.kube, run.node)
@@ -163,37 +161,65 @@ def test_dra_node_is_parked_and_the_gates_are_on(dra):
 
 
 # -- 1: join -------------------------------------------------------------------------------------------------
+AGENT = "gpustack-operator-device-manager"   # the chart's agent DaemonSet
+
+
+def agent_pod(dra, node: str) -> dict:
+    """The chart agent's Pod on ``node`` (not being deleted), or {}."""
+    pods = dra.get("pods", "-n", SYSTEM, "-l", "app.kubernetes.io/component=agent",
+                   f"--field-selector=spec.nodeName={node}").get("items", [])
+    return next((p for p in pods if not p["metadata"].get("deletionTimestamp")), {})
+
+
+def agent_log(dra, pod: dict) -> str:
+    return dra.kubectl("-n", SYSTEM, "logs", pod["metadata"]["name"], "-c", "agent", check=False).stdout
+
+
 def test_dra_node_joins_the_a10g_pool(dra):
-    from kind.draworker import cpuinfo_of, dra_agent_objects, driver_image, join_node, start_driver
-    from kind.stack import AGENT_LABEL, run
+    from kind.draworker import deploy_driver, driver_image, join_node, wait_driver
+    from kind.stack import run
     image = driver_image()
     env = {"PATH": f"{Path(__file__).parent / 'kind' / 'shim'}:{os.environ['PATH']}",
            "KIND_EXPERIMENTAL_PROVIDER": "docker"}
     run(dra.t["kind"], "load", "docker-image", "--name", dra.cluster.stack.cluster, "--nodes", dra.node, image,
         env=env, timeout=900)
     t0 = time.monotonic()
+    deploy_driver(dra.kube, dra.node, image)   # its Pod starts with the node, beside the chart agent's
     join_node(dra.kube, dra.node)
     node = dra.get("node", dra.node)
-    assert node["metadata"]["labels"][AGENT_LABEL] == "dra"
     assert not any(k.startswith("nvidia.com/") for k in node["status"]["allocatable"])   # no device plugin
-    [slice_] = start_driver(dra.kube, dra.node, image)
+    [slice_] = wait_driver(dra.kube, dra.node)
     assert (slice_["spec"]["driver"], slice_["spec"]["pool"]["name"]) == ("gpu.nvidia.com", dra.node)
     dra.slice = slice_["metadata"]["name"]
     dra.step("join", "Node registers Ready, no nvidia.com/* allocatable; 1 ResourceSlice (gpu.nvidia.com, gpu-0)",
              f"Ready; slice {slice_['metadata']['name']} devices {[d['name'] for d in slice_['spec']['devices']]}")
 
-    chart_ds = dra.get("daemonset", "gpustack-operator-device-manager", "-n", SYSTEM)
-    assert chart_ds["spec"]["template"]["spec"]["nodeSelector"] == {AGENT_LABEL: "recorded"}
-    dra.agent_objects = dra_agent_objects(chart_ds, cpuinfo_of("node-a10g"), AGENT_LABEL)
-    dra.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": dra.agent_objects}))
-    wait_until(f"Devices {dra.node} written by the dra agent", lambda: dra.get("devices", dra.node))
+    # the chart's one agent DaemonSet (auto on every node) runs there too and reads the slice
+    pod = wait_until(f"the chart agent's Pod on {dra.node}", lambda: agent_pod(dra, dra.node))
+    [owner] = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("DaemonSet", AGENT)
+    assert [a for a in pod["spec"]["containers"][0]["args"] if a.startswith("--backend")] == ["--backend=auto"]
+    wait_until(f"Devices {dra.node} written by the chart's agent", lambda: dra.get("devices", dra.node))
+    switched = f"backend auto: gpu.nvidia.com publish(es) slices for node {dra.node}: reading them (backend dra)"
+    log = wait_until("the agent's switch to the slices", lambda: (text := agent_log(dra, pod)) and switched in text
+                     and text)
+    fallback = f"backend auto: recorded facts /etc/accelpolicy/facts/{dra.node}.yaml for node {dra.node} until"
+    assert fallback in log
+    seed_a10g = dra.cluster.stack.kind_node["node-a10g"]
+    seed_log = agent_log(dra, agent_pod(dra, seed_a10g))
+    assert f"backend auto: recorded facts /etc/accelpolicy/facts/{seed_a10g}.yaml for node {seed_a10g} until" \
+        in seed_log
+    assert "reading them (backend dra)" not in seed_log
+    dra.step("agent", f"the chart's DaemonSet (--backend=auto) on {dra.node}: recorded CPU until the slice, then "
+             f"dra; on {seed_a10g}: its recorded facts", f"{pod['metadata']['name']}: '{switched}'; "
+             f"{seed_a10g}: recorded facts, never dra")
     want = shift_ex(rows(dra.before["instancetypes"]), +1)
     seconds = dra.wait_rows("instancetypes", want, "the DRA A10G in the A10G pools (EX +1)")
     joined = dra.table("instancetypes")
     dra.joined = joined
     a10g = {r["NAME"]: r[EX] for r in rows(joined) if A10G_GROUP in r["NAME"]}
     dra.step("pool", "A10G rows EX +1 (onceMax/remaining), SH/SL/PT unchanged, other rows unchanged",
-             f"{a10g} {time.monotonic() - t0:.0f}s after the kubelet start ({seconds:.0f}s after the agent)")
+             f"{a10g} {time.monotonic() - t0:.0f}s after the kubelet start ({seconds:.0f}s after Devices)")
     # no new flavor: the DRA node's (CPU group, 1 x A10G) flavor is node-a10g's
     dra.wait_rows("resourceflavor", rows(dra.before["resourceflavor"]), "the same ResourceFlavors", as_set=True)
     for name in a10g:   # the objects behind the rows: EX capacity +1, the other views as they were
@@ -263,6 +289,12 @@ def test_instance_gets_the_dra_gpu_and_the_ledger_charges_it(dra):
     assert pod["spec"]["nodeName"] == dra.node
     [main] = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # nothing else a DRA node lacks: no other extended resource in any container (the SSH sidecar's
+    # device.gpustack.ai/<m>.visibility would be one: this Instance has no sshPublicKey)
+    extended = {(c["name"], k) for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+                for part in ("limits", "requests") for k in (c.get("resources") or {}).get(part, {})
+                if k not in ("cpu", "memory", "ephemeral-storage")}
+    assert extended == {("main", "nvidia.com/gpu")}, extended
     status = pod["status"]["extendedResourceClaimStatus"]
     claim = dra.get("resourceclaim", status["resourceClaimName"], "-n", NS)
     [request] = claim["spec"]["devices"]["requests"]
@@ -306,16 +338,13 @@ def test_deleting_the_instance_frees_the_dra_gpu(dra):
 # -- 5: leave --------------------------------------------------------------------------------------------------
 def test_dra_node_leaves_and_the_tables_are_the_walkthroughs(dra):
     from kind.draworker import leave_node, node_slices, stop_driver
-    for obj in reversed(dra.agent_objects):
-        dra.kubectl("delete", obj["kind"], obj["metadata"]["name"], "-n", SYSTEM, "--wait=true", "--timeout=120s",
-                    timeout=180)
-    dra.agent_objects = []
     stop_driver(dra.kube, dra.node)
     leave_node(dra.kube, dra.node)
+    wait_until(f"the chart agent's Pod on {dra.node} deleted with the Node", lambda: not agent_pod(dra, dra.node))
     dra.wait_rows("instancetypes", rows(dra.before["instancetypes"]), "the walkthrough's table")
     dra.wait_rows("devices", rows(dra.before["devices"]), "the walkthrough's Devices", as_set=True)
     dra.wait_rows("resourceflavor", rows(dra.before["resourceflavor"]), "the walkthrough's flavors", as_set=True)
     assert node_slices(dra.kube, dra.node) == []
     assert not dra.get("nodefeatures.nfd.k8s-sigs.io", f"{dra.node}-gpustack-worker", "-n", SYSTEM)
-    dra.step("leave", "Node deleted; Devices/NodeFeatures/slices gone; instancetypes, devices, resourceflavor "
-             "tables = before the join", "as expected")
+    dra.step("leave", "Node deleted; its agent Pod, Devices, NodeFeatures and slices gone; instancetypes, devices, "
+             "resourceflavor tables = before the join", "as expected")

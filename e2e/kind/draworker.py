@@ -10,12 +10,12 @@ The node's join and leave (:func:`park_node`, :func:`join_node`, :func:`leave_no
 extra DRA worker is created with the cluster (kind cannot add a node later), then parked at once, before
 anything is installed: its kubelet stopped and its Node object deleted, so nothing (no agent, no
 Kueue/NFD Pod, no Instance) sees it while the seed walkthrough runs. The DRA suite starts its kubelet (the
-kubelet registers the Node again: the node joins) and at its end stops it and deletes the Node again (the
-agent's objects and the ResourceSlices have the Node as owner: the garbage collector removes them).
+kubelet registers the Node again: the node joins; the chart's agent DaemonSet, ``auto`` on every node, and
+the stand-in's start their Pods there) and at its end stops it and deletes the Node again (the agent's
+objects and the ResourceSlices have the Node as owner: the garbage collector removes them).
 """
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import time
@@ -128,9 +128,20 @@ def node_slices(kube: Kube, node: str, driver: str = DRIVER) -> list[dict]:
 def start_driver(kube: Kube, node: str, image: str, devices_file: Path = A10G_DEVICES, timeout: float = 240) -> list[dict]:
     """Run the stand-in on ``node``; wait until it is registered with the kubelet and its ResourceSlice
     is published; returns that node's slices. Raises DraWorkerError."""
+    deploy_driver(kube, node, image, devices_file)
+    return wait_driver(kube, node, timeout)
+
+
+def deploy_driver(kube: Kube, node: str, image: str, devices_file: Path = A10G_DEVICES) -> None:
+    """Apply the stand-in's objects for ``node`` (:func:`driver_objects`); its Pod starts once the node
+    is there (a parked node: when it joins, as a DRA driver's DaemonSet Pod does on a new node)."""
     objects = driver_objects(node, image, Path(devices_file).read_text())
     kube("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
 
+
+def wait_driver(kube: Kube, node: str, timeout: float = 240) -> list[dict]:
+    """Wait until the stand-in on ``node`` is registered with the kubelet and its ResourceSlice is
+    published; returns that node's slices. Raises DraWorkerError."""
     def registered():
         logs = kube("-n", NAMESPACE, "logs", f"daemonset/{NAME}", check=False)
         return logs.returncode == 0 and REGISTERED in logs.stdout
@@ -189,30 +200,3 @@ def cpuinfo_of(seed: str) -> str:
     cpu = yaml.safe_load((HERE.parents[1] / "probes" / "recorded" / f"{seed}.yaml").read_text())["cpu"]
     return (f"processor\t: 0\nvendor_id\t: {cpu['vendorId']}\ncpu family\t: {cpu['family']}\n"
             f"model\t\t: {cpu['model']}\nmodel name\t: {cpu['modelName']}\nstepping\t: 0\n\n")
-
-
-def dra_agent_objects(chart_ds: dict, cpuinfo: str, agent_label: str) -> list[dict]:
-    """The chart's agent DaemonSet as the DRA worker's: same image, ServiceAccount, rules and probes;
-    ``--backend=dra`` instead of the recorded facts, ``--cpuinfo`` from a ConfigMap; on the nodes
-    labelled ``<agent_label>=dra`` only. Returns [ConfigMap, DaemonSet]."""
-    ds = copy.deepcopy(chart_ds)
-    namespace = ds["metadata"]["namespace"]
-    name = ds["metadata"]["name"] + "-dra"
-    component = {"app.kubernetes.io/component": "agent-dra"}
-    labels = {**ds["metadata"].get("labels", {}), **component}
-    ds["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
-    ds.pop("status", None)
-    ds["spec"]["selector"]["matchLabels"].update(component)
-    tpl = ds["spec"]["template"]
-    tpl["metadata"]["labels"].update(component)
-    tpl["spec"]["nodeSelector"] = {agent_label: "dra"}
-    [container] = [c for c in tpl["spec"]["containers"] if c["name"] == "agent"]
-    args = [a for a in container["args"] if not a.startswith(("--backend=", "--facts="))]
-    container["args"] = args + ["--backend=dra", "--cpuinfo=/etc/accelpolicy/cpu/cpuinfo"]
-    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "facts"] + [
-        {"name": "cpuinfo", "mountPath": "/etc/accelpolicy/cpu", "readOnly": True}]
-    tpl["spec"]["volumes"] = [v for v in tpl["spec"]["volumes"] if v["name"] != "facts"] + [
-        {"name": "cpuinfo", "configMap": {"name": f"{name}-cpuinfo"}}]
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cpuinfo", "namespace": namespace},
-              "data": {"cpuinfo": cpuinfo}}
-    return [config, ds]

@@ -6,8 +6,7 @@
 #   NAME    cluster name (default $ACCELPOLICY_KIND_CLUSTER or accelpolicy)
 #   N       worker nodes (default $ACCELPOLICY_KIND_WORKERS or 3: with the control plane, the seed's 4 nodes)
 #   D       extra workers after those N (default $ACCELPOLICY_KIND_DRA_WORKERS or 0) whose accelerators come
-#           from a DRA driver (e2e/kind/draworker.py); with D > 0 every node carries the kubelet-registered
-#           label accelpolicy.e2e/agent: "recorded" (the control plane and the N workers) or "dra" (the D)
+#           from a DRA driver (e2e/kind/draworker.py); kind names them after the N (-worker<N+1>, ...)
 # Prints the kubeconfig path last: $ACCELPOLICY_CACHE/kind/clusters/NAME/kubeconfig (outside the clone).
 #
 # Refuses (exit 1, nothing created) unless `e2e/kind/dockerd.sh check` passes. Then:
@@ -29,7 +28,7 @@ while (($#)); do
     --name) name="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --dra-workers) dra_workers="$2"; shift 2 ;;
-    *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,10p' "$0" >&2; exit 2 ;;
   esac
 done
 [[ "$workers" =~ ^[0-9]+$ ]] || { echo "kind-up.sh: --workers must be a whole number, got '$workers'" >&2; exit 2; }
@@ -79,10 +78,7 @@ nodes:
   image: $image
 EOF
   # kind names the workers in this order (-worker, -worker2, ...): the DRA workers come last
-  agent_label() { if ((dra_workers > 0)); then printf '  labels: {accelpolicy.e2e/agent: %s}\n' "$1"; fi; }
-  agent_label recorded
-  for _ in $(seq 1 "$workers"); do printf -- '- role: worker\n  image: %s\n' "$image"; agent_label recorded; done
-  for _ in $(seq 1 "$dra_workers"); do printf -- '- role: worker\n  image: %s\n' "$image"; agent_label dra; done
+  for _ in $(seq 1 "$((workers + dra_workers))"); do printf -- '- role: worker\n  image: %s\n' "$image"; done
 } > "$dir/kind-config.yaml"
 
 # The nodes' docker network, made here rather than by kind: IPv4 only (docker 20.10 switches host IPv6

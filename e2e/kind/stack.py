@@ -25,8 +25,8 @@ The DRA worker (issue 22): the cluster has one more worker, ``-worker4`` (kind-u
 whose accelerator the DRA driver stand-in publishes (e2e/test_kind_dra.py). It is parked right after the
 cluster comes up, before anything is installed (draworker.park_node: kubelet stopped, Node deleted), so the
 seed walkthrough sees the seed's four nodes only; the DRA suite makes it join and leave again. The chart's
-agent DaemonSet runs on the nodes labelled ``accelpolicy.e2e/agent=recorded`` only (kind-up.sh labels every
-node through its kubelet), never on the DRA worker, whose agent the DRA suite runs with ``--backend=dra``.
+one agent DaemonSet runs on every node with ``agent.backend: auto`` (:func:`helm_values`): the seed nodes
+read their recorded facts, the DRA worker its ResourceSlices once the driver publishes them.
 
 Errors: :class:`StackError` naming the step and the tool's output.
 """
@@ -50,9 +50,8 @@ ACCELERATED = ("node-a10g", "node-t4-a", "node-t4-b")
 WORKLOAD_IMAGE = "docker.io/library/ubuntu:24.04"
 #: workers after the seed's three whose accelerators come from the DRA stand-in (kind-up.sh --dra-workers)
 DRA_WORKERS = 1
-#: the kubelet-registered label kind-up.sh puts on every node when it makes DRA workers: "recorded" (the
-#: seed's nodes: the chart's fake agent) or "dra" (the DRA workers: the DRA suite's agent)
-AGENT_LABEL = "accelpolicy.e2e/agent"
+#: the seed node whose CPU the DRA workers have (their recorded document: that CPU, no NVML accelerator)
+DRA_HOST = "node-a10g"
 
 
 class StackError(RuntimeError):
@@ -173,25 +172,41 @@ def base_image_of(image: str) -> str:
     return run("bash", "deploy/image/base.sh").stdout.strip().splitlines()[-1]
 
 
-def helm_values(kind_node: dict[str, str], image: str, extra: list[str] | None = None) -> list[str]:
-    """``helm install/upgrade`` arguments: the local image (never pulled), the fake agent with each node's recorded facts, PodResources as the allocation source."""
+def helm_values(kind_node: dict[str, str], image: str, extra: list[str] | None = None, *,
+                backend: str = "auto") -> list[str]:
+    """``helm install/upgrade`` arguments: the local image (never pulled), PodResources as the allocation
+    source, and ONE agent DaemonSet on every node with ``backend`` (``auto``: the recorded facts of each
+    seed node, and for each DRA worker a document with node-a10g's CPU and no NVML accelerator, until a
+    DRA driver publishes slices for the node; docs/concepts/dra.md). ``backend="fake"`` for a chart
+    that predates ``auto`` (0.1.0): the same documents, read as they are (the DRA workers are parked
+    while such a chart is installed)."""
     repo, tag = image.rsplit(":", 1)
     args = ["--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-            "--set", "agent.backend=fake", "--set", "agent.allocationSource=podresources",
-            "--set", "controller.auditInterval=20s",   # the walkthrough sees a background audit within its steps
-            # the seed's nodes only: the DRA worker's agent is the DRA suite's (module docstring)
-            "--set", f"agent.nodeSelector.{AGENT_LABEL.replace('.', chr(92) + '.')}=recorded"]
+            "--set", f"agent.backend={backend}", "--set", "agent.allocationSource=podresources",
+            "--set", "controller.auditInterval=20s"]   # the walkthrough sees a background audit within its steps
     for seed, node in kind_node.items():
         args += ["--set-file", f"agent.recordedFacts.{node}={kind_facts(seed, node)}"]
+    for node in dra_workers_of(kind_node):
+        args += ["--set-file", f"agent.recordedFacts.{node}={kind_facts(DRA_HOST, node, accelerators=False)}"]
     return args + list(extra or [])
 
 
-def kind_facts(seed: str, node: str) -> Path:
+def dra_workers_of(kind_node: dict[str, str]) -> list[str]:
+    """The names kind gives the DRA workers (kind-up.sh makes them after the seed's three workers):
+    ``<cluster>-worker4``, ... for :data:`DRA_WORKERS` of them."""
+    prefix = kind_node["node-cpu"].removesuffix("-control-plane")
+    return [f"{prefix}-worker{3 + i}" for i in range(1, DRA_WORKERS + 1)]
+
+
+def kind_facts(seed: str, node: str, *, accelerators: bool = True) -> Path:
     """Seed node ``seed``'s recorded facts (probes/recorded/<seed>.yaml) as kind node ``node``'s: the
-    document's ``node`` (which the agent checks against ``--node``) renamed; written to build/kind-facts/."""
+    document's ``node`` (which the agent checks against ``--node``) renamed, without its accelerators
+    when ``accelerators`` is false (a DRA worker: its GPU comes from slices); written to build/kind-facts/."""
     import yaml
     doc = yaml.safe_load((REPO / "probes" / "recorded" / f"{seed}.yaml").read_text())
     doc["node"] = node
+    if not accelerators:
+        doc["accelerators"] = []
     out = REPO / "build" / "kind-facts" / f"{node}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -159,29 +159,27 @@ def test_driver_daemonset_runs_on_one_node_with_the_kubelet_plugin_directories_o
     assert "privileged" not in container["securityContext"]
 
 
-def test_dra_agent_is_the_charts_agent_with_the_dra_backend_on_the_dra_worker():
-    """The DRA suite's agent (e2e/test_kind_dra.py) from the chart's DaemonSet as the kind stack renders it."""
-    from draworker import cpuinfo_of, dra_agent_objects
-    from stack import AGENT_LABEL, REPO, helm_values, seed_mapping, tools
+def test_one_chart_agent_runs_auto_on_every_node_the_dra_worker_with_a_cpu_only_document():
+    """The kind stack's agent (e2e/test_kind_dra.py relies on it): the chart's one DaemonSet, ``auto``
+    on every node, no node selector; the seed nodes' recorded facts and, for the DRA worker, node-a10g's
+    CPU with no accelerator (its A10G comes from the stand-in's slice)."""
+    from stack import DRA_HOST, REPO, helm_values, seed_mapping, tools
     helm = tools()["helm"]
     if not Path(helm).exists():
         pytest.skip(f"helm is not built ({helm}; make helm)")
     nodes = ["c-control-plane", "c-worker", "c-worker2", "c-worker3", "c-worker4"]
     out = sh(helm, "template", "accelpolicy", str(REPO / "deploy" / "chart"), "-n", "gpustack-system",
              *helm_values(seed_mapping(nodes), "accelpolicy:0.1.0-abc"), timeout=300).stdout
-    [chart_ds] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "DaemonSet"]
-    assert chart_ds["spec"]["template"]["spec"]["nodeSelector"] == {AGENT_LABEL: "recorded"}
-    config, ds = dra_agent_objects(chart_ds, cpuinfo_of("node-a10g"), AGENT_LABEL)
-    assert config["data"]["cpuinfo"].splitlines()[:5] == [
-        "processor\t: 0", "vendor_id\t: AuthenticAMD", "cpu family\t: 23", "model\t\t: 49", "model name\t: AMD EPYC 7R32"]
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {AGENT_LABEL: "dra"}
-    assert ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "agent-dra"
-    [chart_container] = chart_ds["spec"]["template"]["spec"]["containers"]
+    assert "nodeSelector" not in spec
     [container] = spec["containers"]
-    assert container["image"] == chart_container["image"] and spec["serviceAccountName"] == "gpustack-device-manager"
     assert [a for a in container["args"] if a.startswith(("--backend", "--facts", "--cpuinfo"))] == [
-        "--backend=dra", "--cpuinfo=/etc/accelpolicy/cpu/cpuinfo"]
-    kept = [a for a in chart_container["args"] if not a.startswith(("--backend", "--facts"))]
-    assert container["args"][:len(kept)] == kept
-    assert "facts" not in {v["name"] for v in spec["volumes"]}
+        "--backend=auto", "--facts=/etc/accelpolicy/facts/$(NODE_NAME).yaml"]
+    [facts] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-facts")]
+    assert sorted(facts["data"]) == [f"{n}.yaml" for n in nodes]
+    dra_host = yaml.safe_load(facts["data"]["c-worker4.yaml"])
+    seed = yaml.safe_load((REPO / "probes" / "recorded" / f"{DRA_HOST}.yaml").read_text())
+    assert dra_host == {"node": "c-worker4", "cpu": seed["cpu"], "accelerators": []}
+    assert yaml.safe_load(facts["data"]["c-worker.yaml"])["accelerators"] == seed["accelerators"]

@@ -47,16 +47,17 @@ def test_containerd_names_images_as_the_kubelet_asks_for_them(image, ref):
     assert containerd_ref(image) == ref
 
 
-def test_helm_values_set_the_local_image_the_fake_agent_and_podresources():
+def test_helm_values_set_the_local_image_the_auto_agent_and_podresources():
     args = helm_values(seed_mapping(NODES), "accelpolicy:0.1.0-abc")
     pairs = [(args[i], args[i + 1]) for i in range(0, len(args), 2)]
-    assert pairs[:7] == [("--set", "image.repository=accelpolicy"), ("--set", "image.tag=0.1.0-abc"),
-                         ("--set", "image.pullPolicy=Never"), ("--set", "agent.backend=fake"),
-                         ("--set", "agent.allocationSource=podresources"), ("--set", "controller.auditInterval=20s"),
-                         ("--set", "agent.nodeSelector.accelpolicy\\.e2e/agent=recorded")]
-    files = dict(v.split("=", 1) for k, v in pairs[7:])
-    assert sorted(files) == [f"agent.recordedFacts.{n}" for n in sorted(NODES)]
+    assert pairs[:6] == [("--set", "image.repository=accelpolicy"), ("--set", "image.tag=0.1.0-abc"),
+                         ("--set", "image.pullPolicy=Never"), ("--set", "agent.backend=auto"),
+                         ("--set", "agent.allocationSource=podresources"), ("--set", "controller.auditInterval=20s")]
+    files = dict(v.split("=", 1) for k, v in pairs[6:])
+    assert sorted(files) == [f"agent.recordedFacts.{n}" for n in sorted(NODES + ["c-worker4"])]
     assert yaml.safe_load(Path(files["agent.recordedFacts.c-worker"]).read_text())["node"] == "c-worker"
+    assert yaml.safe_load(Path(files["agent.recordedFacts.c-worker4"]).read_text())["accelerators"] == []
+    assert "agent.backend=fake" in helm_values(seed_mapping(NODES), "a:b", backend="fake")
 
 
 @pytest.mark.parametrize("args, message", [
