@@ -2,9 +2,11 @@
 # Create the offline kind cluster (issue 11 item 3): 1 control-plane + N workers from the locally built
 # node image, behind the network guard.
 #
-# Usage: e2e/kind/kind-up.sh [--name NAME] [--workers N]
+# Usage: e2e/kind/kind-up.sh [--name NAME] [--workers N] [--dra-workers D]
 #   NAME    cluster name (default $ACCELPOLICY_KIND_CLUSTER or accelpolicy)
 #   N       worker nodes (default $ACCELPOLICY_KIND_WORKERS or 3: with the control plane, the seed's 4 nodes)
+#   D       extra workers after those N (default $ACCELPOLICY_KIND_DRA_WORKERS or 0) whose accelerators come
+#           from a DRA driver (e2e/kind/draworker.py); kind names them after the N (-worker<N+1>, ...)
 # Prints the kubeconfig path last: $ACCELPOLICY_CACHE/kind/clusters/NAME/kubeconfig (outside the clone).
 #
 # Refuses (exit 1, nothing created) unless `e2e/kind/dockerd.sh check` passes. Then:
@@ -20,14 +22,17 @@ cache="${ACCELPOLICY_CACHE:-$HOME/.cache/accelpolicy}"
 export ACCELPOLICY_CACHE="$cache"
 name="${ACCELPOLICY_KIND_CLUSTER:-accelpolicy}"
 workers="${ACCELPOLICY_KIND_WORKERS:-3}"
+dra_workers="${ACCELPOLICY_KIND_DRA_WORKERS:-0}"
 while (($#)); do
   case "$1" in
     --name) name="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
-    *) sed -n '2,8p' "$0" >&2; exit 2 ;;
+    --dra-workers) dra_workers="$2"; shift 2 ;;
+    *) sed -n '2,10p' "$0" >&2; exit 2 ;;
   esac
 done
 [[ "$workers" =~ ^[0-9]+$ ]] || { echo "kind-up.sh: --workers must be a whole number, got '$workers'" >&2; exit 2; }
+[[ "$dra_workers" =~ ^[0-9]+$ ]] || { echo "kind-up.sh: --dra-workers must be a whole number, got '$dra_workers'" >&2; exit 2; }
 
 start_ms=$(( $(date +%s%N) / 1000000 ))
 say() { local ms=$(( $(date +%s%N) / 1000000 - start_ms )); printf 'kind-up: %s (%d.%ds)\n' "$*" $((ms / 1000)) $((ms % 1000 / 100)); }
@@ -72,7 +77,8 @@ nodes:
 - role: control-plane
   image: $image
 EOF
-  for _ in $(seq 1 "$workers"); do printf -- '- role: worker\n  image: %s\n' "$image"; done
+  # kind names the workers in this order (-worker, -worker2, ...): the DRA workers come last
+  for _ in $(seq 1 "$((workers + dra_workers))"); do printf -- '- role: worker\n  image: %s\n' "$image"; done
 } > "$dir/kind-config.yaml"
 
 # The nodes' docker network, made here rather than by kind: IPv4 only (docker 20.10 switches host IPv6
@@ -89,7 +95,7 @@ fi
 bash "$here/dockerd.sh" check >/dev/null || { bash "$here/dockerd.sh" check; exit 1; }
 
 kubectl() { "$kubectl_bin" --kubeconfig "$kubeconfig" "$@"; }
-say "creating cluster '$name' (1 control-plane + $workers workers) from $image"
+say "creating cluster '$name' (1 control-plane + $workers workers + $dra_workers DRA workers) from $image"
 PATH="$here/shim:$PATH" KIND_EXPERIMENTAL_PROVIDER=docker KIND_EXPERIMENTAL_DOCKER_NETWORK="$network" \
   "$kind_bin" create cluster --name "$name" --config "$dir/kind-config.yaml" --kubeconfig "$kubeconfig" --wait 0s
 say "kind create done"

@@ -21,6 +21,13 @@ Node names: kind names its nodes (``<cluster>-control-plane``, ``-worker``, ``-w
 control plane stands in for ``node-cpu`` (no accelerator), the workers in name order for ``node-a10g``,
 ``node-t4-a``, ``node-t4-b``; :attr:`Stack.kind_node` maps a seed name to the kind name.
 
+The DRA worker (issue 22): the cluster has one more worker, ``-worker4`` (kind-up.sh ``--dra-workers 1``),
+whose accelerator the DRA driver stand-in publishes (e2e/test_kind_dra.py). It is parked right after the
+cluster comes up, before anything is installed (draworker.park_node: kubelet stopped, Node deleted), so the
+seed walkthrough sees the seed's four nodes only; the DRA suite makes it join and leave again. The chart's
+one agent DaemonSet runs on every node with ``agent.backend: auto`` (:func:`helm_values`): the seed nodes
+read their recorded facts, the DRA worker its ResourceSlices once the driver publishes them.
+
 Errors: :class:`StackError` naming the step and the tool's output.
 """
 from __future__ import annotations
@@ -41,6 +48,10 @@ SEED_ORDER = ("node-cpu", "node-a10g", "node-t4-a", "node-t4-b")
 ACCELERATED = ("node-a10g", "node-t4-a", "node-t4-b")
 #: The image the seed's Instances run (demo/*.yaml spec.image), as containerd names it.
 WORKLOAD_IMAGE = "docker.io/library/ubuntu:24.04"
+#: workers after the seed's three whose accelerators come from the DRA stand-in (kind-up.sh --dra-workers)
+DRA_WORKERS = 1
+#: the seed node whose CPU the DRA workers have (their recorded document: that CPU, no NVML accelerator)
+DRA_HOST = "node-a10g"
 
 
 class StackError(RuntimeError):
@@ -67,14 +78,27 @@ def tools() -> dict[str, str]:
     return out
 
 
-def seed_mapping(nodes: list[str]) -> dict[str, str]:
-    """Seed node name -> kind node name: the control plane is ``node-cpu``, the workers in name order
-    the three accelerated nodes. Raises StackError when the cluster has not 1 control-plane + 3 workers."""
+def _split(nodes: list[str]) -> tuple[list[str], list[str]]:
     control = [n for n in nodes if n.endswith("-control-plane")]
     workers = sorted((n for n in nodes if n not in control), key=lambda n: (len(n), n))
-    if len(control) != 1 or len(workers) != 3:
-        raise StackError(f"the seed walkthrough needs 1 control-plane + 3 workers; nodes: {nodes}")
-    return dict(zip(SEED_ORDER, control + workers))
+    if len(control) != 1 or len(workers) not in (3, 3 + DRA_WORKERS):
+        raise StackError(f"the seed walkthrough needs 1 control-plane + 3 workers (+ {DRA_WORKERS} DRA worker); "
+                         f"nodes: {nodes}")
+    return control, workers
+
+
+def seed_mapping(nodes: list[str]) -> dict[str, str]:
+    """Seed node name -> kind node name: the control plane is ``node-cpu``, the first three workers in name
+    order the three accelerated nodes (a fourth is the DRA worker, :func:`dra_nodes`). Raises StackError when
+    the cluster has not 1 control-plane + 3 workers (+ the DRA worker)."""
+    control, workers = _split(nodes)
+    return dict(zip(SEED_ORDER, control + workers[:3]))
+
+
+def dra_nodes(nodes: list[str]) -> list[str]:
+    """The DRA workers of the cluster: the workers after the seed's three, in name order (kind-up.sh makes
+    them last). Raises StackError as :func:`seed_mapping`."""
+    return _split(nodes)[1][3:]
 
 
 @dataclass
@@ -88,6 +112,7 @@ class Stack:
     image: str
     standins: dict[str, object] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    dra_nodes: list[str] = field(default_factory=list)   # parked until the DRA suite (module docstring)
 
     def stop(self) -> None:
         """Stop the device-plugin stand-ins (the cluster and the release stay)."""
@@ -147,23 +172,41 @@ def base_image_of(image: str) -> str:
     return run("bash", "deploy/image/base.sh").stdout.strip().splitlines()[-1]
 
 
-def helm_values(kind_node: dict[str, str], image: str, extra: list[str] | None = None) -> list[str]:
-    """``helm install/upgrade`` arguments: the local image (never pulled), the fake agent with each node's recorded facts, PodResources as the allocation source."""
+def helm_values(kind_node: dict[str, str], image: str, extra: list[str] | None = None, *,
+                backend: str = "auto") -> list[str]:
+    """``helm install/upgrade`` arguments: the local image (never pulled), PodResources as the allocation
+    source, and ONE agent DaemonSet on every node with ``backend`` (``auto``: the recorded facts of each
+    seed node, and for each DRA worker a document with node-a10g's CPU and no NVML accelerator, until a
+    DRA driver publishes slices for the node; docs/concepts/dra.md). ``backend="fake"`` for a chart
+    that predates ``auto`` (0.1.0): the same documents, read as they are (the DRA workers are parked
+    while such a chart is installed)."""
     repo, tag = image.rsplit(":", 1)
     args = ["--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-            "--set", "agent.backend=fake", "--set", "agent.allocationSource=podresources",
+            "--set", f"agent.backend={backend}", "--set", "agent.allocationSource=podresources",
             "--set", "controller.auditInterval=20s"]   # the walkthrough sees a background audit within its steps
     for seed, node in kind_node.items():
         args += ["--set-file", f"agent.recordedFacts.{node}={kind_facts(seed, node)}"]
+    for node in dra_workers_of(kind_node):
+        args += ["--set-file", f"agent.recordedFacts.{node}={kind_facts(DRA_HOST, node, accelerators=False)}"]
     return args + list(extra or [])
 
 
-def kind_facts(seed: str, node: str) -> Path:
+def dra_workers_of(kind_node: dict[str, str]) -> list[str]:
+    """The names kind gives the DRA workers (kind-up.sh makes them after the seed's three workers):
+    ``<cluster>-worker4``, ... for :data:`DRA_WORKERS` of them."""
+    prefix = kind_node["node-cpu"].removesuffix("-control-plane")
+    return [f"{prefix}-worker{3 + i}" for i in range(1, DRA_WORKERS + 1)]
+
+
+def kind_facts(seed: str, node: str, *, accelerators: bool = True) -> Path:
     """Seed node ``seed``'s recorded facts (probes/recorded/<seed>.yaml) as kind node ``node``'s: the
-    document's ``node`` (which the agent checks against ``--node``) renamed; written to build/kind-facts/."""
+    document's ``node`` (which the agent checks against ``--node``) renamed, without its accelerators
+    when ``accelerators`` is false (a DRA worker: its GPU comes from slices); written to build/kind-facts/."""
     import yaml
     doc = yaml.safe_load((REPO / "probes" / "recorded" / f"{seed}.yaml").read_text())
     doc["node"] = node
+    if not accelerators:
+        doc["accelerators"] = []
     out = REPO / "build" / "kind-facts" / f"{node}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -238,7 +281,14 @@ def install_stack(cluster: str, kubeconfig: Path, nodes: list[str]) -> Stack:
               f"accelpolicy.local/node-feature-discovery:{versions['sigs.k8s.io/node-feature-discovery']}"]
     _timed(seconds, "kind load (images the nodes lack)", load_images, t, cluster, nodes, images)
     tag_workload_image(nodes, base)
-    stack = Stack(cluster, kubeconfig, kind_node, image, seconds=seconds)
+    stack = Stack(cluster, kubeconfig, kind_node, image, seconds=seconds, dra_nodes=dra_nodes(nodes))
+    if stack.dra_nodes:
+        import sys
+        if str(HERE) not in sys.path:
+            sys.path.insert(0, str(HERE))   # draworker is a top-level module of e2e/kind
+        from draworker import Kube, park_node
+        for node in stack.dra_nodes:
+            _timed(seconds, f"DRA worker {node} parked", park_node, Kube(t["kubectl"], kubeconfig), node)
     _timed(seconds, "Kueue and nfd-master available", install_components, t, kubeconfig, manifests)
     _timed(seconds, "openreports.io CRDs (the background audit's reports)", install_report_crds, t, kubeconfig)
     stack.standins = _timed(seconds, "device-plugin stand-ins registered", start_standins, kind_node)
@@ -296,8 +346,15 @@ def pytest_kind_cluster(name: str, *, reuse: bool = False) -> PytestKindCluster:
     cluster = PytestKindCluster(name)
     if not reuse:
         cluster.delete()
+    previous = os.environ.get("ACCELPOLICY_KIND_DRA_WORKERS")
+    os.environ["ACCELPOLICY_KIND_DRA_WORKERS"] = str(DRA_WORKERS)   # read by pytest-kind-bin -> kind-up.sh
     try:
         cluster.cluster.create()
     except subprocess.CalledProcessError as e:
         raise StackError(f"kind create cluster {name} failed ({e.returncode}); see kind-up.sh's output above") from None
+    finally:
+        if previous is None:
+            os.environ.pop("ACCELPOLICY_KIND_DRA_WORKERS", None)
+        else:
+            os.environ["ACCELPOLICY_KIND_DRA_WORKERS"] = previous
     return cluster

@@ -1,5 +1,5 @@
 """The agent's ``dra`` backend: a node's accelerators from the ResourceSlices of the drivers the rules
-list (spec/dra.md §1), and the choice ``auto`` makes between it and NVML.
+list (spec/dra.md §1), and the choice ``auto`` makes between it, the recorded facts and NVML.
 
 :class:`DraBackend` has the probe backends' interface (``name``, ``cpu()``, ``accelerators()``;
 probes/backend.py): its slices come from a callable, the agent's watch cache of its node's slices
@@ -8,6 +8,14 @@ probes/backend.py): its slices come from a callable, the agent's watch cache of 
 (:func:`runtime.engine.devices.draslices.read_node`); :attr:`DraBackend.reading` keeps the last one for
 the ledger from ResourceClaims (:func:`runtime.engine.devices.draclaims.claim_pod_resources`) and the
 warnings the agent logs and records.
+
+``auto`` (:class:`AutoBackend` on a cluster, :func:`auto_fallback`): one DaemonSet for a mixed cluster.
+On each probe, the node's accelerators come from its ResourceSlices (the ``dra`` backend) as soon as a
+driver of the rules publishes a slice for the node, and from then on (the choice is not undone when
+the slices go, e.g. while the driver restarts: the node then shows no accelerator, as with ``dra``);
+until then from the recorded facts when ``--facts`` names a file that exists (the chart mounts
+``agent.recordedFacts`` as ``<node>.yaml`` files: a node without one gets NVML), else from NVML. The
+recorded document stands for the host: its CPU is the node's whichever source gives the accelerators.
 """
 from __future__ import annotations
 
@@ -42,6 +50,10 @@ class DraBackend:
     def bind(self, slices: Callable[[], list[dict[str, Any]]]) -> None:
         """Read the slices from ``slices()`` from now on (the agent's watch cache, once it exists)."""
         self._slices = slices
+
+    def slices(self) -> list[dict[str, Any]]:
+        """The slices its source holds now."""
+        return self._slices()
 
     def cpu(self) -> dict[str, str] | None:
         """Slices say nothing about the CPU: None (the agent reads /proc/cpuinfo or --cpuinfo)."""
@@ -78,16 +90,82 @@ def publishes_for(policy: Policy, slices: list[dict[str, Any]], node: str) -> li
                    if (s.get("spec") or {}).get("driver") in drivers and s["spec"].get("nodeName") == node})
 
 
-def cluster_publishes_for(session: Any, policy: Policy, node: str) -> list[str]:
+def cluster_publishes_for(session: Any, policy: Policy, node: str) -> list[str] | None:
     """:func:`publishes_for` over one list of the cluster's ResourceSlices naming ``node`` (field
-    selector ``spec.nodeName``); empty (NVML then) when the cluster does not serve or refuses them,
-    with the reason logged."""
+    selector ``spec.nodeName``); None when the cluster does not serve or refuses them (``auto`` then
+    never reads slices), with the reason logged."""
     from runtime.kube.session import KubeApiError
 
     try:
         path = session.ref(SLICE_KIND).path()
         page = session.call("get", path, query={"fieldSelector": f"spec.nodeName={node}"})
     except KubeApiError as exc:
-        logger.info("backend auto: cannot list ResourceSlices ({}): NVML", exc)
-        return []
+        logger.info("backend auto: cannot list ResourceSlices ({}): no DRA source for this agent", exc)
+        return None
     return publishes_for(policy, page.get("items") or [], node)
+
+
+def auto_fallback(facts: str | None, node: str):
+    """The source ``auto`` uses while no driver publishes slices for ``node``: the recorded facts at
+    ``facts`` when that file exists (its ``node`` must be ``node``), else NVML. Raises ValueError for
+    an unreadable or foreign document."""
+    from probes.backend import select_backend
+
+    if facts and Path(facts).is_file():
+        backend = select_backend("fake", facts)
+        if backend.node and backend.node != node:
+            raise ValueError(f"the recorded facts {facts} describe node {backend.node!r}, not --node {node!r}")
+        return backend
+    return select_backend("real", None)
+
+
+def describe(backend: Any) -> str:
+    """``recorded facts FILE`` or ``NVML``: what a non-DRA backend is, for ``auto``'s log lines."""
+    return f"recorded facts {backend.source}" if backend.name == "fake" else "NVML"
+
+
+class AutoBackend:
+    """``--backend auto`` on a cluster (module docstring): ``fallback`` (:func:`auto_fallback`) until a
+    driver of the rules publishes a slice for the node in ``slices()`` (the agent's watch cache, bound
+    with :meth:`bind` like :class:`DraBackend`), then the ``dra`` backend for good. ``name`` and
+    ``source`` are those of the backend in use; ``reading`` and :meth:`problems` the ``dra`` one's."""
+
+    def __init__(self, policy: Policy, node: str, fallback: Any, source: str = "the cluster's ResourceSlices"):
+        self.policy, self.node, self.fallback = policy, node, fallback
+        self.dra = DraBackend(policy, node, lambda: [], source)
+        self.active = fallback
+        logger.info("backend auto: {} for node {} until a DRA driver of the rules publishes slices for it",
+                    describe(fallback), node)
+
+    @property
+    def name(self) -> str:
+        return self.active.name
+
+    @property
+    def source(self) -> str:
+        return getattr(self.active, "source", self.active.name)
+
+    @property
+    def reading(self) -> DraReading:
+        return self.dra.reading
+
+    def bind(self, slices: Callable[[], list[dict[str, Any]]]) -> None:
+        """Read the slices from ``slices()`` from now on (the agent's watch cache)."""
+        self.dra.bind(slices)
+
+    def cpu(self) -> dict[str, Any] | None:
+        """The recorded CPU when the fallback is a recorded document, else None (/proc/cpuinfo)."""
+        return self.fallback.cpu()
+
+    def accelerators(self) -> list[dict[str, Any]]:
+        """The accelerators of the backend in use, after switching to ``dra`` when slices appeared."""
+        if self.active is not self.dra:
+            drivers = publishes_for(self.policy, self.dra.slices(), self.node)
+            if drivers:
+                logger.info("backend auto: {} publish(es) slices for node {}: reading them (backend dra)",
+                            ", ".join(drivers), self.node)
+                self.active = self.dra
+        return self.active.accelerators()
+
+    def problems(self) -> list[str]:
+        return self.dra.problems()

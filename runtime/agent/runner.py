@@ -94,11 +94,11 @@ class NodeAgent:
         self.wake = threading.Event()   # set by every watch event of the cluster view
         self._worker_read: dict | None = None   # the worker NodeFeature as the last plan read it
         self.cluster: NodeCluster | None = None
-        self.dra = getattr(backend, "name", "") == DRA_BACKEND   # facts and allocations from DRA (spec/dra.md)
+        reads_slices = callable(getattr(backend, "bind", None))   # dra, or auto that may turn to dra
         if session is not None:
             self.cluster = NodeCluster(session, policy, node_name, self.namespace, self.settings_namespace,
-                                       on_event=lambda *_: self.wake.set(), dra=self.dra)
-            if self.dra:
+                                       on_event=lambda *_: self.wake.set(), dra=reads_slices)
+            if reads_slices:
                 backend.bind(self.cluster.resource_slices)
         self.podresources_socket = podresources_socket or self.rules.podResources.socket
         resolve_allocation_source(allocation_source, self.podresources_socket)   # validates the choice
@@ -106,6 +106,12 @@ class NodeAgent:
         self.log = OnceLog()
         self._seen_accelerators = False
         self._recorded_events: set[tuple[str, str, str, str]] = set()
+
+    @property
+    def dra(self) -> bool:
+        """Whether this pass's facts and allocations come from DRA (spec/dra.md): the ``dra`` backend,
+        or ``auto`` once it reads slices (runtime/agent/dra.py :class:`AutoBackend`)."""
+        return getattr(self.backend, "name", "") == DRA_BACKEND
 
     @property
     def allocation_source(self) -> str:

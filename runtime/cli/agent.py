@@ -3,7 +3,7 @@
 Runs forever (every ``--interval`` seconds) unless ``--once``. ``--dry-run -o yaml`` prints what it
 would write (NodeFeatures, the Node annotation/capacity patch, Devices) and writes nothing; with
 ``--facts FILE --node-capacity-cpu N`` (or ``--backend dra --resourceslices FILE --node-capacity-cpu N``,
-spec/dra.md) and no ``--kubeconfig`` it needs no cluster at all.
+spec/dra.md; ``--backend auto`` takes either) and no ``--kubeconfig`` it needs no cluster at all.
 Exit codes: 0 success, 2 bad input (unreadable facts, broken rules, bad flag combination).
 """
 from __future__ import annotations
@@ -17,8 +17,9 @@ import click
 import yaml
 from loguru import logger
 
-from probes.backend import BACKEND_ENV, BACKENDS, select_backend
-from runtime.agent.dra import AUTO, BACKEND as DRA, DraBackend, cluster_publishes_for, publishes_for, slices_from_file
+from probes.backend import BACKEND_ENV, BACKENDS, FACTS_ENV, select_backend
+from runtime.agent.dra import (AUTO, BACKEND as DRA, AutoBackend, DraBackend, auto_fallback, cluster_publishes_for,
+                              describe, publishes_for, slices_from_file)
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
 from runtime.cli.common import fail, rules_cache_options
@@ -54,10 +55,12 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("--backend", type=click.Choice(BACKENDS + (DRA, AUTO)), default=None,
               help="accelerator probe: real (pynvml), fake (recorded facts), dra (the ResourceSlices a DRA "
-                   "driver of rules/dra.yaml publishes for the node) or auto (dra when such a driver publishes "
-                   "slices for the node at start, real otherwise); env ACCELPOLICY_NVML_BACKEND")
+                   "driver of rules/dra.yaml publishes for the node) or auto (one setting for a mixed cluster: "
+                   "dra from the first pass on which such a driver publishes slices for the node; until then "
+                   "the --facts document if that file exists, else real); env ACCELPOLICY_NVML_BACKEND")
 @click.option("--facts", type=click.Path(dir_okay=False), default=None,
-              help="recorded-facts document for --backend fake; env ACCELPOLICY_RECORDED_FACTS")
+              help="recorded-facts document for --backend fake, or for auto where the file exists (its CPU "
+                   "is then the node's whatever gives the accelerators); env ACCELPOLICY_RECORDED_FACTS")
 @click.option("--resourceslices", "resourceslices", type=click.Path(dir_okay=False), default=None,
               help="cluster-less dry run with --backend dra|auto: a file of ResourceSlice objects (YAML/JSON, "
                    "e.g. kubectl get resourceslices -o yaml)")
@@ -170,26 +173,37 @@ def _backend(policy: Policy, name: str | None, facts: str | None, slices_file: s
              session: object):
     """The probe backend: ``real``/``fake`` as probes/backend.py selects them; ``dra`` reading the
     node's ResourceSlices (``slices_file`` in a cluster-less dry run, else the agent's watch cache);
-    ``auto``: ``dra`` when a driver of rules/dra.yaml publishes slices for the node now (the file's, or
-    one list of the cluster's), else ``real``. Raises ValueError for a bad choice or file."""
+    ``auto`` (runtime/agent/dra.py): on a cluster an :class:`AutoBackend` (``dra`` from the first pass on
+    which a driver of rules/dra.yaml publishes slices for the node, the recorded facts or NVML until
+    then), or the fallback alone where the cluster does not serve ResourceSlices; in a dry run ``dra``
+    when the file's slices name the node, else the fallback. Raises ValueError for a bad choice or file."""
     if name not in (DRA, AUTO):
         if slices_file:
             raise ValueError("--resourceslices is for --backend dra or auto")
         return select_backend(name, facts)
+    facts = facts or os.environ.get(FACTS_ENV) or None
     if session is None and not slices_file:
-        raise ValueError(f"--backend {name} without a cluster needs --resourceslices FILE")
-    if slices_file:
-        slices = slices_from_file(slices_file)
-        source, drivers = slices_file, publishes_for(policy, slices, node)
-    else:
-        source, drivers = "the cluster's ResourceSlices", cluster_publishes_for(session, policy, node)
+        if name == AUTO and facts:
+            return auto_fallback(facts, node)
+        raise ValueError(f"--backend {name} without a cluster needs --resourceslices FILE"
+                         + (" (or --facts FILE)" if name == AUTO else ""))
+    if session is not None:
+        if name == DRA:
+            return DraBackend(policy, node, lambda: [], "the cluster's ResourceSlices")
+        if cluster_publishes_for(session, policy, node) is None:
+            return auto_fallback(facts, node)
+        return AutoBackend(policy, node, auto_fallback(facts, node))
+    slices = slices_from_file(slices_file)
+    drivers = publishes_for(policy, slices, node)
     if name == AUTO and not drivers:
-        logger.info("backend auto: no DRA driver of the rules publishes slices for node {} in {}: NVML", node, source)
-        return select_backend("real", facts)
+        fallback = auto_fallback(facts, node)
+        logger.info("backend auto: no DRA driver of the rules publishes slices for node {} in {}: {}", node,
+                    slices_file, describe(fallback))
+        return fallback
     if name == AUTO:
         logger.info("backend auto: {} publish(es) slices for node {}: reading them (backend dra)",
                     ", ".join(drivers), node)
-    return DraBackend(policy, node, (lambda: slices) if slices_file else (lambda: []), source)
+    return DraBackend(policy, node, lambda: slices, slices_file)
 
 
 def _cluster_or_node(policy: Policy, kubeconfig: str | None, node_name: str, node_capacity_cpu: str | None,

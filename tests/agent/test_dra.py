@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from probes.fake import recorded
-from runtime.agent.dra import DraBackend, publishes_for, slices_from_file
+from runtime.agent.dra import AutoBackend, DraBackend, auto_fallback, publishes_for, slices_from_file
 from runtime.cli import main
 from runtime.engine.devices.agentplan import plan_node
 from runtime.engine.devices.draclaims import claim_pod_resources
@@ -203,6 +203,68 @@ def test_auto_reads_slices_only_when_a_configured_driver_publishes_for_the_node(
                                       "--resourceslices", str(SLICE_FILE), "--cpuinfo", str(CPUINFO),
                                       "--node-capacity-cpu", "4"])
     assert other.exit_code == 0 and [d["kind"] for d in yaml.safe_load_all(other.stdout)] == ["NodeFeature", "Node"]
+
+
+def test_auto_dry_run_falls_back_to_the_recorded_facts_where_no_slice_names_the_node():
+    facts = str(recorded("node-t4-a"))
+    only_facts = CliRunner().invoke(main, ["agent", "--node", "node-t4-a", "--dry-run", "--backend", "auto",
+                                           "--facts", facts, "--node-capacity-cpu", "8"])
+    assert only_facts.exit_code == 0, only_facts.output
+    fake = CliRunner().invoke(main, ["agent", "--node", "node-t4-a", "--dry-run", "--backend", "fake",
+                                     "--facts", facts, "--node-capacity-cpu", "8"])
+    assert only_facts.stdout == fake.stdout
+    other_node = CliRunner().invoke(main, ["agent", "--node", "node-t4-a", "--dry-run", "--backend", "auto",
+                                           "--resourceslices", str(SLICE_FILE), "--facts", facts,
+                                           "--node-capacity-cpu", "8"])
+    assert other_node.exit_code == 0 and other_node.stdout == fake.stdout
+    # the slices win over the recorded accelerators where they name the node (one source per node)
+    dra = _dry_run("--backend", "auto", "--resourceslices", str(SLICE_FILE), "--facts", str(recorded("node-a10g")),
+                   "--node-capacity-cpu", "4")
+    assert dra.exit_code == 0 and "dra:\n" in dra.stdout
+    bare = _dry_run("--backend", "auto", "--node-capacity-cpu", "4")
+    assert bare.exit_code == 2 and "--backend auto without a cluster needs --resourceslices FILE (or --facts FILE)" \
+        in bare.output
+
+
+def test_auto_fallback_is_the_nodes_recorded_document_when_the_file_exists_else_nvml(tmp_path):
+    fallback = auto_fallback(str(recorded("node-a10g")), "node-a10g")
+    assert fallback.name == "fake" and fallback.cpu()["modelName"] == "AMD EPYC 7R32"
+    assert auto_fallback(str(tmp_path / "node-x.yaml"), "node-x").name == "real"   # the chart mounts no file for it
+    assert auto_fallback(None, "node-x").name == "real"
+    with pytest.raises(ValueError, match="describe node 'node-a10g', not --node 'node-t4-a'"):
+        auto_fallback(str(recorded("node-a10g")), "node-t4-a")
+
+
+def test_auto_reads_the_recorded_facts_until_a_slice_names_the_node_then_the_slices_for_good(policy, tmp_path):
+    host = tmp_path / "node-a10g.yaml"    # a DRA node's document: its CPU, no NVML accelerator
+    doc = yaml.safe_load(recorded("node-a10g").read_text())
+    host.write_text(yaml.safe_dump({**doc, "accelerators": []}))
+    slices: list[dict] = []
+    auto = AutoBackend(policy, "node-a10g", auto_fallback(str(host), "node-a10g"))
+    auto.bind(lambda: slices)
+    assert (auto.name, auto.accelerators(), auto.source) == ("fake", [], str(host))
+    slices.append(slice_of("node-t4-a", [gpu("gpu-0", "GPU-t4")]))     # another node's slice: not ours
+    assert auto.accelerators() == [] and auto.name == "fake"
+    slices.append(a10g_slice())
+    assert [a["uuid"] for a in auto.accelerators()] == [A10G]
+    assert (auto.name, auto.source) == ("dra", "the cluster's ResourceSlices")
+    assert auto.cpu() == doc["cpu"]                     # the recorded document stands for the host's CPU
+    assert auto.reading.accelerators and auto.problems() == []
+    slices.clear()                                      # the driver restarting: no going back to the recorded facts
+    assert auto.accelerators() == [] and auto.name == "dra"
+
+
+def test_the_agents_facts_and_allocations_come_from_dra_once_auto_reads_slices(policy):
+    from runtime.agent.runner import NodeAgent
+    slices: list[dict] = []
+    auto = AutoBackend(policy, "node-a10g", auto_fallback(str(recorded("node-a10g")), "node-a10g"))
+    auto.bind(lambda: slices)
+    agent = NodeAgent(policy, auto, "node-a10g", node=seed_node("node-a10g"), cpuinfo=str(CPUINFO))
+    agent.probe()
+    assert not agent.dra                                  # the recorded A10G: PodResources/annotations
+    slices.append(a10g_slice())
+    facts_, known = agent.probe()
+    assert agent.dra and known and [a.uuid for a in facts_.accelerators] == [A10G]
 
 
 def test_the_backend_reads_its_source_on_every_probe(policy):

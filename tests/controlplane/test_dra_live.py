@@ -12,7 +12,7 @@ import json
 import pytest
 import yaml
 
-from runtime.agent.dra import DraBackend, cluster_publishes_for
+from runtime.agent.dra import AutoBackend, DraBackend, auto_fallback, cluster_publishes_for
 from runtime.agent.runner import NodeAgent
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
@@ -121,6 +121,39 @@ def test_auto_picks_dra_where_a_configured_driver_publishes_for_the_node(dra_nod
     _, session = live
     assert cluster_publishes_for(session, policy, "node-a10g") == ["gpu.nvidia.com"]
     assert cluster_publishes_for(session, policy, "node-t4-a") == []
+
+
+def test_auto_started_before_the_driver_reads_the_slice_once_it_is_published(live, policy, tmp_path, monkeypatch):  # noqa: F811
+    """A DRA node joining a mixed cluster: the chart's ``auto`` agent and the driver start together, the
+    agent first. Until the slice exists it publishes the node's recorded CPU and no accelerator; the
+    next pass reads the A10G from the slice in its watch cache (no restart)."""
+    kubectl, session = live
+    monkeypatch.setenv("KUBERNETES_POD_NAMESPACE", NS)
+    clean_node(kubectl, "node-a10g")
+    kubectl("delete", "resourceslices", "--all", "--wait=true")
+    create_node(kubectl, "node-a10g")
+    host = tmp_path / "node-a10g.yaml"   # what the chart mounts for a DRA node: its CPU, no NVML accelerator
+    from probes.fake import recorded
+    host.write_text(yaml.safe_dump({**yaml.safe_load(recorded("node-a10g").read_text()), "accelerators": []}))
+    assert cluster_publishes_for(session, policy, "node-a10g") == []
+    agent = NodeAgent(policy, AutoBackend(policy, "node-a10g", auto_fallback(str(host), "node-a10g")), "node-a10g",
+                      session=session, allocation_source="annotation")
+    try:
+        assert agent.reconcile() is not None and not agent.dra
+        assert device_manager(kubectl, "node-a10g") == {} and devices(kubectl, "node-a10g") == {}
+        annotations = get_json(kubectl, "node", "node-a10g")["metadata"]["annotations"]
+        assert annotations["feature.gpustack.ai/cpu-name"] == "AMD EPYC 7R32"
+        kubectl("apply", "-f", str(SLICE))
+        wait_for(agent.cluster.resource_slices, bool, what="the slice cached")
+        assert agent.reconcile() is not None and agent.dra
+        (acc,) = devices(kubectl, "node-a10g")["spec"]["groups"][0]["accelerators"]
+        assert acc["id"] == A10G and acc["dra"] == {"driver": "gpu.nvidia.com", "pool": "node-a10g", "device": "gpu-0"}
+        labels = device_manager(kubectl, "node-a10g")["spec"]["labels"]
+        assert labels["acceleratable.feature.gpustack.ai/nvidia-a10g.memory"] == "24Gi"
+    finally:
+        agent.close()
+        kubectl("delete", "resourceslices", "--all", "--wait=true")
+        clean_node(kubectl, "node-a10g")
 
 
 def test_the_agent_reads_its_slice_and_charges_the_claim_of_its_pod(dra_node):

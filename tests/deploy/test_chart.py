@@ -222,6 +222,25 @@ def test_fake_agent_mode_mounts_each_nodes_recorded_facts(tmp_path):
     assert volumes["facts"] == {"name": "facts", "configMap": {"name": "gpustack-operator-device-manager-facts"}}
 
 
+def test_auto_agent_mounts_the_recorded_facts_given_for_some_nodes_and_keeps_nvml(tmp_path):
+    """One DaemonSet for a mixed cluster (docs/concepts/dra.md): ``auto`` with recordedFacts mounts them
+    as with ``fake`` (a node with a document reads it until a DRA driver publishes for it, the others
+    NVML); without recordedFacts nothing is mounted."""
+    facts = yaml.safe_load((REPO / "probes/recorded/node-a10g.yaml").read_text())
+    objects = by_kind(render(values={"agent": {"backend": "auto", "recordedFacts": {"node-a10g": facts}}}, tmp=tmp_path))
+    assert yaml.safe_load(objects[("ConfigMap", "gpustack-operator-device-manager-facts")]["data"]["node-a10g.yaml"]) == facts
+    ds = objects[("DaemonSet", "gpustack-operator-device-manager")]
+    c = _container(ds)
+    assert [a for a in c["args"] if a.startswith(("--backend", "--facts"))] == [
+        "--backend=auto", "--facts=/etc/accelpolicy/facts/$(NODE_NAME).yaml"]
+    assert {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"} <= {e["name"] for e in c["env"]}
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["facts"] == "/etc/accelpolicy/facts"
+    bare = by_kind(render("agent.backend=auto"))
+    c = _container(bare[("DaemonSet", "gpustack-operator-device-manager")])
+    assert ("ConfigMap", "gpustack-operator-device-manager-facts") not in bare
+    assert not [a for a in c["args"] if a.startswith("--facts")] and "facts" not in {m["name"] for m in c["volumeMounts"]}
+
+
 def test_fake_agent_without_facts_and_unknown_modes_are_refused():
     result = template("--set", "agent.backend=fake", check=False)
     assert result.returncode != 0
