@@ -150,7 +150,9 @@ def test_upgrade_from_chart_0_1_0_carries_the_crds_and_keeps_every_object(kind_s
     _as_chart_0_1_0_left_them(cluster)
     crd = json.loads(cluster.kubectl.stdout("get", "crd", "instances.worker.gpustack.ai", "-o", "json"))
     assert "meta.helm.sh/release-name" not in (crd["metadata"].get("annotations") or {})
-    run(*helm, "install", RELEASE, str(OLD_CHART), "-n", SYSTEM, *values, timeout=300)
+    # chart 0.1.0 knows the real and fake backends only (the DRA workers are parked meanwhile)
+    run(*helm, "install", RELEASE, str(OLD_CHART), "-n", SYSTEM,
+        *helm_values(stack.kind_node, stack.image, backend="fake"), timeout=300)
     cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deploy/{LEASE}", "--timeout=600s", timeout=660)
     wait("chart 0.1.0's controller registering the webhooks",
          lambda: cluster.kubectl("get", "validatingwebhookconfiguration", "gpustack-worker-validation",

@@ -439,7 +439,8 @@ def test_kind_controller_did_it_with_the_charts_rbac_alone(walk):
     """Every binding naming the controller's (and the agent's) ServiceAccount is the chart's own, none binds
     cluster-admin, and no controller or agent log line reports a refusal (forbidden / 403)."""
     _kind_only(walk)
-    accounts = {("gpustack-system", "gpustack-controller"), ("gpustack-system", "gpustack-device-manager")}
+    accounts = {("gpustack-system", "gpustack-controller"), ("gpustack-system", "gpustack-device-manager"),
+                ("gpustack-system", "gpustack-admission")}
     bindings = get(walk, "clusterrolebindings")["items"] + get(walk, "rolebindings", "-A")["items"]
     ours = [b for b in bindings if any((s.get("namespace"), s.get("name")) in accounts
                                        for s in b.get("subjects") or [] if s.get("kind") == "ServiceAccount")]
@@ -449,7 +450,7 @@ def test_kind_controller_did_it_with_the_charts_rbac_alone(walk):
         assert (meta.get("annotations") or {}).get("meta.helm.sh/release-name") == "accelpolicy", meta["name"]
         assert b["roleRef"]["name"] != "cluster-admin", meta["name"]
     pods = get(walk, "pods", "-n", SYSTEM)["items"]
-    assert {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods} >= {"controller", "agent"}
+    assert {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods} >= {"controller", "agent", "admission"}
     refusals = []
     for p in pods:
         assert p["spec"]["serviceAccountName"] in {name for _, name in accounts}

@@ -159,6 +159,19 @@ class Observer(threading.Thread):
         self.join(30)
 
 
+class _Agrees:
+    """A drift check's answer: true when nothing drifted; its text names what did (a failed wait shows it)."""
+
+    def __init__(self, drift: list[str]):
+        self.drift = drift
+
+    def __bool__(self) -> bool:
+        return not self.drift
+
+    def __str__(self) -> str:
+        return "; ".join(self.drift) or "no drift"
+
+
 class Suite:
     """See the module docstring. ``target``: :class:`chaos.faults.Target`; ``workdir``: where the answer
     log and the results go."""
@@ -234,7 +247,7 @@ class Suite:
              and self.instance_type(INSTANCE_TYPE), timeout=120)
         self.queue = self.instance_type(A10G_TYPE)["status"]["entrance"]
         wait("the cluster equal to the state derived from its facts (before any fault)",
-             lambda: not checker.drift(self.policy, self.objects()), timeout=300, every=2.0)
+             lambda: _Agrees(checker.drift(self.policy, self.objects())), timeout=300, every=2.0)
         self.baseline_table = t.kubectl("get", "instancetypes").stdout
         self.baseline = self.state()
         wait("ready before any fault", self.ready, timeout=300)
