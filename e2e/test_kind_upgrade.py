@@ -41,6 +41,7 @@ NS, SYSTEM, LEASE = "default", "gpustack-system", "gpustack-operator-worker"
 PERIOD = 0.3   # seconds between reviews
 EDITED = 'privileged mode is not allowed: enable the "instance-privileged-allowed" setting to allow it'
 OLD_CHART = Path(__file__).resolve().parent / "fixtures" / "accelpolicy-0.1.0.tgz"
+OLD_COMMIT = "030db97"   # the commit chart 0.1.0 was packaged from (e2e/fixtures/README.md); its image runs it
 OURS = ("instances.worker.gpustack.ai", "instancetypes.worker.gpustack.ai", "settings.gpustack.ai",
         "devices.worker.gpustack.ai", "instancepersistentvolumes.worker.gpustack.ai")
 
@@ -138,12 +139,17 @@ def _pods(cluster, component: str) -> dict[str, str]:
 
 
 def test_upgrade_from_chart_0_1_0_carries_the_crds_and_keeps_every_object(kind_stack, tmp_path, record_step):
-    from kind.stack import RELEASE, helm_values, run, tools
+    from kind.stack import RELEASE, helm_values, image_of_commit, load_images, run, tools
     from tests.deploy.test_chart import render
     cluster, stack = kind_stack, kind_stack.stack
     t = tools()
     helm = [t["helm"], "--kubeconfig", str(cluster.kubeconfig)]
     values = helm_values(stack.kind_node, stack.image)
+    # chart 0.1.0 runs its own image: this tree's code would refuse the rules that chart ships
+    t0 = time.monotonic()
+    old_image = image_of_commit(OLD_COMMIT)
+    load_images(t, stack.cluster, [*stack.kind_node.values(), *stack.dra_nodes], [old_image])
+    record_step(f"chart 0.1.0's image {old_image} built and loaded", time.monotonic() - t0, table=False)
     # -- the cluster as chart 0.1.0 leaves it ------------------------------------------------------------
     t0 = time.monotonic()
     run(*helm, "uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "5m", timeout=360)
@@ -152,7 +158,7 @@ def test_upgrade_from_chart_0_1_0_carries_the_crds_and_keeps_every_object(kind_s
     assert "meta.helm.sh/release-name" not in (crd["metadata"].get("annotations") or {})
     # chart 0.1.0 knows the real and fake backends only (the DRA workers are parked meanwhile)
     run(*helm, "install", RELEASE, str(OLD_CHART), "-n", SYSTEM,
-        *helm_values(stack.kind_node, stack.image, backend="fake"), timeout=300)
+        *helm_values(stack.kind_node, old_image, backend="fake"), timeout=300)
     cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deploy/{LEASE}", "--timeout=600s", timeout=660)
     wait("chart 0.1.0's controller registering the webhooks",
          lambda: cluster.kubectl("get", "validatingwebhookconfiguration", "gpustack-worker-validation",

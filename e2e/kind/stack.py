@@ -133,6 +133,23 @@ def accelpolicy_image() -> str:
     return run("bash", "deploy/image/build.sh", timeout=1800).stdout.strip().splitlines()[-1]
 
 
+def image_of_commit(commit: str) -> str:
+    """The accelpolicy image as commit ``commit`` of this repository builds it (an older chart's own image:
+    its code reads the rules that chart ships). Its tree from ``git archive`` into build/image-<commit>,
+    built by that tree's own deploy/image/build.sh with this checkout's venv (the same Python and
+    dependencies), named ``accelpolicy-<commit>`` so that this checkout's ``accelpolicy:<version>`` tag is
+    never moved; its ``accelpolicy-<commit>:<version>-<content hash>`` tag."""
+    src = REPO / "build" / f"image-{commit}"
+    if not (src / "deploy" / "image" / "build.sh").exists():
+        src.mkdir(parents=True, exist_ok=True)
+        tree = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=tree, check=True)
+    if not (src / ".venv").exists():
+        (src / ".venv").symlink_to(REPO / ".venv")
+    return run("bash", "-c", 'cd "$1" && bash deploy/image/build.sh', "build-image", str(src),
+               env={"IMAGE_NAME": f"accelpolicy-{commit}"}, timeout=1800).stdout.strip().splitlines()[-1]
+
+
 def components() -> Path:
     """Kueue's and nfd-master's images and rendered manifests (build/components); the directory."""
     run("bash", "deploy/components/images.sh", timeout=900)
