@@ -178,10 +178,13 @@ class Target:
         raise FaultError("no running kube-apiserver container in " + node)
 
     def api_answers(self) -> bool:
+        """kube-apiserver's ``/readyz`` says ok, asked on a new connection (kubectl): a pooled connection to
+        the killed server can keep failing its TLS handshake (SSLEOFError) after the new one answers."""
         try:
-            return self.session.call("get", "/readyz", timeout=3.0) is not None
-        except Exception:  # noqa: BLE001
+            out = self.kubectl("get", "--raw", "/readyz", check=False, timeout=5.0)
+        except subprocess.TimeoutExpired:
             return False
+        return out.returncode == 0 and out.stdout.strip() == "ok"
 
     # -- acting --------------------------------------------------------------------------------------
     def ctr(self, node: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
