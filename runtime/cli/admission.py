@@ -95,23 +95,10 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
     policy = load_policy(rules_dir)
     session = _connect(kubeconfig)
     stop = _stop_on_signals()
-    certificate = None
-    if cert_secret:
-        certificate = ServingCertificate(session, namespace, cert_secret, (), cert_dir, manage=False,
-                                         check_seconds=cert_check_seconds)
-        try:
-            certificate.ensure(stop=stop)
-        except (KubeApiError, TimeoutError) as exc:
-            click.echo(f"error: serving certificate: {exc}", err=True)
-            sys.exit(1)
-        if stop.is_set():
-            return
-        cert, key = certificate.paths["tls.crt"], certificate.paths["tls.key"]
-        logger.info(f"serving certificate from Secret {namespace}/{cert_secret} in {cert_dir}")
-    elif self_signed_dir is not None:
-        paths = self_signed(self_signed_dir)
-        cert, key = paths["cert"], paths["key"]
-        logger.info(f"self-signed: CA {paths['ca']}, certificate {cert}")
+    certificate, cert, key = _serving_files(session, namespace, cert_secret, cert_dir, cert_check_seconds,
+                                            self_signed_dir, cert, key, stop)
+    if stop.is_set():
+        return
     server = AdmissionServer(session, policy, cert, key, secret_namespace(policy.settings, os.environ), host=host,
                              port=port, refresh_seconds=view_refresh_seconds, max_body_bytes=max_body_bytes,
                              deadline_seconds=deadline_seconds, workers=workers, read_timeout=read_timeout,
@@ -136,6 +123,29 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
         sys.exit(1)
     finally:
         server.stop()
+
+
+def _serving_files(session, namespace: str, cert_secret: str | None, cert_dir: Path | None,
+                   cert_check_seconds: float, self_signed_dir: Path | None, cert: Path | None, key: Path | None,
+                   stop) -> tuple[ServingCertificate | None, Path | None, Path | None]:
+    """The serving certificate (``--cert-secret``'s, read and followed; None otherwise) and the paths of
+    the certificate and key to serve (the Secret's files, ``--self-signed``'s, or ``--cert``/``--key``).
+    Exits 1 when the Secret cannot be read."""
+    if cert_secret:
+        certificate = ServingCertificate(session, namespace, cert_secret, (), cert_dir, manage=False,
+                                         check_seconds=cert_check_seconds)
+        try:
+            certificate.ensure(stop=stop)
+        except (KubeApiError, TimeoutError) as exc:
+            click.echo(f"error: serving certificate: {exc}", err=True)
+            sys.exit(1)
+        logger.info(f"serving certificate from Secret {namespace}/{cert_secret} in {cert_dir}")
+        return certificate, certificate.paths.get("tls.crt"), certificate.paths.get("tls.key")
+    if self_signed_dir is not None:
+        paths = self_signed(self_signed_dir)
+        logger.info(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}")
+        return None, paths["cert"], paths["key"]
+    return None, cert, key
 
 
 def _tls_choice(cert, key, self_signed_dir, cert_secret, cert_dir) -> None:

@@ -138,13 +138,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     on the webhook server too.
     """
     configure_logging(log_level, log_format)
-    webhook_opts = _webhook_options(once, dict(
-        port=webhook_port, host=webhook_host, cert=webhook_cert, key=webhook_key, ca=webhook_ca,
-        self_signed=webhook_self_signed, url_base=webhook_url_base, service=webhook_service,
-        register=not no_registration, cert_secret=webhook_cert_secret, cert_dir=webhook_cert_dir,
-        cert_issuer=webhook_cert_issuer, cert_days=webhook_cert_days, cert_renew_days=webhook_cert_renew_days,
-        cert_check_seconds=webhook_cert_check_seconds, registration_only=registration_only,
-        owner=webhook_owner_clusterrole))
+    webhook_opts = _webhook_options(once, _webhook_values(click.get_current_context().params))
     serving = webhook_opts is not None and not registration_only  # webhooks served in this process
     tls, service = _webhook_tls(webhook_opts) if webhook_opts else (None, None)
     audit_seconds = duration_seconds(audit_interval)
@@ -162,10 +156,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
                     if registration_only else None)
     try:
         webhooks = _serve_webhooks(controller, webhook_opts, tls, service) if serving else None
-        if serving_cert is not None:
-            _follow_certificate(serving_cert, webhooks, stop,
-                                CaPublisher(session, policy, lease_namespace, webhook_ca_configmap)
-                                if webhook_ca_configmap else None)
+        _follow_certificate(serving_cert, webhooks, stop, CaPublisher(session, policy, lease_namespace,
+                                                                      webhook_ca_configmap))
         registry, metrics = _controller_metrics(controller, webhooks)
         if once:
             _reconcile_once(controller)
@@ -190,6 +182,23 @@ def _stop_on_signals() -> threading.Event:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     return stop
+
+
+#: the webhook options' short names (the keys :func:`_webhook_options` reads) -> the command's parameters
+_WEBHOOK_PARAMS = {
+    "port": "webhook_port", "host": "webhook_host", "cert": "webhook_cert", "key": "webhook_key",
+    "ca": "webhook_ca", "self_signed": "webhook_self_signed", "url_base": "webhook_url_base",
+    "service": "webhook_service", "cert_secret": "webhook_cert_secret", "cert_dir": "webhook_cert_dir",
+    "cert_issuer": "webhook_cert_issuer", "cert_days": "webhook_cert_days",
+    "cert_renew_days": "webhook_cert_renew_days", "cert_check_seconds": "webhook_cert_check_seconds",
+    "registration_only": "registration_only", "owner": "webhook_owner_clusterrole"}
+
+
+def _webhook_values(params: dict) -> dict:
+    """The webhook options by their short names from the command's parameters (click's ``params``);
+    ``register`` is the opposite of --no-webhook-registration."""
+    return {**{short: params.get(name) for short, name in _WEBHOOK_PARAMS.items()},
+            "register": not params.get("no_registration")}
 
 
 def _webhook_options(once: bool, opts: dict) -> dict | None:
@@ -340,11 +349,16 @@ def _serving_certificate(session, namespace: str, service: tuple[str, str, int] 
     return serving_cert, tls
 
 
-def _follow_certificate(serving_cert: ServingCertificate, webhooks: ControllerWebhooks | None,
+def _follow_certificate(serving_cert: ServingCertificate | None, webhooks: ControllerWebhooks | None,
                         stop: threading.Event, ca_publisher: CaPublisher | None = None) -> None:
     """Reload the server's TLS and the registered caBundle whenever the shared certificate changes
     (``webhooks``: None when this process serves none, --webhook-registration-only); the leader also
-    publishes its CA certificate (``ca_publisher``, --webhook-ca-configmap)."""
+    publishes its CA certificate (``ca_publisher``, --webhook-ca-configmap; nothing without a ConfigMap
+    name). Nothing to do without a shared certificate (``serving_cert`` None)."""
+    if serving_cert is None:
+        return
+    if ca_publisher is not None and not ca_publisher.name:
+        ca_publisher = None
     if webhooks is not None:
         serving_cert.listeners.append(lambda data: (
             reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),

@@ -228,23 +228,7 @@ class Controller(ActionWriter):
         for event in self.reach.update(self.policy, snapshot, state, datetime.now(timezone.utc)):
             self._create_event(event)
         self._log_warnings(state.warnings)
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
-        instances = plan_instances(self.policy, state, snapshot)
-        for key in set(instances.foreign) - self._foreign:
-            logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
-        self._foreign = set(instances.foreign)
-        actions += instances.actions
-        actions += plan_persistent_volumes(self.policy, snapshot)
-        if "Setting" in self.cache.caches:
-            actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
-        self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
-        actions += self._workload_check_actions(snapshot)
-        if self.device_classes.available:
-            actions += plan_device_classes(self.policy, snapshot)
-        if self.fit_writer is not None:
-            actions = self.fit_writer.fresh(actions)
-        actions, deferred = self._hold_fit_labels(actions)
+        actions, deferred = self._planned(state, snapshot)
         self.guard.policy = self.policy  # a rules reload swaps the controller's policy
         actions, held = self.guard.hold(actions, snapshot, self.cache.never_synced())
         if (due := self.guard.due()) is not None:  # the grace period's end: a pass then
@@ -277,6 +261,28 @@ class Controller(ActionWriter):
         if self.tune_gc and gcpolicy.settle():
             logger.info("garbage collector: {} objects of the caches and the first pass frozen", gc.get_freeze_count())
         return result
+
+    def _planned(self, state, snapshot) -> tuple[list[Action], list[Action]]:
+        """This pass's actions (pools, Instances and their Pods, volumes, Settings, Workload checks,
+        DeviceClasses) and apart from them the fit labels still inside their window: ``(actions, deferred)``.
+        Sets the next requeue an Instance asks for."""
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
+        instances = plan_instances(self.policy, state, snapshot)
+        for key in set(instances.foreign) - self._foreign:
+            logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
+        self._foreign = set(instances.foreign)
+        actions += instances.actions
+        actions += plan_persistent_volumes(self.policy, snapshot)
+        if "Setting" in self.cache.caches:
+            actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
+        self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
+        actions += self._workload_check_actions(snapshot)
+        if self.device_classes.available:
+            actions += plan_device_classes(self.policy, snapshot)
+        if self.fit_writer is not None:
+            actions = self.fit_writer.fresh(actions)
+        return self._hold_fit_labels(actions)
 
     def _run_recorded(self, own: list[Write], action: Action, result: ReconcileResult) -> None:
         """:meth:`_run_action` on a worker thread, its writes recorded in the pass's ``own``."""
