@@ -79,7 +79,11 @@ def policies(control_plane, tmp_path_factory):
                  "containers": [{"name": "agent", "image": "accelpolicy:probe"}]}}))
     yield cluster, kubectl
     kubectl("delete", "-f", str(manifest), "--ignore-not-found")
-    kubectl("-n", NS, "delete", "pod", AGENT_POD, "--ignore-not-found", "--wait=false")
+    # no kubelet runs here to finish a graceful delete: the Pods this module made go at once, so that the
+    # next module's Pod counts start from none (test_agent_metrics_live counts the cached Pods)
+    kubectl("-n", NS, "delete", "pod", AGENT_POD, "--ignore-not-found", "--grace-period=0", "--force")
+    kubectl("-n", "default", "delete", "pod", "on-a10g", "on-t4-a", "--ignore-not-found", "--grace-period=0",
+            "--force")
     _clean(kubectl)
 
 
