@@ -5,7 +5,7 @@ The agent connects, watches and writes with the same parts as the controller
 
 * one :class:`runtime.kube.session.Session` (:func:`runtime.kube.session.connect`, the one kubeconfig
   loader);
-* one :class:`runtime.kube.cache.ClusterCache` of what the agent depends on (:func:`node_watches`): its
+* one :class:`runtime.kube.clustercache.ClusterCache` of what the agent depends on (:func:`node_watches`): its
   Node, the Pods bound to it, its NodeFeatures, its Devices and the settings Secret. Every watch event
   wakes the agent's loop; every read of a pass comes from the cache;
 * one :class:`runtime.kube.applier.Applier` (field manager :data:`FIELD_MANAGER`) whose answers are
@@ -25,7 +25,8 @@ from loguru import logger
 from runtime.engine.devices import agent_rules
 from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier
-from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.cache import WatchedKind
+from runtime.kube.clustercache import ClusterCache
 from runtime.kube.events import warning_event
 from runtime.kube.ownership import owned_by
 from runtime.kube.session import KubeApiError, Session, connect

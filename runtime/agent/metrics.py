@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# OnceLog topics (runtime/agent/runner.py) -> the probe label of accelpolicy_agent_probe_errors_total
+# OnceLog topics (runtime/agent/oncelog.py, named in runtime/agent/runner.py) -> the probe label of accelpolicy_agent_probe_errors_total
 PROBE_TOPICS = {"cpu probe": "cpu", "accelerator probe": "accelerator", "facts": "facts"}
 PODRESOURCES_TOPIC = "allocations"
 LABELS = ["node", "group", "accelerator"]

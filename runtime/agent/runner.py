@@ -29,34 +29,12 @@ from runtime.engine.devices.draslices import dra_policy
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
 from runtime.kube.podresources import PodResourcesError, list_pod_resources
+from runtime.agent.oncelog import OnceLog
 from runtime.kube.session import KubeApiError
 from runtime.model.facts import CpuFacts, FactsError, NodeFactsDoc, parse_facts
 
 ALLOCATION_SOURCES = ("auto", "podresources", "annotation")
 COMPONENT = "accelpolicy-agent"
-
-
-class OnceLog:
-    """Logs each distinct problem once per topic and its recovery once (never a log per tick)."""
-
-    def __init__(self) -> None:
-        self._current: dict[str, str] = {}
-        self.listeners: list[Callable[[str, str], None]] = []  # told of every problem (topic, level): metrics
-
-    def problem(self, topic: str, message: str, level: str = "ERROR") -> None:
-        for listener in self.listeners:
-            listener(topic, level)
-        if self._current.get(topic) != message:
-            self._current[topic] = message
-            logger.log(level, "{}: {}", topic, message)
-
-    def healthy(self, topic: str) -> bool:
-        """Whether ``topic`` has no current problem."""
-        return topic not in self._current
-
-    def ok(self, topic: str) -> None:
-        if self._current.pop(topic, None) is not None:
-            logger.info("{}: recovered", topic)
 
 
 def resolve_allocation_source(choice: str, socket: str) -> str:

@@ -27,7 +27,8 @@ def live_snapshot(kubeconfig: Path, timeout: float = 60.0) -> Snapshot:
     Kinds the server does not serve read as empty. Exits 2 on a bad kubeconfig, 1 when the API
     server does not answer within ``timeout`` seconds.
     """
-    from runtime.kube.cache import ClusterCache, WatchedKind
+    from runtime.kube.cache import WatchedKind
+    from runtime.kube.clustercache import ClusterCache
     from runtime.kube.session import KubeApiError, KubeConfigError, connect
 
     try:

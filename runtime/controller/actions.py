@@ -13,7 +13,7 @@ from runtime.controller.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import name_of
 from runtime.kube.applier import Applier
-from runtime.kube.cache import ClusterCache
+from runtime.kube.clustercache import ClusterCache
 
 # Which finalizer (label-catalog key role) the controller keeps on each kind.
 FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}

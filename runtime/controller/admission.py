@@ -37,7 +37,8 @@ from runtime.controller.snapshots import CacheSnapshots
 from runtime.controller.webhooks import view_failed, view_not_ready_reason
 from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, published_kinds
 from runtime.engine.policy import Policy
-from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.cache import WatchedKind
+from runtime.kube.clustercache import ClusterCache
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.reload import WebhookRulesReload
 from runtime.webhook.server import ServerThread

@@ -122,7 +122,7 @@ def add_cache_samples(families: dict, caches: dict) -> None:
 
 
 class CacheCollector(Collector):
-    """Scrape-time :func:`cache_families` of one :class:`runtime.kube.cache.ClusterCache` (the admission
+    """Scrape-time :func:`cache_families` of one :class:`runtime.kube.clustercache.ClusterCache` (the admission
     process's; the controller's are part of :class:`ControllerCollector`)."""
 
     def __init__(self, cache):

@@ -50,21 +50,20 @@ from runtime.controller.actions import ActionWriter
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
+from runtime.controller.passsteps import PassSteps
 from runtime.controller.plan import Action, plan
 from runtime.controller.reach import ReachWatch
-from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
 from runtime.controller.startguard import StartGuard
 from runtime.controller.transitions import TransitionEvents
-from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools import DesiredState, derive
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy
-from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import Snapshot
 from runtime.kube.applier import Applier, Write
-from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.cache import WatchedKind
+from runtime.kube.clustercache import ClusterCache
 from runtime.kube.session import KubeApiError, Session
 
 # What the pools depend on (spec/pools.md §2.4 triggers), then what Instances depend on
@@ -94,7 +93,7 @@ class ReconcileResult:
     state: DesiredState | None = None
 
 
-class Controller(ActionWriter):
+class Controller(ActionWriter, PassSteps):
     """Keeps one cluster equal to ``derive(policy, snapshot)``.
 
     ``coalesce_seconds``: how long events are gathered before a reconcile; ``resync_seconds``: a
@@ -232,7 +231,7 @@ class Controller(ActionWriter):
         self.guard.policy = self.policy  # a rules reload swaps the controller's policy
         actions, held = self.guard.hold(actions, snapshot, self.cache.never_synced())
         if (due := self.guard.due()) is not None:  # the grace period's end: a pass then
-            self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
+            self._requeue(due)
         result = ReconcileResult(planned=actions, deferred=deferred + held, state=state)
         for action in actions:
             if action.kind != "Node":
@@ -313,61 +312,6 @@ class Controller(ActionWriter):
         """Every cached object as an engine Snapshot of copies (the cache's dicts are shared), kept
         up to date by the cache's changes (:class:`runtime.controller.snapshots.CacheSnapshots`)."""
         return self.snapshots.snapshot()
-
-    def _log_warnings(self, warnings: list[str]) -> None:
-        """Log each derive warning (refused facts of decision 19, untrusted NodeFeatures of decision
-        20, ...) once while it lasts; one that goes away and comes back is logged again."""
-        for warning in warnings:
-            if warning not in self._warned:
-                logger.warning("derive: {}", warning)
-        self._warned = set(warnings)
-
-    def _hold_fit_labels(self, actions: list[Action]) -> tuple[list[Action], list[Action]]:
-        """(actions to run now, fit label patches deferred): the coalescing window of
-        spec/node-facts.md §9 (see the module docstring). A deferral requeues a pass for when the
-        window closes."""
-        fit = [a for a in actions if a.kind == "Node"]
-        now = time.monotonic()
-        if not fit or self.fit_coalesce_seconds <= 0:
-            self._fit_since = None
-            return actions, []
-        if self._fit_since is None:
-            self._fit_since = now
-        due = self._fit_since + self.fit_coalesce_seconds
-        if now >= due:
-            self._fit_since = None
-            return actions, []
-        self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
-        return [a for a in actions if a.kind != "Node"], fit
-
-    # -- the gpustack-node-devices answers (spec/pools.md §8.2) -----------------------------------------
-    def _workload_check_actions(self, snapshot) -> list[Action]:
-        """Plan the Workload check answers (:mod:`runtime.controller.workloadchecks`); a Retry waiting
-        for its re-evaluation requeues a pass for that moment."""
-        checks = plan_workload_checks(self.policy, snapshot, datetime.now(timezone.utc), self.settings_namespace)
-        for error in checks.errors:
-            logger.warning("admission check {}: {}", self.policy.derivation.admissionCheck.name, error)
-        if checks.requeue is not None:
-            due = time.monotonic() + checks.requeue
-            self._requeue_at = due if self._requeue_at is None else min(self._requeue_at, due)
-        self._pass = (snapshot, checks.verdicts)
-        return checks.actions
-
-    def _report_invalid_settings(self, state: DesiredState, snapshot) -> None:
-        """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does
-        not parse (spec/settings.md §1), once per setting and value in this process."""
-        catalog = self.policy.settings
-        secret = snapshot.get("Secret", catalog.secretName, self.settings_namespace)
-        if secret is None:
-            return
-        raw = decode_secret_data(secret)
-        for name in state.settings.invalid:
-            key = (name, raw.get(name, ""))
-            if key in self._reported:
-                continue
-            self._reported.add(key)
-            self._create_event(invalid_setting_event(self.policy.settings, secret, name, key[1],
-                                                     datetime.now(timezone.utc)))
 
     def _notify(self, result: ReconcileResult) -> None:
         for observer in self.observers:

@@ -19,7 +19,8 @@ import copy
 from types import MappingProxyType
 
 from runtime.engine.snapshot import Snapshot, check_object
-from runtime.kube.cache import ClusterCache, KindCache
+from runtime.kube.cache import KindCache
+from runtime.kube.clustercache import ClusterCache
 
 ORIGIN = "<watch cache>"
 # Kinds whose snapshot copies are kept while the cached object is the same (the cache replaces an

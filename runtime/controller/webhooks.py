@@ -35,7 +35,8 @@ from runtime.engine.admission.registration import (KINDS, ClientConfig, drift, o
                                                    registration_of, stale_configurations, webhook_configurations)
 from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier
-from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.cache import WatchedKind
+from runtime.kube.clustercache import ClusterCache
 from runtime.kube.session import KubeApiError, Session
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.server import ServerThread

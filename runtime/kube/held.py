@@ -112,7 +112,7 @@ def _child(value: Any) -> int:
 
 
 class CacheBytes:
-    """Per kind, the :func:`held_bytes` of every object a :class:`runtime.kube.cache.ClusterCache`
+    """Per kind, the :func:`held_bytes` of every object a :class:`runtime.kube.clustercache.ClusterCache`
     holds, updated from each cache's changes since the last look (an object is measured once per
     version it is held in)."""
 

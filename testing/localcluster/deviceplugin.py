@@ -34,7 +34,8 @@ from loguru import logger
 
 from runtime.engine.devices import agent_rules, annotation_text, pod_allocations
 from runtime.kube.applier import Applier
-from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.cache import WatchedKind
+from runtime.kube.clustercache import ClusterCache
 from runtime.model.normalize import parse_quantity
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers, classifier_table
@@ -143,7 +144,7 @@ class DevicePluginStandIn:
     """Advertise tokens on ``nodes`` and annotate the Pods bound to them (see the module docstring).
 
     ``session`` is a :class:`runtime.kube.session.Session`: the stand-in reads through a
-    :class:`runtime.kube.cache.ClusterCache` (Pods, Devices, Nodes) and writes through an
+    :class:`runtime.kube.clustercache.ClusterCache` (Pods, Devices, Nodes) and writes through an
     :class:`runtime.kube.applier.Applier`, as the agent and the controller do. :meth:`start` advertises
     once (every node in ``nodes`` must have its Devices object; ``TimeoutError`` otherwise) and starts
     a daemon thread that re-checks the Pods of those nodes on every Pod event; :meth:`stop` ends it.

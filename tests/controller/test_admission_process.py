@@ -12,7 +12,8 @@ from starlette.testclient import TestClient
 from runtime.controller.admission import AdmissionServer, BuiltAdmissionView, admission_watched
 from runtime.controller.reconciler import Controller
 from runtime.engine.policy import Policy
-from runtime.kube.cache import ClusterCache, WatchedKind
+from runtime.kube.cache import WatchedKind
+from runtime.kube.clustercache import ClusterCache
 from runtime.rules.loader import load_rules
 from testing.localcluster.testing import wait_for
 from tests.controller.test_pass_writes import seed_api

@@ -10,7 +10,8 @@ import pytest
 
 from runtime.controller.snapshots import CacheSnapshots
 from runtime.engine.snapshot import Snapshot, SnapshotError
-from runtime.kube.cache import ClusterCache, KindCache, WatchedKind
+from runtime.kube.cache import KindCache, WatchedKind
+from runtime.kube.clustercache import ClusterCache
 from runtime.kube.session import ResourceRef
 
 KINDS = {"Node": ("v1", "nodes", False), "Devices": ("worker.gpustack.ai/v1", "devices", False),
