@@ -211,7 +211,7 @@ def test_the_controller_writes_only_its_own_webhook_configurations(controller):
              "refused (controller-scope)")
 
 
-def test_zz_attack_table(record_step):
+def test_zz_attack_table(kind, record_step):
     """The table of this module's attempts (printed with the session's figures)."""
     assert RESULTS
     for attempt, expected, result in RESULTS:

@@ -133,7 +133,7 @@ def test_claims_allocated_to_the_mock_device_through_a_hand_made_device_class(ki
         kube("delete", "deviceclass", CLASS, "--ignore-not-found", check=False)
         stop_driver(kube, node)
         for n in kind_cluster.nodes:   # the nodes hold the preloaded images only again (test_no_image_was_pulled)
-            sh("docker", "exec", n, "ctr", "-n", "k8s.io", "images", "rm", containerd_ref(image), check=False)
+            _remove_image(n, containerd_ref(image))
     assert node_slices(kube, node) == []
     if os.environ.get("ACCELPOLICY_KIND_DRA_KEEP_LOGS"):
         print(kube("-n", "default", "get", "events", check=False).stdout)
@@ -168,8 +168,9 @@ def test_one_chart_agent_runs_auto_on_every_node_the_dra_worker_with_a_cpu_only_
     if not Path(helm).exists():
         pytest.skip(f"helm is not built ({helm}; make helm)")
     nodes = ["c-control-plane", "c-worker", "c-worker2", "c-worker3", "c-worker4"]
+    from tests.deploy.test_chart import KUBE_VERSION   # the chart requires >= 1.30; helm template says 1.20
     out = sh(helm, "template", "accelpolicy", str(REPO / "deploy" / "chart"), "-n", "gpustack-system",
-             *helm_values(seed_mapping(nodes), "accelpolicy:0.1.0-abc"), timeout=300).stdout
+             "--kube-version", KUBE_VERSION, *helm_values(seed_mapping(nodes), "accelpolicy:0.1.0-abc"), timeout=300).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
@@ -183,3 +184,14 @@ def test_one_chart_agent_runs_auto_on_every_node_the_dra_worker_with_a_cpu_only_
     seed = yaml.safe_load((REPO / "probes" / "recorded" / f"{DRA_HOST}.yaml").read_text())
     assert dra_host == {"node": "c-worker4", "cpu": seed["cpu"], "accelerators": []}
     assert yaml.safe_load(facts["data"]["c-worker.yaml"])["accelerators"] == seed["accelerators"]
+
+
+def _remove_image(node: str, ref: str) -> None:
+    """Remove ``ref`` from ``node``'s containerd with every other name of the same digest: ``kind load``
+    imports with ``ctr images import --digests``, which also names the image ``import-<date>@sha256:...``."""
+    rows = [line.split() for line in sh("docker", "exec", node, "ctr", "-n", "k8s.io", "images", "ls").stdout.splitlines()[1:]]
+    digests = {row[2] for row in rows if len(row) > 2 and row[0] == ref}
+    names = [row[0] for row in rows if len(row) > 2 and row[2] in digests]
+    if names:
+        sh("docker", "exec", node, "ctr", "-n", "k8s.io", "images", "rm", *names, check=False)
+

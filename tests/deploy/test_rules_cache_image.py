@@ -20,8 +20,11 @@ def _key(root: Path) -> str:
 def test_the_charts_mounted_rules_hit_the_images_entry(tmp_path):
     objects = by_kind(render())
     data = objects[("ConfigMap", "accelpolicy-rules")]["data"]
-    [deployment] = [o for (kind, _), o in objects.items() if kind == "Deployment"]  # the controller
-    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "rules")
+    deployments = [o for (kind, _), o in objects.items() if kind == "Deployment"]  # controller and admission
+    assert len(deployments) == 2
+    volumes = [next(v for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == "rules") for d in deployments]
+    assert volumes[0] == volumes[1]   # both mount the same rules
+    volume = volumes[0]
     mount = tmp_path / "etc" / "accelpolicy" / "rules"  # the chart's mountPath's last part is "rules" too
     for item in volume["configMap"]["items"]:
         target = mount / item["path"]
