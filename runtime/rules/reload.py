@@ -102,20 +102,30 @@ class RulesWatcher(Periodic):
         self.name = "rules-watcher"
 
     def poll(self) -> Optional[bool]:
-        """Check once: None when nothing changed, True after a swap, False after a refusal."""
+        """Check once: None when nothing changed (or the files changed again while they were read: the
+        next check loads them once they hold still), True after a swap, False after a refusal.
+
+        A directory swapped while it is read (a ConfigMap update's ``..data`` link, an operator's
+        ``mv``) gives a fingerprint of neither generation; loading only when the fingerprint taken
+        after the load equals the one before keeps one edit one reload."""
         seen = fingerprint(self.root)
         if seen == self._seen:
             return None
-        self._seen = seen
         started = time.perf_counter()
         try:
             ruleset = load_rules(self.root)
         except RuleLoadError as exc:
+            if fingerprint(self.root) != seen:
+                return None
+            self._seen = seen
             self.last_seconds = time.perf_counter() - started
             self.failures += 1
             self.last_error = exc
             self.on_refused(exc)
             return False
+        if fingerprint(self.root) != seen:
+            return None
+        self._seen = seen
         self.last_seconds = time.perf_counter() - started
         self.current = ruleset
         self.reloads += 1

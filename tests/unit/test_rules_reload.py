@@ -88,3 +88,39 @@ def test_the_fingerprint_reads_through_the_symlinks_once(mount):
     assert load_rules(mount).generation > 0
     _version(mount, "2026_12_01_00_03_00.4")  # same content, new version directory
     assert fingerprint(mount) == before
+
+
+def test_a_swap_while_the_watcher_reads_is_one_reload(mount, monkeypatch):
+    """The CI flake of test_rules_as_data (2 reloads for one edit): the swap landed between the
+    watcher's fingerprint and its load, so it loaded the new set under a fingerprint of neither and
+    loaded it again on the next check. Now the check that saw the files move loads nothing, and the
+    next one loads the new set once."""
+    import runtime.rules.reload as reload_module
+
+    swapped = []
+    watcher = RulesWatcher(mount, swapped.append)
+    edit = lambda t: _entrance_of(t, "entrance: '\"gpustack-q-\" + fnv64a(name)'")  # noqa: E731
+    _version(mount, "2026_12_01_00_03_00.4", edit)
+    real_load = reload_module.load_rules
+
+    def load_during_a_second_swap(root):
+        monkeypatch.setattr(reload_module, "load_rules", real_load)
+        _version(mount, "2026_12_01_00_03_01.5", edit)   # the same content, moved once more
+        return real_load(root)
+
+    monkeypatch.setattr(reload_module, "load_rules", load_during_a_second_swap)
+    monkeypatch.setattr(reload_module, "fingerprint", _once_torn(reload_module.fingerprint))
+    assert watcher.poll() is None           # the files moved while read: nothing swapped in
+    assert watcher.poll() is True           # they hold still: loaded once
+    assert watcher.poll() is None
+    assert watcher.reloads == 1 and len(swapped) == 1
+
+
+def _once_torn(real):
+    """``fingerprint`` whose first answer is torn (as a read straddling a swap is), then the real one."""
+    calls = []
+
+    def fingerprint_(root):
+        calls.append(root)
+        return "torn" if len(calls) == 1 else real(root)
+    return fingerprint_
