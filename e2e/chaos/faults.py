@@ -496,7 +496,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("apiserver-restart", "kube-apiserver (static Pod) SIGTERM; the kubelet starts it again", apiserver_restart),
     Fault("apiserver-pause", "kube-apiserver frozen 30 s (ctr tasks pause/resume)", apiserver_pause),
     Fault("watch-expiry", "410 Gone on every watch: etcd revision moved on and compacted under a frozen, then "
-          "killed kube-apiserver", watch_expiry, short=True),
+          "killed kube-apiserver", watch_expiry),
     Fault("kill-agent", "SIGKILL the agent on the A10G node", kill_agent, short=True),
     Fault("stop-node", "docker stop of the leader's worker node for 60 s, then docker start", stop_node),
     Fault("nfd-labels-vanish", "nfd-master stopped, every feature label removed from the Nodes for 60 s, "
