@@ -96,27 +96,21 @@ def load_cases(rules_dir: Path | str) -> list[Case]:
 
     Raises ValueError naming the file for a malformed suite.
     """
-    root = Path(rules_dir)
     cases: list[Case] = []
-    for path in sorted((root / "tests").rglob("*.yaml")):
-        for doc in safe_load_all(path.read_text(encoding="utf-8")):
-            if not isinstance(doc, dict) or doc.get("kind") != SUITE_KIND:
-                continue
-            spec = doc.get("spec") or {}
-            suite = (doc.get("metadata") or {}).get("name") or path.stem
-            for i, raw in enumerate(spec.get("cases") or []):
-                if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw:
-                    raise ValueError(f"{path}: case {i} needs name and expect")
-                template = (spec.get("objectTemplate") or {}) if raw.get("useTemplate", True) else {}
-                old = raw.get("oldObject")
-                cases.append(Case(
-                    suite=suite, name=str(raw["name"]), file=str(path),
-                    operation=raw.get("operation", "CREATE"),
-                    object=merge(template, raw.get("object") or {}) if raw.get("object") is not None else {},
-                    old_object=merge(template, old) if old is not None else None,
-                    snapshot=tuple(raw.get("snapshot", spec.get("snapshot")) or ()),
-                    derive=bool(raw.get("derive", spec.get("derive", True))),
-                    expect=raw["expect"], user=str(raw.get("user", ""))))
+    for path, suite, spec in _suites(rules_dir, SUITE_KIND):
+        for i, raw in enumerate(spec.get("cases") or []):
+            if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw:
+                raise ValueError(f"{path}: case {i} needs name and expect")
+            template = (spec.get("objectTemplate") or {}) if raw.get("useTemplate", True) else {}
+            old = raw.get("oldObject")
+            cases.append(Case(
+                suite=suite, name=str(raw["name"]), file=str(path),
+                operation=raw.get("operation", "CREATE"),
+                object=merge(template, raw.get("object") or {}) if raw.get("object") is not None else {},
+                old_object=merge(template, old) if old is not None else None,
+                snapshot=tuple(raw.get("snapshot", spec.get("snapshot")) or ()),
+                derive=bool(raw.get("derive", spec.get("derive", True))),
+                expect=raw["expect"], user=str(raw.get("user", ""))))
     return cases
 
 
@@ -214,19 +208,14 @@ def load_dra_cases(rules_dir: Path | str) -> list[DraCase]:
     """Every case of every ``DraDriverTests`` suite under ``<rules_dir>/tests``. Raises ValueError naming
     the file for a malformed suite."""
     cases: list[DraCase] = []
-    for path in sorted((Path(rules_dir) / "tests").rglob("*.yaml")):
-        for doc in safe_load_all(path.read_text(encoding="utf-8")):
-            if not isinstance(doc, dict) or doc.get("kind") != DRA_SUITE_KIND:
-                continue
-            spec = doc.get("spec") or {}
-            suite = (doc.get("metadata") or {}).get("name") or path.stem
-            for i, raw in enumerate(spec.get("cases") or []):
-                if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw \
-                        or not isinstance(raw.get("slices"), list):
-                    raise ValueError(f"{path}: case {i} needs name, slices (a list) and expect")
-                cases.append(DraCase(suite=suite, name=str(raw["name"]), file=str(path),
-                                     node=str(raw.get("node", spec.get("node", ""))), slices=raw["slices"],
-                                     expect=raw["expect"]))
+    for path, suite, spec in _suites(rules_dir, DRA_SUITE_KIND):
+        for i, raw in enumerate(spec.get("cases") or []):
+            if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw \
+                    or not isinstance(raw.get("slices"), list):
+                raise ValueError(f"{path}: case {i} needs name, slices (a list) and expect")
+            cases.append(DraCase(suite=suite, name=str(raw["name"]), file=str(path),
+                                 node=str(raw.get("node", spec.get("node", ""))), slices=raw["slices"],
+                                 expect=raw["expect"]))
     return cases
 
 
@@ -258,3 +247,11 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
             result.problems.append(f"labels:\n  want {json.dumps(exp['labels'], sort_keys=True)}\n"
                                    f"  got  {json.dumps(labels, sort_keys=True)}")
     return result
+
+def _suites(rules_dir: Path | str, kind: str):
+    """``(file, suite name, spec)`` of every document of ``kind`` under ``<rules_dir>/tests`` (file order,
+    then document order); a suite without a name is named after its file."""
+    for path in sorted((Path(rules_dir) / "tests").rglob("*.yaml")):
+        for doc in safe_load_all(path.read_text(encoding="utf-8")):
+            if isinstance(doc, dict) and doc.get("kind") == kind:
+                yield path, (doc.get("metadata") or {}).get("name") or path.stem, doc.get("spec") or {}
