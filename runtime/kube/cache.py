@@ -193,22 +193,20 @@ class KindCache:
                     self._list()
                 self._watch()
                 backoff = 0.2
-            except _Gone:
-                logger.info("{} watch expired (410 Gone): relisting (serving the {} objects held meanwhile)",
-                            self.kind, len(self._items))
-                self._went_stale()
-                self.relists += 1
-                self._version = None
             except Exception as exc:  # noqa: BLE001 - any transport error: back off and retry
                 if self._stop.is_set():
                     break
                 self._went_stale()
-                self.errors += 1
-                self.last_error = str(exc)
-                if isinstance(exc, KubeApiError) and exc.status == 410:
+                if isinstance(exc, _Gone) or (isinstance(exc, KubeApiError) and exc.status == 410):
+                    # the same expiry whether the open watch sent an ERROR event or the request was
+                    # answered 410 (a resume from a version the API server's new watch cache lacks)
+                    logger.info("{} watch expired (410 Gone): relisting (serving the {} objects held meanwhile)",
+                                self.kind, len(self._items))
                     self.relists += 1
                     self._version = None
                     continue
+                self.errors += 1
+                self.last_error = str(exc)
                 logger.warning("{} cache: {}; retrying in {:.1f}s", self.kind, exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

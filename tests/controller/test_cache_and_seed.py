@@ -242,3 +242,24 @@ def test_age_counts_from_when_the_watch_broke_until_current_again(monkeypatch):
     assert cache.age() == 8.0                          # still since 110, not since the reopen
     cache._list()
     assert cache.age() == 0.0 and [o["metadata"]["resourceVersion"] for o in cache.objects()] == ["30"]
+
+
+def test_a_watch_request_answered_410_relists_like_an_expired_stream():
+    """An API server restarted above the held version answers the resumed watch request itself with 410
+    (not an ERROR event): the same relist and the same log line (the fault suite's watch-expiry check reads
+    it, e2e/chaos/faults.py), and it is not counted as a transport error."""
+    from loguru import logger
+    lines = []
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
+    try:
+        session = FakeSession(
+            lists=[{"metadata": {"resourceVersion": "10"}, "items": [node("a", 5)]},
+                   {"metadata": {"resourceVersion": "40"}, "items": [node("a", 30)]}],
+            watches=[KubeApiError(410, "Expired", "too old resource version: 10 (35)"),
+                     [{"type": "MODIFIED", "object": node("a", 41)}]])
+        cache, _ = run_cache(session)
+    finally:
+        logger.remove(sink)
+    assert [q["resourceVersion"] for q in session.watch_queries[:2]] == ["10", "40"]
+    assert (cache.lists, cache.relists, cache.errors) == (2, 1, 0)   # the script's closing 503 comes after stop()
+    assert "Node watch expired (410 Gone): relisting (serving the 1 objects held meanwhile)" in lines
