@@ -7,9 +7,10 @@ queues (Kueue evicts what runs there) and stops the Instances for good. The guar
 until the view is **whole**, as ``startGuard`` of rules/pools/derivation.yaml defines it:
 
 * every watch cache listed once, and
-* every Node (not being deleted) for which ``expectFacts`` holds (by default: a Node the agent has
-  described before, its CPU annotation outliving an uninstall) has the trusted NodeFeatures
-  (decision 20: in the system namespace, named ``<node><suffix>``) of each role in ``nodeFeatures``,
+* every Node (not being deleted) has the trusted NodeFeature (decision 20: in the system namespace,
+  named ``<node><suffix>``) of each role in ``nodeFeatures`` for which ``expectFacts`` holds (by default:
+  the worker NodeFeature of a Node the agent has described before, its CPU annotation outliving an
+  uninstall; the deviceManager NodeFeature of such a Node whose Devices object lists accelerators),
 
 or until ``graceSeconds`` after the controller began leading, whichever comes first. Once open, the
 guard stays open for the process (a later loss of facts is the pools' business, as when the
@@ -122,10 +123,13 @@ class StartGuard:
         return max(0.0, self.since + self.grace_seconds - self.clock())
 
     def nodes_without_facts(self, snapshot: Snapshot) -> list[str]:
-        """The Nodes (not being deleted, ``expectFacts`` true) lacking a trusted NodeFeature of a role
-        in ``nodeFeatures``, in name order."""
+        """The Nodes (not being deleted) lacking a trusted NodeFeature of a role in ``nodeFeatures`` for
+        which ``expectFacts`` holds (variables: the Node's ``labels``, ``annotations``, its Devices'
+        ``devices`` spec, the ``role``, ``keys``), in name order."""
         rules = self.policy.derivation.startGuard
-        suffixes = {getattr(agent_rules(self.policy).nodeFeature, role).nameSuffix for role in rules.nodeFeatures}
+        nf_rules = agent_rules(self.policy).nodeFeature
+        devices_kind = agent_rules(self.policy).devices.kind
+        suffixes = {role: getattr(nf_rules, role).nameSuffix for role in rules.nodeFeatures}
         judge = node_feature_judge(self.policy, self.namespace)
         present: dict[str, set[str]] = {}
         for nf in snapshot.list("NodeFeature"):
@@ -133,12 +137,15 @@ class StartGuard:
             if trusted:
                 present.setdefault(node, set()).add(name_of(nf)[len(node):])
         missing = []
+        keys = dict(self.policy.labels.keys)
         for node in snapshot.list("Node"):
             name = name_of(node)
-            if is_deleting(node) or not suffixes - present.get(name, set()):
+            lacking = [role for role, suffix in suffixes.items() if suffix not in present.get(name, set())]
+            if is_deleting(node) or not lacking:
                 continue
-            if rules.expectFacts.evaluate({"labels": labels_of(node), "annotations": annotations_of(node),
-                                           "keys": dict(self.policy.labels.keys)}):
+            devices = (snapshot.get(devices_kind, name) or {}).get("spec") or {}
+            facts = {"labels": labels_of(node), "annotations": annotations_of(node), "devices": devices, "keys": keys}
+            if any(rules.expectFacts.evaluate({**facts, "role": role}) for role in lacking):
                 missing.append(name)
         return sorted(missing)
 

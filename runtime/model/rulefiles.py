@@ -280,8 +280,8 @@ class StateEvents(Strict):
 
 class StartGuardSpec(Strict):
     """When a starting, restarted or newly leading controller's view is whole (issue 21 item 3;
-    docs/availability.md "The start guard"): every watch cache listed once and every Node for which
-    ``expectFacts`` holds has its NodeFeatures of the ``nodeFeatures`` roles, or ``graceSeconds`` after it
+    docs/availability.md "The start guard"): every watch cache listed once and every Node has each
+    NodeFeature of the ``nodeFeatures`` roles for which ``expectFacts`` holds, or ``graceSeconds`` after it
     began leading. Until then its destructive steps are held."""
 
     graceSeconds: float = Field(ge=0, description="the longest a destructive step is held after the controller "
@@ -289,9 +289,11 @@ class StartGuardSpec(Strict):
     nodeFeatures: list[Literal["worker", "deviceManager"]] = Field(
         min_length=1, description="the NodeFeature roles of rules/agent.yaml nodeFeature every expected Node "
                                   "must have (the agent's; trusted as decision 20 says)")
-    expectFacts: Expr = Field(description="CEL over a Node's own ``labels`` and ``annotations`` (``keys``: the "
-                                          "keys of rules/labels.yaml by role): true when the guard waits for its "
-                                          "facts (false: a Node no agent runs on)")
+    expectFacts: Expr = Field(description="CEL over a Node's own ``labels`` and ``annotations``, ``devices`` (the "
+                                          "spec of its Devices object; {} when none) and ``role`` (the NodeFeature "
+                                          "role asked about; ``keys``: the keys of rules/labels.yaml by role): true "
+                                          "when the guard waits for that NodeFeature of the Node (false: a Node no "
+                                          "agent runs on, a role the Node has no facts for)")
 
 
 class PoolDerivationSpec(Strict):

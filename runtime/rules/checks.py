@@ -31,7 +31,7 @@ ADMISSION_ROOTS = frozenset({"object", "oldObject", "request", "params", "settin
 # (kind, dotted spec path pattern) -> the names bound when the engine evaluates that field.
 ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
     ("PoolDerivation", "managed", frozenset({"labels", "managedKey"})),
-    ("PoolDerivation", "startGuard.expectFacts", frozenset({"labels", "annotations", "keys"})),
+    ("PoolDerivation", "startGuard.expectFacts", frozenset({"labels", "annotations", "keys", "devices", "role"})),
     ("PoolDerivation", "flavors.*.*", frozenset({"gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
     ("PoolDerivation", "pools.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
     ("PoolDerivation", "catalog.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),

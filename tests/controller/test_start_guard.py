@@ -166,9 +166,10 @@ def test_a_start_with_every_fact_present_holds_nothing(reconciled):
 
 def test_the_guard_is_policy_data(rules_copy):
     """graceSeconds, the NodeFeature roles and which Nodes are expected come from the rules."""
-    edit(rules_copy / "pools" / "derivation.yaml", "    graceSeconds: 120\n    nodeFeatures: [worker]\n"
-         "    expectFacts: 'keys.cpuNameAnnotation in annotations'", "    graceSeconds: 30\n"
-         "    nodeFeatures: [worker, deviceManager]\n"
+    edit(rules_copy / "pools" / "derivation.yaml", "    graceSeconds: 120\n", "    graceSeconds: 30\n")
+    edit(rules_copy / "pools" / "derivation.yaml", """    expectFacts: >-
+      keys.cpuNameAnnotation in annotations &&
+      (role == "worker" || ("groups" in devices && size(devices.groups) > 0))""",
          "    expectFacts: '!(\"node-role.kubernetes.io/control-plane\" in labels)'")
     policy = Policy(load_rules(rules_copy))
     api = seed_api()
@@ -195,3 +196,29 @@ def test_by_default_a_node_no_agent_ever_described_is_not_waited_for():
     guard = StartGuard(POLICY, clock=Clock())
     assert guard.nodes_without_facts(with_facts) == []
     assert guard.whole(with_facts, []) == "every cache listed and every Node's facts present"
+
+
+def test_a_node_with_accelerators_is_waited_for_until_its_device_manager_facts_arrive():
+    """The CI failure of test_start_guard_live: the agents' NodeFeatures came back one by one, the guard
+    opened once every worker NodeFeature was there, and a pass before node-t4-b's deviceManager NodeFeature
+    saw its T4s gone and recreated the T4 flavor. By default a Node whose Devices (cluster-scoped, owned by
+    the Node: it outlives an uninstall) lists accelerators is waited for until its deviceManager
+    NodeFeature is there too; a Node without accelerators (node-cpu: no Devices) needs its worker only."""
+    api = seed_api()
+    removed = _uninstalled(api)
+    late = [nf for nf in removed if nf["metadata"]["name"] == "node-t4-b-gpustack-device-manager"]
+    assert len(late) == 1
+    partial = Snapshot.from_objects([o for items in api.objects.values() for o in items]
+                                    + [nf for nf in removed if nf not in late], origin="test")
+    guard = StartGuard(POLICY, clock=Clock())
+    assert guard.nodes_without_facts(partial) == ["node-t4-b"]
+    assert guard.whole(partial, []) is None
+    devices = [o for o in api.objects["Devices"] if o["metadata"]["name"] == "node-t4-b"]
+    assert devices and devices[0]["spec"]["groups"]
+    no_accelerators = copy.deepcopy(devices[0])
+    no_accelerators["spec"]["groups"] = []
+    without = Snapshot.from_objects([o for items in api.objects.values() for o in items if o is not devices[0]]
+                                    + [no_accelerators] + [nf for nf in removed if nf not in late], origin="test")
+    assert guard.nodes_without_facts(without) == []
+    whole = Snapshot.from_objects([o for items in api.objects.values() for o in items] + removed, origin="test")
+    assert guard.whole(whole, []) == "every cache listed and every Node's facts present"
