@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
-from runtime.engine.admission.memokeys import _by_identity, _digest, _key_of, _refs, _Unkeyable
+from runtime.engine.admission.memokeys import _digest, _refs, _Unkeyable, key_part
+from runtime.engine.admission.memokeys import _key_of  # noqa: F401  (imported from here by tests)
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
@@ -63,6 +64,37 @@ class _Scope:
 
     def child(self, item: Any = MISSING) -> "_Scope":
         return _Scope(self.base, dict(self.variables), self.item if item is MISSING else item)
+
+
+_UNKEYED = object()  # an input with no fingerprint: the expression is evaluated without the memo
+_LAZY = object()  # an input's CEL value, not converted yet
+_HELD_LIMIT = 4096  # entries of a view's ``held`` table (one per lookup list found, and the settings)
+_NO_OBJECTS: list = []  # a lookup that found nothing or was not made (shared, never written)
+
+
+class _Input:
+    """One value an expression reads, for one review (or one view, :meth:`AdmissionEngine._held`):
+    the value (pinned), its memo key part, and its CEL value converted on first need. ``parts``:
+    the lookups map's per-list inputs, or the view's input of the settings map."""
+
+    __slots__ = ("value", "key", "cel", "parts")
+
+    def __init__(self, value: Any, key: Any, cel: Any = _LAZY, parts: Any = None):
+        self.value, self.key, self.cel, self.parts = value, key, cel, parts
+
+    def cel_value(self) -> Any:
+        """The value as a CEL value (:func:`runtime.rules.celvalues.to_cel`), converted once."""
+        cel = self.cel
+        if cel is _LAZY:
+            parts = self.parts
+            if parts is None:
+                cel = to_cel(self.value)
+            elif type(parts) is dict:  # the lookups map: a CEL map of its lists' CEL values
+                cel = cel_map({lookup: held.cel_value() for lookup, held in parts.items()})
+            else:  # the view's settings
+                cel = parts.cel_value()
+            self.cel = cel
+        return cel
 
 
 _MEMO_ENTRIES = 65536
@@ -241,13 +273,14 @@ class AdmissionEngine:
 
     def _scope(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel) -> _Scope:
         """The review's top scope: the names every expression of policy ``name`` may read, plus the
-        engine's per-review state (``_view``, ``_digests``, ``_cancel``); no variables yet."""
+        engine's per-review state (``_view``, ``_inputs``, ``_cancel``); no variables yet."""
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
-            "params": self.params[name], "settings": dict(view.settings), "_view": view,
-            "_digests": {}, "_cancel": cancel,
+            "params": self.params[name], "_view": view, "_inputs": {}, "_cancel": cancel,
+            # the view's own settings map (read only, converted once per view), a copy of any other mapping
+            "settings": view.settings if type(view.settings) is dict else dict(view.settings),
         }
         return _Scope(base, {})
 
@@ -274,64 +307,113 @@ class AdmissionEngine:
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
         """Evaluate with only the referenced names; memoised on their type-tagged digests.
 
-        Digests are computed once per object per review (``scope.base['_digests']``; params once per
-        engine); the memo (:class:`runtime.rules.memo.BoundedMemo`) is bounded by entries and bytes
-        and holds results only, never the request. Raises :class:`DeadlineExceeded` once the
-        review's ``cancel`` event is set.
-        On a memo miss the activation is built from CEL values converted once: params per rules
-        generation, everything else once per review (:meth:`_cel`).
+        Each value an expression reads gets its memo key part and its CEL value once per review
+        (:meth:`_input`: ``scope.base['_inputs']``, by identity), params once per engine, a lookup's
+        objects and the settings once per view (:meth:`_held`); the memo
+        (:class:`runtime.rules.memo.BoundedMemo`) is bounded by entries and bytes and holds results
+        only, never the request. Raises :class:`DeadlineExceeded` once the review's ``cancel`` event
+        is set.
         """
-        cancel = scope.base.get("_cancel")
+        base = scope.base
+        cancel = base.get("_cancel")
         if cancel is not None and cancel.is_set():
             raise DeadlineExceeded()
         names, var_names = _refs(expr)
-        act: dict[str, Any] = {}
+        inputs = base["_inputs"]
+        read: list = []  # (name, input), or ("variables", [(variable, input), ...])
+        parts: list = [id(expr)]
+        keyed = True
         for n in names:
             if n == "variables":
-                act[n] = {v: scope.variables[v] for v in var_names if v in scope.variables}
-            elif n == "item":
-                act[n] = None if scope.item is MISSING else scope.item
+                variables = scope.variables
+                entries, keys = [], []
+                for v in var_names:
+                    if v in variables:
+                        value = variables[v]
+                        entry = inputs.get(id(value))
+                        if entry is None or entry.value is not value:
+                            entry = self._input(value, inputs, scope)
+                        entries.append((v, entry))
+                        keys.append((v, entry.key))
+                        if entry.key is _UNKEYED:
+                            keyed = False
+                read.append((n, entries))
+                parts.append(tuple(keys))
             else:
-                act[n] = scope.base[n]
-        digests = scope.base["_digests"]
-        k: Optional[tuple]
-        try:
-            k = (id(expr),) + tuple(
-                tuple((v, _key_of(x, digests)) for v, x in act[n].items()) if n == "variables"
-                else self._params_keys[id(act[n])] if n == "params" else _key_of(act[n], digests)
-                for n in names)
-        except _Unkeyable:
-            k = None
+                value = base[n] if n != "item" else None if scope.item is MISSING else scope.item
+                entry = inputs.get(id(value))
+                if entry is None or entry.value is not value:
+                    entry = self._input(value, inputs, scope, n)
+                read.append((n, entry))
+                parts.append(entry.key)
+                if entry.key is _UNKEYED:
+                    keyed = False
+        k: Optional[tuple] = tuple(parts) if keyed else None
         if k is not None:
             with self._memo_lock:
                 hit = self._memo.get(k, MISSING)
             if hit is not MISSING:
                 return hit
-        converted = scope.base.setdefault("_cel", {})
-        cel_act = {n: cel_map({v: self._cel(x, converted) for v, x in value.items()}) if n == "variables"
-                   else self._cel(value, converted) for n, value in act.items()}
+        cel_act = {n: cel_map({v: entry.cel_value() for v, entry in entry_or_entries}) if n == "variables"
+                   else entry_or_entries.cel_value() for n, entry_or_entries in read}
         result = expr.program.evaluate_cel(cel_act)
         if k is not None:
             with self._memo_lock:
                 self._memo.put(k, result)
         return result
 
-    def _cel(self, value: Any, converted: dict) -> Any:
-        """``value`` as a CEL value: params converted once per rules generation, other maps and lists
-        once per review (``converted``: id -> (value, CEL value), the value pinned for the review)."""
-        if type(value) not in (dict, list):
-            return to_cel(value)
-        return _by_identity(value, self._params_cel, converted, to_cel)
+    def _input(self, value: Any, inputs: dict, scope: _Scope, name: str = "") -> "_Input":
+        """A new :class:`_Input` of ``value`` (read as ``name``) in this review's ``inputs`` (id -> input,
+        the value pinned while the review lasts, so its id is not reused; :meth:`_eval` looks there
+        first): keyed now, converted to CEL on first need.
+        Params come keyed and converted per engine; the lookups map is keyed and converted from its
+        lists' per-view inputs; the settings map is the view's own."""
+        if name == "params" and id(value) in self._params_keys:
+            entry = _Input(value, self._params_keys[id(value)], self._params_cel[id(value)])
+        elif name == "lookups" and type(value) is dict:
+            view = scope.base["_view"]
+            held = {lookup: self._held(view, objects) for lookup, objects in value.items()}
+            entry = _Input(value, tuple((lookup, h.key) for lookup, h in held.items()), _LAZY, held)
+        elif name == "settings" and value is scope.base["_view"].settings:
+            held_settings = self._held(scope.base["_view"], value)
+            entry = _Input(value, held_settings.key, _LAZY, held_settings)
+        else:
+            try:
+                key = key_part(value)
+            except _Unkeyable:
+                key = _UNKEYED
+            entry = _Input(value, key)
+        inputs[id(value)] = entry
+        return entry
+
+    @staticmethod
+    def _held(view: AdmissionView, value: Any) -> "_Input":
+        """The :class:`_Input` of ``value``, a map or list the view holds for as long as it lives (a
+        lookup's list of objects, the settings): keyed and converted once per view, in the view's own
+        ``held`` table (views are immutable; a rebuilt view starts a new table)."""
+        held = getattr(view, "held", None)
+        entry = held.get(id(value)) if held is not None else None
+        if entry is None or entry.value is not value:
+            try:
+                key = key_part(value)
+            except _Unkeyable:
+                key = _UNKEYED
+            entry = _Input(value, key)
+            if held is not None:
+                if len(held) >= _HELD_LIMIT:  # a view whose lookups make new lists: stay bounded
+                    held.clear()
+                held[id(value)] = entry
+        return entry
 
     def _lookup(self, lk, scope: _Scope, view: AdmissionView) -> list[dict]:
         if lk.when is not None and self._eval(lk.when, scope) is not True:
-            return []
+            return _NO_OBJECTS
         namespace = str(scope.base["request"]["namespace"] or "") if lk.namespaced else ""
         if lk.nameExpression is not None:
             value = self._eval(lk.nameExpression, scope)
-            return view.get(lk.kind, str(value), namespace) if value else []
+            return view.get(lk.kind, str(value), namespace) if value else _NO_OBJECTS
         value = self._eval(lk.labelValueExpression, scope)
-        return view.by_label(lk.kind, lk.labelKey, str(value)) if value else []
+        return view.by_label(lk.kind, lk.labelKey, str(value)) if value else _NO_OBJECTS
 
     def _variables(self, variables: list[Variable], scope: _Scope) -> None:
         for var in variables:

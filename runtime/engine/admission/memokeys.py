@@ -1,7 +1,8 @@
 """Memo keys of the admission engine: type-tagged key parts, identity caches, expression references.
 
 :func:`_key_of` turns an activation value into a small hashable key part (short atoms tagged with
-their type, containers and long strings by :func:`runtime.rules.memo.fingerprint`);
+their type, containers and long strings by :func:`runtime.rules.memo.fingerprint`; :func:`key_part`
+the same without its per-review digest table);
 :func:`_by_identity` caches a conversion by object identity; :func:`_refs` lists the names an
 expression reads. Used by :mod:`runtime.engine.admission.engine` (its ``_eval``).
 """
@@ -29,12 +30,22 @@ def _key_of(value: Any, digests: dict) -> Any:
     """
     t = type(value)
     if t is not dict and t is not list and not (t is str and len(value) > _SHORT):
-        return (t.__name__, value) if t in (bool, int, float, str, type(None)) else _digest(value)
+        return key_part(value)
     ident = id(value)
     entry = digests.get(ident)
     if entry is None or entry[0] is not value:
         entry = digests[ident] = (value, _digest(value))
     return entry[1]
+
+
+def key_part(value: Any) -> Any:
+    """:func:`_key_of` without a digest table: ``value``'s key part computed now (the caller keeps
+    it as long as it needs it). Raises :class:`_Unkeyable` when ``value`` has no fingerprint."""
+    t = type(value)
+    if t is not dict and t is not list and not (t is str and len(value) > _SHORT):
+        if t in (bool, int, float, str, type(None)):
+            return (t.__name__, value)
+    return _digest(value)
 
 
 def _digest(value: Any) -> bytes:
