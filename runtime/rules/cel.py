@@ -35,12 +35,14 @@ import celpy
 import celpy.evaluation as _celeval
 
 import runtime as _runtime_pkg
-from runtime.rules import celfunctions
+from runtime.rules import celfast, celfunctions
 from runtime.rules.celvalues import from_cel, to_cel
 from runtime.rules.memo import BoundedMemo, fingerprint
 
 _celeval.__dict__.setdefault("runtime", _runtime_pkg)
-_EVAL_GLOBALS = _celeval.result.__globals__  # where cel-python's transpiled code runs (celpy.evaluation's)
+# Where programs run: celpy.evaluation's globals, with cel-python 0.5.0's hot helpers in faster,
+# equal form (runtime.rules.celfast; the stock globals for any other version).
+_EVAL_GLOBALS = celfast.program_globals(_celeval.__dict__)
 # cel-python logs every evaluation failure at ERROR before raising it; CelEvalError reports it, once.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
 _LOCK = threading.RLock()
@@ -177,7 +179,9 @@ class _Program:
         where cel-python clones the base's container and loads the values into the copy: names
         resolve the same way (a value before the base's annotations), without copying the base or
         matching path regexes per name. A context that names something the base holds (``google``)
-        goes through cel-python's own clone, where such a name is a container and a value at once."""
+        goes through cel-python's own clone, where such a name is a container and a value at once.
+        The code runs with :func:`runtime.rules.celfast.program_globals` (cel-python's globals, its
+        hot helpers in faster equal form), not in cel-python's module."""
         if not context:
             return self.tp.evaluate(context)
         base = self.tp.base_activation

@@ -2,9 +2,10 @@
 
 Every CEL evaluation the rule suites make (admission policies, and the derivation their views run) is
 made twice: by :class:`runtime.rules.cel._Program` (its own activation: a container chained to the
-base, direct name lookup) and by cel-python's ``Transpiler.evaluate`` over cel-python's own
-``Activation`` (clone of the base, ``load_values``, ``resolve_name``, cel-python's
-``nested_activation``), on the same code object and the same CEL values. Values must be equal with the
+base, direct name lookup; the globals of :mod:`runtime.rules.celfast`) and by cel-python's
+``Transpiler.evaluate`` over cel-python's own ``Activation`` (clone of the base, ``load_values``,
+``resolve_name``, cel-python's ``nested_activation``) in cel-python's own module globals, on the same
+code object and the same CEL values. Values must be equal with the
 same CEL types all the way down; errors must carry the same description.
 """
 from __future__ import annotations
