@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
-from runtime.engine.admission.memokeys import _digest, _refs, _Unkeyable, key_part
+from runtime.engine.admission.memokeys import _digest, _refs, read_inputs  # noqa: F401  (_refs: explain)
 from runtime.engine.admission.memokeys import _key_of  # noqa: F401  (imported from here by tests)
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
@@ -66,37 +66,7 @@ class _Scope:
         return _Scope(self.base, dict(self.variables), self.item if item is MISSING else item)
 
 
-_UNKEYED = object()  # an input with no fingerprint: the expression is evaluated without the memo
-_LAZY = object()  # an input's CEL value, not converted yet
-_HELD_LIMIT = 4096  # entries of a view's ``held`` table (one per lookup list found, and the settings)
 _NO_OBJECTS: list = []  # a lookup that found nothing or was not made (shared, never written)
-
-
-class _Input:
-    """One value an expression reads, for one review (or one view, :meth:`AdmissionEngine._held`):
-    the value (pinned), its memo key part, and its CEL value converted on first need. ``parts``:
-    the lookups map's per-list inputs, or the view's input of the settings map."""
-
-    __slots__ = ("value", "key", "cel", "parts")
-
-    def __init__(self, value: Any, key: Any, cel: Any = _LAZY, parts: Any = None):
-        self.value, self.key, self.cel, self.parts = value, key, cel, parts
-
-    def cel_value(self) -> Any:
-        """The value as a CEL value (:func:`runtime.rules.celvalues.to_cel`), converted once."""
-        cel = self.cel
-        if cel is _LAZY:
-            parts = self.parts
-            if parts is None:
-                cel = to_cel(self.value)
-            elif type(parts) is dict:  # the lookups map: a CEL map of its lists' CEL values
-                cel = cel_map({lookup: held.cel_value() for lookup, held in parts.items()})
-            else:  # the view's settings
-                cel = parts.cel_value()
-            self.cel = cel
-        return cel
-
-
 _MEMO_ENTRIES = 65536
 _MEMO_BYTES = 32 * 1024 * 1024
 
@@ -308,8 +278,9 @@ class AdmissionEngine:
         """Evaluate with only the referenced names; memoised on their type-tagged digests.
 
         Each value an expression reads gets its memo key part and its CEL value once per review
-        (:meth:`_input`: ``scope.base['_inputs']``, by identity), params once per engine, a lookup's
-        objects and the settings once per view (:meth:`_held`); the memo
+        (:func:`~runtime.engine.admission.memokeys.new_input`: ``scope.base['_inputs']``, by identity),
+        params once per engine, a lookup's objects and the settings once per view
+        (:func:`~runtime.engine.admission.memokeys.held_input`); the memo
         (:class:`runtime.rules.memo.BoundedMemo`) is bounded by entries and bytes and holds results
         only, never the request. Raises :class:`DeadlineExceeded` once the review's ``cancel`` event
         is set.
@@ -318,37 +289,8 @@ class AdmissionEngine:
         cancel = base.get("_cancel")
         if cancel is not None and cancel.is_set():
             raise DeadlineExceeded()
-        names, var_names = _refs(expr)
-        inputs = base["_inputs"]
-        read: list = []  # (name, input), or ("variables", [(variable, input), ...])
-        parts: list = [id(expr)]
-        keyed = True
-        for n in names:
-            if n == "variables":
-                variables = scope.variables
-                entries, keys = [], []
-                for v in var_names:
-                    if v in variables:
-                        value = variables[v]
-                        entry = inputs.get(id(value))
-                        if entry is None or entry.value is not value:
-                            entry = self._input(value, inputs, scope)
-                        entries.append((v, entry))
-                        keys.append((v, entry.key))
-                        if entry.key is _UNKEYED:
-                            keyed = False
-                read.append((n, entries))
-                parts.append(tuple(keys))
-            else:
-                value = base[n] if n != "item" else None if scope.item is MISSING else scope.item
-                entry = inputs.get(id(value))
-                if entry is None or entry.value is not value:
-                    entry = self._input(value, inputs, scope, n)
-                read.append((n, entry))
-                parts.append(entry.key)
-                if entry.key is _UNKEYED:
-                    keyed = False
-        k: Optional[tuple] = tuple(parts) if keyed else None
+        read, k = read_inputs(expr, scope.variables, None if scope.item is MISSING else scope.item, base,
+                              self._params_keys, self._params_cel)
         if k is not None:
             with self._memo_lock:
                 hit = self._memo.get(k, MISSING)
@@ -361,49 +303,6 @@ class AdmissionEngine:
             with self._memo_lock:
                 self._memo.put(k, result)
         return result
-
-    def _input(self, value: Any, inputs: dict, scope: _Scope, name: str = "") -> "_Input":
-        """A new :class:`_Input` of ``value`` (read as ``name``) in this review's ``inputs`` (id -> input,
-        the value pinned while the review lasts, so its id is not reused; :meth:`_eval` looks there
-        first): keyed now, converted to CEL on first need.
-        Params come keyed and converted per engine; the lookups map is keyed and converted from its
-        lists' per-view inputs; the settings map is the view's own."""
-        if name == "params" and id(value) in self._params_keys:
-            entry = _Input(value, self._params_keys[id(value)], self._params_cel[id(value)])
-        elif name == "lookups" and type(value) is dict:
-            view = scope.base["_view"]
-            held = {lookup: self._held(view, objects) for lookup, objects in value.items()}
-            entry = _Input(value, tuple((lookup, h.key) for lookup, h in held.items()), _LAZY, held)
-        elif name == "settings" and value is scope.base["_view"].settings:
-            held_settings = self._held(scope.base["_view"], value)
-            entry = _Input(value, held_settings.key, _LAZY, held_settings)
-        else:
-            try:
-                key = key_part(value)
-            except _Unkeyable:
-                key = _UNKEYED
-            entry = _Input(value, key)
-        inputs[id(value)] = entry
-        return entry
-
-    @staticmethod
-    def _held(view: AdmissionView, value: Any) -> "_Input":
-        """The :class:`_Input` of ``value``, a map or list the view holds for as long as it lives (a
-        lookup's list of objects, the settings): keyed and converted once per view, in the view's own
-        ``held`` table (views are immutable; a rebuilt view starts a new table)."""
-        held = getattr(view, "held", None)
-        entry = held.get(id(value)) if held is not None else None
-        if entry is None or entry.value is not value:
-            try:
-                key = key_part(value)
-            except _Unkeyable:
-                key = _UNKEYED
-            entry = _Input(value, key)
-            if held is not None:
-                if len(held) >= _HELD_LIMIT:  # a view whose lookups make new lists: stay bounded
-                    held.clear()
-                held[id(value)] = entry
-        return entry
 
     def _lookup(self, lk, scope: _Scope, view: AdmissionView) -> list[dict]:
         if lk.when is not None and self._eval(lk.when, scope) is not True:
