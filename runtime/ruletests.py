@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,25 +80,43 @@ class CaseResult:
 
 def merge(base: Any, over: Any) -> Any:
     """Deep merge (JSON merge patch): maps merge key by key, ``null`` removes a key, anything else
-    (lists included) is replaced."""
+    (lists included) is replaced. The result shares nothing mutable with ``base`` or ``over``."""
     if isinstance(base, dict) and isinstance(over, dict):
-        out = copy.deepcopy(base)
+        out = _copy(base)
         for key, value in over.items():
             if value is None:
                 out.pop(key, None)
             else:
-                out[key] = merge(base.get(key), value) if key in base else copy.deepcopy(value)
+                out[key] = merge(base.get(key), value) if key in base else _copy(value)
         return out
-    return copy.deepcopy(over)
+    return _copy(over)
 
 
-def load_cases(rules_dir: Path | str) -> list[Case]:
-    """Every case of every suite under ``<rules_dir>/tests`` (file order, then case order).
+_IMMUTABLE = (str, int, float, bool, type(None), datetime.date, datetime.datetime, bytes)
+
+
+def _copy(value: Any) -> Any:
+    """``copy.deepcopy`` of a parsed YAML value: maps and lists rebuilt, immutable scalars shared,
+    anything else (a set, a tuple) deep-copied (deepcopy's generic dispatch was most of the time
+    the suites took to load)."""
+    t = type(value)
+    if t is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if t is list:
+        return [_copy(v) for v in value]
+    if t in _IMMUTABLE:
+        return value
+    return copy.deepcopy(value)
+
+
+def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None = None) -> list[Case]:
+    """Every case of every suite under ``<rules_dir>/tests`` (file order, then case order);
+    ``documents``: the files' documents already parsed (:func:`suite_documents`).
 
     Raises ValueError naming the file for a malformed suite.
     """
     cases: list[Case] = []
-    for path, suite, spec in _suites(rules_dir, SUITE_KIND):
+    for path, suite, spec in _suites(rules_dir, SUITE_KIND, documents):
         for i, raw in enumerate(spec.get("cases") or []):
             if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw:
                 raise ValueError(f"{path}: case {i} needs name and expect")
@@ -204,11 +223,11 @@ class DraCase:
         return f"{self.suite}::{self.name}"
 
 
-def load_dra_cases(rules_dir: Path | str) -> list[DraCase]:
-    """Every case of every ``DraDriverTests`` suite under ``<rules_dir>/tests``. Raises ValueError naming
-    the file for a malformed suite."""
+def load_dra_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None = None) -> list[DraCase]:
+    """Every case of every ``DraDriverTests`` suite under ``<rules_dir>/tests`` (``documents`` as for
+    :func:`load_cases`). Raises ValueError naming the file for a malformed suite."""
     cases: list[DraCase] = []
-    for path, suite, spec in _suites(rules_dir, DRA_SUITE_KIND):
+    for path, suite, spec in _suites(rules_dir, DRA_SUITE_KIND, documents):
         for i, raw in enumerate(spec.get("cases") or []):
             if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw \
                     or not isinstance(raw.get("slices"), list):
@@ -248,10 +267,19 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
                                    f"  got  {json.dumps(labels, sort_keys=True)}")
     return result
 
-def _suites(rules_dir: Path | str, kind: str):
+def suite_documents(rules_dir: Path | str) -> list[tuple[Path, Any]]:
+    """``(file, document)`` of every YAML document under ``<rules_dir>/tests`` (file order, then
+    document order), each file read and parsed once: :func:`load_cases` and :func:`load_dra_cases`
+    take the list, so a caller that wants both suite kinds parses the files once, not once per kind.
+    Raises OSError or a YAML error for a file that cannot be read."""
+    return [(path, doc) for path in sorted((Path(rules_dir) / "tests").rglob("*.yaml"))
+            for doc in safe_load_all(path.read_text(encoding="utf-8"))]
+
+
+def _suites(rules_dir: Path | str, kind: str, documents: list[tuple[Path, Any]] | None = None):
     """``(file, suite name, spec)`` of every document of ``kind`` under ``<rules_dir>/tests`` (file order,
-    then document order); a suite without a name is named after its file."""
-    for path in sorted((Path(rules_dir) / "tests").rglob("*.yaml")):
-        for doc in safe_load_all(path.read_text(encoding="utf-8")):
-            if isinstance(doc, dict) and doc.get("kind") == kind:
-                yield path, (doc.get("metadata") or {}).get("name") or path.stem, doc.get("spec") or {}
+    then document order; ``documents``: :func:`suite_documents`, read here when None); a suite without
+    a name is named after its file."""
+    for path, doc in suite_documents(rules_dir) if documents is None else documents:
+        if isinstance(doc, dict) and doc.get("kind") == kind:
+            yield path, (doc.get("metadata") or {}).get("name") or path.stem, doc.get("spec") or {}

@@ -22,6 +22,7 @@ import yaml
 
 from runtime.engine.snapshot import Snapshot, SnapshotError, object_ref
 from runtime.model.normalize import QuantityError, parse_quantity
+from runtime.rules.yamlsrc import plain_documents
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -70,7 +71,7 @@ _LOADER = _Loader
 
 def _documents(text: str, origin: str) -> list:
     try:
-        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
+        docs = [d for d in plain_documents(text, _LOADER, refuse_duplicates=True) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{origin}:{mark.line + 1}" if mark else origin

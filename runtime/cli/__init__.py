@@ -10,6 +10,7 @@ grpc, the agent or the webhook server. The group's command list shows each comma
 """
 from __future__ import annotations
 
+import gc
 import importlib
 
 import click
@@ -39,6 +40,8 @@ class LazyGroup(click.Group):
     """A click group that imports a subcommand's module on first use (click's documented lazy-loading
     recipe) and lists the commands from :data:`SUBCOMMANDS` without importing any."""
 
+    freeze_after_import = False  # set by :func:`run`: the process is the program's own
+
     def list_commands(self, ctx: click.Context | None) -> list[str]:
         """Every subcommand name, sorted (click's order)."""
         return sorted(set(SUBCOMMANDS) | set(self.commands))
@@ -49,6 +52,8 @@ class LazyGroup(click.Group):
             return self.commands.get(cmd_name)
         command = importlib.import_module(f"runtime.cli.{SUBCOMMANDS[cmd_name][0]}").command
         self.add_command(command, cmd_name)
+        if self.freeze_after_import:  # the program's own process (:func:`run`)
+            gc.freeze()
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -69,3 +74,21 @@ def main() -> None:
     Policy lives in rule files (rules/ by default, --rules DIR to override); this program evaluates
     them against a cluster snapshot or a live cluster.
     """
+
+
+def run() -> None:
+    """The ``accelpolicy`` program (the console script): :func:`main` as a process of its own.
+
+    Around it, what only a whole process may do with Python's cyclic garbage collector
+    (``gc.freeze``: what is held now is never traversed again): once the subcommand's modules are
+    imported (they live as long as the process), so the collections while the command runs do not
+    traverse them again and again; and when the command has ended (its output written), so the
+    interpreter's exit does not run its full collections over everything the command built, only to
+    find cycles whose memory the OS takes back anyway (about 0.1 s of a one-shot command's CPU,
+    issue 24). Objects are still released by reference counting; atexit handlers and logging
+    shutdown still run. :func:`main` itself (tests, ``CliRunner``) leaves the collector alone."""
+    LazyGroup.freeze_after_import = True
+    try:
+        main()
+    finally:
+        gc.freeze()

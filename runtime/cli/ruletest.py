@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from runtime.cli.common import fail, policy_from, rules_cache_options
-from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case
+from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case, suite_documents
 
 
 @click.command("test")
@@ -22,7 +22,8 @@ def command(rules_dir, match, verbose):
     """
     policy = policy_from(rules_dir)
     try:
-        cases = [c for c in load_cases(rules_dir) if match in c.id]
+        documents = suite_documents(rules_dir)  # parsed once for both suite kinds
+        cases = [c for c in load_cases(rules_dir, documents) if match in c.id]
     except (OSError, ValueError) as exc:
         fail(str(exc))
     try:
@@ -30,7 +31,7 @@ def command(rules_dir, match, verbose):
     except KeyError as exc:  # a dangling paramsFrom/builtin
         fail(str(exc.args[0]) if exc.args else str(exc))
     try:
-        dra_cases = [c for c in load_dra_cases(rules_dir) if match in c.id]
+        dra_cases = [c for c in load_dra_cases(rules_dir, documents) if match in c.id]
     except (OSError, ValueError) as exc:
         fail(str(exc))
     results = list(runner.run_all(cases)) + [run_dra_case(policy, c) for c in dra_cases]

@@ -27,7 +27,7 @@ from runtime.model.errors import error_text, field_path
 
 
 class _Facts(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class CpuFacts(_Facts):

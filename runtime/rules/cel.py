@@ -25,6 +25,7 @@ keyed by type-tagged digests and bounded by entries and bytes (:mod:`runtime.rul
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -34,11 +35,14 @@ import celpy
 import celpy.evaluation as _celeval
 
 import runtime as _runtime_pkg
-from runtime.rules import celfunctions
+from runtime.rules import celfast, celfunctions
 from runtime.rules.celvalues import from_cel, to_cel
 from runtime.rules.memo import BoundedMemo, fingerprint
 
 _celeval.__dict__.setdefault("runtime", _runtime_pkg)
+# Where programs run: celpy.evaluation's globals, with cel-python 0.5.0's hot helpers in faster,
+# equal form (runtime.rules.celfast; the stock globals for any other version).
+_EVAL_GLOBALS = celfast.program_globals(_celeval.__dict__)
 # cel-python logs every evaluation failure at ERROR before raising it; CelEvalError reports it, once.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
 _LOCK = threading.RLock()
@@ -49,7 +53,12 @@ class _Activation(_celeval.Activation):
     """cel-python's Activation with the name resolution of its ``__getattr__`` (value, else container,
     else annotation; a name not found is a function) minus its per-call ``typing.cast(Union[...])``
     and debug logging; ``clone()`` (one per evaluation) and ``nested_activation()`` (one per macro
-    body) keep the class."""
+    body) keep the class.
+
+    Without a package (the only case here: the environment has none) a name resolves to the innermost
+    container of the chain that holds it, which is what cel-python's ``NameContainer.resolve_name``
+    finds with package ``None``; it is looked up directly, without building the lists of candidate
+    paths and keys (and the debug line formatting them) that ``resolve_name`` makes on every call."""
 
     def clone(self) -> "_Activation":
         """A copy with its own identifiers (cel-python's ``Activation.clone``)."""
@@ -62,24 +71,63 @@ class _Activation(_celeval.Activation):
     def nested_activation(self, annotations: Any = None, vars: Any = None) -> "_Activation":  # noqa: A002
         """cel-python's ``nested_activation`` (a macro's bound variable over this activation), keeping
         the class: without it, every name a ``map``/``filter``/``all``/``exists`` body reads went
-        through cel-python's own ``__getattr__`` again."""
-        return _Activation(annotations=annotations, vars=vars, functions=self.functions, package=self.package,
-                           based_on=self)
+        through cel-python's own ``__getattr__`` again. Built directly: a container chained to this
+        activation's, holding the bound variable, and this activation's functions (cel-python wraps
+        them in one more ``ChainMap`` over the same built-ins, which finds the same functions)."""
+        if annotations is not None:
+            return _Activation(annotations=annotations, vars=vars, functions=self.functions,
+                               package=self.package, based_on=self)
+        nested = _Activation.__new__(_Activation)
+        nested.identifiers = _container(self.identifiers, vars) if vars else _celeval.NameContainer(
+            parent=self.identifiers)
+        nested.functions = self.functions
+        nested.package = self.package
+        return nested
 
     def __getattr__(self, name: str) -> Any:
-        try:
-            referent = self.identifiers.resolve_name(self.package, name)
-            if referent._value_set:
-                return referent.value
-            if referent.container:
-                return referent.container
-            if referent.annotation:
-                return referent.annotation
-            raise RuntimeError(f"Corrupt {self!r}")
-        except KeyError:
-            return self.functions[name]
+        if self.package:
+            try:
+                referent = self.identifiers.resolve_name(self.package, name)
+            except KeyError:
+                return self.functions[name]
+        else:
+            container = self.identifiers
+            while container is not None:
+                referent = _dict_get(container, name)
+                if referent is not None:
+                    break
+                container = container.parent
+            else:
+                return self.functions[name]
+        if referent._value_set:
+            return referent.value
+        if referent.container:
+            return referent.container
+        if referent.annotation:
+            return referent.annotation
+        raise RuntimeError(f"Corrupt {self!r}")
 
     get = __getattr__
+
+
+_dict_get = dict.get
+_IDENT = re.compile(_celeval.IDENT + r"\Z")
+
+
+def _container(parent: Any, values: Mapping[str, Any]) -> Any:
+    """A ``NameContainer`` chained to ``parent`` holding ``values`` (plain identifiers), each as a
+    ``Referent`` with its value set: what ``NameContainer.load_values`` makes of them, without its
+    per-name path regexes."""
+    container = _celeval.NameContainer(parent=parent)
+    for name, value in values.items():
+        if type(name) is not str or not _IDENT.match(name):
+            container.load_values({name: value})  # a dotted or odd name: cel-python's own nesting (or error)
+            continue
+        referent = _celeval.Referent()
+        referent._value = value
+        referent._value_set = True
+        container[name] = referent
+    return container
 
 
 class _Runner(celpy.CompiledRunner):
@@ -123,8 +171,38 @@ class _Program:
         self.tp = tp
 
     def evaluate(self, context: Any) -> Any:
-        """cel-python's ``CompiledRunner.evaluate``: a CEL value, or a ``CELEvalError`` raised or returned."""
-        return self.tp.evaluate(context)
+        """cel-python's ``Transpiler.evaluate`` (the ``CompiledRunner`` interface): a CEL value, or a
+        ``CELEvalError`` raised. The caller holds ``_LOCK`` (the code reads its activation from
+        cel-python's module globals).
+
+        The activation is a container of the context's values chained to the base activation's,
+        where cel-python clones the base's container and loads the values into the copy: names
+        resolve the same way (a value before the base's annotations), without copying the base or
+        matching path regexes per name. A context that names something the base holds (``google``)
+        goes through cel-python's own clone, where such a name is a container and a value at once.
+        The code runs with :func:`runtime.rules.celfast.program_globals` (cel-python's globals, its
+        hot helpers in faster equal form), not in cel-python's module."""
+        if not context:
+            return self.tp.evaluate(context)
+        base = self.tp.base_activation
+        base_ids = base.identifiers
+        for name in context:
+            if name in base_ids:
+                return self.tp.evaluate(context)
+        activation = _Activation.__new__(_Activation)
+        activation.identifiers = _container(base_ids, context)
+        activation.functions = base.functions
+        activation.package = base.package
+        evaluation_globals = _EVAL_GLOBALS
+        evaluation_globals["base_activation"] = activation
+        try:
+            exec(self.tp.executable_code, evaluation_globals)
+            value = evaluation_globals["CEL"]
+            if isinstance(value, _celeval.CELEvalError):
+                raise value
+            return value
+        except Exception as ex:  # cel-python's own wrapping of a Python problem during exec()
+            raise _celeval.CELEvalError("evaluation error", type(ex), ex.args)
 
 
 _BASE: _Activation | None = None

@@ -134,14 +134,80 @@ def _build_scalar(node: yaml.Node) -> Any:
 
 
 def safe_load_all(text: str) -> list:
-    """``yaml.safe_load_all`` as a list, parsed by libyaml (same constructor, same values); text libyaml
-    refuses is parsed again by PyYAML's own parser, so an error is PyYAML's own (type and message)."""
+    """``yaml.safe_load_all`` as a list, parsed by libyaml (same values: :func:`plain_documents`); text
+    libyaml refuses is parsed again by PyYAML's own parser, so an error is PyYAML's own (type and message)."""
     try:
-        return list(yaml.load_all(text, Loader=_COMPOSER))
+        return plain_documents(text, _COMPOSER)
     except yaml.YAMLError:
         if _COMPOSER is yaml.SafeLoader:
             raise
     return list(yaml.safe_load_all(text))
+
+
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_SPECIAL_KEYS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
+
+
+class _Unplain(Exception):
+    """A node :func:`_plain` leaves to PyYAML's constructor (merge keys, other tags, recursion, a
+    duplicate key the loader refuses, an unhashable key)."""
+
+
+def plain_documents(text: str, loader_class: type, refuse_duplicates: bool = False) -> list:
+    """``list(yaml.load_all(text, Loader=loader_class))`` for a safe loader: the same values, built
+    from the composed nodes directly where they are plain (maps, lists and scalars of the standard
+    tags), which is what PyYAML's constructor spends most of a load on (its per-node dispatch,
+    generators and bookkeeping). Strings are the scalar's text; other scalars (int, float, bool,
+    null, timestamps...) are the loader's own constructor's; aliases give the same object, as there.
+    A document with anything else (a merge key, another tag, a recursive alias, an unhashable key, a
+    duplicate key when ``refuse_duplicates``, for a loader that refuses them) is built by the loader's
+    own ``construct_document``: its values, its errors."""
+    loader = loader_class(text)
+    try:
+        out = []
+        while loader.check_node():
+            node = loader.get_node()
+            try:
+                out.append(_plain(node, loader, {}, refuse_duplicates))
+            except _Unplain:
+                out.append(loader.construct_document(node))
+        return out
+    finally:
+        loader.dispose()
+
+
+def _plain(node: yaml.Node, loader: Any, built: dict, refuse_duplicates: bool) -> Any:
+    """The value of ``node`` (see :func:`plain_documents`); ``built``: id(node) -> value, or None while
+    the node is being built (an alias back to it is recursion: left to PyYAML)."""
+    ident = id(node)
+    if ident in built:
+        value = built[ident]
+        if value is None and type(node) is not yaml.ScalarNode:
+            raise _Unplain()
+        return value
+    kind, tag = type(node), node.tag
+    if kind is yaml.ScalarNode:
+        value = node.value if tag == _STR else loader.construct_object(node, deep=True)
+    elif kind is yaml.MappingNode and tag == _MAP:
+        built[ident] = None
+        value = {}
+        for key_node, value_node in node.value:
+            if type(key_node) is not yaml.ScalarNode or key_node.tag in _SPECIAL_KEYS:
+                raise _Unplain()  # a map or list as a key (unhashable), a merge key <<, a value key =
+            key = key_node.value if key_node.tag == _STR else loader.construct_object(key_node, deep=True)
+            try:
+                if refuse_duplicates and key in value:
+                    raise _Unplain()
+            except TypeError:  # an unhashable key
+                raise _Unplain() from None
+            value[key] = _plain(value_node, loader, built, refuse_duplicates)
+    elif kind is yaml.SequenceNode and tag == _SEQ:
+        built[ident] = None
+        value = [_plain(child, loader, built, refuse_duplicates) for child in node.value]
+    else:
+        raise _Unplain()
+    built[ident] = value
+    return value
 
 
 def load_documents(text: str) -> list[SourceDocument]:

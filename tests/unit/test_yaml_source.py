@@ -59,3 +59,51 @@ def test_block_scalars_and_quotes_keep_their_spans():
 def test_duplicate_keys_are_refused_as_before():
     with pytest.raises(yamlsrc.YamlSourceError, match="duplicate key 'a'"):
         yamlsrc.load_documents("a: 1\na: 2\n")
+
+
+PLAIN_CASES = [
+    "a: 1\nb: [1, 2.5, true, null, ~, 0x1F, 1e3, .inf, 2001-12-14t21:59:43.10-05:00, 2002-12-14]\n",
+    "base: &b {x: 1, y: [1, 2]}\nother: *b\nmerged:\n  <<: *b\n  z: 3\n",
+    "a: &a [1, *a]\n",
+    "? [1, 2]\n: x\n",
+    "a: 1\na: 2\n",
+    "=: 1\n",
+    "!!omap [a: 1, b: 2]\n",
+    "!!set {a, b}\n",
+    "x: !!binary aGVsbG8=\ny: !!str 12\nz: !!int '12'\n",
+    "1: a\ntrue: b\nnull: c\n1.5: d\n2001-01-01: e\n",
+    "---\n---\na: 1\n...\n---\n",
+    "",
+    "x: !custom 1\n",
+    "l: &l [1]\nm: [*l, *l]\nn: &n ~\no: *n\n",
+]
+
+
+def _loaded(load):
+    try:
+        return ("value", repr(load()))
+    except Exception as exc:  # noqa: BLE001 - the error is the answer compared (PyYAML's, or a TypeError)
+        return ("error", type(exc), str(exc))
+
+
+@pytest.mark.parametrize("text", PLAIN_CASES)
+def test_plain_documents_are_pyyamls(text):
+    """plain_documents builds the values PyYAML's constructor builds (or raises its error), for the
+    safe loader and for the snapshot loader that refuses duplicate keys."""
+    from runtime import snapshots
+
+    for loader, refuse in ((yamlsrc._COMPOSER, False), (snapshots._Loader, True)):
+        assert _loaded(lambda: yamlsrc.plain_documents(text, loader, refuse)) == \
+            _loaded(lambda: list(yaml.load_all(text, Loader=loader))), (text, loader)
+
+
+def test_plain_documents_of_every_repository_file_and_aliases_shared():
+    from runtime import snapshots
+
+    for path in FILES:
+        text = path.read_text(encoding="utf-8")
+        assert yamlsrc.plain_documents(text, yamlsrc._COMPOSER) == list(yaml.load_all(text, Loader=yamlsrc._COMPOSER))
+        assert _loaded(lambda: yamlsrc.plain_documents(text, snapshots._Loader, True)) == \
+            _loaded(lambda: list(yaml.load_all(text, Loader=snapshots._Loader))), path
+    doc = yamlsrc.plain_documents("l: &l [1]\nm: [*l, *l]\n", yamlsrc._COMPOSER)[0]
+    assert doc["l"] is doc["m"][0] is doc["m"][1]  # one object per anchor, as PyYAML builds it

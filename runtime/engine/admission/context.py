@@ -27,6 +27,9 @@ class AdmissionView:
     settings: Mapping[str, object]
     _label_index: dict = field(default_factory=dict, repr=False)
     _by_name: dict = field(default_factory=dict, repr=False)
+    # What the admission engine derives once per view from the lists and maps the view holds (their
+    # CEL values and memo key parts), by identity: a view is never changed, a rebuilt view starts empty.
+    held: dict = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, kind: str, name: str, namespace: str = "") -> list[dict]:
         """``[object]`` or ``[]``; the same list object on every call (callers must not mutate it).

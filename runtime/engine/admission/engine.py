@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
-from runtime.engine.admission.memokeys import _by_identity, _digest, _key_of, _refs, _Unkeyable
+from runtime.engine.admission.memokeys import _digest, _refs, read_inputs  # noqa: F401  (_refs: explain)
+from runtime.engine.admission.memokeys import _key_of  # noqa: F401  (imported from here by tests)
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
@@ -65,6 +66,7 @@ class _Scope:
         return _Scope(self.base, dict(self.variables), self.item if item is MISSING else item)
 
 
+_NO_OBJECTS: list = []  # a lookup that found nothing or was not made (shared, never written)
 _MEMO_ENTRIES = 65536
 _MEMO_BYTES = 32 * 1024 * 1024
 
@@ -241,13 +243,14 @@ class AdmissionEngine:
 
     def _scope(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel) -> _Scope:
         """The review's top scope: the names every expression of policy ``name`` may read, plus the
-        engine's per-review state (``_view``, ``_digests``, ``_cancel``); no variables yet."""
+        engine's per-review state (``_view``, ``_inputs``, ``_cancel``); no variables yet."""
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
-            "params": self.params[name], "settings": dict(view.settings), "_view": view,
-            "_digests": {}, "_cancel": cancel,
+            "params": self.params[name], "_view": view, "_inputs": {}, "_cancel": cancel,
+            # the view's own settings map (read only, converted once per view), a copy of any other mapping
+            "settings": view.settings if type(view.settings) is dict else dict(view.settings),
         }
         return _Scope(base, {})
 
@@ -274,64 +277,42 @@ class AdmissionEngine:
     def _eval(self, expr: Expr, scope: _Scope) -> Any:
         """Evaluate with only the referenced names; memoised on their type-tagged digests.
 
-        Digests are computed once per object per review (``scope.base['_digests']``; params once per
-        engine); the memo (:class:`runtime.rules.memo.BoundedMemo`) is bounded by entries and bytes
-        and holds results only, never the request. Raises :class:`DeadlineExceeded` once the
-        review's ``cancel`` event is set.
-        On a memo miss the activation is built from CEL values converted once: params per rules
-        generation, everything else once per review (:meth:`_cel`).
+        Each value an expression reads gets its memo key part and its CEL value once per review
+        (:func:`~runtime.engine.admission.memokeys.new_input`: ``scope.base['_inputs']``, by identity),
+        params once per engine, a lookup's objects and the settings once per view
+        (:func:`~runtime.engine.admission.memokeys.held_input`); the memo
+        (:class:`runtime.rules.memo.BoundedMemo`) is bounded by entries and bytes and holds results
+        only, never the request. Raises :class:`DeadlineExceeded` once the review's ``cancel`` event
+        is set.
         """
-        cancel = scope.base.get("_cancel")
+        base = scope.base
+        cancel = base.get("_cancel")
         if cancel is not None and cancel.is_set():
             raise DeadlineExceeded()
-        names, var_names = _refs(expr)
-        act: dict[str, Any] = {}
-        for n in names:
-            if n == "variables":
-                act[n] = {v: scope.variables[v] for v in var_names if v in scope.variables}
-            elif n == "item":
-                act[n] = None if scope.item is MISSING else scope.item
-            else:
-                act[n] = scope.base[n]
-        digests = scope.base["_digests"]
-        k: Optional[tuple]
-        try:
-            k = (id(expr),) + tuple(
-                tuple((v, _key_of(x, digests)) for v, x in act[n].items()) if n == "variables"
-                else self._params_keys[id(act[n])] if n == "params" else _key_of(act[n], digests)
-                for n in names)
-        except _Unkeyable:
-            k = None
+        read, k = read_inputs(expr, scope.variables, None if scope.item is MISSING else scope.item, base,
+                              self._params_keys, self._params_cel)
         if k is not None:
             with self._memo_lock:
                 hit = self._memo.get(k, MISSING)
             if hit is not MISSING:
                 return hit
-        converted = scope.base.setdefault("_cel", {})
-        cel_act = {n: cel_map({v: self._cel(x, converted) for v, x in value.items()}) if n == "variables"
-                   else self._cel(value, converted) for n, value in act.items()}
+        cel_act = {n: cel_map({v: entry.cel_value() for v, entry in entry_or_entries}) if n == "variables"
+                   else entry_or_entries.cel_value() for n, entry_or_entries in read}
         result = expr.program.evaluate_cel(cel_act)
         if k is not None:
             with self._memo_lock:
                 self._memo.put(k, result)
         return result
 
-    def _cel(self, value: Any, converted: dict) -> Any:
-        """``value`` as a CEL value: params converted once per rules generation, other maps and lists
-        once per review (``converted``: id -> (value, CEL value), the value pinned for the review)."""
-        if type(value) not in (dict, list):
-            return to_cel(value)
-        return _by_identity(value, self._params_cel, converted, to_cel)
-
     def _lookup(self, lk, scope: _Scope, view: AdmissionView) -> list[dict]:
         if lk.when is not None and self._eval(lk.when, scope) is not True:
-            return []
+            return _NO_OBJECTS
         namespace = str(scope.base["request"]["namespace"] or "") if lk.namespaced else ""
         if lk.nameExpression is not None:
             value = self._eval(lk.nameExpression, scope)
-            return view.get(lk.kind, str(value), namespace) if value else []
+            return view.get(lk.kind, str(value), namespace) if value else _NO_OBJECTS
         value = self._eval(lk.labelValueExpression, scope)
-        return view.by_label(lk.kind, lk.labelKey, str(value)) if value else []
+        return view.by_label(lk.kind, lk.labelKey, str(value)) if value else _NO_OBJECTS
 
     def _variables(self, variables: list[Variable], scope: _Scope) -> None:
         for var in variables:

@@ -1,0 +1,131 @@
+"""The globals this project's CEL programs run in: cel-python's, with faster equivalents of a few of
+its run-time helpers, for cel-python 0.5.0 only (issue 24).
+
+cel-python's transpiled code calls its helpers by their dotted paths (``celpy.celtypes.IntType(3)``,
+``celpy.evaluation.bool_eq(a, b)``, ``celpy.evaluation.operator_in(x, xs)``), looked up in the globals
+it is executed with. :func:`program_globals` is a copy of ``celpy.evaluation``'s globals in which
+the name ``celpy`` is a namespace holding every attribute of the real package, with ``evaluation``
+and ``celtypes`` namespaces holding every attribute of the real modules except these:
+
+- ``celtypes.IntType``: for a Python ``int`` (a literal, ``size()``, ``len``), the value in int64 or
+  ``ValueError('overflow')``, as ``IntType.__new__`` answers, without the ``functools.wraps`` of
+  ``int`` (its whole class dictionary copied into a new function) that ``IntType.__new__`` builds on
+  every such call; anything else goes to ``IntType`` itself.
+- ``evaluation.bool_lt`` ... ``bool_ne``: ``boolean(operator.lt)(a, b)`` without building the wrapper
+  (``functools.wraps``) on each comparison.
+- ``evaluation.operator_in``: the same loop without its ``typing.cast(Iterable[Result], ...)``
+  (a generic alias subscripted per call) and its debug lines.
+- ``evaluation.function_size``: ``size()`` returning the fast ``IntType``, without its debug line.
+
+Nothing in cel-python is changed: its modules, classes and functions are the ones it ships, for
+every other caller and thread. Only code executed with these globals (:mod:`runtime.rules.cel`'s
+programs, under its lock) reads the namespaces. Values are cel-python's own types, so a result
+cannot tell which path made it; tests/engine/test_cel_stock_equivalence.py evaluates every
+expression of the rule suites both ways and compares typed values and errors. For another
+cel-python version (or none installed as a distribution) :func:`program_globals` is cel-python's
+own globals with the real ``celpy`` package: stock behaviour.
+"""
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any
+
+import celpy
+import celpy.celtypes as _celtypes
+import celpy.evaluation as _celeval
+
+PINNED = "0.5.0"  # the cel-python release whose helpers the fast paths below reproduce
+
+_INT = _celtypes.IntType
+_BOOL = _celtypes.BoolType
+_CELEvalError = _celeval.CELEvalError
+_int_new = int.__new__
+_bool_new = int.__new__
+
+
+def cel_int(source: Any) -> Any:
+    """``celtypes.IntType(source)``: a Python ``int`` (exactly; not a bool) in int64 becomes an
+    ``IntType`` directly, one outside raises ``ValueError('overflow')`` as ``IntType`` does; any
+    other source is ``IntType(source)``."""
+    if type(source) is int:
+        if -(2 ** 63) <= source < 2 ** 63:
+            return _int_new(_INT, source)
+        raise ValueError("overflow")
+    return _INT(source)
+
+
+def _compare(function: Any) -> Any:
+    """cel-python's ``boolean(function)`` (a comparison whose result becomes a ``BoolType``; an
+    error operand is the result; ``NotImplemented`` passes through), built once."""
+    def compare(a: Any, b: Any) -> Any:
+        if isinstance(a, _CELEvalError):
+            return a
+        if isinstance(b, _CELEvalError):
+            return b
+        result_value = function(a, b)
+        if result_value == NotImplemented:
+            return result_value
+        return _BOOL(bool(result_value))
+
+    compare.__name__ = compare.__qualname__ = f"bool_{function.__name__}"
+    return compare
+
+
+def operator_in(item: Any, container: Any) -> Any:
+    """cel-python's ``operator_in`` (CEL ``in``: True when an element equals ``item``; a comparison
+    that raises TypeError makes the answer that error unless a later element matches)."""
+    if isinstance(item, _CELEvalError):
+        return item
+    if isinstance(container, _CELEvalError):
+        return container
+    result_value: Any = _BOOL(False)
+    for c in container:
+        try:
+            if c == item:
+                return _BOOL(True)
+        except TypeError as ex:
+            result_value = _CELEvalError("no such overload", ex.__class__, ex.args)
+    return result_value
+
+
+def function_size(container: Any) -> Any:
+    """cel-python's ``function_size`` (``size()``: ``len`` as an ``IntType``; 0 for null)."""
+    if container is None:
+        return cel_int(0)
+    return cel_int(len(container))
+
+
+def _installed_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("cel-python")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def program_globals(evaluation_globals: dict) -> dict:
+    """The globals to execute transpiled programs with: a copy of ``evaluation_globals`` (cel-python's
+    ``celpy.evaluation`` globals, with whatever the caller added to them) whose ``celpy`` is the
+    namespace described in the module docstring when cel-python is :data:`PINNED`; else
+    ``evaluation_globals`` itself (stock behaviour)."""
+    if _installed_version() != PINNED:
+        return evaluation_globals
+    evaluation = types.SimpleNamespace(**vars(_celeval))
+    evaluation.bool_lt = _compare(operator.lt)
+    evaluation.bool_le = _compare(operator.le)
+    evaluation.bool_gt = _compare(operator.gt)
+    evaluation.bool_ge = _compare(operator.ge)
+    evaluation.bool_eq = _compare(operator.eq)
+    evaluation.bool_ne = _compare(operator.ne)
+    evaluation.operator_in = operator_in
+    evaluation.function_size = function_size
+    celtypes = types.SimpleNamespace(**vars(_celtypes))
+    celtypes.IntType = cel_int
+    package = types.SimpleNamespace(**vars(celpy))
+    package.evaluation = evaluation
+    package.celtypes = celtypes
+    out = dict(evaluation_globals)
+    out["celpy"] = package
+    return out
