@@ -23,10 +23,11 @@ def test_admission_deployment_serves_the_webhooks_from_the_shared_certificate():
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "gpustack-admission"
     assert pod["priorityClassName"] == "system-cluster-critical"
-    assert [(t["topologyKey"], t["whenUnsatisfiable"], t["labelSelector"]["matchLabels"])
-            for t in pod["topologySpreadConstraints"]] == [
-        ("topology.kubernetes.io/zone", "ScheduleAnyway", spec["selector"]["matchLabels"]),
-        ("kubernetes.io/hostname", "ScheduleAnyway", spec["selector"]["matchLabels"])]
+    # zones preferred; nodes required (both replicas on one stopped node failed every review: stop-node)
+    assert [(t["topologyKey"], t["whenUnsatisfiable"], t.get("nodeTaintsPolicy"), t["matchLabelKeys"],
+             t["labelSelector"]["matchLabels"]) for t in pod["topologySpreadConstraints"]] == [
+        ("topology.kubernetes.io/zone", "ScheduleAnyway", None, ["pod-template-hash"], spec["selector"]["matchLabels"]),
+        ("kubernetes.io/hostname", "DoNotSchedule", "Honor", ["pod-template-hash"], spec["selector"]["matchLabels"])]
     c = _container(deploy)
     assert c["args"] == ["admission", "--rules=/etc/accelpolicy/rules", "--host=0.0.0.0", "--port=9443",
                          "--cert-secret=gpustack-operator-worker-webhook-tls",
