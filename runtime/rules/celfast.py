@@ -41,7 +41,6 @@ _INT = _celtypes.IntType
 _BOOL = _celtypes.BoolType
 _CELEvalError = _celeval.CELEvalError
 _int_new = int.__new__
-_bool_new = int.__new__
 
 
 def cel_int(source: Any) -> Any:
