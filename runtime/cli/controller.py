@@ -3,7 +3,9 @@
 ``--once`` syncs the caches, seeds the settings Secret, reconciles once, prints what it wrote and
 exits 0 (1 when an action failed). Without it the controller first takes the leader Lease
 (``coordination.k8s.io/v1`` ``gpustack-operator-worker`` in ``gpustack-system``), then reconciles
-after every burst of watch events until SIGINT/SIGTERM or until leadership is lost.
+after every burst of watch events until SIGINT/SIGTERM. A leader that cannot renew the Lease (an API
+server down or frozen for 10 s) stops reconciling and leader-only work and campaigns again in the same
+process: its watch caches stay, and it leads again at once while the Lease still names it.
 
 ``--webhook-port N`` also serves every admission webhook over HTTPS from the watch caches (every
 replica, leader or not: ``/readyz`` 200 once the caches synced) and, on the leader, keeps the
@@ -16,6 +18,7 @@ serving certificate of ``--webhook-cert-secret`` (the admission replicas read it
 """
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sys
@@ -158,13 +161,25 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         if once:
             _reconcile_once(controller)
         _serve_metrics(metrics_bind_address, registry, stop_hooks)
-        if (elector := _lead(session, lease_namespace, identity, stop, serving_cert, metrics)) is None:
-            return
-        _start_leading(controller, webhooks, registry, stop_hooks, rules_dir, watch_rules_seconds,
-                       audit_seconds, audit_interval, registration, stop)
-        controller.run(stop)
-        elector.release()
-        metrics.leader.set(0)
+        elector = LeaderElector(session, LEASE_NAME, lease_namespace,
+                                identity or f"{socket.gethostname()}_{os.getpid()}")
+        workers: dict = {}   # the rules reload and the audit, started again in each term
+        while not stop.is_set():
+            term = _Term(stop)
+            if not _lead(elector, stop, term, serving_cert, metrics):
+                return
+            term_hooks: list = []
+            try:
+                _start_leading(controller, webhooks, registry, term_hooks, rules_dir, watch_rules_seconds,
+                               audit_seconds, audit_interval, registration, term.event, workers)
+                controller.run(term.event)
+            finally:
+                _end_term(term_hooks, webhooks, serving_cert, metrics)
+            if stop.is_set():
+                elector.release()
+            else:
+                logger.warning("leader Lease {}/{} lost: reconciling stopped; campaigning again as {}",
+                               lease_namespace, LEASE_NAME, elector.identity)
     except (KubeApiError, TimeoutError) as exc:
         logger.error("error: {}", exc)
         sys.exit(1)
@@ -221,48 +236,77 @@ def _serve_metrics(bind_address: str, registry: CollectorRegistry, stop_hooks: l
         stop_hooks.append(lambda: (metrics_server.shutdown(), metrics_server.server_close()))
 
 
-def _lead(session, namespace: str, identity: str | None, stop: threading.Event,
-          serving_cert: ServingCertificate | None, metrics: ControllerMetrics) -> LeaderElector | None:
-    """Take the leader Lease (None when ``stop`` came first) and keep renewing it; losing it sets
-    ``stop``; the leader gauge follows. The leader rotates the shared serving certificate when due."""
-    elector = LeaderElector(session, LEASE_NAME, namespace,
-                            identity or f"{socket.gethostname()}_{__import__('os').getpid()}")
-    logger.info(f"waiting for the leader Lease {namespace}/{LEASE_NAME} as {elector.identity}")
+class _Term:
+    """One term of leadership: ``event`` is set when the Lease is lost (``lost()``) or the process is
+    asked to stop (``stop``, the signals' Event), whichever comes first."""
+
+    def __init__(self, stop: threading.Event):
+        self.event = threading.Event()
+        threading.Thread(target=lambda: (stop.wait(), self.event.set()), name="term-stop", daemon=True).start()
+
+    def lost(self) -> None:
+        self.event.set()
+
+
+def _lead(elector: LeaderElector, stop: threading.Event, term: _Term, serving_cert: ServingCertificate | None,
+          metrics: ControllerMetrics) -> bool:
+    """Take the leader Lease (False when ``stop`` came first) and keep renewing it; losing it ends
+    ``term`` (the process stays: :func:`command` campaigns again). The leader gauge follows. The leader
+    rotates the shared serving certificate when due."""
+    logger.info(f"waiting for the leader Lease {elector.namespace}/{elector.name} as {elector.identity}")
     if not elector.acquire(stop):
-        return None
+        return False
     metrics.leader.set(1)
-    elector.keep_renewing(on_lost=lambda: (metrics.leader.set(0), stop.set()))
+    elector.keep_renewing(on_lost=lambda: (metrics.leader.set(0), term.lost()))
     logger.info("leading; reconciling")
     if serving_cert is not None:
         serving_cert.leading.set()
         serving_cert.check()  # rotate now when due, before registering its caBundle
         for hook in serving_cert.on_leading:
             hook()
-    return elector
+    return True
+
+
+def _end_term(term_hooks: list, webhooks: ControllerWebhooks | None, serving_cert: ServingCertificate | None,
+              metrics: ControllerMetrics) -> None:
+    """Stop what only the leader runs (registration, rules reload, audit, certificate rotation); the
+    watch caches and the webhook server keep running for the next term."""
+    for hook in term_hooks:
+        hook()
+    if webhooks is not None and webhooks.registrar is not None:
+        webhooks.registrar.stop()
+        webhooks.registrar = None
+    if serving_cert is not None:
+        serving_cert.leading.clear()
+    metrics.leader.set(0)
 
 
 def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, registry: CollectorRegistry,
-                   stop_hooks: list, rules_dir: Path, watch_rules_seconds: float, audit_seconds: float,
+                   term_hooks: list, rules_dir: Path, watch_rules_seconds: float, audit_seconds: float,
                    audit_interval: str, registration: Registration | None = None,
-                   stop: threading.Event | None = None) -> None:
+                   stop: threading.Event | None = None, workers: dict | None = None) -> None:
     """What the leader starts before reconciling: the controller's caches, the webhook registration
     (unless --no-webhook-registration; for the admission replicas with --webhook-registration-only),
     the rules hot reload and the background audit (each off at 0; their metrics in ``registry``, their
-    stop functions appended to ``stop_hooks``)."""
+    stop functions appended to ``term_hooks``). ``workers`` keeps the reload and the audit (and with
+    them their metrics) from one term of leadership to the next: each term starts them again."""
+    workers = {} if workers is None else workers
     controller.start()
     if registration is not None:
-        stop_hooks.append(registration.start(controller, stop))
+        term_hooks.append(registration.start(controller, stop))
     if webhooks is not None and webhooks.register() is not None:
         for desired in webhooks.registrar.desired:
             logger.info(f"registered {desired['kind']} {desired['metadata']['name']}")
     if watch_rules_seconds > 0:
-        reloader = ControllerRulesReload(controller, rules_dir, webhooks, registry=registry,
-                                         interval=watch_rules_seconds).start()
-        stop_hooks.append(reloader.stop)
+        if "reload" not in workers:
+            workers["reload"] = ControllerRulesReload(controller, rules_dir, webhooks, registry=registry,
+                                                      interval=watch_rules_seconds)
+        term_hooks.append(workers["reload"].start().stop)
         logger.info(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s")
     if audit_seconds > 0:
-        background = BackgroundAudit(controller, audit_seconds, registry=registry).start()
-        stop_hooks.append(background.stop)
+        if "audit" not in workers:
+            workers["audit"] = BackgroundAudit(controller, audit_seconds, registry=registry)
+        term_hooks.append(workers["audit"].start().stop)
         logger.info(f"auditing every {audit_interval}")
 
 

@@ -134,6 +134,7 @@ class Registration:
         with a warning), register (the leader's job) and keep the configurations, re-registered on a new
         CA. Returns the function that stops it."""
         holder: list[WebhookRegistrar] = []
+        listeners: list = []   # this term's, taken off the certificate again by halt()
 
         def register() -> None:
             if not self.wait_ready(stop) and not stop.is_set():
@@ -144,7 +145,8 @@ class Registration:
             registrar = WebhookRegistrar(self.session, controller.policy, self.client(), owner=self.owner).start()
             holder.append(registrar)
             if self.serving_cert is not None:
-                self.serving_cert.listeners.append(lambda data: registrar.retarget(self.client()))
+                listeners.append(lambda data: registrar.retarget(self.client()))
+                self.serving_cert.listeners.append(listeners[-1])
             for desired in registrar.desired:
                 logger.info(f"registered {desired['kind']} {desired['metadata']['name']} for the admission replicas")
         thread = threading.Thread(target=register, name="webhook-registration", daemon=True)
@@ -154,6 +156,9 @@ class Registration:
             thread.join(10.0)
             for registrar in holder:
                 registrar.stop()
+            for listener in listeners:
+                if self.serving_cert is not None and listener in self.serving_cert.listeners:
+                    self.serving_cert.listeners.remove(listener)
         return halt
 
 

@@ -4,7 +4,12 @@ leader-elected Deployment, ``gpustack-operator-worker``).
 The holder renews ``spec.renewTime`` every ``renew_seconds``; a candidate takes the Lease when it is
 free, held by itself, or not renewed for ``leaseDurationSeconds``. Every write is an update guarded by
 the Lease's resourceVersion, so two candidates never both win (the loser gets 409 and retries).
-Leadership that cannot be renewed within the lease duration is given up (``on_lost``).
+Leadership that cannot be renewed within ``renew_deadline_seconds`` (10 s, below the 15 s lease
+duration, as client-go's RenewDeadline: the holder stops leading before anyone else may take the
+Lease) is given up (``on_lost``); every request to the API server gives up after ``request_seconds``,
+so a frozen API server cannot hold a renewal past the deadline. A replica that lost leadership may
+campaign again with the same identity (:meth:`LeaderElector.acquire`): while the Lease still names
+it, it leads again at once.
 """
 from __future__ import annotations
 
@@ -43,9 +48,14 @@ class LeaderElector:
     """Acquire, renew and release one Lease for ``identity``."""
 
     def __init__(self, session: Session, name: str, namespace: str, identity: str,
-                 lease_seconds: int = 15, renew_seconds: float = 5.0, retry_seconds: float = 2.0):
+                 lease_seconds: int = 15, renew_seconds: float = 5.0, retry_seconds: float = 2.0,
+                 renew_deadline_seconds: float = 10.0, request_seconds: float = 4.0):
+        if not renew_deadline_seconds < lease_seconds:
+            raise ValueError(f"renew deadline {renew_deadline_seconds}s must be below the lease duration "
+                             f"{lease_seconds}s")
         self.session, self.name, self.namespace, self.identity = session, name, namespace, identity
         self.lease_seconds, self.renew_seconds, self.retry_seconds = lease_seconds, renew_seconds, retry_seconds
+        self.renew_deadline_seconds, self.request_seconds = renew_deadline_seconds, request_seconds
         self.leading = False
         self._stop_renew = threading.Event()
 
@@ -58,7 +68,7 @@ class LeaderElector:
         collection, path = self._paths()
         now = _now()
         try:
-            lease = self.session.call("get", path)
+            lease = self.session.call("get", path, timeout=self.request_seconds)
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
@@ -67,7 +77,7 @@ class LeaderElector:
                     "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
                              "acquireTime": _fmt(now), "renewTime": _fmt(now), "leaseTransitions": 0}}
             try:
-                self.session.call("post", collection, body=body)
+                self.session.call("post", collection, body=body, timeout=self.request_seconds)
                 return True
             except KubeApiError as err:
                 if err.status == 409:
@@ -87,7 +97,7 @@ class LeaderElector:
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         lease["spec"] = new_spec
         try:
-            self.session.call("put", path, body=lease)  # metadata.resourceVersion guards the update
+            self.session.call("put", path, body=lease, timeout=self.request_seconds)  # resourceVersion guards it
             return True
         except KubeApiError as exc:
             if exc.status == 409:
@@ -108,17 +118,20 @@ class LeaderElector:
         return False
 
     def keep_renewing(self, on_lost: Callable[[], None]) -> threading.Thread:
-        """Renew in a daemon thread; call ``on_lost`` once renewal fails for a lease duration."""
+        """Renew in a daemon thread until :meth:`release`; call ``on_lost`` (once) when renewal has failed
+        for ``renew_deadline_seconds`` or another identity holds the Lease. ``leading`` is False from then on."""
+        stop_renew = self._stop_renew = threading.Event()
+
         def loop() -> None:
             last_ok = time.monotonic()
-            while not self._stop_renew.wait(self.renew_seconds):
+            while not stop_renew.wait(self.renew_seconds):
                 try:
                     if self.try_acquire_or_renew():
                         last_ok = time.monotonic()
                         continue
                 except KubeApiError as exc:
                     logger.warning("leader Lease renewal: {}", exc)
-                if time.monotonic() - last_ok > self.lease_seconds or not self._still_mine():
+                if time.monotonic() - last_ok > self.renew_deadline_seconds or not self._still_mine():
                     self.leading = False
                     logger.error("leadership of {}/{} lost", self.namespace, self.name)
                     on_lost()
@@ -129,7 +142,7 @@ class LeaderElector:
 
     def _still_mine(self) -> bool:
         try:
-            lease = self.session.call("get", self._paths()[1])
+            lease = self.session.call("get", self._paths()[1], timeout=self.request_seconds)
         except KubeApiError:
             return True  # unknown: keep trying until the duration passes
         return (lease.get("spec") or {}).get("holderIdentity") == self.identity

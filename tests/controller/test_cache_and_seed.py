@@ -263,3 +263,34 @@ def test_a_watch_request_answered_410_relists_like_an_expired_stream():
     assert [q["resourceVersion"] for q in session.watch_queries[:2]] == ["10", "40"]
     assert (cache.lists, cache.relists, cache.errors) == (2, 1, 0)   # the script's closing 503 comes after stop()
     assert "Node watch expired (410 Gone): relisting (serving the 1 objects held meanwhile)" in lines
+
+
+def test_renewal_gives_up_before_the_lease_expires_and_leads_again_while_it_names_us():
+    """client-go's RenewDeadline (issue 21): renewal failing for the 10 s deadline calls on_lost while
+    the Lease (15 s) is still ours, so nobody else can lead yet; once the API server answers again, the
+    same identity leads at once; a deadline not below the duration is refused."""
+    server = LeaseServer()
+    elector = LeaderElector(server, "l", "ns", "me", renew_seconds=0.05, renew_deadline_seconds=0.3,
+                            lease_seconds=15)
+    stop = threading.Event()
+    assert elector.acquire(stop) is True and elector.leading
+    real_call, down = server.call, threading.Event()
+
+    def call(method, path, body=None, **kw):
+        if down.is_set():
+            raise KubeApiError(0, "Unreachable", "connection refused")
+        return real_call(method, path, body, **kw)
+    server.call = call
+    lost = threading.Event()
+    elector.keep_renewing(on_lost=lost.set)
+    down.set()
+    t0 = time.monotonic()
+    assert lost.wait(5.0)
+    assert time.monotonic() - t0 < 2.0 and elector.leading is False
+    down.clear()
+    assert server.lease["spec"]["holderIdentity"] == "me"
+    other = LeaderElector(server, "l", "ns", "other")
+    assert other.try_acquire_or_renew() is False      # not expired: still ours
+    assert elector.acquire(stop) is True               # the same identity leads again at once
+    with pytest.raises(ValueError, match="renew deadline 15s must be below the lease duration 15s"):
+        LeaderElector(server, "l", "ns", "x", renew_deadline_seconds=15, lease_seconds=15)

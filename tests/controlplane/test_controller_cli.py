@@ -85,3 +85,43 @@ def test_one_leader_at_a_time_and_handover_on_exit(seeded):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_a_lost_lease_stops_reconciling_and_the_same_process_leads_again(seeded, tmp_path):
+    """Issue 21 (chaos: apiserver-pause, watch-expiry): a leader whose Lease is taken stops reconciling
+    within a renewal period, stays up, campaigns again and leads once the Lease is free (runtime/cli/
+    controller.py, runtime/controller/leader.py); no process restart."""
+    cluster, kubectl = seeded
+    log = tmp_path / "ctl-a.log"
+    argv = [str(ACCELPOLICY), "controller", "--kubeconfig", str(cluster.kubeconfig), "--coalesce-seconds", "0.1",
+            "--identity", "ctl-a"]
+    with log.open("w") as out:
+        a = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert _wait(lambda: _holder(kubectl) == "ctl-a")
+        assert _wait(lambda: "leading; reconciling" in log.read_text())
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        kubectl("-n", "gpustack-system", "patch", "lease", "gpustack-operator-worker", "--type=merge", "-p",
+                json.dumps({"spec": {"holderIdentity": "thief", "renewTime": now, "leaseDurationSeconds": 15}}))
+        lost = "leader Lease gpustack-system/gpustack-operator-worker lost: reconciling stopped; campaigning again as ctl-a"
+        assert _wait(lambda: lost in log.read_text(), timeout=12), log.read_text()[-3000:]
+        # not leading: an un-managed node is not acted on while "thief" holds the Lease
+        kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"false"}}}')
+        time.sleep(3)
+        assert _holder(kubectl) == "thief" and [r["CPU"] for r in rows(kubectl)][:1] == ["48/72"]
+        # the stolen Lease expires (15 s, never renewed): the same process takes it and reconciles again
+        assert _wait(lambda: _holder(kubectl) == "ctl-a", timeout=25)
+        assert _wait(lambda: [r["CPU"] for r in rows(kubectl)][:1] == ["48/68"])
+        assert a.poll() is None
+        assert log.read_text().count("leading; reconciling") == 2
+        kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"true"}}}')
+        assert _wait(lambda: [r["CPU"] for r in rows(kubectl)][:1] == ["48/72"])
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(20) == 0
+        assert _holder(kubectl) == ""
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait(10)
