@@ -67,6 +67,11 @@ from runtime.webhook.server import check_tls, self_signed
                    "webhooks' timeoutSeconds of rules/admission/registration.yaml).")
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Reviews judged at once (threads; default: the CPU count).")
+@click.option("--drain-seconds", default=5.0, show_default=True, type=click.FloatRange(min=0),
+              help="On SIGTERM, keep serving this long with `Connection: close` on every answer before the "
+                   "server stops, so kube-apiserver drops its keep-alive connections to this replica between "
+                   "reviews instead of racing a closing one (\"failed to call webhook: ... EOF\"). Comes after "
+                   "the Pod's preStop sleep; keep both within terminationGracePeriodSeconds.")
 @log_options
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert: Path | None, key: Path | None,
@@ -74,7 +79,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
             namespace: str, view_refresh_seconds: float, switch_interval_ms: float, watch_rules_seconds: float,
             max_body_bytes: int,
             read_timeout: float, max_connections: int, deadline_seconds: float, workers: int | None,
-            log_level: str = "INFO", log_format: str = "text") -> None:
+            drain_seconds: float = 5.0, log_level: str = "INFO", log_format: str = "text") -> None:
     """Serve every admission webhook of rules/admission/ from watch caches of what admission reads.
 
     The admission half of accelpolicy, apart from `accelpolicy controller` so that reviews never wait
@@ -122,7 +127,9 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
         logger.error("error: {}", exc)
         sys.exit(1)
     finally:
-        server.stop()
+        if stop.is_set() and drain_seconds > 0:
+            logger.info("stopping: answering with Connection: close for {:g}s first", drain_seconds)
+        server.stop(drain_seconds if stop.is_set() else 0.0)
 
 
 def _serving_files(session, namespace: str, cert_secret: str | None, cert_dir: Path | None,

@@ -293,12 +293,14 @@ class AdmissionServer:
         self.view_metrics.retire(old)
         return view
 
-    def stop(self) -> None:
-        """Stop the reload, the builder, the server and the caches."""
+    def stop(self, drain_seconds: float = 0.0) -> None:
+        """Stop the server (after ``drain_seconds`` of answering with ``Connection: close``, serving as
+        before meanwhile: :meth:`runtime.webhook.server.ServerThread.stop`), the reload, the builder and
+        the caches."""
+        if self.server is not None:
+            self.server.stop(drain_seconds)
         if self.reload is not None:
             self.reload.stop()
         self.view.stop()
-        if self.server is not None:
-            self.server.stop()
         self.state.close()
         self.cache.stop()

@@ -13,6 +13,13 @@ idle webhook connection, :data:`DEFAULT_KEEP_ALIVE`). At most ``max_connections`
 ``trustme`` (built on ``cryptography``) and writes ``ca.crt``, ``tls.crt``, ``tls.key`` into a
 directory. :class:`ServerThread` serves on a socket bound to 127.0.0.1 (port 0 = any free port) and
 is what the controller serves with (and the tests).
+
+Shutting down (:meth:`ServerThread.stop` with ``drain_seconds``): kube-apiserver keeps its keep-alive
+connections to a Pod after the Pod left the Service's endpoints (an established connection stays with
+its Pod), and a server that closes an idle one races the next POST on it (``failed to call webhook:
+... EOF``; Go does not retry a POST). So for ``drain_seconds`` first every response carries
+``Connection: close`` (:class:`Draining`): each connection still in use is closed by the client after
+its answer, and its next review opens a connection to a Pod that stays; then the server stops.
 """
 from __future__ import annotations
 
@@ -169,6 +176,27 @@ def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level:
     server.run(sockets=[sock])
 
 
+class Draining:
+    """ASGI wrapper of ``app``: once :attr:`draining` is set, every HTTP response gets the header
+    ``Connection: close`` (uvicorn then closes the connection after sending it, and the client never
+    sends another request on it)."""
+
+    def __init__(self, app):
+        self.app = app
+        self.draining = threading.Event()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not self.draining.is_set():
+            return await self.app(scope, receive, send)
+
+        async def send_closing(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers") or [] if k.lower() != b"connection"]
+                message = {**message, "headers": headers + [(b"connection", b"close")]}
+            await send(message)
+        return await self.app(scope, receive, send_closing)
+
+
 class ServerThread:
     """``app`` served over HTTPS (or HTTP without cert) by uvicorn in a daemon thread.
 
@@ -183,7 +211,9 @@ class ServerThread:
         self.sock = bind(host, port)
         self.port = self.sock.getsockname()[1]
         self.url = f"{'https' if certfile else 'http'}://{host}:{self.port}"
-        self.server = uvicorn.Server(server_config(app, certfile, keyfile, "warning", read_timeout, max_connections))
+        self.app = Draining(app)
+        self.server = uvicorn.Server(server_config(self.app, certfile, keyfile, "warning", read_timeout,
+                                                   max_connections))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def start(self) -> "ServerThread":
@@ -196,8 +226,12 @@ class ServerThread:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
-        """Ask uvicorn to exit, join the thread, close the listening socket."""
+    def stop(self, drain_seconds: float = 0.0) -> None:
+        """Answer with ``Connection: close`` for ``drain_seconds`` (see the module docstring), then ask
+        uvicorn to exit (requests in flight finish), join the thread, close the listening socket."""
+        if drain_seconds > 0 and self.thread.is_alive():
+            self.app.draining.set()
+            time.sleep(drain_seconds)
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()

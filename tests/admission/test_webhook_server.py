@@ -221,3 +221,28 @@ def test_real_https_server(state, tmp_path):
     finally:
         server.stop()
     assert server.url.startswith("https://127.0.0.1:")
+
+
+def test_stopping_drains_with_connection_close_then_refuses(state, tmp_path):
+    """Issue 21 (fault suite helm-upgrade: "failed to call webhook: ... EOF"): while a stopping server
+    drains, it still answers reviews, each with `Connection: close` (a keep-alive client then drops the
+    connection itself); afterwards nothing listens. Before the drain, connections are kept alive."""
+    import threading
+    import time
+    paths = self_signed(tmp_path)
+    app = build_app(state, {s.path: n for n, s in state.engine.policies.items()})
+    server = ServerThread(app, str(paths["cert"]), str(paths["key"])).start()
+    ctx = ssl.create_default_context(cafile=str(paths["ca"]))
+    review = review_for(_pod({"nvidia.com/gpu": "1"}), uid="drain")
+    with httpx.Client(verify=ctx, base_url=server.url) as http:
+        before = http.post("/validate-pods", json=review)
+        assert before.json()["response"]["allowed"] is True and "connection" not in before.headers
+        stopper = threading.Thread(target=server.stop, kwargs={"drain_seconds": 1.5})
+        stopper.start()
+        time.sleep(0.3)
+        during = http.post("/validate-pods", json=review)
+        assert during.json()["response"]["allowed"] is True and during.headers["connection"] == "close"
+        stopper.join(15)
+        assert not stopper.is_alive()
+        with pytest.raises(httpx.ConnectError):
+            http.post("/validate-pods", json=review)

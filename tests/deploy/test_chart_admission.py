@@ -31,7 +31,8 @@ def test_admission_deployment_serves_the_webhooks_from_the_shared_certificate():
     c = _container(deploy)
     assert c["args"] == ["admission", "--rules=/etc/accelpolicy/rules", "--host=0.0.0.0", "--port=9443",
                          "--cert-secret=gpustack-operator-worker-webhook-tls",
-                         "--cert-dir=/run/accelpolicy/webhook-tls", "--view-refresh-seconds=0"]
+                         "--cert-dir=/run/accelpolicy/webhook-tls", "--view-refresh-seconds=0",
+                         "--drain-seconds=5"]
     assert [e["name"] for e in c["env"]] == ["KUBERNETES_POD_NAMESPACE"]
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "webhook", "scheme": "HTTPS"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "webhook", "scheme": "HTTPS"}
