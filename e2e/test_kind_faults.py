@@ -5,12 +5,14 @@ A load generator in its own process creates and deletes queue-labelled Pods and 
 default) and records every answer, while each fault is injected (e2e/chaos/faults.py). Per fault the suite
 asserts:
 
-* no review failed (the fault marked ``fails_closed`` aside: every controller Pod killed, the uninstall
-  gap), and no create was stored without our review;
+* no review failed (the fault marked ``fails_closed`` aside: every controller Pod killed), and no create
+  was stored without our review, except inside the uninstall gap of ``helm-reinstall`` (from ``helm
+  uninstall`` until both webhook configurations are created again: counted apart, ``gap_classes``);
 * ready again, ``kubectl get instancetypes`` equal to the table before the fault, and the cluster equal to
   the state derived from its own facts (e2e/chaos/checker.py), each within 7 minutes;
 * every pool object identical to before (uid and body), no duplicate or orphan Instance Pod, every Instance
-  keeping its Pod, no administrator-authored object changed, no container restart beyond the injected ones.
+  keeping its Pod, no administrator-authored object changed, no container restart beyond the injected ones
+  (a stopped node's containers, restarted when it starts again, are the fault's).
 
 Which faults: the short form (``short=True`` in faults.FAULTS) unless ``ACCELPOLICY_CHAOS=full`` (every fault,
 ``ACCELPOLICY_CHAOS_ROUNDS`` times, default 2: ``make chaos-kind``); ``ACCELPOLICY_CHAOS_FAULTS=a,b`` names
@@ -86,5 +88,9 @@ def test_the_cluster_ends_as_it_began(chaos):
     assert final["duplicates"] == [] and final["orphans"] == []
     assert chaos.target.kubectl("get", "instancetypes").stdout.splitlines()[0] == chaos.baseline_table.splitlines()[0]
     assert checker.tables_match(chaos.target.kubectl("get", "instancetypes").stdout, chaos.baseline_table)
-    # outside every fault window each answer is right ("skipped": the load generator's own backlog, no request)
-    assert chaos.between_faults().keys() <= {"ok", "skipped"}, chaos.between_faults()
+    # outside every fault window each answer is right ("skipped": the load generator's own backlog, no request;
+    # "webhook-other": Kueue's webhook could not be called, e.g. Kueue's own Pod restarting after it lost its
+    # leader Lease in an API server outage: counted and printed, not ours to serve)
+    between = chaos.between_faults()
+    print(f"\nanswers outside the fault windows: {between}")
+    assert between.keys() <= {"ok", "skipped", "webhook-other"}, between

@@ -64,11 +64,16 @@ class FaultError(RuntimeError):
 @dataclass
 class Injected:
     """What :meth:`Fault.inject` reports: ``cleared`` (monotonic time the fault itself ended), the
-    container restarts it caused on purpose (``kills``), and ``notes`` (name -> figure or text)."""
+    container restarts it caused on purpose (``kills``), ``nodes`` whose Pods' container restarts are the
+    fault's too (a stopped node's containers start again with it), ``gap`` (wall-clock seconds from, to)
+    in which nothing reviews by design (an uninstall: failed and unreviewed creates there are the
+    documented outcome, reported apart), and ``notes`` (name -> figure or text)."""
 
     cleared: float
     kills: int = 0
     notes: dict = field(default_factory=dict)
+    nodes: tuple = ()
+    gap: tuple | None = None
 
 
 @dataclass
@@ -391,8 +396,9 @@ def stop_node(t: Target, seconds: float = 60.0) -> Injected:
             sh("docker", "exec", node, "ip", "route", "replace", cidr, "via", oip)
     wait(f"node {node} Ready", lambda: any(c["type"] == "Ready" and c["status"] == "True"
                                            for c in t.get("node", node)["status"]["conditions"]), timeout=300)
-    return Injected(cleared=cleared, notes={"node": node, "leader was": leader, "stopped (s)": round(cleared - t0, 1),
-                                            "node Ready after start (s)": round(time.monotonic() - cleared, 1)})
+    return Injected(cleared=cleared, nodes=(node,),
+                    notes={"node": node, "leader was": leader, "stopped (s)": round(cleared - t0, 1),
+                           "node Ready after start (s)": round(time.monotonic() - cleared, 1)})
 
 
 def nfd_labels_vanish(t: Target, seconds: float = 60.0) -> Injected:
@@ -479,15 +485,41 @@ def helm_upgrade(t: Target) -> Injected:
                                                      "helm upgrade --wait (s)": round(time.monotonic() - t0, 1)})
 
 
+WEBHOOK_CONFIGURATIONS = (("mutatingwebhookconfiguration", "gpustack-worker-mutation"),
+                          ("validatingwebhookconfiguration", "gpustack-worker-validation"))
+
+
+def _registered_at(t: Target) -> float | None:
+    """When the later of the two webhook configurations was created (wall-clock s, their
+    creationTimestamp: whole seconds, rounded down), or None while one is missing."""
+    from datetime import datetime
+    created = []
+    for kind, name in WEBHOOK_CONFIGURATIONS:
+        out = t.kubectl("get", kind, name, "-o", "jsonpath={.metadata.creationTimestamp}", check=False)
+        if out.returncode != 0 or not out.stdout.strip():
+            return None
+        created.append(datetime.fromisoformat(out.stdout.strip().replace("Z", "+00:00")).timestamp())
+    return max(created)
+
+
 def helm_reinstall(t: Target) -> Injected:
+    """The gap in which nothing reviews by design runs from the uninstall's start (its Service goes first;
+    the garbage collector removes the webhook configurations with their owner ClusterRole a moment later:
+    docs/install.md) until both configurations are registered again."""
     image = t.current_image()
-    t0 = time.monotonic()
+    gap_from, t0 = time.time(), time.monotonic()
     t.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "5m")
     gone = round(time.monotonic() - t0, 1)
     t1 = time.monotonic()
     t.helm("install", RELEASE, str(t.chart), "-n", SYSTEM, "--wait", "--timeout", "10m", *t.helm_args(image))
-    return Injected(cleared=time.monotonic(), notes={"helm uninstall --wait (s)": gone,
-                                                     "helm install --wait (s)": round(time.monotonic() - t1, 1)})
+    installed = round(time.monotonic() - t1, 1)
+    gap_to = wait("both webhook configurations registered again", lambda: _registered_at(t), timeout=180)
+    if gap_to <= gap_from:
+        raise FaultError(f"the webhook configurations were not re-created by the reinstall (created {gap_to:.0f}, "
+                         f"uninstall began {gap_from:.0f})")
+    return Injected(cleared=time.monotonic(), gap=(gap_from, gap_to),
+                    notes={"helm uninstall --wait (s)": gone, "helm install --wait (s)": installed,
+                           "no webhook registered (s)": round(gap_to - gap_from, 1)})
 
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (

@@ -72,6 +72,9 @@ class FaultResult:
     drift: list = field(default_factory=list)
     restarts_injected: int = 0
     restarts_other: int = 0
+    restarts_by_pod: dict = field(default_factory=dict)   # "<pod> (<node>)" -> container restarts in the window
+    gap: tuple | None = None        # wall-clock seconds in which nothing reviews by design (Injected.gap)
+    gap_classes: dict = field(default_factory=dict)       # create class -> count inside ``gap``
     kueue: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
     error: str = ""
@@ -84,8 +87,9 @@ class FaultResult:
             out.append(self.error)
         if self.failed and not self.fails_closed:
             out.append(f"{self.failed} reviews failed: {self.classes}")
-        if self.classes.get("unreviewed"):
-            out.append(f"{self.classes['unreviewed']} creates stored without our review")
+        unreviewed = self.classes.get("unreviewed", 0) - self.gap_classes.get("unreviewed", 0)
+        if unreviewed:
+            out.append(f"{unreviewed} creates stored without our review")
         for label in ("duplicates", "orphans", "pods_replaced", "admin_changed", "pools_changed", "drift"):
             if getattr(self, label):
                 out.append(f"{label}: {getattr(self, label)[:5]}")
@@ -310,9 +314,15 @@ class Suite:
         res.duplicates, res.orphans = final["duplicates"], final["orphans"]
         res.pods_replaced = sorted(k for k, uids in final["pods"].items() if uids != before["pods"].get(k, uids))
         res.admin_changed = checker.changed(before["admin"], final["admin"])
-        restarts = sum(max(0, n - before["restarts"].get(p, 0)) for p, n in final["restarts"].items()
-                       if p in before["restarts"])
-        res.restarts_other = max(0, restarts - res.restarts_injected)
+        nodes = {o["metadata"]["name"]: (o.get("spec") or {}).get("nodeName") or "?" for o in final["objects"]
+                 if o["kind"] == "Pod" and o["metadata"].get("namespace") == SYSTEM}
+        restarted = {p: n - before["restarts"][p] for p, n in final["restarts"].items()
+                     if p in before["restarts"] and n > before["restarts"][p]}
+        res.restarts_by_pod = {f"{p} ({nodes.get(p, '?')})": n for p, n in sorted(restarted.items())}
+        on_injected_nodes = sum(n for p, n in restarted.items() if nodes.get(p) in injected.nodes)
+        res.restarts_injected += on_injected_nodes
+        res.restarts_other = max(0, sum(restarted.values()) - res.restarts_injected)
+        res.gap = injected.gap
         res.window = (wall0, wall1)
         self.count_answers(res, wall0, wall1)
         self.results.append(res)
@@ -320,7 +330,10 @@ class Suite:
         return res
 
     def count_answers(self, res: FaultResult, t0: float, t1: float) -> None:
+        """Classes of the creates answered in ``[t0, t1]``; ``failed`` leaves out those in ``res.gap``
+        (counted in ``gap_classes``)."""
         classes: dict[str, int] = {}
+        gap: dict[str, int] = {}
         for entry in self.read_answers():
             if not (t0 <= entry["t"] <= t1):
                 continue
@@ -328,9 +341,11 @@ class Suite:
                 res.deletes_failed += entry["class"] != "ok"
                 continue
             classes[entry["class"]] = classes.get(entry["class"], 0) + 1
-        res.classes = classes
+            if res.gap and res.gap[0] <= entry["t"] <= res.gap[1]:
+                gap[entry["class"]] = gap.get(entry["class"], 0) + 1
+        res.classes, res.gap_classes = classes, gap
         res.reviews = sum(n for c, n in classes.items() if c not in ("skipped", "unavailable"))
-        res.failed = sum(classes.get(c, 0) for c in FAILED)
+        res.failed = sum(classes.get(c, 0) - gap.get(c, 0) for c in FAILED)
 
     def read_answers(self) -> list[dict]:
         if not self.answers.exists():
@@ -389,7 +404,9 @@ def markdown(results: list[FaultResult]) -> str:
             "restarts (injected + other) |")
     rows = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in results:
-        rows.append(f"| {r.fault} | {r.round} | {_fmt(r.fault_s)} | {r.reviews} / {r.failed} | "
+        in_gap = sum(r.gap_classes.get(c, 0) for c in FAILED)
+        failed = f"{r.failed} (+{in_gap} in the uninstall gap)" if r.gap else f"{r.failed}"
+        rows.append(f"| {r.fault} | {r.round} | {_fmt(r.fault_s)} | {r.reviews} / {failed} | "
                     f"{r.classes.get('unavailable', 0)} / {r.classes.get('skipped', 0)} | {_fmt(r.ready_s)} | "
                     f"{_fmt(r.table_s)} | {_fmt(r.converged_s)} | {len(r.duplicates)} / {len(r.orphans)} | "
                     f"{len(r.pods_replaced)} | {len(r.admin_changed)} | {r.restarts_injected} + {r.restarts_other} |")

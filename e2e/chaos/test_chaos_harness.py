@@ -166,3 +166,26 @@ def test_restart_counts():
              "status": {"containerStatuses": [{"restartCount": 2}, {"restartCount": 1}]}},
             {"kind": "Pod", "metadata": {"name": "b", "namespace": "default"}, "status": {}}]
     assert checker.restart_counts(pods) == {"a": 3}
+
+
+def test_answers_in_the_uninstall_gap_are_counted_apart(tmp_path):
+    """helm-reinstall's gap (faults.helm_reinstall): failed and unreviewed creates inside it are the
+    documented outcome, reported in gap_classes; the same answers outside it are failures."""
+    import json as _json
+    from chaos.suite import FaultResult, Suite
+    suite = Suite.__new__(Suite)
+    suite.answers = tmp_path / "answers.jsonl"
+    lines = [{"t": 1.0, "op": "create", "class": "webhook-ours"}, {"t": 5.0, "op": "create", "class": "unreviewed"},
+             {"t": 6.0, "op": "create", "class": "ok"}, {"t": 9.0, "op": "create", "class": "webhook-ours"},
+             {"t": 9.5, "op": "delete", "class": "ok"}]
+    suite.answers.write_text("\n".join(_json.dumps(x) for x in lines) + "\n")
+    res = FaultResult("helm-reinstall", 1, "", False, gap=(0.5, 6.0))
+    suite.count_answers(res, 0.0, 10.0)
+    assert res.classes == {"webhook-ours": 2, "unreviewed": 1, "ok": 1}
+    assert res.gap_classes == {"webhook-ours": 1, "unreviewed": 1, "ok": 1}
+    assert res.reviews == 4 and res.failed == 1
+    res.ready_s = res.table_s = res.converged_s = 1.0
+    assert res.problems() == ["1 reviews failed: {'webhook-ours': 2, 'unreviewed': 1, 'ok': 1}"]
+    res.gap = (0.5, 10.0)
+    suite.count_answers(res, 0.0, 10.0)
+    assert res.failed == 0 and res.problems() == []
