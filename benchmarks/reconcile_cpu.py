@@ -12,7 +12,7 @@ first on ``PYTHONPATH`` (an A/B of two commits on the same objects, in the same 
 
 Fit labels are written inside the pass (``fit_coalesce_seconds=0``, as ``--once``) so that every
 pass is counted. Usage: ``.venv/bin/python benchmarks/reconcile_cpu.py [--nodes 1000]
-[--tree DIR]...`` (a tree: a checkout, e.g. ``git worktree add /tmp/before main``). Needs the
+[--tree DIR]... [--profile PREFIX]`` (a tree: a checkout, e.g. ``git worktree add /tmp/before main``). Needs the
 control-plane binaries (``make controlplane``).
 """
 from __future__ import annotations
@@ -77,11 +77,19 @@ def child(kubeconfig: str, node: str) -> dict:
             break
     idle = [one() for _ in range(5)]
     out["idle"] = {"cpu_ms": statistics.median(p["cpu_ms"] for p in idle), "writes": sum(p["writes"] for p in idle)}
+    profile_to = os.environ.get("RECONCILE_CPU_PROFILE")
     for name, event in (("ledger", ledger), ("flip", flip)):
         out[name] = []
         for i in range(4):
             event(i)
-            out[name].append({"event": one(), "echoes": [one(), one()]})
+            if profile_to and name == "flip" and i < 2:   # --profile: the un-manage and the re-admit pass
+                import cProfile
+                profiler = cProfile.Profile()
+                pass_ = profiler.runcall(one)
+                profiler.dump_stats(f"{profile_to}.{'unmanage' if i == 0 else 'readmit'}")
+            else:
+                pass_ = one()
+            out[name].append({"event": pass_, "echoes": [one(), one()]})
     ctl.stop()
     return out
 
@@ -104,6 +112,9 @@ def main() -> None:
     parser.add_argument("--tree", action="append", help="a code tree to measure (repeatable; default: this checkout)")
     parser.add_argument("--child", nargs=2, metavar=("KUBECONFIG", "NODE"), help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", metavar="PREFIX", help="cProfile the first un-manage and re-admit passes "
+                        "into PREFIX.unmanage and PREFIX.readmit (python -m pstats); their CPU then includes "
+                        "the profiler's")
     args = parser.parse_args()
     if args.child:
         print("JSON" + json.dumps(child(*args.child)))
@@ -124,7 +135,9 @@ def main() -> None:
         for tree in args.tree or [str(ROOT)]:
             load = os.getloadavg()[0]
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(cluster.kubeconfig), node],
-                                  env={**os.environ, "PYTHONPATH": tree, "LOGURU_LEVEL": "ERROR"}, cwd=tree,
+                                  env={**os.environ, "PYTHONPATH": tree, "LOGURU_LEVEL": "ERROR",
+                                       **({"RECONCILE_CPU_PROFILE": str(Path(args.profile).resolve())}
+                                          if args.profile else {})}, cwd=tree,
                                   capture_output=True, text=True, timeout=600)
             lines = [line for line in proc.stdout.splitlines() if line.startswith("JSON")]
             if not lines:
