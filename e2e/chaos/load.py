@@ -29,7 +29,8 @@ wall-clock time the request was sent (the suite cuts the timeline into fault win
 * ``unreviewed``: allowed without our webhook's work (no webhook configuration called us) or an object we
   must deny was stored; ``wrong``: our webhook answered, but not what the rules say;
 * ``webhook-ours`` / ``webhook-other``: the API server could not call one of our webhooks (names ending in
-  ``gpustack.ai``) / another one (Kueue's): the review failed closed (``failurePolicy: Fail``);
+  ``gpustack.ai``) / another one (Kueue's): the review failed closed (``failurePolicy: Fail``); also our
+  replica's "not ready" denial (a restarted replica reached before the Service dropped it);
 * ``unavailable``: the API server did not answer, or answered 429/503/504 or an etcd error: nothing was
   reviewed; ``skipped``: not sent because :data:`MAX_IN_FLIGHT` requests were already waiting;
 * ``other``: any other error (named in ``message``).
@@ -51,6 +52,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+NOT_READY = "webhook not ready; retry"   # runtime.webhook.app.NOT_READY (the harness test compares them)
 
 LOAD_LABEL = "chaos.accelpolicy.dev/load"      # value: the run id; the cleanup's label selector
 HOLD_GATE = "chaos.accelpolicy.dev/hold"       # our own scheduling gate: the load's Pods are never bound
@@ -118,6 +121,8 @@ def classify_error(status: int, reason: str, message: str) -> str:
             or "apiserver is shutting down" in message:
         return "unavailable"
     denied = WEBHOOK_DENIAL.search(message)
+    if denied and denied.group(1).endswith(OUR_WEBHOOKS) and NOT_READY in message:
+        return "webhook-ours"   # a replica answered before it was ready: failed closed, not judged
     if denied:
         return "wrong" if denied.group(1).endswith(OUR_WEBHOOKS) else "other"
     return "other"

@@ -73,12 +73,18 @@ class FaultResult:
     restarts_injected: int = 0
     restarts_other: int = 0
     restarts_by_pod: dict = field(default_factory=dict)   # "<pod> (<node>)" -> container restarts in the window
-    gap: tuple | None = None        # wall-clock seconds in which nothing reviews by design (Injected.gap)
+    gap: tuple | None = None        # wall-clock seconds whose answers of the classes ``excused`` are the
+    excused: tuple = ()             # fault's documented outcome (Injected.gap, .excused, .gap_what)
+    gap_what: str = ""
     gap_classes: dict = field(default_factory=dict)       # create class -> count inside ``gap``
     kueue: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
     error: str = ""
     window: tuple = (0.0, 0.0)      # wall-clock seconds the answers were counted in
+
+    def excused_count(self, cls: str) -> int:
+        """Answers of class ``cls`` inside the gap that the fault excuses (0 for the other classes)."""
+        return self.gap_classes.get(cls, 0) if cls in self.excused else 0
 
     def problems(self) -> list[str]:
         """What breaks the suite's rules (empty: the fault passed)."""
@@ -87,7 +93,7 @@ class FaultResult:
             out.append(self.error)
         if self.failed and not self.fails_closed:
             out.append(f"{self.failed} reviews failed: {self.classes}")
-        unreviewed = self.classes.get("unreviewed", 0) - self.gap_classes.get("unreviewed", 0)
+        unreviewed = self.classes.get("unreviewed", 0) - self.excused_count("unreviewed")
         if unreviewed:
             out.append(f"{unreviewed} creates stored without our review")
         for label in ("duplicates", "orphans", "pods_replaced", "admin_changed", "pools_changed", "drift"):
@@ -322,7 +328,7 @@ class Suite:
         on_injected_nodes = sum(n for p, n in restarted.items() if nodes.get(p) in injected.nodes)
         res.restarts_injected += on_injected_nodes
         res.restarts_other = max(0, sum(restarted.values()) - res.restarts_injected)
-        res.gap = injected.gap
+        res.gap, res.excused, res.gap_what = injected.gap, tuple(injected.excused), injected.gap_what
         res.window = (wall0, wall1)
         self.count_answers(res, wall0, wall1)
         self.results.append(res)
@@ -330,8 +336,8 @@ class Suite:
         return res
 
     def count_answers(self, res: FaultResult, t0: float, t1: float) -> None:
-        """Classes of the creates answered in ``[t0, t1]``; ``failed`` leaves out those in ``res.gap``
-        (counted in ``gap_classes``)."""
+        """Classes of the creates answered in ``[t0, t1]``; those in ``res.gap`` are also counted in
+        ``gap_classes``, and ``failed`` leaves out the excused ones there."""
         classes: dict[str, int] = {}
         gap: dict[str, int] = {}
         for entry in self.read_answers():
@@ -345,7 +351,7 @@ class Suite:
                 gap[entry["class"]] = gap.get(entry["class"], 0) + 1
         res.classes, res.gap_classes = classes, gap
         res.reviews = sum(n for c, n in classes.items() if c not in ("skipped", "unavailable"))
-        res.failed = sum(classes.get(c, 0) - gap.get(c, 0) for c in FAILED)
+        res.failed = sum(classes.get(c, 0) - res.excused_count(c) for c in FAILED)
 
     def read_answers(self) -> list[dict]:
         if not self.answers.exists():
@@ -404,8 +410,8 @@ def markdown(results: list[FaultResult]) -> str:
             "restarts (injected + other) |")
     rows = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in results:
-        in_gap = sum(r.gap_classes.get(c, 0) for c in FAILED)
-        failed = f"{r.failed} (+{in_gap} in the uninstall gap)" if r.gap else f"{r.failed}"
+        excused = sum(r.excused_count(c) for c in FAILED)
+        failed = f"{r.failed} (+{excused} {r.gap_what})" if r.gap else f"{r.failed}"
         rows.append(f"| {r.fault} | {r.round} | {_fmt(r.fault_s)} | {r.reviews} / {failed} | "
                     f"{r.classes.get('unavailable', 0)} / {r.classes.get('skipped', 0)} | {_fmt(r.ready_s)} | "
                     f"{_fmt(r.table_s)} | {_fmt(r.converged_s)} | {len(r.duplicates)} / {len(r.orphans)} | "

@@ -46,6 +46,7 @@ DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSe
 _LOG = logging.getLogger(__name__)
 MALFORMED_REASONS = ("body-too-large", "not-json", "not-a-review")
 MALFORMED_LOG_SECONDS = 10.0
+NOT_READY = "webhook not ready; retry"   # the denial (500 InternalError) of a review that arrives before the rules and view
 _BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -281,8 +282,7 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
             return _answer(bad_request("", "request body is not JSON"))
         if not state.ready:
             uid = _uid_of(data)
-            return _answer(build_response(uid, Outcome(policy=name, denial=(500, "InternalError",
-                                                                            "webhook not ready; retry"))))
+            return _answer(build_response(uid, Outcome(policy=name, denial=(500, "InternalError", NOT_READY))))
         answer, outcome = await _judge(state, data, name)
         state.metrics.observe(name, outcome, time.perf_counter() - started)
         if outcome.denial is not None and outcome.denial[1] == "BadRequest":  # parse_review refused it
