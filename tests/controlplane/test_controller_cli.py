@@ -57,6 +57,19 @@ def _wait(predicate, timeout=20.0):
     return False
 
 
+def _set_managed(kubectl, value: str) -> None:
+    """node-a10g's worker NodeFeature says gpustack.ai/managed=``value``."""
+    kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
+            "-p", json.dumps({"spec": {"labels": {"gpustack.ai/managed": value}}}))
+
+
+def _stop_and_free(proc, kubectl) -> None:
+    """SIGTERM the leader ``proc``: it exits 0 and leaves the Lease without a holder."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    assert _holder(kubectl) == ""
+
+
 def test_one_leader_at_a_time_and_handover_on_exit(seeded):
     cluster, kubectl = seeded
     argv = [str(ACCELPOLICY), "controller", "--kubeconfig", str(cluster.kubeconfig), "--coalesce-seconds", "0.1"]
@@ -68,18 +81,14 @@ def test_one_leader_at_a_time_and_handover_on_exit(seeded):
         time.sleep(3)
         assert _holder(kubectl) == "ctl-a" and b.poll() is None
         # the leader reconciles: un-manage node-a10g and watch the table follow
-        kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
-                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"false"}}}')
+        _set_managed(kubectl, "false")
         assert _wait(lambda: [r["CPU"] for r in rows(kubectl)][:1] == ["48/68"])
         a.send_signal(signal.SIGTERM)
         assert a.wait(20) == 0
         assert _wait(lambda: _holder(kubectl) == "ctl-b", timeout=10)
-        kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
-                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"true"}}}')
+        _set_managed(kubectl, "true")
         assert _wait(lambda: [r["CPU"] for r in rows(kubectl)][:1] == ["48/72"])
-        b.send_signal(signal.SIGTERM)
-        assert b.wait(20) == 0
-        assert _holder(kubectl) == ""
+        _stop_and_free(b, kubectl)
     finally:
         for proc in (a, b):
             if proc is not None and proc.poll() is None:
@@ -106,8 +115,7 @@ def test_a_lost_lease_stops_reconciling_and_the_same_process_leads_again(seeded,
         lost = "leader Lease gpustack-system/gpustack-operator-worker lost: reconciling stopped; campaigning again as ctl-a"
         assert _wait(lambda: lost in log.read_text(), timeout=12), log.read_text()[-3000:]
         # not leading: an un-managed node is not acted on while "thief" holds the Lease
-        kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
-                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"false"}}}')
+        _set_managed(kubectl, "false")
         time.sleep(3)
         assert _holder(kubectl) == "thief" and [r["CPU"] for r in rows(kubectl)][:1] == ["48/72"]
         # the stolen Lease expires (15 s, never renewed): the same process takes it and reconciles again
@@ -115,12 +123,9 @@ def test_a_lost_lease_stops_reconciling_and_the_same_process_leads_again(seeded,
         assert _wait(lambda: [r["CPU"] for r in rows(kubectl)][:1] == ["48/68"])
         assert a.poll() is None
         assert log.read_text().count("leading; reconciling") == 2
-        kubectl("-n", "gpustack-system", "patch", "nodefeature", "node-a10g-gpustack-worker", "--type=merge",
-                "-p", '{"spec":{"labels":{"gpustack.ai/managed":"true"}}}')
+        _set_managed(kubectl, "true")
         assert _wait(lambda: [r["CPU"] for r in rows(kubectl)][:1] == ["48/72"])
-        a.send_signal(signal.SIGTERM)
-        assert a.wait(20) == 0
-        assert _holder(kubectl) == ""
+        _stop_and_free(a, kubectl)
     finally:
         if a.poll() is None:
             a.kill()
