@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 import click
 from loguru import logger
@@ -164,22 +165,11 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         elector = LeaderElector(session, LEASE_NAME, lease_namespace,
                                 identity or f"{socket.gethostname()}_{os.getpid()}")
         workers: dict = {}   # the rules reload and the audit, started again in each term
-        while not stop.is_set():
-            term = _Term(stop)
-            if not _lead(elector, stop, term, serving_cert, metrics):
-                return
-            term_hooks: list = []
-            try:
-                _start_leading(controller, webhooks, registry, term_hooks, rules_dir, watch_rules_seconds,
-                               audit_seconds, audit_interval, registration, term.event, workers)
-                controller.run(term.event)
-            finally:
-                _end_term(term_hooks, webhooks, serving_cert, metrics)
-            if stop.is_set():
-                elector.release()
-            else:
-                logger.warning("leader Lease {}/{} lost: reconciling stopped; campaigning again as {}",
-                               lease_namespace, LEASE_NAME, elector.identity)
+
+        def start(term_hooks: list, term_stop: threading.Event) -> None:
+            _start_leading(controller, webhooks, registry, term_hooks, rules_dir, watch_rules_seconds,
+                           audit_seconds, audit_interval, registration, term_stop, workers)
+        _lead_in_terms(elector, stop, controller, start, webhooks, serving_cert, metrics)
     except (KubeApiError, TimeoutError) as exc:
         logger.error("error: {}", exc)
         sys.exit(1)
@@ -246,6 +236,29 @@ class _Term:
 
     def lost(self) -> None:
         self.event.set()
+
+
+def _lead_in_terms(elector: LeaderElector, stop: threading.Event, controller: Controller,
+                   start: Callable[[list, threading.Event], None], webhooks: ControllerWebhooks | None,
+                   serving_cert: ServingCertificate | None, metrics: ControllerMetrics) -> None:
+    """Campaign, lead (``start(term_hooks, term_stop)``, then reconcile) until the term ends, stop the
+    leader-only work, and campaign again, until ``stop`` (the signals) is set: then the Lease is released.
+    A lost Lease ends a term, never the process (docs/availability.md "Losing the leader Lease")."""
+    while not stop.is_set():
+        term = _Term(stop)
+        if not _lead(elector, stop, term, serving_cert, metrics):
+            return
+        term_hooks: list = []
+        try:
+            start(term_hooks, term.event)
+            controller.run(term.event)
+        finally:
+            _end_term(term_hooks, webhooks, serving_cert, metrics)
+        if stop.is_set():
+            elector.release()
+        else:
+            logger.warning("leader Lease {}/{} lost: reconciling stopped; campaigning again as {}",
+                           elector.namespace, elector.name, elector.identity)
 
 
 def _lead(elector: LeaderElector, stop: threading.Event, term: _Term, serving_cert: ServingCertificate | None,
