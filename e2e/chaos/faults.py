@@ -492,16 +492,22 @@ def helm_upgrade(t: Target) -> Injected:
                                                      "helm upgrade --wait (s)": round(time.monotonic() - t0, 1)})
 
 
-WEBHOOK_CONFIGURATIONS = (("mutatingwebhookconfiguration", "gpustack-worker-mutation"),
-                          ("validatingwebhookconfiguration", "gpustack-worker-validation"))
+def webhook_configurations() -> tuple[tuple[str, str], ...]:
+    """``(kubectl kind, name)`` of the two webhook configurations, as the rules name them
+    (rules/admission/registration.yaml)."""
+    from runtime.engine.admission.registration import registration_of
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+    names = registration_of(Policy(load_rules())).configurations
+    return (("mutatingwebhookconfiguration", names.mutating), ("validatingwebhookconfiguration", names.validating))
 
 
-def _registered_at(t: Target) -> float | None:
-    """By when the later of the two webhook configurations was created (wall-clock s: the end of the
-    second its creationTimestamp names, which has whole seconds), or None while one is missing."""
+def _registered_at(t: Target, configurations: tuple[tuple[str, str], ...]) -> float | None:
+    """By when the later of ``configurations`` was created (wall-clock s: the end of the second its
+    creationTimestamp names, which has whole seconds), or None while one is missing."""
     from datetime import datetime
     created = []
-    for kind, name in WEBHOOK_CONFIGURATIONS:
+    for kind, name in configurations:
         out = t.kubectl("get", kind, name, "-o", "jsonpath={.metadata.creationTimestamp}", check=False)
         if out.returncode != 0 or not out.stdout.strip():
             return None
@@ -513,14 +519,14 @@ def helm_reinstall(t: Target) -> Injected:
     """The gap in which nothing reviews by design runs from the uninstall's start (its Service goes first;
     the garbage collector removes the webhook configurations with their owner ClusterRole a moment later:
     docs/install.md) until both configurations are registered again."""
-    image = t.current_image()
+    image, configurations = t.current_image(), webhook_configurations()
     gap_from, t0 = time.time(), time.monotonic()
     t.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "5m")
     gone = round(time.monotonic() - t0, 1)
     t1 = time.monotonic()
     t.helm("install", RELEASE, str(t.chart), "-n", SYSTEM, "--wait", "--timeout", "10m", *t.helm_args(image))
     installed = round(time.monotonic() - t1, 1)
-    gap_to = wait("both webhook configurations registered again", lambda: _registered_at(t), timeout=180)
+    gap_to = wait("both webhook configurations registered again", lambda: _registered_at(t, configurations), timeout=180)
     if gap_to - 1.0 <= gap_from:
         raise FaultError(f"the webhook configurations were not re-created by the reinstall (created {gap_to:.0f}, "
                          f"uninstall began {gap_from:.0f})")
