@@ -44,7 +44,8 @@ def fingerprint(root: Path) -> str:
 
 class Periodic:
     """A daemon thread calling :meth:`tick` every ``interval`` seconds until :meth:`stop` (``first``: also
-    once at start); an exception in a tick is logged and the next tick runs."""
+    once at start, as soon as :meth:`ready` returns); an exception in a tick is logged and the next tick
+    runs."""
 
     interval: float = 2.0
     first: bool = False
@@ -67,7 +68,13 @@ class Periodic:
             self._stop.set()
             self._thread.join(5.0)
 
+    def ready(self, stop: threading.Event) -> bool:
+        """Wait until the first tick may run (at once here); False when ``stop`` was set meanwhile."""
+        return not stop.is_set()
+
     def _run(self) -> None:
+        if not self.ready(self._stop):
+            return
         if self.first or not self._stop.wait(self.interval):
             while True:
                 try:

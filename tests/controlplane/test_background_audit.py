@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+from loguru import logger
+
 from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
+from runtime.report.results import summary
 from runtime.rules.loader import load_rules
 from testing.hooks import ObservedController as Controller
 from testing.localcluster.crds import install_crds, openreports_crds
@@ -34,7 +37,16 @@ def test_the_background_audit_writes_reports_and_events(control_plane):
         controller.cache["Pod"].observe(json.loads(kubectl.stdout("get", "pod", "two-families", "-n", "default",
                                                                   "-o", "json")))
         background = BackgroundAudit(controller, interval=0)
-        results = background.run_once()
+        lines: list[str] = []
+        sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
+        try:
+            results = background.run_once()
+        finally:
+            logger.remove(sink)
+        counts = summary(results)
+        assert [line.split(" in ")[0] for line in lines if line.startswith("background audit:")] == [
+            f"background audit: {sum(len(v) for v in controller.cache.snapshot().objects.values())} objects, "
+            f"{counts['pass']} pass, 1 fail, 0 warn, 0 error, {counts['skip']} skip"]
         assert [(r.result, r.policy, r.rule) for r in results if r.resource.name == "two-families"] == [
             ("pass", "pods-mutation", ""), ("fail", "pods-validation", "rule-1a")]
         report = json.loads(kubectl.stdout("get", "reports.openreports.io", "accelpolicy-audit", "-n", "default",

@@ -1,0 +1,67 @@
+"""When the background audit first runs in a leader term (issue 24): after the controller's first pass
+of that term, not beside it (the two share one interpreter; at 10,000 nodes together they made the
+first pass 16.7 s instead of about 7)."""
+from __future__ import annotations
+
+import threading
+
+from runtime.controller.backgroundaudit import BackgroundAudit
+
+
+class _Controller:
+    """What the audit's scheduling reads of the controller: the observers told of every pass."""
+
+    def __init__(self):
+        self.observers: list = []
+
+    def pass_ended(self) -> None:
+        for observer in self.observers:
+            observer(None)
+
+
+def _audit(controller: _Controller) -> tuple[BackgroundAudit, list[threading.Event]]:
+    audit = BackgroundAudit(controller, interval=3600.0)
+    runs: list[threading.Event] = []
+    audit.tick = lambda: runs[-1].set()
+    return audit, runs
+
+
+def test_the_first_run_of_a_term_waits_for_the_controllers_pass():
+    controller = _Controller()
+    audit, runs = _audit(controller)
+    runs.append(threading.Event())
+    audit.start()
+    try:
+        assert not runs[0].wait(0.6)   # no pass yet: no audit
+        controller.pass_ended()
+        assert runs[0].wait(5.0)
+    finally:
+        audit.stop()
+
+
+def test_a_new_term_waits_for_its_own_pass():
+    controller = _Controller()
+    audit, runs = _audit(controller)
+    runs.append(threading.Event())
+    audit.start()
+    controller.pass_ended()
+    assert runs[0].wait(5.0)
+    audit.stop()
+    runs.append(threading.Event())
+    audit.start()   # the next term: the last term's pass does not count
+    try:
+        assert not runs[1].wait(0.6)
+        controller.pass_ended()
+        assert runs[1].wait(5.0)
+    finally:
+        audit.stop()
+
+
+def test_stopped_before_any_pass_the_thread_ends_without_a_run():
+    controller = _Controller()
+    audit, runs = _audit(controller)
+    runs.append(threading.Event())
+    audit.start()
+    audit.stop()
+    assert not audit._thread.is_alive()
+    assert not runs[0].is_set()
