@@ -53,7 +53,8 @@ from benchmarks import loadgen  # noqa: E402
 from benchmarks.derive import generate  # noqa: E402
 from benchmarks.instances_live import (NAMESPACE, TEMPLATE, _create_load, _quantiles, bucket_quantiles,  # noqa: E402
                                        pod_count, scrape, wait)
-from benchmarks.scale import ControllerProcess, _accelerated_nodes, _path, flip, touch_ledger, write_objects  # noqa: E402
+from benchmarks.scale import (ControllerProcess, _accelerated_nodes, _path, flip, set_ledger_row, set_managed,  # noqa: E402
+                              touch_ledger, write_objects)
 from runtime.engine.policy import Policy  # noqa: E402
 from runtime.kube.session import MERGE_PATCH, KubeApiError, connect  # noqa: E402
 from runtime.rules.loader import load_rules  # noqa: E402
@@ -114,18 +115,21 @@ def _churn(kubeconfig: str, objects: list[dict], nodes: list[str], rate: float, 
         node = rng.choice(nodes)
         try:
             if node in flipped:
-                flip(session, objects, node, "true")
+                set_managed(objects, node, "true")
+                flip(session, node, "true")
                 flipped.discard(node)
             elif i % 5 == 4:
-                flip(session, objects, node, "false")
+                set_managed(objects, node, "false")
+                flip(session, node, "false")
                 flipped.add(node)
             else:
-                touch_ledger(session, objects, node)
+                touch_ledger(session, node, set_ledger_row(objects, node))
             latencies.append(time.monotonic() - due)
         except (KubeApiError, OSError):
             errors += 1
     for node in sorted(flipped):  # the cluster as it was
-        flip(session, objects, node, "true")
+        set_managed(objects, node, "true")
+        flip(session, node, "true")
     out.put({"sent": total, "errors": errors, "wall_s": time.monotonic() - t0, "latencies": latencies})
 
 
