@@ -10,18 +10,35 @@ caches synced and the first pass derived everything, and one landed now and then
   the young generations are still collected, and with them young cyclic garbage);
 - :func:`settle` (after the first pass) moves every object alive then to the permanent generation
   (``gc.freeze()``), which no collection walks again, and restores the thresholds: later full
-  collections walk only what came after.
+  collections walk only what came after;
+- :func:`tend` (after every later pass, on the loop's thread) keeps that part small. The caches
+  replace objects as the cluster changes (6,000 fit label echoes replace 6,000 Nodes); the new ones
+  aged into generation 2 unfrozen, and each full collection walked them all: at 10,000 nodes one
+  every 2-20 s, 250-370 ms each, landing inside passes (a flip's pass 0.3 -> 0.84 s of CPU; issue
+  24). So once the collector has promoted ``REFREEZE_AFTER`` batches of survivors since the last
+  full collection, ``tend`` collects what is unfrozen (cyclic garbage among the new objects) and
+  freezes the survivors: each walk covers only what came since the last. CPython's own full
+  collections stay on (for threads and replicas that run no passes) and walk as little. Cyclic
+  garbage among *frozen* objects is never found that way, so when the frozen population has grown
+  by ``REFREEZE_GROWTH`` since the last whole collection (live growth, or such garbage), ``tend``
+  unfreezes, collects everything once and freezes again: CPython's own rule for full collections
+  ("a quarter more long-lived objects"), counted on the frozen ones.
 
-The state is the process's (the garbage collector is); both calls are idempotent.
+The state is the process's (the garbage collector is); the calls are idempotent.
 """
 from __future__ import annotations
 
 import gc
 import threading
+import time
 
 HELD_THRESHOLD = 1 << 30  # generation-2 threshold while held: no full collection
+REFREEZE_AFTER = 5  # generation-1 collections since the last full one before tend() collects (CPython's own
+# full collection comes after 10: half that, so the loop's, between passes, normally comes first)
+REFREEZE_GROWTH = 1.25  # frozen population over the last whole collection's before tend() collects everything
 _lock = threading.Lock()
 _saved: tuple[int, ...] | None = None  # the thresholds before hold(), while held
+_whole = 0  # frozen objects after the last whole collection (settle() or tend())
 
 
 def hold() -> bool:
@@ -38,11 +55,35 @@ def hold() -> bool:
 def settle() -> int:
     """When held: freeze every object alive now (``gc.freeze()``) and restore the thresholds; returns
     how many objects are frozen in all (0 when not held: nothing done)."""
-    global _saved
+    global _saved, _whole
     with _lock:
         if _saved is None:
             return 0
         gc.freeze()
         gc.set_threshold(*_saved)
         _saved = None
-        return gc.get_freeze_count()
+        _whole = gc.get_freeze_count()
+        return _whole
+
+
+def tend() -> tuple[str, int, float] | None:
+    """After a pass, once settled (see the module docstring): None when nothing was due (or still
+    held), else ``(what, objects frozen now, seconds)`` with ``what`` ``"young"`` (the unfrozen
+    objects collected, the survivors frozen) or ``"whole"`` (everything collected once, then frozen)."""
+    global _whole
+    with _lock:
+        if _saved is not None:
+            return None
+        if gc.get_count()[2] < REFREEZE_AFTER:
+            return None
+        t0 = time.perf_counter()
+        gc.collect()
+        gc.freeze()
+        frozen = gc.get_freeze_count()  # walks the frozen list (~10 ms a million): only when one is due
+        whole = frozen > _whole * REFREEZE_GROWTH
+        if whole:
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
+            frozen = _whole = gc.get_freeze_count()
+        return ("whole" if whole else "young"), frozen, time.perf_counter() - t0

@@ -1,0 +1,94 @@
+"""The controller's garbage collector policy (runtime/controller/gcpolicy.py; issues 16 and 24) and the
+bounded record of passes: what a long-running controller keeps, tried on the process's own collector.
+
+Each test leaves the collector as it found it (thresholds, nothing frozen)."""
+from __future__ import annotations
+
+import gc
+from types import SimpleNamespace
+
+import pytest
+
+from runtime.controller import gcpolicy
+from runtime.controller.reconciler import KEPT_PASSES, Controller, ReconcileResult
+
+
+@pytest.fixture
+def collector():
+    thresholds = gc.get_threshold()
+    gc.unfreeze()
+    yield
+    gcpolicy._saved = None
+    gcpolicy._whole = 0
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def _promote(generations: int) -> None:
+    """Make the collector run ``generations`` generation-1 collections (the count ``tend`` reads)."""
+    for _ in range(generations):
+        gc.collect(1)
+
+
+def test_hold_then_settle_freezes_what_is_alive_and_restores_the_thresholds(collector):
+    before = gc.get_threshold()
+    assert gcpolicy.hold() is True
+    assert gcpolicy.hold() is False   # already held
+    assert gc.get_threshold() == (before[0], before[1], gcpolicy.HELD_THRESHOLD)
+    kept = [[i] for i in range(1000)]
+    assert gcpolicy.tend() is None    # still held: settle() comes first
+    frozen = gcpolicy.settle()
+    assert frozen > 1000 and abs(frozen - gc.get_freeze_count()) <= 10   # frozen objects may die since
+    assert gc.get_threshold() == before
+    assert gcpolicy.settle() == 0     # not held any more
+    assert len(kept) == 1000
+
+
+def test_tend_waits_for_enough_promotions_then_freezes_the_survivors_and_collects_young_cycles(collector):
+    gcpolicy.hold()
+    gcpolicy.settle()
+    _promote(0)
+    gc.collect(1)
+    assert gc.get_count()[2] < gcpolicy.REFREEZE_AFTER
+    assert gcpolicy.tend() is None    # nothing due: no collection, nothing frozen
+    survivors = [[i] for i in range(5000)]   # lists: tracked by the collector (atomic-only dicts are not)
+    for _ in range(100):
+        _Cycle()                      # cyclic garbage among the new objects
+    _promote(gcpolicy.REFREEZE_AFTER)
+    frozen_before = gc.get_freeze_count()
+    what, frozen, seconds = gcpolicy.tend()
+    assert what == "young" and seconds >= 0
+    assert frozen >= frozen_before + 5000 and abs(frozen - gc.get_freeze_count()) <= 10
+    assert not any(isinstance(o, _Cycle) for o in gc.get_objects())   # collected, not frozen
+    assert gc.get_count()[2] == 0
+    assert len(survivors) == 5000
+
+
+def test_tend_collects_everything_once_when_the_frozen_population_grew_a_quarter(collector):
+    gcpolicy.hold()
+    base = gcpolicy.settle()
+    growth = [[i] for i in range(int(base * (gcpolicy.REFREEZE_GROWTH - 1)) + 1000)]
+    _promote(gcpolicy.REFREEZE_AFTER)
+    what, frozen, _ = gcpolicy.tend()
+    assert what == "whole"
+    assert gcpolicy._whole == frozen and abs(frozen - gc.get_freeze_count()) <= 10
+    del growth
+    _promote(gcpolicy.REFREEZE_AFTER)
+    assert gcpolicy.tend()[0] == "young"   # measured from the new whole population
+
+
+def test_the_record_of_passes_is_bounded_and_only_the_latest_keeps_its_state():
+    holder = SimpleNamespace(reconciles=[])
+    states = []
+    for i in range(2 * KEPT_PASSES + 1):
+        states.append(object())
+        Controller._record(holder, ReconcileResult(seconds=float(i), state=states[-1]))
+    assert len(holder.reconciles) == KEPT_PASSES
+    assert [r.seconds for r in holder.reconciles] == [float(i) for i in range(KEPT_PASSES + 1, 2 * KEPT_PASSES + 1)]
+    assert holder.reconciles[-1].state is states[-1]
+    assert all(r.state is None for r in holder.reconciles[:-1])
