@@ -26,35 +26,29 @@ def _audit(controller: _Controller) -> tuple[BackgroundAudit, list[threading.Eve
     return audit, runs
 
 
-def test_the_first_run_of_a_term_waits_for_the_controllers_pass():
-    controller = _Controller()
-    audit, runs = _audit(controller)
+def _term(audit: BackgroundAudit, controller: _Controller, runs: list[threading.Event]) -> None:
+    """One leader term: no audit before the controller's pass, one at once after it."""
     runs.append(threading.Event())
     audit.start()
     try:
-        assert not runs[0].wait(0.6)   # no pass yet: no audit
+        assert not runs[-1].wait(0.6)   # no pass yet in this term: no audit
         controller.pass_ended()
-        assert runs[0].wait(5.0)
+        assert runs[-1].wait(5.0)
     finally:
         audit.stop()
+
+
+def test_the_first_run_of_a_term_waits_for_the_controllers_pass():
+    controller = _Controller()
+    audit, runs = _audit(controller)
+    _term(audit, controller, runs)
 
 
 def test_a_new_term_waits_for_its_own_pass():
     controller = _Controller()
     audit, runs = _audit(controller)
-    runs.append(threading.Event())
-    audit.start()
-    controller.pass_ended()
-    assert runs[0].wait(5.0)
-    audit.stop()
-    runs.append(threading.Event())
-    audit.start()   # the next term: the last term's pass does not count
-    try:
-        assert not runs[1].wait(0.6)
-        controller.pass_ended()
-        assert runs[1].wait(5.0)
-    finally:
-        audit.stop()
+    _term(audit, controller, runs)
+    _term(audit, controller, runs)   # the last term's pass does not count
 
 
 def test_stopped_before_any_pass_the_thread_ends_without_a_run():
