@@ -15,7 +15,8 @@ Then it starts ``accelpolicy controller`` as a subprocess and measures:
   background audit ended (``background audit:`` line), then no reconcile for 1.5 s; the steps below
   start from there;
 - ``flip_s``: one NodeFeature ``gpustack.ai/managed`` flip -> the affected InstanceType rows
-  correct (offline derive of the flipped objects), each way, with the reconcile seconds it cost.
+  correct (offline derive of the flipped objects), each way, ``--flip-rounds`` times (median and
+  max over them), each with the reconcile seconds it cost.
   Every expected table is derived before its step's clock starts: the benchmark's own derive
   (2 s at 10,000 nodes) is not timed, and it does not starve the poller of the interpreter;
 - ``idle``: a Namespace annotation (an event that changes nothing) -> that reconcile's writes
@@ -39,6 +40,7 @@ import copy
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -321,9 +323,9 @@ def _accelerated_nodes(objects: list[dict], count: int) -> list[str]:
     return managed[:count]
 
 
-def run(nodes: int, churn: int, tree: Path | None = None) -> dict:
+def run(nodes: int, churn: int, tree: Path | None = None, rounds: int = 3) -> dict:
     """The whole benchmark for one size (see the module docstring); returns the figures. ``tree``: a
-    checkout whose controller is measured (default: this one's)."""
+    checkout whose controller is measured (default: this one's); ``rounds``: flips each way."""
     global STEP_TIMEOUT
     STEP_TIMEOUT = max(STEP_TIMEOUT, nodes * STEP_SECONDS_PER_NODE)
     policy = Policy(load_rules())
@@ -353,10 +355,10 @@ def run(nodes: int, churn: int, tree: Path | None = None) -> dict:
             batches = ctl.fit_batches()
             out["fit_label_batch"] = max(batches, key=lambda b: b["writes"]) if batches else None
             out["rss_settled_mib"] = round(ctl.rss() / 1024, 1)
-            # one flip each way
+            # flips each way, on one node, ``rounds`` times
             flips = []
             node = _accelerated_nodes(objects, 1)[0]
-            for value in ("false", "true"):
+            for value in ("false", "true") * rounds:
                 set_managed(objects, node, value)
                 want = expected_rows(policy, objects)
                 with poller.lock:
@@ -371,6 +373,8 @@ def run(nodes: int, churn: int, tree: Path | None = None) -> dict:
                 flips[-1]["reconcile_cpu"] = [r["cpu"] for r in after[before:]]
                 flips[-1]["cpu_s"] = round(ctl.cpu() - cpu0, 2)  # the event's passes, fit labels included
             out["flips"] = flips
+            seconds = sorted(f["seconds"] for f in flips)
+            out["flip_s"] = {"median": round(statistics.median(seconds), 3), "max": seconds[-1]}
             # an event that changes nothing
             before, cpu0 = len(ctl.reconciles()), ctl.cpu()
             session.call("patch", _path(session, "Namespace", name="team-00"),
@@ -429,11 +433,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1000", help="comma-separated sizes")
     parser.add_argument("--churn", type=int, default=10, help="NodeFeature flips in quick succession")
+    parser.add_argument("--flip-rounds", type=int, default=3, help="measured flips each way (one at a time)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--tree", type=Path, help="a checkout whose controller to measure (its code first on "
                         "PYTHONPATH; e.g. `git worktree add /tmp/before main`); default: this one")
     args = parser.parse_args()
-    results = [run(int(n), args.churn, args.tree) for n in args.nodes.split(",")]
+    results = [run(int(n), args.churn, args.tree, args.flip_rounds) for n in args.nodes.split(",")]
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -457,6 +462,8 @@ def main() -> None:
         for f in r["flips"]:
             print(f"  NodeFeature managed -> {f['to']}: rows correct in {f['seconds']} s "
                   f"(reconciles {f['reconciles']} s, their CPU {f['reconcile_cpu']} s; controller CPU {f['cpu_s']} s)")
+        print(f"  flip -> rows correct: median {r['flip_s']['median']} s, max {r['flip_s']['max']} s "
+              f"over {len(r['flips'])} flips")
         print(f"  idle reconcile: {r['idle']['writes']} writes, {r['idle']['seconds']} s (its CPU "
               f"{r['idle']['reconcile_cpu']} s), controller CPU {r['idle']['cpu_s']} s")
         o = r["one_node"]

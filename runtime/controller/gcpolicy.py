@@ -19,10 +19,12 @@ caches synced and the first pass derived everything, and one landed now and then
   full collection, ``tend`` collects what is unfrozen (cyclic garbage among the new objects) and
   freezes the survivors: each walk covers only what came since the last. CPython's own full
   collections stay on (for threads and replicas that run no passes) and walk as little. Cyclic
-  garbage among *frozen* objects is never found that way, so when the frozen population has grown
-  by ``REFREEZE_GROWTH`` since the last whole collection (live growth, or such garbage), ``tend``
-  unfreezes, collects everything once and freezes again: CPython's own rule for full collections
-  ("a quarter more long-lived objects"), counted on the frozen ones.
+  garbage among *frozen* objects is never found that way, so once ``tend`` has frozen as many
+  objects as the last whole collection left (``WHOLE_AFTER_TURNOVER``: the heap has turned over
+  once), it unfreezes, collects everything once and freezes again. At 10,000 nodes a flip every 4 s
+  freezes about 11,000 objects a time: a whole collection (0.5-1 s) every few minutes of such churn,
+  none while the cluster is quiet. (Counting the frozen population instead walks a million-entry
+  list each time: 20-50 ms, too much to do after every pass.)
 
 The state is the process's (the garbage collector is); the calls are idempotent.
 """
@@ -35,10 +37,11 @@ import time
 HELD_THRESHOLD = 1 << 30  # generation-2 threshold while held: no full collection
 REFREEZE_AFTER = 5  # generation-1 collections since the last full one before tend() collects (CPython's own
 # full collection comes after 10: half that, so the loop's, between passes, normally comes first)
-REFREEZE_GROWTH = 1.25  # frozen population over the last whole collection's before tend() collects everything
+WHOLE_AFTER_TURNOVER = 1.0  # objects frozen since the last whole collection, over its population, before the next
 _lock = threading.Lock()
 _saved: tuple[int, ...] | None = None  # the thresholds before hold(), while held
 _whole = 0  # frozen objects after the last whole collection (settle() or tend())
+_added = 0  # objects tend() froze since
 
 
 def hold() -> bool:
@@ -55,22 +58,22 @@ def hold() -> bool:
 def settle() -> int:
     """When held: freeze every object alive now (``gc.freeze()``) and restore the thresholds; returns
     how many objects are frozen in all (0 when not held: nothing done)."""
-    global _saved, _whole
+    global _saved, _whole, _added
     with _lock:
         if _saved is None:
             return 0
         gc.freeze()
         gc.set_threshold(*_saved)
         _saved = None
-        _whole = gc.get_freeze_count()
+        _whole, _added = gc.get_freeze_count(), 0
         return _whole
 
 
 def tend() -> tuple[str, int, float] | None:
     """After a pass, once settled (see the module docstring): None when nothing was due (or still
-    held), else ``(what, objects frozen now, seconds)`` with ``what`` ``"young"`` (the unfrozen
-    objects collected, the survivors frozen) or ``"whole"`` (everything collected once, then frozen)."""
-    global _whole
+    held), else ``(what, objects, seconds)``: ``"young"`` (the unfrozen objects collected, ``objects``
+    survivors frozen) or ``"whole"`` (everything collected once and frozen: ``objects`` in all)."""
+    global _whole, _added
     with _lock:
         if _saved is not None:
             return None
@@ -78,12 +81,13 @@ def tend() -> tuple[str, int, float] | None:
             return None
         t0 = time.perf_counter()
         gc.collect()
+        young = len(gc.get_objects())  # the survivors, unfrozen: the few since the last freeze
         gc.freeze()
-        frozen = gc.get_freeze_count()  # walks the frozen list (~10 ms a million): only when one is due
-        whole = frozen > _whole * REFREEZE_GROWTH
-        if whole:
-            gc.unfreeze()
-            gc.collect()
-            gc.freeze()
-            frozen = _whole = gc.get_freeze_count()
-        return ("whole" if whole else "young"), frozen, time.perf_counter() - t0
+        _added += young
+        if _added < _whole * WHOLE_AFTER_TURNOVER:
+            return "young", young, time.perf_counter() - t0
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        _whole, _added = gc.get_freeze_count(), 0  # get_freeze_count walks the whole list: here only
+        return "whole", _whole, time.perf_counter() - t0

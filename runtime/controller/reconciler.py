@@ -261,12 +261,12 @@ class Controller(ActionWriter, PassSteps):
         if self.tune_gc and gcpolicy.settle():
             logger.info("garbage collector: {} objects of the caches and the first pass frozen", gc.get_freeze_count())
         elif self.tune_gc and (tended := gcpolicy.tend()) is not None:
-            what, frozen, seconds = tended
+            what, objects, seconds = tended
             if what == "whole":
-                logger.info("garbage collector: every object collected once, {} frozen, in {:.3f}s", frozen, seconds)
+                logger.info("garbage collector: every object collected once, {} frozen, in {:.3f}s", objects, seconds)
             else:
-                logger.debug("garbage collector: objects since the last freeze collected, {} frozen, in {:.3f}s",
-                             frozen, seconds)
+                logger.debug("garbage collector: the objects since the last freeze collected, {} survivors frozen, "
+                             "in {:.3f}s", objects, seconds)
         return result
 
     def _record(self, result: ReconcileResult) -> None:

@@ -52,7 +52,6 @@ def test_hold_then_settle_freezes_what_is_alive_and_restores_the_thresholds(coll
 def test_tend_waits_for_enough_promotions_then_freezes_the_survivors_and_collects_young_cycles(collector):
     gcpolicy.hold()
     gcpolicy.settle()
-    _promote(0)
     gc.collect(1)
     assert gc.get_count()[2] < gcpolicy.REFREEZE_AFTER
     assert gcpolicy.tend() is None    # nothing due: no collection, nothing frozen
@@ -61,25 +60,37 @@ def test_tend_waits_for_enough_promotions_then_freezes_the_survivors_and_collect
         _Cycle()                      # cyclic garbage among the new objects
     _promote(gcpolicy.REFREEZE_AFTER)
     frozen_before = gc.get_freeze_count()
-    what, frozen, seconds = gcpolicy.tend()
+    what, young, seconds = gcpolicy.tend()
     assert what == "young" and seconds >= 0
-    assert frozen >= frozen_before + 5000 and abs(frozen - gc.get_freeze_count()) <= 10
+    assert young >= 5000 and gc.get_freeze_count() >= frozen_before + 5000
     assert not any(isinstance(o, _Cycle) for o in gc.get_objects())   # collected, not frozen
-    assert gc.get_count()[2] == 0
+    assert gc.get_count()[2] == 0 and gcpolicy._added == young
     assert len(survivors) == 5000
 
 
-def test_tend_collects_everything_once_when_the_frozen_population_grew_a_quarter(collector):
+def test_tend_collects_everything_once_the_frozen_heap_turned_over(collector):
     gcpolicy.hold()
     base = gcpolicy.settle()
-    growth = [[i] for i in range(int(base * (gcpolicy.REFREEZE_GROWTH - 1)) + 1000)]
+    cycles = [_Cycle() for _ in range(50)]     # frozen while alive ...
     _promote(gcpolicy.REFREEZE_AFTER)
-    what, frozen, _ = gcpolicy.tend()
-    assert what == "whole"
-    assert gcpolicy._whole == frozen and abs(frozen - gc.get_freeze_count()) <= 10
-    del growth
+    assert gcpolicy.tend()[0] == "young"
+    del cycles                                 # ... then garbage among the frozen: no young collection finds it
+    assert len(_frozen_cycles()) == 50
+    turnover = [[i] for i in range(int(base * gcpolicy.WHOLE_AFTER_TURNOVER) + 1000)]
     _promote(gcpolicy.REFREEZE_AFTER)
-    assert gcpolicy.tend()[0] == "young"   # measured from the new whole population
+    what, objects, _ = gcpolicy.tend()         # a turnover frozen since settle(): everything collected once
+    assert what == "whole" and gcpolicy._added == 0
+    assert gcpolicy._whole == objects and abs(objects - gc.get_freeze_count()) <= 10
+    assert _frozen_cycles() == [] and objects > len(turnover)
+
+
+def _frozen_cycles() -> list:
+    """The _Cycle objects the collector still tracks, frozen ones included."""
+    gc.unfreeze()
+    try:
+        return [o for o in gc.get_objects() if isinstance(o, _Cycle)]
+    finally:
+        gc.freeze()
 
 
 def test_the_record_of_passes_is_bounded_and_only_the_latest_keeps_its_state():

@@ -27,7 +27,7 @@ def test_partial_detects_empty_cells():
 @pytest.mark.controlplane
 @pytest.mark.slow
 def test_controller_at_100_nodes():
-    figures = run(100, churn=6)
+    figures = run(100, churn=6, rounds=1)
     print(json.dumps(figures))
     assert figures["errors"] == 0
     assert figures["first_reconcile"]["errors"] == 0 and figures["first_reconcile"]["writes"] > 0
