@@ -104,7 +104,8 @@ class Controller(ActionWriter, PassSteps):
     to watch (e.g. what the admission webhooks read, :func:`runtime.engine.admission.view_kinds`);
     ``listeners``: callables also given every cache event ``(kind, event_type, object)``; ``tune_gc``:
     no full garbage collection from :meth:`start_caches` to the end of the first pass, then everything
-    alive frozen (:mod:`runtime.controller.gcpolicy`; the process's collector).
+    alive frozen, and after each later pass what survived since frozen too (:mod:`runtime.controller.gcpolicy`
+    ``tend``; the process's collector).
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
