@@ -163,6 +163,11 @@ def test_upgrade_from_chart_0_1_0_carries_the_crds_and_keeps_every_object(kind_s
     wait("chart 0.1.0's controller registering the webhooks",
          lambda: cluster.kubectl("get", "validatingwebhookconfiguration", "gpustack-worker-validation",
                                  check=False).returncode == 0)
+    # registered is not yet answering: the configuration may be the uninstalled release's, not yet
+    # collected with its owner, and the Service's endpoint may lag the Pod's readiness (CI once got
+    # `connect: connection refused` here); a server-side dry run passes through the webhooks
+    wait("chart 0.1.0's webhooks answering", lambda: cluster.kubectl(
+        "apply", "--dry-run=server", "-f", str(MANIFESTS / "a10g-12c128g.yaml"), check=False).returncode == 0)
     record_step("uninstall + chart 0.1.0 installed (controller ready, webhooks registered)", time.monotonic() - t0,
                 table=False)
     cluster.kubectl("apply", "-f", str(MANIFESTS / "a10g-12c128g.yaml"))   # a custom InstanceType (seed step 4)
