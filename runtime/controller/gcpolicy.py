@@ -24,7 +24,7 @@ caches synced and the first pass derived everything, and one landed now and then
   once), it unfreezes, collects everything once and freezes again. At 10,000 nodes a flip every 4 s
   freezes about 11,000 objects a time: a whole collection (0.5-1 s) every few minutes of such churn,
   none while the cluster is quiet. (Counting the frozen population instead walks a million-entry
-  list each time: 20-50 ms, too much to do after every pass.)
+  list each time: tens of ms (about 60 under py-spy), too much to do after every pass.)
 
 The state is the process's (the garbage collector is); the calls are idempotent.
 """
