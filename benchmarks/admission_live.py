@@ -101,6 +101,12 @@ def _metric(port: int, ca: Path, name: str) -> float | None:
     return None
 
 
+def _flip(session, objects: list[dict], node: str, value: str) -> None:
+    """``gpustack.ai/managed`` set to ``value`` on ``node``, in ``objects`` and live (nothing is timed here)."""
+    set_managed(objects, node, value)
+    flip(session, node, value)
+
+
 def _churn(kubeconfig: str, objects: list[dict], nodes: list[str], rate: float, seconds: float, out) -> None:
     """The churn process: ``rate`` node-fact events per second for ``seconds`` (see the module docstring)."""
     session = connect(kubeconfig)
@@ -115,12 +121,10 @@ def _churn(kubeconfig: str, objects: list[dict], nodes: list[str], rate: float, 
         node = rng.choice(nodes)
         try:
             if node in flipped:
-                set_managed(objects, node, "true")
-                flip(session, node, "true")
+                _flip(session, objects, node, "true")
                 flipped.discard(node)
             elif i % 5 == 4:
-                set_managed(objects, node, "false")
-                flip(session, node, "false")
+                _flip(session, objects, node, "false")
                 flipped.add(node)
             else:
                 touch_ledger(session, node, set_ledger_row(objects, node))
@@ -128,8 +132,7 @@ def _churn(kubeconfig: str, objects: list[dict], nodes: list[str], rate: float, 
         except (KubeApiError, OSError):
             errors += 1
     for node in sorted(flipped):  # the cluster as it was
-        set_managed(objects, node, "true")
-        flip(session, node, "true")
+        _flip(session, objects, node, "true")
     out.put({"sent": total, "errors": errors, "wall_s": time.monotonic() - t0, "latencies": latencies})
 
 
