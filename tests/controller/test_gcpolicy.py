@@ -43,7 +43,7 @@ def test_hold_then_settle_freezes_what_is_alive_and_restores_the_thresholds(coll
     kept = [[i] for i in range(1000)]
     assert gcpolicy.tend() is None    # still held: settle() comes first
     frozen = gcpolicy.settle()
-    assert frozen > 1000 and abs(frozen - gc.get_freeze_count()) <= 10   # frozen objects may die since
+    assert frozen > 1000 and _died_since(frozen)
     assert gc.get_threshold() == before
     assert gcpolicy.settle() == 0     # not held any more
     assert len(kept) == 1000
@@ -80,8 +80,15 @@ def test_tend_collects_everything_once_the_frozen_heap_turned_over(collector):
     _promote(gcpolicy.REFREEZE_AFTER)
     what, objects, _ = gcpolicy.tend()         # a turnover frozen since settle(): everything collected once
     assert what == "whole" and gcpolicy._added == 0
-    assert gcpolicy._whole == objects and abs(objects - gc.get_freeze_count()) <= 10
+    assert gcpolicy._whole == objects and _died_since(objects)
     assert _frozen_cycles() == [] and objects > len(turnover)
+
+
+def _died_since(frozen: int) -> bool:
+    """True when the frozen count now is ``frozen`` less at most a few hundred: frozen objects only
+    leave (they die; nothing here freezes more), and in a full suite other tests' threads still
+    running free some of theirs meanwhile (CI saw 32)."""
+    return 0 <= frozen - gc.get_freeze_count() <= 500
 
 
 def _frozen_cycles() -> list:
