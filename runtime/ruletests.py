@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import yaml
+
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR
@@ -271,9 +273,21 @@ def suite_documents(rules_dir: Path | str) -> list[tuple[Path, Any]]:
     """``(file, document)`` of every YAML document under ``<rules_dir>/tests`` (file order, then
     document order), each file read and parsed once: :func:`load_cases` and :func:`load_dra_cases`
     take the list, so a caller that wants both suite kinds parses the files once, not once per kind.
-    Raises OSError or a YAML error for a file that cannot be read."""
+    Raises OSError for a file that cannot be read, ValueError ``<file>:<line>:<column>: not valid
+    YAML: <problem>`` for one that does not parse (the form ``accelpolicy lint`` gives rule files)."""
     return [(path, doc) for path in sorted((Path(rules_dir) / "tests").rglob("*.yaml"))
-            for doc in safe_load_all(path.read_text(encoding="utf-8"))]
+            for doc in _parsed(path)]
+
+
+def _parsed(path: Path) -> list:
+    """The documents of one suite file (:func:`suite_documents`: its errors)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return safe_load_all(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ValueError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from exc
 
 
 def _suites(rules_dir: Path | str, kind: str, documents: list[tuple[Path, Any]] | None = None):

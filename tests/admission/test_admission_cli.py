@@ -111,6 +111,16 @@ def test_rule_test_command_passes_on_the_repository_rules():
     assert result.output.strip().splitlines()[-1] == f"{n} passed, 0 failed, {n} cases"
 
 
+def test_rule_test_command_names_a_suite_file_that_is_not_yaml(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    suite = rules / "tests" / "admission" / "broken.yaml"
+    suite.write_text("apiVersion: v1\nkind: AdmissionTests\nspec: [unclosed\n  cases: {\n")
+    result = CliRunner().invoke(main, ["test", str(rules)])
+    assert result.exit_code == 2
+    assert result.output == f"error: {suite}:4:8: not valid YAML: expected ',' or ']', but got ':'\n"
+
+
 def test_runner_reports_a_wrong_expectation():
     runner = Runner(Policy(load_rules()), ROOT)
     case = Case(suite="s", name="n", file="f", operation="CREATE", snapshot=(), derive=False, old_object=None,
