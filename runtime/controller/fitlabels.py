@@ -8,8 +8,12 @@ other, while the loop goes on serving events:
 
 - batches run in the order they were handed over, so two patches of one Node land in that order; a
   patch superseded by a later one for the same Node before its turn is not sent;
-- a patch already sent whose Node has had no event since (its echo has not reached the watch cache)
-  is not planned again (:meth:`FitLabelWriter.fresh`): a pass in that window writes nothing twice;
+- a patch handed over is not planned again by a pass whose snapshot still holds its Node as the
+  patch was planned against (:meth:`FitLabelWriter.fresh`): its write or its echo is on its way, and
+  a pass in that window writes nothing twice. The snapshot's Node counts, not the watch cache's: a
+  pass derives from a snapshot taken when it starts, and echoes reach the cache while it runs (at
+  10,000 nodes, judged by the cache, 100-190 echoes a pass were planned again from the pass's older
+  snapshot and written twice: about 1,100 extra Node patches at the start; issue 24);
 - a failed patch is forgotten and ``on_error`` is called (the controller marks itself dirty, so the
   next pass plans it again).
 
@@ -32,17 +36,17 @@ class FitLabelWriter:
     """Writes fit label patches (``Action``s on kind ``Node``) in the background.
 
     ``write(action)``: sends one patch (raises ``KubeApiError``/``RuntimeError`` on failure);
-    ``cached(name)``: the watch cache's current Node object (None when absent); ``workers``: patches
-    in flight at once; ``on_error(message)``: called after a failed patch.
+    ``workers``: patches in flight at once; ``on_error(message)``: called after a failed patch. The
+    ``seen(name)`` arguments of :meth:`fresh` and :meth:`submit` give a Node as the pass that planned
+    saw it (its snapshot's object; None when absent).
     """
 
-    def __init__(self, write: Callable[[Action], None], cached: Callable[[str], dict | None], workers: int,
-                 on_error: Callable[[str], None]):
-        self._write, self._cached, self._on_error = write, cached, on_error
+    def __init__(self, write: Callable[[Action], None], workers: int, on_error: Callable[[str], None]):
+        self._write, self._on_error = write, on_error
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="fit-labels")
         self._batches = ThreadPoolExecutor(1, thread_name_prefix="fit-batches")
         self._lock = threading.Lock()
-        self._sent: dict[str, tuple[dict, str | None]] = {}  # Node -> (patch body, its resourceVersion when sent)
+        self._sent: dict[str, tuple[dict, str | None]] = {}  # Node -> (patch body, resourceVersion planned against)
         self._latest: dict[str, int] = {}  # Node -> sequence number of its latest patch
         self._seq = 0
         self._pending = 0
@@ -50,20 +54,22 @@ class FitLabelWriter:
         self.written = 0
         self.failed = 0
 
-    def _version(self, name: str) -> str | None:
-        return ((self._cached(name) or {}).get("metadata") or {}).get("resourceVersion")
+    @staticmethod
+    def _version(seen: Callable[[str], dict | None], name: str) -> str | None:
+        return ((seen(name) or {}).get("metadata") or {}).get("resourceVersion")
 
-    def fresh(self, actions: list[Action]) -> list[Action]:
-        """``actions`` less the fit label patches already handed over with the same body whose Node
-        the cache still holds at the same resourceVersion (their write or its echo is on its way).
-        Patches whose Node has moved on are forgotten."""
+    def fresh(self, actions: list[Action], seen: Callable[[str], dict | None]) -> list[Action]:
+        """``actions`` (planned from the Nodes ``seen`` gives) less the fit label patches already handed
+        over with the same body and planned against the same resourceVersion of their Node (their write
+        or its echo is on its way). Patches whose Node has moved on in ``seen`` are forgotten."""
         with self._lock:
-            for name in [n for n, (_, version) in self._sent.items() if version != self._version(n)]:
+            for name in [n for n, (_, version) in self._sent.items() if version != self._version(seen, n)]:
                 del self._sent[name]
             return [a for a in actions if a.kind != "Node" or self._sent.get(a.name, (None,))[0] != a.body]
 
-    def submit(self, actions: list[Action]) -> int:
-        """Hand over one batch of fit label patches; returns how many (the pass does not wait)."""
+    def submit(self, actions: list[Action], seen: Callable[[str], dict | None]) -> int:
+        """Hand over one batch of fit label patches, planned from the Nodes ``seen`` gives; returns how
+        many (the pass does not wait)."""
         if not actions:
             return 0
         items = []
@@ -71,7 +77,7 @@ class FitLabelWriter:
             for action in actions:
                 self._seq += 1
                 self._latest[action.name] = self._seq
-                self._sent[action.name] = (action.body, self._version(action.name))
+                self._sent[action.name] = (action.body, self._version(seen, action.name))
                 items.append((action, self._seq))
             self._pending += 1
         self._batches.submit(self._run_batch, items)

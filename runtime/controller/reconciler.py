@@ -41,6 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Callable, Iterable, Mapping
 
 from loguru import logger
@@ -240,7 +241,7 @@ class Controller(ActionWriter, PassSteps):
                 self._run_action(action, result)
         fit = [a for a in actions if a.kind == "Node"]  # independent one-Node patches: in parallel
         if self.fit_writer is not None:  # the loop's: written on its threads, this pass does not wait
-            self.fit_writer.submit(fit)
+            self.fit_writer.submit(fit, partial(snapshot.get, "Node"))
         elif len(fit) > 1:
             with ThreadPoolExecutor(min(FIT_LABEL_WORKERS, len(fit))) as pool:
                 list(pool.map(lambda a: self._run_recorded(own, a, result), fit))
@@ -299,7 +300,7 @@ class Controller(ActionWriter, PassSteps):
         if self.device_classes.available:
             actions += plan_device_classes(self.policy, snapshot)
         if self.fit_writer is not None:
-            actions = self.fit_writer.fresh(actions)
+            actions = self.fit_writer.fresh(actions, partial(snapshot.get, "Node"))
         return self._hold_fit_labels(actions)
 
     def _run_recorded(self, own: list[Write], action: Action, result: ReconcileResult) -> None:
@@ -346,8 +347,8 @@ class Controller(ActionWriter, PassSteps):
         patches are written by a :class:`FitLabelWriter` meanwhile (closed when the loop ends)."""
         self._dirty.set()
         self.guard.begin()  # leading starts: the start guard's grace period runs from here
-        self.fit_writer = FitLabelWriter(lambda action: self._execute(action), lambda name: self.cache.get("Node", name),
-                                         FIT_LABEL_WORKERS, lambda _message: self._dirty.set())
+        self.fit_writer = FitLabelWriter(lambda action: self._execute(action), FIT_LABEL_WORKERS,
+                                         lambda _message: self._dirty.set())
         try:
             self._loop(stop)
         finally:
