@@ -278,7 +278,7 @@ def serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
         fail(f"cannot listen on {opts['host']}:{opts['port']}: {exc.strerror or exc}")
     for spec in sorted(webhooks.engine.policies.values(), key=lambda s: s.path):
         logger.info(f"serving {spec.webhook} at https://{opts['host']}:{webhooks.port}{spec.path}")
-    controller.start_caches()
+    controller.start_caches(until_pass=False)  # a standby serves from them for as long as it waits
     webhooks.ready()
     logger.info("webhooks ready (watch caches synced)")
     return webhooks

@@ -104,7 +104,7 @@ class Controller(ActionWriter, PassSteps):
     writes fit labels in the pass that plans them, as ``--once`` needs); ``extra_kinds``: more kinds
     to watch (e.g. what the admission webhooks read, :func:`runtime.engine.admission.view_kinds`);
     ``listeners``: callables also given every cache event ``(kind, event_type, object)``; ``tune_gc``:
-    no full garbage collection from :meth:`start_caches` to the end of the first pass, then everything
+    no full garbage collection from :meth:`start` to the end of the first pass, then everything
     alive frozen, and after each later pass what survived since frozen too (:mod:`runtime.controller.gcpolicy`
     ``tend``; the process's collector).
     """
@@ -168,17 +168,24 @@ class Controller(ActionWriter, PassSteps):
         self.device_classes.check(self.policy, self.settings_namespace, self._create_event)
         return self
 
-    def start_caches(self, sync_timeout: float = 60.0) -> "Controller":
+    def start_caches(self, sync_timeout: float = 60.0, until_pass: bool = True) -> "Controller":
         """Start the watch caches (once) and wait for their first list, writing nothing: what a
-        replica that is not (yet) the leader runs to serve the admission webhooks from.
+        replica that is not (yet) the leader runs to serve the admission webhooks from (with
+        ``until_pass=False``). With ``tune_gc``, no full collection runs while they fill; with
+        ``until_pass`` none until the end of the first pass, else the caches are settled once synced
+        (:func:`gcpolicy.settle`): a standby that waits for the Lease while it serves the webhooks
+        runs no passes, and held until then its cyclic garbage would never be collected. Leading
+        (:meth:`start`) holds again until its first pass.
 
         Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
         """
         if self.tune_gc:
-            gcpolicy.hold()  # no full collection over the caches while they fill (settled after the first pass)
+            gcpolicy.hold()
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
             raise TimeoutError(f"watch caches not synced within {sync_timeout}s")
+        if self.tune_gc and not until_pass:
+            gcpolicy.settle()
         return self
 
     def stop(self) -> None:
@@ -354,6 +361,8 @@ class Controller(ActionWriter, PassSteps):
         finally:
             writer, self.fit_writer = self.fit_writer, None
             writer.close()
+            if self.tune_gc:  # a term that ended before its first pass: not held while standing by
+                gcpolicy.settle()
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():

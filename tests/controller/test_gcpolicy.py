@@ -5,6 +5,7 @@ Each test leaves the collector as it found it (thresholds, nothing frozen)."""
 from __future__ import annotations
 
 import gc
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -98,6 +99,41 @@ def _frozen_cycles() -> list:
         return [o for o in gc.get_objects() if isinstance(o, _Cycle)]
     finally:
         gc.freeze()
+
+
+class _Caches:
+    """What start_caches reads of the watch caches: started once, synced at once."""
+
+    def __init__(self):
+        self.started = 0
+
+    def start(self):
+        self.started += 1
+
+    def wait_synced(self, timeout):
+        return True
+
+
+def test_a_standby_serving_from_the_caches_is_settled_once_synced_and_held_again_when_it_leads(collector):
+    before = gc.get_threshold()
+    holder = SimpleNamespace(tune_gc=True, cache=_Caches())
+    kept = [[i] for i in range(1000)]
+    Controller.start_caches(holder, until_pass=False)   # the webhooks' replica while it waits for the Lease
+    assert gcpolicy._saved is None and gc.get_threshold() == before   # full collections on while standing by
+    assert gc.get_freeze_count() > len(kept)              # the synced caches frozen
+    Controller.start_caches(holder)                       # leading: held until its first pass
+    assert gc.get_threshold() == (before[0], before[1], gcpolicy.HELD_THRESHOLD)
+    assert holder.cache.started == 2                      # (the cache's own start() is idempotent)
+
+
+def test_a_term_that_ends_before_its_first_pass_leaves_the_collector_settled(collector):
+    before = gc.get_threshold()
+    holder = SimpleNamespace(tune_gc=True, cache=_Caches(), _dirty=threading.Event(), fit_writer=None,
+                             guard=SimpleNamespace(begin=lambda: None), _loop=lambda stop: None)
+    Controller.start_caches(holder)                       # leading: held
+    assert gcpolicy._saved is not None
+    Controller.run(holder, threading.Event())             # the Lease lost before any pass
+    assert gcpolicy._saved is None and gc.get_threshold() == before
 
 
 def test_the_record_of_passes_is_bounded_and_only_the_latest_keeps_its_state():
