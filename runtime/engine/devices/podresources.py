@@ -5,7 +5,7 @@ Input ``pod_resources`` is the PodResources v1 ``List`` answer as JSON-shaped di
 
     [{"name": "p", "namespace": "demo",
       "containers": [{"name": "main",
-                      "devices": [{"resourceName": "nvidia.com/gpu.sliced", "deviceIds": ["GPU-...::3"]}]}]}]
+                      "devices": [{"resourceName": "<domain>/<base>.sliced", "deviceIds": ["<id>::3"]}]}]}]
 
 For every container's devices (§7.5):
 
