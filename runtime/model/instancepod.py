@@ -60,6 +60,14 @@ class PoolAffinitySpec(Strict):
     noFlavorsMessage: str = Field(min_length=1)
 
 
+class NodePinSpec(Strict):
+    """The node pin (docs/concepts/instances.md, "Pinned to a node"): ``noFlavorMessage`` is the
+    Instance's ``status.phaseMessage`` while no flavor of its pool holds the pinned Node; fields
+    ``{node}``, ``{pool}``, ``{flavors}`` (the pool's flavor names, comma-separated)."""
+
+    noFlavorMessage: str = Field(min_length=1)
+
+
 class InstancePodSpec(Strict):
     workloadContainer: str
     sshContainer: str
@@ -72,6 +80,7 @@ class InstancePodSpec(Strict):
     resourceKeys: dict[Literal["sliced", "memoryPercentage", "coresPercentage", "partitioned", "profile", "visibility"], str]
     placement: PlacementSpec
     poolAffinity: PoolAffinitySpec
+    nodePin: NodePinSpec
     lifecycle: LifecycleSpec
     service: ServiceSpec
 

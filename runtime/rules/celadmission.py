@@ -16,6 +16,7 @@ from typing import Any
 from celpy import celtypes
 
 from runtime.model import normalize
+from runtime.model.nodepin import pin_requirements, queue_flavors, with_node_requirements
 from runtime.model.poddemand import pod_containers, pod_demand
 from runtime.model.resourcefamily import resource_family
 from runtime.rules.celvalues import json_of, to_cel
@@ -219,32 +220,34 @@ def podDemand(pod, table, manufacturers) -> celtypes.MapType:  # noqa: N802
     return _cel(pod_demand(pod_containers(spec, table, _py(manufacturers)), table, _cel_value))
 
 
-# --- node affinity (pod-requests.md §7.4 placement) ----------------------------------------------------
+# --- node affinity (pod-requests.md §7.4 placement; the node pin: runtime.model.nodepin) -------------
 def withNodeRequirement(affinity, requirement) -> celtypes.MapType:  # noqa: N802
     """``affinity`` with ``requirement`` added to the required node-affinity terms.
 
     No required terms -> one new term holding it; otherwise appended to every term with any
     ``matchExpressions`` or ``matchFields`` (empty terms left alone), never twice.
     """
-    aff = _py(affinity) or {}
-    req = _py(requirement)
-    node = dict(aff.get("nodeAffinity") or {})
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
-    if not required or not required.get("nodeSelectorTerms"):
-        required = {**(required or {}), "nodeSelectorTerms": [{"matchExpressions": [req]}]}
-    else:
-        terms = []
-        for term in required["nodeSelectorTerms"]:
-            term = dict(term)
-            if term.get("matchExpressions") or term.get("matchFields"):
-                exprs = list(term.get("matchExpressions") or [])
-                if req not in exprs:
-                    exprs.append(req)
-                term["matchExpressions"] = exprs
-            terms.append(term)
-        required = {**required, "nodeSelectorTerms": terms}
-    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
-    return _cel({**aff, "nodeAffinity": node})
+    return _cel(with_node_requirements(_py(affinity), [_py(requirement)]))
+
+
+def withNodeRequirements(affinity, requirements) -> celtypes.MapType:  # noqa: N802
+    """``affinity`` with every requirement of the list ``requirements`` added as
+    :func:`withNodeRequirement` adds one; an empty list leaves it as it is."""
+    return _cel(with_node_requirements(_py(affinity), list(_py(requirements) or [])))
+
+
+def nodePin(node, queue, flavors) -> celtypes.MapType:  # noqa: N802
+    """The pin of Node ``node`` into the pool of ClusterQueue ``queue``: ``{'flavors': [names of the
+    pool's flavors, queue order], 'requirements': [...]}`` with the requirements of
+    :func:`runtime.model.nodepin.pin_requirements`; the pool's flavors are taken from the list
+    ``flavors`` by name. Both lists empty when the node or the queue is empty (``{}``)."""
+    node, queue = _py(node) or {}, _py(queue) or {}
+    if not node or not queue:
+        return _cel({"flavors": [], "requirements": []})
+    pool = queue_flavors(queue, _py(flavors) or [])
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return _cel({"flavors": [(f.get("metadata") or {}).get("name", "") for f in pool],
+                 "requirements": pin_requirements(labels, pool)})
 
 
 FUNCTIONS = {
@@ -254,5 +257,5 @@ FUNCTIONS = {
     "firstIndex": firstIndex, "groupBy": groupBy,
     "cleanPath": cleanPath, "pathElements": pathElements, "matches": matches,
     "resourceFamily": resourceFamily, "podContainers": podContainers, "podDemand": podDemand,
-    "withNodeRequirement": withNodeRequirement,
+    "withNodeRequirement": withNodeRequirement, "withNodeRequirements": withNodeRequirements, "nodePin": nodePin,
 }

@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from runtime.engine.instances.instancepods import render_pod, render_service
+from runtime.engine.instances.instancepods import pool_flavors, render_pod, render_service
 from runtime.engine.instances.podstatus import allocations_from_pod, host_ips, phase_from_pod, service_ports
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
-from runtime.engine.snapshot import Snapshot, is_deleting
+from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
+from runtime.model.nodepin import flavors_holding
 
 class InstanceAction(StrEnum):
     """What :func:`plan_instance` asks of the controller, in ``InstancePlan.actions`` order; the
@@ -80,6 +81,7 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
     if pod is None:                                                      # 6
         return _create(policy, settings, snapshot, plan, instance, instance_type, flavors, rules.requeueSeconds)
     _running(policy, snapshot, plan, instance, pod)                      # 7, 8
+    _pin_message(policy, snapshot, plan, instance, instance_type, flavors)
     return plan
 
 
@@ -127,6 +129,24 @@ def _running(policy: Policy, snapshot: Snapshot, plan: InstancePlan, instance: d
     if allocations:
         status["allocations"] = allocations
     plan.status = status
+
+
+def _pin_message(policy: Policy, snapshot: Snapshot, plan: InstancePlan, instance: dict, instance_type: dict,
+                 flavors: list[dict] | None) -> None:
+    """A Pod pinned to a Node no flavor of its pool holds waits in Kueue for ever: while it is not
+    scheduled, the Instance's phaseMessage says so (rules/instances/pod.yaml ``nodePin``)."""
+    node_name = (instance.get("spec") or {}).get("nodeName")
+    status = plan.status or {}
+    if not node_name or status.get("phase") not in ("Scheduling", "Pending"):
+        return
+    node = snapshot.get("Node", node_name)
+    if flavors is None:
+        flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)), snapshot.list("ResourceFlavor"))
+    if node is None or not flavors or flavors_holding(labels_of(node), flavors):
+        return
+    message = policy.ruleset.get("InstancePod").nodePin.noFlavorMessage
+    plan.status = {**status, "phaseMessage": message.format(node=node_name, pool=name_of(instance_type),
+                                                            flavors=", ".join(name_of(f) for f in flavors))}
 
 
 def _stop(plan: InstancePlan, pod: dict | None, old_status: dict, requeue: int) -> InstancePlan:

@@ -17,6 +17,7 @@ from runtime.engine.resourcekeys import classifier_table
 from runtime.engine.settings import Settings
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.instancepod import InstancePodSpec
+from runtime.model.nodepin import pin_requirements, queue_flavors, with_node_requirements
 
 MI = 2**20
 GI = 2**30
@@ -95,14 +96,7 @@ def _accelerator_keys(policy: Policy, rules: InstancePodSpec, res: dict, instanc
 def pool_flavors(queue: dict | None, flavors: Iterable[dict]) -> list[dict]:
     """The ResourceFlavors of ``queue`` (a ClusterQueue) in its ``resourceGroups`` order, taken from
     ``flavors`` by name; names without an object are skipped. ``[]`` for no queue."""
-    by_name = {name_of(f): f for f in flavors}
-    out = []
-    for group in ((queue or {}).get("spec") or {}).get("resourceGroups") or []:
-        for ref in group.get("flavors") or []:
-            flavor = by_name.get(ref.get("name", ""))
-            if flavor is not None and flavor not in out:
-                out.append(flavor)
-    return out
+    return list(queue_flavors(queue, flavors))
 
 
 def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
@@ -133,6 +127,11 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     pool's ResourceFlavors in queue order (the controller passes the derived ones); None reads the
     type's ClusterQueue and its flavors from ``snapshot``. No flavor -> no Pod, ``blocked`` = rules/
     instances/pod.yaml ``poolAffinity.noFlavorsMessage``.
+
+    A pin (``spec.nodeName``) of a Node the snapshot holds also appends the pin's requirements
+    (:func:`runtime.model.nodepin.pin_requirements` over the pool's flavors) to every required
+    node-affinity term, so that Kueue assigns the flavor holding that Node, or none
+    (docs/concepts/instances.md, "Pinned to a node").
     """
     rules = _rules(policy)
     meta = instance["metadata"]
@@ -157,13 +156,7 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     if it_spec.get("acceleratable") and manufacturer and manufacturer.runtimeName \
             and snapshot.get("RuntimeClass", manufacturer.runtimeName) is not None:
         pod_spec["runtimeClassName"] = manufacturer.runtimeName
-    if spec.get("nodeName"):
-        node = snapshot.get("Node", spec["nodeName"])
-        hostname = labels_of(node).get(policy.key("hostname")) if node else None
-        pod_spec["nodeSelector"] = {policy.key("hostname"): hostname or spec["nodeName"]}
-    if affinity_terms:
-        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                                                 {"nodeSelectorTerms": affinity_terms}}}
+    _place(policy, snapshot, pod_spec, spec, instance_type, affinity_terms, flavors)
     volumes, mounts = _volumes(rules, spec)
     containers = [_workload(policy, rules, settings, instance, instance_type, mounts)]
     ssh_key = (spec.get("sshPublicKey") or {}).get("name")
@@ -180,6 +173,26 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
                                              "controller": True, "blockOwnerDeletion": True}]},
            "spec": pod_spec}
     return PodPlan(pod=pod)
+
+
+def _place(policy: Policy, snapshot: Snapshot, pod_spec: dict, spec: dict, instance_type: dict,
+           affinity_terms: list[dict], flavors: list[dict] | None) -> None:
+    """``pod_spec``'s ``nodeSelector`` (the pin's one hostname entry, §11.2) and ``affinity``: the
+    claim and pool terms, each with the pin's requirements appended (decision 24)."""
+    pin: list[dict] = []
+    if spec.get("nodeName"):
+        node = snapshot.get("Node", spec["nodeName"])
+        hostname = labels_of(node).get(policy.key("hostname")) if node else None
+        pod_spec["nodeSelector"] = {policy.key("hostname"): hostname or spec["nodeName"]}
+        if node is not None:
+            if flavors is None:
+                flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)), snapshot.list("ResourceFlavor"))
+            pin = pin_requirements(labels_of(node), flavors)
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                 {"nodeSelectorTerms": affinity_terms}}} if affinity_terms else None
+    affinity = with_node_requirements(affinity, pin)
+    if affinity:
+        pod_spec["affinity"] = affinity
 
 
 def container_ports(pod: dict) -> list[dict]:
