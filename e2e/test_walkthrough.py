@@ -306,17 +306,40 @@ def test_step6_pinned_demo(walk, record_step):
                               "phaseMessage": 'PersistentVolumeClaim "datasets" does not exist in this namespace'}
     record_step("step 6: apply pinned-demo -> phaseMessage", time.monotonic() - t0, table=False)
     assert get(walk, "pod", "pinned-demo", "-n", NS) == {}
-    # with placement off the Pod uses the claim name only: now the Pod is rendered
-    walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
-            "-p '{\"spec\":{\"value\":\"false\"}}'")
-    pod = wait_until(lambda: get(walk, "pod", "pinned-demo", "-n", NS), bool, "Pod pinned-demo")
-    hostname = get(walk, "node", walk.node("node-t4-b"))["metadata"]["labels"]["kubernetes.io/hostname"]
+    # the claim the seed implies: the InstancePersistentVolume and its volume on node-t4-b (demo/datasets.yaml)
+    t0 = time.monotonic()
+    walk.sh("kubectl apply -f datasets.yaml")
+    wait_until(lambda: get(walk, "pvc", "datasets", "-n", NS),
+               lambda c: (c.get("status") or {}).get("phase") == "Bound", "PVC datasets Bound")
+    wait_phase(walk, "pinned-demo", "Ready")
+    record_step("step 6: apply datasets -> pinned-demo Ready", time.monotonic() - t0, table=False)
+    check_pinned_demo(walk)
+
+
+T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
+T4_4D = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-4d"
+
+
+def check_pinned_demo(walk) -> None:
+    """Seed step 6 as intended (docs/concepts/instances.md, "Pinned to a node"): pinned-demo's Workload
+    is admitted on the T4 pool's ``-4d`` flavor (the one holding node-t4-b), its Pod runs on node-t4-b
+    with the hostname nodeSelector and never a ``nodeName`` of ours, and node-t4-b's ledger charges it."""
+    node = walk.node("node-t4-b")
+    pod = wait_until(lambda: get(walk, "pod", "pinned-demo", "-n", NS),
+                     lambda p: (p.get("status") or {}).get("phase") == "Running", "Pod pinned-demo Running")
+    assert pod["spec"]["nodeName"] == node   # the scheduler's binding
+    hostname = get(walk, "node", node)["metadata"]["labels"]["kubernetes.io/hostname"]
     selector = dict(pod["spec"]["nodeSelector"])
     assert selector.pop("kubernetes.io/hostname") == hostname
-    # any other entry is one Kueue merged from the admitted ResourceFlavor's nodeLabels (instances.md §11.2)
-    flavor_labels = [f["spec"].get("nodeLabels") or {} for f in get(walk, "resourceflavors.kueue.x-k8s.io")["items"]]
-    assert not selector or any(selector.items() <= labels.items() for labels in flavor_labels), selector
-    assert "nodeName" not in pod["spec"]   # the claim is unbound: nothing may bind the Pod, and we never do
+    flavor = get(walk, "resourceflavors.kueue.x-k8s.io", T4_4D)
+    # any other entry is one Kueue merged from the admitted flavor's nodeLabels (instances.md §11.2)
+    assert selector.items() <= flavor["spec"]["nodeLabels"].items(), selector
+    [workload] = [w for w in get(walk, "workloads.kueue.x-k8s.io", "-n", NS)["items"]
+                  if any(o.get("name") == "pinned-demo" and o.get("kind") == "Pod"
+                         for o in w["metadata"].get("ownerReferences") or [])]
+    admission = workload["status"]["admission"]
+    assert admission["clusterQueue"] == T4_POOL
+    assert {f for a in admission["podSetAssignments"] for f in a["flavors"].values()} == {T4_4D}
     volumes = {v["name"]: {k: x for k, x in v.items() if k != "name"} for v in pod["spec"]["volumes"]}
     assert volumes == {
         "workspace": {"emptyDir": {"sizeLimit": "1Gi"}},
@@ -331,9 +354,32 @@ def test_step6_pinned_demo(walk, record_step):
         {"name": "additional-2", "mountPath": "/mnt/host-cache", "readOnly": True}]
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert all("volumeMounts" not in c for c in pod["spec"]["containers"] if c["name"] != "main")
+    ledger = wait_until(lambda: get(walk, "devices", node),
+                        lambda d: [a for g in (d.get("status") or {}).get("groups") or []
+                                   for a in g["accelerators"] if a.get("allocated")],
+                        "node-t4-b's ledger charging pinned-demo")
+    charged = [a for g in ledger["status"]["groups"] for a in g["accelerators"] if a.get("allocated")]
+    assert [(a["mode"], a["allocated"]) for a in charged] == [(1, 1600000)]   # one whole T4
 
 
-UNBINDABLE = ('PersistentVolumeClaim "datasets" is Pending and nothing binds it to the node a Pod is assigned: '
+def test_kind_pinned_demo_mounts_from_inside(walk):
+    """Inside pinned-demo's container on node-t4-b's kind node: the ConfigMap key is a file with its
+    content, the host path is read-only, the dataset volume is writable."""
+    _kind_only(walk)
+
+    def sh(script: str) -> subprocess.CompletedProcess:
+        return walk.kubectl("-n", NS, "exec", "pinned-demo", "-c", "main", "--", "sh", "-c", script, check=False)
+    config = sh("cat /etc/model/config.json")
+    assert (config.returncode, config.stdout) == (0, '{"model": "demo"}'), config.stderr
+    host = sh("touch /mnt/host-cache/probe")
+    assert host.returncode != 0 and "Read-only file system" in host.stderr, (host.returncode, host.stderr)
+    data = sh("echo written > /mnt/datasets/probe && cat /mnt/datasets/probe && rm /mnt/datasets/probe")
+    assert (data.returncode, data.stdout) == (0, "written\n"), data.stderr
+    workspace = sh("touch /workspace/probe && rm /workspace/probe")
+    assert workspace.returncode == 0, workspace.stderr
+
+
+UNBINDABLE = ('PersistentVolumeClaim "datasets-unbindable" is Pending and nothing binds it to the node a Pod is assigned: '
               'bind it to its PersistentVolume first (spec.volumeName), so the Pods can be placed where that volume is')
 
 
@@ -341,13 +387,15 @@ def test_troubleshooting_unbindable_claim(walk):
     """An InstancePersistentVolume whose StorageClass does not exist: its PVC stays Pending, nothing binds
     it, and a new Instance mounting it says why in status.phaseMessage (instances.md §12)."""
     _needs_webhooks(walk)
-    doc = yaml.safe_load((walk.manifests / "datasets.yaml").read_text())
-    # a StorageClass no backend has (kind ships "standard", which a provisioner could bind)
+    doc = next(d for d in yaml.safe_load_all((walk.manifests / "datasets.yaml").read_text())
+               if d["kind"] == "InstancePersistentVolume")
+    # its own claim (the walkthrough's datasets is bound), of a StorageClass no backend has
+    doc["metadata"]["name"] = "datasets-unbindable"
     doc["spec"]["type"] = "accelpolicy-e2e-absent"
     assert not walk.kubectl.stdout("get", "storageclass", doc["spec"]["type"], "--ignore-not-found").strip()
     walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
-    wait_until(lambda: get(walk, "pvc", "datasets", "-n", NS), bool, "PVC datasets (spec/instances.md §13)",
-               timeout=60)
+    wait_until(lambda: get(walk, "pvc", "datasets-unbindable", "-n", NS), bool,
+               "PVC datasets-unbindable (spec/instances.md §13)", timeout=60)
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"true\"}}'")
     # the controller has taken the Setting in (its status.value) before an Instance relies on it
@@ -356,7 +404,8 @@ def test_troubleshooting_unbindable_claim(walk):
     doc = yaml.safe_load((walk.manifests / "pinned-demo.yaml").read_text())
     doc["metadata"]["name"] = "claim-demo"
     # only the claim: the test stands alone (no host-path Setting, no ConfigMap from step 6)
-    doc["spec"]["additionalVolumes"] = [v for v in doc["spec"]["additionalVolumes"] if "persistent" in v]
+    doc["spec"]["additionalVolumes"] = [{**v, "persistent": {"name": "datasets-unbindable"}}
+                                        for v in doc["spec"]["additionalVolumes"] if "persistent" in v]
     walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
     inst = wait_until(lambda: get(walk, "instance", "claim-demo", "-n", NS),
                       lambda i: (i.get("status") or {}).get("phaseMessage") == UNBINDABLE, "unbindable-claim phaseMessage")
@@ -460,3 +509,14 @@ def test_kind_controller_did_it_with_the_charts_rbac_alone(walk):
         refusals += [f"{p['metadata']['name']}: {line}" for line in log.splitlines()
                      if "forbidden" in line.lower() or " 403 " in line]
     assert refusals == []
+
+
+# -- after the walkthrough: nothing loops (testing/steadystate.py; docs/reliability.md, "Steady state") -------
+def test_steady_state_after_the_walkthrough(walk, record_step):
+    """For ``$ACCELPOLICY_STEADY_SECONDS`` (300; CI 120): no Workload evicted, no Instance Pod replaced, no
+    container restarted, the controller's idle passes write nothing, every Instance in a stated phase."""
+    from testing.steadystate import observe
+    state = observe(lambda *args: get(walk, *args))
+    print(state.summary())
+    record_step(f"steady state: {state.counts()}", state.seconds, table=False)
+    assert state.steady, state.summary()

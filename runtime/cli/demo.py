@@ -111,6 +111,8 @@ def _script():
             Run("kubectl apply -f pinned-demo.yaml"),
             Until("kubectl -n default get instance pinned-demo -o jsonpath='{.status.phaseMessage}'",
                   'PersistentVolumeClaim "datasets" does not exist in this namespace'),
+            Run("kubectl apply -f datasets.yaml"), Until(phase.format("pinned-demo"), "Ready"),
+            Run("kubectl -n default get pod pinned-demo -o wide"),
             Run("kubectl apply -f privileged-demo.yaml", fails=True))),
     )
 

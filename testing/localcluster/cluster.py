@@ -70,6 +70,8 @@ class LocalCluster:
             credentials) with only :data:`CONTROLLER_MANAGER_CONTROLLERS`, so dependents of deleted
             objects are garbage-collected and deleted Namespaces go away; needs the
             kube-controller-manager binary (:class:`MissingBinariesError` otherwise).
+        controllers: the kube-controller-manager controllers to run (default
+            :data:`CONTROLLER_MANAGER_CONTROLLERS`).
         components: cluster components to run after the API server (and scheduler), any of
             ``"kwok"``, ``"nfd-master"``, ``"kueue"`` (started in that order; see
             :mod:`testing.localcluster.components`); their binaries come from
@@ -97,8 +99,10 @@ class LocalCluster:
                  start_timeout: float = 120.0, extra_apiserver_args: Sequence[str] = (),
                  keep_workdir: bool = False, scheduler: bool = False, controller_manager: bool = False,
                  components: Sequence[str] = (), kueue_configuration: Mapping[str, Any] | None = None,
-                 component_binaries: ComponentBinaries | None = None):
+                 component_binaries: ComponentBinaries | None = None,
+                 controllers: Sequence[str] = CONTROLLER_MANAGER_CONTROLLERS):
         self.binaries = binaries or find_binaries()
+        self.controllers = tuple(controllers)
         self._given_workdir = Path(workdir) if workdir else None
         self.start_timeout = start_timeout
         self.extra_apiserver_args = list(extra_apiserver_args)
@@ -269,7 +273,7 @@ class LocalCluster:
         proc = ChildProcess("kube-controller-manager", [
             str(self.binaries.kube_controller_manager), f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            f"--controllers={','.join(CONTROLLER_MANAGER_CONTROLLERS)}",
+            f"--controllers={','.join(self.controllers)}",
             "--leader-elect=false", "--use-service-account-credentials=false",
             # The API server has no request-header CA; only /healthz (always allowed) is served.
             "--authentication-skip-lookup=true",

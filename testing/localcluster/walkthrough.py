@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .binaries import LocalClusterError, repo_root
-from .cluster import LocalCluster, _tail
+from .cluster import CONTROLLER_MANAGER_CONTROLLERS, LocalCluster, _tail
 from .components import fake_node
 from .processes import ChildProcess, free_port
 from .kubectl import Kubectl, find_kubectl
@@ -126,6 +126,11 @@ def controller_serves_webhooks() -> bool:
     return any("--webhook-port" in p.opts for p in command.params)
 
 
+#: The walkthrough's kube-controller-manager controllers: the default ones and the PersistentVolume binder, so
+#: that seed step 6's dataset claim binds to its PersistentVolume (demo/datasets.yaml).
+WALKTHROUGH_CONTROLLERS = CONTROLLER_MANAGER_CONTROLLERS + ("persistentvolume-binder-controller",)
+
+
 def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-master", "kueue"),
                         workdir: Path | None = None) -> tuple[LocalCluster, Kubectl]:
     """Start a LocalCluster with kube-scheduler, kube-controller-manager and ``components`` (Kueue configured by
@@ -136,7 +141,7 @@ def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-mas
     from .testing import with_crds
     kueue = kueue_configuration(policy) if "kueue" in components else None
     return with_crds(LocalCluster(scheduler=True, controller_manager=True, components=tuple(components),
-                                  kueue_configuration=kueue, workdir=workdir).start())
+                                  kueue_configuration=kueue, workdir=workdir, controllers=WALKTHROUGH_CONTROLLERS).start())
 
 
 class Walkthrough:
