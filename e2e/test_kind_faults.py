@@ -25,6 +25,7 @@ compared with the state before the first fault.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -94,3 +95,12 @@ def test_the_cluster_ends_as_it_began(chaos):
     between = chaos.between_faults()
     print(f"\nanswers outside the fault windows: {between}")
     assert between.keys() <= {"ok", "skipped", "webhook-other"}, between
+    # and then nothing loops (testing/steadystate.py): no eviction, no replaced Pod, no restart, no idle write
+    from testing.steadystate import observe
+
+    def get(*args):
+        out = chaos.target.kubectl("get", *args, "-o", "json", check=False).stdout
+        return json.loads(out) if out.strip() else {}
+    state = observe(get)
+    print(f"\n{state.summary()}")
+    assert state.steady, state.summary()

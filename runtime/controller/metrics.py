@@ -153,6 +153,11 @@ class ControllerCollector(Collector):
         return {**views,
                 "flavors": GaugeMetricFamily("accelpolicy_clusterqueue_flavors",
                                              "ResourceFlavors a ClusterQueue names", labels=["clusterqueue"]),
+                "retryLoops": GaugeMetricFamily("accelpolicy_admissioncheck_retry_loops",
+                                                "Workloads the check answered Retry on one flavor "
+                                                "admissionCheck.retryLoopAfter times in a row while another flavor "
+                                                "of the pool holds a node that can take them (not Ready since)",
+                                                labels=["clusterqueue"]),
                 **cache_families()}
 
     def describe(self):
@@ -171,6 +176,9 @@ class ControllerCollector(Collector):
                     families[number].add_metric([name, view], value)
             for queue in caches["ClusterQueue"].objects() if "ClusterQueue" in caches else ():
                 families["flavors"].add_metric([(queue.get("metadata") or {}).get("name", "")], queue_flavors(queue))
+            loops = Tally(getattr(getattr(controller, "transitions", None), "retry_loops", {}).values())
+            for pool, n in sorted(loops.items()):
+                families["retryLoops"].add_metric([pool], n)
             add_cache_samples(families, caches)
         return list(families.values())
 

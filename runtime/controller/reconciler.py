@@ -322,10 +322,14 @@ class Controller(ActionWriter, PassSteps):
             result.errors.append(f"{action.verb} {action.kind} {action.name}: {exc}")
             logger.warning("{} {} {}: {}", action.verb, action.kind, action.name, exc)
             return
-        event = self.transitions.after_action(self.policy, action, self._pass[0], self._pass[1],
-                                              datetime.now(timezone.utc))
+        now = datetime.now(timezone.utc)
+        event = self.transitions.after_action(self.policy, action, self._pass[0], self._pass[1], now)
         if event is not None:
             self._create_event(event)
+        loop = self.transitions.loop_event(self.policy, action, self._pass[0], self._pass[1], now)
+        if loop is not None:
+            logger.warning("{}", loop["message"])
+            self._create_event(loop)
 
     def _create_event(self, event: dict) -> None:
         """Record one Event; a refused write is logged, never fails the pass."""

@@ -22,7 +22,7 @@ Typical use (the reconciler)::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Mapping
 
@@ -67,9 +67,13 @@ def pool_changes(before: Mapping[str, list[str]], after: Mapping[str, list[str]]
 
 @dataclass
 class TransitionEvents:
-    """Remembers the previous pass's pool membership and builds the transition Events of a policy."""
+    """Remembers the previous pass's pool membership and each Workload's run of Retry answers, and
+    builds the transition Events of a policy. ``retry_loops``: (namespace, name) -> pool of every
+    Workload reported looping (:meth:`loop_event`) and not answered Ready since."""
 
     node_flavors: dict[str, list[str]] | None = None  # None until the first pass (the baseline)
+    retries: dict[str, tuple[str, int]] = field(default_factory=dict)   # Workload uid -> (flavor, Retries in a row)
+    retry_loops: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def pool_events(self, policy: Policy, node_flavors: Mapping[str, list[str]], snapshot: Snapshot,
                     now: datetime) -> list[dict]:
@@ -109,3 +113,34 @@ class TransitionEvents:
             return state_event(templates.workloadRetry, workload, "Workload", now, check=policy.derivation.admissionCheck.name, message=verdict.message)
         return None
 
+    def loop_event(self, policy: Policy, action: Action, snapshot: Snapshot, verdicts: Mapping,
+                   now: datetime) -> dict | None:
+        """After a written Workload answer: counts the Retries on one flavor in a row (a Ready or another
+        flavor starts again), and at ``admissionCheck.retryLoopAfter`` of them, when another flavor of
+        the pool holds a node that can take the Workload
+        (:func:`runtime.engine.admissioncheck.flavor_that_holds`), the ``workloadRetryLoop`` Event on
+        the Workload, once per run. None otherwise."""
+        if action.kind != "Workload":
+            return None
+        key = (action.namespace, action.name)
+        verdict, workload = verdicts.get(key), snapshot.get("Workload", action.name, action.namespace)
+        if verdict is None or workload is None:
+            return None
+        uid = (workload.get("metadata") or {}).get("uid") or f"{key}"
+        if verdict.state != ac.RETRY:
+            self.retries.pop(uid, None)
+            self.retry_loops.pop(key, None)
+            return None
+        flavor, count = self.retries.get(uid, ("", 0))
+        count = count + 1 if flavor == verdict.flavor else 1
+        self.retries[uid] = (verdict.flavor, count)
+        check = policy.derivation.admissionCheck
+        if count != check.retryLoopAfter:
+            return None
+        held = ac.flavor_that_holds(policy, snapshot, workload, verdict)
+        if held is None:
+            return None
+        pool = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+        self.retry_loops[key] = pool
+        return state_event(policy.derivation.events.workloadRetryLoop, workload, "Workload", now, check=check.name,
+                           flavor=verdict.flavor, count=str(count), other=held[0], pool=pool, node=held[1])

@@ -59,6 +59,17 @@ class LedgerSpec(Strict):
     result: ResultKind
 
 
+class RetryLoopSpec(Strict):
+    """A Workload the check answers Retry on its flavor while another flavor of its pool holds a node
+    that can take it (docs/concepts/instances.md, "Pinned to a node"): Kueue would give it the same
+    flavor after every eviction. ``message`` fields: flavor, other, pool, node."""
+
+    policy: str = Field(min_length=1)
+    rule: str = Field(min_length=1)
+    result: ResultKind
+    message: str = Field(min_length=1)
+
+
 _SELECTS = {"pool", "flavor", "selected", "nodes", "missing"}
 _USES = {"pool", "flavor", "node", "akey", "labelled", "usable", "why"}
 
@@ -122,6 +133,7 @@ class AuditPolicySpec(Strict):
     checks: list[AuditCheck] = []
     ledger: LedgerSpec
     reach: ReachSpec
+    retryLoop: RetryLoopSpec
 
 
 rulefiles.SPEC_MODELS["AuditPolicy"] = AuditPolicySpec

@@ -213,6 +213,8 @@ class AdmissionCheckSpec(Strict):
     readyMessage: Expr
     retryMessage: Expr
     retryAfterSeconds: int = Field(gt=0)
+    retryLoopAfter: int = Field(3, gt=1, description="Retry answers on one flavor in a row after which a loop "
+                                                       "is reported (events.workloadRetryLoop)")
 
 
 class ClusterQueueSpec(Strict):
@@ -232,6 +234,7 @@ class StateEvent(Strict):
 # The str.format variables each transition Event's message may use (runtime/controller/transitions.py).
 STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": {"node", "flavors"},
                          "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"},
+                         "workloadRetryLoop": {"check", "flavor", "count", "other", "pool", "node"},
                          "rulesReloaded": {"generation", "root", "seconds"},
                          "rulesRefused": {"root", "generation", "problems"},
                          "auditFailed": {"policy", "rule", "message"},
@@ -249,6 +252,8 @@ class StateEvents(Strict):
     nodeJoinedPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it joined")
     typeDraining: StateEvent = Field(description="on the InstanceType; {type}, {queue}: its ClusterQueue")
     workloadRetry: StateEvent = Field(description="on the Workload; {check}, {message}: the check's answer")
+    workloadRetryLoop: StateEvent = Field(description="on the Workload; {check}, {flavor}, {count}, {other}: the "
+                                                      "flavor holding {node} of pool {pool}")
     rulesReloaded: StateEvent = Field(description="on the settings Namespace; {generation}, {root}: the rules "
                                                   "directory, {seconds}: load time (a float)")
     rulesRefused: StateEvent = Field(description="on the settings Namespace (and the webhook server's log); "

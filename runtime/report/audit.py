@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runtime.engine import admissioncheck as ac
 from runtime.engine.admission import AdmissionEngine, AdmissionRequest, AdmissionView, Outcome, admission_view
 from runtime.engine.devices import rebuild_ledger
 from runtime.engine.policy import Policy
@@ -53,6 +54,7 @@ def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = N
     results += check_results(spec, snapshot, view.settings)
     results += ledger_results(policy, snapshot, spec)
     results += reach_results(policy, snapshot, desired, spec)
+    results += retry_loop_results(policy, snapshot, spec)
     return ordered(results)
 
 
@@ -228,4 +230,31 @@ def reach_results(policy: Policy, snapshot: Snapshot, desired: DesiredState, spe
                                                                  api_version="worker.gpustack.ai/v1")
         props = {"resourceFlavor": finding.flavor, **({"node": finding.node} if finding.node else {})}
         out.append(Result(spec.reach.policy, finding.rule, finding.result, ref, finding.message, "", props))
+    return out
+
+
+def retry_loop_results(policy: Policy, snapshot: Snapshot, spec: AuditPolicySpec) -> list[Result]:
+    """Workloads whose check entry is ``Retry`` while another flavor of their pool holds a node that can
+    take them (:func:`runtime.engine.admissioncheck.flavor_that_holds`): rules/audit.yaml ``retryLoop``."""
+    check = policy.derivation.admissionCheck.name
+    out: list[Result] = []
+    nodes = None
+    for workload in snapshot.list("Workload"):
+        status = workload.get("status") or {}
+        entry = next((c for c in status.get("admissionChecks") or [] if c.get("name") == check), None)
+        if entry is None or entry.get("state") != ac.RETRY or not status.get("admission"):
+            continue
+        nodes = nodes if nodes is not None else ac.managed_nodes(policy, snapshot)
+        try:
+            verdict = ac.check_workload(policy, snapshot, workload, nodes)
+        except ac.AdmissionCheckError:
+            continue
+        held = ac.flavor_that_holds(policy, snapshot, workload, verdict, nodes)
+        if held is None:
+            continue
+        loop = spec.retryLoop
+        message = loop.message.format(flavor=verdict.flavor, other=held[0], node=held[1],
+                                      pool=status["admission"].get("clusterQueue", ""))
+        out.append(Result(loop.policy, loop.rule, loop.result, ObjectRef.of(workload), message, "",
+                          {"resourceFlavor": verdict.flavor, "node": held[1]}))
     return out

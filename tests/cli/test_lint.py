@@ -71,12 +71,13 @@ def test_every_problem_of_every_file_at_once(rules_copy):
     fold = [m.name for m in load_rules().get("AdmissionPolicy", "pods-mutation").mutations].index("slice-fold")
     assert lines[:2] == [
         f"rules/admission/pods.yaml:{l2}:{c2} spec.variables[0].expression: params.labelz is not declared "
-        "here (declared: bytesPerMib, constants, controllerUsers, derivation, labels, manufacturers, resourceKeys, "
+        "here (declared: bytesPerMib, constants, controllerUsers, derivation, labels, manufacturers, nodePin, resourceKeys, "
         "settingCatalog)",
         f"rules/admission/pods.yaml:{l1}:{c1} spec.mutations[{fold}].variables[3].expression: variables.pctt is not "
-        "declared here (declared: ctrs, demand, it, itName, k, lookupError, lq, memory, mib, pct, vramError, vramMib)",
+        "declared here (declared: affinity, ctrs, demand, it, itName, k, lookupError, lq, memory, mib, pct, pin, sharedN, "
+        "vramError, vramMib)",
     ]
-    assert lines[2] == (f"rules/admission/workloads.yaml:{l8}:{c8} spec.variables[0].expression: params.setting "
+    assert lines[2] == (f"rules/admission/workloads.yaml:{l8}:{c8} spec.variables[1].expression: params.setting "
                         f"names setting 'no-such-setting', which is not in the setting catalog (settings: {settings})")
     assert (l7, c7) < (l8, c8)  # the params entry itself is data; the expression reading it is the finding
     assert lines[3:] == [

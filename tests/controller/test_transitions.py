@@ -87,3 +87,37 @@ def test_retry_answer_is_an_event_on_the_workload_with_the_checks_message(policy
     assert got == [None, _event("Workload", "kueue.x-k8s.io/v1beta2", "two", "default", "uid-two",
                                 "AdmissionCheckRetry",
                                 f"admission check gpustack-node-devices answered Retry: {RETRY_A10G}")]
+
+
+def test_three_retries_on_one_flavor_while_another_holds_the_node_are_a_reported_loop(policy):
+    """The looping pinned-demo of seed step 6 before the pin term (tests/engine/test_node_pin.py): Kueue
+    gave its Workload the T4 pool's -1d flavor after every eviction; the third Retry in a row is reported
+    once, naming -4d and node-t4-b, and counted until the check answers Ready."""
+    from runtime.engine import admissioncheck as ac
+    from runtime.engine.snapshot import Snapshot
+    from runtime.snapshots import load_snapshot
+    from tests.seedfiles import FIXTURES
+    t4_1d = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d"
+    t4_4d = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-4d"
+    pool = "gpustack--nvidia-tesla-t4-linux-amd64"
+    objects = list(load_snapshot([FIXTURES / "seed" / "step1"]))
+    state = derive(policy, Snapshot.from_objects(objects))
+    wl = _named(workload(t4_1d, {"nvidia.com/gpu": "1"}, node_selector={"kubernetes.io/hostname": "node-t4-b"}),
+                "pod-pinned-demo")
+    wl["status"]["admission"]["clusterQueue"] = pool
+    snapshot = Snapshot.from_objects(objects + state.resource_flavors + state.cluster_queues + [wl])
+    events = TransitionEvents()
+    answer = Action(Verb.APPLY_CHECK_STATE, "Workload", "pod-pinned-demo", "default")
+    retry = {("default", "pod-pinned-demo"): ac.check_workload(policy, snapshot, wl)}
+    got = [events.loop_event(policy, answer, snapshot, retry, NOW) for _ in range(4)]
+    loop = _event("Workload", "kueue.x-k8s.io/v1beta2", "pod-pinned-demo", "default", "uid-pod-pinned-demo",
+                  "FlavorRetryLoop",
+                  f"admission check gpustack-node-devices answered Retry on flavor {t4_1d} 3 times in a row, while "
+                  f"flavor {t4_4d} of pool {pool} holds node node-t4-b, which can take this Workload: its placement "
+                  "does not steer Kueue to that flavor (a pin needs the flavors' label keys: docs/concepts/instances.md)")
+    loop["type"] = "Warning"
+    assert got == [None, None, loop, None]
+    assert events.retry_loops == {("default", "pod-pinned-demo"): pool}
+    ready = {("default", "pod-pinned-demo"): ac.Verdict("Ready", "node node-t4-b can hold the request")}
+    assert events.loop_event(policy, answer, snapshot, ready, NOW) is None
+    assert events.retry_loops == {}

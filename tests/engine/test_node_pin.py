@@ -153,3 +153,46 @@ def test_with_node_requirements_appends_once_and_leaves_empty_terms():
     assert with_node_requirements(None, [req]) == {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [req]}]}}}
     assert with_node_requirements(None, []) == {}
+
+
+def test_the_loop_names_the_flavor_holding_a_node_that_can_take_it(policy, seed):
+    snapshot, settings, types = seed
+    pod = render_pod(policy, settings, snapshot, pinned(), types[T4]).pod
+    pod["spec"].pop("affinity")   # the Pod before the pin term: Kueue took -1d
+    looping = workload_of(pod, T4_1D)
+    verdict = ac.check_workload(policy, snapshot, looping)
+    assert ac.flavor_that_holds(policy, snapshot, looping, verdict) == (T4_4D, "node-t4-b")
+    held = workload_of(pod, T4_4D)
+    assert ac.flavor_that_holds(policy, snapshot, held, ac.check_workload(policy, snapshot, held)) is None   # Ready
+    # a pin to node-cpu: no flavor of the T4 pool can take it, so it is no loop to report
+    cpu = render_pod(policy, settings, snapshot, pinned("node-cpu"), types[T4]).pod
+    cpu["spec"].pop("affinity")
+    stuck = workload_of(cpu, T4_1D)
+    assert ac.flavor_that_holds(policy, snapshot, stuck, ac.check_workload(policy, snapshot, stuck)) is None
+
+
+def test_the_audit_names_a_looping_workload(policy, seed):
+    from runtime.report.audit import retry_loop_results
+    snapshot, settings, types = seed
+    pod = render_pod(policy, settings, snapshot, pinned(), types[T4]).pod
+    pod["spec"].pop("affinity")
+    looping = workload_of(pod, T4_1D)
+    looping["status"]["admissionChecks"][0]["state"] = "Retry"
+    fixed = workload_of(render_pod(policy, settings, snapshot, pinned(), types[T4]).pod, T4_4D)
+    fixed["metadata"]["name"] = "pod-fixed"
+    fixed["status"]["admissionChecks"][0]["state"] = "Retry"   # pinned to node-t4-a: no other flavor can do better
+    fixed["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"credits.gpustack.ai/nvidia": T4_1D}
+    fixed["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-t4-a"}
+    fixed["spec"]["podSets"][0]["template"]["spec"].pop("affinity")
+    resources = fixed["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]
+    resources["limits"]["nvidia.com/gpu"] = resources["requests"]["nvidia.com/gpu"] = "4"   # more than node-t4-a has
+    assert ac.check_workload(policy, Snapshot.from_objects(list(snapshot) + [fixed]), fixed).state == "Retry"
+    spec = policy.ruleset.get("AuditPolicy")
+    snap = Snapshot.from_objects(list(snapshot) + [looping, fixed])
+    [result] = retry_loop_results(policy, snap, spec)
+    assert (result.policy, result.rule, result.result) == ("admission-check", "flavor-retry-loop", "warn")
+    assert result.resource.name == "pod-pinned-demo-6c1e2"
+    assert result.message == (
+        f"the check answers Retry on flavor {T4_1D}, while flavor {T4_4D} of pool {T4} holds node node-t4-b, "
+        "which can take this Workload: its placement does not steer Kueue to that flavor, so it loops "
+        "(a pin needs the flavors' label keys)")

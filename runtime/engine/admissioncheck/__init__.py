@@ -4,7 +4,7 @@
 :mod:`.demand` reads a Pod's accelerator demand and node selection; :mod:`.workloadstatus` says which
 Workloads are ours, when an answer is due, and renders the status write (:func:`check_state_apply`).
 """
-from runtime.engine.admissioncheck.check import check_workload, managed_nodes
+from runtime.engine.admissioncheck.check import check_workload, flavor_that_holds, managed_nodes
 from runtime.engine.admissioncheck.demand import AdmissionCheckError, Demand, node_selected, pod_demand
 from runtime.engine.admissioncheck.workloadstatus import (EVICTED, FINISHED, PENDING, QUOTA_RESERVED, READY, RETRY,
                                                           WORKLOAD_API, Placement, Verdict, check_entry,
@@ -12,6 +12,7 @@ from runtime.engine.admissioncheck.workloadstatus import (EVICTED, FINISHED, PEN
                                                           quota_reserved, seconds_until_due)
 
 __all__ = [
+    "flavor_that_holds",
     "EVICTED", "FINISHED", "PENDING", "QUOTA_RESERVED", "READY", "RETRY", "WORKLOAD_API", "AdmissionCheckError",
     "Demand", "Placement", "Verdict", "check_entry", "check_state_apply", "check_workload", "format_time",
     "managed_nodes", "node_selected", "parse_time", "pod_demand", "quota_reserved", "seconds_until_due",

@@ -37,6 +37,7 @@ into the server-side apply body of the Workload's ``status`` subresource. Pure: 
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -191,3 +192,35 @@ def managed_nodes(policy: Policy, snapshot: Snapshot, namespace: str | None = No
     """The managed nodes' effective labels and accelerators, for :func:`check_workload`'s ``nodes``.
     ``namespace``: the system namespace whose NodeFeatures count (decision 20; None: the rules')."""
     return _managed_nodes(policy, snapshot, namespace)
+
+
+def flavor_that_holds(policy: Policy, snapshot: Snapshot, workload: Mapping, verdict: Verdict,
+                      nodes: _Nodes | None = None) -> tuple[str, str] | None:
+    """For a ``Retry`` ``verdict`` on ``workload``: ``(flavor, node)`` for the first other flavor of its
+    ClusterQueue (``status.admission.clusterQueue``, in the queue's order) on which the check would
+    answer Ready, with that node; None when no other flavor would (or the verdict is not a Retry).
+
+    The loop Kueue cannot leave by itself (docs/concepts/instances.md, "Pinned to a node"): the
+    Workload's placement does not tell Kueue's flavor assigner which flavor holds a node that can take
+    it, so it is given the same flavor after every eviction.
+    """
+    if verdict.state != RETRY or not verdict.flavor:
+        return None
+    queue = snapshot.get("ClusterQueue", ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
+    if queue is None:
+        return None
+    if nodes is None:
+        nodes = _managed_nodes(policy, snapshot)
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for ref in group.get("flavors") or []:
+            other = ref.get("name", "")
+            if other == verdict.flavor or snapshot.get("ResourceFlavor", other) is None:
+                continue
+            moved = copy.deepcopy(dict(workload))
+            for assignment in moved["status"]["admission"].get("podSetAssignments") or []:
+                assignment["flavors"] = {resource: (other if flavor == verdict.flavor else flavor)
+                                         for resource, flavor in (assignment.get("flavors") or {}).items()}
+            answer = check_workload(policy, snapshot, moved, nodes)
+            if answer.state == READY and answer.placements:
+                return other, answer.placements[0].node
+    return None
