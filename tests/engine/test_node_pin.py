@@ -196,3 +196,17 @@ def test_the_audit_names_a_looping_workload(policy, seed):
         f"the check answers Retry on flavor {T4_1D}, while flavor {T4_4D} of pool {T4} holds node node-t4-b, "
         "which can take this Workload: its placement does not steer Kueue to that flavor, so it loops "
         "(a pin needs the flavors' label keys)")
+
+
+def test_a_pin_edited_while_stopped_is_rendered_anew(policy, seed):
+    """Stopping deletes the Pod; the Instance started again with another pin gets that node's term."""
+    snapshot, settings, types = seed
+    queue = snapshot.get("ClusterQueue", T4)
+    restarted = pinned("node-t4-a")
+    restarted["metadata"]["finalizers"] = ["worker.gpustack.ai/instance"]
+    plan = plan_instance(policy, settings, snapshot, restarted, None, types[T4], queue)
+    [(verb, pod)] = plan.actions
+    assert verb == "create-pod"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-a"}
+    flavors = {f["metadata"]["name"]: f for f in snapshot.list("ResourceFlavor")}
+    assert assign_flavor(pod["spec"], queue, flavors) == T4_1D
