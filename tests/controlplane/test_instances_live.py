@@ -178,7 +178,16 @@ def test_pinned_demo_waits_for_its_claim_then_pins_by_node_selector(live, kubect
     node = _get(kubectl, "node", "node-t4-b")
     assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-t4-b"
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-b"}
-    assert "nodeName" not in pod["spec"] and "affinity" not in pod["spec"]
+    assert "nodeName" not in pod["spec"]
+    # the pin picks its flavor: node-t4-b's values of the T4 pool flavors' label keys (docs/concepts/instances.md)
+    assert pod["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+            {"key": "gpustack.ai/managed", "operator": "In", "values": ["true"]},
+            {"key": "general.feature.gpustack.ai/intel-xeon-platinum-8259cl", "operator": "In", "values": ["true"]},
+            {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4", "operator": "In", "values": ["true"]},
+            {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count", "operator": "In", "values": ["4"]}]}]}}}
     assert pod["spec"]["volumes"] == [
         {"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}},
         {"name": "additional-0", "persistentVolumeClaim": {"claimName": "datasets"}},
