@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from runtime.model.base import Strict  # every rule kind's base (re-exported)
+from runtime.model.reloadgate import ReloadGateSpec
 from runtime.model.templates import IncompleteTypeSpec, Templates  # noqa: F401 - Templates re-exported
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"
@@ -234,6 +235,7 @@ STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": 
                          "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"},
                          "rulesReloaded": {"generation", "root", "seconds"},
                          "rulesRefused": {"root", "generation", "problems"},
+                         "rulesVerdictsChanged": {"generation", "count", "changes"},
                          "auditFailed": {"policy", "rule", "message"},
                          "flavorSelectsTooFewNodes": {"pool", "flavor", "message"},
                          "flavorSelectsItsNodes": {"pool", "flavor"},
@@ -254,6 +256,8 @@ class StateEvents(Strict):
     rulesRefused: StateEvent = Field(description="on the settings Namespace (and the webhook server's log); "
                                                  "{root}, {generation}: the one that keeps serving, {problems}: "
                                                  "one per line")
+    rulesVerdictsChanged: StateEvent = Field(description="on the rules ConfigMap (or the settings Namespace): the "
+                                             "verdicts a generation tried changes; {generation}, {count}, {changes}")
     auditFailed: StateEvent = Field(description="on the object the background audit newly finds failing; "
                                                 "{policy}, {rule} (- when none), {message}")
     flavorSelectsTooFewNodes: StateEvent = Field(description="on the InstanceType, when a flavor of its pool selects "
@@ -318,6 +322,7 @@ class PoolDerivationSpec(Strict):
     resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]
     events: StateEvents
     startGuard: StartGuardSpec
+    reloadGate: ReloadGateSpec = Field(default_factory=ReloadGateSpec)
 
 
 # --- presets -----------------------------------------------------------------------------------------

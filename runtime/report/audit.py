@@ -80,22 +80,33 @@ def _outcome_results(name: str, outcome: Outcome, ref: ObjectRef, operation: str
     return [Result(name, "", "pass", ref, audit_spec.passMessage, "", props)]
 
 
-def admission_results(engine: AdmissionEngine, view: AdmissionView, snapshot: Snapshot,
-                      audit_spec: AuditPolicySpec) -> list[Result]:
-    """Results of judging every matched existing object with every AdmissionPolicy."""
-    out: list[Result] = []
+def audited_requests(engine: AdmissionEngine, snapshot: Snapshot):
+    """``(policy name, object, AdmissionRequest or None)`` of every existing object an AdmissionPolicy
+    matches, as the audit judges it (each policy's ``audit:`` operation; None for ``skip``), in policy
+    then snapshot order."""
     for name in sorted(engine.policies):
         spec = engine.policies[name]
         operation = spec.audit_operation
         for obj in snapshot.list(spec.match.kind):
             if operation == "skip":
                 if engine.matches(spec, _request(spec, obj, spec.match.operations[0])):
-                    out.append(Result(name, "", "skip", ObjectRef.of(obj), audit_spec.skipMessage))
+                    yield name, obj, None
                 continue
             request = _request(spec, obj, operation)
             if engine.matches(spec, request):
-                out.extend(_outcome_results(name, engine.run(name, request, view), ObjectRef.of(obj), operation,
-                                            audit_spec))
+                yield name, obj, request
+
+
+def admission_results(engine: AdmissionEngine, view: AdmissionView, snapshot: Snapshot,
+                      audit_spec: AuditPolicySpec) -> list[Result]:
+    """Results of judging every matched existing object with every AdmissionPolicy."""
+    out: list[Result] = []
+    for name, obj, request in audited_requests(engine, snapshot):
+        if request is None:
+            out.append(Result(name, "", "skip", ObjectRef.of(obj), audit_spec.skipMessage))
+            continue
+        out.extend(_outcome_results(name, engine.run(name, request, view), ObjectRef.of(obj), request.operation,
+                                    audit_spec))
     return out
 
 
