@@ -77,7 +77,8 @@ def try_generation(serving: Policy, ruleset: RuleSet, snapshot: Optional[Snapsho
 
 
 def suite_problems(policy: Policy) -> list[str]:
-    """One line per failing case of the suites under ``<rules>/tests`` (``FAIL suite::case (file): problem``),
+    """One line per failing case of the suites under ``<rules>/tests`` (``FAIL suite::case (file): problem``,
+    its first problem on one line),
     or the one error that stops them (a suite that does not read, a snapshot that is missing)."""
     root = Path(policy.ruleset.root)
     if not (root / "tests").is_dir():
@@ -89,7 +90,8 @@ def suite_problems(policy: Policy) -> list[str]:
         results += [run_dra_case(policy, case) for case in load_dra_cases(root, documents)]
     except (OSError, ValueError, KeyError, CelEvalError) as exc:
         return [f"rule suites under {root / 'tests'}: {exc}"]
-    return [f"FAIL {r.case.id} ({r.case.file}): {r.problems[0].splitlines()[0]}" for r in results if not r.passed]
+    return [f"FAIL {r.case.id} ({r.case.file}): " + " ".join(line.strip() for line in r.problems[0].splitlines())
+            for r in results if not r.passed]
 
 
 def _ref(obj: dict) -> str:

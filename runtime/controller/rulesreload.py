@@ -51,7 +51,8 @@ class ControllerRulesReload:
     ``registry``: where the metrics go (the webhook server's registry when it serves ``/metrics``);
     ``configmap``: ``(namespace, name)`` of the rules ConfigMap (``--rules-configmap``): the Events go on
     it and the gate's verdict is recorded in its ``reloadGate.verdictAnnotation``; None: Events on the
-    settings Namespace, no verdict recorded. ``last_trial``: the gate's latest verdict.
+    settings Namespace, no verdict recorded. ``last_trial``: the gate's latest verdict, ``tried``: the
+    RuleSet it tried (None before the first).
     """
 
     def __init__(self, controller, root: Path | str, webhooks=None, registry: Optional[CollectorRegistry] = None,
@@ -64,6 +65,7 @@ class ControllerRulesReload:
             self.metrics.failures
         self.generation.set(controller.policy.ruleset.generation)
         self.last_trial: Optional[Trial] = None
+        self.tried: Optional[RuleSet] = None
         self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval,
                                     initial=controller.policy.ruleset)
 
@@ -103,18 +105,19 @@ class ControllerRulesReload:
         return try_generation(self.controller.policy, ruleset, self.controller.cache.snapshot(), reviews,
                               engine=engine)
 
-    def _swap(self, ruleset: RuleSet) -> None:
-        policy = Policy(ruleset)
+    def _swap(self, ruleset: RuleSet) -> bool:
+        """Try ``ruleset`` and install it when the gate accepts it; False when refused."""
+        self.tried, policy = ruleset, Policy(ruleset)
         try:
             engine = AdmissionEngine(policy)
         except KeyError as exc:  # a dangling paramsFrom/builtin: refuse like a lint finding
             self._refuse(Trial("compile", [str(exc.args[0]) if exc.args else str(exc)]))
-            return
+            return False
         trial = self.last_trial = self._try(ruleset, engine)
         self._report_changes(ruleset if trial.accepted else self.controller.policy.ruleset, ruleset, trial)
         if not trial.accepted:
             self._refuse(trial)
-            return
+            return False
         self.controller.policy = policy
         self.controller.applier.policy = policy
         if self.webhooks is not None:
@@ -128,6 +131,7 @@ class ControllerRulesReload:
         self._event("rulesReloaded", message)
         self._record_verdict("accepted")
         self.controller.request_reconcile()
+        return True
 
     def _report_changes(self, templates: RuleSet, ruleset: RuleSet, trial: Trial) -> None:
         """Log and record (Event ``rulesVerdictsChanged``) the verdicts ``ruleset`` changes, if any."""

@@ -7,7 +7,7 @@ count, while a half-written directory never does (the swap is one rename). On a 
 set with :func:`runtime.rules.loader.load_rules` (the same static checks as ``accelpolicy lint``):
 
 - success: the new :class:`RuleSet` (a new ``generation``) is handed to ``on_swap`` and becomes
-  :attr:`RulesWatcher.current`; callers swap whole objects built from it (one assignment each), so a
+  :attr:`RulesWatcher.current` unless ``on_swap`` returns False (its reload gate refused or holds it); callers swap whole objects built from it (one assignment each), so a
   request sees either the old generation or the new one, never a mix;
 - failure: ``on_refused`` gets the :class:`RuleLoadError` (every ``file:line:col`` problem) and the
   working generation keeps serving. The same broken content is not retried until it changes.
@@ -155,7 +155,8 @@ class RulesWatcher(Periodic):
 
     def poll(self) -> Optional[bool]:
         """Check once: None when nothing changed (or the files changed again while they were read: the
-        next check loads them once they hold still), True after a swap, False after a refusal.
+        next check loads them once they hold still), True after a swap, False after a refusal (the
+        loader's, or ``on_swap``'s returning False).
 
         A directory swapped while it is read (a ConfigMap update's ``..data`` link, an operator's
         ``mv``) gives a fingerprint of neither generation; loading only when the fingerprint taken
@@ -179,10 +180,11 @@ class RulesWatcher(Periodic):
             return None
         self._seen = seen
         self.last_seconds = time.perf_counter() - started
+        self.last_error = None
+        if self.on_swap(ruleset) is False:   # the caller's reload gate refused it (or holds it)
+            return False
         self.current = ruleset
         self.reloads += 1
-        self.last_error = None
-        self.on_swap(ruleset)
         return True
 
     def tick(self) -> None:

@@ -130,20 +130,21 @@ class WebhookRulesReload:
         gate = ruleset.get("PoolDerivation").reloadGate
         self.state.sample.resize(gate.sampleReviews, gate.sampleBytes)
 
-    def _swap(self, ruleset: RuleSet) -> None:
+    def _swap(self, ruleset: RuleSet) -> bool:
+        """Try ``ruleset``: True when it serves now, False when refused or waiting for the leader."""
         policy = Policy(ruleset)
         try:
             engine = AdmissionEngine(policy)
         except KeyError as exc:  # a dangling paramsFrom/builtin/shape: refuse like a lint finding
             self._refuse(Trial("compile", [str(exc.args[0]) if exc.args else str(exc)]))
-            return
+            return False
         paths = {spec.path: name for name, spec in engine.policies.items()}
         if paths != self.paths:
             changed = sorted(set(paths.items()) ^ set(self.paths.items()))
             self._refuse(Trial("paths", ["the webhooks served changed (path -> policy: "
                                          + ", ".join(f"{p} -> {n}" for p, n in changed)
                                          + "); restart the server to serve them"]))
-            return
+            return False
         trial = Trial() if self.gate is None else self.gate(Policy(self.serving), ruleset, engine,
                                                             self.state.sample.reviews())
         self.last_trial = trial
@@ -151,8 +152,11 @@ class WebhookRulesReload:
             logger.warning(reload_message(ruleset, "rulesVerdictsChanged", generation=ruleset.generation,
                                           count=len(trial.changes), changes=list(trial.changes)))
         if self.leader_verdict is None:
-            self._install(ruleset, engine) if trial.accepted else self._refuse(trial)
-            return
+            if not trial.accepted:
+                self._refuse(trial)
+                return False
+            self._install(ruleset, engine)
+            return True
         if not trial.accepted:
             logger.error(reload_message(self.serving, "rulesRefused", root=self.watcher.root,
                                         generation=self.serving.generation,
@@ -160,6 +164,7 @@ class WebhookRulesReload:
         self.pending = _Pending(ruleset, engine, trial, self.watcher.seen, time.monotonic())
         self.watcher.current = self.serving
         self.follow()
+        return self.pending is None and self.serving is ruleset
 
     def follow(self) -> None:
         """Settle a generation waiting on the leader: its ``accepted:`` installs it (even one refused here:
