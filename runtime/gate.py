@@ -164,3 +164,38 @@ def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine
             if change is not None and change not in changes:
                 changes.append(change)
     return Trial("replay-review", errors, changes) if errors else None
+
+
+# --- `accelpolicy diff`: the same trial, printed -------------------------------------------------------
+def cost_estimates(ruleset: RuleSet) -> Optional[dict[str, int]]:
+    """``{expression location (file:line field.path): worst-case cost}`` of every CEL expression of
+    ``ruleset``, or None when this build has no static cost estimator (then ``accelpolicy diff`` says the
+    costs were not compared). The seam the cost estimator plugs into."""
+    return None
+
+
+def cost_growth(serving: RuleSet, ruleset: RuleSet) -> Optional[list[str]]:
+    """``location: old -> new`` for every expression whose cost estimate grew (a new expression counts
+    from 0), in location order; None when no estimate is available."""
+    old, new = cost_estimates(serving), cost_estimates(ruleset)
+    if old is None or new is None:
+        return None
+    return [f"{where}: {old.get(where, 0)} -> {cost}" for where, cost in sorted(new.items()) if cost > old.get(where, 0)]
+
+
+def reconciled(policy: Policy, snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` as the controller leaves it under ``policy``: its derived pool objects written over
+    (or beside) the snapshot's own, the flavors it deletes gone (what a live cluster already holds;
+    an offline snapshot of Nodes alone gets its pools)."""
+    from runtime.engine.pools import derive
+
+    state = derive(policy, snapshot)
+    written = {(o["kind"], (o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o for o in state.objects()}
+    gone = {("ResourceFlavor", "", name) for name in state.flavor_deletes}
+    kept = [o for o in snapshot if _key(o) not in written and _key(o) not in gone]
+    return Snapshot.from_objects(kept + list(written.values()), origin="reconciled")
+
+
+def _key(obj: dict) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))

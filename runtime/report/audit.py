@@ -122,7 +122,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _diff(want: Any, got: Any, path: str = "") -> str:
+def field_diff(want: Any, got: Any, path: str = "") -> str:
     """What a hand edit changed, by path: ``+key=value`` added, ``-key=value`` removed,
     ``path: old -> new`` changed (maps by key, equal-length lists by index), comma-separated."""
     def key(k: Any) -> str:
@@ -130,11 +130,11 @@ def _diff(want: Any, got: Any, path: str = "") -> str:
     if isinstance(want, dict) and isinstance(got, dict):
         parts = [f"+{key(k)}={_json(got[k])}" for k in sorted(set(got) - set(want))]
         parts += [f"-{key(k)}={_json(want[k])}" for k in sorted(set(want) - set(got))]
-        parts += [_diff(want[k], got[k], key(k)) for k in sorted(set(want) & set(got))
+        parts += [field_diff(want[k], got[k], key(k)) for k in sorted(set(want) & set(got))
                   if _json(want[k]) != _json(got[k])]
         return ", ".join(parts)
     if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
-        return ", ".join(_diff(a, b, key(i)) for i, (a, b) in enumerate(zip(want, got)) if _json(a) != _json(b))
+        return ", ".join(field_diff(a, b, key(i)) for i, (a, b) in enumerate(zip(want, got)) if _json(a) != _json(b))
     return f"{path + ': ' if path else ''}{_json(want)} -> {_json(got)}"
 
 
@@ -160,7 +160,7 @@ def drift_results(policy: Policy, snapshot: Snapshot, desired: DesiredState, spe
                 if _json(a) != _json(b):
                     out.append(Result(drift.policy, "edited", drift.edited.result, ObjectRef.of(got),
                                       drift.edited.message.format(kind=kind, name=ref.name, field=dotted, want=_json(a),
-                                                                  got=_json(b), diff=_diff(a, b)), dotted))
+                                                                  got=_json(b), diff=field_diff(a, b)), dotted))
         for obj in snapshot.list(kind):
             ref = ObjectRef.of(obj)
             if (ref.namespace, ref.name) not in names and labels_of(obj).get(type_key) in type_values:
