@@ -26,5 +26,5 @@ class ReloadGateSpec(Strict):
                                                "records its verdict, accepted:<fingerprint> or refused:<fingerprint>; "
                                                "admission replicas follow it")
     followSeconds: float = Field(default=60.0, ge=0, description="how long an admission replica waits for the "
-                                                                 "leader's verdict on a generation it accepted "
-                                                                 "before it serves it on its own")
+                                                                 "leader's verdict on a changed set before its own "
+                                                                 "verdict holds")

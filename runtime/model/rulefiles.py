@@ -251,9 +251,9 @@ class StateEvents(Strict):
     nodeJoinedPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it joined")
     typeDraining: StateEvent = Field(description="on the InstanceType; {type}, {queue}: its ClusterQueue")
     workloadRetry: StateEvent = Field(description="on the Workload; {check}, {message}: the check's answer")
-    rulesReloaded: StateEvent = Field(description="on the settings Namespace; {generation}, {root}: the rules "
+    rulesReloaded: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace; {generation}, {root}: the rules "
                                                   "directory, {seconds}: load time (a float)")
-    rulesRefused: StateEvent = Field(description="on the settings Namespace (and the webhook server's log); "
+    rulesRefused: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace (and the log); "
                                                  "{root}, {generation}: the one that keeps serving, {problems}: "
                                                  "one per line")
     rulesVerdictsChanged: StateEvent = Field(description="on the rules ConfigMap (or the settings Namespace): the "
