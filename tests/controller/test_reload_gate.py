@@ -28,6 +28,9 @@ TWO_FAMILIES = {"apiVersion": "v1", "kind": "Pod",
                 "spec": {"containers": [{"name": "main", "image": "x", "resources": {
                     "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"}}}]}}
 EVAL_ERROR = "      expression: size(variables.families) <= 1 || object.metadata.labels['no-such-label'] == 'x'\n"
+EVAL_TEXT = ("policy pods-validation: rules/admission/pods.yaml:243 spec.validations[1].expression: evaluating "
+             "\"size(variables.families) <= 1 || object.metadata.labels['no-such-label'] == 'x'\": no such member in "
+             "mapping: StringType('no-such-label'): no-such-label")   # the evaluation error EVAL_ERROR makes
 
 
 class Applier:
@@ -147,10 +150,7 @@ def test_an_evaluation_error_on_an_existing_object_is_refused(gate):
     before = controller.policy
     _edit(rules / "admission" / "pods.yaml", RULE_1A, EVAL_ERROR)
     assert reload.watcher.poll() is False
-    problems = ["replay-object: Pod default/two-families: policy pods-validation: rules/admission/pods.yaml:243 "
-                "spec.validations[1].expression: evaluating \"size(variables.families) <= 1 || "
-                "object.metadata.labels['no-such-label'] == 'x'\": no such member in mapping: "
-                "StringType('no-such-label'): no-such-label"]
+    problems = [f"replay-object: Pod default/two-families: {EVAL_TEXT}"]
     _refused_as_said(reload, controller, "replay-object", problems, before)
 
 
@@ -161,10 +161,8 @@ def test_an_evaluation_error_on_a_review_answered_recently_is_refused(gate):
     webhooks.state.sample.record("pods-validation", review_for(TWO_FAMILIES, uid="u-1"), 900)
     _edit(rules / "admission" / "pods.yaml", RULE_1A, EVAL_ERROR)
     assert reload.watcher.poll() is False
-    problems = ["replay-review: a review answered recently (CREATE Pod default/two, webhook pods-validation): policy "
-                "pods-validation: rules/admission/pods.yaml:243 spec.validations[1].expression: evaluating "
-                "\"size(variables.families) <= 1 || object.metadata.labels['no-such-label'] == 'x'\": no such member "
-                "in mapping: StringType('no-such-label'): no-such-label"]
+    problems = [f"replay-review: a review answered recently (CREATE Pod default/two, webhook pods-validation): "
+                f"{EVAL_TEXT}"]
     _refused_as_said(reload, controller, "replay-review", problems, before)
 
 
