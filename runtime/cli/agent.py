@@ -153,19 +153,19 @@ def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry):
     metrics = ReloadMetrics(registry)
     metrics.generation.set(agent.policy.ruleset.generation)
 
-    def swap(ruleset) -> None:
+    def swap(ruleset) -> bool:
         policy = Policy(ruleset)
         problems = suite_problems(policy) if policy.derivation.reloadGate.suites else []
         if problems:  # the reload gate: the rule suites (the agent has no reviews to replay)
             metrics.refusal("suite")
-            watcher.current = agent.policy.ruleset
             logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
                          agent.policy.ruleset.generation, "\n".join(f"suite: {p}" for p in problems))
-            return
+            return False
         apply_manufacturer_env(policy, os.environ)
         agent.use_policy(policy)
         metrics.generation.set(ruleset.generation)
         logger.info("rules reloaded from {}: generation {}", rules_dir, ruleset.generation)
+        return True
 
     def refused(exc: RuleLoadError) -> None:
         metrics.refusal("lint")
