@@ -10,8 +10,11 @@ webhooks' AdmissionEngine and a new live view of the new policy, together as one
 :meth:`~runtime.controller.webhooks.ControllerWebhooks.swap`), then the controller reconciles once. A
 refused set leaves every holder on the working generation. Each outcome is logged, counted in
 ``accelpolicy_rules_generation`` (gauge) and ``accelpolicy_rules_reload_failures_total`` (counter),
-and recorded as an Event on the controller's namespace: reason, type and message are the
-``rulesReloaded`` / ``rulesRefused`` entries of ``events`` in rules/pools/derivation.yaml. Routes are fixed when the server starts: a policy added with a new ``path`` needs a restart.
+and recorded as an Event on the rules ConfigMap (``configmap``; else on the controller's namespace):
+reason, type and message are the ``rulesReloaded`` / ``rulesRefused`` / ``rulesVerdictsChanged``
+entries of ``events`` in rules/pools/derivation.yaml. With a ConfigMap the verdict is also written in
+its ``reloadGate.verdictAnnotation`` (``accepted:<fingerprint>`` / ``refused:<fingerprint>``), which the
+admission replicas follow (:class:`runtime.webhook.reload.WebhookRulesReload`). Routes are fixed when the server starts: a policy added with a new ``path`` needs a restart.
 """
 from __future__ import annotations
 
