@@ -10,8 +10,9 @@ returns a :class:`~runtime.rules.reload.Trial`:
    a directory without ``tests/``, as the chart mounts it, has none to run);
 3. ``replay-object``: the cluster's existing objects (the audit's view,
    :func:`runtime.report.audit.audited_requests`, its derivation and its CEL checks) are judged
-   without an evaluation error (a :class:`~runtime.rules.cel.CelEvalError` of any kind, a budget stop
-   included: the engine's ``rule-error``);
+   without a new evaluation error (a :class:`~runtime.rules.cel.CelEvalError` of any kind, a budget stop
+   included: the engine's ``rule-error``; one the serving generation makes on the same object too does
+   not refuse the edit, or no edit could ever replace rules that fail somewhere);
 4. ``replay-review``: so are the reviews the server answered recently (``reviews``, in memory);
 5. ``held``: it newly denies no more existing objects than ``reloadGate.maxNewDenials`` of the
    generation tried (none set: no hold).
@@ -128,13 +129,14 @@ def _replay_objects(serving: Policy, policy: Policy, old_engine: AdmissionEngine
         if request is None:
             continue
         after = engine.run(name, request, view)
+        before = old_engine.run(name, request, old_view) if name in old_engine.policies else None
         if EVAL_ERROR in after.rules:
-            errors.append(f"{_ref(obj)}: {_error_text(after)}")
+            if before is None or EVAL_ERROR not in before.rules:   # an error the serving rules have too is not new
+                errors.append(f"{_ref(obj)}: {_error_text(after)}")
             continue
-        if name in old_engine.policies:
-            change = _change(name, _ref(obj), old_engine.run(name, request, old_view), after, "object")
-            if change is not None:
-                changes.append(change)
+        change = _change(name, _ref(obj), before, after, "object") if before is not None else None
+        if change is not None:
+            changes.append(change)
     return Trial("replay-object", errors, changes) if errors else None
 
 
@@ -156,13 +158,14 @@ def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine
         request = review.get("request") or {}
         ref = (f"{request.get('operation', '')} {(request.get('kind') or {}).get('kind', '')} "
                f"{request.get('namespace') + '/' if request.get('namespace') else ''}{request.get('name', '')}")
+        before = decide(old_engine, review, views["old"], name)[1] if name in old_engine.policies else None
         if EVAL_ERROR in after.rules:
-            errors.append(f"a review answered recently ({ref}, webhook {name}): {_error_text(after)}")
+            if before is None or EVAL_ERROR not in before.rules:
+                errors.append(f"a review answered recently ({ref}, webhook {name}): {_error_text(after)}")
             continue
-        if name in old_engine.policies:
-            change = _change(name, ref, decide(old_engine, review, views["old"], name)[1], after, "review")
-            if change is not None and change not in changes:
-                changes.append(change)
+        change = _change(name, ref, before, after, "review") if before is not None else None
+        if change is not None and change not in changes:
+            changes.append(change)
     return Trial("replay-review", errors, changes) if errors else None
 
 

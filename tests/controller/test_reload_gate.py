@@ -154,6 +154,19 @@ def test_an_evaluation_error_on_an_existing_object_is_refused(gate):
     _refused_as_said(reload, controller, "replay-object", problems, before)
 
 
+def test_an_error_the_serving_rules_make_too_does_not_refuse_an_edit(tmp_path):
+    """Rules that already fail on an existing object can still be replaced (by a fix or by another edit)."""
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    shutil.rmtree(rules / "tests")
+    _edit(rules / "admission" / "pods.yaml", RULE_1A, EVAL_ERROR)
+    controller = Controller(Policy(load_rules(rules)), load_snapshot(SEED))
+    reload = ControllerRulesReload(controller, rules, Webhooks(), interval=0)
+    _edit(rules / "constants.yaml", "sharesPerAccelerator: 10 ", "sharesPerAccelerator: 20 ")
+    assert reload.watcher.poll() is True and reload.last_trial.problems == []
+    assert controller.policy.ruleset is reload.watcher.current
+
+
 def test_an_evaluation_error_on_a_review_answered_recently_is_refused(gate):
     reload, controller, webhooks, rules = gate
     controller.cache.held = load_snapshot(SEED[:1])   # no existing Pod: only the review meets the error
