@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "kueue-config": ("kueueconfig", "Print Kueue's resource charging: excludeResourcePrefixes and transformations."),
     "lint": ("lint", "Check a rules directory without loading it: print every problem of every file."),
     "audit": ("audit", "Judge every existing object with the admission rules and report drift from the derived state."),
+    "diff": ("diff", "Show what a rules edit changes before it goes live: pool objects, verdicts and costs."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
     "webhook-probe": ("probe", "Send one admission review to each webhook of the rules and check each verdict."),
     "node-cleanup": ("nodecleanup", "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),

@@ -58,6 +58,10 @@ from runtime.webhook.server import check_tls, self_signed
               help="Poll the rules directory this often and swap in a changed set once it lints and compiles "
                    "(a broken set is refused, the working one keeps serving); 0: never.")
 @click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=click.IntRange(min=1))
+@click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
+              help="The ConfigMap (in --namespace) the rules directory is mounted from: a changed set this replica "
+                   "accepts serves once the controller's leader recorded the same verdict on it (or after the "
+                   "rules' reloadGate.followSeconds without one; docs/rule-authoring.md).")
 @click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a request may take to arrive whole (headers and body) before the connection is closed.")
 @click.option("--max-connections", default=512, show_default=True, type=click.IntRange(min=1),
@@ -77,7 +81,7 @@ from runtime.webhook.server import check_tls, self_signed
 def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert: Path | None, key: Path | None,
             self_signed_dir: Path | None, cert_secret: str | None, cert_dir: Path | None, cert_check_seconds: float,
             namespace: str, view_refresh_seconds: float, switch_interval_ms: float, watch_rules_seconds: float,
-            max_body_bytes: int,
+            max_body_bytes: int, rules_configmap: str | None,
             read_timeout: float, max_connections: int, deadline_seconds: float, workers: int | None,
             drain_seconds: float = 5.0, log_level: str = "INFO", log_format: str = "text") -> None:
     """Serve every admission webhook of rules/admission/ from watch caches of what admission reads.
@@ -107,7 +111,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
     server = AdmissionServer(session, policy, cert, key, secret_namespace(policy.settings, os.environ), host=host,
                              port=port, refresh_seconds=view_refresh_seconds, max_body_bytes=max_body_bytes,
                              deadline_seconds=deadline_seconds, workers=workers, read_timeout=read_timeout,
-                             max_connections=max_connections, watch_rules_seconds=watch_rules_seconds)
+                             max_connections=max_connections, watch_rules_seconds=watch_rules_seconds,
+                             rules_configmap=(namespace, rules_configmap) if rules_configmap else None)
     try:
         server.serve()
     except OSError as exc:

@@ -142,25 +142,33 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
 
 def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry):
     """Reload ``rules_dir`` live (runtime.rules.reload.RulesWatcher): each set that loads becomes the
-    agent's policy from its next pass on (the manufacturer env overrides applied again); a refused one
-    is logged with its problems. ``accelpolicy_rules_generation`` and
+    agent's policy from its next pass on (the manufacturer env overrides applied again) once it passes the
+    rule suites beside it (the reload gate's part an agent can run); a refused one is logged with its problems. ``accelpolicy_rules_generation`` and
     ``accelpolicy_rules_reload_failures_total`` go into ``registry`` (the agent's /metrics) when given.
     Returns the started :class:`runtime.rules.reload.RulesWatcher`."""
+    from runtime.gate import suite_problems
     from runtime.rules.reload import RulesWatcher
     from runtime.webhook.reload import ReloadMetrics
 
     metrics = ReloadMetrics(registry)
     metrics.generation.set(agent.policy.ruleset.generation)
 
-    def swap(ruleset) -> None:
+    def swap(ruleset) -> bool:
         policy = Policy(ruleset)
+        problems = suite_problems(policy) if policy.derivation.reloadGate.suites else []
+        if problems:  # the reload gate: the rule suites (the agent has no reviews to replay)
+            metrics.refusal("suite")
+            logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
+                         agent.policy.ruleset.generation, "\n".join(f"suite: {p}" for p in problems))
+            return False
         apply_manufacturer_env(policy, os.environ)
         agent.use_policy(policy)
         metrics.generation.set(ruleset.generation)
         logger.info("rules reloaded from {}: generation {}", rules_dir, ruleset.generation)
+        return True
 
     def refused(exc: RuleLoadError) -> None:
-        metrics.failures.inc()
+        metrics.refusal("lint")
         logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
                      agent.policy.ruleset.generation, exc)
 

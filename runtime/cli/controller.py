@@ -86,6 +86,10 @@ from runtime.cli.webhookopts import (Registration, follow_certificate, serve_web
 @click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Poll the rules directory this often and swap in a changed set once it lints and "
                    "compiles (a broken set is refused, the working one keeps serving); 0: never.")
+@click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
+              help="The ConfigMap (in --lease-namespace) the rules directory is mounted from: the leader records "
+                   "the reload gate's Events on it and its verdict in its annotation, which admission replicas "
+                   "follow (docs/rule-authoring.md).")
 @click.option("--audit-interval", default="1h", show_default=True, metavar="DURATION",
               help="Run the audit (`accelpolicy audit`) on the watch caches this often (e.g. 30m, 1h, 90s) and "
                    "write its openreports.io Report/ClusterReport objects (changed ones only) and an "
@@ -124,7 +128,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0,
             webhook_ca_configmap: str | None = None, webhook_owner_clusterrole: str | None = None,
             watch_rules_seconds: float = 2.0, audit_interval: str = "1h", log_level: str = "INFO",
-            log_format: str = "text", metrics_bind_address: str = "0", registration_only: bool = False) -> None:
+            log_format: str = "text", metrics_bind_address: str = "0", registration_only: bool = False,
+            rules_configmap: str | None = None) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -141,10 +146,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     webhook_opts = webhook_options(once, webhook_values(click.get_current_context().params))
     serving = webhook_opts is not None and not registration_only  # webhooks served in this process
     tls, service = webhook_tls(webhook_opts) if webhook_opts else (None, None)
-    audit_seconds = duration_seconds(audit_interval)
-    policy = load_policy(rules_dir)
-    session = _connect(kubeconfig)
-    stop = _stop_on_signals()
+    audit_seconds, policy = duration_seconds(audit_interval), load_policy(rules_dir)
+    session, stop = _connect(kubeconfig), _stop_on_signals()
     # --once is a single pass: fit labels are written in it rather than after their window (§9)
     serving_cert, tls = (serving_certificate(session, lease_namespace, service, stop, webhook_opts)
                          if webhook_opts and webhook_cert_secret else (None, tls))
@@ -168,7 +171,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
 
         def start(term_hooks: list, term_stop: threading.Event) -> None:
             _start_leading(controller, webhooks, registry, term_hooks, rules_dir, watch_rules_seconds,
-                           audit_seconds, audit_interval, registration, term_stop, workers)
+                           audit_seconds, audit_interval, registration, term_stop, workers,
+                           rules_configmap and (lease_namespace, rules_configmap))
         _lead_in_terms(elector, stop, controller, start, webhooks, serving_cert, metrics)
     except (KubeApiError, TimeoutError) as exc:
         logger.error("error: {}", exc)
@@ -297,11 +301,13 @@ def _end_term(term_hooks: list, webhooks: ControllerWebhooks | None, serving_cer
 def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, registry: CollectorRegistry,
                    term_hooks: list, rules_dir: Path, watch_rules_seconds: float, audit_seconds: float,
                    audit_interval: str, registration: Registration | None = None,
-                   stop: threading.Event | None = None, workers: dict | None = None) -> None:
+                   stop: threading.Event | None = None, workers: dict | None = None,
+                   rules_configmap: tuple[str, str] | None = None) -> None:
     """What the leader starts before reconciling: the controller's caches, the webhook registration
     (unless --no-webhook-registration; for the admission replicas with --webhook-registration-only),
     the rules hot reload and the background audit (each off at 0; their metrics in ``registry``, their
-    stop functions appended to ``term_hooks``). ``workers`` keeps the reload and the audit (and with
+    stop functions appended to ``term_hooks``; ``rules_configmap``: ``(namespace, name)`` of the rules
+    ConfigMap, where the reload records its Events and verdict). ``workers`` keeps the reload and the audit (and with
     them their metrics) from one term of leadership to the next: each term starts them again."""
     workers = {} if workers is None else workers
     controller.start()
@@ -313,7 +319,7 @@ def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, 
     if watch_rules_seconds > 0:
         if "reload" not in workers:
             workers["reload"] = ControllerRulesReload(controller, rules_dir, webhooks, registry=registry,
-                                                      interval=watch_rules_seconds)
+                                                      interval=watch_rules_seconds, configmap=rules_configmap)
         term_hooks.append(workers["reload"].start().stop)
         logger.info(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s")
     if audit_seconds > 0:

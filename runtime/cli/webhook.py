@@ -76,8 +76,13 @@ def webhook_command(state_class: type | None = None) -> click.Command:
         port = sock.getsockname()[1]
         for name, spec in sorted(engine.policies.items()):
             logger.info(f"serving {spec.webhook} at https://{host}:{port}{spec.path}")
+        from runtime.gate import try_generation
+
+        def gate(serving, ruleset, engine, reviews):  # the --snapshot objects and the recent reviews
+            return try_generation(serving, ruleset, cluster, reviews, engine=engine)
+
         reload = WebhookRulesReload(state, paths, policy.ruleset.root, lambda p: admission_view(p, cluster),
-                                    policy.ruleset, interval=watch_rules_seconds).start()
+                                    policy.ruleset, interval=watch_rules_seconds, gate=gate).start()
         if watch_rules_seconds > 0:
             logger.info(f"watching {policy.ruleset.root} for rule changes every {watch_rules_seconds:g}s")
         try:

@@ -82,22 +82,33 @@ def _outcome_results(name: str, outcome: Outcome, ref: ObjectRef, operation: str
     return [Result(name, "", "pass", ref, audit_spec.passMessage, "", props)]
 
 
-def admission_results(engine: AdmissionEngine, view: AdmissionView, snapshot: Snapshot,
-                      audit_spec: AuditPolicySpec) -> list[Result]:
-    """Results of judging every matched existing object with every AdmissionPolicy."""
-    out: list[Result] = []
+def audited_requests(engine: AdmissionEngine, snapshot: Snapshot):
+    """``(policy name, object, AdmissionRequest or None)`` of every existing object an AdmissionPolicy
+    matches, as the audit judges it (each policy's ``audit:`` operation; None for ``skip``), in policy
+    then snapshot order."""
     for name in sorted(engine.policies):
         spec = engine.policies[name]
         operation = spec.audit_operation
         for obj in snapshot.list(spec.match.kind):
             if operation == "skip":
                 if engine.matches(spec, _request(spec, obj, spec.match.operations[0])):
-                    out.append(Result(name, "", "skip", ObjectRef.of(obj), audit_spec.skipMessage))
+                    yield name, obj, None
                 continue
             request = _request(spec, obj, operation)
             if engine.matches(spec, request):
-                out.extend(_outcome_results(name, engine.run(name, request, view), ObjectRef.of(obj), operation,
-                                            audit_spec))
+                yield name, obj, request
+
+
+def admission_results(engine: AdmissionEngine, view: AdmissionView, snapshot: Snapshot,
+                      audit_spec: AuditPolicySpec) -> list[Result]:
+    """Results of judging every matched existing object with every AdmissionPolicy."""
+    out: list[Result] = []
+    for name, obj, request in audited_requests(engine, snapshot):
+        if request is None:
+            out.append(Result(name, "", "skip", ObjectRef.of(obj), audit_spec.skipMessage))
+            continue
+        out.extend(_outcome_results(name, engine.run(name, request, view), ObjectRef.of(obj), request.operation,
+                                    audit_spec))
     return out
 
 
@@ -113,7 +124,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _diff(want: Any, got: Any, path: str = "") -> str:
+def field_diff(want: Any, got: Any, path: str = "") -> str:
     """What a hand edit changed, by path: ``+key=value`` added, ``-key=value`` removed,
     ``path: old -> new`` changed (maps by key, equal-length lists by index), comma-separated."""
     def key(k: Any) -> str:
@@ -121,11 +132,11 @@ def _diff(want: Any, got: Any, path: str = "") -> str:
     if isinstance(want, dict) and isinstance(got, dict):
         parts = [f"+{key(k)}={_json(got[k])}" for k in sorted(set(got) - set(want))]
         parts += [f"-{key(k)}={_json(want[k])}" for k in sorted(set(want) - set(got))]
-        parts += [_diff(want[k], got[k], key(k)) for k in sorted(set(want) & set(got))
+        parts += [field_diff(want[k], got[k], key(k)) for k in sorted(set(want) & set(got))
                   if _json(want[k]) != _json(got[k])]
         return ", ".join(parts)
     if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
-        return ", ".join(_diff(a, b, key(i)) for i, (a, b) in enumerate(zip(want, got)) if _json(a) != _json(b))
+        return ", ".join(field_diff(a, b, key(i)) for i, (a, b) in enumerate(zip(want, got)) if _json(a) != _json(b))
     return f"{path + ': ' if path else ''}{_json(want)} -> {_json(got)}"
 
 
@@ -151,7 +162,7 @@ def drift_results(policy: Policy, snapshot: Snapshot, desired: DesiredState, spe
                 if _json(a) != _json(b):
                     out.append(Result(drift.policy, "edited", drift.edited.result, ObjectRef.of(got),
                                       drift.edited.message.format(kind=kind, name=ref.name, field=dotted, want=_json(a),
-                                                                  got=_json(b), diff=_diff(a, b)), dotted))
+                                                                  got=_json(b), diff=field_diff(a, b)), dotted))
         for obj in snapshot.list(kind):
             ref = ObjectRef.of(obj)
             if (ref.namespace, ref.name) not in names and labels_of(obj).get(type_key) in type_values:

@@ -7,18 +7,22 @@ count, while a half-written directory never does (the swap is one rename). On a 
 set with :func:`runtime.rules.loader.load_rules` (the same static checks as ``accelpolicy lint``):
 
 - success: the new :class:`RuleSet` (a new ``generation``) is handed to ``on_swap`` and becomes
-  :attr:`RulesWatcher.current`; callers swap whole objects built from it (one assignment each), so a
+  :attr:`RulesWatcher.current` unless ``on_swap`` returns False (its reload gate refused or holds it); callers swap whole objects built from it (one assignment each), so a
   request sees either the old generation or the new one, never a mix;
 - failure: ``on_refused`` gets the :class:`RuleLoadError` (every ``file:line:col`` problem) and the
   working generation keeps serving. The same broken content is not retried until it changes.
 
 The watcher does I/O (file reads) but no network; metrics and Events are the caller's (callbacks).
+Before a caller installs a set that loaded it tries it (the reload gate, :mod:`runtime.gate`; docs/rule-authoring.md
+"How a rules change goes live"): :class:`Trial` is that gate's verdict, :class:`VerdictChange` one verdict
+it saw change.
 """
 from __future__ import annotations
 
 import hashlib
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -40,6 +44,41 @@ def fingerprint(root: Path) -> str:
             data = b"\0unreadable"
         digest.update(str(path.relative_to(root)).encode() + b"\0" + data + b"\0")
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """One verdict a new generation changes: ``policy`` and the ``rule`` that decides (the denying rule
+    of the side that denies; ``-`` when none is named), the object (``ref``: ``Kind namespace/name``),
+    ``before`` and ``after`` (``allowed``, ``denied``, ``warned``, ``dryrun-denied``), and ``source``:
+    ``object`` (an existing object, the audit's view) or ``review`` (a review answered recently)."""
+
+    policy: str
+    rule: str
+    ref: str
+    before: str
+    after: str
+    source: str = "object"
+
+    def __str__(self) -> str:
+        where = "" if self.source == "object" else " (a recent review)"
+        return f"{self.policy}/{self.rule or '-'} {self.ref}{where}: {self.before} -> {self.after}"
+
+
+@dataclass
+class Trial:
+    """The reload gate's verdict on one generation: ``reason`` None when it may serve, else the refusal's
+    label (``accelpolicy_rules_refused_total{reason}``: ``lint``, ``compile``, ``suite``, ``replay-object``,
+    ``replay-review``, ``held``, ``paths``, ``leader``) with ``problems`` (one line each); ``changes``: every
+    verdict it changes (reported whether or not it serves)."""
+
+    reason: Optional[str] = None
+    problems: list[str] = field(default_factory=list)
+    changes: list[VerdictChange] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
 
 
 class Periodic:
@@ -95,8 +134,9 @@ class RulesWatcher(Periodic):
 
     def __init__(self, root: Path | str, on_swap: Callable[[RuleSet], None],
                  on_refused: Callable[[RuleLoadError], None] | None = None, interval: float = 2.0,
-                 initial: Optional[RuleSet] = None):
+                 initial: Optional[RuleSet] = None, on_idle: Callable[[], None] | None = None):
         self.root = Path(root)
+        self.on_idle = on_idle
         self.on_swap = on_swap
         self.on_refused = on_refused or (lambda exc: None)
         self.interval = interval
@@ -108,9 +148,15 @@ class RulesWatcher(Periodic):
         self.last_seconds = 0.0
         self.name = "rules-watcher"
 
+    @property
+    def seen(self) -> str:
+        """The fingerprint of the rules last loaded or refused (during ``on_swap``: the set being tried)."""
+        return self._seen
+
     def poll(self) -> Optional[bool]:
         """Check once: None when nothing changed (or the files changed again while they were read: the
-        next check loads them once they hold still), True after a swap, False after a refusal.
+        next check loads them once they hold still), True after a swap, False after a refusal (the
+        loader's, or ``on_swap``'s returning False).
 
         A directory swapped while it is read (a ConfigMap update's ``..data`` link, an operator's
         ``mv``) gives a fingerprint of neither generation; loading only when the fingerprint taken
@@ -134,11 +180,14 @@ class RulesWatcher(Periodic):
             return None
         self._seen = seen
         self.last_seconds = time.perf_counter() - started
+        self.last_error = None
+        if self.on_swap(ruleset) is False:   # the caller's reload gate refused it (or holds it)
+            return False
         self.current = ruleset
         self.reloads += 1
-        self.last_error = None
-        self.on_swap(ruleset)
         return True
 
     def tick(self) -> None:
-        self.poll()
+        """One poll; when nothing changed, ``on_idle`` (a generation waiting on another replica's verdict)."""
+        if self.poll() is None and self.on_idle is not None:
+            self.on_idle()

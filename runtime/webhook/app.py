@@ -38,6 +38,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from runtime.webhook.sample import ReviewSample
 from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response, decide,
                                       is_text)
 
@@ -121,6 +122,7 @@ class WebhookState:
     deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
     workers: int = field(default_factory=lambda: os.cpu_count() or 2)
     view_error: Optional[str] = None  # the last failure to build the cluster view (/readyz 503 while set)
+    sample: ReviewSample = field(default_factory=ReviewSample)  # recent reviews, for the reload gate (in memory)
     _pool: Optional[ThreadPoolExecutor] = field(default=None, repr=False)
     _pool_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -287,6 +289,8 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
         state.metrics.observe(name, outcome, time.perf_counter() - started)
         if outcome.denial is not None and outcome.denial[1] == "BadRequest":  # parse_review refused it
             state.metrics.malformed_review(name, "not-a-review", outcome.denial[2], client)
+        else:
+            state.sample.record(name, data, len(body))
         return _answer(answer)
 
     routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]

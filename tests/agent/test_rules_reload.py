@@ -47,3 +47,26 @@ def test_an_edited_rule_set_is_planned_with_from_the_next_pass(tmp_path):
     assert "example.com/cpu-name" in again.node_patch["metadata"]["annotations"]
     watcher.stop()
 
+
+
+def test_a_set_that_fails_its_rule_suites_is_refused_by_the_agent(tmp_path):
+    """The reload gate's part an agent runs (docs/rule-authoring.md "How a rules change goes live"): the
+    rule suites beside the rules; a failing case refuses the set, the working one stays."""
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    policy = Policy(load_rules(rules))
+    probe = select_backend("fake", str(REPO / "probes" / "recorded" / "node-a10g.yaml"))
+    agent = NodeAgent(policy, probe, "node-a10g", node={"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "node-a10g", "uid": "", "labels": {}}, "status": {"capacity": {"cpu": "4"}}},
+        allocation_source="annotation")
+    registry = CollectorRegistry()
+    watcher = _watch_rules(agent, str(rules), 3600, registry)
+    pods = rules / "admission" / "pods.yaml"
+    pods.write_text(pods.read_text().replace("'a Pod may request only one accelerator family, found ['",
+                                             "'one family per Pod, found ['"))
+    assert watcher.poll() is False
+    assert registry.get_sample_value("accelpolicy_rules_refused_total", {"reason": "suite"}) == 1.0
+    assert registry.get_sample_value("accelpolicy_rules_generation") == policy.ruleset.generation
+    agent.reconcile(dry_run=True)
+    assert agent.policy is policy and watcher.current is policy.ruleset
+    watcher.stop()

@@ -66,6 +66,7 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
     cluster, kubectl = control_plane
     rules = tmp_path / "rules"  # a symlink, swapped in one rename as kubelet updates a mounted ConfigMap
     shutil.copytree(DEFAULT_RULES_DIR, tmp_path / "v1")
+    shutil.rmtree(tmp_path / "v1" / "tests")   # as the chart mounts it: the edits below change what the suites pin
     rules.symlink_to(tmp_path / "v1")
     pod = tmp_path / "pod.yaml"
     _clean(kubectl)
@@ -110,7 +111,7 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         assert summary["accelerator"] == "1/1 20/20 100/100 0/0"
         assert reload.watcher.reloads == 1
         generation = controller.policy.ruleset.generation
-        metrics = {m.name: m.samples[0].value for m in reload.registry.collect()}
+        metrics = {m.name: m.samples[0].value for m in reload.registry.collect() if m.samples}
         assert metrics["accelpolicy_rules_generation"] == generation
 
         # a broken copy: refused with file:line:col; the working generation keeps answering
@@ -122,7 +123,7 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         assert [str(p) for p in reload.watcher.last_error.problems] == [linted.stdout.splitlines()[0]]
         assert linted.stdout.splitlines()[0].endswith("spec.entrance: undeclared name 'nam' (names here: entrancePrefix, name)")
         assert controller.policy.ruleset.generation == generation
-        metrics = {m.name: m.samples[0].value for m in reload.registry.collect()}
+        metrics = {m.name: m.samples[0].value for m in reload.registry.collect() if m.samples}
         assert metrics["accelpolicy_rules_reload_failures"] == 1.0
         events = json.loads(kubectl.stdout("get", "events", "-n", "gpustack-system", "-o", "json"))["items"]
         reasons = [e["reason"] for e in events if e["involvedObject"].get("kind") == "Namespace"]

@@ -57,7 +57,7 @@ SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servi
                  "runtime/controller/cabundle.py": None,
                  "runtime/controller/settingsview.py": None,
                  "runtime/controller/reconciler.py": {"seed_settings"},
-                 "runtime/controller/rulesreload.py": {"_event"}}
+                 "runtime/controller/rulesreload.py": {"_event", "_record_verdict"}}
 # Not RBAC-checked: every authenticated user may create a SelfSubjectReview (system:basic-user).
 NOT_AUTHORIZED_HERE = {"runtime/kube/session.py": "selfsubjectreviews (Session.username)"}
 
@@ -371,4 +371,5 @@ def admission_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
                     and node.func.attr in ("call", "stream", *applier_calls())):
                 raise Underived(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]} (the admission process writes nothing)")
     need("Secret", {"get"}, True)   # ServingCertificate._read
+    need("ConfigMap", {"get"}, True)   # AdmissionServer._leader_verdict: the rules ConfigMap's verdict annotation
     return {scope: dict(table) for scope, table in needs.items()}

@@ -140,7 +140,8 @@ def test_controller_deployment_registers_the_webhooks_with_the_shared_certificat
         "--webhook-ca-configmap=gpustack-operator-worker-webhook-ca",
         "--webhook-owner-clusterrole=gpustack-operator-worker", "--webhook-cert-issuer=accelpolicy",
         "--webhook-cert-days=90", "--webhook-cert-renew-days=30"]
-    assert [e["name"] for e in c["env"]] == ["KUBERNETES_POD_NAMESPACE", "POD_NAME"]
+    assert [e["name"] for e in c["env"]] == ["KUBERNETES_POD_NAMESPACE", "ACCELPOLICY_RULES_CONFIGMAP", "POD_NAME"]
+    assert c["env"][1]["value"] == "accelpolicy-rules"   # the reload gate's Events and verdict go on it
     assert "readinessProbe" not in c   # behind no Service: the admission replicas serve the webhooks
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]

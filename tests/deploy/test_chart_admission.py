@@ -33,7 +33,8 @@ def test_admission_deployment_serves_the_webhooks_from_the_shared_certificate():
                          "--cert-secret=gpustack-operator-worker-webhook-tls",
                          "--cert-dir=/run/accelpolicy/webhook-tls", "--view-refresh-seconds=0",
                          "--drain-seconds=5"]
-    assert [e["name"] for e in c["env"]] == ["KUBERNETES_POD_NAMESPACE"]
+    assert [(e["name"], e.get("value")) for e in c["env"]] == [("KUBERNETES_POD_NAMESPACE", None),
+                                                          ("ACCELPOLICY_RULES_CONFIGMAP", "accelpolicy-rules")]
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "webhook", "scheme": "HTTPS"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "webhook", "scheme": "HTTPS"}
     assert c["ports"] == [{"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
@@ -75,8 +76,10 @@ def test_admission_rbac_grants_exactly_what_the_code_reads():
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not set(rule["verbs"]) - {"get", "list", "watch"}, rule   # it writes nothing
-    (secrets,) = objects[("Role", NAME)]["rules"]
+    secrets, rules_configmap = objects[("Role", NAME)]["rules"]
     assert secrets["resourceNames"] == ["gpustack-settings", "gpustack-operator-worker-webhook-tls"]
+    assert rules_configmap == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["accelpolicy-rules"],
+                               "verbs": ["get"]}   # the reload gate's verdict, read only
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         assert objects[(kind, NAME)]["roleRef"]["name"] == NAME
         assert objects[(kind, NAME)]["subjects"] == [{"kind": "ServiceAccount", "name": "gpustack-admission",

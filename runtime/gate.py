@@ -1,0 +1,204 @@
+"""The reload gate: a new rules generation is tried before it replaces the serving one
+(docs/rule-authoring.md "How a rules change goes live").
+
+:func:`try_generation` takes the serving :class:`~runtime.engine.policy.Policy` and a RuleSet that
+loaded (so it linted clean: :func:`runtime.rules.loader.rule_problems` is the loader's own check) and
+returns a :class:`~runtime.rules.reload.Trial`:
+
+1. ``compile``: the AdmissionPolicies build an engine (a dangling ``paramsFrom``, builtin or shape);
+2. ``suite``: every case of the rule suites under ``<rules>/tests`` passes (:mod:`runtime.ruletests`;
+   a directory without ``tests/``, as the chart mounts it, has none to run);
+3. ``replay-object``: the cluster's existing objects (the audit's view,
+   :func:`runtime.report.audit.audited_requests`, its derivation and its CEL checks) are judged
+   without a new evaluation error (a :class:`~runtime.rules.cel.CelEvalError` of any kind, a budget stop
+   included: the engine's ``rule-error``; one the serving generation makes on the same object too does
+   not refuse the edit, or no edit could ever replace rules that fail somewhere);
+4. ``replay-review``: so are the reviews the server answered recently (``reviews``, in memory);
+5. ``held``: it newly denies no more existing objects than ``reloadGate.maxNewDenials`` of the
+   generation tried (none set: no hold).
+
+The first step that fails is the refusal's ``reason`` and its lines the ``problems``. Every verdict that
+changes between the two generations (allowed -> denied and back, per policy and rule, on objects and
+on reviews) is in ``changes`` either way. Pure but for reading the suites' files.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional
+
+from runtime.engine.admission import AdmissionEngine, AdmissionView, Outcome, admission_view, decide
+from runtime.engine.policy import Policy
+from runtime.engine.snapshot import Snapshot
+from runtime.report.audit import audited_requests, check_results
+from runtime.rules.cel import CelEvalError
+from runtime.rules.loader import RuleSet
+from runtime.rules.reload import Trial, VerdictChange
+from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case, suite_documents
+
+EVAL_ERROR = "rule-error"   # the engine's rule name for an expression that failed to evaluate
+
+
+def verdict_of(outcome: Outcome) -> str:
+    """``allowed`` (a patch included), ``warned``, ``dryrun-denied`` or ``denied``."""
+    label = outcome.verdict()
+    return "allowed" if label in ("allowed", "patched") else label if label in ("warned", "dryrun-denied") \
+        else "denied"
+
+
+def try_generation(serving: Policy, ruleset: RuleSet, snapshot: Optional[Snapshot] = None,
+                   reviews: Iterable[tuple[str, dict]] = (), engine: Optional[AdmissionEngine] = None,
+                   old_engine: Optional[AdmissionEngine] = None) -> Trial:
+    """Try ``ruleset`` against ``serving`` (module docstring). ``snapshot``: the cluster's objects (None:
+    no object replay); ``reviews``: ``(webhook policy name, AdmissionReview body)`` recently answered;
+    ``engine``/``old_engine``: the two generations' engines when the caller built them already."""
+    policy = Policy(ruleset)
+    try:
+        engine = engine or AdmissionEngine(policy)
+    except KeyError as exc:
+        return Trial("compile", [str(exc.args[0]) if exc.args else str(exc)])
+    gate = policy.derivation.reloadGate
+    if gate.suites:
+        failed = suite_problems(policy)
+        if failed:
+            return Trial("suite", failed)
+    old_engine = old_engine or AdmissionEngine(serving)
+    changes: list[VerdictChange] = []
+    if snapshot is not None:
+        trial = _replay_objects(serving, policy, old_engine, engine, snapshot, changes)
+        if trial is not None:
+            return trial
+    trial = _replay_reviews(serving, policy, old_engine, engine, snapshot, list(reviews), changes)
+    if trial is not None:
+        return trial
+    newly = [c for c in changes if c.source == "object" and c.before == "allowed" and c.after == "denied"]
+    if gate.maxNewDenials is not None and len(newly) > gate.maxNewDenials:
+        return Trial("held", [f"newly denies {len(newly)} existing object(s), more than reloadGate.maxNewDenials "
+                              f"({gate.maxNewDenials})"] + [str(c) for c in newly], changes)
+    return Trial(None, [], changes)
+
+
+def suite_problems(policy: Policy) -> list[str]:
+    """One line per failing case of the suites under ``<rules>/tests`` (``FAIL suite::case (file): problem``,
+    its first problem on one line),
+    or the one error that stops them (a suite that does not read, a snapshot that is missing)."""
+    root = Path(policy.ruleset.root)
+    if not (root / "tests").is_dir():
+        return []
+    try:
+        documents = suite_documents(root)
+        runner = Runner(policy, root.parent)
+        results = list(runner.run_all(load_cases(root, documents)))
+        results += [run_dra_case(policy, case) for case in load_dra_cases(root, documents)]
+    except (OSError, ValueError, KeyError, CelEvalError) as exc:
+        return [f"rule suites under {root / 'tests'}: {exc}"]
+    return [f"FAIL {r.case.id} ({r.case.file}): " + " ".join(line.strip() for line in r.problems[0].splitlines())
+            for r in results if not r.passed]
+
+
+def _ref(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{obj.get('kind', '')} {namespace + '/' if namespace else ''}{meta.get('name', '')}"
+
+
+def _error_text(outcome: Outcome) -> str:
+    return outcome.denial[2] if outcome.denial is not None else f"policy {outcome.policy}: a rule failed to evaluate"
+
+
+def _change(name: str, ref: str, before: Outcome, after: Outcome, source: str) -> Optional[VerdictChange]:
+    """The change between two outcomes of one object, or None; the rule is the denying side's last."""
+    old, new = verdict_of(before), verdict_of(after)
+    if old == new:
+        return None
+    decider = after if new != "allowed" else before
+    return VerdictChange(name, decider.rules[-1] if decider.rules else "", ref, old, new, source)
+
+
+def _replay_objects(serving: Policy, policy: Policy, old_engine: AdmissionEngine, engine: AdmissionEngine,
+                    snapshot: Snapshot, changes: list) -> Optional[Trial]:
+    """Judge every existing object with both generations (appending to ``changes``); a Trial when the
+    new one fails to derive, to evaluate on an object, or to evaluate an audit check."""
+    try:
+        view = admission_view(policy, snapshot)
+        check_results(policy.ruleset.get("AuditPolicy"), snapshot, view.settings)
+    except (CelEvalError, ValueError, KeyError, TypeError) as exc:
+        return Trial("replay-object", [f"the cluster's objects: {exc}"], changes)
+    old_view = admission_view(serving, snapshot)
+    errors = []
+    for name, obj, request in audited_requests(engine, snapshot):
+        if request is None:
+            continue
+        after = engine.run(name, request, view)
+        before = old_engine.run(name, request, old_view) if name in old_engine.policies else None
+        if EVAL_ERROR in after.rules:
+            if before is None or EVAL_ERROR not in before.rules:   # an error the serving rules have too is not new
+                errors.append(f"{_ref(obj)}: {_error_text(after)}")
+            continue
+        change = _change(name, _ref(obj), before, after, "object") if before is not None else None
+        if change is not None:
+            changes.append(change)
+    return Trial("replay-object", errors, changes) if errors else None
+
+
+def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine, engine: AdmissionEngine,
+                    snapshot: Optional[Snapshot], reviews: list[tuple[str, dict]], changes: list) -> Optional[Trial]:
+    """Judge each recent review with both generations (a policy the new rules lack is skipped: the paths
+    check says so); a Trial naming the review (operation, kind, namespace/name, webhook: never its body)
+    when the new generation fails to evaluate on one."""
+    if not reviews:
+        return None
+    views: dict[str, AdmissionView] = {}
+    errors = []
+    for name, review in reviews:
+        if name not in engine.policies:
+            continue
+        if not views:
+            views = {"new": admission_view(policy, snapshot), "old": admission_view(serving, snapshot)}
+        _, after = decide(engine, review, views["new"], name)
+        request = review.get("request") or {}
+        ref = (f"{request.get('operation', '')} {(request.get('kind') or {}).get('kind', '')} "
+               f"{request.get('namespace') + '/' if request.get('namespace') else ''}{request.get('name', '')}")
+        before = decide(old_engine, review, views["old"], name)[1] if name in old_engine.policies else None
+        if EVAL_ERROR in after.rules:
+            if before is None or EVAL_ERROR not in before.rules:
+                errors.append(f"a review answered recently ({ref}, webhook {name}): {_error_text(after)}")
+            continue
+        change = _change(name, ref, before, after, "review") if before is not None else None
+        if change is not None and change not in changes:
+            changes.append(change)
+    return Trial("replay-review", errors, changes) if errors else None
+
+
+# --- `accelpolicy diff`: the same trial, printed -------------------------------------------------------
+def cost_estimates(ruleset: RuleSet) -> Optional[dict[str, int]]:
+    """``{expression location (file:line field.path): worst-case cost}`` of every CEL expression of
+    ``ruleset``, or None when this build has no static cost estimator (then ``accelpolicy diff`` says the
+    costs were not compared). The seam the cost estimator plugs into."""
+    return None
+
+
+def cost_growth(serving: RuleSet, ruleset: RuleSet) -> Optional[list[str]]:
+    """``location: old -> new`` for every expression whose cost estimate grew (a new expression counts
+    from 0), in location order; None when no estimate is available."""
+    old, new = cost_estimates(serving), cost_estimates(ruleset)
+    if old is None or new is None:
+        return None
+    return [f"{where}: {old.get(where, 0)} -> {cost}" for where, cost in sorted(new.items()) if cost > old.get(where, 0)]
+
+
+def reconciled(policy: Policy, snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` as the controller leaves it under ``policy``: its derived pool objects written over
+    (or beside) the snapshot's own, the flavors it deletes gone (what a live cluster already holds;
+    an offline snapshot of Nodes alone gets its pools)."""
+    from runtime.engine.pools import derive
+
+    state = derive(policy, snapshot)
+    written = {(o["kind"], (o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o for o in state.objects()}
+    gone = {("ResourceFlavor", "", name) for name in state.flavor_deletes}
+    kept = [o for o in snapshot if _key(o) not in written and _key(o) not in gone]
+    return Snapshot.from_objects(kept + list(written.values()), origin="reconciled")
+
+
+def _key(obj: dict) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
