@@ -120,6 +120,8 @@ class DraMessages(Strict):
     offlineCpu: str
     sourceDra: str
     sourcePlugin: str
+    sourceDevices: str = Field(min_length=1, description="a device-plugin node whose device-manager NodeFeature "
+                                                         "the snapshot lacks; {node}, {count}, {name}")
     sourceNone: str
 
 
