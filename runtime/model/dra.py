@@ -112,6 +112,8 @@ class DeviceClassSpec(Strict):
 
 class DraMessages(Strict):
     unreadableDevice: str
+    publishedTwice: str = Field(min_length=1, description="unreadableDevice's {error} for a uuid or index "
+                                                          "another device of the node published; {value}")
     offersNothing: str
     staleSlice: str
     unknownNode: str
