@@ -11,6 +11,8 @@ rules, and in which words (issue 12 item 1).
   ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute, a node whose labels count
   more accelerators than its Devices can use; and the words ``explain`` and the controller's Events
   use for the same facts.
+- ``presets``: a derived accelerated InstanceType whose product no preset of the PresetTable matches
+  (its unitResources are the fallback tier's), the finding ``audit`` reports and ``explain`` prints.
 """
 from __future__ import annotations
 
@@ -121,6 +123,30 @@ class ReachSpec(Strict):
     explain: ExplainWords
 
 
+_FALLBACK = {"pool", "manufacturer", "product", "tier", "cpu", "ram", "at", "why"}
+
+
+class PresetWhy(_Templates):
+    """Why no preset matched (runtime/engine/pools/presets.py ``preset_miss``)."""
+
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"noMatch": {"manufacturer", "tokens", "at"},
+                                                "noEntries": {"manufacturer", "at"},
+                                                "undetectable": {"manufacturer", "at"}}
+    noMatch: str = Field(min_length=1, description="the product's tokens start with no listed prefix")
+    noEntries: str = Field(min_length=1, description="the table lists no product of the manufacturer")
+    undetectable: str = Field(min_length=1, description="not a manufacturer id of rules/manufacturers.yaml")
+
+
+class PresetFallbackSpec(_Templates):
+    """A derived accelerated InstanceType that got the fallback unit: no preset matches its product."""
+
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"fallback": _FALLBACK}
+    policy: str = Field(min_length=1)
+    rule: str = Field(pattern=r"^[a-z0-9-]+$")
+    fallback: Finding = Field(description="{at}: the PresetTable's file:line to edit; {why}: one of ``why``")
+    why: PresetWhy
+
+
 class AuditPolicySpec(Strict):
     """``kind: AuditPolicy``: see the module docstring. ``source`` fills each result's ``source`` and
     ``reportName`` the Report/ClusterReport ``metadata.name``."""
@@ -134,6 +160,7 @@ class AuditPolicySpec(Strict):
     ledger: LedgerSpec
     reach: ReachSpec
     retryLoop: RetryLoopSpec
+    presets: PresetFallbackSpec
 
 
 rulefiles.SPEC_MODELS["AuditPolicy"] = AuditPolicySpec

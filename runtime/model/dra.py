@@ -112,6 +112,8 @@ class DeviceClassSpec(Strict):
 
 class DraMessages(Strict):
     unreadableDevice: str
+    publishedTwice: str = Field(min_length=1, description="unreadableDevice's {error} for a uuid or index "
+                                                          "another device of the node published; {value}")
     offersNothing: str
     staleSlice: str
     unknownNode: str
@@ -120,6 +122,8 @@ class DraMessages(Strict):
     offlineCpu: str
     sourceDra: str
     sourcePlugin: str
+    sourceDevices: str = Field(min_length=1, description="a device-plugin node whose device-manager NodeFeature "
+                                                         "the snapshot lacks; {node}, {count}, {name}")
     sourceNone: str
 
 

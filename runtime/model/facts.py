@@ -119,13 +119,18 @@ class NodeFactsDoc(_Facts):
     @field_validator("accelerators")
     @classmethod
     def _unique(cls, value: list[AcceleratorFacts]) -> list[AcceleratorFacts]:
-        seen: dict[str, int] = {}
-        for index, acc in enumerate(value):
-            if acc.uuid in seen:  # Kubernetes' words; parse_facts points the path at the second one
-                raise PydanticCustomError("duplicate_uuid", 'Duplicate value: "{uuid}" (accelerators[{first}] has it '
-                                          'too; each accelerator has its own uuid)',
-                                          {"uuid": acc.uuid, "first": seen[acc.uuid], "index": index})
-            seen[acc.uuid] = index
+        """Each accelerator has its own ``uuid`` and its own ``index`` (the device number NVML and the
+        ledger key rows by): a second one is refused as Kubernetes refuses a duplicated list key."""
+        for field in ("uuid", "index"):
+            seen: dict[Any, int] = {}
+            for at, acc in enumerate(value):
+                key = getattr(acc, field)
+                if key in seen:  # Kubernetes' words (%#v: a string quoted); parse_facts points at the second one
+                    shown = f'"{key}"' if isinstance(key, str) else str(key)
+                    raise PydanticCustomError("duplicate_key", "Duplicate value: {shown} (accelerators[{first}] has "
+                                              "it too; each accelerator has its own {field})",
+                                              {"shown": shown, "first": seen[key], "index": at, "field": field})
+                seen[key] = at
         return value
 
 
@@ -144,7 +149,7 @@ def parse_facts(data: Any, source: str = "<facts>") -> NodeFactsDoc:
         lines = []
         for err in exc.errors():
             loc = tuple(err["loc"])
-            if err["type"] == "duplicate_uuid":
-                loc += (err["ctx"]["index"], "uuid")
+            if err["type"] == "duplicate_key":
+                loc += (err["ctx"]["index"], err["ctx"]["field"])
             lines.append(f"{source}: {field_path(loc)}: {error_text(err)}")
         raise FactsError("\n".join(lines)) from None

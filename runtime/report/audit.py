@@ -17,6 +17,8 @@
    ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute (labels stripped while
    the NodeFeatures remain), a node whose labels count more accelerators than its Devices can use
    (:func:`runtime.report.reach.pool_findings`).
+6. Unit presets (rules/audit.yaml ``presets``): a derived accelerated InstanceType whose product no
+   preset matches, so its unit is the fallback tier's (:func:`runtime.report.unitpreset.fallback_units`).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.audit import AuditPolicySpec
 from runtime.report.reach import pool_findings
 from runtime.report.results import ObjectRef, Result, ordered
+from runtime.report.unitpreset import fallback_units
 from runtime.rules.cel import CelEvalError
 
 _DESIRED = {"ResourceFlavor": "resource_flavors", "ClusterQueue": "cluster_queues", "LocalQueue": "local_queues",
@@ -55,6 +58,7 @@ def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = N
     results += ledger_results(policy, snapshot, spec)
     results += reach_results(policy, snapshot, desired, spec)
     results += retry_loop_results(policy, snapshot, spec)
+    results += preset_results(policy, desired, spec)
     return ordered(results)
 
 
@@ -269,3 +273,13 @@ def retry_loop_results(policy: Policy, snapshot: Snapshot, spec: AuditPolicySpec
         out.append(Result(loop.policy, loop.rule, loop.result, ObjectRef.of(workload), message, "",
                           {"resourceFlavor": verdict.flavor, "node": held[1]}))
     return out
+
+
+def preset_results(policy: Policy, desired: DesiredState, spec: AuditPolicySpec) -> list[Result]:
+    """A ``presets.fallback`` finding on each derived InstanceType whose unit is the preset table's
+    fallback because no preset matches its product (field ``spec.unitResources``)."""
+    types = {name_of(it): it for it in desired.instance_types}
+    words = spec.presets
+    return [Result(words.policy, words.rule, words.fallback.result, ObjectRef.of(types[pool]), message,
+                   "spec.unitResources")
+            for pool, message in sorted(fallback_units(policy, desired).items())]

@@ -24,6 +24,7 @@ from runtime.engine.pools import accelerators, derive, flavor_selector, matches,
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.rulefiles import Expr
 from runtime.report import reach
+from runtime.report.unitpreset import fallback_units
 from runtime.report.drasource import accelerator_sources, render_sources
 from runtime.rules.yamlsrc import dotted
 
@@ -89,7 +90,9 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict
     ``reach``: node -> whether its Node carries the labels its flavors select and, where fewer, how many
     of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`, issue 23);
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
-    (the ledger the four views add up, spec/pools.md §10). Raises :class:`ExplainError`.
+    (the ledger the four views add up, spec/pools.md §10); ``unitFallback``: why the derived type's
+    unit is the preset table's fallback and where to give it one ("" when a preset matched,
+    :func:`runtime.report.unitpreset.fallback_units`). Raises :class:`ExplainError`.
     """
     desired = derive(policy, snapshot)
     types = {name_of(t): t for t in desired.instance_types}
@@ -118,7 +121,7 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict
     status = it.get("status") or {}
     views = {k: status[k] for k in ("accelerator", "acceleratorShared", "acceleratorSliced",
                                     "acceleratorPartitioned", "cpu") if k in status}
-    return {"name": name, "selector": selector,
+    return {"name": name, "selector": selector, "unitFallback": fallback_units(policy, desired).get(name, ""),
             "flavors": [{"name": f, "nodes": members[f]} for f in sorted(members)],
             "nodes": in_pool, "excluded": excluded, "views": views, "accelerators": accel,
             "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),  # spec/dra.md
@@ -131,6 +134,8 @@ def render_instance_type(info: dict) -> str:
     """The text form of :func:`explain_instance_type`."""
     lines = [f"InstanceType {info['name']}",
              "pool selector: " + ", ".join(f"{k}={v}" for k, v in sorted(info["selector"].items()))]
+    if info.get("unitFallback"):
+        lines.append(f"unit: {info['unitFallback']}")
     lines.append("flavors:")
     lines += [f"  {f['name']}: nodes {', '.join(f['nodes']) or '(none)'}" for f in info["flavors"]] or ["  (none)"]
     lines.append("left out:")

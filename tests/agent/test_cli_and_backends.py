@@ -72,6 +72,41 @@ def test_a_duplicated_uuid_is_named_in_kubernetes_words_not_as_a_usage_error(tmp
                              "its own uuid)\n")
 
 
+def test_a_duplicated_index_is_refused_as_a_duplicated_uuid_is(tmp_path):
+    """Two accelerators at ``index: 0`` were accepted: the Devices object and its ledger listed two rows of
+    index 0 (node-t4-b's third T4 took the first one's device number)."""
+    doc = load_document(recorded("node-t4-b"))
+    doc["accelerators"][2]["index"] = 0
+    path = tmp_path / "node-t4-b.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = _dry_run("--node", "node-t4-b", "--backend", "fake", "--facts", str(path), "--node-capacity-cpu", "48")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (f"error: recorded facts refused:\n{path}: accelerators[2].index: Duplicate value: 0 "
+                             "(accelerators[0] has it too; each accelerator has its own index)\n")
+
+
+def test_a_probe_with_a_duplicated_index_costs_only_its_node_accelerator_objects(tmp_path):
+    """The running agent: a probe answering two accelerators at one index leaves the accelerator part
+    unknown (Devices and the device-manager NodeFeature untouched), as any refused fact does; the CPU
+    facts stay."""
+    from runtime.agent.runner import NodeAgent
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+    from tests.agent.conftest import seed_node
+
+    backend = RecordedBackend(recorded("node-t4-b"))
+    agent = NodeAgent(Policy(load_rules()), backend, "node-t4-b", node=seed_node("node-t4-b"))
+    heard: list[tuple[str, str]] = []
+    agent.log.listeners.append(lambda topic, level: heard.append((topic, level)))
+    facts, known = agent.probe()
+    assert (known, [a.index for a in facts.accelerators], heard) == (True, [0, 1, 2, 3], [])
+    backend.document["accelerators"][3]["index"] = 1
+    facts, known = agent.probe()
+    assert (known, facts.accelerators, facts.cpu.modelName) == (False, [], "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz")
+    assert heard == [("facts", "ERROR")]
+    assert not agent.log.healthy("facts")
+
+
 def test_backend_selection(monkeypatch):
     monkeypatch.delenv("ACCELPOLICY_NVML_BACKEND", raising=False)
     assert isinstance(select_backend(), NvmlBackend)

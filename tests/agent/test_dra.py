@@ -117,6 +117,19 @@ def test_an_unreadable_device_costs_only_that_device(policy):
         "Node node-a10g: gpu.nvidia.com device node-a10g/gpu-2: capacity memory: not published; the device is not read"]
 
 
+def test_a_uuid_or_an_index_published_twice_costs_only_the_second_device(policy):
+    """As a facts file with two accelerators at one index is refused (runtime/model/facts.py): a device
+    publishing an index another device took is not read, so the node's facts still parse."""
+    devices = [gpu("gpu-0", "GPU-a", index={"int": 0}), gpu("gpu-1", "GPU-b", index={"int": 0}), gpu("gpu-2", "GPU-a"),
+               gpu("gpu-3", "GPU-c")]
+    reading = read_node(policy, "n", [slice_of("n", devices)])
+    assert [(a["uuid"], a["index"]) for a in reading.accelerators] == [("GPU-a", 0), ("GPU-c", 1)]
+    assert reading.warnings == [
+        "Node n: gpu.nvidia.com device n/gpu-1: index: 0 is published twice; the device is not read",
+        "Node n: gpu.nvidia.com device n/gpu-2: uuid: GPU-a is published twice; the device is not read"]
+    assert [a.index for a in parse_facts({"node": "n", "accelerators": reading.accelerators}).accelerators] == [0, 1]
+
+
 @pytest.mark.parametrize("effect, healthy", [("NoSchedule", False), ("NoExecute", False), ("None", True)])
 def test_a_taint_that_keeps_pods_away_marks_the_device_unhealthy(policy, effect, healthy):
     device = gpu("gpu-0", "GPU-x", taints=None)

@@ -54,6 +54,10 @@ def test_adding_amds_driver_is_a_rules_edit_with_its_rule_test(tmp_path):
         "extendedResourceName": "amd.com/gpu"}
 
 
+# the line of the NVIDIA DraDriver row's `driver:` in rules/dra.yaml (messages above it move it)
+_NVIDIA_ROW = 1 + (DEFAULT_RULES_DIR / "dra.yaml").read_text().splitlines().index("  driver: gpu.nvidia.com")
+
+
 @pytest.mark.parametrize("old, new, problem", [
     ("uuid: {attribute: resource.kubernetes.io/pciBusID}", "uuid: {attribute: x, capacity: y}",
      "rules/dra-amd.yaml:16:11 spec.facts.uuid: give exactly one of attribute, capacity, deviceName: true"),
@@ -61,7 +65,8 @@ def test_adding_amds_driver_is_a_rules_edit_with_its_rule_test(tmp_path):
      "rules/dra-amd.yaml:10:17 spec.manufacturer: no manufacturer 'ati' in rules/manufacturers.yaml (known: amd, "
      "ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead)"),
     ("driver: gpu.amd.com", "driver: gpu.nvidia.com",
-     "rules/dra.yaml:61:11 spec.driver: driver 'gpu.nvidia.com' already has a DraDriver row (rules/dra-amd.yaml:4)"),
+     f"rules/dra.yaml:{_NVIDIA_ROW}:11 spec.driver: driver 'gpu.nvidia.com' already has a DraDriver row "
+     "(rules/dra-amd.yaml:4)"),
 ])
 def test_a_broken_row_is_refused_naming_file_and_field(tmp_path, old, new, problem):
     rules = tmp_path / "rules"

@@ -120,3 +120,37 @@ def test_a_foreign_nodefeature_is_reported(tmp_path):
                       "NodeFeature team-a/node-t4-b-gpustack-device-manager: ignored: only NodeFeatures in namespace "
                       "gpustack-system feed the gpustack.ai/, feature.gpustack.ai/, general.feature.gpustack.ai/, "
                       "acceleratable.feature.gpustack.ai/ keys of Node node-t4-b")]
+
+
+A2 = ["--snapshot", "tests/fixtures/seed/common", "--snapshot", "tests/fixtures/presets/node-a2"]
+A2_POOL = "gpustack--nvidia-a2-linux-amd64"
+
+
+def _presets_line() -> int:
+    from runtime.rules.loader import load_rules
+    doc = load_rules().all("PresetTable")[0]
+    return doc.source.line_of(("spec", "manufacturers", "nvidia"))
+
+
+def test_a_product_without_a_preset_names_the_fallback_and_the_preset_file():
+    """node-a2's NVIDIA A2 matches no preset of rules/pools/presets.yaml: its derived type silently got the
+    fallback unit (4/16Gi); the audit says so, on the InstanceType, naming the file:line to edit."""
+    result = CliRunner().invoke(main, ["audit", *A2, "-o", "json"])
+    found = [(r["result"], r["policy"], r["rule"], r["resource"]["kind"], r["resource"]["name"], r["field"],
+              r["message"]) for r in json.loads(result.output) if r["policy"] == "unit-presets"]
+    assert found == [(
+        "warn", "unit-presets", "fallback-unit", "InstanceType", A2_POOL, "spec.unitResources",
+        "no preset matches nvidia product NVIDIA-A2 (no prefix of manufacturers.nvidia starts its normalized name "
+        f"a2): pool {A2_POOL} takes the fallback unit cpu 4, ram 16Gi (tier fallback); give the product its tier "
+        f"under manufacturers.nvidia at rules/pools/presets.yaml:{_presets_line()}")]
+    seed = CliRunner().invoke(main, ["audit", "--snapshot", "tests/fixtures/seed/common", "-o", "json"])
+    assert [r for r in json.loads(seed.output) if r["policy"] == "unit-presets"] == []   # every seed product has one
+
+
+def test_a_unit_the_administrator_gave_is_not_reported_as_the_fallback(tmp_path):
+    held = yaml.safe_load(CliRunner().invoke(main, ["get", "instancetypes", A2_POOL, "-o", "yaml", *A2]).output)
+    assert held["spec"]["unitResources"] == {"cpu": "4", "ram": "16Gi"}
+    held["spec"]["unitResources"] = {"cpu": "6", "ram": "24Gi"}
+    (tmp_path / "type.yaml").write_text(yaml.safe_dump(held))
+    result = CliRunner().invoke(main, ["audit", *A2, "--snapshot", str(tmp_path), "-o", "json"])
+    assert [r for r in json.loads(result.output) if r["policy"] == "unit-presets"] == []

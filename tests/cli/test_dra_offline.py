@@ -2,6 +2,8 @@
 `audit --snapshot` plan a node whose accelerators a DRA driver publishes as its agent would (spec/dra.md)."""
 from __future__ import annotations
 
+import json
+
 from click.testing import CliRunner
 
 from runtime.cli import main
@@ -127,3 +129,30 @@ def test_slices_of_an_unknown_node_or_driver_are_ignored_and_named(tmp_path):
     assert result.stderr == ("warning: ResourceSlice node-a10g-dra-gpu.nvidia.com-9qv2t: node node-a10g-dra does not "
                              "exist; ignored\n")
     assert result.stdout.rstrip("\n") == seed_table("step1-instancetype.txt")
+
+
+def test_explain_names_the_devices_of_a_node_whose_nodefeature_the_snapshot_lacks(tmp_path):
+    """A snapshot of Nodes and Devices without the NodeFeatures (``kubectl get nodes,devices``): the pool and
+    its ledger rows read node-a10g's labels and Devices, and "accelerators from" said "no accelerator (no
+    ResourceSlice ..., no NodeFeature node-a10g-gpustack-device-manager)" beside them."""
+    common = FIXTURES / "seed" / "common"
+    for name in ("nodes.yaml", "devices.yaml", "namespaces.yaml", "settings.yaml"):
+        (tmp_path / name).write_text((common / name).read_text())
+    result = run("explain", "instancetype", "gpustack--nvidia-a10g-linux-amd64", "--snapshot", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "  node-a10g a10g/GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575: mode 0, ledger remaining 1600000, " \
+           "allocated slices 0" in lines
+    assert result.stdout.split("accelerators from:\n", 1)[1].splitlines() == [
+        "  node-a10g: NVML through the agent (Devices node-a10g: 1 accelerator(s); NodeFeature "
+        "node-a10g-gpustack-device-manager not in the snapshot): a device-plugin node, every view offered",
+        "  node-cpu: no accelerator (no ResourceSlice of a configured driver, no NodeFeature "
+        "node-cpu-gpustack-device-manager)",
+        "  node-t4-a: NVML through the agent (Devices node-t4-a: 1 accelerator(s); NodeFeature "
+        "node-t4-a-gpustack-device-manager not in the snapshot): a device-plugin node, every view offered",
+        "  node-t4-b: NVML through the agent (Devices node-t4-b: 4 accelerator(s); NodeFeature "
+        "node-t4-b-gpustack-device-manager not in the snapshot): a device-plugin node, every view offered"]
+    info = json.loads(run("explain", "instancetype", "gpustack--nvidia-a10g-linux-amd64",
+                         "--snapshot", str(tmp_path), "-o", "json").stdout)
+    assert {n: s["source"] for n, s in info["sources"].items()} == \
+        {"node-a10g": "plugin", "node-cpu": "none", "node-t4-a": "plugin", "node-t4-b": "plugin"}

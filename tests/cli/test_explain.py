@@ -105,3 +105,22 @@ def test_explain_names_a_refused_count_label(tmp_path):
     line = next(l for l in result.output.splitlines() if l.startswith("  node-t4-a: "))
     assert line == ("  node-t4-a: Node node-t4-a: label acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count='four' "
                     "is not an integer; the node contributes no device flavor for nvidia-tesla-t4")
+
+
+def test_explain_names_the_fallback_unit_of_a_product_without_a_preset():
+    """The NVIDIA A2 of tests/fixtures/presets/node-a2 matches no preset: explain said nothing while its
+    pool's unit was the fallback tier's 4/16Gi."""
+    from tests.cli.test_audit import A2, A2_POOL, _presets_line
+
+    result = CliRunner().invoke(main, ["explain", "instancetype", A2_POOL, *A2])
+    assert result.exit_code == 0, result.output
+    message = ("no preset matches nvidia product NVIDIA-A2 (no prefix of manufacturers.nvidia starts its normalized "
+               f"name a2): pool {A2_POOL} takes the fallback unit cpu 4, ram 16Gi (tier fallback); give the product "
+               f"its tier under manufacturers.nvidia at rules/pools/presets.yaml:{_presets_line()}")
+    assert result.output.splitlines()[2] == f"unit: {message}"
+    info = json.loads(CliRunner().invoke(main, ["explain", "instancetype", A2_POOL, *A2, "-o", "json"]).output)
+    assert info["unitFallback"] == message
+    seed = json.loads(CliRunner().invoke(main, ["explain", "instancetype", "gpustack--nvidia-tesla-t4-linux-amd64",
+                                                "--snapshot", "tests/fixtures/seed/common", "-o", "json"]).output)
+    assert seed["unitFallback"] == ""
+

@@ -74,6 +74,15 @@ def test_preset_vectors(policy, manufacturer, product, cpu, ram):
     assert presets.unit_for(policy, manufacturer, product) == {"cpu": cpu, "ram": ram}
 
 
+@pytest.mark.parametrize("manufacturer, product, why", [
+    ("nvidia", "Tesla-T4", ""), ("nvidia", "NVIDIA RTX 5070", "noMatch"), ("nvidia", "", "noMatch"),
+    ("nvidia", "NVIDIA A2", "noMatch"), ("kunlun", "P800", "undetectable"), ("acme", "X1", "undetectable"),
+])
+def test_preset_miss_says_why_the_fallback_tier_was_taken(policy, manufacturer, product, why):
+    assert presets.preset_miss(policy, manufacturer, product) == why
+    assert (presets.match_tier(policy, manufacturer, product) == policy.presets.fallbackTier) == bool(why)
+
+
 def test_preset_tokens_examples(policy):
     assert presets.product_tokens(policy, "nvidia", "NVIDIA A100 140GB") == ["a100", "140gb"]
     assert presets.product_tokens(policy, "nvidia", "NVIDIA GeForce RTX 4090 D") == ["rtx", "4090", "d"]

@@ -215,17 +215,23 @@ def _partition(row: DraDriverSpec, reading: DraReading, pool: str, device: Mappi
 
 
 def _place(policy: Policy, reading: DraReading, wholes: list) -> None:
-    """Index the whole accelerators (published, else by uuid order), drop duplicates and MIG-on ones."""
+    """Index the whole accelerators (published, else by uuid order), drop duplicates and MIG-on ones:
+    a device publishing a uuid or an index another device of the node published before is not read
+    (its accelerator would be listed twice, or two at one index, in Devices and the ledger)."""
     seen: set[str] = set()
+    indexes: set[int] = set()
     kept = []
     for facts, index, ref in wholes:
         uuid = facts["uuid"]
-        if uuid in seen:
+        twice = ("uuid", uuid) if uuid in seen else ("index", index) if index is not None and index in indexes else None
+        if twice:
             reading.warnings.append(dra_policy(policy).messages.unreadableDevice.format(
-                node=reading.node, driver=ref[0], device=f"{ref[1]}/{ref[2]}", field="uuid",
-                error=f"{uuid} is published twice"))
+                node=reading.node, driver=ref[0], device=f"{ref[1]}/{ref[2]}", field=twice[0],
+                error=dra_policy(policy).messages.publishedTwice.format(value=twice[1])))
             continue
         seen.add(uuid)
+        if index is not None:
+            indexes.add(index)
         reading.devices[ref] = uuid
         gpu = reading.partitioned.get(uuid)
         if gpu is not None:
