@@ -122,6 +122,9 @@ def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None =
         for i, raw in enumerate(spec.get("cases") or []):
             if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw:
                 raise ValueError(f"{path}: case {i} needs name and expect")
+            _known_keys(path, i, raw, CASE_KEYS, ())
+            if isinstance(raw["expect"], dict):
+                _known_keys(path, i, raw["expect"], EXPECT_KEYS, ("expect",))
             template = (spec.get("objectTemplate") or {}) if raw.get("useTemplate", True) else {}
             old = raw.get("oldObject")
             cases.append(Case(
@@ -133,6 +136,34 @@ def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None =
                 derive=bool(raw.get("derive", spec.get("derive", True))),
                 expect=raw["expect"], user=str(raw.get("user", ""))))
     return cases
+
+
+# The keys a case and its ``expect`` may hold (the module docstring): another is a misspelling that
+# would silently check nothing, so the suite is refused.
+CASE_KEYS = frozenset({"name", "operation", "useTemplate", "object", "oldObject", "user", "snapshot", "derive", "expect"})
+EXPECT_KEYS = frozenset({"allowed", "code", "message", "reason", "patch"})
+
+
+def _known_keys(path: Path, index: int, mapping: dict, known: frozenset, below: tuple) -> None:
+    """Raise ValueError ``<file>:<line>:<column>: cases[i].<key>: unknown key (known: ...)`` for the first
+    key of ``mapping`` (case ``index``, at ``below`` inside it) that is not in ``known``."""
+    for key in mapping:
+        if key in known:
+            continue
+        where = str(path)
+        try:
+            from runtime.rules.yamlsrc import load_documents
+
+            for doc in load_documents(path.read_text(encoding="utf-8")):
+                if isinstance(doc.value, dict) and doc.value.get("kind") == SUITE_KIND:
+                    at = ("spec", "cases", index) + below + (key,)
+                    if doc.line_of(at):
+                        where = f"{path}:{doc.line_of(at)}:{doc.column_of(at)}"
+                        break
+        except Exception:  # noqa: BLE001 - the location is a courtesy; the refusal stands without it
+            pass
+        dotted_key = ".".join((f"cases[{index}]",) + below + (str(key),))
+        raise ValueError(f"{where}: {dotted_key}: unknown key (known: {', '.join(sorted(known))})")
 
 
 class Runner:

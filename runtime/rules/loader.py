@@ -282,11 +282,15 @@ def load_rules(root: Path | str | None = None) -> RuleSet:
     return ruleset
 
 
-def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | bool" = True) -> tuple[list[RuleProblem], RuleSet]:
+def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | bool" = True,
+                  types: bool = True, costs: Optional[list] = None) -> tuple[list[RuleProblem], RuleSet]:
     """Every problem of every rule file under ``root_path`` (schema, YAML, CEL syntax, static names)
     in file, line, column order, and the documents that loaded (a RuleSet only usable when no problem).
 
-    This is ``accelpolicy lint``; :func:`load_rules` refuses the set when the list is not empty.
+    This is ``accelpolicy lint``; :func:`load_rules` (and so every reload) refuses the set when the list
+    is not empty. The list holds the CEL type and worst-case cost findings of :mod:`runtime.rules.checks`
+    (``types`` False: names and syntax only, for measuring them); ``costs``, when given, receives every
+    typed expression's :class:`runtime.rules.checks.ExpressionCost` (only on a compile: pass ``cache=None``).
     ``cache``: the compiled-rules cache to read and fill (True: :func:`runtime.rules.compiledcache.active`,
     None or False: none). A hit gives the same documents, programs and (no) problems as a compile.
     """
@@ -302,7 +306,7 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
     entry = store.load(key) if key is not None else None
     if entry is not None:
         try:
-            problems, ruleset = _assemble(root_path, files, _Compiler(entry.code), entry)
+            problems, ruleset = _assemble(root_path, files, _Compiler(entry.code), entry, None, types, costs)
         except Exception as exc:  # noqa: BLE001 - an entry whose checksum held but whose content does not rebuild
             problems, ruleset = [RuleProblem(str(root_path), 0, "<cache>", repr(exc))], None
         if not problems:
@@ -310,14 +314,15 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
         store.damaged(entry.path or store.path(key), "does not rebuild these rules")
     compiler = _Compiler()
     packed: Optional[dict] = {} if key is not None else None
-    problems, ruleset = _assemble(root_path, files, compiler, None, packed)
-    if key is not None and not problems:
+    problems, ruleset = _assemble(root_path, files, compiler, None, packed, types, costs)
+    if key is not None and not problems and types:
         store.save(key, packed, compiler.code)
     return problems, ruleset
 
 
 def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], compiler: _Compiler,
-              entry: "compiledcache.Entry | None", packed: Optional[dict] = None) -> tuple[list[RuleProblem], RuleSet]:
+              entry: "compiledcache.Entry | None", packed: Optional[dict] = None, types: bool = True,
+              costs: Optional[list] = None) -> tuple[list[RuleProblem], RuleSet]:
     """Load ``files`` (path, display name, bytes or None when unreadable) into a RuleSet and find every
     problem; ``entry``: the compiled-rules cache's entry for these files (their documents and code; the
     static checks, which its rules passed when it was written, are then not run again); ``packed``
@@ -343,10 +348,12 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
                 continue
             ruleset.documents[key] = doc
     if entry is None:
-        from runtime.rules.checks import check_documents  # not imported by a load from the cache
+        from runtime.rules.checks import static_checks  # not imported by a load from the cache
 
-        problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column)
-                        for p in check_documents(validated, compiler.parsed))
+        report = static_checks(validated, compiler.parsed, types)
+        problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in report.problems)
+        if costs is not None:
+            costs.extend(report.costs)
     problems.sort(key=lambda p: (p.file, p.line, p.column))
     if not problems:  # a broken file may be the one holding a required kind: report that first
         for kind in REQUIRED_KINDS:

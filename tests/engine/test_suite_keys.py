@@ -1,0 +1,39 @@
+"""A misspelt key in a rule test case (or its ``expect``) refuses the suite with file:line:col, in
+``accelpolicy test`` and in ``accelpolicy lint`` (which reads rules/tests/ too)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runtime import ruletests
+from runtime.cli import main
+
+RULES = Path(__file__).resolve().parents[2] / "rules"
+
+
+@pytest.fixture()
+def misspelt(tmp_path) -> Path:
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES, copy)
+    suite = copy / "tests" / "admission" / "pods.yaml"
+    text = suite.read_text()
+    suite.write_text(text.replace("expect: {allowed: true, patch: []}", "expect: {allowed: true, pacth: []}", 1))
+    return copy
+
+
+def test_a_misspelt_expect_key_is_refused_with_its_line(misspelt):
+    with pytest.raises(ValueError) as refused:
+        ruletests.load_cases(misspelt)
+    assert str(refused.value) == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
+                                  "(known: allowed, code, message, patch, reason)")
+
+
+def test_lint_reads_the_suites_and_names_the_directory(misspelt):
+    result = CliRunner().invoke(main, ["lint", str(misspelt)])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == f"reading rules from {misspelt.resolve()}"
+    assert result.stdout == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
+                             "(known: allowed, code, message, patch, reason)\n")
