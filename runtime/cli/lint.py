@@ -33,7 +33,7 @@ def command(directory: Path, costs: int | None, types: bool) -> None:
     """
     if not directory.is_dir():
         fail(f"{directory}: not a readable rules directory")
-    click.echo(f"reading rules from {directory.resolve()}", err=True)
+    click.echo(f"reading rules from {directory}", err=True)
     found: list = []
     problems, _ = rule_problems(directory, cache=None if costs else True, types=types, costs=found)
     problems = [str(p) for p in problems] + _suite_problems(directory)

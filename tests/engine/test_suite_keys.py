@@ -34,6 +34,6 @@ def test_a_misspelt_expect_key_is_refused_with_its_line(misspelt):
 def test_lint_reads_the_suites_and_names_the_directory(misspelt):
     result = CliRunner().invoke(main, ["lint", str(misspelt)])
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[0] == f"reading rules from {misspelt.resolve()}"
+    assert result.stderr.splitlines()[0] == f"reading rules from {misspelt}"
     assert result.stdout == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
                              "(known: allowed, code, message, patch, reason)\n")
