@@ -122,6 +122,7 @@ class _Checker:
         self.types = types
         self.costs: list[ExpressionCost] = []
         self.shared: dict = {}
+        self.complete = True
 
     def expression(self, file: str, doc: SourceDocument, path: tuple, expr: Expr,
                    names: Optional[celnames.Names], scope: Optional[celtyping.Scope] = None,
@@ -208,13 +209,21 @@ class _PolicyScope:
         params.update(spec.params)
         self.params = params
         self.members = {"params": frozenset(params), "request": REQUEST_MEMBERS}
+        missing = [ref for ref in spec.paramsFrom if ref not in checker.params_tables]
+        if missing:  # a table of a broken file is that file's problem, not this policy's: params unchecked
+            del self.members["params"]
+            if checker.complete:
+                checker.problems.append(StaticProblem(
+                    file, doc.line_of(("spec", "paramsFrom")), doc.column_of(("spec", "paramsFrom")), "spec.paramsFrom",
+                    f"no AdmissionParams named {missing[0]!r} (AdmissionParams: "
+                    f"{', '.join(sorted(checker.params_tables)) or 'none'})"))
         if checker.settings is not None:
             self.members["settings"] = checker.settings
         self.lookups: dict[str, T] = {}
         obj = _kind_type(spec.objectKind, checker.bounds)
         name = celtyping.sized("string", 253)
         self.roots = {
-            "object": obj, "oldObject": obj, "params": celtyping.of_value(params, "params"),
+            "object": obj, "oldObject": obj, "params": DYN if missing else celtyping.of_value(params, "params"),
             "request": T("object", fields={"operation": name, "namespace": name, "name": name, "user": DYN}),
             "settings": celtyping.sized("map", len(checker.settings or ()) or celtyping.INF, DYN),
         }
@@ -332,14 +341,17 @@ def check_documents(documents: list, parsed: Optional[dict] = None) -> list[Stat
     return static_checks(documents, parsed).problems
 
 
-def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = True) -> StaticReport:
+def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = True,
+                  complete: bool = True) -> StaticReport:
     """Static problems and costs of loaded rule documents (``RuleFile`` objects that carry their ``source``).
 
     ``parsed`` (CEL source -> parse tree or syntax error, :func:`runtime.rules.celnames.parse`) reuses
     the loader's parses. Every Expr field is syntax-checked; listed fields (:data:`ACTIVATIONS`,
     AdmissionPolicy) also have their names checked and, with ``types``, their types and worst-case
     cost (:mod:`runtime.rules.celtyping`, the limit of the ``CelLimits`` document); setting names in
-    :data:`SETTING_FIELDS` must be in the SettingCatalog.
+    :data:`SETTING_FIELDS` must be in the SettingCatalog. ``complete`` False: some rule file did not
+    load (its own problems say why), so a table a policy borrows may be missing through no fault of
+    the policy: nothing is reported against what it borrows.
     """
     settings = None
     tables: dict[str, dict] = {}
@@ -352,6 +364,7 @@ def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = 
         elif doc.kind == "CelLimits":
             limits = doc.spec
     checker = _Checker(settings, tables, parsed, limits, types)
+    checker.complete = complete
     checker.shared = _shared_values(documents) if types else {}
     for doc in documents:
         if doc.source is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -257,11 +258,42 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
 
 
 def _pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument, file: str) -> list[RuleProblem]:
+    """One problem per pydantic error, at its field; a validator's message that starts with the path of
+    a field below it (``fallbackTier: unknown tier ...``) is placed at that field."""
     problems = []
     for err in exc.errors():
         loc = prefix + tuple(err["loc"])
-        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), error_text(err), doc.column_of(loc)))
+        message = error_text(err)
+        inner, rest = _named_field(doc.value, loc, message)
+        if inner:
+            loc, message = loc + inner, rest
+        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), message, doc.column_of(loc)))
     return problems
+
+
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w-]*(?:\.[\w./-]+|\[\d+\])*): (.+)$", re.S)
+
+
+def _named_field(value: Any, loc: tuple, message: str) -> tuple[tuple, str]:
+    """``(path below loc, rest of the message)`` when ``message`` starts ``a.b[0].c: `` and that path is
+    in the document ``value`` below ``loc``; else ``((), message)``."""
+    match = _FIELD_PREFIX.match(message)
+    if match is None:
+        return (), message
+    node = value
+    for part in loc:
+        node = node.get(part) if isinstance(node, dict) else None
+    path: list = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", match.group(1)):
+        key: Any = int(index) if index else name
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return (), message
+        path.append(key)
+    return tuple(path), match.group(2)
 
 
 def load_rules(root: Path | str | None = None) -> RuleSet:
@@ -350,7 +382,7 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
     if entry is None:
         from runtime.rules.checks import static_checks  # not imported by a load from the cache
 
-        report = static_checks(validated, compiler.parsed, types)
+        report = static_checks(validated, compiler.parsed, types, complete=not problems)
         problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in report.problems)
         if costs is not None:
             costs.extend(report.costs)

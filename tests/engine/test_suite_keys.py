@@ -37,3 +37,26 @@ def test_lint_reads_the_suites_and_names_the_directory(misspelt):
     assert result.stderr.splitlines()[0] == f"reading rules from {misspelt}"
     assert result.stdout == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
                              "(known: allowed, code, message, patch, reason)\n")
+
+
+def test_minus_v_names_the_rules_directory_read():
+    result = CliRunner().invoke(main, ["-v", "derive", "--snapshot", "tests/fixtures/seed/step1", "--rules", str(RULES)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == f"reading rules from {RULES}"
+
+
+def test_the_installed_rules_read_inside_another_checkout_are_said(tmp_path, monkeypatch):
+    shutil.copytree(RULES, tmp_path / "rules", ignore=shutil.ignore_patterns("tests"))
+    monkeypatch.chdir(tmp_path)
+    from runtime.cli import common
+    from runtime.cli.common import rules_read
+    from runtime.rules.loader import DEFAULT_RULES_DIR
+
+    monkeypatch.setattr(common, "VERBOSE", False)
+
+    runner = CliRunner()
+    with runner.isolation() as (_, err, *_rest):
+        assert rules_read(None) == DEFAULT_RULES_DIR
+        assert err.getvalue().decode() == (
+            f"note: reading the installation's rules ({DEFAULT_RULES_DIR}), not ./rules (pass --rules rules "
+            "or set ACCELPOLICY_RULES to read those)\n")
