@@ -104,7 +104,7 @@ def crd_kinds(files) -> dict:
     """``{Kind.group: schema}`` of the served version of every CRD in ``files`` (the storage version)."""
     kinds = {}
     for path in sorted(files):
-        for doc in yaml.safe_load_all(Path(path).read_text()):
+        for doc in yaml.load_all(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]
