@@ -26,6 +26,7 @@ from runtime.model.rulefiles import Expr
 from runtime.rules import celnames, celtyping
 from runtime.rules.celfunctions import SIGNATURES
 from runtime.rules.celtyping import DYN, T
+from runtime.rules.checktypes import ACTIVATION_TYPES, EXPECTED_TYPES
 from runtime.rules.checktypes import kind_type as _kind_type, shared_values as _shared_values
 from runtime.rules.yamlsrc import SourceDocument, dotted
 
@@ -318,14 +319,6 @@ def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: Admissio
         scope.mutation(i, m, declared)
 
 
-# (kind, dotted spec path pattern) of non-admission fields and the type their expression must have.
-EXPECTED_TYPES: list[tuple[str, str, str]] = [
-    ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", "string"),
-    ("PoolDerivation", "admissionCheck.readyMessage", "string"),
-    ("PoolDerivation", "admissionCheck.retryMessage", "string"),
-]
-
-
 @dataclass
 class StaticReport:
     """What the static checks found: ``problems`` (file, line, column order is the caller's) and the
@@ -394,6 +387,8 @@ def _other(checker: _Checker, doc: Any, settings: Optional[frozenset[str]]) -> N
         names = celnames.Names(roots=bound, members=members) if bound is not None else None
         scope = None
         if bound is not None:
-            scope = checker.scope({name: constants if name == "constants" else DYN for name in bound})
+            scope = checker.scope({name: constants if name == "constants" else
+                                   celtyping.parse_type(ACTIVATION_TYPES[name], checker.bounds)
+                                   if name in ACTIVATION_TYPES else DYN for name in bound})
         expect = next((t for k, pattern, t in EXPECTED_TYPES if k == doc.kind and _matches(where, pattern)), None)
         checker.expression(doc.file, doc.source, path, expr, names, scope, expect)

@@ -9,6 +9,22 @@ from runtime.rules import celtyping
 from runtime.rules.celtyping import DYN, T
 
 
+# The types of the names ACTIVATIONS binds, where the engine binds one type (runtime/engine/pools): the
+# others are dyn. ``constants`` is typed from rules/constants.yaml.
+ACTIVATION_TYPES = {
+    "gKey": "string", "aKey": "string", "os": "string", "arch": "string", "name": "string",
+    "entrancePrefix": "string", "managedKey": "string",
+    "count": "int", "max": "int", "mixed": "bool", "hasAccelerators": "bool", "aware": "bool",
+}
+
+# (kind, dotted spec path pattern) of non-admission fields and the type their expression must have.
+EXPECTED_TYPES: list[tuple[str, str, str]] = [
+    ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", "string"),
+    ("PoolDerivation", "admissionCheck.readyMessage", "string"),
+    ("PoolDerivation", "admissionCheck.retryMessage", "string"),
+]
+
+
 class _Documents:
     """The validated documents as :mod:`runtime.rules.vocabulary` reads a RuleSet (``get``, ``all``)."""
 
