@@ -26,7 +26,7 @@ from runtime.model.rulefiles import Expr
 from runtime.rules import celnames, celtyping
 from runtime.rules.celfunctions import SIGNATURES
 from runtime.rules.celtyping import DYN, T
-from runtime.rules.checktypes import ACTIVATION_TYPES, EXPECTED_TYPES
+from runtime.rules.checktypes import ACTIVATION_TYPES, EXPECTED_TYPES, ExpressionCost, StaticReport
 from runtime.rules.checktypes import kind_type as _kind_type, shared_values as _shared_values
 from runtime.rules.yamlsrc import SourceDocument, dotted
 
@@ -99,18 +99,6 @@ def _leaves(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
         yield path, value
 
 
-@dataclass(frozen=True)
-class ExpressionCost:
-    """One expression's worst-case cost estimate (:mod:`runtime.rules.celtyping`): where it is and its text."""
-
-    file: str
-    line: int
-    column: int
-    path: str
-    cost: float
-    source: str
-
-
 class _Checker:
     def __init__(self, settings: Optional[frozenset[str]], params_tables: dict[str, dict], parsed: Optional[dict] = None,
                  limits: Optional[CelLimitsSpec] = None, types: bool = True):
@@ -137,7 +125,13 @@ class _Checker:
         tree = celnames.parse(source, self.parsed)
         if not self.types or scope is None or isinstance(tree, celnames.CelSyntaxError):
             return DYN
-        result = celtyping.check(source, tree, scope, expect)
+        try:
+            result = celtyping.check(source, tree, scope, expect)
+        except (RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            line, column = doc.position_in(full, 0)  # a checker fault refuses the set, in words, never a traceback
+            message = f"the type checker could not read this expression ({exc!r}): {_excerpt(source)}"
+            self.problems.append(StaticProblem(file, line, column, dotted(full), message))
+            return DYN
         seen = {(p.line, p.column) for p in named}
         for found in result.problems:
             if (found.line, found.column) not in seen:
@@ -317,15 +311,6 @@ def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: Admissio
         scope.validation(("validations", i), v, declared, None)
     for i, m in enumerate(spec.mutations):
         scope.mutation(i, m, declared)
-
-
-@dataclass
-class StaticReport:
-    """What the static checks found: ``problems`` (file, line, column order is the caller's) and the
-    worst-case ``costs`` of every expression that was typed."""
-
-    problems: list[StaticProblem]
-    costs: list[ExpressionCost]
 
 
 def check_documents(documents: list, parsed: Optional[dict] = None) -> list[StaticProblem]:

@@ -3,6 +3,7 @@ the shared params every AdmissionPolicy gets, and the object types of the kinds 
 looks up (docs/rule-authoring.md "What lint checks")."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from runtime.rules import celtyping
@@ -74,3 +75,24 @@ def kind_type(kind: str, bounds: celtyping.Bounds) -> T:
     from runtime.rules import schemas
 
     return schemas.object_type(kind, "object", bounds) or DYN
+
+
+@dataclass(frozen=True)
+class ExpressionCost:
+    """One expression's worst-case cost estimate (:mod:`runtime.rules.celtyping`): where it is and its text."""
+
+    file: str
+    line: int
+    column: int
+    path: str
+    cost: float
+    source: str
+
+
+@dataclass
+class StaticReport:
+    """What the static checks found: ``problems`` (:class:`runtime.rules.checks.StaticProblem`, in the
+    order found) and the worst-case ``costs`` of every expression that was typed."""
+
+    problems: list
+    costs: list[ExpressionCost]

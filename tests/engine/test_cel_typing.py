@@ -94,3 +94,15 @@ def test_a_broken_generation_is_never_loaded(edited_rules, tmp_path):
     with pytest.raises(RuleLoadError) as refused:
         load_rules(tmp_path / "rules")
     assert "an operand of && must be bool" in str(refused.value)
+
+
+def test_a_fault_of_the_checker_is_a_finding_not_a_traceback(monkeypatch):
+    """Lint, load and reload never raise out of the type checker: a fault refuses the set, in words."""
+    from runtime.rules import celtyping
+
+    def fault(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(celtyping, "check", fault)
+    problems = [str(p) for p in rule_problems(RULES, cache=None)[0]]
+    assert problems and all("the type checker could not read this expression (RecursionError(" in p for p in problems)

@@ -60,3 +60,19 @@ def test_the_installed_rules_read_inside_another_checkout_are_said(tmp_path, mon
         assert err.getvalue().decode() == (
             f"note: reading the installation's rules ({DEFAULT_RULES_DIR}), not ./rules (pass --rules rules "
             "or set ACCELPOLICY_RULES to read those)\n")
+
+
+def test_a_misspelt_key_in_a_later_suite_of_the_file_is_placed_in_that_suite(tmp_path):
+    """pods.yaml holds two suites: the finding points into the second, where the key is."""
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES, copy)
+    suite = copy / "tests" / "admission" / "pods.yaml"
+    lines = suite.read_text().splitlines(keepends=True)
+    second = [i for i, line in enumerate(lines) if line.startswith("kind: AdmissionTests")][1]
+    at = next(i for i in range(second, len(lines)) if lines[i] == "      expect:\n")
+    lines.insert(at + 1, "        allowd: true\n")
+    suite.write_text("".join(lines))
+    with pytest.raises(ValueError) as refused:
+        ruletests.load_cases(copy)
+    assert str(refused.value) == (f"{suite}:{at + 2}:17: cases[0].expect.allowd: unknown key "
+                                  "(known: allowed, code, message, patch, reason)")
