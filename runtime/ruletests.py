@@ -121,7 +121,10 @@ def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None =
     for path, suite, spec in _suites(rules_dir, SUITE_KIND, documents):
         for i, raw in enumerate(spec.get("cases") or []):
             if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw:
-                raise ValueError(f"{path}: case {i} needs name and expect")
+                raise ValueError(f"{_where(path, spec, ('cases', i))}: cases[{i}] needs name and expect")
+            _known_keys(path, spec, i, raw, CASE_KEYS, ())
+            if isinstance(raw["expect"], dict):
+                _known_keys(path, spec, i, raw["expect"], EXPECT_KEYS, ("expect",))
             template = (spec.get("objectTemplate") or {}) if raw.get("useTemplate", True) else {}
             old = raw.get("oldObject")
             cases.append(Case(
@@ -133,6 +136,37 @@ def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None =
                 derive=bool(raw.get("derive", spec.get("derive", True))),
                 expect=raw["expect"], user=str(raw.get("user", ""))))
     return cases
+
+
+# The keys a case and its ``expect`` may hold (the module docstring): another is a misspelling that
+# would silently check nothing, so the suite is refused.
+CASE_KEYS = frozenset({"name", "operation", "useTemplate", "object", "oldObject", "user", "snapshot", "derive", "expect"})
+EXPECT_KEYS = frozenset({"allowed", "code", "message", "reason", "patch"})
+
+
+def _known_keys(path: Path, spec: dict, index: int, mapping: dict, known: frozenset, below: tuple) -> None:
+    """Raise ValueError ``<file>:<line>:<column>: cases[i].<key>: unknown key (known: ...)`` for the first
+    key of ``mapping`` (case ``index`` of the suite ``spec``, at ``below`` inside it) not in ``known``."""
+    for key in mapping:
+        if key not in known:
+            dotted_key = ".".join((f"cases[{index}]",) + below + (str(key),))
+            raise ValueError(f"{_where(path, spec, ('cases', index) + below + (key,))}: {dotted_key}: "
+                             f"unknown key (known: {', '.join(sorted(known))})")
+
+
+def _where(path: Path, spec: dict, at: tuple) -> str:
+    """``<file>:<line>:<column>`` of the item at ``at`` below ``spec`` of the suite document of ``path``
+    whose spec is ``spec`` (``<file>`` alone when it cannot be placed: the location is a courtesy, the
+    refusal stands without it)."""
+    from runtime.rules.yamlsrc import load_documents
+
+    try:
+        for doc in load_documents(path.read_text(encoding="utf-8")):
+            if isinstance(doc.value, dict) and doc.value.get("spec") == spec and doc.line_of(("spec",) + at):
+                return f"{path}:{doc.line_of(('spec',) + at)}:{doc.column_of(('spec',) + at)}"
+    except Exception:  # noqa: BLE001 - see above
+        pass
+    return str(path)
 
 
 class Runner:
@@ -233,7 +267,8 @@ def load_dra_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | No
         for i, raw in enumerate(spec.get("cases") or []):
             if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw \
                     or not isinstance(raw.get("slices"), list):
-                raise ValueError(f"{path}: case {i} needs name, slices (a list) and expect")
+                raise ValueError(f"{_where(path, spec, ('cases', i))}: cases[{i}] needs name, slices (a list) "
+                                 "and expect")
             cases.append(DraCase(suite=suite, name=str(raw["name"]), file=str(path),
                                  node=str(raw.get("node", spec.get("node", ""))), slices=raw["slices"],
                                  expect=raw["expect"]))

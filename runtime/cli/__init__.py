@@ -69,12 +69,16 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="accelpolicy")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="say which rules directory a command reads (on stderr)")
+def main(verbose: bool) -> None:
     """accelpolicy: Kueue pools, four-view capacity and admission policy for accelerator clusters.
 
     Policy lives in rule files (rules/ by default, --rules DIR to override); this program evaluates
     them against a cluster snapshot or a live cluster.
     """
+    from runtime.cli import common
+
+    common.VERBOSE = verbose
 
 
 def run() -> None:

@@ -66,7 +66,8 @@ def command(filename, old, operation, snapshot, no_derive, rules, output):
     """Judge one object as the admission webhooks would and print the AdmissionReview.
 
     With --snapshot, admission sees the cluster after derivation (e.g. the fronting InstanceType
-    of a queue, with its status). Exit 0 allowed, 1 denied, 2 bad input.
+    of a queue, with its status). Exit 0 allowed, 1 denied, 2 bad input or a rule that failed to
+    evaluate (the review printed is the policy's failure-mode answer; stderr names the policy).
     """
     policy = policy_from(rules)
     obj = _read_object(filename)
@@ -83,4 +84,10 @@ def command(filename, old, operation, snapshot, no_derive, rules, output):
         click.echo(json.dumps({**review, "response": answer["response"]}, indent=2))
     else:
         click.echo(render_text(review, answer))
+    if "rule-error" in outcome.rules:
+        status = answer["response"].get("status") or {}
+        click.echo(f"error: policy {outcome.policy}: a rule failed to evaluate"
+                   + (f": {status.get('message')}" if status.get("message") else
+                      " (failurePolicy Ignore: allowed)"), err=True)
+        sys.exit(2)
     sys.exit(0 if answer["response"]["allowed"] else 1)

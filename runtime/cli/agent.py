@@ -22,7 +22,7 @@ from runtime.agent.dra import (AUTO, BACKEND as DRA, AutoBackend, DraBackend, au
                               describe, publishes_for, slices_from_file)
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
-from runtime.cli.common import fail, rules_cache_options
+from runtime.cli.common import fail, rules_cache_options, rules_read
 from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
@@ -89,7 +89,7 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     configure_logging(log_level, log_format)
     try:
-        policy = Policy(load_rules(rules_dir))
+        policy = Policy(load_rules(rules_read(rules_dir)))
     except RuleLoadError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)

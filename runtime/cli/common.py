@@ -102,12 +102,31 @@ def bad_input_exits(func: Callable) -> Callable:
     return wrapper
 
 
+VERBOSE = False   # `accelpolicy -v`: say which rules directory is read
+
+
+def rules_read(rules_dir: Path | str | None) -> Path:
+    """The rules directory a command reads (the installed rules/ when None). With ``-v`` it is named on
+    stderr; the installed rules read while the current directory holds another ``rules/`` (an installed
+    accelpolicy run inside another checkout) is always said, with how to read that one instead."""
+    chosen = Path(rules_dir or DEFAULT_RULES_DIR)
+    here = Path.cwd() / "rules"
+    if VERBOSE:
+        click.echo(f"reading rules from {chosen}", err=True)
+    if Path(chosen).resolve() == Path(DEFAULT_RULES_DIR).resolve() and here.is_dir() \
+            and here.resolve() != chosen.resolve() and (here / "constants.yaml").is_file():
+        click.echo(f"note: reading the installation's rules ({chosen}), not ./rules (pass --rules rules "
+                   f"or set ACCELPOLICY_RULES to read those)", err=True)
+    return chosen
+
+
 def load_policy(rules_dir: Path | str | None) -> "Policy":
-    """Load and compile the rule files (default directory when None); RuleLoadError on any problem."""
+    """Load and compile the rule files (default directory when None, see :func:`rules_read`);
+    RuleLoadError on any problem."""
     from runtime.engine.policy import Policy
     from runtime.rules.loader import load_rules
 
-    return Policy(load_rules(rules_dir or DEFAULT_RULES_DIR))
+    return Policy(load_rules(rules_read(rules_dir)))
 
 
 def policy_from(rules: Path | str | None) -> "Policy":

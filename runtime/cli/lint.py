@@ -18,20 +18,50 @@ from runtime.rules.loader import rule_problems
 
 @click.command("lint")
 @click.argument("directory", type=click.Path(path_type=Path), metavar="DIR")
+@click.option("--costs", "costs", type=int, default=None, is_flag=False, flag_value=20, metavar="[N]",
+              help="also list the N (default 20) most costly CEL expressions: worst-case cost estimate, "
+                   "file:line:col, field, text")
+@click.option("--types/--no-types", default=True, show_default=True,
+              help="the CEL type and cost checks (off: names and syntax only, to measure what they cost)")
 @rules_cache_options
-def command(directory: Path) -> None:
+def command(directory: Path, costs: int | None, types: bool) -> None:
     """Check a rules directory without loading it: print every problem of every file.
 
-    Each line reads FILE:LINE:COL FIELD.PATH: MESSAGE. Exit 0 when clean, 1 on findings, 2 when DIR
-    cannot be read.
+    The first line names the directory read. Each problem reads FILE:LINE:COL FIELD.PATH: MESSAGE:
+    YAML, schema, CEL syntax and nesting, names, types, keys and worst-case cost (the limit of
+    rules/cel.yaml). Exit 0 when clean, 1 on findings, 2 when DIR cannot be read.
     """
     if not directory.is_dir():
         fail(f"{directory}: not a readable rules directory")
-    problems, _ = rule_problems(directory)
+    click.echo(f"reading rules from {directory}", err=True)
+    found: list = []
+    problems, _ = rule_problems(directory, cache=None if costs else True, types=types, costs=found)
+    problems = [str(p) for p in problems] + _suite_problems(directory)
+    if costs:
+        for entry in sorted(found, key=lambda e: -e.cost)[:costs]:
+            text = " ".join(entry.source.split())
+            click.echo(f"{entry.cost:>12,.0f}  {entry.file}:{entry.line}:{entry.column} {entry.path}: "
+                       f"{text if len(text) <= 100 else text[:97] + '...'}")
     for problem in problems:
-        click.echo(str(problem))
+        click.echo(problem)
     if problems:
         click.echo(f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in "
-                   f"{len({p.file for p in problems})} file(s)", err=True)
+                   f"{len({p.split(':', 1)[0] for p in problems})} file(s)", err=True)
         sys.exit(1)
     click.echo(f"{directory}: clean", err=True)
+
+
+def _suite_problems(directory: Path) -> list[str]:
+    """The rule test suites under ``DIR/tests`` parsed and their keys checked (``accelpolicy test``
+    refuses the same): the first problem, ``file:line:col: ...``; none when they read clean."""
+    from runtime import ruletests
+
+    if not (directory / "tests").is_dir():
+        return []
+    try:
+        documents = ruletests.suite_documents(directory)
+        ruletests.load_cases(directory, documents)
+        ruletests.load_dra_cases(directory, documents)
+    except (OSError, ValueError) as exc:
+        return [str(exc)]
+    return []

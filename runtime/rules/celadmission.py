@@ -259,3 +259,23 @@ FUNCTIONS = {
     "resourceFamily": resourceFamily, "podContainers": podContainers, "podDemand": podDemand,
     "withNodeRequirement": withNodeRequirement, "withNodeRequirements": withNodeRequirements, "nodePin": nodePin,
 }
+
+# Declared signatures (the CEL type checker and cost estimate, runtime.rules.celtyping): name ->
+# (argument types, result type, result size, cost per element of the arguments). A type is ``dyn``,
+# ``bool``, ``int``, ``double``, ``string``, ``list``, ``map`` or ``list<T>``; the result size is
+# ``argN`` (at most argument N's size), a number, or None (sized by the request body cap).
+SIGNATURES = {
+    "qValid": (("dyn",), "bool", 1, 0), "qValue": (("dyn",), "int", 1, 0), "qFloor": (("dyn",), "int", 1, 0),
+    "qIsOne": (("dyn",), "bool", 1, 0), "qIsInt": (("dyn",), "bool", 1, 0), "qIsZero": (("dyn",), "bool", 1, 0),
+    "qError": (("dyn",), "string", 256, 0), "qCompare": (("dyn", "dyn"), "int", 1, 0),
+    "binaryQuantity": (("dyn",), "string", 32, 0),
+    "sortedUnique": (("list",), "list<string>", "arg0", 1), "join": (("list", "string"), "string", None, 1),
+    "flatten": (("list",), "list", None, 1), "maxOf": (("list", "dyn"), "dyn", None, 1),
+    "minOf": (("list", "dyn"), "dyn", None, 1), "indexed": (("list",), "list", "arg0", 1),
+    "dig": (("dyn", "list", "dyn"), "dyn", None, 0), "isEmpty": (("dyn",), "bool", 1, 0),
+    "firstIndex": (("list",), "list<int>", "arg0", 1), "groupBy": (("list", "list"), "map", "arg0", 1),
+    "cleanPath": (("string",), "string", "arg0", 0.1), "pathElements": (("string",), "list<string>", "arg0", 0.1),
+    "matches": (("string", "string"), "bool", 1, 0.1),
+    "resourceFamily": (("string", "map", "list"), "map", 3, 1), "podContainers": (("dyn", "map", "list"), "list", None, 1),
+    "podDemand": (("dyn", "map", "list"), "map", None, 1), "withNodeRequirement": (("dyn", "map"), "map", None, 1),
+}

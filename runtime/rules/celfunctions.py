@@ -9,6 +9,7 @@ from celpy import celtypes
 
 from runtime.model import normalize
 from runtime.rules.celadmission import FUNCTIONS as ADMISSION_FUNCTIONS
+from runtime.rules.celadmission import SIGNATURES as ADMISSION_SIGNATURES
 
 
 def fnv64a(text: celtypes.StringType) -> celtypes.StringType:
@@ -46,4 +47,15 @@ FUNCTIONS = {
     "quantity": quantity,
     "beforeDash": beforeDash,
     **ADMISSION_FUNCTIONS,
+}
+
+# The declared signatures of :data:`FUNCTIONS` (the form of :data:`runtime.rules.celadmission.SIGNATURES`):
+# what the CEL type checker and cost estimate (runtime.rules.celtyping) know of each function.
+SIGNATURES = {
+    "lowerAscii": (("string",), "string", "arg0", 0.1),
+    "fnv64a": (("string",), "string", 16, 0.1),
+    "objectName": (("string",), "string", "arg0", 0.1),
+    "quantity": (("int",), "string", 32, 0),
+    "beforeDash": (("string",), "string", "arg0", 0.1),
+    **ADMISSION_SIGNATURES,
 }

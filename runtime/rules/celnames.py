@@ -34,6 +34,11 @@ STANDARD_FUNCTIONS = frozenset({
     "getDayOfMonth", "getDayOfWeek", "getDayOfYear", "getFullYear", "getHours", "getMilliseconds",
     "getMinutes", "getMonth", "getSeconds", "null_type",
 })
+# The deepest nesting of sub-expressions (parentheses, ternaries, arguments, macro bodies) an expression
+# may have: every walk of the tree (these checks, the types, the transpiler) recurses once per level,
+# so a deeper one is a finding, never a RecursionError. cel-go's parser refuses at 250 parser levels;
+# the deepest expression of the shipped rules nests 12.
+MAX_NESTING = 32
 _PARSER_LOCK = threading.Lock()
 _PARSER: Optional[celpy.Environment] = None  # built on the first parse: a start from the compiled-rules cache parses nothing
 
@@ -106,9 +111,32 @@ def parse(source: str, memo: Optional[dict] = None) -> "lark.Tree | CelSyntaxErr
             line = getattr(exc, "line", None) or 1
             column = getattr(exc, "column", None) or 1
             found = CelSyntaxError(line, column, f"CEL syntax error: {_describe(exc.__context__)}")
+        except RecursionError:
+            found = CelSyntaxError(1, 1, f"expression nests deeper than {MAX_NESTING} levels")
+    if not isinstance(found, CelSyntaxError):
+        deep = _too_deep(found)
+        if deep is not None:
+            token = _first_token(deep)
+            found = CelSyntaxError(getattr(token, "line", 1) or 1, getattr(token, "column", 1) or 1,
+                                   f"expression nests deeper than {MAX_NESTING} levels (parentheses, ternaries, "
+                                   f"arguments): split it into variables")
     if memo is not None:
         memo[source] = found
     return found
+
+
+def _too_deep(tree: lark.Tree) -> Optional[Any]:
+    """The first sub-expression nested deeper than :data:`MAX_NESTING`, walked
+    without recursion; None when the tree is shallow enough."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.data == "expr":
+            depth += 1
+            if depth > MAX_NESTING:
+                return node
+        stack.extend((child, depth) for child in node.children if isinstance(child, lark.Tree))
+    return None
 
 
 def _child_trees(node: lark.Tree) -> list[lark.Tree]:

@@ -20,9 +20,14 @@ from typing import Any, Iterator, Optional
 from pydantic import BaseModel
 
 from runtime.model.admission import SHARED_PARAMS, AdmissionPolicySpec, Validation
+from runtime.model.cellimits import CelLimitsSpec
 from runtime.rules.vocabulary import VOCABULARY_PARAMS
 from runtime.model.rulefiles import Expr
-from runtime.rules import celnames
+from runtime.rules import celnames, celtyping
+from runtime.rules.celfunctions import SIGNATURES
+from runtime.rules.celtyping import DYN, T
+from runtime.rules.checktypes import ACTIVATION_TYPES, EXPECTED_TYPES, ExpressionCost, StaticReport
+from runtime.rules.checktypes import kind_type as _kind_type, shared_values as _shared_values
 from runtime.rules.yamlsrc import SourceDocument, dotted
 
 REQUEST_MEMBERS = frozenset({"operation", "namespace", "name", "user"})
@@ -95,19 +100,59 @@ def _leaves(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
 
 
 class _Checker:
-    def __init__(self, settings: Optional[frozenset[str]], params_tables: dict[str, dict], parsed: Optional[dict] = None):
+    def __init__(self, settings: Optional[frozenset[str]], params_tables: dict[str, dict], parsed: Optional[dict] = None,
+                 limits: Optional[CelLimitsSpec] = None, types: bool = True):
         self.settings = settings
         self.params_tables = params_tables
-        self.parsed = parsed
+        self.parsed = {} if parsed is None else parsed
         self.problems: list[StaticProblem] = []
+        self.limits = limits or CelLimitsSpec()
+        self.bounds = celtyping.Bounds(float(self.limits.unboundedStringSize), float(self.limits.unboundedListSize))
+        self.types = types
+        self.costs: list[ExpressionCost] = []
+        self.shared: dict = {}
+        self.complete = True
 
     def expression(self, file: str, doc: SourceDocument, path: tuple, expr: Expr,
-                   names: Optional[celnames.Names]) -> None:
+                   names: Optional[celnames.Names], scope: Optional[celtyping.Scope] = None,
+                   expect: Optional[str] = None) -> T:
+        """Check one expression: syntax and names, then (``scope`` given) types and cost; its type."""
         full = ("spec",) + path
-        for found in celnames.check(str(expr), names, self.parsed):
-            offset = _offset(str(expr), found.line, found.column)
-            line, column = doc.position_in(full, offset)
-            self.problems.append(StaticProblem(file, line, column, dotted(full), found.message))
+        source = str(expr)
+        named = celnames.check(source, names, self.parsed)
+        for found in named:
+            self.record(file, doc, full, source, found)
+        tree = celnames.parse(source, self.parsed)
+        if not self.types or scope is None or isinstance(tree, celnames.CelSyntaxError):
+            return DYN
+        try:
+            result = celtyping.check(source, tree, scope, expect)
+        except (RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            line, column = doc.position_in(full, 0)  # a checker fault refuses the set, in words, never a traceback
+            message = f"the type checker could not read this expression ({exc!r}): {_excerpt(source)}"
+            self.problems.append(StaticProblem(file, line, column, dotted(full), message))
+            return DYN
+        seen = {(p.line, p.column) for p in named}
+        for found in result.problems:
+            if (found.line, found.column) not in seen:
+                self.record(file, doc, full, source, found)
+        line, column = doc.position_in(full, 0)
+        self.costs.append(ExpressionCost(file, line, column, dotted(full), result.cost, source))
+        if result.cost > self.limits.maxExpressionCost:
+            self.problems.append(StaticProblem(
+                file, line, column, dotted(full),
+                f"worst-case cost estimate {_number(result.cost)} is over maxExpressionCost "
+                f"{self.limits.maxExpressionCost} (CelLimits): {_excerpt(source)}"))
+        return result.type
+
+    def record(self, file: str, doc: SourceDocument, full: tuple, source: str, found: Any) -> None:
+        """A finding at ``found``'s line and column within the expression ``source`` at ``full``."""
+        line, column = doc.position_in(full, _offset(source, found.line, found.column))
+        self.problems.append(StaticProblem(file, line, column, dotted(full), found.message))
+
+    def scope(self, roots: dict[str, T]) -> celtyping.Scope:
+        """A type scope of ``roots`` with the custom functions' signatures."""
+        return celtyping.Scope(roots=roots, functions=SIGNATURES, bounds=self.bounds)
 
     def setting(self, file: str, doc: SourceDocument, path: tuple, value: Any) -> None:
         if self.settings is None or not isinstance(value, str) or value in self.settings:
@@ -118,6 +163,15 @@ class _Checker:
             f"unknown setting {value!r} (settings: {', '.join(sorted(self.settings))})"))
 
 
+def _number(cost: float) -> str:
+    return "unbounded" if cost == celtyping.INF else f"{cost:.3g}" if cost >= 1e6 else str(int(cost))
+
+
+def _excerpt(source: str, width: int = 120) -> str:
+    text = " ".join(source.split())
+    return repr(text if len(text) <= width else text[: width - 3] + "...")
+
+
 def _offset(source: str, line: int, column: int) -> int:
     """0-based character offset of 1-based ``line``/``column`` in ``source``."""
     lines = source.split("\n")
@@ -125,94 +179,127 @@ def _offset(source: str, line: int, column: int) -> int:
     return sum(len(text) + 1 for text in lines[: line - 1]) + max(column - 1, 0)
 
 
+_LOOKUP_TYPES = {"when": "bool", "nameExpression": "string", "labelValueExpression": "string"}
+_VALIDATION_TYPES = {"when": "bool", "expression": "bool", "fieldExpression": "string",
+                     "messageExpression": "string", "value": None}
+_DENIAL_TYPES = {"expression": "bool", "messageExpression": "string"}
+_WRITE_TYPES = {"when": "bool", "paths": "list", "value": None}
+
+
 class _PolicyScope:
-    """What one AdmissionPolicy's expressions may name, and the checks of its parts in order.
+    """What one AdmissionPolicy's expressions may name and their types, and the checks of its parts in order.
 
     ``params`` are the shared tables, ``paramsFrom`` and ``params``; ``lookups`` grows as the
-    lookups are checked (each sees only those declared before it). Source: issue 12 item 4.
+    lookups are checked (each sees only those declared before it); ``variables`` (name -> type) as
+    the variables are. ``object``/``oldObject`` are typed by the schema of ``objectKind``
+    (:mod:`runtime.rules.schemas`), a lookup by its kind's. Source: docs/rule-authoring.md.
     """
 
     def __init__(self, checker: _Checker, file: str, doc: SourceDocument, spec: AdmissionPolicySpec):
         self.checker, self.file, self.doc = checker, file, doc
         params: dict = {key: None for key in SHARED_PARAMS + VOCABULARY_PARAMS}
+        params.update({k: v for k, v in checker.shared.items() if k in params})
         for ref in spec.paramsFrom:
             params.update(checker.params_tables.get(ref, {}))
         params.update(spec.params)
         self.params = params
         self.members = {"params": frozenset(params), "request": REQUEST_MEMBERS}
+        missing = [ref for ref in spec.paramsFrom if ref not in checker.params_tables]
+        if missing:  # a table of a broken file is that file's problem, not this policy's: params unchecked
+            del self.members["params"]
+            if checker.complete:
+                checker.problems.append(StaticProblem(
+                    file, doc.line_of(("spec", "paramsFrom")), doc.column_of(("spec", "paramsFrom")), "spec.paramsFrom",
+                    f"no AdmissionParams named {missing[0]!r} (AdmissionParams: "
+                    f"{', '.join(sorted(checker.params_tables)) or 'none'})"))
         if checker.settings is not None:
             self.members["settings"] = checker.settings
-        self.lookups: list[str] = []
+        self.lookups: dict[str, T] = {}
+        obj = _kind_type(spec.objectKind, checker.bounds)
+        name = celtyping.sized("string", 253)
+        self.roots = {
+            "object": obj, "oldObject": obj, "params": DYN if missing else celtyping.of_value(params, "params"),
+            "request": T("object", fields={"operation": name, "namespace": name, "name": name, "user": DYN}),
+            "settings": celtyping.sized("map", len(checker.settings or ()) or celtyping.INF, DYN),
+        }
 
-    def names(self, variables: list[str], item: bool) -> celnames.Names:
+    def names(self, variables, item: bool) -> celnames.Names:
         """The names bound with ``variables`` and the lookups so far visible; ``item`` inside forEach."""
         roots = ADMISSION_ROOTS | ({"item"} if item else set())
         return celnames.Names(roots=frozenset(roots), params=self.params,
                               members={**self.members, "variables": frozenset(variables),
                                        "lookups": frozenset(self.lookups)})
 
-    def expression(self, path: tuple, expr: Expr, scope: celnames.Names) -> None:
-        """Check one expression at ``path`` below ``spec`` against ``scope``."""
-        self.checker.expression(self.file, self.doc, path, expr, scope)
+    def types(self, variables: dict[str, T], item: Optional[T]) -> celtyping.Scope:
+        """The types of the roots with ``variables`` visible, ``item`` when inside forEach."""
+        roots = {**self.roots, "variables": T("object", fields=dict(variables)),
+                 "lookups": T("object", fields=dict(self.lookups))}
+        if item is not None:
+            roots["item"] = item
+        return self.checker.scope(roots)
+
+    def expression(self, path: tuple, expr: Expr, variables: dict[str, T], item: Optional[T],
+                   expect: Optional[str] = None) -> T:
+        """Check one expression at ``path`` below ``spec``; its type."""
+        return self.checker.expression(self.file, self.doc, path, expr, self.names(variables, item is not None),
+                                       self.types(variables, item), expect)
 
     def check_lookups(self, spec: AdmissionPolicySpec) -> None:
-        """``spec.lookups`` in order, each seeing the lookups before it; records their names."""
+        """``spec.lookups`` in order, each seeing the lookups before it; records their names and types."""
         for i, lk in enumerate(spec.lookups):
-            for field_name in ("when", "nameExpression", "labelValueExpression"):
+            for field_name, expect in _LOOKUP_TYPES.items():
                 expr = getattr(lk, field_name)
                 if expr is not None:
-                    self.expression(("lookups", i, field_name), expr, self.names([], False))
-            self.lookups.append(lk.name)
+                    self.expression(("lookups", i, field_name), expr, {}, None, expect)
+            bound = 1 if lk.nameExpression is not None else celtyping.INF
+            elem = _kind_type(lk.kind, self.checker.bounds)
+            self.lookups[lk.name] = celtyping.sized("list", bound if bound == 1 else self.checker.bounds.elements, elem)
 
-    def check_variables(self, spec: AdmissionPolicySpec) -> list[str]:
-        """The policy variables in order, each seeing those before it; returns their names."""
-        declared: list[str] = []
+    def check_variables(self, spec: AdmissionPolicySpec) -> dict[str, T]:
+        """The policy variables in order, each seeing those before it; returns their types."""
+        declared: dict[str, T] = {}
         for i, var in enumerate(spec.variables):
-            self.expression(("variables", i, "expression"), var.expression, self.names(declared, False))
-            declared.append(var.name)
+            declared[var.name] = self.expression(("variables", i, "expression"), var.expression, declared, None)
         return declared
 
-    def rule(self, path: tuple, r, visible: list[str], item: bool,
-             parts: tuple[str, ...]) -> tuple[list[str], bool]:
-        """A validation's or mutation's forEach, own variables and ``parts``.
+    def rule(self, path: tuple, r, visible: dict[str, T], item: Optional[T],
+             parts: dict[str, Optional[str]]) -> tuple[dict[str, T], Optional[T]]:
+        """A validation's or mutation's forEach, own variables and ``parts`` (name -> the type it needs).
 
-        Returns the variables visible inside it and whether ``item`` is bound there.
+        Returns the variables visible inside it and the type of ``item`` there (None: not bound).
         """
+        inner_item = item
         if r.forEach is not None:
-            self.expression(path + ("forEach",), r.forEach, self.names(visible, item))
-        inner_item = item or r.forEach is not None
-        local = list(visible)
+            each = self.expression(path + ("forEach",), r.forEach, visible, item, "list")
+            inner_item = (each.elem or DYN) if each.kind == "list" else DYN
+        local = dict(visible)
         for j, var in enumerate(r.variables):
-            self.expression(path + ("variables", j, "expression"), var.expression, self.names(local, inner_item))
-            local.append(var.name)
-        scope = self.names(local, inner_item)
-        for part in parts:
+            local[var.name] = self.expression(path + ("variables", j, "expression"), var.expression, local, inner_item)
+        for part, expect in parts.items():
             expr = getattr(r, part)
             if expr is not None:
-                self.expression(path + (part,), expr, scope)
+                self.expression(path + (part,), expr, local, inner_item, expect)
         return local, inner_item
 
-    def validation(self, path: tuple, v: Validation, visible: list[str], item: bool) -> None:
+    def validation(self, path: tuple, v: Validation, visible: dict[str, T], item: Optional[T]) -> None:
         """One validation and, depth first, its nested validations."""
-        local, inner = self.rule(path, v, visible, item,
-                                 ("when", "expression", "fieldExpression", "messageExpression", "value"))
+        local, inner = self.rule(path, v, visible, item, _VALIDATION_TYPES)
         for k, sub in enumerate(v.validations):
             self.validation(path + ("validations", k), sub, local, inner)
 
-    def mutation(self, i: int, m, declared: list[str]) -> None:
+    def mutation(self, i: int, m, declared: dict[str, T]) -> None:
         """Mutation ``i``: its own parts, then its denials and writes in the mutation's scope."""
-        local, inner = self.rule(("mutations", i), m, declared, False, ("when",))
-        scope = self.names(local, inner)
+        local, inner = self.rule(("mutations", i), m, declared, None, {"when": "bool"})
         for k, d in enumerate(m.denials):
-            for part in ("expression", "messageExpression"):
+            for part, expect in _DENIAL_TYPES.items():
                 expr = getattr(d, part)
                 if expr is not None:
-                    self.expression(("mutations", i, "denials", k, part), expr, scope)
+                    self.expression(("mutations", i, "denials", k, part), expr, local, inner, expect)
         for k, w in enumerate(m.writes):
-            for part in ("when", "paths", "value"):
+            for part, expect in _WRITE_TYPES.items():
                 expr = getattr(w, part)
                 if expr is not None:
-                    self.expression(("mutations", i, "writes", k, part), expr, scope)
+                    self.expression(("mutations", i, "writes", k, part), expr, local, inner, expect)
 
 
 def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: AdmissionPolicySpec) -> None:
@@ -221,44 +308,72 @@ def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: Admissio
     scope.check_lookups(spec)
     declared = scope.check_variables(spec)
     for i, v in enumerate(spec.validations):
-        scope.validation(("validations", i), v, declared, False)
+        scope.validation(("validations", i), v, declared, None)
     for i, m in enumerate(spec.mutations):
         scope.mutation(i, m, declared)
 
 
 def check_documents(documents: list, parsed: Optional[dict] = None) -> list[StaticProblem]:
-    """Static problems of loaded rule documents (``RuleFile`` objects that carry their ``source``).
+    """Static problems of loaded rule documents (``RuleFile`` objects that carry their ``source``):
+    :func:`static_checks` with types and costs on, its ``problems``."""
+    return static_checks(documents, parsed).problems
+
+
+def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = True,
+                  complete: bool = True) -> StaticReport:
+    """Static problems and costs of loaded rule documents (``RuleFile`` objects that carry their ``source``).
 
     ``parsed`` (CEL source -> parse tree or syntax error, :func:`runtime.rules.celnames.parse`) reuses
-    the loader's parses.
-
-    Every Expr field is syntax-checked; listed fields (:data:`ACTIVATIONS`, AdmissionPolicy) also have
-    their names checked; setting names in :data:`SETTING_FIELDS` must be in the SettingCatalog.
+    the loader's parses. Every Expr field is syntax-checked; listed fields (:data:`ACTIVATIONS`,
+    AdmissionPolicy) also have their names checked and, with ``types``, their types and worst-case
+    cost (:mod:`runtime.rules.celtyping`, the limit of the ``CelLimits`` document); setting names in
+    :data:`SETTING_FIELDS` must be in the SettingCatalog. ``complete`` False: some rule file did not
+    load (its own problems say why), so a table a policy borrows may be missing through no fault of
+    the policy: nothing is reported against what it borrows.
     """
     settings = None
     tables: dict[str, dict] = {}
+    limits = None
     for doc in documents:
         if doc.kind == "SettingCatalog":
             settings = frozenset(s.name for s in doc.spec.settings)
         elif doc.kind == "AdmissionParams":
             tables[doc.name] = dict(doc.spec.values)
-    checker = _Checker(settings, tables, parsed)
+        elif doc.kind == "CelLimits":
+            limits = doc.spec
+    checker = _Checker(settings, tables, parsed, limits, types)
+    checker.complete = complete
+    checker.shared = _shared_values(documents) if types else {}
     for doc in documents:
-        source = doc.source
-        if source is None:
+        if doc.source is None:
             continue
         if doc.kind == "AdmissionPolicy":
-            _admission(checker, doc.file, source, doc.spec)
+            _admission(checker, doc.file, doc.source, doc.spec)
         else:
-            for path, expr in ((p, v) for p, v in _leaves(doc.spec, ()) if isinstance(v, Expr)):
-                bound = activation_of(doc.kind, dotted(path))
-                members = {"settings": settings} if bound and "settings" in bound and settings is not None else {}
-                names = celnames.Names(roots=bound, members=members) if bound is not None else None
-                checker.expression(doc.file, source, path, expr, names)
+            _other(checker, doc, settings)
         for kind, pattern in SETTING_FIELDS:
             if doc.kind != kind:
                 continue
             for path, value in _leaves(doc.spec, ()):
                 if _matches(dotted(path), pattern):
-                    checker.setting(doc.file, source, path, value)
-    return checker.problems
+                    checker.setting(doc.file, doc.source, path, value)
+    return StaticReport(checker.problems, checker.costs)
+
+
+def _other(checker: _Checker, doc: Any, settings: Optional[frozenset[str]]) -> None:
+    """The expressions of a document of another kind than AdmissionPolicy: the names of
+    :data:`ACTIVATIONS` (dyn, but ``constants``), the types of :data:`EXPECTED_TYPES`."""
+    constants = celtyping.of_value(checker.shared.get("constants"), "constants") \
+        if "constants" in checker.shared else DYN
+    for path, expr in ((p, v) for p, v in _leaves(doc.spec, ()) if isinstance(v, Expr)):
+        where = dotted(path)
+        bound = activation_of(doc.kind, where)
+        members = {"settings": settings} if bound and "settings" in bound and settings is not None else {}
+        names = celnames.Names(roots=bound, members=members) if bound is not None else None
+        scope = None
+        if bound is not None:
+            scope = checker.scope({name: constants if name == "constants" else
+                                   celtyping.parse_type(ACTIVATION_TYPES[name], checker.bounds)
+                                   if name in ACTIVATION_TYPES else DYN for name in bound})
+        expect = next((t for k, pattern, t in EXPECTED_TYPES if k == doc.kind and _matches(where, pattern)), None)
+        checker.expression(doc.file, doc.source, path, expr, names, scope, expect)

@@ -92,7 +92,7 @@ def code_identity() -> bytes:
                  getattr(lark, "__version__", version("lark"))):
         digest.update(part.encode() + b"\0")
     runtime_root = Path(__file__).resolve().parents[1]
-    folders = [(runtime_root / "rules", "*.py"), (runtime_root / "model", "*.py"),
+    folders = [(runtime_root / "rules", "*.py"), (runtime_root / "rules" / "schemas", "*.json"), (runtime_root / "model", "*.py"),
                (Path(celpy.__file__).parent, "*.py"), (Path(celpy.__file__).parent, "*.lark")]
     for folder, pattern in folders:
         for path in sorted(folder.glob(pattern)):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -257,11 +258,42 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
 
 
 def _pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument, file: str) -> list[RuleProblem]:
+    """One problem per pydantic error, at its field; a validator's message that starts with the path of
+    a field below it (``fallbackTier: unknown tier ...``) is placed at that field."""
     problems = []
     for err in exc.errors():
         loc = prefix + tuple(err["loc"])
-        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), error_text(err), doc.column_of(loc)))
+        message = error_text(err)
+        inner, rest = _named_field(doc.value, loc, message)
+        if inner:
+            loc, message = loc + inner, rest
+        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), message, doc.column_of(loc)))
     return problems
+
+
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w-]*(?:\.[\w./-]+|\[\d+\])*): (.+)$", re.S)
+
+
+def _named_field(value: Any, loc: tuple, message: str) -> tuple[tuple, str]:
+    """``(path below loc, rest of the message)`` when ``message`` starts ``a.b[0].c: `` and that path is
+    in the document ``value`` below ``loc``; else ``((), message)``."""
+    match = _FIELD_PREFIX.match(message)
+    if match is None:
+        return (), message
+    node = value
+    for part in loc:
+        node = node.get(part) if isinstance(node, dict) else None
+    path: list = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", match.group(1)):
+        key: Any = int(index) if index else name
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return (), message
+        path.append(key)
+    return tuple(path), match.group(2)
 
 
 def load_rules(root: Path | str | None = None) -> RuleSet:
@@ -282,11 +314,15 @@ def load_rules(root: Path | str | None = None) -> RuleSet:
     return ruleset
 
 
-def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | bool" = True) -> tuple[list[RuleProblem], RuleSet]:
+def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | bool" = True,
+                  types: bool = True, costs: Optional[list] = None) -> tuple[list[RuleProblem], RuleSet]:
     """Every problem of every rule file under ``root_path`` (schema, YAML, CEL syntax, static names)
     in file, line, column order, and the documents that loaded (a RuleSet only usable when no problem).
 
-    This is ``accelpolicy lint``; :func:`load_rules` refuses the set when the list is not empty.
+    This is ``accelpolicy lint``; :func:`load_rules` (and so every reload) refuses the set when the list
+    is not empty. The list holds the CEL type and worst-case cost findings of :mod:`runtime.rules.checks`
+    (``types`` False: names and syntax only, for measuring them); ``costs``, when given, receives every
+    typed expression's :class:`runtime.rules.checks.ExpressionCost` (only on a compile: pass ``cache=None``).
     ``cache``: the compiled-rules cache to read and fill (True: :func:`runtime.rules.compiledcache.active`,
     None or False: none). A hit gives the same documents, programs and (no) problems as a compile.
     """
@@ -302,7 +338,7 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
     entry = store.load(key) if key is not None else None
     if entry is not None:
         try:
-            problems, ruleset = _assemble(root_path, files, _Compiler(entry.code), entry)
+            problems, ruleset = _assemble(root_path, files, _Compiler(entry.code), entry, None, types, costs)
         except Exception as exc:  # noqa: BLE001 - an entry whose checksum held but whose content does not rebuild
             problems, ruleset = [RuleProblem(str(root_path), 0, "<cache>", repr(exc))], None
         if not problems:
@@ -310,14 +346,15 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
         store.damaged(entry.path or store.path(key), "does not rebuild these rules")
     compiler = _Compiler()
     packed: Optional[dict] = {} if key is not None else None
-    problems, ruleset = _assemble(root_path, files, compiler, None, packed)
-    if key is not None and not problems:
+    problems, ruleset = _assemble(root_path, files, compiler, None, packed, types, costs)
+    if key is not None and not problems and types:
         store.save(key, packed, compiler.code)
     return problems, ruleset
 
 
 def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], compiler: _Compiler,
-              entry: "compiledcache.Entry | None", packed: Optional[dict] = None) -> tuple[list[RuleProblem], RuleSet]:
+              entry: "compiledcache.Entry | None", packed: Optional[dict] = None, types: bool = True,
+              costs: Optional[list] = None) -> tuple[list[RuleProblem], RuleSet]:
     """Load ``files`` (path, display name, bytes or None when unreadable) into a RuleSet and find every
     problem; ``entry``: the compiled-rules cache's entry for these files (their documents and code; the
     static checks, which its rules passed when it was written, are then not run again); ``packed``
@@ -343,10 +380,12 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
                 continue
             ruleset.documents[key] = doc
     if entry is None:
-        from runtime.rules.checks import check_documents  # not imported by a load from the cache
+        from runtime.rules.checks import static_checks  # not imported by a load from the cache
 
-        problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column)
-                        for p in check_documents(validated, compiler.parsed))
+        report = static_checks(validated, compiler.parsed, types, complete=not problems)
+        problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in report.problems)
+        if costs is not None:
+            costs.extend(report.costs)
     problems.sort(key=lambda p: (p.file, p.line, p.column))
     if not problems:  # a broken file may be the one holding a required kind: report that first
         for kind in REQUIRED_KINDS:

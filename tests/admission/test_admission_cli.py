@@ -146,3 +146,31 @@ def test_broken_admission_rule_file_is_refused_with_file_line_and_path(tmp_path)
     assert problem.file.endswith("admission/settings.yaml")
     assert problem.path == "spec.validations[2].expression"
     assert problem.line == text.splitlines().index("      expression: variables.name in (") + 1
+
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: demo, namespace: default, labels: {kueue.x-k8s.io/queue-name: gpustack--nvidia-a10g-linux-amd64}}
+spec:
+  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "1"}}}]
+"""
+
+
+def test_admit_exits_2_when_a_rule_fails_to_evaluate(tmp_path):
+    """A rule that types clean but fails on this input (a division by zero): the review printed is the
+    policy's failure-mode answer (500 for failurePolicy Fail), and the exit is 2, not 1 (denied)."""
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules, ignore=shutil.ignore_patterns("tests"))
+    pods = rules / "admission" / "pods.yaml"
+    text = pods.read_text()
+    old = "expression: variables.lq == ''"
+    assert old in text
+    pods.write_text(text.replace(old, "expression: variables.lq == '' || 1 / (size(variables.lq) - size(variables.lq)) > 0", 1))
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(POD)
+    result = CliRunner().invoke(main, ["admit", "-f", str(pod), "--rules", str(rules), "--snapshot", SNAPSHOT, "-o", "text"])
+    assert result.exit_code == 2, result.output
+    assert "verdict:  denied (500 InternalError)" in result.output
+    assert result.stderr.startswith("error: policy pods-mutation: a rule failed to evaluate: Internal error occurred: "
+                                    "policy pods-mutation: rules/admission/pods.yaml:81 ")

@@ -76,4 +76,4 @@ def test_a_broken_row_is_refused_naming_file_and_field(tmp_path, old, new, probl
     (rules / "dra-amd.yaml").write_text(text.replace(old, new))
     result = CliRunner().invoke(main, ["lint", str(rules)])
     assert result.exit_code == 1
-    assert result.output.splitlines()[0] == problem
+    assert result.stdout.splitlines()[0] == problem

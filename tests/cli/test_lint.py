@@ -37,7 +37,7 @@ def test_the_shipped_rules_are_clean():
     result = _lint(DEFAULT_RULES_DIR)
     assert result.exit_code == 0, result.stdout
     assert result.stdout == ""
-    assert result.stderr == f"{DEFAULT_RULES_DIR}: clean\n"
+    assert result.stderr == f"reading rules from {DEFAULT_RULES_DIR}\n{DEFAULT_RULES_DIR}: clean\n"
 
 
 def test_every_problem_of_every_file_at_once(rules_copy):
@@ -89,7 +89,7 @@ def test_every_problem_of_every_file_at_once(rules_copy):
         f"rules/pools/derivation.yaml:{l3}:{c3} spec.entrance: unknown function 'fnv64b'",
         f"rules/pools/derivation.yaml:{l3}:{c4} spec.entrance: undeclared name 'nam' (names here: entrancePrefix, name)",
     ]
-    assert result.stderr == "7 problems in 4 file(s)\n"
+    assert result.stderr == f"reading rules from {rules_copy}\n7 problems in 4 file(s)\n"
     # the loader refuses the same set with the same lines
     with pytest.raises(RuleLoadError) as err:
         load_rules(rules_copy)

@@ -396,7 +396,7 @@ def test_rule_file_event_message_with_an_unknown_variable(rules_copy):
     _replace(rules_copy / "pools" / "derivation.yaml", "left the pool: no longer", "left pool {pool}: no longer")
     (problem,) = _problems(rules_copy)
     assert problem.startswith("rules/pools/derivation.yaml:")
-    assert problem.endswith("spec.events: nodeLeftPool.message: unknown variable(s) ['pool']; "
+    assert problem.endswith("spec.events.nodeLeftPool.message: unknown variable(s) ['pool']; "
                             "allowed: ['flavors', 'node']")
 
 
@@ -406,5 +406,5 @@ def test_a_reach_message_naming_an_unknown_field_is_refused_at_load(rules_copy):
     _replace(rules_copy / "audit.yaml", "selects {selected} of its {nodes} nodes", "selects {selectd} of its {nodes} nodes")
     (problem,) = _problems(rules_copy)
     assert problem.startswith("rules/audit.yaml:")
-    assert problem.endswith("spec.reach.unselected: some: unknown template field(s) selectd "
+    assert problem.endswith("spec.reach.unselected.some: unknown template field(s) selectd "
                             "(known: flavor, missing, nodes, pool, selected)")

@@ -124,3 +124,26 @@ def _once_torn(real):
         calls.append(root)
         return "torn" if len(calls) == 1 else real(root)
     return fingerprint_
+
+
+def test_a_set_with_a_type_error_is_refused_at_reload(mount):
+    """The type check is part of every load (docs/rule-authoring.md "What lint checks"): a message that
+    adds an int to a string, which cel-python would answer with a 500 on every review, is never swapped in."""
+    refused = []
+    watcher = RulesWatcher(mount, lambda rs: pytest.fail("a set with a type error was swapped in"), refused.append)
+    working = watcher.current
+
+    def message(target: Path) -> None:
+        path = target / "pools" / "derivation.yaml"
+        text = path.read_text()
+        old = "entrance: 'entrancePrefix + fnv64a(name)'"
+        path.write_text(text.replace(old, "entrance: 'entrancePrefix + size(name)'"))
+
+    _version(mount, "2026_12_01_00_03_00.4", message)
+    assert watcher.poll() is False
+    assert watcher.current is working and watcher.failures == 1
+    text = (mount / "pools" / "derivation.yaml").read_text()
+    line = text[: text.index("\n  entrance: ")].count("\n") + 2
+    assert [str(p) for p in refused[0].problems] == [
+        f"rules/pools/derivation.yaml:{line}:14 spec.entrance: type mismatch: no '+' for (string, int) in "
+        "'entrancePrefix + size(name)'"]
