@@ -132,6 +132,19 @@ class _Compiler:
     def __init__(self, code: Optional[dict] = None):
         self.parsed: dict = {}
         self.code: dict = dict(code or {})
+        self.programs: list = []   # every CelExpression made, to be given the generation's limits
+
+    def limit(self, ruleset: "RuleSet") -> list[RuleProblem]:
+        """Give every expression compiled the run-time budget of ``ruleset``'s CelLimits document
+        (rules/cel.yaml ``runtime``; Kubernetes' defaults without one); a second one is a problem."""
+        found = ruleset.all("CelLimits")
+        if len(found) > 1:
+            return [RuleProblem(doc.file, doc.line, "kind", f"only one CelLimits document may exist (also "
+                                f"{found[0].file}:{found[0].line})") for doc in found[1:]]
+        if found:
+            for program in self.programs:
+                program.limits = found[0].spec.runtime
+        return []
 
     def compile(self, source: str, where: str):
         """The CelExpression of ``source``; None when it does not parse (the static checks report it).
@@ -145,7 +158,9 @@ class _Compiler:
             if isinstance(tree, celnames.CelSyntaxError):
                 return None
             code = self.code[source] = transpile(tree)
-        return program_from_code(source, where, code)
+        program = program_from_code(source, where, code)
+        self.programs.append(program)
+        return program
 
 
 def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, problems: list,
@@ -347,6 +362,7 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
 
         problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column)
                         for p in check_documents(validated, compiler.parsed))
+    problems.extend(compiler.limit(ruleset))
     problems.sort(key=lambda p: (p.file, p.line, p.column))
     if not problems:  # a broken file may be the one holding a required kind: report that first
         for kind in REQUIRED_KINDS:
