@@ -1,8 +1,10 @@
 """Hot reload of the controller's rules (issue 12 item 7): a :class:`~runtime.rules.reload.RulesWatcher`
 wired to a running :class:`~runtime.controller.reconciler.Controller` and, when served, its webhooks.
 
-A new generation is swapped in one assignment per holder (the controller's and applier's Policy; the
-webhooks' AdmissionEngine and a new live view of the new policy, together as one served generation,
+A new generation is swapped in one assignment per holder (the controller's Policy, which its applier
+reads through the controller, and which a pass in progress does not see: each pass reads its
+generation once, :attr:`~runtime.controller.reconciler.Controller.policy`; the webhooks'
+AdmissionEngine and a new live view of the new policy, together as one served generation,
 :meth:`~runtime.controller.webhooks.ControllerWebhooks.swap`), then the controller reconciles once. A
 refused set leaves every holder on the working generation. Each outcome is logged, counted in
 ``accelpolicy_rules_generation`` (gauge) and ``accelpolicy_rules_reload_failures_total`` (counter),
@@ -75,8 +77,7 @@ class ControllerRulesReload:
         except KeyError as exc:  # a dangling paramsFrom/builtin: refuse like a lint finding
             self._refused(RuleLoadError([]), str(exc.args[0]))
             return
-        self.controller.policy = policy
-        self.controller.applier.policy = policy
+        self.controller.policy = policy   # one assignment: the next pass reads it (and its applier with it)
         if self.webhooks is not None:
             self.webhooks.swap(policy, engine)
         self.generation.set(ruleset.generation)
