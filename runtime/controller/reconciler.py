@@ -151,20 +151,6 @@ class Controller(ActionWriter, PassSteps):
         self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
         self.guard = StartGuard(policy, self.settings_namespace)  # no destructive step before the view is whole
 
-    # -- the rules generation --------------------------------------------------------------------------
-    @property
-    def policy(self) -> Policy:
-        """The rules generation in force: during a pass, the one that pass read when it began (every
-        step of the pass, its applier and its fit label writes see that one object, however many
-        reloads happen meanwhile); between passes, the newest assigned."""
-        pinned = self._pass_policy
-        return pinned if pinned is not None else self._served
-
-    @policy.setter
-    def policy(self, policy: Policy) -> None:
-        """A reload: one assignment; the next pass reads it, a pass in progress keeps its own."""
-        self._served = policy
-
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
         self.events += 1
