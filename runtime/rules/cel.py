@@ -47,7 +47,7 @@ from runtime.rules.celvalues import from_cel, to_cel
 from runtime.rules.memo import BoundedMemo, fingerprint
 
 __all__ = ["CelBudgetExceeded", "CelCompileError", "CelEvalError", "CelExpression", "CelRuntime", "Deadline",
-           "cel_runtime", "compile_expression", "program_from_code", "transpile"]
+           "cel_runtime", "compile_expression", "install_runtime", "program_from_code", "transpile"]
 # cel-python logs every evaluation failure at ERROR before raising it; CelEvalError reports it, once.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
 _MISSING = object()
@@ -210,16 +210,21 @@ class CelRuntime:
     ``recursion_limit`` when built: cel-python's Environment does the same, and a process that only
     runs cached programs never builds one).
 
+    ``counting=False`` runs cel-python's helpers without the budget (no counting, no stop): the
+    benchmark's baseline (benchmarks/cel_budget.py), installed with :func:`install_runtime`.
+
     Build one with :func:`cel_runtime` (the process's); tests may build their own."""
 
     MEMO_ENTRIES = 65536
     MEMO_BYTES = 32 * 1024 * 1024
 
-    def __init__(self, recursion_limit: int = 2500):
+    def __init__(self, recursion_limit: int = 2500, counting: bool = True):
         self.recursion_limit = max(sys.getrecursionlimit(), recursion_limit)
         sys.setrecursionlimit(self.recursion_limit)
+        self.counting = counting
         self.slot = BudgetSlot()
-        self._template = celfast.program_globals({**_celeval.__dict__, "runtime": _runtime_pkg}, self.slot)
+        self._template = celfast.program_globals({**_celeval.__dict__, "runtime": _runtime_pkg},
+                                                 self.slot if counting else None)
         self._threads = threading.local()
         self.base = _Activation(annotations=dict(celpy.googleapis), functions=celfunctions.FUNCTIONS)
         self.lock = threading.RLock()
@@ -245,8 +250,9 @@ class CelRuntime:
                 self._env = celpy.Environment(runner_class=_Runner)
             return self._env
 
-    def run(self, program: _Program, context: Any, budget: Budget) -> Any:
-        """``program.evaluate(context)`` charging ``budget`` (set in this thread's slot meanwhile)."""
+    def run(self, program: _Program, context: Any, budget: Optional[Budget]) -> Any:
+        """``program.evaluate(context)`` charging ``budget`` (set in this thread's slot meanwhile;
+        None: uncounted)."""
         slot = self.slot
         outer, slot.budget = slot.budget, budget
         try:
@@ -268,6 +274,17 @@ def cel_runtime() -> CelRuntime:
             if _RUNTIME is None:
                 _RUNTIME = CelRuntime()
     return _RUNTIME
+
+
+def install_runtime(runtime: CelRuntime) -> CelRuntime:
+    """Make ``runtime`` the process's :class:`CelRuntime` (before any expression is compiled: a
+    program keeps the runtime it was built with). Raises RuntimeError when one is in use already."""
+    global _RUNTIME
+    with _RUNTIME_LOCK:
+        if _RUNTIME is not None and _RUNTIME is not runtime:
+            raise RuntimeError("a CEL runtime is in use already: install another before compiling rules")
+        _RUNTIME = runtime
+    return runtime
 
 
 def environment() -> celpy.Environment:
@@ -327,7 +344,9 @@ class CelExpression:
         """
         program = self._program
         try:
-            result = program.runtime.run(program, cel_activation, Budget(self.limits, deadline))
+            runtime = program.runtime
+            budget = Budget(self.limits, deadline) if runtime.counting else None
+            result = runtime.run(program, cel_activation, budget)
         except CelBudgetExceeded as exc:
             exc.where = self.where
             raise

@@ -145,3 +145,15 @@ def test_importing_cel_writes_nothing_into_cel_python_and_the_runtime_is_one_obj
     assert "runtime" not in celeval.__dict__
     assert cel.cel_runtime() is cel.cel_runtime()
     assert cel.compile_expression("1")._program.runtime is cel.cel_runtime()
+
+
+def test_an_uncounted_runtime_is_cel_python_without_the_budget():
+    """The benchmark's baseline (benchmarks/cel_budget.py): no counting helpers, no stop."""
+    uncounted = cel.CelRuntime(counting=False)
+    code = cel.transpile(cel.environment().compile("xs.map(x, x * 2)"))
+    expr = cel.CelExpression("xs.map(x, x * 2)", "test", cel._Program(code, uncounted),
+                             limits=CelRuntimeLimits(costLimit=5))
+    assert expr.evaluate({"xs": [1, 2, 3]}, memo=False) == [2, 4, 6]
+    assert uncounted.globals()["celpy"].evaluation.macro_map is __import__("celpy").evaluation.macro_map
+    with pytest.raises(RuntimeError, match="a CEL runtime is in use already"):
+        cel.install_runtime(uncounted)
