@@ -30,7 +30,8 @@ class CelRuntimeLimits(Strict):
 class CelLimitsSpec(Strict):
     """rules/cel.yaml: limits on what CEL expressions may cost (``runtime``: at evaluation)."""
 
-    runtime: CelRuntimeLimits = CelRuntimeLimits()
+    runtime: CelRuntimeLimits = Field(CelRuntimeLimits(), description="the budget every evaluation carries and "
+                                      "stops at (docs/rule-authoring.md \"Run-time budget\")")
 
 
 rulefiles.SPEC_MODELS["CelLimits"] = CelLimitsSpec
