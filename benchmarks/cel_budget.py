@@ -14,6 +14,10 @@ Engine only (no HTTP, the steadier figure on a shared machine): a child process 
 ``decide()`` on ``--engine-reviews`` unique reviews per case (the memo sees each object once) and
 reports its own CPU per review; the two kinds alternate, ``--rounds`` times.
 
+Paired (the steadiest figure): one process holds the rules twice, once bound to the counting runtime
+and once to an uncounted one, and judges the same unique reviews with each in alternating blocks of
+20, timing each block with the thread's CPU clock: both see the same machine at the same moments.
+
 Figures, not pass/fail (the goal: the budget costs at most 10 % of a review's CPU).
 Usage: ``.venv/bin/python benchmarks/cel_budget.py [--seconds 4] [--rounds 2] [--engine-reviews 400]
 [--no-http] [--json]``.
@@ -116,6 +120,50 @@ def engine_child(counting: bool, n: int) -> dict:
     return out
 
 
+def paired(n: int, block: int = 20) -> dict:
+    """``{case: {budget|uncounted: CPU ms per review}}`` from one process (see the module docstring)."""
+    import time
+
+    from runtime.engine.admission import AdmissionEngine, admission_view, decide
+    from runtime.engine.policy import Policy
+    from runtime.rules import cel
+    from runtime.rules.loader import load_rules
+    from runtime.snapshots import load_snapshot
+
+    def engine_of() -> tuple:
+        policy = Policy(load_rules())
+        return AdmissionEngine(policy), admission_view(policy, load_snapshot([SNAPSHOT]))
+
+    counted = engine_of()   # bound to the process's (counting) runtime
+    process_runtime = cel.cel_runtime()
+    cel._RUNTIME = cel.CelRuntime(counting=False)   # a program keeps the runtime it was built with
+    try:
+        uncounted = engine_of()
+    finally:
+        cel._RUNTIME = process_runtime
+    out = {}
+    for label, (path, kind) in CASES.items():
+        bodies = [loadgen.review(kind, i, "paired")[0] for i in range(n)]
+        spent = {"budget": 0.0, "uncounted": 0.0}
+        ratios = []   # budget / uncounted of each adjacent pair of blocks: robust to the machine's bursts
+        for name, (engine, view) in (("budget", counted), ("uncounted", uncounted)):  # warm-up
+            for body in bodies[:block]:
+                decide(engine, json.loads(body), view, engine.by_path(path))
+        for start in range(0, n, block):
+            order = (("budget", counted), ("uncounted", uncounted))
+            pair = {}
+            for name, (engine, view) in (order if start // block % 2 == 0 else order[::-1]):
+                t = time.thread_time()
+                for body in bodies[start:start + block]:
+                    decide(engine, json.loads(body), view, engine.by_path(path))
+                pair[name] = time.thread_time() - t
+                spent[name] += pair[name]
+            ratios.append(pair["budget"] / pair["uncounted"])
+        out[label] = {name: seconds / n * 1000 for name, seconds in spent.items()}
+        out[label]["median_pair_ratio"] = statistics.median(ratios)
+    return out
+
+
 def engine_only(n: int, rounds: int) -> dict:
     """``{case: {budget|uncounted: [CPU ms/review per round]}}`` from alternating child processes."""
     out: dict = {}
@@ -159,15 +207,21 @@ def main() -> None:
         print(json.dumps(engine_child(args.engine_child[0] == "budget", int(args.engine_child[1]))))
         return
     load_before = os.getloadavg()[0]
+    pairs = paired(args.engine_reviews * 2)
     engine = {label: {name: statistics.median(ms) for name, ms in runs.items()}
               for label, runs in engine_only(args.engine_reviews, args.rounds).items()}
     table = {} if args.no_http else summary(measure(args.seconds, args.rounds))
     if args.json:
         print(json.dumps({"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0],
-                          "engine_only": engine, "results": table}, indent=2))
+                          "paired": pairs, "engine_only": engine, "results": table}, indent=2))
         return
     print(f"machine: {os.cpu_count()} CPUs, load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}; "
           f"{args.rounds} rounds, medians")
+    for label, row in pairs.items():
+        share = row["budget"] / row["uncounted"] - 1
+        print(f"  paired      {label:24s} budget {row['budget']:.3f}  uncounted {row['uncounted']:.3f} "
+              f"CPU ms/review: budget's share {share * 100:+.1f} % (median of block pairs "
+              f"{(row['median_pair_ratio'] - 1) * 100:+.1f} %)")
     for label, row in engine.items():
         share = row["budget"] / row["uncounted"] - 1
         print(f"  engine only {label:24s} budget {row['budget']:.3f}  uncounted {row['uncounted']:.3f} "
