@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import benchmarks.loadgen as loadgen  # noqa: E402
-from benchmarks.webhook import CASES, SNAPSHOT, Server, _free_port, _measure  # noqa: E402
+from benchmarks.webhook import CASES, SNAPSHOT, Server, _free_port, _measure, engine_and_view  # noqa: E402
 
 COMMANDS = {
     "budget": [sys.executable, "-c", "from runtime.cli import main; main(prog_name='accelpolicy')", "webhook"],
@@ -90,14 +90,9 @@ def engine_child(counting: bool, n: int) -> dict:
     from runtime.rules.cel import CelRuntime, install_runtime
 
     install_runtime(CelRuntime(counting=counting))
-    from runtime.engine.admission import AdmissionEngine, admission_view, decide
-    from runtime.engine.policy import Policy
-    from runtime.rules.loader import load_rules
-    from runtime.snapshots import load_snapshot
+    from runtime.engine.admission import decide
 
-    policy = Policy(load_rules())
-    engine = AdmissionEngine(policy)
-    view = admission_view(policy, load_snapshot([SNAPSHOT]))
+    engine, view = engine_and_view()
     out = {}
     for label, (path, kind) in CASES.items():
         name = engine.by_path(path)
@@ -124,21 +119,14 @@ def paired(n: int, block: int = 20) -> dict:
     """``{case: {budget|uncounted: CPU ms per review}}`` from one process (see the module docstring)."""
     import time
 
-    from runtime.engine.admission import AdmissionEngine, admission_view, decide
-    from runtime.engine.policy import Policy
+    from runtime.engine.admission import decide
     from runtime.rules import cel
-    from runtime.rules.loader import load_rules
-    from runtime.snapshots import load_snapshot
 
-    def engine_of() -> tuple:
-        policy = Policy(load_rules())
-        return AdmissionEngine(policy), admission_view(policy, load_snapshot([SNAPSHOT]))
-
-    counted = engine_of()   # bound to the process's (counting) runtime
+    counted = engine_and_view()   # bound to the process's (counting) runtime
     process_runtime = cel.cel_runtime()
     cel._RUNTIME = cel.CelRuntime(counting=False)   # a program keeps the runtime it was built with
     try:
-        uncounted = engine_of()
+        uncounted = engine_and_view()
     finally:
         cel._RUNTIME = process_runtime
     out = {}
