@@ -93,11 +93,15 @@ class Server:
         self.proc.wait(timeout=10)
 
 
+def engine_and_view() -> tuple[AdmissionEngine, object]:
+    """The shipped rules' AdmissionEngine and the admission view of :data:`SNAPSHOT`."""
+    policy = Policy(load_rules())
+    return AdmissionEngine(policy), admission_view(policy, load_snapshot([SNAPSHOT]))
+
+
 def engine_only(n: int) -> dict:
     """``decide()`` in-process on ``n`` unique reviews per case: mean and p99 ms (no HTTP)."""
-    policy = Policy(load_rules())
-    engine = AdmissionEngine(policy)
-    view = admission_view(policy, load_snapshot([SNAPSHOT]))
+    engine, view = engine_and_view()
     out = {}
     for label, (path, kind) in CASES.items():
         name = engine.by_path(path)

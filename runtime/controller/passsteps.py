@@ -1,7 +1,8 @@
 """Steps of a reconcile pass that the :class:`~runtime.controller.reconciler.Controller` takes around its
 plan: derive warnings logged once, the fit labels' coalescing window (spec/node-facts.md §9), the
 Workload check answers (spec/pools.md §8.2) and the InvalidSetting Events (spec/settings.md §1). A mixin:
-it reads and sets the Controller's own fields (``policy``, ``settings_namespace``, ``_requeue_at``,
+it reads and sets the Controller's own fields (``_served`` and ``_pass_policy``, the rules generation
+behind :attr:`PassSteps.policy`; ``settings_namespace``, ``_requeue_at``,
 ``_fit_since``, ``_warned``, ``_reported``, ``_pass``) and calls its ``_create_event``."""
 from __future__ import annotations
 
@@ -13,12 +14,27 @@ from loguru import logger
 from runtime.controller.plan import Action
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.workloadchecks import plan_workload_checks
+from runtime.engine.policy import Policy
 from runtime.engine.pools import DesiredState
 from runtime.engine.settings import decode_secret_data
 
 
 class PassSteps:
     """The pass steps above; mixed into the Controller."""
+
+    # -- the rules generation --------------------------------------------------------------------------
+    @property
+    def policy(self) -> Policy:
+        """The rules generation in force: during a pass, the one that pass read when it began (every
+        step of the pass and its applier see that one object, however many
+        reloads happen meanwhile); between passes, the newest assigned."""
+        pinned = self._pass_policy
+        return pinned if pinned is not None else self._served
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        """A reload: one assignment; the next pass reads it, a pass in progress keeps its own."""
+        self._served = policy
 
     def _requeue(self, due: float) -> None:
         """Ask for a pass at ``due`` (time.monotonic()), or earlier when one is already asked for."""

@@ -114,7 +114,8 @@ class Controller(ActionWriter, PassSteps):
                  fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = (), tune_gc: bool = True):
         self.session = session
         self.tune_gc = tune_gc
-        self.policy = policy
+        self._served = policy        # the rules generation the next pass reads (a reload assigns it)
+        self._pass_policy: Policy | None = None   # the one the pass in progress read, once
         self.coalesce_seconds = coalesce_seconds
         self.fit_coalesce_seconds = policy.labels.fitCoalesceSeconds if fit_coalesce_seconds is None \
             else fit_coalesce_seconds
@@ -136,7 +137,7 @@ class Controller(ActionWriter, PassSteps):
         self.listeners: list[Callable[[str, str, dict], None]] = []  # also told of every cache event
         self.observers: list[Callable[[ReconcileResult], None]] = []  # told of every pass (metrics)
         self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
-        self.applier = Applier(session, policy, cache=self.cache)
+        self.applier = Applier(session, policy, cache=self.cache, policy_source=lambda: self.policy)
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
         self.transitions = TransitionEvents()  # the state-transition Events (issue 14 item 3)
@@ -222,7 +223,11 @@ class Controller(ActionWriter, PassSteps):
         """Derive from the cache and execute the plan; failures of single actions are collected
         in ``errors`` (and mark the cluster dirty for a retry), not raised."""
         with self.applier.recording() as own:  # this pass's writes, not the audit's or a reload's meanwhile
-            return self._reconcile(own)
+            self._pass_policy = self._served   # the pass reads its rules generation once
+            try:
+                return self._reconcile(own)
+            finally:
+                self._pass_policy = None
 
     def _reconcile(self, own: list[Write]) -> ReconcileResult:
         """The pass of :meth:`reconcile`; ``own`` gathers its writes (on this thread and its fit label workers)."""
@@ -238,7 +243,7 @@ class Controller(ActionWriter, PassSteps):
             self._create_event(event)
         self._log_warnings(state.warnings)
         actions, deferred = self._planned(state, snapshot)
-        self.guard.policy = self.policy  # a rules reload swaps the controller's policy
+        self.guard.policy = self.policy  # the pass's generation (a reload meanwhile waits for the next pass)
         actions, held = self.guard.hold(actions, snapshot, self.cache.never_synced())
         if (due := self.guard.due()) is not None:  # the grace period's end: a pass then
             self._requeue(due)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -78,16 +78,31 @@ UNREAD = object()   # update(current=UNREAD): read the object from the server
 
 
 class Applier:
-    """Mutating calls for one :class:`Session`; ``cache`` (a ClusterCache) receives the answers."""
+    """Mutating calls for one :class:`Session`; ``cache`` (a ClusterCache) receives the answers.
 
-    def __init__(self, session: Session, policy: Policy, cache=None, field_manager: str = FIELD_MANAGER):
+    ``policy``: the rules generation deciding what accelpolicy owns (:meth:`delete`); or
+    ``policy_source``, a callable asked at each use (the controller's: the generation of the pass in
+    progress, so a reload never swaps it under a pass)."""
+
+    def __init__(self, session: Session, policy: Policy, cache=None, field_manager: str = FIELD_MANAGER,
+                 policy_source: Optional[Callable[[], Policy]] = None):
         self.session = session
-        self.policy = policy
+        self._policy = policy
+        self._policy_source = policy_source
         self.cache = cache
         self.field_manager = field_manager
         self.writes: list[Write] = []
         self._lock = threading.Lock()
         self._local = threading.local()  # .logs: the recording() lists of this thread
+
+    @property
+    def policy(self) -> Policy:
+        """The rules generation in force for this applier (see the class docstring)."""
+        return self._policy_source() if self._policy_source is not None else self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self._policy, self._policy_source = policy, None
 
     @contextmanager
     def recording(self, log: list[Write] | None = None) -> Iterator[list[Write]]:

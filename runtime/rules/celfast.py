@@ -17,6 +17,13 @@ and ``celtypes`` namespaces holding every attribute of the real modules except t
   (a generic alias subscripted per call) and its debug lines.
 - ``evaluation.function_size``: ``size()`` returning the fast ``IntType``, without its debug line.
 
+The same namespaces carry the run-time budget (:mod:`runtime.rules.celbudget`): the comprehension
+macros (``evaluation.macro_map``, ``macro_filter``, ``macro_all``, ``macro_exists``,
+``macro_exists_one``) read their source in steps of ``checkEvery`` iterations and charge each step to
+the budget of the evaluation running on the thread (:class:`~runtime.rules.celbudget.BudgetSlot`),
+and the globals' ``operator`` is a namespace whose ``add`` charges and checks the strings and lists it
+builds. Without a budget in the slot they are cel-python's own.
+
 Nothing in cel-python is changed: its modules, classes and functions are the ones it ships, for
 every other caller and thread. Only code executed with these globals (:mod:`runtime.rules.cel`'s
 programs, under its lock) reads the namespaces. Values are cel-python's own types, so a result
@@ -27,9 +34,10 @@ own globals with the real ``celpy`` package: stock behaviour.
 """
 from __future__ import annotations
 
+import dis
 import operator
 import types
-from typing import Any
+from typing import Any, Optional
 
 import celpy
 import celpy.celtypes as _celtypes
@@ -41,6 +49,10 @@ _INT = _celtypes.IntType
 _BOOL = _celtypes.BoolType
 _CELEvalError = _celeval.CELEvalError
 _int_new = int.__new__
+_MACROS = ("macro_map", "macro_filter", "macro_all", "macro_exists", "macro_exists_one")
+_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
+_BODY_COSTS: dict = {}   # a comprehension body's code object -> its cost per iteration
+_MAX_BODY_COSTS = 65536
 
 
 def cel_int(source: Any) -> Any:
@@ -95,6 +107,60 @@ def function_size(container: Any) -> Any:
     return cel_int(len(container))
 
 
+def body_cost(code: Any) -> int:
+    """The cost of one iteration of a comprehension whose body is ``code`` (a transpiled lambda's
+    code object): 1 plus the calls it makes directly (operators, functions, nested macros), counted
+    once per code object."""
+    cost = _BODY_COSTS.get(code)
+    if cost is None:
+        if len(_BODY_COSTS) >= _MAX_BODY_COSTS:  # code objects of generations gone: start again
+            _BODY_COSTS.clear()
+        cost = _BODY_COSTS[code] = 1 + sum(1 for i in dis.get_instructions(code) if i.opname in _CALLS)
+    return cost
+
+
+def _counted(macro: Any, slot: Any) -> Any:
+    """cel-python's comprehension ``macro`` reading its source through the thread's budget (see the
+    module docstring); cel-python's own when no budget is set."""
+    def comprehension(activation: Any, bind_variable: str, cel_expr: Any, cel_gen: Any) -> Any:
+        budget = slot.budget
+        if budget is None:
+            return macro(activation, bind_variable, cel_expr, cel_gen)
+        per = body_cost(getattr(cel_expr, "__code__", None))
+        every = budget.every
+
+        def source(act: Any) -> Any:
+            count = 0
+            for value in cel_gen(act):
+                if count == every:
+                    budget.step(count, count * per)
+                    count = 0
+                count += 1
+                yield value
+            budget.step(count, count * per)
+
+        return macro(activation, bind_variable, cel_expr, source)
+
+    comprehension.__name__ = comprehension.__qualname__ = macro.__name__
+    return comprehension
+
+
+def _checked_add(slot: Any) -> Any:
+    """``operator.add`` (CEL ``+``) charging the strings, bytes and lists it builds to the thread's
+    budget and checking their size."""
+    add = operator.add
+
+    def checked_add(a: Any, b: Any) -> Any:
+        value = add(a, b)
+        if isinstance(value, (str, bytes, list)):
+            budget = slot.budget
+            if budget is not None:
+                budget.built(value)
+        return value
+
+    return checked_add
+
+
 def _installed_version() -> str:
     import importlib.metadata
 
@@ -104,11 +170,12 @@ def _installed_version() -> str:
         return ""
 
 
-def program_globals(evaluation_globals: dict) -> dict:
+def program_globals(evaluation_globals: dict, slot: Optional[Any] = None) -> dict:
     """The globals to execute transpiled programs with: a copy of ``evaluation_globals`` (cel-python's
     ``celpy.evaluation`` globals, with whatever the caller added to them) whose ``celpy`` is the
     namespace described in the module docstring when cel-python is :data:`PINNED`; else
-    ``evaluation_globals`` itself (stock behaviour)."""
+    ``evaluation_globals`` itself (stock behaviour, no budget). ``slot``: the
+    :class:`~runtime.rules.celbudget.BudgetSlot` the counting helpers charge (None: no counting)."""
     if _installed_version() != PINNED:
         return evaluation_globals
     evaluation = types.SimpleNamespace(**vars(_celeval))
@@ -120,11 +187,15 @@ def program_globals(evaluation_globals: dict) -> dict:
     evaluation.bool_ne = _compare(operator.ne)
     evaluation.operator_in = operator_in
     evaluation.function_size = function_size
+    out = dict(evaluation_globals)
+    if slot is not None:
+        for name in _MACROS:
+            setattr(evaluation, name, _counted(getattr(_celeval, name), slot))
+        out["operator"] = types.SimpleNamespace(**{**vars(operator), "add": _checked_add(slot)})
     celtypes = types.SimpleNamespace(**vars(_celtypes))
     celtypes.IntType = cel_int
     package = types.SimpleNamespace(**vars(celpy))
     package.evaluation = evaluation
     package.celtypes = celtypes
-    out = dict(evaluation_globals)
     out["celpy"] = package
     return out

@@ -55,7 +55,7 @@ def dyn(size: float = INF) -> T:
 class Bounds:
     """Sizes where nothing else bounds a value (no literal, rule-file value or schema bound): ``string``
     characters for a string, ``elements`` elements or entries for a list or map (rules/cel.yaml
-    ``unboundedStringSize``, ``unboundedListSize``)."""
+    ``static.unboundedStringSize``, ``static.unboundedListSize``)."""
 
     string: float = 4096.0
     elements: float = 256.0

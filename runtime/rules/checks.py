@@ -106,7 +106,7 @@ class _Checker:
         self.params_tables = params_tables
         self.parsed = {} if parsed is None else parsed
         self.problems: list[StaticProblem] = []
-        self.limits = limits or CelLimitsSpec()
+        self.limits = (limits or CelLimitsSpec()).static
         self.bounds = celtyping.Bounds(float(self.limits.unboundedStringSize), float(self.limits.unboundedListSize))
         self.types = types
         self.costs: list[ExpressionCost] = []

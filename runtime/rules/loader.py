@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.resources
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -25,34 +24,12 @@ from typing import Any, Iterator, Optional
 from pydantic import BaseModel, ValidationError
 
 from runtime.model import rulefiles
-from runtime.model.errors import error_text
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
 from runtime.rules.cel import CelCompileError, program_from_code, transpile
 from runtime.rules.vocabulary import link
+from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems  # noqa: F401 - re-exported
 from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
-
-
-@dataclass(frozen=True)
-class RuleProblem:
-    """One problem in one rule file."""
-
-    file: str
-    line: int
-    path: str
-    message: str
-    column: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column} {self.path}: {self.message}"
-
-
-class RuleLoadError(ValueError):
-    """Raised when any rule file is broken; ``problems`` lists every problem found."""
-
-    def __init__(self, problems: list[RuleProblem]):
-        self.problems = problems
-        super().__init__("rule files refused:\n" + "\n".join(f"  {p}" for p in problems))
 
 
 def installed_rules_dir() -> Path:
@@ -133,6 +110,19 @@ class _Compiler:
     def __init__(self, code: Optional[dict] = None):
         self.parsed: dict = {}
         self.code: dict = dict(code or {})
+        self.programs: list = []   # every CelExpression made, to be given the generation's limits
+
+    def limit(self, ruleset: "RuleSet") -> list[RuleProblem]:
+        """Give every expression compiled the run-time budget of ``ruleset``'s CelLimits document
+        (rules/cel.yaml ``runtime``; Kubernetes' defaults without one); a second one is a problem."""
+        found = ruleset.all("CelLimits")
+        if len(found) > 1:
+            return [RuleProblem(doc.file, doc.line, "kind", f"only one CelLimits document may exist (also "
+                                f"{found[0].file}:{found[0].line})") for doc in found[1:]]
+        if found:
+            for program in self.programs:
+                program.limits = found[0].spec.runtime
+        return []
 
     def compile(self, source: str, where: str):
         """The CelExpression of ``source``; None when it does not parse (the static checks report it).
@@ -146,7 +136,9 @@ class _Compiler:
             if isinstance(tree, celnames.CelSyntaxError):
                 return None
             code = self.code[source] = transpile(tree)
-        return program_from_code(source, where, code)
+        program = program_from_code(source, where, code)
+        self.programs.append(program)
+        return program
 
 
 def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, problems: list,
@@ -232,7 +224,7 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
         try:
             envelope = RuleDocument.model_validate(doc.value)
         except ValidationError as exc:
-            problems.extend(_pydantic_problems(exc, (), doc, file))
+            problems.extend(pydantic_problems(exc, (), doc, file))
             continue
         model = rulefiles.SPEC_MODELS.get(envelope.kind)
         if model is None:
@@ -244,7 +236,7 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
         try:
             spec = model.model_validate(envelope.spec)
         except ValidationError as exc:
-            problems.extend(_pydantic_problems(exc, ("spec",), doc, file))
+            problems.extend(pydantic_problems(exc, ("spec",), doc, file))
             continue
         before = len(problems)
         _compile_exprs(spec, (), doc, file, problems, compiler)
@@ -255,45 +247,6 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
     refused = bool(problems)
     problems = [p for p in problems if p is not None]
     return ([] if refused else out), problems, validated
-
-
-def _pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument, file: str) -> list[RuleProblem]:
-    """One problem per pydantic error, at its field; a validator's message that starts with the path of
-    a field below it (``fallbackTier: unknown tier ...``) is placed at that field."""
-    problems = []
-    for err in exc.errors():
-        loc = prefix + tuple(err["loc"])
-        message = error_text(err)
-        inner, rest = _named_field(doc.value, loc, message)
-        if inner:
-            loc, message = loc + inner, rest
-        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), message, doc.column_of(loc)))
-    return problems
-
-
-_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w-]*(?:\.[\w./-]+|\[\d+\])*): (.+)$", re.S)
-
-
-def _named_field(value: Any, loc: tuple, message: str) -> tuple[tuple, str]:
-    """``(path below loc, rest of the message)`` when ``message`` starts ``a.b[0].c: `` and that path is
-    in the document ``value`` below ``loc``; else ``((), message)``."""
-    match = _FIELD_PREFIX.match(message)
-    if match is None:
-        return (), message
-    node = value
-    for part in loc:
-        node = node.get(part) if isinstance(node, dict) else None
-    path: list = []
-    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", match.group(1)):
-        key: Any = int(index) if index else name
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
-            node = node[key]
-        else:
-            return (), message
-        path.append(key)
-    return tuple(path), match.group(2)
 
 
 def load_rules(root: Path | str | None = None) -> RuleSet:
@@ -386,6 +339,7 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
         problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in report.problems)
         if costs is not None:
             costs.extend(report.costs)
+    problems.extend(compiler.limit(ruleset))
     problems.sort(key=lambda p: (p.file, p.line, p.column))
     if not problems:  # a broken file may be the one holding a required kind: report that first
         for kind in REQUIRED_KINDS:

@@ -16,7 +16,13 @@ are JSON with non-ASCII escaped, so no value can make the answer unencodable.
 The engine runs off the event loop, in a pool of ``workers`` threads (default: the CPU count), so
 ``/healthz`` and ``/readyz`` answer while a review is slow. A review not judged within
 ``deadline_seconds`` (default 8 s, below kube-apiserver's 10 s webhook timeout) is answered with a
-504 ``Timeout`` denial naming the deadline; its evaluation stops at the next rule expression.
+504 ``Timeout`` denial naming the deadline; its evaluation stops at the next rule expression or, inside
+one, at the next budget check (every ``checkEvery`` comprehension iterations, rules/cel.yaml), so the
+worker is free again within milliseconds. A review whose CEL budget was spent is answered per its
+policy's failure mode (``Fail``: ``500 InternalError`` alone, naming the policy, rule and the budget
+spent; ``Ignore``: allowed). Both are counted with their own verdict (``timeout``,
+``budget-exceeded``) and logged at WARNING naming the policy, rule and object (at most one line per
+webhook and verdict every 10 s, the next saying how many were not logged).
 A client that disconnects mid-body costs one DEBUG log line.
 """
 from __future__ import annotations
@@ -41,6 +47,8 @@ from starlette.routing import Route
 from runtime.webhook.sample import ReviewSample
 from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response, decide,
                                       is_text)
+from runtime.engine.admission.verdict import HALT_TIMEOUT, timeout_denial
+from runtime.rules.cel import Deadline
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSeconds default and maximum 30)
@@ -58,8 +66,10 @@ class WebhookMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self):
-        self.reviews = Counter("accelpolicy_admission_reviews", "Admission reviews answered",
-                               ["webhook", "verdict"], registry=self.registry)
+        self.reviews = Counter("accelpolicy_admission_reviews", "Admission reviews answered, by verdict: "
+                               "allowed, patched, invalid, forbidden, internal, bad-request, warned, "
+                               "dryrun-denied, budget-exceeded (a rule's CEL budget spent), timeout (not judged "
+                               "within the deadline)", ["webhook", "verdict"], registry=self.registry)
         self.rules = Counter("accelpolicy_admission_rule_hits", "Rules that fired (denials, mutations)",
                              ["webhook", "rule"], registry=self.registry)
         self.latency = Histogram("accelpolicy_admission_review_seconds", "Time to answer one review",
@@ -76,6 +86,11 @@ class WebhookMetrics:
         it: a WARNING line per webhook and reason at most every :data:`MALFORMED_LOG_SECONDS`, the
         next one saying how many were not logged meanwhile (a flood of bad bodies cannot flood the log)."""
         self.malformed.labels(webhook, reason).inc()
+        self._warn_limited(webhook, reason, f"webhook {webhook}: malformed review from {client} ({reason}): {message}")
+
+    def _warn_limited(self, webhook: str, reason: str, line: str) -> None:
+        """Log ``line`` at WARNING, at most once per webhook and reason every :data:`MALFORMED_LOG_SECONDS`;
+        the next line says how many were not logged meanwhile."""
         now = time.monotonic()
         with self._log_lock:
             last, skipped = self._logged.get((webhook, reason), (None, 0))
@@ -84,10 +99,17 @@ class WebhookMetrics:
                 return
             self._logged[(webhook, reason)] = (now, 0)
         more = f" ({skipped} more since the last line)" if skipped else ""
-        _LOG.warning("webhook %s: malformed review from %s (%s): %s%s", webhook, client, reason, message, more)
+        _LOG.warning("%s%s", line, more)
 
     def observe(self, webhook: str, outcome: Outcome, seconds: float) -> None:
+        """Count one answered review (verdict, rules that fired, latency); a review stopped before its
+        verdict (budget spent, deadline passed) is logged too (see the module docstring)."""
         self.reviews.labels(webhook, outcome.verdict()).inc()
+        if outcome.halt:
+            obj = f"{outcome.namespace}/{outcome.name}" if outcome.namespace else outcome.name
+            self._warn_limited(webhook, outcome.halt, f"webhook {webhook}: review stopped ({outcome.halt}): policy "
+                               f"{outcome.policy}, rule {outcome.halt_rule or '-'}, {outcome.object_kind or 'object'} "
+                               f"{obj or '-'}: {outcome.halt_detail}")
         for rule in outcome.rules:
             self.rules.labels(webhook, rule).inc()
         self.latency.labels(webhook).observe(seconds)
@@ -167,8 +189,8 @@ class WebhookState:
     def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None) -> tuple[dict, Outcome]:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
         (:func:`runtime.engine.admission.decide` against the view of the generation served now);
-        ``cancel`` stops it (:class:`runtime.engine.admission.DeadlineExceeded`). Raises what the
-        engine raises."""
+        ``cancel`` (an Event or a :class:`runtime.rules.cel.Deadline`) stops it (a ``timeout``
+        outcome). Raises what the engine raises."""
         served = self.served
         return decide(served.engine, data, self._view_of(served), name, cancel=cancel)
 
@@ -232,14 +254,16 @@ async def _read_limited(request: Request, limit: int) -> Optional[bytes]:
 async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
     """Run the engine in the worker pool, bounded by ``state.deadline_seconds``."""
     cancel = threading.Event()
-    future = asyncio.get_running_loop().run_in_executor(state.pool, state.decide, data, name, cancel)
+    deadline = Deadline(state.deadline_seconds, cancel)
+    future = asyncio.get_running_loop().run_in_executor(state.pool, state.decide, data, name, deadline)
     try:
         return await asyncio.wait_for(future, state.deadline_seconds)
     except asyncio.TimeoutError:
         cancel.set()
         uid = _uid_of(data)
-        outcome = Outcome(policy=name, denial=(504, "Timeout", f"webhook {name}: the review was not judged within "
-                                                              f"its {state.deadline_seconds:g}s deadline; retry"))
+        outcome = Outcome(policy=name, denial=timeout_denial(name, state.deadline_seconds), halt=HALT_TIMEOUT,
+                          halt_detail="answered at the deadline; the evaluation stops at its next budget check",
+                          **_object_of(data))
         return build_response(uid, outcome), outcome
     except Exception as exc:  # noqa: BLE001 - the server must answer every review
         uid = _uid_of(data)
@@ -300,6 +324,19 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+def _object_of(data) -> dict:
+    """``object_kind``, ``namespace`` and ``name`` of a review's object as far as they can be read
+    (for the log line of a review that timed out); empty strings otherwise."""
+    request = data.get("request") if isinstance(data, dict) else None
+    request = request if isinstance(request, dict) else {}
+    obj = request.get("object") if isinstance(request.get("object"), dict) else {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    found = {"object_kind": kind.get("kind"), "namespace": request.get("namespace"),
+             "name": meta.get("name") or request.get("name")}
+    return {key: value if isinstance(value, str) and is_text(value) else "" for key, value in found.items()}
 
 
 def _uid_of(data) -> str:

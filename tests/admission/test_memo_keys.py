@@ -84,7 +84,7 @@ def test_every_cel_expression_shares_one_memo_bounded_for_the_process(monkeypatc
     from runtime.rules import cel
 
     shared = BoundedMemo(max_entries=1000, max_bytes=100_000)
-    monkeypatch.setattr(cel, "_SHARED_MEMO", shared)
+    monkeypatch.setattr(cel.cel_runtime(), "memo", shared)
     exprs = [compile_expression(f"x + '{i}'", "test") for i in range(40)]
     for i, expr in enumerate(exprs):
         assert expr.evaluate({"x": "y" * 10_000}) == "y" * 10_000 + str(i)

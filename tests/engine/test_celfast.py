@@ -60,7 +60,9 @@ def test_operator_in_and_size_are_cel_pythons():
 def test_cel_python_itself_is_unchanged():
     assert ct.IntType.__new__.__module__ == "celpy.celtypes"
     assert ce.bool_eq.__module__ == ce.operator_in.__module__ == "celpy.evaluation"
-    assert cel._EVAL_GLOBALS is not ce.__dict__ and ce.__dict__["celpy"].evaluation is ce
+    program_globals = cel.cel_runtime().globals()
+    assert program_globals is not ce.__dict__ and ce.__dict__["celpy"].evaluation is ce
+    assert "runtime" not in ce.__dict__  # the function table is reached from our globals, not cel-python's
 
 
 def test_another_cel_python_version_runs_stock(monkeypatch):
@@ -71,8 +73,7 @@ def test_another_cel_python_version_runs_stock(monkeypatch):
 def test_programs_use_the_fast_helpers_and_answer_the_same():
     code = cel.transpile(cel.environment().compile("size(xs) == 2 && 'a' in xs && 1 < 2"))
     context = {"xs": cel.to_cel(["a", "b"])}
-    with cel._LOCK:
-        assert cel._Program(code).evaluate(context) is not None
-    fast = cel._EVAL_GLOBALS["celpy"]
+    assert cel._Program(code).evaluate(context) is not None
+    fast = cel.cel_runtime().globals()["celpy"]
     assert fast.celtypes.IntType is celfast.cel_int and fast.evaluation.operator_in is celfast.operator_in
     assert cel.compile_expression("size(xs) == 2 && 'a' in xs", "t").evaluate({"xs": ["a", "b"]}) is True

@@ -31,6 +31,8 @@ OTHER_MEANING = {
         "100 millicores of CPU per core (decision 12), not a percentage of an accelerator",
     ("admission/shapes.yaml:instance", "spec.openAPIV3Schema.properties.spec.properties.additionalVolumes.maxItems"):
         "at most 100 additional volumes (the Instance CRD's cap), not a percentage of an accelerator",
+    ("cel.yaml:cel", "spec.runtime.checkEvery"):
+        "100 comprehension iterations between budget checks (Kubernetes'), not a percentage of an accelerator",
 }
 
 

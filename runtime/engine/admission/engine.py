@@ -21,12 +21,13 @@ from runtime.engine.admission.memokeys import _key_of  # noqa: F401  (imported f
 from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
+from runtime.engine.admission.halt import DeadlineExceeded, deadline_of, halted
 from runtime.engine.admission.verdict import MISSING, FieldError, Outcome, enforce
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
-from runtime.rules.cel import CelEvalError
+from runtime.rules.cel import CelBudgetExceeded, CelEvalError
 from runtime.rules.celvalues import cel_map, to_cel
 from runtime.rules.memo import BoundedMemo
 from runtime.rules.vocabulary import admission_params
@@ -69,11 +70,6 @@ class _Scope:
 _NO_OBJECTS: list = []  # a lookup that found nothing or was not made (shared, never written)
 _MEMO_ENTRIES = 65536
 _MEMO_BYTES = 32 * 1024 * 1024
-
-
-class DeadlineExceeded(Exception):
-    """The caller cancelled the review (its ``cancel`` event was set): the webhook's per-review
-    deadline passed and it has already answered; the worker thread stops at the next expression."""
 
 
 def _stopped(stop: _Stop, outcome: Outcome) -> None:
@@ -198,16 +194,19 @@ class AdmissionEngine:
     def run(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel=None) -> Outcome:
         """Judge ``request`` with policy ``name``.
 
-        ``cancel`` (a :class:`threading.Event`, optional) stops the evaluation with
-        :class:`DeadlineExceeded` once set (the webhook's per-review deadline).
+        ``cancel`` (a :class:`threading.Event` or a :class:`~runtime.rules.celbudget.Deadline`,
+        optional) stops the evaluation once set or past (the webhook's per-review deadline): the
+        outcome is the 504 Timeout, verdict ``timeout``.
 
         A rule evaluation failure becomes a 500 InternalError denial, or, for a policy with
-        ``failurePolicy: Ignore``, an unchanged admission.
+        ``failurePolicy: Ignore``, an unchanged admission; a spent CEL budget the same, with verdict
+        ``budget-exceeded`` (:func:`~runtime.engine.admission.halt.halted`).
         """
         spec = self.policies[name]
         meta = request.object.get("metadata") or request.old_object.get("metadata") or {}
         outcome = Outcome(policy=name, kind=spec.match.kind, group=spec.match.group,
-                          object_kind=spec.objectKind, name=str(meta.get("name") or request.name))
+                          object_kind=spec.objectKind, name=str(meta.get("name") or request.name),
+                          namespace=request.namespace)
         if (spec.match.skipDeleting and request.operation == "UPDATE"
                 and (request.old_object.get("metadata") or {}).get("deletionTimestamp")):
             return outcome  # the stored object already has a deletionTimestamp (finalizers finishing)
@@ -222,6 +221,8 @@ class AdmissionEngine:
             self._judge(spec, scope, request, view, outcome)
         except _Stop as stop:
             _stopped(stop, outcome)
+        except (CelBudgetExceeded, DeadlineExceeded) as exc:
+            halted(name, spec, scope.base, exc, outcome)
         except (CelEvalError, ValueError, KeyError, TypeError) as exc:
             outcome.errors, outcome.patch, outcome.mutated = [], [], None
             outcome.rules.append("rule-error")
@@ -248,7 +249,7 @@ class AdmissionEngine:
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
-            "params": self.params[name], "_view": view, "_inputs": {}, "_cancel": cancel,
+            "params": self.params[name], "_view": view, "_inputs": {}, "_cancel": deadline_of(cancel), "_rule": "",
             # the view's own settings map (read only, converted once per view), a copy of any other mapping
             "settings": view.settings if type(view.settings) is dict else dict(view.settings),
         }
@@ -264,7 +265,9 @@ class AdmissionEngine:
         base = scope.base
         base["lookups"] = {}
         for lk in spec.lookups:  # in order: a lookup may read the ones before it (a new dict each time)
+            base["_rule"] = f"lookups.{lk.name}"
             base["lookups"] = {**base["lookups"], lk.name: self._lookup(lk, scope, view)}
+        base["_rule"] = "variables"
         self._variables(spec.variables, scope)
         if spec.type == "validating":
             self._validate(spec.validations, scope, outcome)
@@ -286,8 +289,8 @@ class AdmissionEngine:
         is set.
         """
         base = scope.base
-        cancel = base.get("_cancel")
-        if cancel is not None and cancel.is_set():
+        deadline = base.get("_cancel")
+        if deadline is not None and deadline.passed():
             raise DeadlineExceeded()
         read, k = read_inputs(expr, scope.variables, None if scope.item is MISSING else scope.item, base,
                               self._params_keys, self._params_cel)
@@ -298,7 +301,7 @@ class AdmissionEngine:
                 return hit
         cel_act = {n: cel_map({v: entry.cel_value() for v, entry in entry_or_entries}) if n == "variables"
                    else entry_or_entries.cel_value() for n, entry_or_entries in read}
-        result = expr.program.evaluate_cel(cel_act)
+        result = expr.program.evaluate_cel(cel_act, deadline)
         if k is not None:
             with self._memo_lock:
                 self._memo.put(k, result)
@@ -328,7 +331,9 @@ class AdmissionEngine:
 
     def _validate(self, rules: list[Validation], scope: _Scope, outcome: Outcome) -> None:
         for rule in rules:
+            scope.base["_rule"] = rule.name
             for sub in self._items(rule, scope):
+                sub.base["_rule"] = rule.name  # again: a nested rule's name was set meanwhile
                 self._variables(rule.variables, sub)
                 if rule.when is not None and self._eval(rule.when, sub) is not True:
                     continue
@@ -349,6 +354,7 @@ class AdmissionEngine:
                 outcome.errors.append(error)
 
     def _mutate(self, mutation: Mutation, scope: _Scope, writes: list, outcome: Outcome) -> None:
+        scope.base["_rule"] = mutation.name
         for sub in self._items(mutation, scope):
             self._variables(mutation.variables, sub)
             if mutation.when is not None and self._eval(mutation.when, sub) is not True:

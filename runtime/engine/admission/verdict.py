@@ -98,14 +98,21 @@ class Outcome:
     enforcement: str = "deny"
     would_deny: str = ""
     warnings: list[str] = field(default_factory=list)
+    namespace: str = ""
+    halt: str = ""          # a review stopped before its verdict: HALT_BUDGET or HALT_TIMEOUT
+    halt_rule: str = ""     # the rule (or ``lookups.x`` / ``variables``) being judged when it stopped
+    halt_detail: str = ""   # where and why (the expression's file:line field and the budget spent)
 
     @property
     def allowed(self) -> bool:
         return not self.errors and self.denial is None
 
     def verdict(self) -> str:
-        """``allowed``, ``patched``, ``invalid``, ``forbidden``, ``internal``, ``bad-request``, or for a
-        denial a ``warn``/``dryrun`` policy let through: ``warned`` / ``dryrun-denied``."""
+        """``allowed``, ``patched``, ``invalid``, ``forbidden``, ``internal``, ``bad-request``, for a
+        denial a ``warn``/``dryrun`` policy let through ``warned`` / ``dryrun-denied``, and for a review
+        stopped before its verdict ``budget-exceeded`` / ``timeout`` (whatever was answered)."""
+        if self.halt:
+            return self.halt
         if self.would_deny:
             return "warned" if self.enforcement == "warn" else "dryrun-denied"
         if self.errors:
@@ -113,6 +120,15 @@ class Outcome:
         if self.denial is not None:
             return {403: "forbidden", 500: "internal", 400: "bad-request"}.get(self.denial[0], "denied")
         return "patched" if self.patch else "allowed"
+
+
+HALT_BUDGET = "budget-exceeded"   # a rule's CEL budget was spent (docs/rule-authoring.md "Run-time budget")
+HALT_TIMEOUT = "timeout"          # the review's deadline passed
+
+
+def timeout_denial(policy: str, seconds: float) -> tuple[int, str, str]:
+    """The denial of a review not judged within its deadline: ``504 Timeout``, retryable."""
+    return (504, "Timeout", f"webhook {policy}: the review was not judged within its {seconds:g}s deadline; retry")
 
 
 def status_of(outcome: Outcome) -> Optional[dict]:

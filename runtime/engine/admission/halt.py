@@ -1,0 +1,45 @@
+"""Reviews stopped before their verdict (docs/rule-authoring.md "Run-time budget"): a spent CEL
+budget (:class:`runtime.rules.cel.CelBudgetExceeded`) or a passed deadline, and the outcome each gets."""
+from __future__ import annotations
+
+from typing import Optional
+
+from runtime.engine.admission.verdict import HALT_BUDGET, HALT_TIMEOUT, Outcome, timeout_denial
+from runtime.model.admission import AdmissionPolicySpec
+from runtime.rules.cel import Deadline
+
+
+class DeadlineExceeded(Exception):
+    """The caller cancelled the review (its ``cancel`` event was set) or its deadline passed: the
+    webhook's per-review deadline; the worker thread stops at the next expression, or inside one at
+    the next budget check (:mod:`runtime.rules.celbudget`)."""
+
+
+def deadline_of(cancel) -> Optional[Deadline]:
+    """A review's :class:`~runtime.rules.celbudget.Deadline` from what the caller gave: a Deadline,
+    a cancel event (no time of its own), or None."""
+    if cancel is None or isinstance(cancel, Deadline):
+        return cancel
+    return Deadline(None, cancel)
+
+
+def halted(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, outcome: Outcome) -> None:
+    """``outcome`` (in place) of a review of policy ``name`` stopped before its verdict by ``exc``: a
+    spent CEL budget (``budget-exceeded``: 500 InternalError alone naming the policy, rule and budget,
+    or allowed under ``failurePolicy: Ignore``) or its deadline (``timeout``: the webhook's 504
+    Timeout). ``base``: the review's top scope (``_rule``: the rule being judged, ``_cancel``: its
+    :class:`~runtime.rules.celbudget.Deadline`)."""
+    outcome.errors, outcome.patch, outcome.mutated = [], [], None
+    outcome.halt_rule = rule = base.get("_rule", "")
+    deadline = base.get("_cancel")
+    if isinstance(exc, DeadlineExceeded) or getattr(exc, "reason", "") == "deadline":
+        outcome.halt = HALT_TIMEOUT
+        seconds = (deadline.seconds if deadline is not None else None) or 0
+        outcome.halt_detail = f"{getattr(exc, 'where', '') or 'between expressions'}: deadline passed"
+        outcome.denial = timeout_denial(name, seconds)
+        return
+    outcome.halt = HALT_BUDGET
+    outcome.halt_detail = f"{exc.where}: {exc}"
+    outcome.rules.append(HALT_BUDGET)
+    if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
+        outcome.denial = (500, "InternalError", f"policy {name}, rule {rule or '-'}: {exc}")
