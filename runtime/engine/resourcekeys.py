@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.engine.devices.views import view_refusals
 from runtime.engine.policy import Policy
 
 
 def classifier_manufacturers(policy: Policy) -> list[dict[str, Any]]:
-    """The manufacturer table as the classifier reads it: ``[{id, base, partitionKind}]`` in file order,
-    from ``policy.manufacturers`` (so the agent's ``GPUSTACK_<ID>_*`` overrides apply)."""
-    return [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind} for m in policy.manufacturers.values()]
+    """The manufacturer table as the classifier reads it: ``[{id, base, partitionKind, views, refusals}]``
+    in file order, from ``policy.manufacturers`` (so the agent's ``GPUSTACK_<ID>_*`` overrides apply);
+    ``views`` the views its devices can offer, ``refusals`` view -> the denial message for each view they
+    never offer (rules/manufacturers.yaml ``views`` and ``messages.viewNotOffered``)."""
+    return [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind, "views": m.offered_views(),
+             "refusals": view_refusals(policy, m.id)} for m in policy.manufacturers.values()]
 
 
 def classifier_table(policy: Policy, params_name: str) -> dict[str, Any]:

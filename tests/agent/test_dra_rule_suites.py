@@ -59,7 +59,7 @@ def test_adding_amds_driver_is_a_rules_edit_with_its_rule_test(tmp_path):
      "rules/dra-amd.yaml:16:11 spec.facts.uuid: give exactly one of attribute, capacity, deviceName: true"),
     ("manufacturer: amd", "manufacturer: ati",
      "rules/dra-amd.yaml:10:17 spec.manufacturer: no manufacturer 'ati' in rules/manufacturers.yaml (known: amd, "
-     "ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead)"),
+     "ascend, cambricon, habana, hygon, iluvatar, intel, metax, mthreads, nvidia, thead)"),
     ("driver: gpu.amd.com", "driver: gpu.nvidia.com",
      "rules/dra.yaml:61:11 spec.driver: driver 'gpu.nvidia.com' already has a DraDriver row (rules/dra-amd.yaml:4)"),
 ])
