@@ -7,7 +7,7 @@ accelerator a DRA driver published (``driver`` its name) and ``devicePlugin`` ot
 is never offered; a row without ``views`` offers every view (as the device itself allows: slices when
 the manufacturer slices, partitions with MIG on). What a view not offered means downstream (0 in every
 pool, no capacity key, no capability entry, a denied request) is the callers' (devicesobject,
-accelerators, the admission params).
+accelerators, the admission params: :func:`runtime.engine.resourcekeys.view_refusals`).
 """
 from __future__ import annotations
 
@@ -36,13 +36,3 @@ def offered_views(policy: Policy, acc: AcceleratorFacts) -> list[str]:
         return list(VIEWS)
     activation = {"accelerator": accelerator_activation(acc)}
     return [view for view in VIEWS if view in manu.views and manu.views[view].evaluate(activation) is True]
-
-
-def view_refusals(policy: Policy, manufacturer_id: str) -> dict[str, str]:
-    """View -> the denial message (rules/manufacturers.yaml ``messages.viewNotOffered``) for each view
-    ``manufacturer_id``'s devices never offer; empty when it offers all four."""
-    manu = policy.manufacturers[manufacturer_id]
-    offered = manu.offered_views()
-    template = policy.manufacturer_table.messages.viewNotOffered
-    return {view: template.format(manufacturer=manu.id, view=view, offered=" and ".join(offered))
-            for view in VIEWS if view not in offered}
