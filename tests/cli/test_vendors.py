@@ -177,3 +177,16 @@ def test_a_kind_expression_tells_whole_devices_from_others(tmp_path):
     classes = {c["metadata"]["name"]: c["spec"]["selectors"] for c in device_classes(policy)}
     assert classes["gpustack-habana-gaudi.intel.com"] == [{"cel": {"expression": (
         'device.driver == "gaudi.intel.com" && device.attributes["gaudi.intel.com"].model != "Unknown"')}}]
+
+
+def test_a_condition_that_fails_to_evaluate_does_not_offer_its_view(tmp_path):
+    rules = _rules(tmp_path, "manufacturers.yaml", "shared: \"accelerator.source == 'devicePlugin'\"",
+                   "shared: \"accelerator.bus == 'pcie'\"")   # no such field: an evaluation error
+    from probes.fake import recorded
+
+    result = run("agent", "--node", "node-a10g", "--once", "--dry-run", "--backend", "fake", "--facts",
+                 recorded("node-a10g"), "--node-capacity-cpu", "4", "--rules", rules)
+    assert result.exit_code == 0, result.output
+    (devices,) = [d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Devices"]
+    (accelerator,) = devices["spec"]["groups"][0]["accelerators"]
+    assert (accelerator["views"], accelerator["status"]["logicalSliced"]["count"]) == (["exclusive", "sliced"], 128)

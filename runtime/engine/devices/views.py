@@ -16,6 +16,7 @@ from typing import Any
 from runtime.engine.policy import Policy
 from runtime.model.facts import AcceleratorFacts
 from runtime.model.manufacturers import VIEWS
+from runtime.rules.cel import CelEvalError
 
 SOURCE_DRA = "dra"
 SOURCE_PLUGIN = "devicePlugin"
@@ -30,9 +31,17 @@ def accelerator_activation(acc: AcceleratorFacts) -> dict[str, Any]:
 
 def offered_views(policy: Policy, acc: AcceleratorFacts) -> list[str]:
     """The views ``acc`` offers by its manufacturer's row, in :data:`VIEWS` order. A condition that does
-    not evaluate to a boolean offers nothing (the rules' static checks bind ``accelerator`` only)."""
+    not evaluate to true (false, not a boolean, or an evaluation error such as a field ``accelerator``
+    does not have: the rules' static checks bind the name ``accelerator`` only) does not offer its view."""
     manu = policy.manufacturers[acc.manufacturer]
     if manu.views is None:
         return list(VIEWS)
     activation = {"accelerator": accelerator_activation(acc)}
-    return [view for view in VIEWS if view in manu.views and manu.views[view].evaluate(activation) is True]
+    return [view for view in VIEWS if view in manu.views and _holds(manu.views[view], activation)]
+
+
+def _holds(condition, activation: dict[str, Any]) -> bool:
+    try:
+        return condition.evaluate(activation) is True
+    except CelEvalError:
+        return False
