@@ -245,6 +245,7 @@ class DraCase:
                 accelerators: [{uuid: ..., memoryMib: 23028}]   # in order; each the keys it names
                 labels: {...}                # the device-manager NodeFeature's spec.labels, exactly
                 warnings: [...]              # unreadable devices, stale slices, MIG-on GPUs, exactly
+                fourView: {<aKey>: "2/2 0/0 0/0 0/0"}   # EX/SH/SL/PT of the planned Devices, per aKey named
     """
 
     suite: str
@@ -294,15 +295,27 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
         got_w = reading.warnings + reading.notes + reading.offers_nothing(policy)
         if got_w != exp["warnings"]:
             result.problems.append(f"warnings:\n  want {json.dumps(exp['warnings'])}\n  got  {json.dumps(got_w)}")
-    if "labels" in exp:
+    if "labels" in exp or "fourView" in exp:
         facts = parse_facts({"node": case.node, "accelerators": reading.accelerators}, case.file)
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case.node, "labels": {}}, "status": {}}
         plan = plan_node(policy, facts, node, resolve(policy.settings, {}))
         labels = (plan.device_manager or {}).get("spec", {}).get("labels", {})
-        if labels != exp["labels"]:
+        if "labels" in exp and labels != exp["labels"]:
             result.problems.append(f"labels:\n  want {json.dumps(exp['labels'], sort_keys=True)}\n"
                                    f"  got  {json.dumps(labels, sort_keys=True)}")
+        if "fourView" in exp:
+            _check_four_view(policy, plan.devices, exp["fourView"], result)
     return result
+
+
+def _check_four_view(policy: Policy, devices: dict | None, want: dict, result: CaseResult) -> None:
+    """``fourView`` of a DRA case: per aKey, the EX/SH/SL/PT summary of the planned Devices alone."""
+    from runtime.engine.pools.fourview import compute
+
+    got = {akey: compute(policy, [devices] if devices else [], akey).summary() for akey in want}
+    if got != want:
+        result.problems.append(f"fourView:\n  want {json.dumps(want, sort_keys=True)}\n"
+                               f"  got  {json.dumps(got, sort_keys=True)}")
 
 def suite_documents(rules_dir: Path | str) -> list[tuple[Path, Any]]:
     """``(file, document)`` of every YAML document under ``<rules_dir>/tests`` (file order, then

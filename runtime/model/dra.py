@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from runtime.model import rulefiles
 from runtime.model.agent import Rewrite
-from runtime.model.rulefiles import Strict
+from runtime.model.normalize import QuantityError, parse_quantity
+from runtime.model.rulefiles import Expr, Strict
 
 
 class DeviceField(Strict):
@@ -46,14 +47,18 @@ class DeviceField(Strict):
 
 
 class DriverFacts(Strict):
-    """Probe fact (spec/node-facts.md §1.2) <- device field, for a whole accelerator. ``uuid``,
-    ``name`` and ``memoryMib`` are required; a fact left out is not published by the driver
-    (spec/dra.md §1: ``index`` then is the uuid's order among the node's whole accelerators of the
-    driver, ``minor`` the index, ``computeCapability`` unknown, the versions empty)."""
+    """Probe fact (spec/node-facts.md §1.2) <- device field, for a whole accelerator. ``uuid`` and
+    ``name`` are required; ``memoryMib`` too unless the row's ``productMemory`` gives it; a fact left out
+    is not published by the driver (spec/dra.md §1: ``index`` then is the uuid's order among the node's
+    whole accelerators of the driver, ``minor`` the index, ``computeCapability`` unknown, the versions
+    empty). ``healthy``: a boolean attribute (false: unhealthy), beside the taints."""
 
     uuid: DeviceField
     name: DeviceField
-    memoryMib: DeviceField = Field(description="a capacity quantity (bytes) -> MiB, or an int attribute in MiB")
+    memoryMib: Optional[DeviceField] = Field(
+        None, description="a capacity quantity (bytes) -> MiB, or an int attribute in MiB; when left out or "
+                          "not published, the row's productMemory by product name")
+    healthy: Optional[DeviceField] = Field(None, description="a boolean attribute: false = unhealthy")
     index: Optional[DeviceField] = None
     minor: Optional[DeviceField] = None
     computeCapability: Optional[DeviceField] = Field(None, description="a version: major, minor")
@@ -70,14 +75,34 @@ class PartitionFacts(Strict):
     memoryMib: Optional[DeviceField] = None
 
 
+class DeviceKind(Strict):
+    """A device's kind when no attribute names it: exactly one of ``constant`` (every device of the
+    driver has this kind) or ``expression`` (CEL over ``attributes``, the device's attributes by name
+    with their values, and ``device``, its name: the kind's text), plus the Kubernetes CEL
+    ``selector`` of the derived DeviceClass (spec/dra.md §4) when the kind is an expression."""
+
+    constant: str = ""
+    expression: Optional[Expr] = None
+    selector: str = Field("", description="Kubernetes' CEL selecting the whole accelerators (the DeviceClass's)")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "DeviceKind":
+        if bool(self.constant) == (self.expression is not None):
+            raise ValueError("give exactly one of constant, expression")
+        if self.expression is not None and not self.selector:
+            raise ValueError("an expression kind needs selector (the DeviceClass's CEL)")
+        return self
+
+
 class DraDriverSpec(Strict):
     """spec of one ``DraDriver`` document; field meanings are commented in rules/dra.yaml."""
 
     driver: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63,
                         description="the DRA driver name (a DNS subdomain), e.g. gpu.nvidia.com")
     manufacturer: str = Field(min_length=1, description="the manufacturer id of rules/manufacturers.yaml")
-    typeAttribute: str = Field(min_length=1, description="the attribute that tells a device's kind")
-    wholeType: str = Field(min_length=1, description="its value on a whole accelerator")
+    typeAttribute: str = Field("", description="the attribute that tells a device's kind ('' = kind gives it)")
+    kind: Optional[DeviceKind] = Field(None, description="the kind when no attribute tells it")
+    wholeType: str = Field(min_length=1, description="the kind of a whole accelerator")
     partitionType: str = Field("", description="its value on a partition device ('' = the driver has none)")
     facts: DriverFacts
     partition: Optional[PartitionFacts] = None
@@ -86,12 +111,38 @@ class DraDriverSpec(Strict):
     gddrProducts: list[str] = Field(
         [], description="product names (a name matches when it equals one, or starts with it and a space) "
                         "whose memory gets the ECC rule as if ECC were on (spec/dra.md §3)")
+    productMemory: dict[str, str] = Field(
+        {}, description="product name (the name fact, after rewrites) -> its memory (a quantity, e.g. 96Gi), "
+                        "for a device that publishes none")
 
     @model_validator(mode="after")
     def _partition_needs_fields(self) -> "DraDriverSpec":
         if self.partitionType and self.partition is None:
             raise ValueError("partitionType needs partition (parent, profile)")
+        if bool(self.typeAttribute) == (self.kind is not None):
+            raise ValueError("give exactly one of typeAttribute, kind")
+        if self.facts.memoryMib is None and not self.productMemory:
+            raise ValueError("facts.memoryMib is left out: give productMemory (product name -> memory)")
         return self
+
+    @field_validator("productMemory")
+    @classmethod
+    def _quantities(cls, value: dict[str, str]) -> dict[str, str]:
+        for product, quantity in value.items():
+            if not product.strip():
+                raise ValueError("a product name is empty")
+            try:
+                amount = parse_quantity(quantity)
+            except (QuantityError, TypeError):
+                raise ValueError(f"{product}: {quantity!r} is not a quantity (e.g. 96Gi)") from None
+            if amount < 2 ** 20:
+                raise ValueError(f"{product}: {quantity!r} is less than 1Mi")
+        return value
+
+    def product_memory_mib(self, product: str) -> int | None:
+        """``productMemory[product]`` in MiB (rounded down); None when the product is not listed."""
+        quantity = self.productMemory.get(product)
+        return None if quantity is None else int(parse_quantity(quantity) // 2 ** 20)
 
     def is_gddr(self, product: str) -> bool:
         """Whether ``product`` is in :attr:`gddrProducts` (equal, or the entry followed by a space)."""
@@ -106,6 +157,8 @@ class DeviceClassSpec(Strict):
     plural: str = "deviceclasses"
     nameTemplate: str = Field(min_length=1)
     selectorTemplate: str = Field(min_length=1, description="CEL (Kubernetes') selecting the whole accelerators")
+    allDevicesSelectorTemplate: str = Field(
+        min_length=1, description="the same for a driver whose every device is whole (kind: {constant: ...})")
     resourceType: str = Field("deviceClass", description="role in rules/pools/derivation.yaml resourceTypes: the "
                                                           "ownership label value")
 
@@ -114,6 +167,7 @@ class DraMessages(Strict):
     unreadableDevice: str
     publishedTwice: str = Field(min_length=1, description="unreadableDevice's {error} for a uuid or index "
                                                           "another device of the node published; {value}")
+    unknownProduct: str
     offersNothing: str
     staleSlice: str
     unknownNode: str

@@ -10,28 +10,14 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from runtime.model.base import Strict  # every rule kind's base (re-exported)
+from runtime.model.base import Expr, Strict  # every rule kind's base and the CEL text type (re-exported)
+from runtime.model.manufacturers import (  # noqa: F401 - re-exported
+    VIEWS, Manufacturer, ManufacturerMessages, ManufacturerTableSpec, ViewName)
 from runtime.model.reloadgate import ReloadGateSpec
 from runtime.model.stateevents import STATE_EVENT_VARIABLES, StateEvent, StateEvents  # noqa: F401 - re-exported
 from runtime.model.templates import IncompleteTypeSpec, Templates  # noqa: F401 - Templates re-exported
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"
-
-
-class Expr(str):
-    """CEL source text; ``program`` is set by the loader (a compiled :class:`CelExpression`)."""
-
-    program: Any = None
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source, handler):
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_after_validator_function(cls, core_schema.str_schema(min_length=1))
-
-    def evaluate(self, activation: dict, memo: bool = True) -> Any:
-        """Evaluate the compiled program (see runtime.rules.cel.CelExpression.evaluate)."""
-        return self.program.evaluate(activation, memo=memo)
 
 
 class Metadata(Strict):
@@ -57,35 +43,7 @@ class ConstantsSpec(Strict):
 
 
 # --- manufacturers -------------------------------------------------------------------------------
-class Manufacturer(Strict):
-    id: str = Field(pattern=r"^[a-z0-9]+$")
-    base: str = Field(min_length=1, description="base extended-resource name, e.g. nvidia.com/gpu")
-    pciVendor: str = ""
-    partitionKind: str = ""
-    runtimeName: str = ""
-    logicalSlices: int = Field(ge=0)
-    coresOvercommit: bool = False
-
-
-class ManufacturerTableSpec(Strict):
-    genericSentinel: str
-    pciClassPrefixes: list[str] = []
-    manufacturers: list[Manufacturer]
-
-    @field_validator("manufacturers")
-    @classmethod
-    def _unique(cls, value: list[Manufacturer]) -> list[Manufacturer]:
-        seen = set()
-        for m in value:
-            if m.id in seen:
-                raise ValueError(f"manufacturer {m.id!r} listed twice")
-            seen.add(m.id)
-        return value
-
-    def by_id(self) -> dict[str, Manufacturer]:
-        return {m.id: m for m in self.manufacturers}
-
-
+# Manufacturer, ManufacturerMessages, ManufacturerTableSpec, VIEWS: runtime/model/manufacturers.py
 # --- labels ----------------------------------------------------------------------------------------
 class LabelCatalogSpec(Strict):
     keys: dict[str, str] = Field(description="role -> label/annotation key")

@@ -48,6 +48,8 @@ ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
     ("InstancePod", "portName", frozenset({"port", "protocol"})),
     ("KueueConfiguration", "transformations[*].credits", frozenset({"constants"})),
     ("AuditPolicy", "checks[*].*", frozenset({"object", "settings"})),
+    ("ManufacturerTable", "manufacturers[*].views.*", frozenset({"accelerator"})),
+    ("DraDriver", "kind.expression", frozenset({"attributes", "device"})),
 ]
 
 # (kind, dotted spec path pattern) of plain strings that name a setting of rules/settings.yaml.

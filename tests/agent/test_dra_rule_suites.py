@@ -63,7 +63,7 @@ _NVIDIA_ROW = 1 + (DEFAULT_RULES_DIR / "dra.yaml").read_text().splitlines().inde
      "rules/dra-amd.yaml:16:11 spec.facts.uuid: give exactly one of attribute, capacity, deviceName: true"),
     ("manufacturer: amd", "manufacturer: ati",
      "rules/dra-amd.yaml:10:17 spec.manufacturer: no manufacturer 'ati' in rules/manufacturers.yaml (known: amd, "
-     "ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead)"),
+     "ascend, cambricon, habana, hygon, iluvatar, intel, metax, mthreads, nvidia, thead)"),
     ("driver: gpu.amd.com", "driver: gpu.nvidia.com",
      f"rules/dra.yaml:{_NVIDIA_ROW}:11 spec.driver: driver 'gpu.nvidia.com' already has a DraDriver row "
      "(rules/dra-amd.yaml:4)"),

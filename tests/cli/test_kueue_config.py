@@ -9,8 +9,12 @@ from tests.cli.test_get_derive import edited_rules, run
 from tests.engine.test_kueue_charging import EXPECTED
 
 
-# spec/dra.md §4: the DeviceClass accelpolicy derives for NVIDIA's DRA driver, for claims made directly
+# spec/dra.md §4: the DeviceClasses accelpolicy derives for the shipped DRA drivers (NVIDIA's, AMD's,
+# Intel's Gaudi and GPU), for claims made directly
 WITH_DRA = {**EXPECTED, "resources": {**EXPECTED["resources"], "deviceClassMappings": [
+    {"name": "amd.com/gpu", "deviceClassNames": ["gpustack-amd-gpu.amd.com"]},
+    {"name": "gpu.intel.com/i915", "deviceClassNames": ["gpustack-intel-gpu.intel.com"]},
+    {"name": "habana.ai/gaudi", "deviceClassNames": ["gpustack-habana-gaudi.intel.com"]},
     {"name": "nvidia.com/gpu", "deviceClassNames": ["gpustack-nvidia-gpu.nvidia.com"]}]}}
 
 
@@ -28,6 +32,8 @@ def test_without_dra_drivers_no_device_class_mappings(tmp_path):
     rules, path = edited_rules(tmp_path, "dra.yaml", "kind: DraDriver", "kind: DraDriver")
     text = path.read_text()
     path.write_text(text[:text.index("# NVIDIA's driver")])   # the DraPolicy alone
+    for other in ("dra-amd.yaml", "dra-intel.yaml"):
+        (rules / other).unlink()
     result = run("kueue-config", "-o", "json", "--rules", str(rules))
     assert result.exit_code == 0 and json.loads(result.output) == EXPECTED
 

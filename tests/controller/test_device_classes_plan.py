@@ -21,6 +21,22 @@ NVIDIA_CLASS = {
 }
 
 
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    """The shipped rules with NVIDIA's driver row alone (AMD's and Intel's rows left out: their classes are
+    tests/cli/test_vendors.py's)."""
+    import shutil
+
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+
+    rules = tmp_path_factory.mktemp("nvidia-only") / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    for other in ("dra-amd.yaml", "dra-intel.yaml"):
+        (rules / other).unlink()
+    return Policy(load_rules(rules))
+
+
 def live(obj: dict, **meta) -> dict:
     out = copy.deepcopy(obj)
     out["metadata"].update({"uid": "u1", "resourceVersion": "7", **meta})

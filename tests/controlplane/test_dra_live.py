@@ -54,9 +54,21 @@ def controller(control_plane):
     kubectl("delete", "deviceclasses", "--all", "--wait=true")
 
 
-def test_the_controller_derives_owns_and_reconciles_the_deviceclass(control_plane, controller):
+def _nvidia_row_alone(tmp_path) -> Policy:
+    """The shipped rules with NVIDIA's driver row alone (AMD's and Intel's rows derive classes of their
+    own: tests/cli/test_vendors.py)."""
+    import shutil
+    from runtime.rules.loader import DEFAULT_RULES_DIR
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    for other in ("dra-amd.yaml", "dra-intel.yaml"):
+        (rules / other).unlink()
+    return Policy(load_rules(rules))
+
+
+def test_the_controller_derives_owns_and_reconciles_the_deviceclass(control_plane, controller, tmp_path):
     _, kubectl = control_plane
-    ctl = controller(Policy(load_rules()))
+    ctl = controller(_nvidia_row_alone(tmp_path))
     assert (ctl.device_classes.served, ctl.device_classes.available) == (True, True)   # 1.37 keeps the field
     assert not _classes(kubectl)   # the feature check's create was a dry run
     ctl.reconcile()

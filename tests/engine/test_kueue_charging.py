@@ -54,6 +54,8 @@ EXPECTED = {
             "metax-tech.com/gpu.sliced.memory-", "metax-tech.com/gpu.sliced.cores-",
             "mthreads.com/gpu.sliced.memory-", "mthreads.com/gpu.sliced.cores-",
             "nvidia.com/gpu.sliced.memory-", "nvidia.com/gpu.sliced.cores-", "nvidia.com/gpu.partitioned.mig-",
+            "habana.ai/gaudi.sliced.memory-", "habana.ai/gaudi.sliced.cores-",
+            "gpu.intel.com/i915.sliced.memory-", "gpu.intel.com/i915.sliced.cores-",
             "alibabacloud.com/ppu.sliced.memory-", "alibabacloud.com/ppu.sliced.cores-",
             "alibabacloud.com/ppu.partitioned.mig-",
         ],
@@ -62,6 +64,7 @@ EXPECTED = {
             + _t("cambricon.com/mlu", "cambricon", False) + _t("hygon.com/dcu", "hygon", True)
             + _t("iluvatar.com/gpu", "iluvatar", False) + _t("metax-tech.com/gpu", "metax", False)
             + _t("mthreads.com/gpu", "mthreads", False) + _t("nvidia.com/gpu", "nvidia", True)
+            + _t("habana.ai/gaudi", "habana", False) + _t("gpu.intel.com/i915", "intel", False)
             + _t("alibabacloud.com/ppu", "thead", True)
         ),
     },
@@ -71,7 +74,7 @@ EXPECTED = {
 def test_configuration_for_the_repository_manufacturers(policy):
     got = kueue_configuration(policy)
     assert got == EXPECTED
-    assert len(got["resources"]["transformations"]) == 9 * 4 + 3 * 2
+    assert len(got["resources"]["transformations"]) == 11 * 4 + 3 * 2
     # the nvidia rows exactly as an operator reads them
     nvidia = [t for t in got["resources"]["transformations"] if t["input"].startswith("nvidia.com/")]
     assert nvidia == [

@@ -11,6 +11,7 @@ import re
 from typing import Any, Mapping
 
 from runtime.engine.devices.nodefacts import AcceleratorGroup, agent_rules
+from runtime.engine.devices.views import offered_views
 from runtime.model.normalize import format_decimal_quantity, format_memory_mib, parse_quantity
 from runtime.engine.policy import Policy
 from runtime.model.facts import AcceleratorFacts, PartitionProfile
@@ -58,9 +59,13 @@ def _profile_entry(name: str, prof: PartitionProfile) -> dict[str, Any]:
 def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
     """One ``spec.groups[].accelerators[]`` entry. An accelerator a DRA driver published offers the
     exclusive view only (spec/dra.md §2): no logical slices, no partitions, and its ``dra`` reference
-    (driver, pool, device) tells the readers so (no shares either)."""
+    (driver, pool, device) tells the readers so (no shares either). A view its manufacturer's row does
+    not offer (:func:`runtime.engine.devices.views.offered_views`) has no entry either: no logical
+    slices, no partitions, and for the shared view (which has no entry of its own) ``views``, the
+    views offered, is written."""
     manu = policy.manufacturers[acc.manufacturer]
-    profiles = [] if acc.dra else published_profiles(policy, acc)
+    views = offered_views(policy, acc)
+    profiles = [] if acc.dra or "partitioned" not in views else published_profiles(policy, acc)
     physical: dict[str, Any] = {"count": max((p["count"] for p in profiles), default=0)}
     if physical["count"] > 0:
         physical["profiles"] = profiles
@@ -69,9 +74,11 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
         entry["physicalIndexes"] = [acc.minor]
     if acc.dra is not None:   # offers the exclusive view only (spec/dra.md §2); the claims name this device
         entry["dra"] = acc.dra.model_dump()
+    elif "shared" not in views and physical["count"] == 0:   # whole-capable, yet no shares (its row's views)
+        entry["views"] = views
     entry["status"] = {
         "unhealthy": not acc.healthy,
-        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 or acc.dra
+        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 or acc.dra or "sliced" not in views
                           else manu.logicalSlices,
                           "coresPercentageOvercommit": manu.coresOvercommit},
         "physicalSliced": physical,
@@ -148,6 +155,8 @@ def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mappin
         accs = [(g, a) for g in spec["groups"] if g["manufacturer"] == manu_id for a in g["accelerators"]
                 if is_healthy(a)]
         sliceable = [(g, a) for g, a in accs if is_logically_sliceable(a)]
+        if not manu.offers("sliced"):   # no key for a view the manufacturer never offers (rules/manufacturers.yaml)
+            continue
         values[cap.slicedUnits.format(base=base)] = len(sliceable) * credits
         values[cap.slicedCoresPercentage.format(base=base)] = sum(
             a["status"]["logicalSliced"]["count"] * cap.percentPerSlice if manu.coresOvercommit
@@ -155,7 +164,7 @@ def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mappin
         values[cap.slicedMemoryPercentage.format(base=base)] = len(sliceable) * cap.percentPerSlice
         values[cap.slicedMemoryMib.format(base=base)] = sum(
             int(parse_quantity(format_memory_mib(g["memory"])) // 2**20) for g, _ in sliceable)
-        if not manu.partitionKind:
+        if not manu.partitionKind or not manu.offers("partitioned"):
             continue
         partitioned = [(g, a) for g, a in accs if is_partitioned(a)]
         values[cap.partitionedUnits.format(base=base)] = len(partitioned) * credits
@@ -190,8 +199,9 @@ def is_agent_capacity_key(policy: Policy, key: str) -> bool:
     cap = agent_rules(policy).capacity
     for manu in policy.manufacturers.values():
         fixed = {t.format(base=manu.base) for t in (cap.slicedUnits, cap.slicedCoresPercentage,
-                                                    cap.slicedMemoryPercentage, cap.slicedMemoryMib)}
-        if manu.partitionKind:
+                                                    cap.slicedMemoryPercentage, cap.slicedMemoryMib)
+                 } if manu.offers("sliced") else set()
+        if manu.partitionKind and manu.offers("partitioned"):
             fixed.add(cap.partitionedUnits.format(base=manu.base))
             prefix = cap.partitionedProfile.format(base=manu.base, kind=manu.partitionKind, profile="")
             if key.startswith(prefix) and len(key) > len(prefix):

@@ -157,9 +157,8 @@ def _read_device(policy: Policy, row: DraDriverSpec, reading: DraReading, wholes
                  device: Mapping[str, Any]) -> None:
     """One device: a whole accelerator appended to ``wholes``, a partition recorded, others skipped."""
     name = str(device.get("name", ""))
-    kind = _attribute(row, device, row.typeAttribute)
-    kind = _text_value(kind) if kind is not None else None
     try:
+        kind = _kind(row, device)
         if kind == row.wholeType:
             facts, index = _whole(policy, row, device)
             facts["dra"] = {"driver": row.driver, "pool": pool, "device": name}
@@ -171,6 +170,25 @@ def _read_device(policy: Policy, row: DraDriverSpec, reading: DraReading, wholes
             node=reading.node, driver=row.driver, device=f"{pool}/{name}", field=exc.field, error=exc))
 
 
+def _kind(row: DraDriverSpec, device: Mapping[str, Any]) -> str | None:
+    """The device's kind: its ``typeAttribute``'s text, else the row's ``kind`` constant or expression
+    (over ``attributes``, name -> value, and ``device``, the device's name); None when not told."""
+    if row.typeAttribute:
+        kind = _attribute(row, device, row.typeAttribute)
+        return _text_value(kind) if kind is not None else None
+    if row.kind.constant:
+        return row.kind.constant
+    attrs = device.get("attributes") or {}
+    if not isinstance(attrs, Mapping):
+        raise _Unreadable("attributes", "not a map")
+    values = {str(k): next(iter(v.values()), None) for k, v in attrs.items() if isinstance(v, Mapping) and v}
+    try:
+        kind = row.kind.expression.evaluate({"attributes": values, "device": str(device.get("name", ""))})
+    except Exception as exc:   # a CEL evaluation error (a missing key): this device only
+        raise _Unreadable("kind", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+    return kind if isinstance(kind, str) else None
+
+
 def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
     """The facts of one whole accelerator and its published index (None when not published)."""
     f = row.facts
@@ -178,8 +196,8 @@ def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tup
     product = _rewritten(row, "name", _text(row, device, f.name, required=True))
     facts: dict[str, Any] = {
         "manufacturer": row.manufacturer, "uuid": uuid, "name": product,
-        "memoryMib": _mib(row, device, f.memoryMib, required=True),
-        "eccReserved": row.is_gddr(product), "healthy": _healthy(policy, device),
+        "memoryMib": _memory(policy, row, device, product),
+        "eccReserved": row.is_gddr(product), "healthy": _healthy(policy, row, device),
     }
     index = _int_field(row, device, f.index)
     minor = _int_field(row, device, f.minor)
@@ -318,7 +336,7 @@ def _int_field(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField
     return value
 
 
-def _mib(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField, required: bool = False) -> int:
+def _mib(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField) -> int:
     """A quantity of bytes (a capacity, or an int/string attribute) -> MiB, rounded down."""
     raw = _raw(row, device, where)
     if raw is None:
@@ -346,10 +364,36 @@ def _version(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField |
     return int(match.group(1)), int(match.group(2))
 
 
-def _healthy(policy: Policy, device: Mapping[str, Any]) -> bool:
-    """False when a taint's effect is one of ``unhealthyTaintEffects`` (spec/dra.md §1)."""
+def _memory(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any], product: str) -> int:
+    """The memory in MiB: the row's ``memoryMib`` field when published, else its ``productMemory`` entry
+    for ``product``; neither: unreadable, the warning naming the table to edit."""
+    where = row.facts.memoryMib
+    if where is not None and _raw(row, device, where) is not None:
+        return _mib(row, device, where)
+    mib = row.product_memory_mib(product)
+    if mib is not None:
+        return mib
+    if not row.productMemory:   # a row with no table: the field is what is missing
+        raise _Unreadable(where, "not published")
+    doc = next(d for d in policy.ruleset.all("DraDriver") if d.spec is row)
+    raise _Unreadable(where if where is not None else "memory", dra_policy(policy).messages.unknownProduct.format(
+        product=product, row=doc.name, file=doc.file))
+
+
+def _healthy(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> bool:
+    """False when a taint's effect is one of ``unhealthyTaintEffects`` (spec/dra.md §1), or the row's
+    ``healthy`` boolean attribute is published false."""
     effects = set(dra_policy(policy).unhealthyTaintEffects)
-    return not any(isinstance(t, Mapping) and t.get("effect") in effects for t in device.get("taints") or [])
+    if any(isinstance(t, Mapping) and t.get("effect") in effects for t in device.get("taints") or []):
+        return False
+    where = row.facts.healthy
+    raw = _raw(row, device, where) if where is not None else None
+    if raw is None:
+        return True
+    value = raw.get("bool") if where.attribute else None
+    if not isinstance(value, bool):
+        raise _Unreadable(where, f"{dict(raw) if isinstance(raw, Mapping) else raw!r} is not a bool")
+    return value
 
 
 def _name(obj: Mapping[str, Any]) -> str:

@@ -46,6 +46,7 @@ class Accelerator:
     remaining_profiles: dict[str, int] = field(default_factory=dict)
     allocated_profiles: dict[str, int] = field(default_factory=dict)
     dra: bool = False   # published by a DRA driver (its capability's ``dra`` reference, spec/dra.md §2)
+    views: tuple[str, ...] | None = None   # the capability's ``views``: the views offered, when not all
 
     @property
     def akey(self) -> str:
@@ -70,8 +71,9 @@ class Accelerator:
     @property
     def shareable(self) -> bool:
         """Whole-capable and served by the sharing device plugin: not a DRA-published accelerator,
-        which offers the exclusive view only (spec/dra.md §2)."""
-        return self.whole_capable and not self.dra
+        which offers the exclusive view only (spec/dra.md §2), nor one whose capability's ``views``
+        leave the shared view out (its manufacturer's row, rules/manufacturers.yaml)."""
+        return self.whole_capable and not self.dra and (self.views is None or "shared" in self.views)
 
 
 def _int(value) -> int:
@@ -136,7 +138,8 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
             logical_count=_int((status.get("logicalSliced") or {}).get("count")),
             physical_count=_int(physical.get("count")),
             offered_profiles=tuple(p["name"] for p in profiles),
-            remaining_profiles=rem_profiles, allocated_profiles=alloc_profiles, dra=bool(accel.get("dra")))
+            remaining_profiles=rem_profiles, allocated_profiles=alloc_profiles, dra=bool(accel.get("dra")),
+            views=tuple(accel["views"]) if isinstance(accel.get("views"), list) else None)
 
 
 # --- predicates ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 One per ``DraDriver`` row, that is per (driver, manufacturer base key): named by rules/dra.yaml
 ``deviceClass.nameTemplate``, selecting the driver's whole accelerators with ``selectorTemplate``
-(Kubernetes CEL), ``spec.extendedResourceName`` the manufacturer's ``<base>`` (rules/manufacturers.yaml),
+(Kubernetes CEL; ``allDevicesSelectorTemplate`` for a row whose ``kind`` is a constant, the row's
+``kind.selector`` for one whose kind is an expression), ``spec.extendedResourceName`` the manufacturer's ``<base>`` (rules/manufacturers.yaml),
 so a Pod asking for ``nvidia.com/gpu`` on a node without a device plugin is served one of them;
 labelled ``resource.gpustack.ai/type: deviceclasses`` (rules/pools/derivation.yaml ``resourceTypes``),
 which is how the controller knows the ones it owns (:func:`owned_device_class`).
@@ -28,11 +29,16 @@ def device_classes(policy: Policy) -> list[dict[str, Any]]:
         fields = {"driver": driver, "manufacturer": row.manufacturer, "base": base,
                   "typeAttribute": row.typeAttribute, "wholeType": row.wholeType}
         dc = rules.deviceClass
+        if row.typeAttribute:
+            selector = dc.selectorTemplate.format(**fields)
+        else:   # the row's kind: every device whole (a constant), or its own selector (an expression)
+            selector = row.kind.selector.format(**fields) if row.kind.expression is not None \
+                else dc.allDevicesSelectorTemplate.format(**fields)
         out.append({
             "apiVersion": dc.apiVersion, "kind": "DeviceClass",
             "metadata": {"name": dc.nameTemplate.format(**fields),
                          "labels": {policy.key("resourceType"): policy.derivation.resourceTypes[dc.resourceType]}},
-            "spec": {"selectors": [{"cel": {"expression": dc.selectorTemplate.format(**fields)}}],
+            "spec": {"selectors": [{"cel": {"expression": selector}}],
                      "extendedResourceName": base},
         })
     return sorted(out, key=lambda c: c["metadata"]["name"])

@@ -1,0 +1,71 @@
+"""Rule kind ``ManufacturerTable`` (rules/manufacturers.yaml): the known accelerator manufacturers
+(spec/node-facts.md §2), each with the views its devices offer (docs/concepts/dra.md,
+docs/tasks/add-manufacturer-or-preset.md); the conditions are evaluated by
+:mod:`runtime.engine.devices.views`.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from runtime.model.base import Expr, Strict
+
+VIEWS = ("exclusive", "shared", "sliced", "partitioned")   # the four views (spec/four-view.md), in order
+ViewName = Literal["exclusive", "shared", "sliced", "partitioned"]
+
+
+class Manufacturer(Strict):
+    id: str = Field(pattern=r"^[a-z0-9]+$")
+    base: str = Field(min_length=1, description="base extended-resource name, e.g. nvidia.com/gpu")
+    pciVendor: str = ""
+    partitionKind: str = ""
+    runtimeName: str = ""
+    logicalSlices: int = Field(ge=0)
+    coresOvercommit: bool = False
+    views: Optional[dict[ViewName, Expr]] = Field(
+        None, description="view -> the CEL condition (over `accelerator`) under which one of its devices offers "
+                          "it; a view left out is never offered. Absent: every view, as the device allows")
+
+    @field_validator("views")
+    @classmethod
+    def _exclusive_always(cls, value: Optional[dict[str, Expr]]) -> Optional[dict[str, Expr]]:
+        if value is not None and str(value.get("exclusive", "")).strip() != "true":
+            raise ValueError("every manufacturer's devices offer the exclusive view (a whole device): "
+                             "give exclusive: 'true'")
+        return value
+
+    def offers(self, view: str) -> bool:
+        """Whether any device of this manufacturer can offer ``view`` (it has a condition for it)."""
+        return self.views is None or view in self.views
+
+    def offered_views(self) -> list[str]:
+        """The views this manufacturer's devices can offer, in :data:`VIEWS` order."""
+        return [v for v in VIEWS if self.offers(v)]
+
+
+class ManufacturerMessages(Strict):
+    """str.format templates of rules/manufacturers.yaml ``messages``."""
+
+    viewNotOffered: str = Field(description="a request for a view the manufacturer does not offer: "
+                                            "{manufacturer}, {view}, {offered}")
+
+
+class ManufacturerTableSpec(Strict):
+    genericSentinel: str
+    pciClassPrefixes: list[str] = []
+    manufacturers: list[Manufacturer]
+    messages: ManufacturerMessages
+
+    @field_validator("manufacturers")
+    @classmethod
+    def _unique(cls, value: list[Manufacturer]) -> list[Manufacturer]:
+        seen = set()
+        for m in value:
+            if m.id in seen:
+                raise ValueError(f"manufacturer {m.id!r} listed twice")
+            seen.add(m.id)
+        return value
+
+    def by_id(self) -> dict[str, Manufacturer]:
+        return {m.id: m for m in self.manufacturers}
