@@ -32,6 +32,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("audit", "Judge every existing object with the admission rules and report drift from the derived state."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
     "webhook-probe": ("probe", "Send one admission review to each webhook of the rules and check each verdict."),
+    "snapshot": ("snapshot", "Write what the offline commands read from the live cluster to DIR, one file per kind."),
+    "completion": ("completion", "Print the shell completion script for bash or zsh (eval it in the shell's rc file)."),
     "node-cleanup": ("nodecleanup", "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),
 }
 
@@ -76,7 +78,7 @@ def main() -> None:
     """
 
 
-def run() -> None:
+def run(prog_name: str | None = None, complete_var: str | None = None) -> None:
     """The ``accelpolicy`` program (the console script): :func:`main` as a process of its own.
 
     Around it, what only a whole process may do with Python's cyclic garbage collector
@@ -89,6 +91,13 @@ def run() -> None:
     shutdown still run. :func:`main` itself (tests, ``CliRunner``) leaves the collector alone."""
     LazyGroup.freeze_after_import = True
     try:
-        main()
+        main(prog_name=prog_name, complete_var=complete_var)
     finally:
         gc.freeze()
+
+
+def run_plugin() -> None:
+    """The ``kubectl-accelpolicy`` program: :func:`run` named as kubectl runs its plugins
+    (``kubectl accelpolicy explain instancetype X`` executes ``kubectl-accelpolicy`` from PATH);
+    its completion script is ``accelpolicy completion bash --program kubectl-accelpolicy``."""
+    run("kubectl accelpolicy", "_KUBECTL_ACCELPOLICY_COMPLETE")
