@@ -22,6 +22,7 @@ through :func:`read_source` too.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,8 @@ def no_kubeconfig_message(kubeconfig: Path | None, context: str | None, exc: Exc
     """The error for no usable configuration, as kubectl words it, with what to give instead."""
     where = str(kubeconfig) if kubeconfig else (os.environ.get("KUBECONFIG") or "~/.kube/config")
     detail = str(exc).split(": ", 1)[-1]
+    if context and f"Expected object with name {context} " in detail:
+        return f'context "{context}" does not exist in {where}'
     return (f"no configuration has been provided ({where}{f', context {context}' if context else ''}: {detail}); "
             f"give --kubeconfig FILE or set KUBECONFIG, or --snapshot PATH to read files instead")
 
@@ -169,7 +172,11 @@ def no_kubeconfig_message(kubeconfig: Path | None, context: str | None, exc: Exc
 def unreachable(exc) -> None:
     """Exit 1: the API server did not answer (its address and the transport's words)."""
     if exc.status == 0:
-        click.echo(f"error: the connection to the server was refused or timed out: {exc.message}", err=True)
+        host, _, detail = exc.message.partition(": ") if exc.message.startswith("http") else \
+            ("of the kubeconfig", "", exc.message)
+        cause = re.findall(r"\] ([^\"')]+)", detail) or [detail]
+        click.echo(f"error: the connection to the server {host} was refused - did you specify the right host "
+                   f"or port? ({cause[-1]})", err=True)
     else:
         click.echo(f"error: the server answered {exc.status} {exc.reason}: {exc.message}", err=True)
     sys.exit(1)

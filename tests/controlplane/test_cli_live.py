@@ -1,0 +1,165 @@
+"""The operator's commands against the live walkthrough cluster (docs/tasks/ask-the-cluster.md).
+
+The seed walkthrough's cluster (testing/localcluster/walkthrough.py: four kwok Nodes, their agents, the
+controller) is the cluster in front of the operator. Each command run against it prints what it prints
+against ``accelpolicy snapshot`` of it; a what-if file layered over the cluster changes only the rows
+of what it changes; with only the chart's ``accelpolicy-viewer`` ClusterRole every command works, and
+with one permission less the error names it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from runtime.cli import main
+from testing.localcluster.walkthrough import Walkthrough
+
+REPO = Path(__file__).resolve().parents[2]
+VIEWER_TEMPLATE = REPO / "deploy/chart/templates/viewer-rbac.yaml"
+SLICED = str(REPO / "demo/sliced-demo.yaml")
+AGE = re.compile(r"\b\d+(s|m\d*s?|h\d*m?|d\d*h?|y\d*d?)\b")
+
+
+def run(*args: str, kubeconfig: Path | None = None) -> "CliRunner.Result":
+    extra = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else []
+    return CliRunner().invoke(main, [*args, *extra])
+
+
+@pytest.fixture(scope="module")
+def walk(control_plane, tmp_path_factory):
+    cluster, _ = control_plane
+    w = Walkthrough(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("walkthrough"), webhooks=False)
+    w.start()
+    deadline = time.monotonic() + 180
+    while True:   # reconciled: the live table shows no drift and every seed pool
+        out = run("get", "instancetypes", kubeconfig=cluster.kubeconfig).stdout
+        if "DRIFT" not in out and len(out.splitlines()) >= 4:
+            break
+        assert time.monotonic() < deadline, out
+        time.sleep(2)
+    yield w
+    w.stop()
+
+
+def viewer_role() -> dict:
+    """The chart's accelpolicy-viewer ClusterRole, its template's only Helm expressions filled in."""
+    text = VIEWER_TEMPLATE.read_text()
+    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n", "", text, flags=re.S)
+    text = re.sub(r"\n\s*\{\{- include \"accelpolicy.labels\" \. \| nindent 4 \}\}", "", text)
+    text = text.replace('{{ include "accelpolicy.settingsSecret" . }}', "gpustack-settings")
+    return yaml.safe_load(text)
+
+
+def bound_kubeconfig(kubectl, admin: Path, role: dict, name: str, path: Path) -> Path:
+    """A ServiceAccount ``default/<name>`` bound to ``role`` (created as ClusterRole ``<name>``), and a
+    kubeconfig of a token of it."""
+    role = {**role, "metadata": {"name": name}}
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        role, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": "default"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}]}]}))
+    token = kubectl.stdout("-n", "default", "create", "token", name, "--duration=1h").strip()
+    config = yaml.safe_load(Path(admin).read_text())
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "local",
+        "clusters": [{"name": "local", "cluster": config["clusters"][0]["cluster"]}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": name}}]}))
+    return path
+
+
+COMMANDS = [
+    ("get", "instancetypes"), ("get", "instancetypes", "-o", "wide"), ("get", "resourceflavors"),
+    ("get", "clusterqueues"), ("get", "localqueues"), ("get", "admissionchecks"), ("get", "instancetypeflavors"),
+    ("get", "devices", "-o", "wide"), ("derive",),
+    ("explain", "instancetype", "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"),
+    ("explain", "admit", "-f", SLICED), ("admit", "-f", SLICED, "-o", "text"),
+    ("audit", "-o", "json"),
+]
+
+
+def _same(text: str) -> str:
+    return AGE.sub("<age>", text)
+
+
+def test_each_command_prints_against_the_cluster_what_it_prints_against_a_snapshot_of_it(walk, tmp_path):
+    snap = tmp_path / "snap"
+    made = run("snapshot", "-o", str(snap), kubeconfig=walk.kubeconfig)
+    assert made.exit_code == 0, made.output
+    for args in COMMANDS:
+        live = run(*args, kubeconfig=walk.kubeconfig)
+        offline = run(*args, "--snapshot", str(snap))
+        assert (live.exit_code, _same(live.stdout)) == (offline.exit_code, _same(offline.stdout)), args
+        assert live.exit_code in (0, 1) and live.stdout, (args, live.output)
+    # what the cluster holds now, as kubectl prints it
+    assert run("get", "instancetypes", kubeconfig=walk.kubeconfig).stdout.rstrip() == \
+        walk.kubectl.stdout("get", "instancetypes").rstrip()
+
+
+def test_snapshot_holds_one_file_per_kind_the_settings_secret_alone_and_no_managed_fields(walk, tmp_path):
+    made = run("snapshot", "-o", str(tmp_path), kubeconfig=walk.kubeconfig)
+    assert made.exit_code == 0, made.output
+    secrets = yaml.safe_load((tmp_path / "secrets.yaml").read_text())["items"]
+    assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in secrets] == [("gpustack-system", "gpustack-settings")]
+    assert {"nodes.yaml", "nodefeatures.yaml", "devices.yaml", "instancetypes.yaml", "workloads.yaml"} <= \
+        {p.name for p in tmp_path.iterdir()}
+    assert "managedFields" not in "".join(p.read_text() for p in tmp_path.iterdir())
+    nodes = yaml.safe_load((tmp_path / "nodes.yaml").read_text())["items"]
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["node-a10g", "node-cpu", "node-t4-a", "node-t4-b"]
+
+
+def test_a_what_if_file_over_the_cluster_changes_exactly_the_rows_it_should(walk, tmp_path):
+    """The seed's step 2 as a what-if: node-a10g's NodeFeature says managed=false. Only the a10g pool's
+    rows change, and as they change when the same file is layered over a snapshot of the cluster."""
+    snap = tmp_path / "snap"
+    assert run("snapshot", "-o", str(snap), kubeconfig=walk.kubeconfig).exit_code == 0
+    feature = json.loads(walk.kubectl.stdout("-n", "gpustack-system", "get", "nodefeature",
+                                             "node-a10g-gpustack-worker", "-o", "json"))
+    feature["spec"]["labels"]["gpustack.ai/managed"] = "false"
+    whatif = tmp_path / "whatif.yaml"
+    whatif.write_text(yaml.safe_dump(feature))
+    before = run("get", "instancetypes", kubeconfig=walk.kubeconfig).stdout.splitlines()
+    after = run("get", "instancetypes", "--cluster", "--snapshot", str(whatif), kubeconfig=walk.kubeconfig)
+    assert after.exit_code == 0, after.output
+    changed = set(after.stdout.splitlines()) ^ set(before)
+    assert changed and all("a10g" in line for line in changed), changed
+    assert after.stdout == run("get", "instancetypes", "--snapshot", str(snap), "--snapshot", str(whatif)).stdout
+    # the cluster itself is unchanged
+    assert run("get", "instancetypes", kubeconfig=walk.kubeconfig).stdout.splitlines() == before
+
+
+def test_the_viewer_role_suffices_and_one_permission_less_is_named(walk, tmp_path):
+    admin = walk.kubeconfig
+    viewer = bound_kubeconfig(walk.kubectl, admin, viewer_role(), "accelpolicy-viewer-test", tmp_path / "viewer")
+    for args in COMMANDS:
+        as_admin, as_viewer = run(*args, kubeconfig=admin), run(*args, kubeconfig=viewer)
+        assert (as_viewer.exit_code, _same(as_viewer.stdout)) == (as_admin.exit_code, _same(as_admin.stdout)), \
+            (args, as_viewer.output)
+    assert run("snapshot", "-o", str(tmp_path / "snap"), kubeconfig=viewer).exit_code == 0
+    role = viewer_role()
+    role["rules"] = [r for r in role["rules"] if r["resources"] != ["nodefeatures"]]
+    less = bound_kubeconfig(walk.kubectl, admin, role, "accelpolicy-less-test", tmp_path / "less")
+    result = run("get", "instancetypes", kubeconfig=less)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        'error: nodefeatures.nfd.k8s-sigs.io is forbidden: User "system:serviceaccount:default:accelpolicy-less-test" '
+        'cannot list resource "nodefeatures" in API group "nfd.k8s-sigs.io" at the cluster scope\n'
+        '  missing permission: list nodefeatures (apiGroup nfd.k8s-sigs.io) at the cluster scope; the ClusterRole '
+        'accelpolicy-viewer of the chart grants what this command reads (docs/tasks/ask-the-cluster.md)\n')
+
+
+def test_explain_instancetype_adds_the_pools_workloads(walk):
+    result = run("explain", "instancetype", "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64", "-o", "json",
+                 kubeconfig=walk.kubeconfig)
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert "workloads" in info
+    for wl in info["workloads"]:
+        assert wl["state"] in ("admitted", "reserved", "pending")
