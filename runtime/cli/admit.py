@@ -78,8 +78,8 @@ def command(filename, old, operation, snapshots, cluster, kubeconfig, context, n
         old_obj = obj
     if operation == "UPDATE" and old_obj is None:
         fail("--operation UPDATE needs --old OLD.yaml (the object as the cluster holds it)")
-    view = admission_view(policy, read_source(policy, ADMISSION, snapshots, kubeconfig, context, cluster, "admit").snapshot,
-                          derive_state=not no_derive)
+    source = read_source(policy, ADMISSION, snapshots, kubeconfig, context, cluster, "admit")
+    view = admission_view(policy, source.snapshot, derive_state=not no_derive, live=source.live)
     review = review_for(obj, operation, old_obj)
     answer, outcome = decide(engine_from(policy), review, view)
     if output == "json":

@@ -25,8 +25,8 @@ def command(snapshots: tuple[str, ...], cluster: bool, kubeconfig: Path | None, 
     Without --snapshot: derived from the live cluster.
     """
     policy = load_policy(rules_dir)
-    snapshot = read_source(policy, DERIVE, snapshots, kubeconfig, context, cluster, "derive").snapshot
-    state = derive(policy, snapshot)
+    source = read_source(policy, DERIVE, snapshots, kubeconfig, context, cluster, "derive")
+    state = derive(policy, source.snapshot, live=source.live)  # live: queue phases as Kueue reports them now
     warn(state.warnings)
     for name in state.flavor_deletes:
         click.echo(f"would delete: resourceflavor.kueue.x-k8s.io/{name} (no managed node contributes)", err=True)

@@ -82,16 +82,17 @@ def _uncounted_group(policy: Policy, node, selector: dict) -> str:
     return ""
 
 
-def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict:
+def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live: bool = False) -> dict:
     """The pool of InstanceType ``name``: ``{name, selector, flavors, nodes, excluded, views, accelerators}``.
 
     ``flavors``: ``{name, nodes}``; ``excluded``: node -> reason; ``views``: the type's status views;
     ``reach``: node -> whether its Node carries the labels its flavors select and, where fewer, how many
     of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`, issue 23);
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
-    (the ledger the four views add up, spec/pools.md §10). Raises :class:`ExplainError`.
+    (the ledger the four views add up, spec/pools.md §10). ``live``: as :func:`derive`'s (a live
+    cluster: queue phases as Kueue reports them now). Raises :class:`ExplainError`.
     """
-    desired = derive(policy, snapshot)
+    desired = derive(policy, snapshot, live=live)
     types = {name_of(t): t for t in desired.instance_types}
     if name not in types:
         raise ExplainError(f"no InstanceType {name!r} in the snapshot or the derivation "
@@ -147,7 +148,7 @@ def render_instance_type(info: dict) -> str:
             lines.append(f"  {node} {row['group']}/{row['id']}: mode {row['mode']}, ledger remaining "
                          f"{row['remaining']}, allocated slices {row['allocatedSlices']}")
     lines += render_sources(info.get("sources") or {})
-    if "workloads" in info:  # a live cluster only: Kueue's Workloads of the pool
+    if info.get("workloads"):  # Kueue's Workloads of the pool (none: no lines, as from a snapshot without any)
         lines += render_workloads(info["workloads"])
     return "\n".join(lines)
 
@@ -195,7 +196,7 @@ def render_workloads(workloads: list[dict]) -> list[str]:
             if check else "check not asked yet"
         why = f" ({wl['reason']}: {wl['message']})" if wl["state"] != "admitted" and wl.get("reason") else ""
         lines.append(f"  {wl['namespace']}/{wl['name']}: {wl['state']}{why}; {verdict}")
-    return lines if workloads else lines + ["  (none)"]
+    return lines
 
 
 class _TracingEngine(AdmissionEngine):
