@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from runtime.cli import main
 from testing.localcluster import MissingBinariesError
 from testing.localcluster.testing import full_cluster
-from testing.localcluster.walkthrough import Walkthrough
+from testing.localcluster.walkthrough import Walkthrough, tables_equal
 
 REPO = Path(__file__).resolve().parents[2]
 VIEWER_TEMPLATE = REPO / "deploy/chart/templates/viewer-rbac.yaml"
@@ -126,9 +126,10 @@ def test_snapshot_holds_one_file_per_kind_the_settings_secret_alone_and_no_manag
     assert len(nodes) == len(walk.kubectl.stdout("get", "nodes", "-o", "name").split())
 
 
-def test_a_what_if_file_over_the_cluster_changes_exactly_the_rows_it_should(walk, tmp_path):
-    """The seed's step 2 as a what-if: node-a10g's NodeFeature says managed=false. Only the a10g pool's
-    rows change, and as they change when the same file is layered over a snapshot of the cluster."""
+def test_a_what_if_file_over_the_cluster_changes_exactly_the_rows_it_should(walk, tables, tmp_path):
+    """The seed's step 2 as a what-if: node-a10g's NodeFeature says managed=false. The table becomes the
+    seed's table after that patch (the a10g pool loses its accelerator, the generic pool the node's
+    CPU; the T4 row stays), as when the same file is layered over a snapshot of the cluster."""
     snap = tmp_path / "snap"
     assert run("snapshot", "-o", str(snap), kubeconfig=walk.kubeconfig).exit_code == 0
     feature = json.loads(walk.kubectl.stdout("-n", "gpustack-system", "get", "nodefeature",
@@ -139,8 +140,10 @@ def test_a_what_if_file_over_the_cluster_changes_exactly_the_rows_it_should(walk
     before = run("get", "instancetypes", kubeconfig=walk.kubeconfig).stdout.splitlines()
     after = run("get", "instancetypes", "--cluster", "--snapshot", str(whatif), kubeconfig=walk.kubeconfig)
     assert after.exit_code == 0, after.output
-    changed = set(after.stdout.splitlines()) ^ set(before)
-    assert changed and all("a10g" in line for line in changed), changed
+    assert tables_equal("\n".join(before), tables["step2-after-readmit"])      # the step 1 table
+    assert tables_equal(after.stdout, tables["step2-after-unmanage"]), after.stdout
+    changed = {line.split()[0] for line in set(after.stdout.splitlines()) ^ set(before)}
+    assert changed == {"gpustack--generic-linux-amd64", "gpustack--nvidia-a10g-linux-amd64"}
     assert after.stdout == run("get", "instancetypes", "--snapshot", str(snap), "--snapshot", str(whatif)).stdout
     # the cluster itself is unchanged
     assert run("get", "instancetypes", kubeconfig=walk.kubeconfig).stdout.splitlines() == before
