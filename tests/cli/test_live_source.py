@@ -191,3 +191,36 @@ def test_completion_scripts_and_names_from_the_cluster(monkeypatch):
     assert names_of("nosuchkind", "", None, None) == []
     monkeypatch.setattr(session_module, "connect", lambda kubeconfig, context: 1 / 0)
     assert names_of("instancetypes", "", None, None) == []
+
+
+def test_kubectl_runs_the_plugin_from_path():
+    """The `kubectl-accelpolicy` console script (pyproject.toml) is what `kubectl accelpolicy` executes."""
+    import os
+    import subprocess
+    import sys
+
+    from testing.localcluster.kubectl import find_kubectl
+
+    bindir = Path(sys.executable).parent
+    if not (bindir / "kubectl-accelpolicy").exists():
+        pytest.skip("kubectl-accelpolicy is not installed in this environment (`make install`)")
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run([str(find_kubectl()), "accelpolicy", "get", "instancetypes", "--snapshot", SEED,
+                             "--no-headers", "-o", "name"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == CliRunner().invoke(
+        main, ["get", "instancetypes", "--snapshot", SEED, "-o", "name"]).stdout.splitlines()
+    usage = subprocess.run([str(bindir / "kubectl-accelpolicy"), "explain", "--help"], capture_output=True,
+                           text=True, env=env, timeout=120).stdout
+    assert usage.startswith("Usage: kubectl accelpolicy explain [OPTIONS] COMMAND [ARGS]...")
+
+
+def test_completion_offers_the_clusters_names_through_clicks_protocol(monkeypatch):
+    import runtime.kube.session as session_module
+
+    fake = FakeSession({"InstanceType": [{"metadata": {"name": n}} for n in ("gpu-b", "cpu")]})
+    monkeypatch.setattr(session_module, "connect", lambda kubeconfig, context: fake)
+    monkeypatch.setenv("COMP_WORDS", "accelpolicy explain instancetype g")
+    monkeypatch.setenv("COMP_CWORD", "3")
+    result = CliRunner().invoke(main, [], prog_name="accelpolicy", env={"_ACCELPOLICY_COMPLETE": "bash_complete"})
+    assert result.stdout.split() == ["plain,gpu-b"]
