@@ -170,10 +170,30 @@ def test_the_viewer_role_suffices_and_one_permission_less_is_named(walk, tmp_pat
 
 
 def test_explain_instancetype_adds_the_pools_workloads(walk):
-    result = run("explain", "instancetype", "gpustack--nvidia-a10g-linux-amd64", "-o", "json",
-                 kubeconfig=walk.kubeconfig)
-    assert result.exit_code == 0, result.output
-    info = json.loads(result.stdout)
-    assert "workloads" in info
-    for wl in info["workloads"]:
-        assert wl["state"] in ("admitted", "reserved", "pending")
+    """The seed's step 3 Instance (a 20 % slice on the a10g pool): its Pod's Workload is admitted in the
+    pool, and the check gpustack-node-devices answered Ready on it (last: it changes the cluster)."""
+    a10g = "gpustack--nvidia-a10g-linux-amd64"
+    assert json.loads(run("explain", "instancetype", a10g, "-o", "json", kubeconfig=walk.kubeconfig).stdout)[
+        "workloads"] == []
+    walk.kubectl("apply", "-f", SLICED)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            result = run("explain", "instancetype", a10g, "-o", "json", kubeconfig=walk.kubeconfig)
+            assert result.exit_code == 0, result.output
+            workloads = json.loads(result.stdout)["workloads"]
+            if [w["state"] for w in workloads] == ["admitted"]:
+                break
+            assert time.monotonic() < deadline, workloads
+            time.sleep(3)
+        (workload,) = workloads
+        assert workload["namespace"] == "default" and workload["check"]["state"] == "Ready", workload
+        text = run("explain", "instancetype", a10g, kubeconfig=walk.kubeconfig).stdout.splitlines()
+        at = text.index("workloads (Kueue, live):")
+        assert text[at + 1] == f"  default/{workload['name']}: admitted; check Ready: {workload['check']['message']}"
+        # the other pools hold none of it
+        t4 = json.loads(run("explain", "instancetype", "gpustack--nvidia-tesla-t4-linux-amd64", "-o", "json",
+                            kubeconfig=walk.kubeconfig).stdout)
+        assert t4["workloads"] == []
+    finally:
+        walk.kubectl("delete", "-f", SLICED, "--wait=false")
