@@ -148,8 +148,13 @@ def _live(policy: "Policy", kinds: tuple[str, ...], kubeconfig: Path | None,
 
 
 def connect_or_exit(kubeconfig: Path | None, context: str | None):
-    """:func:`runtime.kube.session.connect`; no usable kubeconfig exits 2, an unreachable server 1."""
+    """:func:`runtime.kube.session.connect`; no usable kubeconfig exits 2, an unreachable server 1.
+    urllib3's warning per retried connection is silenced: the command prints its one error."""
+    import logging
+
     from runtime.kube.session import KubeApiError, KubeConfigError, connect
+
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
     try:
         return connect(kubeconfig, context)
