@@ -2,9 +2,9 @@
 ``audit``, ``snapshot``): each kind a command needs listed once, page by page, and nothing else.
 
 :func:`list_cluster` lists every kind of a :class:`Needs` with ``limit``/``continue`` (``page_size``
-objects a page), the settings Secret only by name (one ``get`` of it in its namespace: no other Secret
-is ever read), and drops ``metadata.managedFields`` (the API server's field
-ownership record, read by no code here nor by any rule). Unlike the watch caches
+objects a page, four kinds at a time), the settings Secret only by name (one ``get`` of it in its
+namespace: no other Secret is ever read), and drops ``metadata.managedFields`` (the API server's
+field ownership record, read by no code here nor by any rule). Unlike the watch caches
 (:mod:`runtime.kube.cache`) nothing is watched: the command reads the cluster as it is now.
 
 Errors are the API server's, in its words (docs/tasks/ask-the-cluster.md):
@@ -17,6 +17,7 @@ Errors are the API server's, in its words (docs/tasks/ask-the-cluster.md):
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from runtime.kube.session import KubeApiError, Session
@@ -77,16 +78,9 @@ def _pages(session: Session, kind: str, path: str, page_size: int, read: Cluster
             return items
 
 
-def _list_one(session: Session, kind: str, page_size: int, read: ClusterRead) -> None:
+def _list_one(session: Session, ref, page_size: int, read: ClusterRead) -> None:
     try:
-        ref = session.ref(kind)
-    except KubeApiError as exc:
-        if exc.status == 404:
-            read.missing.append(kind)
-            return
-        raise
-    try:
-        read.objects.extend(_pages(session, kind, ref.path(), page_size, read))
+        read.objects.extend(_pages(session, ref.kind, ref.path(), page_size, read))
     except KubeApiError as exc:
         if exc.status == 403:
             group = ref.api_version.split("/")[0] if "/" in ref.api_version else ""
@@ -94,15 +88,31 @@ def _list_one(session: Session, kind: str, page_size: int, read: ClusterRead) ->
         raise
 
 
-def list_cluster(session: Session, needs: Needs, page_size: int = 500) -> ClusterRead:
-    """Every object of ``needs`` as the server holds it now (see the module docstring).
+def list_cluster(session: Session, needs: Needs, page_size: int = 500, workers: int = 4) -> ClusterRead:
+    """Every object of ``needs`` as the server holds it now (see the module docstring): the kinds
+    resolved one after another (discovery), then listed ``workers`` at a time; the objects in the
+    order of ``needs.kinds``, the settings Secret last.
 
     Raises :class:`ListForbidden` (403) or :class:`KubeApiError` (any other failure, status 0 when
-    the server cannot be reached)."""
+    the server cannot be reached), for the first kind in that order that failed."""
     read = ClusterRead()
+    refs = []
     for kind in needs.kinds:
-        if kind != "Secret":
-            _list_one(session, kind, page_size, read)
+        if kind == "Secret":
+            continue
+        try:
+            refs.append(session.ref(kind))
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            read.missing.append(kind)
+    parts = [ClusterRead() for _ in refs]
+    with ThreadPoolExecutor(max(1, min(workers, len(refs)))) as pool:
+        futures = [pool.submit(_list_one, session, ref, page_size, part) for ref, part in zip(refs, parts)]
+    for future, part in zip(futures, parts):
+        future.result()
+        read.objects.extend(part.objects)
+        read.requests += part.requests
     if needs.settings is not None:
         _get_settings(session, *needs.settings, read)
     return read
