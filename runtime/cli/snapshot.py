@@ -20,9 +20,9 @@ from runtime.cli.source import AUDIT, read_source
 
 def file_name(kind: str) -> str:
     """``<kind lower-cased, plural>.yaml``, as kubectl's resource names: ``nodes.yaml``, ``devices.yaml``,
-    ``resourceslices.yaml``, ``nodefeatures.yaml``."""
+    ``storageclasses.yaml``, ``nodefeatures.yaml``."""
     lower = kind.lower()
-    return f"{lower if lower.endswith('s') else lower + 's'}.yaml"
+    return f"{lower + 'es' if lower.endswith('ss') else lower if lower.endswith('s') else lower + 's'}.yaml"
 
 
 @click.command("snapshot")

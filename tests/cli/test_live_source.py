@@ -224,3 +224,24 @@ def test_completion_offers_the_clusters_names_through_clicks_protocol(monkeypatc
     monkeypatch.setenv("COMP_CWORD", "3")
     result = CliRunner().invoke(main, [], prog_name="accelpolicy", env={"_ACCELPOLICY_COMPLETE": "bash_complete"})
     assert result.stdout.split() == ["plain,gpu-b"]
+
+
+def test_snapshot_writes_one_file_per_kind_reads_only_the_settings_secret_and_replays(fake_cluster, tmp_path):
+    from runtime.cli.snapshot import file_name
+
+    assert [file_name(k) for k in ("Node", "Devices", "StorageClass", "ResourceClaim")] == \
+        ["nodes.yaml", "devices.yaml", "storageclasses.yaml", "resourceclaims.yaml"]
+    fake_cluster.objects.setdefault("Secret", []).append(
+        {"metadata": {"name": "tls", "namespace": "gpustack-system"}, "data": {"key": "c2VjcmV0"}})
+    result = CliRunner().invoke(main, ["snapshot", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["devices.yaml", "instancetypes.yaml", "nodefeatures.yaml",
+                                                         "nodes.yaml", "secrets.yaml"]
+    assert [p for _, p, _ in fake_cluster.calls if "/secrets" in p] == \
+        ["/api/v1/namespaces/gpustack-system/secrets/gpustack-settings"]
+    secrets = yaml.safe_load((tmp_path / "secrets.yaml").read_text())
+    assert [s["metadata"]["name"] for s in secrets["items"]] == ["gpustack-settings"] and secrets["kind"] == "List"
+    assert result.stderr.startswith(f"warning: the server doesn't have a resource type for Namespace")
+    assert result.stderr.splitlines()[-1].startswith(f"wrote {tmp_path}: ")
+    replay = CliRunner().invoke(main, ["get", "devices", "--snapshot", str(tmp_path)])
+    assert replay.stdout == CliRunner().invoke(main, ["get", "devices"]).stdout
