@@ -79,7 +79,8 @@ def command(filename, old, operation, snapshots, cluster, kubeconfig, context, n
     if operation == "UPDATE" and old_obj is None:
         fail("--operation UPDATE needs --old OLD.yaml (the object as the cluster holds it)")
     source = read_source(policy, ADMISSION, snapshots, kubeconfig, context, cluster, "admit")
-    view = admission_view(policy, source.snapshot, derive_state=not no_derive, live=source.live)
+    view = admission_view(policy, source.snapshot, derive_state=not no_derive, live=source.live,
+                          settings_namespace=source.settings_namespace)
     review = review_for(obj, operation, old_obj)
     answer, outcome = decide(engine_from(policy), review, view)
     if output == "json":

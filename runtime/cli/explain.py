@@ -41,7 +41,8 @@ def instancetype(name: str, snapshots, cluster, kubeconfig, context, rules_dir, 
     policy = load_policy(rules_dir)
     source = read_source(policy, EXPLAIN, snapshots, kubeconfig, context, cluster, "explain instancetype")
     try:
-        info = explain_instance_type(policy, source.snapshot, name, live=source.live)
+        info = explain_instance_type(policy, source.snapshot, name, live=source.live,
+                                     settings_namespace=source.settings_namespace)
     except ExplainError as exc:
         fail(exc.args[0])
     if source.live or source.snapshot.count("Workload"):  # what a snapshot file rarely holds: Kueue's Workloads
@@ -66,7 +67,8 @@ def admit(filename: str, operation: str, snapshots, cluster, kubeconfig, context
     obj = docs[0]
     request = parse_review(review_for(obj, operation, obj if operation == "UPDATE" else None))
     source = read_source(policy, ADMISSION, snapshots, kubeconfig, context, cluster, "explain admit")
-    info = explain_admission(policy, request, admission_view(policy, source.snapshot, live=source.live))
+    info = explain_admission(policy, request, admission_view(policy, source.snapshot, live=source.live,
+                                                                 settings_namespace=source.settings_namespace))
     click.echo(json.dumps(info, indent=2, default=str) if output == "json" else render_admission(info))
     denied = any(p["verdict"] in ("invalid", "forbidden", "internal") for p in info["policies"])
     sys.exit(1 if denied else 0)

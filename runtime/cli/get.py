@@ -39,7 +39,7 @@ def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], clust
     policy = load_policy(rules_dir)
     source = read_source(policy, DERIVE, snapshots, kubeconfig, context, cluster, "get")
     snapshot = source.snapshot
-    state = derive(policy, snapshot, live=source.live)  # live: queue phases as Kueue reports them now
+    state = derive(policy, snapshot, live=source.live, settings_namespace=source.settings_namespace)  # live: queue phases as Kueue reports them now
     warn(state.warnings)
     objects = [_created(o, snapshot, table.kind) for o in state.view(policy, table.kind, snapshot)]
     marks = None

@@ -78,13 +78,16 @@ def source_options(func: Callable) -> Callable:
 class Source:
     """What :func:`read_source` read: ``snapshot`` (files over cluster, DRA nodes planned), ``live``
     (the cluster was read), ``cluster`` (its objects alone, before any file: what it holds now),
-    ``missing`` (kinds it does not serve), ``requests`` (API requests sent)."""
+    ``missing`` (kinds it does not serve), ``requests`` (API requests sent), ``settings_namespace``
+    (where the settings Secret was read: env ``KUBERNETES_POD_NAMESPACE`` in a Pod, else
+    rules/settings.yaml; None offline), for :func:`runtime.engine.pools.derive.derive`."""
 
     snapshot: "Snapshot"
     live: bool
     cluster: "Snapshot | None" = None
     missing: list[str] = field(default_factory=list)
     requests: int = 0
+    settings_namespace: str | None = None
 
 
 def is_live(snapshots: tuple[str, ...], kubeconfig: Path | None, context: str | None, cluster: bool) -> bool:
@@ -112,7 +115,9 @@ def read_source(policy: "Policy", kinds: tuple[str, ...], snapshots: tuple[str, 
         planned = with_dra_nodes(policy, layered)[0]
     except ValueError as exc:
         fail(f"planning the nodes whose accelerators come from ResourceSlices: {exc}")
-    return Source(planned, live=True, cluster=live, missing=missing, requests=requests)
+    from runtime.controller.settings_seed import secret_namespace
+    return Source(planned, live=True, cluster=live, missing=missing, requests=requests,
+                  settings_namespace=secret_namespace(policy.settings, os.environ))
 
 
 def _layer(base: "Snapshot", top: "Snapshot") -> "Snapshot":

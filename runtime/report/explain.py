@@ -82,17 +82,19 @@ def _uncounted_group(policy: Policy, node, selector: dict) -> str:
     return ""
 
 
-def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live: bool = False) -> dict:
+def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live: bool = False,
+                          settings_namespace: str | None = None) -> dict:
     """The pool of InstanceType ``name``: ``{name, selector, flavors, nodes, excluded, views, accelerators}``.
 
     ``flavors``: ``{name, nodes}``; ``excluded``: node -> reason; ``views``: the type's status views;
     ``reach``: node -> whether its Node carries the labels its flavors select and, where fewer, how many
     of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`, issue 23);
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
-    (the ledger the four views add up, spec/pools.md §10). ``live``: as :func:`derive`'s (a live
-    cluster: queue phases as Kueue reports them now). Raises :class:`ExplainError`.
+    (the ledger the four views add up, spec/pools.md §10). ``live``, ``settings_namespace``: as
+    :func:`derive`'s (a live cluster: queue phases as Kueue reports them now; where its settings
+    Secret lives). Raises :class:`ExplainError`.
     """
-    desired = derive(policy, snapshot, live=live)
+    desired = derive(policy, snapshot, live=live, settings_namespace=settings_namespace)
     types = {name_of(t): t for t in desired.instance_types}
     if name not in types:
         raise ExplainError(f"no InstanceType {name!r} in the snapshot or the derivation "

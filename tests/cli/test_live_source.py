@@ -245,3 +245,16 @@ def test_snapshot_writes_one_file_per_kind_reads_only_the_settings_secret_and_re
     assert result.stderr.splitlines()[-1].startswith(f"wrote {tmp_path}: ")
     replay = CliRunner().invoke(main, ["get", "devices", "--snapshot", str(tmp_path)])
     assert replay.stdout == CliRunner().invoke(main, ["get", "devices"]).stdout
+
+
+def test_in_a_pod_the_settings_secret_is_read_from_the_pods_namespace(fake_cluster, monkeypatch):
+    """rules/settings.yaml namespaceEnv (KUBERNETES_POD_NAMESPACE) names where the Secret lives: it is
+    asked for there by name, and the derivation reads it there (the answer equals the offline one)."""
+    monkeypatch.setenv("KUBERNETES_POD_NAMESPACE", "ops")
+    for secret in fake_cluster.objects["Secret"]:
+        secret["metadata"]["namespace"] = "ops"
+    result = CliRunner().invoke(main, ["get", "instancetypes", "-o", "name"])
+    assert result.exit_code == 0, result.output
+    assert [p for _, p, _ in fake_cluster.calls if "/secrets" in p] == ["/api/v1/namespaces/ops/secrets/gpustack-settings"]
+    offline = CliRunner().invoke(main, ["get", "instancetypes", "-o", "name", "--snapshot", SEED])
+    assert result.stdout == offline.stdout
