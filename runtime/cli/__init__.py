@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "Show what a rules edit changes before it goes live: pool objects, verdicts and costs."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
     "webhook-probe": ("probe", "Send one admission review to each webhook of the rules and check each verdict."),
+    "snapshot": ("snapshot", "Write what the offline commands read from the live cluster to DIR, one file per kind."),
+    "completion": ("completion", "Print the shell completion script for bash or zsh (eval it in the shell's rc file)."),
     "node-cleanup": ("nodecleanup", "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),
 }
 
@@ -81,7 +83,7 @@ def main(verbose: bool) -> None:
     common.VERBOSE = verbose
 
 
-def run() -> None:
+def run(prog_name: str | None = None, complete_var: str | None = None) -> None:
     """The ``accelpolicy`` program (the console script): :func:`main` as a process of its own.
 
     Around it, what only a whole process may do with Python's cyclic garbage collector
@@ -94,6 +96,13 @@ def run() -> None:
     shutdown still run. :func:`main` itself (tests, ``CliRunner``) leaves the collector alone."""
     LazyGroup.freeze_after_import = True
     try:
-        main()
+        main(prog_name=prog_name, complete_var=complete_var)
     finally:
         gc.freeze()
+
+
+def run_plugin() -> None:
+    """The ``kubectl-accelpolicy`` program: :func:`run` named as kubectl runs its plugins
+    (``kubectl accelpolicy explain instancetype X`` executes ``kubectl-accelpolicy`` from PATH);
+    its completion script is ``accelpolicy completion bash --program kubectl-accelpolicy``."""
+    run("kubectl accelpolicy", "_KUBECTL_ACCELPOLICY_COMPLETE")

@@ -10,7 +10,8 @@ import sys
 
 import click
 
-from runtime.cli.common import engine_from, fail, offline_snapshot, policy_from, rules_cache_options
+from runtime.cli.common import engine_from, fail, policy_from, rules_cache_options
+from runtime.cli.source import ADMISSION, read_source, source_options
 from runtime.engine.admission import admission_view, decide, review_for
 from runtime.engine.snapshot import SnapshotError
 from runtime.snapshots import read_objects
@@ -56,18 +57,19 @@ def render_text(review: dict, answer: dict) -> str:
 @click.option("--old", "old", default=None, help="the old object (UPDATE, DELETE)")
 @click.option("--operation", type=click.Choice(["CREATE", "UPDATE", "DELETE"]), default=None,
               help="default: UPDATE with --old, else CREATE")
-@click.option("--snapshot", "snapshot", multiple=True, help="cluster snapshot files/directories (repeatable)")
+@source_options
 @click.option("--no-derive", is_flag=True, help="judge against the snapshot as given (no derivation)")
 @click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 @rules_cache_options
 @click.option("-o", "--output", type=click.Choice(["json", "text"]), default="json")
-def command(filename, old, operation, snapshot, no_derive, rules, output):
+def command(filename, old, operation, snapshots, cluster, kubeconfig, context, no_derive, rules, output):
     """Judge one object as the admission webhooks would and print the AdmissionReview.
 
-    With --snapshot, admission sees the cluster after derivation (e.g. the fronting InstanceType
-    of a queue, with its status). Exit 0 allowed, 1 denied, 2 bad input or a rule that failed to
-    evaluate (the review printed is the policy's failure-mode answer; stderr names the policy).
+    Without --snapshot it judges against the live cluster. Admission sees the cluster after
+    derivation (e.g. the fronting InstanceType of a queue, with its status). Exit 0 allowed, 1 denied,
+    2 bad input or a rule that failed to evaluate (the review printed is the policy's failure-mode
+    answer; stderr names the policy).
     """
     policy = policy_from(rules)
     obj = _read_object(filename)
@@ -77,7 +79,9 @@ def command(filename, old, operation, snapshot, no_derive, rules, output):
         old_obj = obj
     if operation == "UPDATE" and old_obj is None:
         fail("--operation UPDATE needs --old OLD.yaml (the object as the cluster holds it)")
-    view = admission_view(policy, offline_snapshot(policy, snapshot), derive_state=not no_derive)
+    source = read_source(policy, ADMISSION, snapshots, kubeconfig, context, cluster, "admit")
+    view = admission_view(policy, source.snapshot, derive_state=not no_derive, live=source.live,
+                          settings_namespace=source.settings_namespace)
     review = review_for(obj, operation, old_obj)
     answer, outcome = decide(engine_from(policy), review, view)
     if output == "json":

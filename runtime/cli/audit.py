@@ -1,4 +1,4 @@
-"""`accelpolicy audit`: judge what a cluster holds, offline (``--snapshot``) or live (``--kubeconfig``).
+"""`accelpolicy audit`: judge what a cluster holds, offline (``--snapshot``) or live (runtime.cli.source).
 
 Findings: every existing object an AdmissionPolicy matches, judged by the webhooks' engine (each
 policy's ``audit:`` says CREATE, UPDATE onto itself, or skip), drift between the cluster and the
@@ -15,62 +15,29 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import bad_input_exits, emit, fail, load_policy, offline_snapshot, rules_option
-from runtime.engine.snapshot import KNOWN_KINDS, Snapshot
+from runtime.cli.common import bad_input_exits, emit, load_policy, rules_option
+from runtime.cli.source import AUDIT, read_source, source_options
 from runtime.report.audit import audit
 from runtime.report.results import reports, table
 
 
-def live_snapshot(kubeconfig: Path, timeout: float = 60.0) -> Snapshot:
-    """Every object of the kinds accelpolicy reads, listed once from the cluster of ``kubeconfig``.
-
-    Kinds the server does not serve read as empty. Exits 2 on a bad kubeconfig, 1 when the API
-    server does not answer within ``timeout`` seconds.
-    """
-    from runtime.kube.cache import WatchedKind
-    from runtime.kube.clustercache import ClusterCache
-    from runtime.kube.session import KubeApiError, KubeConfigError, connect
-
-    try:
-        session = connect(kubeconfig)
-    except KubeConfigError as exc:
-        fail(str(exc))
-    try:
-        cache = ClusterCache(session, [WatchedKind(kind) for kind in KNOWN_KINDS]).start()
-    except KubeApiError as exc:
-        click.echo(f"error: cannot reach the API server: {exc}", err=True)
-        sys.exit(1)
-    try:
-        if not cache.wait_synced(timeout):
-            click.echo(f"error: the API server did not list every kind within {timeout:.0f}s", err=True)
-            sys.exit(1)
-        return cache.snapshot()
-    finally:
-        cache.stop()
-
-
 @click.command("audit")
-@click.option("--snapshot", "snapshots", multiple=True, metavar="PATH",
-              help="Cluster objects: a YAML/JSON file, a directory or '-'; repeat to layer.")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Audit a live cluster instead (its objects listed once).")
+@source_options
 @rules_option
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "html"]), default="table",
               show_default=True)
 @click.option("--show-pass", is_flag=True, help="table: list pass and skip rows too")
 @bad_input_exits
-def command(snapshots: tuple[str, ...], kubeconfig: Path | None, rules_dir: Path, output: str,
-            show_pass: bool) -> None:
+def command(snapshots: tuple[str, ...], cluster: bool, kubeconfig: Path | None, context: str | None,
+            rules_dir: Path, output: str, show_pass: bool) -> None:
     """Judge every existing object with the admission rules and report drift from the derived state.
 
     Results are pass, fail, warn, error or skip, each with its policy, rule, object, field and message.
     -o yaml prints openreports.io Report (one per namespace) and ClusterReport objects with summary
     counts. Exit 0 when nothing fails, 1 when a result is fail or error, 2 on bad input.
     """
-    if bool(snapshots) == bool(kubeconfig):
-        fail("give either --snapshot PATH (repeatable) or --kubeconfig FILE")
     policy = load_policy(rules_dir)
-    snapshot = offline_snapshot(policy, snapshots) if snapshots else live_snapshot(kubeconfig)
+    snapshot = read_source(policy, AUDIT, snapshots, kubeconfig, context, cluster, "audit").snapshot
     results = audit(policy, snapshot)
     spec = policy.ruleset.get("AuditPolicy")
     if output == "table":

@@ -64,13 +64,6 @@ def rules_cache_options(func: Callable | None = None, *, log: bool = False) -> C
     return decorate(func) if func is not None else decorate
 
 
-def snapshot_option(func: Callable) -> Callable:
-    """``--snapshot PATH`` (repeatable; file, directory or '-')."""
-    return click.option("--snapshot", "snapshots", multiple=True, required=True, metavar="PATH",
-                        help="Cluster objects: a YAML/JSON file, a directory (read recursively) or '-' "
-                             "for stdin. Repeat to layer: later objects replace earlier ones.")(func)
-
-
 def fail(message: str) -> NoReturn:
     """Print ``error: <message>`` on stderr and exit with code 2 (bad input)."""
     click.echo(f"error: {message}", err=True)

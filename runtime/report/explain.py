@@ -83,7 +83,8 @@ def _uncounted_group(policy: Policy, node, selector: dict) -> str:
     return ""
 
 
-def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict:
+def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live: bool = False,
+                          settings_namespace: str | None = None) -> dict:
     """The pool of InstanceType ``name``: ``{name, selector, flavors, nodes, excluded, views, accelerators}``.
 
     ``flavors``: ``{name, nodes}``; ``excluded``: node -> reason; ``views``: the type's status views;
@@ -92,9 +93,11 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str) -> dict
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
     (the ledger the four views add up, spec/pools.md §10); ``unitFallback``: why the derived type's
     unit is the preset table's fallback and where to give it one ("" when a preset matched,
-    :func:`runtime.report.unitpreset.fallback_units`). Raises :class:`ExplainError`.
+    :func:`runtime.report.unitpreset.fallback_units`). ``live``, ``settings_namespace``: as
+    :func:`derive`'s (a live cluster: queue phases as Kueue reports them now; where its settings
+    Secret lives). Raises :class:`ExplainError`.
     """
-    desired = derive(policy, snapshot)
+    desired = derive(policy, snapshot, live=live, settings_namespace=settings_namespace)
     types = {name_of(t): t for t in desired.instance_types}
     if name not in types:
         raise ExplainError(f"no InstanceType {name!r} in the snapshot or the derivation "
@@ -152,7 +155,55 @@ def render_instance_type(info: dict) -> str:
             lines.append(f"  {node} {row['group']}/{row['id']}: mode {row['mode']}, ledger remaining "
                          f"{row['remaining']}, allocated slices {row['allocatedSlices']}")
     lines += render_sources(info.get("sources") or {})
+    if info.get("workloads"):  # Kueue's Workloads of the pool (none: no lines, as from a snapshot without any)
+        lines += render_workloads(info["workloads"])
     return "\n".join(lines)
+
+
+def _condition(workload: dict, kind: str) -> dict:
+    return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
+
+
+def pool_workloads(policy: Policy, snapshot: Snapshot, name: str) -> list[dict]:
+    """Kueue's Workloads of the pool (ClusterQueue) ``name``, in namespace/name order:
+    ``{namespace, name, state, reason, message, check}``. ``state`` is ``admitted`` (its ``Admitted``
+    condition is True), ``reserved`` (quota reserved, its admission checks pending) or ``pending``;
+    a Workload is the pool's when its quota is reserved in the ClusterQueue, or it waits in a
+    LocalQueue of that ClusterQueue. ``reason``/``message``: Kueue's, from the ``QuotaReserved``
+    condition of a pending Workload (e.g. ``Pending``: "couldn't assign flavors ..."), else from
+    ``Admitted``. ``check``: the state and message of the check of rules/pools/derivation.yaml
+    ``admissionCheck.name`` in ``status.admissionChecks`` (None when Kueue has not asked it yet)."""
+    check_name = policy.derivation.admissionCheck.name
+    queues = {(meta.get("namespace") or "", meta.get("name")): (lq.get("spec") or {}).get("clusterQueue")
+              for lq in snapshot.list("LocalQueue") for meta in [lq.get("metadata") or {}]}
+    out = []
+    for wl in snapshot.list("Workload"):
+        meta, status = wl.get("metadata") or {}, wl.get("status") or {}
+        reserved_in = (status.get("admission") or {}).get("clusterQueue")
+        queued_in = queues.get((meta.get("namespace") or "", (wl.get("spec") or {}).get("queueName")))
+        if (reserved_in or queued_in) != name:
+            continue
+        admitted, reserved = _condition(wl, "Admitted"), _condition(wl, "QuotaReserved")
+        state = "admitted" if admitted.get("status") == "True" else \
+            "reserved" if reserved.get("status") == "True" else "pending"
+        why = reserved if state == "pending" else admitted
+        check = next((c for c in status.get("admissionChecks") or [] if c.get("name") == check_name), None)
+        out.append({"namespace": meta.get("namespace") or "", "name": meta.get("name"), "state": state,
+                    "reason": why.get("reason"), "message": why.get("message"),
+                    "check": None if check is None else {"state": check.get("state"), "message": check.get("message")}})
+    return out
+
+
+def render_workloads(workloads: list[dict]) -> list[str]:
+    """The lines of :func:`pool_workloads`: one per Workload, its state, Kueue's reason and the check's verdict."""
+    lines = ["workloads (Kueue, live):"]
+    for wl in workloads:
+        check = wl["check"]
+        verdict = f"check {check['state']}" + (f": {check['message']}" if check.get("message") else "") \
+            if check else "check not asked yet"
+        why = f" ({wl['reason']}: {wl['message']})" if wl["state"] != "admitted" and wl.get("reason") else ""
+        lines.append(f"  {wl['namespace']}/{wl['name']}: {wl['state']}{why}; {verdict}")
+    return lines
 
 
 class _TracingEngine(AdmissionEngine):

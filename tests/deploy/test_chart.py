@@ -78,7 +78,7 @@ def test_default_render_has_exactly_these_objects():
     assert sorted(objects) == sorted([
         ("ClusterRole", "gpustack-operator-device-manager"), ("ClusterRole", "gpustack-operator-worker"),
         ("ClusterRoleBinding", "gpustack-operator-device-manager"),
-        ("ClusterRoleBinding", "gpustack-operator-worker"),
+        ("ClusterRoleBinding", "gpustack-operator-worker"), ("ClusterRole", "accelpolicy-viewer"),
         ("ConfigMap", "accelpolicy-rules"),
         ("DaemonSet", "gpustack-operator-device-manager"), ("Deployment", "gpustack-operator-worker"),
         ("PodDisruptionBudget", "gpustack-operator-worker"),
@@ -634,3 +634,27 @@ def test_helm_test_probes_each_webhook_with_the_published_ca_and_no_token():
     assert volumes["webhook-ca"]["configMap"] == {"name": "gpustack-operator-worker-webhook-ca"}
     assert "secret" not in json.dumps(spec["volumes"])
     _hardened(spec, container)
+
+
+def viewer_rules() -> list[dict]:
+    """The rules of the chart's ``accelpolicy-viewer`` ClusterRole (default render)."""
+    return by_kind(render())[("ClusterRole", "accelpolicy-viewer")]["rules"]
+
+
+def test_the_viewer_role_lists_exactly_what_the_commands_read_and_gets_only_the_settings_secret():
+    """docs/tasks/ask-the-cluster.md: read-only (list; get of the one Secret), every kind of
+    runtime.cli.source.AUDIT (the widest command: snapshot, audit), and of the Secrets only the settings one."""
+    from runtime.cli.source import AUDIT
+    from runtime.engine.snapshot import KNOWN_KINDS
+
+    def plural(kind: str) -> str:
+        lower = kind.lower()
+        return lower + "es" if lower.endswith("ss") else lower if lower.endswith("s") else lower + "s"
+
+    granted = {(group, resource): (tuple(rule["verbs"]), tuple(rule.get("resourceNames") or ()))
+               for rule in viewer_rules() for group in rule["apiGroups"] for resource in rule["resources"]}
+    wanted = {(KNOWN_KINDS[k][0].split("/")[0] if "/" in KNOWN_KINDS[k][0] else "", plural(k)): (("list",), ())
+              for k in AUDIT}
+    wanted[("", "secrets")] = (("get",), ("gpustack-settings",))
+    assert granted == wanted
+    assert load_rules(DEFAULT_RULES_DIR).get("SettingCatalog").secretName == "gpustack-settings"
