@@ -23,6 +23,7 @@ on reviews) is in ``changes`` either way. Pure but for reading the suites' files
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -31,7 +32,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.report.audit import audited_requests, check_results
 from runtime.rules.cel import CelEvalError
-from runtime.rules.loader import RuleSet
+from runtime.rules.loader import RuleSet, rule_problems
 from runtime.rules.reload import Trial, VerdictChange
 from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case, suite_documents
 
@@ -171,10 +172,23 @@ def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine
 
 # --- `accelpolicy diff`: the same trial, printed -------------------------------------------------------
 def cost_estimates(ruleset: RuleSet) -> Optional[dict[str, int]]:
-    """``{expression location (file:line field.path): worst-case cost}`` of every CEL expression of
-    ``ruleset``, or None when this build has no static cost estimator (then ``accelpolicy diff`` says the
-    costs were not compared). The seam the cost estimator plugs into."""
-    return None
+    """``{expression location: worst-case cost}`` of every CEL expression of ``ruleset``: the static
+    estimates of ``accelpolicy lint --costs`` (:class:`runtime.rules.checks.ExpressionCost`, in
+    Kubernetes' CEL cost units, rounded up), keyed ``<file below the rules directory> <field.path>`` so
+    the same expression of two copies of the rules (and of an edit that moved its line) meet. None when
+    the rules directory cannot be read again (then ``accelpolicy diff`` says the costs were not compared)."""
+    costs: list = []
+    root = Path(ruleset.root)
+    try:
+        rule_problems(root, cache=None, costs=costs)
+    except OSError:
+        return None
+    out: dict[str, int] = {}
+    for cost in costs:
+        file = Path(cost.file)
+        where = f"{file.relative_to(root.name) if file.parts[:1] == (root.name,) else file} {cost.path}"
+        out[where] = max(out.get(where, 0), math.ceil(cost.cost))
+    return out
 
 
 def cost_growth(serving: RuleSet, ruleset: RuleSet) -> Optional[list[str]]:

@@ -10,8 +10,8 @@ cluster is read). Printed, each section only when it has lines:
   ones: ``created KIND [ns/]name``, ``changed KIND [ns/]name: <field diff>`` (the audit's drift words:
   ``+key=value``, ``-key=value``, ``path: old -> new``), ``deleted KIND [ns/]name``;
 - ``verdicts``: every existing object whose admission verdict changes, with the rule that decides;
-- ``costs``: every expression whose cost estimate grew (:func:`runtime.gate.cost_growth`; a build
-  without the estimator prints ``costs: not compared (no cost estimator in this build)``);
+- ``costs``: every expression whose cost estimate grew (:func:`runtime.gate.cost_growth`; a
+  rules directory that cannot be read again prints ``costs: not compared (...)``);
 - ``refused``: what the reload gate would refuse the edit for (a failing rule suite, an evaluation
   error on an existing object, the ``maxNewDenials`` hold).
 
@@ -127,7 +127,7 @@ def command(rules_dir: Path, current_dir: Path, snapshots: tuple[str, ...]) -> N
     _section("pool objects", pools)
     _section("verdicts", [str(c) for c in trial.changes])
     if costs is None:
-        click.echo("costs: not compared (no cost estimator in this build)")
+        click.echo("costs: not compared (a rules directory could not be read again)")
     _section("costs", costs or [])
     _section(f"refused ({trial.reason})" if trial.reason else "refused", trial.problems)
     if trial.reason not in (None, "held"):

@@ -96,14 +96,34 @@ class ControllerRulesReload:
         annotation (admission replicas follow it); a failed write is logged."""
         if self.configmap is None:
             return
-A set that loads is tried first (the reload gate, :func:`runtime.gate.try_generation`, on the controller's
-view of the cluster and the reviews its webhooks answered recently; docs/rule-authoring.md "How a rules
-change goes live"); a refused one leaves every holder on the working generation, its reason counted in
-``accelpolicy_rules_refused_total{reason}``, and the verdicts it would change are reported either way
-(log, Event ``rulesVerdictsChanged``). A new generation is swapped in one assignment per holder (the
-controller's Policy, which its applier reads through the controller, and which a pass in progress does
-not see: each pass reads its generation once, :attr:`~runtime.controller.reconciler.Controller.policy`;
-the webhooks' AdmissionEngine and a new live view of the new policy, together as one served generation,
+        key = self.controller.policy.derivation.reloadGate.verdictAnnotation
+        namespace, name = self.configmap
+        patch = {"metadata": {"annotations": {key: f"{verdict}:{self.watcher.seen}"}}}
+        try:
+            self.controller.applier.merge_patch("ConfigMap", name, patch, namespace)
+        except KubeApiError as exc:
+            logger.warning("rules verdict on ConfigMap {}/{}: {}", namespace, name, exc)
+
+    def _try(self, ruleset: RuleSet, engine: Optional[AdmissionEngine]) -> Trial:
+        """The reload gate on the controller's view of the cluster and its webhooks' recent reviews."""
+        reviews = self.webhooks.state.sample.reviews() if self.webhooks is not None else []
+        return try_generation(self.controller.policy, ruleset, self.controller.cache.snapshot(), reviews,
+                              engine=engine)
+
+    def _swap(self, ruleset: RuleSet) -> bool:
+        """Try ``ruleset`` and install it when the gate accepts it; False when refused."""
+        self.tried, policy = ruleset, Policy(ruleset)
+        try:
+            engine = AdmissionEngine(policy)
+        except KeyError as exc:  # a dangling paramsFrom/builtin: refuse like a lint finding
+            self._refuse(Trial("compile", [str(exc.args[0]) if exc.args else str(exc)]))
+            return False
+        trial = self.last_trial = self._try(ruleset, engine)
+        self._report_changes(ruleset if trial.accepted else self.controller.policy.ruleset, ruleset, trial)
+        if not trial.accepted:
+            self._refuse(trial)
+            return False
+        self.controller.policy = policy   # one assignment: the next pass reads it (and its applier with it)
         if self.webhooks is not None:
             self.webhooks.swap(policy, engine)
             sample = policy.derivation.reloadGate

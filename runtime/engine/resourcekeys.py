@@ -9,16 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.engine.policy import Policy
-from runtime.model.manufacturers import VIEWS
 
 
 def classifier_manufacturers(policy: Policy) -> list[dict[str, Any]]:
     """The manufacturer table as the classifier reads it: ``[{id, base, partitionKind, views, refusals}]``
     in file order, from ``policy.manufacturers`` (so the agent's ``GPUSTACK_<ID>_*`` overrides apply);
     ``views`` the views its devices can offer, ``refusals`` view -> the denial message for each view they
-    never offer (rules/manufacturers.yaml ``views`` and ``messages.viewNotOffered``)."""
-    return [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind, "views": m.offered_views(),
-             "refusals": view_refusals(policy, m.id)} for m in policy.manufacturers.values()]
+    never offer (rules/manufacturers.yaml ``views`` and ``messages.viewNotOffered``;
+    :meth:`runtime.model.manufacturers.ManufacturerTableSpec.classifier_rows`)."""
+    return policy.manufacturer_table.classifier_rows(list(policy.manufacturers.values()))
 
 
 def classifier_table(policy: Policy, params_name: str) -> dict[str, Any]:
@@ -35,8 +34,4 @@ def classifier_table(policy: Policy, params_name: str) -> dict[str, Any]:
 def view_refusals(policy: Policy, manufacturer_id: str) -> dict[str, str]:
     """View -> the denial message (rules/manufacturers.yaml ``messages.viewNotOffered``) for each view
     ``manufacturer_id``'s devices never offer; empty when it offers all four."""
-    manu = policy.manufacturers[manufacturer_id]
-    offered = manu.offered_views()
-    template = policy.manufacturer_table.messages.viewNotOffered
-    return {view: template.format(manufacturer=manu.id, view=view, offered=" and ".join(offered))
-            for view in VIEWS if view not in offered}
+    return policy.manufacturer_table.refusals(policy.manufacturers[manufacturer_id])

@@ -5,7 +5,7 @@ docs/tasks/add-manufacturer-or-preset.md); the conditions are evaluated by
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -56,6 +56,22 @@ class ManufacturerTableSpec(Strict):
     pciClassPrefixes: list[str] = []
     manufacturers: list[Manufacturer]
     messages: ManufacturerMessages
+
+    def refusals(self, manu: "Manufacturer") -> dict[str, str]:
+        """View -> the denial message (``messages.viewNotOffered``) for each view ``manu``'s devices
+        never offer; empty when it offers all four."""
+        offered = manu.offered_views()
+        return {view: self.messages.viewNotOffered.format(manufacturer=manu.id, view=view,
+                                                          offered=" and ".join(offered))
+                for view in VIEWS if view not in offered}
+
+    def classifier_rows(self, manufacturers: Optional[list["Manufacturer"]] = None) -> list[dict[str, Any]]:
+        """The table as the classifier and the admission params read it: ``[{id, base, partitionKind,
+        views, refusals}]`` in file order, of ``manufacturers`` (default: this table's; the Policy passes
+        its own, with the agent's ``GPUSTACK_<ID>_*`` overrides applied)."""
+        return [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind, "views": m.offered_views(),
+                 "refusals": self.refusals(m)} for m in (self.manufacturers if manufacturers is None
+                                                         else manufacturers)]
 
     @field_validator("manufacturers")
     @classmethod

@@ -278,4 +278,5 @@ SIGNATURES = {
     "matches": (("string", "string"), "bool", 1, 0.1),
     "resourceFamily": (("string", "map", "list"), "map", 3, 1), "podContainers": (("dyn", "map", "list"), "list", None, 1),
     "podDemand": (("dyn", "map", "list"), "map", None, 1), "withNodeRequirement": (("dyn", "map"), "map", None, 1),
+    "withNodeRequirements": (("dyn", "list"), "map", None, 1), "nodePin": (("dyn", "dyn", "list"), "map", 2, 1),
 }

@@ -56,8 +56,7 @@ def shared_values(documents: list) -> dict:
         pass
     for kind, build in (
         ("Constants", lambda spec: spec.model_dump()),
-        ("ManufacturerTable", lambda spec: [{"id": m.id, "base": m.base, "partitionKind": m.partitionKind}
-                                            for m in spec.manufacturers]),
+        ("ManufacturerTable", lambda spec: spec.classifier_rows()),
         ("SettingCatalog", lambda spec: {"namespace": spec.namespace, "names": sorted(d.name for d in spec.settings),
                                          "types": {d.name: d.type for d in spec.settings},
                                          "booleans": list(spec.booleanTrue) + list(spec.booleanFalse)}),
