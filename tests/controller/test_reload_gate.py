@@ -28,7 +28,8 @@ TWO_FAMILIES = {"apiVersion": "v1", "kind": "Pod",
                 "spec": {"containers": [{"name": "main", "image": "x", "resources": {
                     "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"}}}]}}
 EVAL_ERROR = "      expression: size(variables.families) <= 1 || object.metadata.labels['no-such-label'] == 'x'\n"
-EVAL_TEXT = ("policy pods-validation: rules/admission/pods.yaml:243 spec.validations[1].expression: evaluating "
+RULE_1A_LINE = (DEFAULT_RULES_DIR / "admission" / "pods.yaml").read_text().splitlines(keepends=True).index(RULE_1A) + 1
+EVAL_TEXT = (f"policy pods-validation: rules/admission/pods.yaml:{RULE_1A_LINE} spec.validations[1].expression: evaluating "
              "\"size(variables.families) <= 1 || object.metadata.labels['no-such-label'] == 'x'\": no such member in "
              "mapping: StringType('no-such-label'): no-such-label")   # the evaluation error EVAL_ERROR makes
 
