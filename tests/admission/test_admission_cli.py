@@ -173,4 +173,4 @@ def test_admit_exits_2_when_a_rule_fails_to_evaluate(tmp_path):
     assert result.exit_code == 2, result.output
     assert "verdict:  denied (500 InternalError)" in result.output
     assert result.stderr.startswith("error: policy pods-mutation: a rule failed to evaluate: Internal error occurred: "
-                                    "policy pods-mutation: rules/admission/pods.yaml:81 ")
+                                    f"policy pods-mutation: rules/admission/pods.yaml:{text[:text.index(old)].count(chr(10)) + 1} ")

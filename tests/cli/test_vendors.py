@@ -138,14 +138,16 @@ def _rules(tmp_path, file: str, old: str, new: str):
 
 def _lint(rules) -> tuple[int, str]:
     result = run("lint", rules)
-    return result.exit_code, result.output.splitlines()[0]
+    first, *findings = result.output.splitlines()
+    assert first == f"reading rules from {rules}"
+    return result.exit_code, findings[0]
 
 
 def test_lint_checks_product_tables(tmp_path):
     assert _lint(_rules(tmp_path / "a", "dra-intel.yaml", "Gaudi2: 96Gi", "Gaudi2: 96 gigs")) == (
-        1, "rules/dra-intel.yaml:25:5 spec.productMemory: Gaudi2: '96 gigs' is not a quantity (e.g. 96Gi)")
+        1, "rules/dra-intel.yaml:26:13 spec.productMemory.Gaudi2: '96 gigs' is not a quantity (e.g. 96Gi)")
     assert _lint(_rules(tmp_path / "b", "dra-intel.yaml", "Gaudi3: 128Gi", "Gaudi3: 128Ki")) == (
-        1, "rules/dra-intel.yaml:25:5 spec.productMemory: Gaudi3: '128Ki' is less than 1Mi")
+        1, "rules/dra-intel.yaml:27:13 spec.productMemory.Gaudi3: '128Ki' is less than 1Mi")
     no_table = _rules(tmp_path / "c", "dra-intel.yaml", "  productMemory:\n    Gaudi: 32Gi\n    Gaudi2: 96Gi\n"
                                                          "    Gaudi3: 128Gi\n", "")
     assert _lint(no_table) == (1, "rules/dra-intel.yaml:15:3 spec: facts.memoryMib is left out: give "

@@ -16,6 +16,12 @@ RULES = Path(__file__).resolve().parents[2] / "rules"
 PODS = "rules/admission/pods.yaml"
 
 
+def at(old: str) -> str:
+    """``rules/admission/pods.yaml:<line>``: the line of the shipped file where ``old`` first starts."""
+    text = (RULES / "admission" / "pods.yaml").read_text()
+    return f"{PODS}:{text[:text.index(old)].count(chr(10)) + 1}"
+
+
 def test_shipped_rules_are_clean_with_types_and_costs():
     assert rule_problems(RULES, cache=None)[0] == []
 
@@ -23,14 +29,14 @@ def test_shipped_rules_are_clean_with_types_and_costs():
 def test_string_plus_int_message(edited_rules):
     old = """messageExpression: "'pod has no \\"' + params.labels.keys.queueName + '\\" label'\""""
     assert edited_rules(PODS, old, """messageExpression: "'at most ' + params.constants.maxNameLength\"""") == [
-        "rules/admission/pods.yaml:82:31 spec.mutations[0].denials[0].messageExpression: type mismatch: no '+' "
+        f"{at(old)}:31 spec.mutations[0].denials[0].messageExpression: type mismatch: no '+' "
         "for (string, int) in \"'at most ' + params.constants.maxNameLength\""]
 
 
 def test_misspelt_params_key(edited_rules):
     old = "expression: variables.pct > params.constants.percentPerAccelerator"
     assert edited_rules(PODS, old, old[:-1]) == [
-        "rules/admission/pods.yaml:106:56 spec.mutations[1].denials[0].expression: params.constants has no field "
+        f"{at(old)}:56 spec.mutations[1].denials[0].expression: params.constants has no field "
         "or key 'percentPerAccelerato' (known: creditsPerAccelerator, maxNameLength, percentPerAccelerator, "
         "sharesPerAccelerator) in 'params.constants.percentPerAccelerato'"]
 
@@ -39,7 +45,7 @@ def test_misspelt_label_table_key(edited_rules):
     old = "params.labels.keys.queueName], '')\""
     found = edited_rules(PODS, old, old.replace("queueName", "queueNam"))
     assert len(found) == 1
-    assert found[0].startswith("rules/admission/pods.yaml:54:74 spec.variables[0].expression: params.labels.keys "
+    assert found[0].startswith(f"{at(old)}:74 spec.variables[0].expression: params.labels.keys "
                                "has no field or key 'queueNam' (known: acceleratable, ")
     assert found[0].endswith(", queueName, resourceType) in 'params.labels.keys.queueNam'")
 
@@ -47,14 +53,14 @@ def test_misspelt_label_table_key(edited_rules):
 def test_bool_string_mismatch(edited_rules):
     old = "expression: variables.lq == ''"
     assert edited_rules(PODS, old, old + " && 'yes'") == [
-        "rules/admission/pods.yaml:81:45 spec.mutations[0].denials[0].expression: type mismatch: an operand of && "
+        f"{at(old)}:45 spec.mutations[0].denials[0].expression: type mismatch: an operand of && "
         "must be bool, \"'yes'\" is string"]
 
 
 def test_non_bool_validation_and_non_string_message(edited_rules):
     old = "expression: variables.lq == ''"
     assert edited_rules(PODS, old, "expression: size(variables.lq)") == [
-        "rules/admission/pods.yaml:81:23 spec.mutations[0].denials[0].expression: type mismatch: this field needs "
+        f"{at(old)}:23 spec.mutations[0].denials[0].expression: type mismatch: this field needs "
         "a bool, 'size(variables.lq)' is int"]
 
 
@@ -66,7 +72,7 @@ def test_a_million_iteration_comprehension_is_refused_by_its_cost(edited_rules):
     old = "expression: podDemand(object, params.resourceKeys, params.manufacturers)"
     found = edited_rules(PODS, old, f"expression: \"size({million}) > 0 ? {old[12:]} : {{}}\"")
     assert len(found) == 1
-    assert found[0].startswith("rules/admission/pods.yaml:58:20 spec.variables[2].expression: worst-case cost "
+    assert found[0].startswith(f"{at(old)}:20 spec.variables[2].expression: worst-case cost "
                                "estimate 2.6e+07 is over maxExpressionCost 10000000 (CelLimits): 'size([0, 1, 2,")
 
 
@@ -76,7 +82,7 @@ def test_a_string_doubled_past_the_limit_is_refused_by_its_cost(edited_rules):
         f"    - {{name: s{i}, expression: variables.s{i - 1} + variables.s{i - 1}}}\n" for i in range(1, 27))
     found = edited_rules(PODS, old, doubled + "    - name: lq\n")
     assert [f.split(" (CelLimits)")[0] for f in found] == [
-        f"rules/admission/pods.yaml:{53 + i}:31 spec.variables[{i}].expression: worst-case cost estimate "
+        f"{PODS}:{int(at(old).rsplit(':', 1)[1]) + 1 + i}:31 spec.variables[{i}].expression: worst-case cost estimate "
         f"{cost} is over maxExpressionCost 10000000"   # the 20-character label key doubled 22 times and more
         for i, cost in ((22, "1.05e+07"), (23, "2.1e+07"), (24, "4.19e+07"), (25, "8.39e+07"), (26, "1.68e+08"))]
 
@@ -85,7 +91,7 @@ def test_three_hundred_nested_ternaries_are_a_finding_not_a_recursion_error(edit
     old = "expression: variables.lq == ''"
     nested = "(variables.lq == '' ? " * 300 + "true" + " : false)" * 300
     found = edited_rules(PODS, old, f'expression: "{nested}"')
-    assert found == ["rules/admission/pods.yaml:81:24 spec.mutations[0].denials[0].expression: expression nests "
+    assert found == [f"{at(old)}:24 spec.mutations[0].denials[0].expression: expression nests "
                      "deeper than 32 levels (parentheses, ternaries, arguments): split it into variables"]
 
 

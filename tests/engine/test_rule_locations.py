@@ -13,7 +13,7 @@ def test_a_misspelt_params_table_is_one_finding_at_params_from(edited_rules):
     found = edited_rules("rules/admission/instances-validation.yaml", "paramsFrom: [instance-common]",
                       "paramsFrom: [instance-commons]")
     assert found == ["rules/admission/instances-validation.yaml:15:15 spec.paramsFrom: no AdmissionParams named "
-                     "'instance-commons' (AdmissionParams: instance-common, resource-keys)"]
+                     "'instance-commons' (AdmissionParams: instance-common, node-pin, resource-keys)"]
 
 
 def test_a_preset_tier_error_points_at_the_tier(edited_rules):

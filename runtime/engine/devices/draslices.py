@@ -20,26 +20,14 @@ node's whole accelerators that publish none (after the published indexes); ``min
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from runtime.engine.devices.drafields import (Unreadable, field_attribute, field_text, int_field, mib_field, raw_value,
+                                              rewritten, text_value, version_field)
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
-from runtime.model.dra import DeviceField, DraDriverSpec, DraPolicySpec
-from runtime.model.normalize import QuantityError, parse_quantity
-
-_VERSION = re.compile(r"^v?([0-9]+)\.([0-9]+)(?:\.([0-9]+))?(?:[-+].*)?$")
-_MIB = 2 ** 20
-
-
-class _Unreadable(ValueError):
-    """One device field that does not parse; ``field`` as messages name it."""
-
-    def __init__(self, where: DeviceField | str, error: str):
-        super().__init__(error)
-        self.field = where.describe() if isinstance(where, DeviceField) else where
-
+from runtime.model.dra import DraDriverSpec, DraPolicySpec
 
 def dra_drivers(policy: Policy) -> dict[str, DraDriverSpec]:
     """Driver name -> its ``DraDriver`` row (rules/dra.yaml and any other rule file); empty when none."""
@@ -165,7 +153,7 @@ def _read_device(policy: Policy, row: DraDriverSpec, reading: DraReading, wholes
             wholes.append((facts, index, (row.driver, pool, name)))
         elif row.partitionType and kind == row.partitionType:
             _partition(row, reading, pool, device)
-    except _Unreadable as exc:
+    except Unreadable as exc:
         reading.warnings.append(dra_policy(policy).messages.unreadableDevice.format(
             node=reading.node, driver=row.driver, device=f"{pool}/{name}", field=exc.field, error=exc))
 
@@ -174,43 +162,43 @@ def _kind(row: DraDriverSpec, device: Mapping[str, Any]) -> str | None:
     """The device's kind: its ``typeAttribute``'s text, else the row's ``kind`` constant or expression
     (over ``attributes``, name -> value, and ``device``, the device's name); None when not told."""
     if row.typeAttribute:
-        kind = _attribute(row, device, row.typeAttribute)
-        return _text_value(kind) if kind is not None else None
+        kind = field_attribute(row, device, row.typeAttribute)
+        return text_value(kind) if kind is not None else None
     if row.kind.constant:
         return row.kind.constant
     attrs = device.get("attributes") or {}
     if not isinstance(attrs, Mapping):
-        raise _Unreadable("attributes", "not a map")
+        raise Unreadable("attributes", "not a map")
     values = {str(k): next(iter(v.values()), None) for k, v in attrs.items() if isinstance(v, Mapping) and v}
     try:
         kind = row.kind.expression.evaluate({"attributes": values, "device": str(device.get("name", ""))})
     except Exception as exc:   # a CEL evaluation error (a missing key): this device only
-        raise _Unreadable("kind", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        raise Unreadable("kind", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
     return kind if isinstance(kind, str) else None
 
 
 def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
     """The facts of one whole accelerator and its published index (None when not published)."""
     f = row.facts
-    uuid = _rewritten(row, "uuid", _text(row, device, f.uuid, required=True))
-    product = _rewritten(row, "name", _text(row, device, f.name, required=True))
+    uuid = rewritten(row, "uuid", field_text(row, device, f.uuid, required=True))
+    product = rewritten(row, "name", field_text(row, device, f.name, required=True))
     facts: dict[str, Any] = {
         "manufacturer": row.manufacturer, "uuid": uuid, "name": product,
         "memoryMib": _memory(policy, row, device, product),
         "eccReserved": row.is_gddr(product), "healthy": _healthy(policy, row, device),
     }
-    index = _int_field(row, device, f.index)
-    minor = _int_field(row, device, f.minor)
+    index = int_field(row, device, f.index)
+    minor = int_field(row, device, f.minor)
     if minor is not None:
         facts["minor"] = minor
-    cc = _version(row, device, f.computeCapability)
+    cc = version_field(row, device, f.computeCapability)
     if cc is not None:
         facts["computeCapability"] = [cc[0], cc[1]]
     if f.driverVersion is not None:
-        text = _text(row, device, f.driverVersion)
+        text = field_text(row, device, f.driverVersion)
         if text:
-            facts["driverVersion"] = _rewritten(row, "driverVersion", text)
-    cuda = _version(row, device, f.cudaDriverVersion)
+            facts["driverVersion"] = rewritten(row, "driverVersion", text)
+    cuda = version_field(row, device, f.cudaDriverVersion)
     if cuda is not None:
         major_div, minor_div = agent_rules(policy).runtimeVersionDivisors
         facts["cudaDriverVersion"] = cuda[0] * major_div + cuda[1] * minor_div
@@ -219,15 +207,15 @@ def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tup
 
 def _partition(row: DraDriverSpec, reading: DraReading, pool: str, device: Mapping[str, Any]) -> None:
     part = row.partition
-    parent = _text(row, device, part.parent, required=True)
-    profile = _text(row, device, part.profile, required=True)
+    parent = field_text(row, device, part.parent, required=True)
+    profile = field_text(row, device, part.profile, required=True)
     gpu = reading.partitioned.setdefault(parent, PartitionedGpu(uuid=parent, driver=row.driver))
     gpu.profiles[profile] = gpu.profiles.get(profile, 0) + 1
     gpu.devices.append(f"{pool}/{device.get('name', '')}")
     if not gpu.product:
         try:
-            gpu.product = _text(row, device, row.facts.name)
-        except _Unreadable:
+            gpu.product = field_text(row, device, row.facts.name)
+        except Unreadable:
             pass
     reading.devices[(row.driver, pool, str(device.get("name", "")))] = parent
 
@@ -265,118 +253,19 @@ def _place(policy: Policy, reading: DraReading, wholes: list) -> None:
 
 
 # --- field access -------------------------------------------------------------------------------------
-def _attribute(row: DraDriverSpec, device: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    """The attribute ``name`` (unqualified: the driver's; ``<driver>/<name>`` spelled out matches too)."""
-    attrs = device.get("attributes") or {}
-    if not isinstance(attrs, Mapping):
-        raise _Unreadable("attributes", "not a map")
-    value = attrs.get(name)
-    if value is None and "/" not in name:
-        value = attrs.get(f"{row.driver}/{name}")
-    if value is None and name.startswith(row.driver + "/"):
-        value = attrs.get(name[len(row.driver) + 1:])
-    if value is not None and not isinstance(value, Mapping):
-        raise _Unreadable(f"attribute {name}", f"{value!r} is not a device attribute (int, bool, string, version)")
-    return value
-
-
-def _raw(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField) -> Any:
-    """The field's raw value: an attribute's mapping, a capacity's value, the device name; None: absent."""
-    if where.deviceName:
-        return device.get("name") or None
-    if where.attribute:
-        return _attribute(row, device, where.attribute)
-    capacity = device.get("capacity") or {}
-    entry = capacity.get(where.capacity) if isinstance(capacity, Mapping) else None
-    if entry is None:
-        return None
-    if not isinstance(entry, Mapping) or "value" not in entry:
-        raise _Unreadable(where, f"{entry!r} has no value")
-    return entry["value"]
-
-
-def _text_value(attr: Mapping[str, Any]) -> str | None:
-    for key in ("string", "version"):
-        if isinstance(attr.get(key), str):
-            return attr[key]
-    if isinstance(attr.get("int"), int) and not isinstance(attr.get("int"), bool):
-        return str(attr["int"])
-    return None
-
-
-def _text(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField, required: bool = False) -> str:
-    raw = _raw(row, device, where)
-    if raw is None:
-        if required:
-            raise _Unreadable(where, "not published")
-        return ""
-    if where.deviceName:
-        return str(raw)
-    text = _text_value(raw) if where.attribute else str(raw)
-    if text is None or (required and not text.strip()):
-        raise _Unreadable(where, f"{dict(raw)!r} is not a string")
-    return text
-
-
-def _rewritten(row: DraDriverSpec, fact: str, text: str) -> str:
-    for rewrite in row.rewrites.get(fact, []):
-        text = re.sub(rewrite.pattern, rewrite.replacement, text)
-    return text
-
-
-def _int_field(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField | None) -> int | None:
-    if where is None:
-        return None
-    raw = _raw(row, device, where)
-    if raw is None:
-        return None
-    value = raw.get("int") if where.attribute else raw
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _Unreadable(where, f"{dict(raw) if where.attribute else raw!r} is not a non-negative int")
-    return value
-
-
-def _mib(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField) -> int:
-    """A quantity of bytes (a capacity, or an int/string attribute) -> MiB, rounded down."""
-    raw = _raw(row, device, where)
-    if raw is None:
-        raise _Unreadable(where, "not published")
-    value = (raw.get("int") if "int" in raw else raw.get("string")) if where.attribute else raw
-    try:
-        amount = parse_quantity(value)
-    except (QuantityError, TypeError) as exc:
-        raise _Unreadable(where, f"{value!r} is not a quantity") from exc
-    if amount < 0:
-        raise _Unreadable(where, f"{value!r} is negative")
-    return int(amount // _MIB)
-
-
-def _version(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField | None) -> tuple[int, int] | None:
-    """A version (``8.6.0``) -> (major, minor); None when not published."""
-    if where is None:
-        return None
-    text = _text(row, device, where)
-    if not text:
-        return None
-    match = _VERSION.match(text.strip())
-    if match is None:
-        raise _Unreadable(where, f"{text!r} is not a version")
-    return int(match.group(1)), int(match.group(2))
-
-
 def _memory(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any], product: str) -> int:
     """The memory in MiB: the row's ``memoryMib`` field when published, else its ``productMemory`` entry
     for ``product``; neither: unreadable, the warning naming the table to edit."""
     where = row.facts.memoryMib
-    if where is not None and _raw(row, device, where) is not None:
-        return _mib(row, device, where)
+    if where is not None and raw_value(row, device, where) is not None:
+        return mib_field(row, device, where)
     mib = row.product_memory_mib(product)
     if mib is not None:
         return mib
     if not row.productMemory:   # a row with no table: the field is what is missing
-        raise _Unreadable(where, "not published")
+        raise Unreadable(where, "not published")
     doc = next(d for d in policy.ruleset.all("DraDriver") if d.spec is row)
-    raise _Unreadable(where if where is not None else "memory", dra_policy(policy).messages.unknownProduct.format(
+    raise Unreadable(where if where is not None else "memory", dra_policy(policy).messages.unknownProduct.format(
         product=product, row=doc.name, file=doc.file))
 
 
@@ -387,12 +276,12 @@ def _healthy(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> b
     if any(isinstance(t, Mapping) and t.get("effect") in effects for t in device.get("taints") or []):
         return False
     where = row.facts.healthy
-    raw = _raw(row, device, where) if where is not None else None
+    raw = raw_value(row, device, where) if where is not None else None
     if raw is None:
         return True
     value = raw.get("bool") if where.attribute else None
     if not isinstance(value, bool):
-        raise _Unreadable(where, f"{dict(raw) if isinstance(raw, Mapping) else raw!r} is not a bool")
+        raise Unreadable(where, f"{dict(raw) if isinstance(raw, Mapping) else raw!r} is not a bool")
     return value
 
 
