@@ -2,8 +2,9 @@
 committed (docs/rule-authoring.md "How a rules change goes live").
 
 ``--rules NEW`` is tried against the rules in force (``--current``, default the installed rules/ or
-``ACCELPOLICY_RULES``) on the cluster of ``--snapshot`` (:func:`read_cluster`, the one place the
-cluster is read). Printed, each section only when it has lines:
+``ACCELPOLICY_RULES``) on the cluster: the live one without ``--snapshot`` (kubectl's
+``--kubeconfig``/``--context``), the ``--snapshot`` files, or both with ``--cluster``
+(:func:`runtime.cli.source.read_source`, the kinds the audit reads; docs/tasks/ask-the-cluster.md). Printed, each section only when it has lines:
 
 - ``pool objects``: what the controller would write (its planner, :func:`runtime.controller.plan.plan`)
   once the cluster reconciled under the current rules (:func:`runtime.gate.reconciled`) gets the new
@@ -26,18 +27,12 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import bad_input_exits, fail, load_policy, offline_snapshot
+from runtime.cli.common import bad_input_exits, load_policy
+from runtime.cli.source import AUDIT, read_source, source_options
 from runtime.rules.loader import DEFAULT_RULES_DIR
 
 POOL_KINDS = ("ResourceFlavor", "AdmissionCheck", "InstanceType", "ClusterQueue", "LocalQueue", "InstanceTypeFlavor")
 _WRITES = {"create": "created", "delete": "deleted"}
-
-
-def read_cluster(policy, snapshots: tuple[str, ...]):
-    """The cluster the trial runs on: the ``--snapshot`` files (exit 2 without one)."""
-    if not snapshots:
-        fail("give --snapshot PATH (a YAML/JSON file, a directory or '-'; repeat to layer)")
-    return offline_snapshot(policy, snapshots)
 
 
 def _name(kind: str, namespace: str, name: str) -> str:
@@ -105,13 +100,14 @@ def _section(title: str, lines: list[str]) -> None:
 @click.option("--current", "current_dir", type=click.Path(file_okay=False, path_type=Path),
               envvar="ACCELPOLICY_RULES", default=DEFAULT_RULES_DIR, show_default=True,
               help="The rules in force it is compared with.")
-@click.option("--snapshot", "snapshots", multiple=True, metavar="PATH",
-              help="Cluster objects: a YAML/JSON file, a directory or '-'; repeat to layer.")
+@source_options
 @bad_input_exits
-def command(rules_dir: Path, current_dir: Path, snapshots: tuple[str, ...]) -> None:
+def command(rules_dir: Path, current_dir: Path, snapshots: tuple[str, ...], cluster: bool,
+            kubeconfig: Path | None, context: str | None) -> None:
     """Show what a rules edit changes before it goes live: pool objects, verdicts and costs.
 
-    The reload gate's trial of --rules NEW against --current on the cluster of --snapshot: the pool
+    The reload gate's trial of --rules NEW against --current on the live cluster (or the --snapshot
+    files, or both with --cluster): the pool
     objects the controller would create, change (field by field) or delete, the existing objects whose
     admission verdict changes with the rule that decides, every expression whose cost estimate grew,
     and what the gate would refuse the edit for. Exit 0 no differences, 1 differences, 2 an error
@@ -120,7 +116,7 @@ def command(rules_dir: Path, current_dir: Path, snapshots: tuple[str, ...]) -> N
     from runtime.gate import cost_growth, try_generation
 
     current, new = load_policy(current_dir), load_policy(rules_dir)
-    snapshot = read_cluster(current, snapshots)
+    snapshot = read_source(current, AUDIT, snapshots, kubeconfig, context, cluster, "diff").snapshot
     trial = try_generation(current, new.ruleset, snapshot)
     pools = pool_changes(current, new, snapshot)
     costs = cost_growth(current.ruleset, new.ruleset)

@@ -75,9 +75,12 @@ def test_an_edit_the_gate_would_refuse_exits_2_and_says_why(new):
     assert result.exit_code == 2
 
 
-def test_bad_input_exits_2(new, tmp_path):
-    assert _diff("--rules", new).exit_code == 2            # no --snapshot
-    assert "give --snapshot PATH" in _diff("--rules", new).output
+def test_bad_input_exits_2(new, tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope.yaml"))   # no --snapshot: the live cluster, none here
+    live = _diff("--rules", new)
+    assert live.exit_code == 2
+    assert live.output.startswith(f"error: no configuration has been provided ({tmp_path / 'nope.yaml'}: ")
+    assert live.output.endswith("give --kubeconfig FILE or set KUBECONFIG, or --snapshot PATH to read files instead\n")
     (new / "constants.yaml").write_text("kind: [\n")
     broken = _diff("--rules", new, *SEED)
     assert broken.exit_code == 2 and "rule files refused" in broken.output

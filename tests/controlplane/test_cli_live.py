@@ -197,3 +197,27 @@ def test_explain_instancetype_adds_the_pools_workloads(walk):
         assert t4["workloads"] == []
     finally:
         walk.kubectl("delete", "-f", SLICED, "--wait=false")
+
+
+def test_diff_tries_an_edit_on_the_cluster_as_on_a_snapshot_of_it(walk, tmp_path):
+    """``accelpolicy diff --rules NEW`` without --snapshot: the reload gate's trial on the live cluster,
+    the same lines as on a snapshot of it; the viewer role suffices."""
+    import shutil
+
+    from runtime.rules.loader import DEFAULT_RULES_DIR
+
+    edited = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, edited, ignore=shutil.ignore_patterns("tests"))
+    constants = edited / "constants.yaml"
+    assert "sharesPerAccelerator: 10 " in constants.read_text()
+    constants.write_text(constants.read_text().replace("sharesPerAccelerator: 10 ", "sharesPerAccelerator: 20 "))
+    snap = tmp_path / "snap"
+    assert run("snapshot", "-o", str(snap), kubeconfig=walk.kubeconfig).exit_code == 0
+    live = run("diff", "--rules", str(edited), kubeconfig=walk.kubeconfig)
+    offline = run("diff", "--rules", str(edited), "--snapshot", str(snap))
+    assert (live.exit_code, live.stdout) == (offline.exit_code, offline.stdout) == (1, live.stdout)
+    assert any(line.startswith('  changed InstanceType gpustack--nvidia-a10g-linux-amd64: '
+                               'status.acceleratorShared.capacity: "10" -> "20", ') for line in live.stdout.splitlines())
+    viewer = bound_kubeconfig(walk.kubectl, walk.kubeconfig, viewer_role(), "accelpolicy-viewer-diff", tmp_path / "v")
+    as_viewer = run("diff", "--rules", str(edited), kubeconfig=viewer)
+    assert (as_viewer.exit_code, as_viewer.stdout) == (1, live.stdout), as_viewer.output

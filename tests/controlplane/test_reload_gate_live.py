@@ -27,6 +27,12 @@ from testing.hooks import ObservedController as Controller
 from tests.controller.test_reload_gate import EVAL_ERROR, EVAL_TEXT, RULE_1A, TWO_FAMILIES, _edit
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean
 from tests.controlplane.test_rules_as_data import _wait
+from tests.engine.test_cel_typing import at
+
+# the two edits the rules-safety docs open with (docs/rule-authoring.md "What lint checks")
+PLUS_OLD = """messageExpression: "'pod has no \\"' + params.labels.keys.queueName + '\\" label'\""""
+PLUS_NEW = """messageExpression: "'at most ' + params.constants.maxNameLength\""""
+KEY_OLD = "expression: variables.pct > params.constants.percentPerAccelerator"
 
 SYSTEM, CONFIGMAP = "gpustack-system", "accelpolicy-rules"
 
@@ -58,9 +64,10 @@ class Reviewer(threading.Thread):
             time.sleep(0.02)
 
 
-def _swap(tmp: Path, rules: Path, version: str, edit=None) -> None:
-    """Write a new version of the rules beside the current one and swap the link in one rename."""
-    current = rules.resolve()
+def _swap(tmp: Path, rules: Path, version: str, edit=None, base: Path | None = None) -> None:
+    """Write a new version of the rules beside the current one (a copy of ``base``, default the one the
+    link names) and swap the link in one rename."""
+    current = base or rules.resolve()
     shutil.copytree(current, tmp / version)
     if edit is not None:
         edit(tmp / version)
@@ -111,11 +118,26 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
             f"rules in {rules} refused; generation {first} keeps serving:\nrules/admission/broken.yaml:2:1 <document>: "
             "not valid YAML: expected the node content, but found '<stream end>'"))
 
+        # 1b. a string + int message and a misspelt params key: both lint findings, in one refusal
+        def type_errors(d: Path) -> None:
+            _edit(d / "admission" / "pods.yaml", PLUS_OLD, PLUS_NEW)
+            _edit(d / "admission" / "pods.yaml", KEY_OLD, KEY_OLD[:-1])
+        _swap(tmp_path, rules, "v2b", type_errors, base=tmp_path / "v1")
+        _wait(lambda: metric("accelpolicy_rules_refused_total", reason="lint") == 2.0)
+        typed = _wait(lambda: [e["message"] for e in _events(kubectl, "RulesRefused") if "mismatch" in e["message"]])
+        assert typed[0].splitlines() == [
+            f"rules in {rules} refused; generation {first} keeps serving:",
+            f"{at(PLUS_OLD)}:31 spec.mutations[0].denials[0].messageExpression: type mismatch: no '+' for "
+            "(string, int) in \"'at most ' + params.constants.maxNameLength\"",
+            f"{at(KEY_OLD)}:56 spec.mutations[1].denials[0].expression: params.constants has no field or key "
+            "'percentPerAccelerato' (known: creditsPerAccelerator, maxNameLength, percentPerAccelerator, "
+            "sharesPerAccelerator) in 'params.constants.percentPerAccelerato'"]
+        assert controller.policy.ruleset.generation == first
+
         # 2. an evaluation error on the reviews answered recently (no existing Pod meets it)
         def eval_error(d: Path) -> None:
-            (d / "admission" / "broken.yaml").unlink()
             _edit(d / "admission" / "pods.yaml", RULE_1A, EVAL_ERROR)
-        _swap(tmp_path, rules, "v3", eval_error)
+        _swap(tmp_path, rules, "v3", eval_error, base=tmp_path / "v1")
         _wait(lambda: metric("accelpolicy_rules_refused_total", reason="replay-review") == 1.0)
         messages = _wait(lambda: [e["message"] for e in _events(kubectl, "RulesRefused")
                                   if "replay-review" in e["message"]])
