@@ -27,6 +27,7 @@ from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
 from testing.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
+from tests.engine.test_node_pin import PINNED_AFFINITY
 from tests.seedfiles import seed_object
 
 POLICY = Policy(load_rules())
@@ -180,14 +181,7 @@ def test_pinned_demo_waits_for_its_claim_then_pins_by_node_selector(live, kubect
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-b"}
     assert "nodeName" not in pod["spec"]
     # the pin picks its flavor: node-t4-b's values of the T4 pool flavors' label keys (docs/concepts/instances.md)
-    assert pod["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
-            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-            {"key": "gpustack.ai/managed", "operator": "In", "values": ["true"]},
-            {"key": "general.feature.gpustack.ai/intel-xeon-platinum-8259cl", "operator": "In", "values": ["true"]},
-            {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4", "operator": "In", "values": ["true"]},
-            {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count", "operator": "In", "values": ["4"]}]}]}}}
+    assert pod["spec"]["affinity"] == PINNED_AFFINITY
     assert pod["spec"]["volumes"] == [
         {"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}},
         {"name": "additional-0", "persistentVolumeClaim": {"claimName": "datasets"}},

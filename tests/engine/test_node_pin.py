@@ -27,6 +27,17 @@ T4_1D = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d"
 T4_4D = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-4d"
 T4B_GPU0 = "GPU-3f6e8b21-90c4-4d7a-b5e2-1a9c8d7e6f00"
 
+#: pinned-demo's affinity: node-t4-b's values of the T4 pool flavors' label keys (docs/concepts/instances.md
+#: "Pinned to a node"); the live test asserts the same on the Pod the controller writes
+PINNED_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "gpustack.ai/managed", "operator": "In", "values": ["true"]},
+        {"key": "general.feature.gpustack.ai/intel-xeon-platinum-8259cl", "operator": "In", "values": ["true"]},
+        {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4", "operator": "In", "values": ["true"]},
+        {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count", "operator": "In", "values": ["4"]}]}]}}}
+
 
 @pytest.fixture(scope="module")
 def seed(policy):
@@ -66,14 +77,7 @@ def test_the_pinned_demo_gets_the_flavor_holding_node_t4_b_and_the_check_is_read
     snapshot, settings, types = seed
     pod = render_pod(policy, settings, snapshot, pinned(), types[T4]).pod
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-b"}
-    assert pod["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
-            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-            {"key": "gpustack.ai/managed", "operator": "In", "values": ["true"]},
-            {"key": "general.feature.gpustack.ai/intel-xeon-platinum-8259cl", "operator": "In", "values": ["true"]},
-            {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4", "operator": "In", "values": ["true"]},
-            {"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count", "operator": "In", "values": ["4"]}]}]}}}
+    assert pod["spec"]["affinity"] == PINNED_AFFINITY
     queue = snapshot.get("ClusterQueue", T4)
     flavors = {f["metadata"]["name"]: f for f in snapshot.list("ResourceFlavor")}
     assert [r["name"] for r in queue["spec"]["resourceGroups"][0]["flavors"]] == [T4_1D, T4_4D]
