@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from runtime.engine.admission import AdmissionEngine, AdmissionView, Outcome, admission_view, decide
 from runtime.engine.policy import Policy
@@ -48,10 +48,14 @@ def verdict_of(outcome: Outcome) -> str:
 
 def try_generation(serving: Policy, ruleset: RuleSet, snapshot: Optional[Snapshot] = None,
                    reviews: Iterable[tuple[str, dict]] = (), engine: Optional[AdmissionEngine] = None,
-                   old_engine: Optional[AdmissionEngine] = None) -> Trial:
+                   old_engine: Optional[AdmissionEngine] = None,
+                   review_view: Optional[Callable[[Policy], AdmissionView]] = None) -> Trial:
     """Try ``ruleset`` against ``serving`` (module docstring). ``snapshot``: the cluster's objects (None:
     no object replay); ``reviews``: ``(webhook policy name, AdmissionReview body)`` recently answered;
-    ``engine``/``old_engine``: the two generations' engines when the caller built them already."""
+    ``engine``/``old_engine``: the two generations' engines when the caller built them already;
+    ``review_view(policy)``: the view a generation judges the reviews against, as the server that
+    answered them does (None: :func:`~runtime.engine.admission.admission_view` derived from ``snapshot``;
+    an admission replica judges against the objects the controller published)."""
     policy = Policy(ruleset)
     try:
         engine = engine or AdmissionEngine(policy)
@@ -68,7 +72,8 @@ def try_generation(serving: Policy, ruleset: RuleSet, snapshot: Optional[Snapsho
         trial = _replay_objects(serving, policy, old_engine, engine, snapshot, changes)
         if trial is not None:
             return trial
-    trial = _replay_reviews(serving, policy, old_engine, engine, snapshot, list(reviews), changes)
+    view_of = review_view or (lambda generation: admission_view(generation, snapshot))
+    trial = _replay_reviews(serving, policy, old_engine, engine, view_of, list(reviews), changes)
     if trial is not None:
         return trial
     newly = [c for c in changes if c.source == "object" and c.before == "allowed" and c.after == "denied"]
@@ -142,7 +147,8 @@ def _replay_objects(serving: Policy, policy: Policy, old_engine: AdmissionEngine
 
 
 def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine, engine: AdmissionEngine,
-                    snapshot: Optional[Snapshot], reviews: list[tuple[str, dict]], changes: list) -> Optional[Trial]:
+                    view_of: Callable[[Policy], AdmissionView], reviews: list[tuple[str, dict]],
+                    changes: list) -> Optional[Trial]:
     """Judge each recent review with both generations (a policy the new rules lack is skipped: the paths
     check says so); a Trial naming the review (operation, kind, namespace/name, webhook: never its body)
     when the new generation fails to evaluate on one."""
@@ -154,7 +160,7 @@ def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine
         if name not in engine.policies:
             continue
         if not views:
-            views = {"new": admission_view(policy, snapshot), "old": admission_view(serving, snapshot)}
+            views = {"new": view_of(policy), "old": view_of(serving)}
         _, after = decide(engine, review, views["new"], name)
         request = review.get("request") or {}
         ref = (f"{request.get('operation', '')} {(request.get('kind') or {}).get('kind', '')} "

@@ -3,6 +3,7 @@ it watches only what admission reads, answers reviews from a view rebuilt off th
 once its caches listed and a view exists, and stays ready and answering while a cache relists."""
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -169,3 +170,40 @@ def test_the_published_view_is_what_derivation_gives(server):
     server._on_event("InstanceType", "MODIFIED", changed)
     wait_for(lambda: server.view().snapshot.get("InstanceType", "gpustack--nvidia-a10g-linux-amd64"),
              lambda it: it["status"]["phase"] == "Inactive", timeout=10, what="the published change in the view")
+
+
+def test_a_rules_change_serves_once_the_leaders_verdict_on_the_rules_configmap_accepts_it(tmp_path):
+    """A replica started with the rules ConfigMap (``accelpolicy admission --rules-configmap``, as the
+    chart runs it) tries a changed set on its recent reviews against the published objects, then waits for
+    the verdict the controller's leader records in the ConfigMap's annotation (docs/rule-authoring.md "How
+    replicas agree")."""
+    from runtime.rules.loader import DEFAULT_RULES_DIR
+    from runtime.rules.reload import fingerprint
+    from tests.controller.test_reload_gate import RULE_1A, _edit
+
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    shutil.rmtree(rules / "tests")   # as the chart mounts it: no suites to run
+    api = seed_api()
+    _published(api)
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "accelpolicy-rules", "namespace": "gpustack-system", "annotations": {}}}
+    api.objects["ConfigMap"] = [configmap]
+    server = AdmissionServer(api, Policy(load_rules(rules)), Path("unused"), Path("unused"), "gpustack-system",
+                             watch_rules_seconds=3600, rules_configmap=("gpustack-system", "accelpolicy-rules"))
+    try:
+        server.start(sync_timeout=10)
+        client = TestClient(server.app)
+        two = _two_families("gpustack-fnv64-c4680bb149644f1c")
+        assert client.post("/validate-pods", json=two).json()["response"]["allowed"] is False
+        before = server.state.engine
+        _edit(rules / "admission" / "pods.yaml", RULE_1A, "      expression: size(variables.families) <= 2\n")
+        assert server.reload.watcher.poll() is False           # tried here, accepted, waiting for the leader
+        assert server.reload.pending.trial.accepted and server.state.engine is before
+        configmap["metadata"]["annotations"]["rules.accelpolicy.dev/verdict"] = f"accepted:{fingerprint(rules)}"
+        server.reload.follow()
+        assert server.state.engine is not before and server.reload.pending is None
+        assert client.post("/validate-pods", json=two).json()["response"]["allowed"] is True
+    finally:
+        api.stop.set()
+        server.stop()
