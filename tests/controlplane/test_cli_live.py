@@ -18,8 +18,8 @@ import yaml
 from click.testing import CliRunner
 
 from runtime.cli import main
-from testing.localcluster import MissingBinariesError
-from testing.localcluster.testing import full_cluster
+from testing.localcluster import LocalCluster, MissingBinariesError
+from testing.localcluster.testing import FULL_COMPONENTS, with_crds
 from testing.localcluster.walkthrough import Walkthrough, tables_equal
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,23 +35,34 @@ def run(*args: str, kubeconfig: Path | None = None) -> "CliRunner.Result":
 
 @pytest.fixture(scope="module")
 def walk(tmp_path_factory):
-    try:   # the walkthrough needs the scheduler, kwok, nfd-master and Kueue (Kueue reports the queues Active)
-        cluster, _ = full_cluster()
+    """The walkthrough on a cluster of this module's own (the scheduler, kwok, nfd-master and Kueue, which
+    reports the queues Active), stopped afterwards: the seed Nodes it leaves would be in the way of the
+    tests sharing ``full_cluster()``, which create them anew."""
+    from runtime.engine.pools.kueueconfig import kueue_configuration
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+
+    try:
+        cluster, _ = with_crds(LocalCluster(scheduler=True, controller_manager=True, components=FULL_COMPONENTS,
+                                            kueue_configuration=kueue_configuration(Policy(load_rules()))).start())
     except MissingBinariesError as e:
         pytest.fail(str(e), pytrace=False)
     w = Walkthrough(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("walkthrough"), webhooks=False)
-    w.start()
-    deadline = time.monotonic() + 420
-    last = None
-    while True:   # settled: every seed pool Active (Kueue), no drift, the same twice 3 s apart
-        out = run("get", "instancetypes", kubeconfig=cluster.kubeconfig).stdout
-        if "DRIFT" not in out and "Activating" not in out and len(out.splitlines()) >= 4 and out == last:
-            break
-        assert time.monotonic() < deadline, out
-        last = out
-        time.sleep(3)
-    yield w
-    w.stop()
+    try:
+        w.start()
+        deadline = time.monotonic() + 420
+        last = None
+        while True:   # settled: every seed pool Active (Kueue), no drift, the same twice 3 s apart
+            out = run("get", "instancetypes", kubeconfig=cluster.kubeconfig).stdout
+            if "DRIFT" not in out and "Activating" not in out and len(out.splitlines()) >= 4 and out == last:
+                break
+            assert time.monotonic() < deadline, out
+            last = out
+            time.sleep(3)
+        yield w
+    finally:
+        w.stop()
+        cluster.stop()
 
 
 def viewer_role() -> dict:
