@@ -252,7 +252,8 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     dispatch = _execute_dispatch()
     for path in sorted((REPO / "runtime").rglob("*.py")):
         rel = str(path.relative_to(REPO))
-        if rel.startswith(("runtime/kube/", "runtime/localcluster/", "runtime/agent/")) or "/cli/" in rel:
+        if rel.startswith(("runtime/kube/", "runtime/localcluster/", "runtime/agent/")) or "/cli/" in rel \
+                or rel in ADMISSION_MODULES:   # the admission process's own (admission_needs)
             continue
         tree = _tree(rel)
         consts = _module_consts(tree)
@@ -342,6 +343,9 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
 
 # -- the admission replicas (issue 21 item 2) -------------------------------------------------------------
 ADMISSION_MODULES = ("runtime/controller/admission.py", "runtime/cli/admission.py")
+# The admission process's reads through Session.call (module, function) -> the kind it gets, in the
+# system namespace: the only session calls it may make (a get; anything else there is a write).
+ADMISSION_READS = {("runtime/controller/admission.py", "_leader_verdict"): "ConfigMap"}   # the rules ConfigMap
 
 
 def admission_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
@@ -350,8 +354,9 @@ def admission_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     List and watch of every kind :func:`runtime.controller.admission.admission_watched` caches (the settings
     Secret in the system namespace); ``get`` of the serving certificate's Secret
     (:class:`runtime.controller.servingcert.ServingCertificate` with ``manage`` off reads it, and the only
-    other session calls it makes are its writes, reached only when it manages the Secret). An applier or a
-    session call in the admission modules raises :class:`Underived`: it writes nothing.
+    other session calls it makes are its writes, reached only when it manages the Secret); ``get`` of the
+    kinds :data:`ADMISSION_READS` names where its functions read them. Any other applier or session call
+    in the admission modules raises :class:`Underived`: it writes nothing.
     """
     from runtime.cli.common import load_policy
     from runtime.controller.admission import admission_watched
@@ -365,11 +370,18 @@ def admission_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     for watched in admission_watched(load_policy(None), "system"):
         need(watched.kind, {"list", "watch"}, watched.namespace is not None)
     for rel in ADMISSION_MODULES:
-        for node in ast.walk(_tree(rel)):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-                    ast.unparse(node.func.value).split(".")[-1] in ("applier", "session")
-                    and node.func.attr in ("call", "stream", *applier_calls())):
+        for fname, function in _functions(_tree(rel)):
+            for node in ast.walk(function):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                        ast.unparse(node.func.value).split(".")[-1] in ("applier", "session")
+                        and node.func.attr in ("call", "stream", *applier_calls()))):
+                    continue
+                read = ADMISSION_READS.get((rel, fname))
+                verb = node.args[0] if node.args else None
+                if read is not None and node.func.attr == "call" and isinstance(verb, ast.Constant) \
+                        and verb.value == "get":
+                    need(read, {"get"}, True)
+                    continue
                 raise Underived(f"{rel}:{node.lineno}: {ast.unparse(node)[:80]} (the admission process writes nothing)")
     need("Secret", {"get"}, True)   # ServingCertificate._read
-    need("ConfigMap", {"get"}, True)   # AdmissionServer._leader_verdict: the rules ConfigMap's verdict annotation
     return {scope: dict(table) for scope, table in needs.items()}
