@@ -1,4 +1,4 @@
-"""Probe failures (spec/node-facts.md §1; issue 4 failure handling).
+"""Probe failures (spec/node-facts.md §1; failure handling: docs/agent.md "Choices where the spec leaves room").
 
 ``ProbeError.kind`` says what failed: ``library`` (no NVIDIA management library: a CPU-only node or
 a broken install), ``driver`` (NVML present but failing as a whole); per-device failures (a GPU off

@@ -5,9 +5,10 @@ A path is a file, a directory (read recursively, following symlinked directories
 ``-`` for standard input. Documents may be multi-document YAML and ``kind: List`` (``items``); several
 paths layer, a later object replacing an earlier one of the same kind and name, as a re-apply would
 (an overlay file beside its base). Within one file, an object given twice is a mistake: the later one
-is used and a warning names both items (issue 13 item 11). Inside a directory, what is not a regular
-file (a FIFO, a socket, a device) is skipped with a warning: reading it could block forever. A path
-named directly is read whatever it is (``--snapshot <(kubectl get ... -o yaml)`` is a pipe).
+is used and a warning names both items (docs/node-facts-robustness.md "Snapshot files"). Inside a
+directory, what is not a regular file (a FIFO, a socket, a device) is skipped with a warning: reading
+it could block forever. A path named directly is read whatever it is
+(``--snapshot <(kubectl get ... -o yaml)`` is a pipe).
 """
 from __future__ import annotations
 

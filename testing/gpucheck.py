@@ -1,5 +1,5 @@
 """`make gpu-check`: the agent's real NVML backend (pynvml) in a dry run on this machine, compared
-with ``nvidia-smi`` (issue 14 item 6), then the agent's metrics for this node.
+with ``nvidia-smi`` (docs/observability.md "Real NVML: `make gpu-check`"), then the agent's metrics for this node.
 
 Compared per GPU: count (``nvidia-smi -L``), UUID, product name, memory (MiB), driver version, CUDA
 version (the ``nvidia-smi`` banner), MIG mode and, with MIG on, the profile names

@@ -1,5 +1,5 @@
 """Raw Kubernetes API requests with one bearer token: what an attacker holding a component's token can
-send (issue 20). No client-side GET before a write, no schema, no retries: one HTTP request, one answer.
+send. No client-side GET before a write, no schema, no retries: one HTTP request, one answer.
 
 :class:`RawClient` ``(server, ca_pem, token)``; :meth:`RawClient.for_token` takes the server and CA of an
 admin kubeconfig. :meth:`RawClient.request` returns an :class:`Answer` (HTTP status, the Status

@@ -1,4 +1,4 @@
-"""The agent's health endpoints for kubelet probes (issue 11, the DaemonSet's liveness/readiness).
+"""The agent's health endpoints for kubelet probes (the DaemonSet's liveness/readiness).
 
 ``/healthz``: 200 while the reconcile loop keeps passing (the last pass, good or bad, ended less
 than ``stale_seconds`` ago; 200 during the first ``stale_seconds`` after start too), else 503.

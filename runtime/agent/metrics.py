@@ -1,4 +1,4 @@
-"""The node agent's Prometheus metrics (issue 14 item 2), served on its health port
+"""The node agent's Prometheus metrics (docs/observability.md "The agent's metrics"), served on its health port
 (:func:`runtime.agent.health.serve_health`, ``/metrics``).
 
 Per accelerator of the last plan's Devices object (labels ``node``, ``group``, ``accelerator``: the

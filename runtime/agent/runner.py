@@ -1,12 +1,12 @@
 """The node agent's loop: probe -> observe -> plan (pure engine) -> apply (:mod:`runtime.agent.cluster`:
 the controller's session, watch cache and applier, narrowed to one node).
 
-Failure handling (issue 4): a probe that cannot run never stops the agent. CPU facts are always
-published; each distinct failure is logged once with its cause and its recovery once. A missing
-NVIDIA library on a node that never showed an accelerator reads as "no accelerators" (a CPU node);
-any other accelerator probe failure leaves the device-manager NodeFeature and the Devices object as
-they are until the probe works again. A failing reconcile (API errors) is logged and retried on the
-next tick; the process never exits because of it.
+Failure handling (docs/agent.md "Choices where the spec leaves room"): a probe that cannot run never
+stops the agent. CPU facts are always published; each distinct failure is logged once with its cause
+and its recovery once. A missing NVIDIA library on a node that never showed an accelerator reads as
+"no accelerators" (a CPU node); any other accelerator probe failure leaves the device-manager
+NodeFeature and the Devices object as they are until the probe works again. A failing reconcile (API
+errors) is logged and retried on the next tick; the process never exits because of it.
 """
 from __future__ import annotations
 

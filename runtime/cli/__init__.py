@@ -3,7 +3,7 @@
 Exit codes shared by every subcommand: 0 success, 1 a policy verdict said no (e.g. `admit` denied),
 2 bad input (unreadable snapshot, broken rule file, unknown kind).
 
-A subcommand's module is imported only when that subcommand runs (issue 24 item 2): `accelpolicy
+A subcommand's module is imported only when that subcommand runs: `accelpolicy
 --help` imports none of them, `accelpolicy get` imports its own stack and never the kubernetes client,
 grpc, the agent or the webhook server. The group's command list shows each command's short help from
 :data:`SUBCOMMANDS`; tests/cli/test_lazy_imports.py holds it equal to each command's own docstring.
@@ -91,9 +91,9 @@ def run(prog_name: str | None = None, complete_var: str | None = None) -> None:
     imported (they live as long as the process), so the collections while the command runs do not
     traverse them again and again; and when the command has ended (its output written), so the
     interpreter's exit does not run its full collections over everything the command built, only to
-    find cycles whose memory the OS takes back anyway (about 0.1 s of a one-shot command's CPU,
-    issue 24). Objects are still released by reference counting; atexit handlers and logging
-    shutdown still run. :func:`main` itself (tests, ``CliRunner``) leaves the collector alone."""
+    find cycles whose memory the OS takes back anyway (about 0.1 s of a one-shot command's CPU).
+    Objects are still released by reference counting; atexit handlers and logging shutdown still run.
+    :func:`main` itself (tests, ``CliRunner``) leaves the collector alone."""
     LazyGroup.freeze_after_import = True
     try:
         main(prog_name=prog_name, complete_var=complete_var)

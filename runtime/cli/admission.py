@@ -1,5 +1,5 @@
 """`accelpolicy admission`: serve the admission webhooks from the live cluster, apart from the
-controller (issue 21 item 2; :mod:`runtime.controller.admission`)."""
+controller (docs/availability.md "Admission apart from reconciling"; :mod:`runtime.controller.admission`)."""
 from __future__ import annotations
 
 import os

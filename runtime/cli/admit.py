@@ -1,4 +1,4 @@
-"""`accelpolicy admit`: judge one object offline with the admission rules (issue 5, item 7).
+"""`accelpolicy admit`: judge one object offline with the admission rules.
 
 Prints the full AdmissionReview (request and response). Exit 0 allowed, 1 denied, 2 bad input.
 """

@@ -4,7 +4,7 @@ Bad input never ends in a traceback: a broken rule file, an unreadable snapshot 
 prints one clear message per problem on stderr and exits with code 2.
 
 This module is imported by every subcommand, so it imports the engine, the rules and the snapshots
-only inside the functions that use them (issue 24 item 2): ``--help`` of a command stays light.
+only inside the functions that use them: ``--help`` of a command stays light.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`accelpolicy controller`: run the live controller against an API server (issue 6).
+"""`accelpolicy controller`: run the live controller against an API server (docs/reference/controller.md).
 
 ``--once`` syncs the caches, seeds the settings Secret, reconciles once, prints what it wrote and
 exits 0 (1 when an action failed). Without it the controller first takes the leader Lease
@@ -11,9 +11,9 @@ process: its watch caches stay, and it leads again at once while the Lease still
 replica, leader or not: ``/readyz`` 200 once the caches synced) and, on the leader, keeps the
 webhook configurations registered (:mod:`runtime.controller.webhooks`).
 
-``--webhook-registration-only`` (the chart's layout, issue 21 item 2): the webhooks are served by
-``accelpolicy admission`` replicas behind ``--webhook-service``; the controller serves none, holds no
-cache before it leads, and its leader registers the configurations for that Service and keeps the
+``--webhook-registration-only`` (the chart's layout, docs/reference/controller.md "The admission process"): the
+webhooks are served by ``accelpolicy admission`` replicas behind ``--webhook-service``; the controller
+serves none, holds no cache before it leads, and its leader registers the configurations for that Service and keeps the
 serving certificate of ``--webhook-cert-secret`` (the admission replicas read it).
 """
 from __future__ import annotations

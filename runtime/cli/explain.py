@@ -1,4 +1,4 @@
-"""`accelpolicy explain`: why a pool holds its nodes, and how a review was decided (issue 12 item 5).
+"""`accelpolicy explain`: why a pool holds its nodes, and how a review was decided (docs/audit.md).
 
 ``explain instancetype NAME --snapshot PATH``: the pool's selector and flavors, the nodes behind each
 flavor, every node left out with the label or rule (file:line) that excluded it, the four views (and

@@ -1,4 +1,5 @@
-"""`accelpolicy lint DIR`: every problem of every rule file at once (issue 12, item 4).
+"""`accelpolicy lint DIR`: every problem of every rule file at once (docs/rule-authoring.md
+"Lint: every problem at once").
 
 One line per problem, ``file:line:column field.path: message``, in file, line, column order: YAML,
 schema, CEL syntax (the parser's message, at the exact column), CEL names not declared in every

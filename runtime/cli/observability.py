@@ -1,4 +1,4 @@
-"""Options every long-running command shares (issue 14): ``--log-level`` and ``--log-format``
+"""Options every long-running command shares (docs/observability.md): ``--log-level`` and ``--log-format``
 (loguru's own serializer for ``json``), and ``--metrics-bind-address`` (prometheus_client's own
 HTTP server).
 

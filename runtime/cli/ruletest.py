@@ -1,4 +1,4 @@
-"""`accelpolicy test RULES_DIR`: run the rule test suites under RULES_DIR/tests (issue 5, item 8)."""
+"""`accelpolicy test RULES_DIR`: run the rule suites under RULES_DIR/tests (docs/tasks/edit-a-rule.md "Test it")."""
 from __future__ import annotations
 
 import sys

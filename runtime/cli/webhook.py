@@ -1,4 +1,4 @@
-"""`accelpolicy webhook`: serve the admission webhooks over HTTPS (issue 5, item 6)."""
+"""`accelpolicy webhook`: serve the admission webhooks over HTTPS."""
 from __future__ import annotations
 
 import tempfile

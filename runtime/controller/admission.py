@@ -1,4 +1,4 @@
-"""The admission process (issue 21 item 2): the webhooks served apart from the reconcile loop.
+"""The admission process: the webhooks served apart from the reconcile loop (docs/availability.md).
 
 ``accelpolicy admission`` (:mod:`runtime.cli.admission`) runs one :class:`AdmissionServer`: its own
 watch caches of only what admission reads (:func:`admission_watched`: the kinds of

@@ -1,4 +1,4 @@
-"""The controller's background audit (issue 12 item 2): every ``interval`` seconds, the audit of
+"""The controller's background audit (docs/audit.md "The background audit"): every ``interval`` seconds, the audit of
 :mod:`runtime.report.audit` on the controller's watch caches, written as openreports.io ``Report``
 (per namespace) and ``ClusterReport`` objects.
 
@@ -12,7 +12,7 @@ the rules in force (a hot reload applies from the next run).
 Each leader term's first run waits for the end of the controller's next reconcile pass (its first in
 the term): the audit derives the whole cluster from its own copy of the caches, about as much work as
 that first pass, and in one process the two would share the interpreter. At 10,000 nodes running
-both at once made the first pass 13.5-16.8 s instead of 7.6-10.2 (issue 24); the table is what a starting
+both at once made the first pass 13.5-16.8 s instead of 7.6-10.2; the table is what a starting
 controller owes first, the reports an hour later matter less.
 """
 from __future__ import annotations

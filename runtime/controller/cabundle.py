@@ -1,4 +1,4 @@
-"""The serving CA certificate published for clients of the webhook server (issue 20 item 5).
+"""The serving CA certificate published for clients of the webhook server.
 
 The serving Secret (:mod:`runtime.controller.servingcert`) holds the server's private key and, when
 accelpolicy issues the certificate, the CA's private key too. A client that only needs to verify the

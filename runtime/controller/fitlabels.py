@@ -1,4 +1,4 @@
-"""Fit label patches written outside the reconcile that planned them (issue 16).
+"""Fit label patches written outside the reconcile that planned them.
 
 A fit label patch (spec/node-facts.md §9) is one independent merge patch of one Node's labels; a
 pass over a large cluster plans hundreds (619 at 1,000 nodes, 3,023 at 5,000). Written inside the
@@ -13,7 +13,7 @@ other, while the loop goes on serving events:
   a pass in that window writes nothing twice. The snapshot's Node counts, not the watch cache's: a
   pass derives from a snapshot taken when it starts, and echoes reach the cache while it runs (at
   10,000 nodes, judged by the cache, 100-190 echoes a pass were planned again from the pass's older
-  snapshot and written twice: about 1,100 extra Node patches at the start; issue 24);
+  snapshot and written twice: about 1,100 extra Node patches at the start);
 - a failed patch is forgotten and ``on_error`` is called (the controller marks itself dirty, so the
   next pass plans it again).
 

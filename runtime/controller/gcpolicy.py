@@ -1,4 +1,4 @@
-"""Python's cyclic garbage collector on a large cluster (issue 16).
+"""Python's cyclic garbage collector on a large cluster (docs/performance.md "A pass proportional to what changed").
 
 The controller's heap is mostly long-lived: the watch caches, their snapshot copies and the
 incremental derive's memo, about a million tracked objects at 5,000 nodes. A full collection walks

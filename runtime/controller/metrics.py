@@ -1,4 +1,4 @@
-"""The controller's Prometheus metrics (issue 14 item 1), in one registry it shares with the rules
+"""The controller's Prometheus metrics (docs/observability.md), in one registry it shares with the rules
 reload (``accelpolicy_rules_generation``), the background audit and, when served, the webhooks.
 
 Two sources, so no number is derived twice:
@@ -199,7 +199,7 @@ class ControllerMetrics:
         self.collector = ControllerCollector(before_scrape=self.count_writes)
         self.registry.register(self.collector)
         self.registry.register(CacheBytesCollector(lambda: self.controller.cache.caches if self.controller else None))
-        self.registry.register(ReachCollector(lambda: getattr(self.controller, "reach", None)))  # issue 23
+        self.registry.register(ReachCollector(lambda: getattr(self.controller, "reach", None)))  # pool reach
         self.reconcile_seconds = Histogram("accelpolicy_reconcile_seconds", "Time one reconcile pass took",
                                            buckets=RECONCILE_BUCKETS, registry=self.registry)
         self.reconcile_errors = Counter("accelpolicy_reconcile_errors",

@@ -98,7 +98,7 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "",
             actions.append(Action(Verb.CREATE, "InstanceType", name_of(it), body=_without_status(it),
                                   reason="derived pool type (create-only)"))
             # its status at once, not after every queue: a type is never listed without status
-            # longer than one write (issue 16: empty cells seen for half a second at 2,000 nodes)
+            # longer than one write (else its cells read empty meanwhile: half a second at 2,000 nodes)
             actions.append(Action(Verb.APPLY_STATUS, "InstanceType", name_of(it), body=it, reason="status of the created type"))
     actions += _cluster_queues(policy, state, snapshot)
     actions += _local_queues(policy, state, snapshot)
@@ -306,7 +306,7 @@ def _fit_patches(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: 
 
 class FitLabelPatches:
     """The fit label patches of the last plan, updated for the Nodes whose Node or Devices object
-    (by identity) or managed mark changed since (issue 16: a pass looks again at what changed only)."""
+    (by identity) or managed mark changed since (a pass looks again at what changed only)."""
 
     def __init__(self) -> None:
         self.nodes: Mapping = {}  # the snapshot's Node map last planned

@@ -1,4 +1,4 @@
-"""Pools that cannot keep what they promise, live (issue 23 items 1-2): Events and metrics, each pass.
+"""Pools that cannot keep what they promise, live: Events and metrics, each pass (docs/audit.md).
 
 After every derive the controller asks :class:`ReachWatch` for the pool findings of
 :func:`runtime.report.reach.pool_findings` (the audit's rule ``pool-reach``: a flavor whose

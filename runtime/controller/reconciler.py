@@ -1,4 +1,4 @@
-"""The live controller: watch caches -> Snapshot -> derive() -> plan -> writes (issue 6, first slice).
+"""The live controller: watch caches -> Snapshot -> derive() -> plan -> writes (docs/reference/controller.md).
 
 Level-triggered: every cache event marks the cluster dirty; the loop waits a short coalescing
 window, then reconciles the whole desired state from one snapshot. A reconcile's own writes come
@@ -19,11 +19,11 @@ rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, 
 at least that long after writes the patches planned then (a pass is requeued for that moment).
 ``ReconcileResult.deferred`` lists the patches held back.
 
-The start guard (:mod:`runtime.controller.startguard`, issue 21): until the view is whole (every cache
-listed and every Node's facts present, or ``startGuard.graceSeconds`` of rules/pools/derivation.yaml
-after :meth:`Controller.run` began), a pass writes no destructive step (a delete, a stopped or shrunk
-ClusterQueue, an Instance's ``spec.stop``); those are ``deferred`` too, and a pass is requeued for the
-grace period's end.
+The start guard (:mod:`runtime.controller.startguard`, docs/availability.md "The start guard"): until
+the view is whole (every cache listed and every Node's facts present, or ``startGuard.graceSeconds``
+of rules/pools/derivation.yaml after :meth:`Controller.run` began), a pass writes no destructive step
+(a delete, a stopped or shrunk ClusterQueue, an Instance's ``spec.stop``); those are ``deferred``
+too, and a pass is requeued for the grace period's end.
 
 Typical use::
 
@@ -76,7 +76,7 @@ WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "Clu
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim", "PersistentVolume",
            "StorageClass", "RuntimeClass",
            "Workload")
-# Fit label patches (one per Node) are sent this many at a time (issue 16: 619 Nodes one by one took 5 s).
+# Fit label patches (one per Node) are sent this many at a time (619 Nodes one by one took 5 s).
 FIT_LABEL_WORKERS = 8
 KEPT_PASSES = 500  # results kept in Controller.reconciles (tests, debugging): the last 500 to 1,000
 
@@ -140,8 +140,8 @@ class Controller(ActionWriter, PassSteps):
         self.applier = Applier(session, policy, cache=self.cache, policy_source=lambda: self.policy)
         self.reconciles: list[ReconcileResult] = []
         self._reported: set[tuple[str, str]] = set()
-        self.transitions = TransitionEvents()  # the state-transition Events (issue 14 item 3)
-        self.reach = ReachWatch()  # pools that cannot keep their promises: Events, metrics (issue 23)
+        self.transitions = TransitionEvents()  # the state-transition Events (docs/observability.md "Events")
+        self.reach = ReachWatch()  # pools that cannot keep their promises: Events, metrics
         self._pass: tuple[Snapshot | None, dict] = (None, {})  # this pass's snapshot and check verdicts
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
         self._warned: set[str] = set()  # derive warnings already logged
@@ -286,7 +286,7 @@ class Controller(ActionWriter, PassSteps):
     def _record(self, result: ReconcileResult) -> None:
         """Append ``result`` to :attr:`reconciles`: the last ``KEPT_PASSES`` to ``2 * KEPT_PASSES``
         passes, only the latest with its ``state``. Every pass used to be kept whole: at 10,000 nodes
-        about 8,000 objects a pass (each node's flavor list), a process growing without bound (issue 24)."""
+        about 8,000 objects a pass (each node's flavor list), a process growing without bound."""
         if self.reconciles:
             self.reconciles[-1].state = None
         self.reconciles.append(result)

@@ -1,5 +1,6 @@
-"""Hot reload of the controller's rules (issue 12 item 7): a :class:`~runtime.rules.reload.RulesWatcher`
-wired to a running :class:`~runtime.controller.reconciler.Controller` and, when served, its webhooks.
+"""Hot reload of the controller's rules (docs/rule-authoring.md "Hot reload"): a
+:class:`~runtime.rules.reload.RulesWatcher` wired to a running
+:class:`~runtime.controller.reconciler.Controller` and, when served, its webhooks.
 
 A set that loads is tried first (the reload gate, :func:`runtime.gate.try_generation`, on the controller's
 view of the cluster and the reviews its webhooks answered recently; docs/rule-authoring.md "How a rules

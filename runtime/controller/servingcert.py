@@ -1,4 +1,4 @@
-"""One webhook serving certificate shared by every controller replica, kept in a Secret (issue 11).
+"""One webhook serving certificate shared by every controller replica, kept in a Secret.
 
 The controller Deployment runs several replicas; each serves every admission webhook behind one
 Service, so they must present certificates the registered ``caBundle`` verifies. The certificate,

@@ -1,4 +1,4 @@
-"""The controller's snapshot of its watch caches, kept up to date by the changes alone (issue 16).
+"""The controller's snapshot of its watch caches, kept up to date by the changes alone.
 
 Each pass needs an engine :class:`Snapshot` of every cached object, as private copies (the cache's
 dicts are shared with its watch thread). Building it from every cached object each pass (copy,

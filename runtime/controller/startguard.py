@@ -1,4 +1,4 @@
-"""The start guard (issue 21 item 3): no destructive step on a view not yet seen whole.
+"""The start guard (docs/availability.md "The start guard"): no destructive step on a view not yet seen whole.
 
 A controller that starts, restarts or takes over the lead may find the cluster's facts incomplete: after
 an uninstall and a namespace delete the agents' NodeFeatures are gone until the agents re-create them,

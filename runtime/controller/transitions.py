@@ -1,4 +1,4 @@
-"""Events on the objects whose state the controller changed (issue 14 item 3), once per transition.
+"""Events on the objects whose state the controller changed, once per transition (docs/observability.md "Events").
 
 Reasons, types and message templates are ``events`` of rules/pools/derivation.yaml
 (:class:`runtime.model.rulefiles.StateEvents`); this module only decides when and on what:

@@ -1,11 +1,12 @@
 """The admission webhooks inside the controller: served from its watch caches, registered for real
-(issue 6 item 3; spec/README.md §3.2 "Serves every admission webhook").
+(docs/reference/controller.md; spec/README.md §3.2 "Serves every admission webhook").
 
 * :class:`LiveAdmissionView`: the admission view (:func:`runtime.engine.admission.admission_view`)
   of the controller's caches. Events of the kinds the view reads
   (:func:`runtime.engine.admission.view_kinds`) mark it stale; the next review rebuilds it (lazily:
   a burst of events costs one rebuild, and events of other kinds, e.g. Pods, cost nothing). A rebuild
-  that fails keeps the last good view in service (issue 21 item 1) until an event lets one succeed.
+  that fails keeps the last good view in service until an event lets one succeed (docs/availability.md
+  "Serving while a watch cache relists").
 * :class:`WebhookRegistrar`: keeps the Mutating/ValidatingWebhookConfigurations of
   :func:`runtime.engine.admission.registration.webhook_configurations` in the cluster: its own watch
   of both kinds, server-side apply (field manager ``accelpolicy``) when a configuration is missing
@@ -243,8 +244,8 @@ class WebhookRegistrar:
 
 
 def view_not_ready_reason(cache: ClusterCache, view: LiveAdmissionView) -> str | None:
-    """Why a webhook server serving ``view`` from ``cache`` is not ready (issue 21 item 1): a watch
-    cache that never listed, or no cluster view ever built (it is built here when stale). A cache
+    """Why a webhook server serving ``view`` from ``cache`` is not ready (docs/availability.md
+    "Readiness"): a watch cache that never listed, or no cluster view ever built (it is built here when stale). A cache
     relisting or retrying after its watch broke serves its last objects (their age:
     ``accelpolicy_watch_cache_stale_seconds``), and a rebuild that fails after a good one keeps that
     one: neither makes a replica unready, so no fault of a watch takes every replica out together.
@@ -302,7 +303,7 @@ class ControllerWebhooks:
             timeout = registration_of(policy).timeoutSeconds
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
-        # answer a slow review ourselves, 2 s before the API server would give up on it (issue 13)
+        # answer a slow review ourselves, 2 s before the API server would give up on it
         self.state = WebhookState(max_body_bytes=self.max_body_bytes, deadline_seconds=max(1.0, timeout - 2.0))
         self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
 
@@ -315,7 +316,7 @@ class ControllerWebhooks:
 
     def ready(self) -> None:
         """The caches synced: serve from the live view; ``/readyz`` turns 200 while
-        :meth:`not_ready_reason` finds nothing (issue 13 item 12, issue 21 item 1)."""
+        :meth:`not_ready_reason` finds nothing (docs/availability.md "Readiness")."""
         self.state.set_ready(self.engine, self.view)
         self.state.ready_check = self.not_ready_reason
 

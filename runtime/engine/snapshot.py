@@ -275,7 +275,7 @@ class Snapshot:
         the objects are shared, never copied), so the caller may go on changing its maps, never the
         objects. A map given as a ``MappingProxyType`` is taken as it is (its dict never changes): the
         controller passes the same one again while a kind's objects are the same, and the incremental
-        derive reuses what it derived from that kind (issue 16). ``previous``: an earlier snapshot whose
+        derive reuses what it derived from that kind. ``previous``: an earlier snapshot whose
         sorted lists (:meth:`list`) serve the kinds whose map is the same object."""
         frozen = {kind: items if isinstance(items, MappingProxyType) else MappingProxyType(dict(items))
                   for kind, items in index.items()}

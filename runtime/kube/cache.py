@@ -6,8 +6,9 @@ the cache and calls the event callback ``on_event(kind, event_type, obj)``. A wa
 timeout) resumes from the last resourceVersion seen (events and bookmarks); ``410 Gone`` (an
 ``ERROR`` event or the HTTP status) relists. Other errors back off (up to 5 s) and retry.
 
-Serving while relisting (issue 21 item 1): a cache keeps its last good objects while it relists or
-retries; a relist replaces them in one step when its last page arrived. How stale they may be: from
+Serving while relisting (docs/availability.md "Serving while a watch cache relists"): a cache keeps its
+last good objects while it relists or retries; a relist replaces them in one step when its last page
+arrived. How stale they may be: from
 the moment the watch broke (410 Gone, a transport error, an API server restart) until the relist or
 the resumed watch is current again, i.e. one list of the kind plus the retry back-off (at most 5 s
 between tries) while the API server answers; unbounded while it does not answer (then it calls no

@@ -1,5 +1,5 @@
-"""What a watch cache holds of each object (issue 24 item 3): the object less what no reader uses, its
-repeated strings shared.
+"""What a watch cache holds of each object: the object less what no reader uses, its repeated strings
+shared (docs/performance.md "Fast to start, light to hold").
 
 :func:`held` is called by :class:`runtime.kube.cache.KindCache` on every object it stores (a list's
 items, a watch event's object, a write's answer). It returns a new object (the one given is not

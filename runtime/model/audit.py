@@ -1,5 +1,5 @@
 """Rule kind ``AuditPolicy`` (rules/audit.yaml): what ``accelpolicy audit`` reports beyond the admission
-rules, and in which words (issue 12 item 1).
+rules, and in which words (docs/audit.md).
 
 - ``drift``: the derived kinds compared with the desired state (``compare``: kind -> dotted fields)
   and the result kind and message of each finding (``edited``, ``missing``, ``extra``, ``staleType``,
@@ -7,10 +7,10 @@ rules, and in which words (issue 12 item 1).
 - ``checks``: CEL checks of existing objects (activation ``object``, ``settings``), e.g. a held
   host-access grant whose setting is now off (a ``warn``: spec/instances.md §6).
 - ``ledger``: the result kind of a Pod allocation annotation its node's Devices refuses.
-- ``reach``: whether each pool can keep its promises (issue 23): a derived flavor whose
-  ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute, a node whose labels count
-  more accelerators than its Devices can use; and the words ``explain`` and the controller's Events
-  use for the same facts.
+- ``reach``: whether each pool can keep its promises (docs/audit.md "Pools that cannot schedule"):
+  a derived flavor whose ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute,
+  a node whose labels count more accelerators than its Devices can use; and the words ``explain``
+  and the controller's Events use for the same facts.
 - ``presets``: a derived accelerated InstanceType whose product no preset of the PresetTable matches
   (its unitResources are the fallback tier's), the finding ``audit`` reports and ``explain`` prints.
 """
@@ -114,7 +114,7 @@ class ExplainWords(_Templates):
 
 
 class ReachSpec(Strict):
-    """Issue 23: whether each pool can keep its promises (see the module docstring)."""
+    """Whether each pool can keep its promises (docs/audit.md "Pools that cannot schedule"; the module docstring)."""
 
     policy: str = Field(min_length=1)
     unselected: UnselectedSpec

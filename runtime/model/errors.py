@@ -1,4 +1,4 @@
-"""pydantic's validation errors in Kubernetes' words (issue 23 item 5).
+"""pydantic's validation errors in Kubernetes' words.
 
 pydantic prefixes the message of an error a validator raised with ``Value error, `` and joins a field
 path with dots (``accelerators.0.uuid``); Kubernetes writes ``accelerators[0].uuid`` and the message

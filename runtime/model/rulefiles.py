@@ -183,8 +183,8 @@ class ClusterQueueSpec(Strict):
 
 
 class StartGuardSpec(Strict):
-    """When a starting, restarted or newly leading controller's view is whole (issue 21 item 3;
-    docs/availability.md "The start guard"): every watch cache listed once and every Node has each
+    """When a starting, restarted or newly leading controller's view is whole
+    (docs/availability.md "The start guard"): every watch cache listed once and every Node has each
     NodeFeature of the ``nodeFeatures`` roles for which ``expectFacts`` holds, or ``graceSeconds`` after it
     began leading. Until then its destructive steps are held."""
 

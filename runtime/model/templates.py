@@ -1,4 +1,4 @@
-"""Rule-file models whose ``str.format`` templates are checked when the rules load (issue 23)."""
+"""Rule-file models whose ``str.format`` templates are checked when the rules load."""
 from __future__ import annotations
 
 import string
@@ -28,7 +28,7 @@ class Templates(Strict):
 
 
 class IncompleteTypeSpec(Templates):
-    """An InstanceType whose spec lacks what names its pool (pools.md §6.2 requires it; issue 23 item 5)."""
+    """An InstanceType whose spec lacks what names its pool (pools.md §6.2 requires it)."""
 
     VARIABLES: ClassVar[dict[str, set[str]]] = {"message": {"fields"}}
     required: list[str] = Field(min_length=1, description="spec fields every type needs")

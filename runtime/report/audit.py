@@ -1,4 +1,4 @@
-"""`accelpolicy audit`: judge what a cluster holds with the same engine as the webhooks (issue 12 item 1).
+"""`accelpolicy audit`: judge what a cluster holds with the same engine as the webhooks (docs/audit.md).
 
 :func:`audit` is pure on a snapshot and returns :class:`~runtime.report.results.Result` objects:
 
@@ -13,10 +13,10 @@
 3. CEL checks (rules/audit.yaml ``checks``), e.g. a held host-access grant whose setting is off.
 4. Device ledgers: each node's Pod allocation annotations replayed against its Devices
    (:func:`runtime.engine.devices.rebuild_ledger`); a refused annotation is a finding.
-5. Reach (rules/audit.yaml ``reach``, issue 23): on each pool's InstanceType, a flavor whose
-   ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute (labels stripped while
-   the NodeFeatures remain), a node whose labels count more accelerators than its Devices can use
-   (:func:`runtime.report.reach.pool_findings`).
+5. Reach (rules/audit.yaml ``reach``; docs/audit.md "Pools that cannot schedule"): on each pool's
+   InstanceType, a flavor whose ``spec.nodeLabels`` select fewer of its contributing Nodes than
+   contribute (labels stripped while the NodeFeatures remain), a node whose labels count more
+   accelerators than its Devices can use (:func:`runtime.report.reach.pool_findings`).
 6. Unit presets (rules/audit.yaml ``presets``): a derived accelerated InstanceType whose product no
    preset matches, so its unit is the fallback tier's (:func:`runtime.report.unitpreset.fallback_units`).
 """

@@ -1,6 +1,6 @@
-"""Where a node's accelerators come from, for `accelpolicy explain instancetype` (spec/dra.md §1-§2,
-issue 22 item 4): the ResourceSlices of a DRA driver (then also the MIG-on GPUs that offer nothing and
-the devices that could not be read), or NVML through the agent's device-manager NodeFeature (a
+"""Where a node's accelerators come from, for `accelpolicy explain instancetype` (spec/dra.md §1-§2;
+docs/concepts/dra.md "Mixed clusters"): the ResourceSlices of a DRA driver (then also the MIG-on GPUs
+that offer nothing and the devices that could not be read), or NVML through the agent's device-manager NodeFeature (a
 device-plugin node), or nothing. A device-plugin node whose NodeFeature the snapshot lacks (a snapshot
 of Nodes and Devices only) is named by the Devices object its ledger rows were read from, not called
 accelerator-less beside them. Messages: rules/dra.yaml ``messages.source*``. Pure."""

@@ -1,4 +1,4 @@
-"""`accelpolicy explain`: why a pool holds what it holds, and how a review was decided (issue 12 item 5).
+"""`accelpolicy explain`: why a pool holds what it holds, and how a review was decided (docs/audit.md).
 
 :func:`explain_instance_type` reads the same derivation as the controller: the pool's flavors (the
 type's schedule labels as a flavor selector, spec/pools.md §3.3), the nodes behind them, every node
@@ -89,7 +89,7 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
 
     ``flavors``: ``{name, nodes}``; ``excluded``: node -> reason; ``views``: the type's status views;
     ``reach``: node -> whether its Node carries the labels its flavors select and, where fewer, how many
-    of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`, issue 23);
+    of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`);
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
     (the ledger the four views add up, spec/pools.md §10); ``unitFallback``: why the derived type's
     unit is the preset table's fallback and where to give it one ("" when a preset matched,
@@ -143,7 +143,7 @@ def render_instance_type(info: dict) -> str:
     lines += [f"  {f['name']}: nodes {', '.join(f['nodes']) or '(none)'}" for f in info["flavors"]] or ["  (none)"]
     lines.append("left out:")
     lines += [f"  {node}: {why}" for node, why in sorted(info["excluded"].items())] or ["  (none)"]
-    if info.get("reach"):  # issue 23: whether the Node carries what its flavors select, what its Devices can use
+    if info.get("reach"):  # whether the Node carries what its flavors select, what its Devices can use
         lines.append("nodes (as the scheduler sees them):")
         lines += [f"  {node}: {line}" for node, line in info["reach"].items()]
     lines.append(f"views (capacity/remaining/onceMaxRequest; {info['credits']['perAccelerator']} credits per "

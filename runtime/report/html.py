@@ -1,4 +1,4 @@
-"""`accelpolicy audit -o html`: one self-contained page (no network, no external file) (issue 12 item 6).
+"""`accelpolicy audit -o html`: one self-contained page (no network, no external file; docs/audit.md).
 
 Sections: the summary counts; per-rule counts; the result table (click a header to sort, type to
 filter, choose a result kind; a link may carry the view: ``#sort=OBJECT:desc&kind=fail&filter=pod``); and the pools: for every InstanceType, grouped by accelerator, its four

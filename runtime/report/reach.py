@@ -1,4 +1,4 @@
-"""Pools that cannot keep what they promise, in the words of rules/audit.yaml ``reach`` (issue 23 items 1-2).
+"""Pools that cannot keep what they promise, in the words of rules/audit.yaml ``reach`` (docs/audit.md).
 
 The facts come from :mod:`runtime.engine.pools.reach` (a derived flavor whose ``spec.nodeLabels`` select
 fewer of its contributing Nodes than contribute; a node whose labels count more accelerators than its

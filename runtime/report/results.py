@@ -1,4 +1,4 @@
-"""Audit results and the report objects they become (issue 12 item 1).
+"""Audit results and the report objects they become (docs/audit.md).
 
 One vocabulary: ``pass|fail|warn|error|skip`` (openreports.io's ``result`` enum). A :class:`Result`
 names its policy, rule, object, message and field path. :func:`reports` groups results into

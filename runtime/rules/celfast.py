@@ -1,5 +1,5 @@
 """The globals this project's CEL programs run in: cel-python's, with faster equivalents of a few of
-its run-time helpers, for cel-python 0.5.0 only (issue 24).
+its run-time helpers, for cel-python 0.5.0 only (docs/performance.md "Fast to start, light to hold").
 
 cel-python's transpiled code calls its helpers by their dotted paths (``celpy.celtypes.IntType(3)``,
 ``celpy.evaluation.bool_eq(a, b)``, ``celpy.evaluation.operator_in(x, xs)``), looked up in the globals

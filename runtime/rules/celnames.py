@@ -13,7 +13,7 @@ so a name in a branch no test takes is found too. What an expression may name is
   (:data:`runtime.rules.celfunctions.FUNCTIONS`), as calls or as receiver-style methods.
 
 Comprehension variables (``x`` in ``items.map(x, ...)``) are bound inside their macro only.
-Source of the rule: issue 12 item 4 (``accelpolicy lint``); the loader runs the same checks.
+Source of the rule: docs/rule-authoring.md "What lint checks" (``accelpolicy lint``); the loader runs the same checks.
 """
 from __future__ import annotations
 

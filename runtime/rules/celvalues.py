@@ -44,13 +44,15 @@ def to_cel(value: Any) -> Any:
 
     The same values as cel-python's ``json_to_cel`` (bool -> BoolType, int -> IntType, float -> DoubleType, str -> StringType, list/tuple -> ListType, dict ->
     MapType, None -> None), built by exact type without cel-python's generic ``isinstance`` chains and
-    per-call int64 wrappers: the conversion was two thirds of a review's cost (issue 16). Anything
-    else (datetimes, CEL values, subclasses) goes through ``json_to_cel``.
+    per-call int64 wrappers: the conversion was two thirds of a review's cost (docs/performance.md
+    "Evaluation cost: what changed"). Anything else (datetimes, CEL values, subclasses) goes through
+    ``json_to_cel``.
 
     One difference: an integer outside int64 (``2**63``) becomes a DoubleType, as the API server's
     JSON decoder reads such a number (apimachinery ``util/json``: int64 when it fits, else float64),
     where ``json_to_cel`` raises ``ValueError: overflow`` and every rule of the review failed with it
-    (issue 13 items 1 and 6). Beyond float64 it is +/-inf.
+    (docs/webhook-hardening.md "Malformed objects never pass: shape checks"). Beyond float64 it is
+    +/-inf.
 
     A map or list built from a dict or list remembers it, for :func:`json_of`, when
     :func:`from_cel` of the result equals it exactly (no integer beyond int64, tuple or other
@@ -101,7 +103,7 @@ def json_of(value: Any) -> Any:
     dict or list :func:`to_cel` built it from when it was and nothing in it converted differently
     (a review's object, a policy's params tables: shared, never to be mutated), else
     :func:`from_cel`'s copy. The custom functions read their arguments this way, so a
-    Pod or a table is not converted back from CEL on every call (issue 16)."""
+    Pod or a table is not converted back from CEL on every call."""
     t = type(value)
     if t is _MAP or t is _LIST:
         source = value.__dict__.get("_json")

@@ -9,7 +9,7 @@ and ``params``), ``settings`` of rules/settings.yaml, ``item`` only inside ``for
 
 Setting names outside CEL (InstancePod ``overcommit.setting``, ``placement.setting``,
 ``ssh.imageSetting``; NodeAgent ``settings.*``) are checked against the catalog too.
-Source of the rule: issue 12 item 4.
+Source of the rule: docs/rule-authoring.md "What lint checks".
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The compiled-rules cache: a rules directory's parsed documents and CEL code objects, kept on disk
 so the next process (or the next hot reload) with the same rule files skips YAML parsing, cel-python's
-lark parser and transpiler, and the static checks (issue 24 item 1).
+lark parser and transpiler, and the static checks (docs/performance.md "Fast to start, light to hold").
 
 An entry is one file ``<key>.rules`` in the cache directory. ``key`` is the SHA-256 of:
 

@@ -1,4 +1,4 @@
-"""Memo keys and bounded memo tables for pure rule evaluation (issue 13 items 2 and 7).
+"""Memo keys and bounded memo tables for pure rule evaluation (docs/webhook-hardening.md "Bounded memory").
 
 Every memo in rule evaluation keys its entries by :func:`fingerprint`, a type-tagged content digest,
 and stores them in a :class:`BoundedMemo`, bounded by entries and by bytes. Keys never hold the

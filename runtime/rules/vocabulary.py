@@ -1,6 +1,6 @@
 """One home per vocabulary: the names, keys and constants that several rule files use are written once.
 
-Homes (issue 10 item 3):
+Homes (docs/architecture.md "Where to add"):
 
 - label, annotation and finalizer keys, key prefixes and key suffixes: rules/labels.yaml;
 - the system namespace, the reserved namespaces (decision 17), the controller's ServiceAccount, the

@@ -10,8 +10,10 @@ kube-apiserver's own request limit), non-JSON, a wrong apiVersion/kind, a missin
 wrongly typed fields or strings that are not valid Unicode (lone surrogates) get a well-formed
 AdmissionReview denial (code 400), HTTP 200, echoing the uid when one could be read (``""``
 otherwise). Each is counted in ``accelpolicy_admission_malformed_reviews{webhook,reason}`` and logged
-(WARNING, at most one line per webhook and reason every 10 s; issue 23 item 4). An unexpected failure inside the engine is a 500-coded InternalError *denial*. Answers
-are JSON with non-ASCII escaped, so no value can make the answer unencodable.
+(WARNING, at most one line per webhook and reason every 10 s; docs/webhook-hardening.md
+"Every review gets a well-formed answer"). An unexpected failure inside the engine is a 500-coded
+InternalError *denial*. Answers are JSON with non-ASCII escaped, so no value can make the answer
+unencodable.
 
 The engine runs off the event loop, in a pool of ``workers`` threads (default: the CPU count), so
 ``/healthz`` and ``/readyz`` answer while a review is slow. A review not judged within

@@ -1,4 +1,5 @@
-"""Hot reload of the standalone webhook server's rules (issue 12 item 7), as the controller does it.
+"""Hot reload of the standalone webhook server's rules, as the controller does it (docs/rule-authoring.md
+"Hot reload").
 
 :class:`WebhookRulesReload` wires a :class:`runtime.rules.reload.RulesWatcher` (a mounted ConfigMap's
 ``..data`` symlink swap counts as one change) to a :class:`runtime.webhook.app.WebhookState`: a new

@@ -1,4 +1,4 @@
-"""The seed walkthrough's cluster around our controller, on a local control plane (issue 6).
+"""The seed walkthrough's cluster around our controller, on a local control plane.
 
 Used by ``e2e/test_walkthrough.py`` and the live ``accelpolicy demo``. Given a running API server
 (ideally :class:`~testing.localcluster.LocalCluster` with kube-scheduler, kwok, nfd-master and
@@ -13,7 +13,7 @@ cluster had (shared/seed/README.md):
    its loop (``--allocation-source annotation``) on each accelerator node, whose first pass is the
    same run and whose later passes rebuild the ledger when Pods change. They write NodeFeatures,
    CPU annotations, capacity keys and Devices; nfd-master copies the NodeFeature labels onto the Nodes;
-3. the chart's layout as processes (issue 21 item 2): the admission webhooks served by ``accelpolicy
+3. the chart's layout as processes: the admission webhooks served by ``accelpolicy
    admission`` (its own watch caches, a self-signed CA, a fixed loopback port; started first and kept
    through controller restarts, as the chart's admission Deployment is through a rollout of the
    controller's), and the controller as a subprocess (``accelpolicy controller``) running as the
@@ -121,7 +121,7 @@ def accelpolicy_argv() -> list[str]:
 
 
 def controller_serves_webhooks() -> bool:
-    """Whether this checkout's ``accelpolicy controller`` has ``--webhook-port`` (issue 6 webhooks)."""
+    """Whether this checkout's ``accelpolicy controller`` has ``--webhook-port``."""
     from runtime.cli.controller import command
     return any("--webhook-port" in p.opts for p in command.params)
 

@@ -1,4 +1,4 @@
-"""Admission: AdmissionPolicy rule files evaluated against AdmissionReview requests (issue 5).
+"""Admission: AdmissionPolicy rule files evaluated against AdmissionReview requests.
 
 - :mod:`.engine`: :class:`AdmissionEngine` (policies of one rules generation), requests.
 - :mod:`.review`: parse an AdmissionReview v1 body / build one offline.

@@ -76,8 +76,9 @@ def view_kinds(policy: Policy) -> frozenset[str]:
 
 def published_kinds(policy: Policy) -> frozenset[str]:
     """Every kind an admission view needs when the objects the controller published stand in for
-    derivation (the admission process, issue 21): the derived kinds as the cluster holds them
-    (InstanceTypes with their status, ResourceFlavors, ClusterQueues, LocalQueues: what
+    derivation (the admission process: docs/availability.md "Admission apart from reconciling"): the
+    derived kinds as the cluster holds them (InstanceTypes with their status, ResourceFlavors,
+    ClusterQueues, LocalQueues: what
     :func:`admission_view` would derive, once the controller reconciled), the settings Secret, and
     each AdmissionPolicy's ``lookups`` kinds. No Devices, NodeFeatures or Namespaces: nothing is
     derived from them here."""

@@ -58,7 +58,7 @@ def apply_writes(obj: Mapping, writes: Iterable[tuple[Path, Any]],
                  order: Mapping[str, int] | None = None) -> tuple[dict, list[dict]]:
     """Apply ``writes`` to a copy of ``obj``; returns ``(mutated, patch operations)``. ``obj`` is not
     changed; ``mutated`` shares the maps and lists no write reached with it (copying the whole
-    object was about 7 % of a slice Pod review, issue 16).
+    object was about 7 % of a slice Pod review).
 
     Each write walks to its parent (:func:`_walk_to_parent`, which copies the containers on the way
     and adds a missing map whole), then

@@ -1,7 +1,8 @@
 """Shape checks: an object against an ``ObjectShape`` (OpenAPI v3 structural schema), before the rules.
 
 :func:`shape_errors` walks the object along the schema and returns field errors in the API server's
-words (issue 13 item 6; apiextensions-apiserver's structural validation):
+words (apiextensions-apiserver's structural validation;
+docs/webhook-hardening.md "Malformed objects never pass: shape checks"):
 
 - wrong type: ``spec.containers: Invalid value: "string": spec.containers in body must be of type
   array: "string"``

@@ -4,7 +4,7 @@ Pure functions: :func:`render_error` renders one field error the way kube-apiser
 (``<path>: <Type>: <detail>``); :func:`build_response` turns an :class:`Outcome` into the
 ``response`` of an AdmissionReview v1 (uid echoed; denial ``status``; base64 JSONPatch).
 
-Status codes (documented choice, issue 5): a field-error list is ``422 Invalid``; a mutating
+Status codes (our choice; docs/webhook-hardening.md): a field-error list is ``422 Invalid``; a mutating
 webhook's denial is ``403 Forbidden``; an internal, retryable failure is ``500 InternalError``
 answered alone (decision 16); a malformed review is ``400 BadRequest``.
 """
@@ -151,7 +151,7 @@ def status_of(outcome: Outcome) -> Optional[dict]:
 
 
 def enforce(outcome: Outcome, enforcement: str) -> Outcome:
-    """Apply a policy's ``enforcement`` (issue 12 item 6) to its outcome, in place.
+    """Apply a policy's ``enforcement`` (docs/audit.md "Enforcement modes") to its outcome, in place.
 
     ``deny`` (the default, spec behaviour) and allowed outcomes are unchanged; so is a malformed review
     (400). ``warn``: allowed, the denial's message (as the API server would have printed it) in

@@ -1,5 +1,5 @@
 """The offline commands' view of DRA nodes: a node whose accelerators come from ResourceSlices is
-planned as its agent would plan it (spec/dra.md §1, issue 22 item 4), so ``accelpolicy get``,
+planned as its agent would plan it (spec/dra.md §1; docs/concepts/dra.md "Mixed clusters"), so ``accelpolicy get``,
 ``explain`` and ``audit`` over a snapshot show a DRA node's pool before anything is installed. Pure.
 
 A node is a DRA node when the snapshot holds current ResourceSlices of a configured driver naming it

@@ -134,7 +134,7 @@ def _repeated(ids: dict[tuple[str, str, int], str]) -> set[tuple[str, str]]:
 
 
 def disambiguated_group_id(policy: Policy, manufacturer: str, name: str, mib: int) -> str:
-    """Issue 13 item 10: the group ID with memory (§5.3), cut to leave room for ``-<h>``, where ``h``
+    """The group ID with memory (§5.3), cut to leave room for ``-<h>``, where ``h``
     is the first ``groupIdHashDigits`` hex digits of FNV-1a 64 over ``<name>/<mib>``: stable for the
     same product and memory on every node, within the key budget of decision 13."""
     digits = policy.node_facts.groupIdHashDigits
@@ -175,12 +175,12 @@ def accelerator_groups(policy: Policy, accelerators: list[AcceleratorFacts],
                        with_memory: bool = False) -> list[AcceleratorGroup]:
     """Group the node's accelerators (§1.2) in canonical order (§7.2: manufacturer, lowest index, id).
 
-    Group IDs are unique per node (issue 13 item 10): two groups that would share an ID both get the
-    memory suffix (our choice for §5.3's open point); groups still sharing one (memory that rounds to
-    the same GiB, or long names whose slugs are cut to the same characters) get
-    :func:`disambiguated_group_id`. Raises ValueError naming the manufacturer when it is not in the
-    manufacturer table, and the groups when even that leaves two IDs equal (rules/node-facts.yaml
-    ``factChecks.messages.groupIdCollision``).
+    Group IDs are unique per node (docs/node-facts-robustness.md "Device group IDs are unique per node"):
+    two groups that would share an ID both get the memory suffix (our choice for §5.3's open point);
+    groups still sharing one (memory that rounds to the same GiB, or long names whose slugs are cut to
+    the same characters) get :func:`disambiguated_group_id`. Raises ValueError naming the manufacturer
+    when it is not in the manufacturer table, and the groups when even that leaves two IDs equal
+    (rules/node-facts.yaml ``factChecks.messages.groupIdCollision``).
     """
     buckets: dict[tuple[str, str, int], list[AcceleratorFacts]] = {}
     for acc in accelerators:

@@ -52,8 +52,9 @@ class DesiredState:
     facts of decision 19 as data (node, key, value, message), for the audit; each is also a warning.
     ``usable_accelerators``: node -> aKey -> healthy accelerators of its Devices, for the nodes whose
     Devices count in the views; a device flavor's quota counts these, never more than its labels
-    (issue 23 item 2, :func:`runtime.engine.pools.reach.usable_quota`). ``shortfalls``: the contributing
-    nodes whose labels count more accelerators than that (:class:`runtime.engine.pools.reach.Shortfall`).
+    (docs/concepts/pools-and-flavors.md, :func:`runtime.engine.pools.reach.usable_quota`).
+    ``shortfalls``: the contributing nodes whose labels count more accelerators than that
+    (:class:`runtime.engine.pools.reach.Shortfall`).
     ``flavor_accelerators``: device flavor -> (accelerators its labels count, accelerators its quota counts).
     """
 
@@ -91,7 +92,7 @@ class DesiredState:
         if kind in ("InstanceType", "Devices"):
             return list(ours)
         ours = [as_kept(policy, kind, o, snapshot.get(kind, name_of(o), o["metadata"].get("namespace") or ""))
-                for o in ours]  # labels others added stay (issue 13 item 14)
+                for o in ours]  # labels others added stay (docs/node-facts-robustness.md)
         if kind == "InstanceTypeFlavor":
             return ours
         keep = {(o["metadata"].get("namespace", ""), name_of(o)) for o in ours}

@@ -1,4 +1,4 @@
-"""The Devices as a derive reads them: managed label mirrored, refused ledgers, sound ones (issue 16).
+"""The Devices as a derive reads them: managed label mirrored, refused ledgers, sound ones.
 
 :func:`read_devices` gives a derive (the Devices with their Node's managed label, their refused
 ledgers (decision 19), the sound ones, the label index of the sound ones). With a memo it keeps them

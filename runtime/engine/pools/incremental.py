@@ -1,4 +1,4 @@
-"""Incremental derivation: what one :func:`derive` reuses from the previous one (issue 16).
+"""Incremental derivation: what one :func:`derive` reuses from the previous one.
 
 A :class:`DeriveMemo` passed to ``derive(policy, snapshot, memo=memo)`` keeps, between calls, the
 parts of a derivation that depend on one node or one pool only, each under a key made of the facts
@@ -17,7 +17,7 @@ status     InstanceType: its status (§10)            its spec and deletion, que
                                                     counts, queue facts, settings, the pool's Devices
                                                     ``spec``/``status``
 select     InstanceType: its pool's Devices          its Devices selector, the sound Devices list
-usable     Devices: healthy accelerators per aKey    its ``spec`` (the quota counts them, issue 23)
+usable     Devices: healthy accelerators per aKey    its ``spec`` (the quota counts them)
 ========== ======================================== ==================================================
 
 Whole-kind results (:meth:`DeriveMemo.whole`) are kept while the snapshot's maps of the kinds they
@@ -214,6 +214,7 @@ class DeriveMemo:
 
 def _frozen(value) -> Hashable:
     """The type-tagged content digest of a JSON value (:func:`runtime.rules.memo.fingerprint`, the one
-    freezer of every memo, issue 13 item 7); a value it cannot encode gets a key equal to nothing."""
+    freezer of every memo: docs/webhook-hardening.md "Bounded memory"); a value it cannot encode gets
+    a key equal to nothing."""
     key = fingerprint(value)
     return key if key is not None else object()

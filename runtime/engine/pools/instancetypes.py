@@ -48,8 +48,8 @@ def _feature_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str,
 
 def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
     """Labels of a type whose spec lacks what names its pool (``os``, ``arch``; ``acceleratorGroup``
-    when acceleratable; validation requires them, pools.md §6.2): it selects nothing (issue 23 item 5:
-    a type without spec read as the CPU pool)."""
+    when acceleratable; validation requires them, pools.md §6.2): it selects nothing (read
+    as they are, a type without spec would name the CPU pool)."""
     if policy.key("os") not in queue_labels or policy.key("arch") not in queue_labels:
         return True
     return queue_labels.get(policy.key("acceleratable")) == "true" and \

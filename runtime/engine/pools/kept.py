@@ -1,4 +1,5 @@
-"""What the cluster holds of one of our objects once the controller applied it (issue 13 item 14).
+"""What the cluster holds of one of our objects once the controller applied it
+(docs/node-facts-robustness.md "`get` shows what the cluster holds").
 
 The controller writes with server-side apply (runtime/kube/applier.py): labels and annotations that
 another tool added stay. ``accelpolicy get`` shows them as the cluster would, per the rules of

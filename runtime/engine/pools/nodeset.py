@@ -1,4 +1,4 @@
-"""The node facts of a derive, updated from the Nodes and NodeFeatures that changed (issue 16).
+"""The node facts of a derive, updated from the Nodes and NodeFeatures that changed.
 
 :func:`runtime.engine.pools.derive.derive` with a memo reads every node's effective labels and
 NodeView through :class:`NodeSet`: the first call judges every NodeFeature (decision 20) and reads

@@ -2,7 +2,7 @@
 
 Quota comes from flavors only (never from the InstanceType): accelerated queues cover
 ``credits.gpustack.ai/<manufacturer>`` at D per usable accelerator (the flavor's capacity, less what
-its nodes' Devices cannot use: issue 23 item 2, docs/concepts/pools-and-flavors.md), CPU queues cover
+its nodes' Devices cannot use: docs/concepts/pools-and-flavors.md), CPU queues cover
 ``cpu`` at capacity cores.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Whether a pool can keep what it promises (issue 23 items 1-2): the Nodes its flavors' ``spec.nodeLabels``
-really select, and the accelerators its nodes' Devices can really use.
+"""Whether a pool can keep what it promises (docs/audit.md "Pools that cannot schedule"): the Nodes its
+flavors' ``spec.nodeLabels`` really select, and the accelerators its nodes' Devices can really use.
 
 The derivation reads a node's *effective* labels: its NodeFeatures win over the Node's own copies
 (docs/node-facts-robustness.md, "Labels that vanish"). The scheduler reads the Node. When NFD stops
