@@ -52,6 +52,13 @@ def _cli(*args):
     return CliRunner().invoke(main, list(args))
 
 
+def _why(result) -> str:
+    """What a command printed and raised, for an assertion's message (the output holds the controller's log too)."""
+    import traceback
+    raised = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
+    return f"exit {result.exit_code}\n{result.output[-4000:]}\n{raised[-4000:]}"
+
+
 def _wait(predicate, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -83,8 +90,8 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
             it = json.loads(kubectl.stdout("get", "instancetypes", A10G, "-o", "json", "--ignore-not-found") or "{}")
             return (it.get("status") or {}).get("entrance")
         assert _wait(live_entrance) == "gpustack-fnv64-c4680bb149644f1c"
-        before = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).stdout
-        assert "gpustack-fnv64-c4680bb149644f1c   8/64Gi/100Gi            1/1 10/10 100/100 0/0" in before
+        got = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules))
+        assert "gpustack-fnv64-c4680bb149644f1c   8/64Gi/100Gi            1/1 10/10 100/100 0/0" in got.stdout, _why(got)
 
         # the four edits arrive together (one generation), as a ConfigMap update does
         shutil.copytree(tmp_path / "v1", tmp_path / "v2")
@@ -93,8 +100,8 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         (tmp_path / "rules.new").symlink_to(tmp_path / "v2")
         os.replace(tmp_path / "rules.new", rules)
         # get: the name pattern, the preset and the threshold
-        after = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules)).stdout
-        assert "pool-c4680bb149644f1c   12/128Gi/100Gi          1/1 20/20 100/100 0/0" in after
+        got = _cli("get", "instancetypes", "--snapshot", SEED, "--rules", str(rules))
+        assert "pool-c4680bb149644f1c   12/128Gi/100Gi          1/1 20/20 100/100 0/0" in got.stdout, _why(got)
         # admit: the message
         pod.write_text(TWO.replace("QUEUE", "pool-c4680bb149644f1c"))
         admitted = _cli("admit", "-f", str(pod), "--snapshot", SEED, "--rules", str(rules), "-o", "text")
