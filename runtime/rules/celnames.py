@@ -17,13 +17,13 @@ Source of the rule: docs/rule-authoring.md "What lint checks" (``accelpolicy lin
 """
 from __future__ import annotations
 
-import ast
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import celpy
 import lark
+from celpy.evaluation import celstr
 
 from runtime.rules.celfunctions import FUNCTIONS
 
@@ -167,11 +167,20 @@ def _string_literal(node: Any) -> Optional[str]:
     token = found.children[0]
     if getattr(token, "type", "") not in ("STRING_LIT", "MLSTRING_LIT"):
         return None
+    return string_value(token)
+
+
+def string_value(token: Any) -> Optional[str]:
+    """The text a CEL string literal token stands for (escapes expanded, as CEL evaluates it), or None
+    when its escapes are malformed.
+
+    CEL's own decoder, not Python's ``ast``: ``ast.literal_eval`` shares the interpreter's AST recursion
+    counter between threads, and two threads checking rules at once (the reload thread beside a CLI)
+    fail with ``SystemError: AST constructor recursion depth mismatch``."""
     try:
-        value = ast.literal_eval(str(token))
-    except (ValueError, SyntaxError):
+        return str(celstr(token))
+    except (ValueError, OverflowError):
         return None
-    return value if isinstance(value, str) else None
 
 
 def _listing(names) -> str:

@@ -23,7 +23,6 @@ value read from the request, from the webhook's request body cap (:class:`Bounds
 """
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -198,10 +197,8 @@ class _Checker(Calls):
         token = node.children[0]
         kind = token.type
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
-            try:
-                return sized("string", len(ast.literal_eval(str(token)))), 0
-            except (ValueError, SyntaxError):
-                return sized("string", len(str(token))), 0
+            text = celnames.string_value(token)
+            return sized("string", len(text if text is not None else str(token))), 0
         return {"INT_LIT": INT, "UINT_LIT": T("uint", size=1), "FLOAT_LIT": DOUBLE, "BOOL_LIT": BOOL,
                 "NULL_LIT": NULL, "BYTES_LIT": sized("bytes", len(str(token)))}.get(kind, DYN), 0
 

@@ -112,3 +112,29 @@ def test_a_fault_of_the_checker_is_a_finding_not_a_traceback(monkeypatch):
     monkeypatch.setattr(celtyping, "check", fault)
     problems = [str(p) for p in rule_problems(RULES, cache=None)[0]]
     assert problems and all("the type checker could not read this expression (RecursionError(" in p for p in problems)
+
+
+@pytest.mark.parametrize("literal, text", [
+    ('"a\\nb"', "a\nb"), ("'nvidia.com/gpu'", "nvidia.com/gpu"), ('r"a\\n"', "a\\n"),
+    ('"""a "quoted" word"""', 'a "quoted" word'), ('"\\u00e9\\x41\\101"', "\u00e9AA"), ('"\\q"', "\\q"),
+])
+def test_a_string_literal_is_read_as_cel_reads_it(literal, text):
+    """Keys and string sizes come from CEL's own decoder (celpy's ``celstr``), the text the rule evaluates."""
+    import lark
+
+    from runtime.rules.celnames import string_value
+
+    assert string_value(lark.Token("STRING_LIT", literal)) == text
+
+
+def test_rules_checked_in_several_threads_at_once_give_each_the_same_findings(edited_rules, tmp_path):
+    """The reload thread and a CLI check rules in one process at once (the live ``accelpolicy get`` beside
+    the controller's reload): each thread's findings are its own and complete, never a checker fault."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    old = "expression: variables.lq == ''"
+    broken = edited_rules(PODS, old, old + " && 'yes'")
+    roots = [RULES, tmp_path / "rules"] * 4
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda root: [str(p) for p in rule_problems(root, cache=None)[0]], roots))
+    assert found == [[], broken] * 4
