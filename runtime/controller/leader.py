@@ -21,6 +21,7 @@ from typing import Callable
 from loguru import logger
 
 from runtime.kube.session import KubeApiError, Session
+from runtime.model.rfc3339 import MICRO_TIME_FORMAT, TIME_FORMAT, format_micro_time
 
 LEASE_NAME = "gpustack-operator-worker"
 
@@ -29,14 +30,10 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _fmt(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _parse(text: str | None) -> datetime | None:
     if not text:
         return None
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+    for fmt in (MICRO_TIME_FORMAT, TIME_FORMAT):
         try:
             return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc)
         except ValueError:
@@ -75,7 +72,8 @@ class LeaderElector:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
-                             "acquireTime": _fmt(now), "renewTime": _fmt(now), "leaseTransitions": 0}}
+                             "acquireTime": format_micro_time(now), "renewTime": format_micro_time(now),
+                             "leaseTransitions": 0}}
             try:
                 self.session.call("post", collection, body=body, timeout=self.request_seconds)
                 return True
@@ -91,9 +89,9 @@ class LeaderElector:
         if holder and holder != self.identity and not expired:
             return False
         new_spec = dict(spec, holderIdentity=self.identity, leaseDurationSeconds=self.lease_seconds,
-                        renewTime=_fmt(now))
+                        renewTime=format_micro_time(now))
         if holder != self.identity:
-            new_spec["acquireTime"] = _fmt(now)
+            new_spec["acquireTime"] = format_micro_time(now)
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         lease["spec"] = new_spec
         try:

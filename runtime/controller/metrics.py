@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from runtime.controller.plan import Verb
 from runtime.controller.reach import ReachCollector
 from runtime.kube.held import CacheBytesCollector
+from runtime.model.rfc3339 import TIME_FORMAT
 
 # Views (spec/four-view.md §2, pools.md §10.2) -> the InstanceType status field that publishes them
 # (crds/worker.gpustack.ai_instancetypes.yaml). Units: ex accelerators, sh shares, sl VRAM percent,
@@ -70,7 +71,7 @@ def quota_reserved_at(workload: dict | None) -> datetime | None:
     for cond in ((workload or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
             try:
-                return datetime.strptime(cond.get("lastTransitionTime", ""), "%Y-%m-%dT%H:%M:%SZ").replace(
+                return datetime.strptime(cond.get("lastTransitionTime", ""), TIME_FORMAT).replace(
                     tzinfo=timezone.utc)
             except ValueError:
                 return None

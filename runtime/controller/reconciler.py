@@ -66,6 +66,7 @@ from runtime.kube.applier import Applier, Write
 from runtime.kube.cache import WatchedKind
 from runtime.kube.clustercache import ClusterCache
 from runtime.kube.session import KubeApiError, Session
+from runtime.model.rfc3339 import format_time
 
 # What the pools depend on (spec/pools.md §2.4 triggers), then what Instances depend on
 # (spec/instances.md §10-§12: their Pods, the claims, volumes and classes of §12, RuntimeClasses of
@@ -297,7 +298,7 @@ class Controller(ActionWriter, PassSteps):
         """This pass's actions (pools, Instances and their Pods, volumes, Settings, Workload checks,
         DeviceClasses) and apart from them the fit labels still inside their window: ``(actions, deferred)``.
         Sets the next requeue an Instance asks for."""
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time(datetime.now(timezone.utc))
         actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
         instances = plan_instances(self.policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:

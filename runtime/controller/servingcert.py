@@ -39,6 +39,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from loguru import logger
 
 from runtime.kube.session import KubeApiError, Session
+from runtime.model.rfc3339 import format_time
 
 CA_KEY, CERT_KEY, KEY_KEY = "ca.crt", "tls.crt", "tls.key"
 CA_PRIVATE_KEY = "ca.key"  # kept in the Secret when issued here, so the leader can re-sign leaves
@@ -158,9 +159,9 @@ def rotation_reason(data: dict[str, bytes], names: tuple[str, ...], days: float,
     if have_names != sorted(names):
         return f"names {have_names} differ from {sorted(names)}"
     if leaf.not_valid_after_utc - now <= _dt.timedelta(days=renew_days):
-        return f"{CERT_KEY} ends {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, within {renew_days:g} days"
+        return f"{CERT_KEY} ends {format_time(leaf.not_valid_after_utc)}, within {renew_days:g} days"
     if cas[0].not_valid_after_utc - now <= _dt.timedelta(days=days + renew_days):
-        return f"the CA ends {cas[0].not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, within {days + renew_days:g} days"
+        return f"the CA ends {format_time(cas[0].not_valid_after_utc)}, within {days + renew_days:g} days"
     return None
 
 

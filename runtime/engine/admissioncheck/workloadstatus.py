@@ -3,11 +3,12 @@ answer is due, and the server-side apply body of the answer (spec/pools.md §8.2
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping
 
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import name_of
+from runtime.model.rfc3339 import format_time
 
 # Kueue v1beta2 API terms (kueue.x-k8s.io/v1beta2 Workload): check states and condition types.
 PENDING, READY, RETRY = "Pending", "Ready", "Retry"
@@ -68,11 +69,6 @@ def parse_time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def format_time(now: datetime) -> str:
-    """Aware datetime -> RFC 3339 seconds in UTC (``metav1.Time``'s serialization)."""
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def seconds_until_due(policy: Policy, workload: Mapping, now: datetime) -> float | None:
