@@ -44,7 +44,7 @@ from runtime.rules import celfast, celfunctions
 from runtime.rules.celactivation import _Activation, _container, _Runner  # noqa: F401  (tests read them here)
 from runtime.rules.celbudget import DEFAULT_LIMITS, Budget, BudgetSlot, CelBudgetExceeded, CelEvalError, Deadline
 from runtime.rules.celvalues import from_cel, to_cel
-from runtime.rules.memo import BoundedMemo, fingerprint
+from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES, BoundedMemo, fingerprint
 
 __all__ = ["CelBudgetExceeded", "CelCompileError", "CelEvalError", "CelExpression", "CelRuntime", "Deadline",
            "cel_runtime", "compile_expression", "install_runtime", "program_from_code", "transpile"]
@@ -125,9 +125,6 @@ class CelRuntime:
 
     Build one with :func:`cel_runtime` (the process's); tests may build their own."""
 
-    MEMO_ENTRIES = 65536
-    MEMO_BYTES = 32 * 1024 * 1024
-
     def __init__(self, recursion_limit: int = 2500, counting: bool = True):
         self.recursion_limit = max(sys.getrecursionlimit(), recursion_limit)
         sys.setrecursionlimit(self.recursion_limit)
@@ -142,7 +139,7 @@ class CelRuntime:
         # One memo for every expression of the process: the bound is the process's, not 32 MiB times
         # the ~500 expressions of a rules generation. Keys: (the expression's token, the activation's
         # fingerprint); an expression of an older generation ages out with its entries.
-        self.memo = BoundedMemo(self.MEMO_ENTRIES, self.MEMO_BYTES)
+        self.memo = BoundedMemo(MEMO_ENTRIES, MEMO_BYTES)
         self.memo_lock = threading.Lock()
 
     def globals(self) -> dict:

@@ -91,3 +91,14 @@ def test_every_cel_expression_shares_one_memo_bounded_for_the_process(monkeypatc
     assert 0 < len(shared) < 40 and shared.bytes <= 100_000
     assert exprs[-1].evaluate({"x": "y" * 10_000}) == "y" * 10_000 + "39"   # a hit of the newest entry
     assert exprs[0].evaluate({"x": "z"}) == "z0" and exprs[1].evaluate({"x": "z"}) == "z1"   # keys per expression
+
+
+def test_the_engine_memo_and_the_cel_memo_have_the_one_bound():
+    """runtime.rules.memo's MEMO_ENTRIES / MEMO_BYTES bound both memos (docs/webhook-hardening.md)."""
+    from runtime.rules.cel import CelRuntime
+    from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES
+
+    assert (MEMO_ENTRIES, MEMO_BYTES) == (65536, 32 * 1024 * 1024)
+    engine = AdmissionEngine(Policy(load_rules()))
+    for memo in (engine._memo, CelRuntime().memo):
+        assert (memo.max_entries, memo.max_bytes) == (65536, 33554432)

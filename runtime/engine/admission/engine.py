@@ -29,7 +29,7 @@ from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, V
 from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelBudgetExceeded, CelEvalError
 from runtime.rules.celvalues import cel_map, to_cel
-from runtime.rules.memo import BoundedMemo
+from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES, BoundedMemo
 from runtime.rules.vocabulary import admission_params
 
 
@@ -68,8 +68,6 @@ class _Scope:
 
 
 _NO_OBJECTS: list = []  # a lookup that found nothing or was not made (shared, never written)
-_MEMO_ENTRIES = 65536
-_MEMO_BYTES = 32 * 1024 * 1024
 
 
 def _stopped(stop: _Stop, outcome: Outcome) -> None:
@@ -111,7 +109,7 @@ class AdmissionEngine:
                 "booleans": list(policy.settings.booleanTrue) + list(policy.settings.booleanFalse),
             },
         }
-        self._memo = BoundedMemo(_MEMO_ENTRIES, _MEMO_BYTES)
+        self._memo = BoundedMemo(MEMO_ENTRIES, MEMO_BYTES)
         self._memo_lock = threading.Lock()
         self.policies: dict[str, AdmissionPolicySpec] = {}
         self.params: dict[str, dict] = {}
