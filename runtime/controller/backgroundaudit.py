@@ -25,6 +25,7 @@ from typing import Optional
 from loguru import logger
 from prometheus_client import CollectorRegistry, Gauge
 
+from runtime.kube.events import event
 from runtime.kube.session import KubeApiError
 from runtime.model.rulefiles import StateEvent
 from runtime.report.audit import audit
@@ -39,20 +40,11 @@ def failed_event(template: StateEvent, result: Result, now: datetime) -> dict:
     type, reason, message with ``{policy}``, ``{rule}``, ``{message}``) on the object of ``result``,
     at ``now`` (aware datetime); the message cut at 1,024 characters."""
     ref = result.resource
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
-    if ref.namespace:
-        involved["namespace"] = ref.namespace
-    if ref.uid:
-        involved["uid"] = ref.uid
-    return {"apiVersion": "v1", "kind": "Event", "type": template.type, "reason": template.reason,
-            "metadata": {"name": f"{ref.name}.audit.{int(now.timestamp() * 1000):x}",
-                         "namespace": ref.namespace or "default"},
-            "involvedObject": involved,
-            "message": template.message.format(policy=result.policy, rule=result.rule or "-",
-                                               message=result.message)[:1024],
-            "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+    involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name,
+                "namespace": ref.namespace or None, "uid": ref.uid or None}
+    message = template.message.format(policy=result.policy, rule=result.rule or "-", message=result.message)
+    return event(involved, template.type, template.reason, message[:1024], "accelpolicy", now,
+                 name=f"{ref.name}.audit.{int(now.timestamp() * 1000):x}")
 
 
 class AuditMetrics:

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from runtime.engine.admission import AdmissionEngine
 from runtime.engine.policy import Policy
 from runtime.gate import try_generation
+from runtime.kube.events import event
 from runtime.kube.session import KubeApiError
 from runtime.rules.loader import RuleLoadError, RuleSet
 from runtime.rules.reload import RulesWatcher, Trial
@@ -41,14 +42,10 @@ def rules_event(namespace: str, reason: str, kind: str, message: str, now: datet
                 configmap: Optional[str] = None) -> dict:
     """A core/v1 Event on the rules ConfigMap ``configmap`` in ``namespace`` when named, else on the
     Namespace ``namespace`` (where ``kubectl get events -n`` shows it either way)."""
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     involved = ({"apiVersion": "v1", "kind": "ConfigMap", "name": configmap, "namespace": namespace} if configmap
                 else {"apiVersion": "v1", "kind": "Namespace", "name": namespace, "namespace": namespace})
-    return {"apiVersion": "v1", "kind": "Event", "type": kind, "reason": reason,
-            "metadata": {"name": f"accelpolicy-rules.{int(now.timestamp() * 1000):x}", "namespace": namespace},
-            "involvedObject": involved,
-            "message": message, "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+    return event(involved, kind, reason, message, "accelpolicy", now,
+                 name=f"accelpolicy-rules.{int(now.timestamp() * 1000):x}")
 
 
 class ControllerRulesReload:

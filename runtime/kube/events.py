@@ -4,13 +4,16 @@ The agent (:meth:`runtime.agent.cluster.NodeCluster.warn`: a fact a node cannot 
 cannot read) and the controller (``InvalidSetting`` on the settings Secret, spec/settings.md §1)
 both build their Events here and send them with :meth:`runtime.kube.applier.Applier.create`; so do
 the controller's state transitions (:mod:`runtime.controller.transitions`: a node leaving or joining a
-pool, a type draining, a Workload answered Retry), Normal or Warning as rules/pools/derivation.yaml
-``events`` says.
+pool, a type draining, a Workload answered Retry), its rules reload (:func:`runtime.controller.rulesreload.rules_event`)
+and its background audit (:func:`runtime.controller.backgroundaudit.failed_event`), Normal or Warning as
+rules/pools/derivation.yaml ``events`` says.
 """
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Mapping
+
+from runtime.model.rfc3339 import format_time
 
 INVOLVED_FIELDS = ("apiVersion", "kind", "name", "namespace", "uid")
 
@@ -24,9 +27,10 @@ def warning_event(involved: Mapping[str, Any], reason: str, message: str, compon
 def event(involved: Mapping[str, Any], type_: str, reason: str, message: str, component: str, now: datetime,
           name: str | None = None) -> dict:
     """An Event of ``type_`` (``Normal`` or ``Warning``) on ``involved`` (``apiVersion``, ``kind``,
-    ``name``, optional ``namespace`` and ``uid``) at ``now`` (timezone-aware). Events on cluster-scoped objects go to namespace ``default``.
+    ``name``, optional ``namespace`` and ``uid``; a field that is None is left out) at ``now``
+    (timezone-aware). Events on cluster-scoped objects go to namespace ``default``.
     ``name``: the Event's name; without one the API server generates it from ``<involved name>.``."""
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(now)
     meta: dict[str, Any] = {"namespace": involved.get("namespace") or "default"}
     if name:
         meta["name"] = name

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from runtime.controller.backgroundaudit import failed_event
+from runtime.controller.rulesreload import rules_event
 from runtime.report.results import ObjectRef, Result
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.webhook.reload import reload_message
@@ -53,3 +54,54 @@ def test_a_reload_template_with_an_unknown_variable_is_refused(rules_copy):
         load_rules(rules_copy)
     assert "rulesReloaded.message: unknown variable(s) ['directory']; allowed: ['generation', 'root', 'seconds']" \
         in str(info.value)
+
+
+# The bodies below are what rules_event and failed_event built before they went through
+# runtime.kube.events.event (the one Event builder), written out field by field.
+STAMP_MS = "1a230d5137a"  # NOW + 0.25 s in milliseconds, hex
+LATER = datetime(2026, 12, 1, 9, 0, 0, 250000, tzinfo=timezone.utc)
+
+
+def test_a_rules_reload_event_body():
+    events = load_rules(DEFAULT_RULES_DIR).get("PoolDerivation").events
+    message = "rules generation 4 from /etc/accelpolicy/rules in force (loaded in 0.123s)"
+    assert rules_event("accelpolicy-system", events.rulesReloaded.reason, events.rulesReloaded.type, message,
+                       LATER, "accelpolicy-rules") == {
+        "apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": "RulesReloaded", "message": message,
+        "metadata": {"name": f"accelpolicy-rules.{STAMP_MS}", "namespace": "accelpolicy-system"},
+        "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": "accelpolicy-rules",
+                           "namespace": "accelpolicy-system"},
+        "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
+        "firstTimestamp": "2026-12-01T09:00:00Z", "lastTimestamp": "2026-12-01T09:00:00Z", "count": 1}
+    # without a rules ConfigMap: on the Namespace, in it
+    assert rules_event("accelpolicy-system", "RulesRefused", "Warning", "m", LATER) == {
+        "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "RulesRefused", "message": "m",
+        "metadata": {"name": f"accelpolicy-rules.{STAMP_MS}", "namespace": "accelpolicy-system"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Namespace", "name": "accelpolicy-system",
+                           "namespace": "accelpolicy-system"},
+        "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
+        "firstTimestamp": "2026-12-01T09:00:00Z", "lastTimestamp": "2026-12-01T09:00:00Z", "count": 1}
+
+
+def test_an_audit_event_body():
+    template = load_rules(DEFAULT_RULES_DIR).get("PoolDerivation").events.auditFailed
+    result = Result("pods-validation", "", "fail", ObjectRef("Pod", "two-families", "default", "v1", "u-1"),
+                    "spec: Forbidden: one accelerator family per Pod")
+    assert failed_event(template, result, LATER) == {
+        "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "AuditFailed",
+        "message": "pods-validation/-: spec: Forbidden: one accelerator family per Pod",
+        "metadata": {"name": f"two-families.audit.{STAMP_MS}", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "two-families", "namespace": "default",
+                           "uid": "u-1"},
+        "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
+        "firstTimestamp": "2026-12-01T09:00:00Z", "lastTimestamp": "2026-12-01T09:00:00Z", "count": 1}
+    # a cluster-scoped object without a uid: no namespace or uid in involvedObject, the Event in
+    # ``default``; the message cut at 1,024 characters
+    node = Result("nodes", "r1", "error", ObjectRef("Node", "n1", "", "v1", ""), "x" * 2000)
+    assert failed_event(template, node, LATER) == {
+        "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "AuditFailed",
+        "message": ("nodes/r1: " + "x" * 2000)[:1024],
+        "metadata": {"name": f"n1.audit.{STAMP_MS}", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+        "source": {"component": "accelpolicy"}, "reportingComponent": "accelpolicy",
+        "firstTimestamp": "2026-12-01T09:00:00Z", "lastTimestamp": "2026-12-01T09:00:00Z", "count": 1}
