@@ -28,7 +28,7 @@ from runtime.kube.applier import Applier
 from runtime.kube.cache import WatchedKind
 from runtime.kube.clustercache import ClusterCache
 from runtime.kube.events import warning_event
-from runtime.kube.ownership import owned_by
+from runtime.engine.ownership import owned_by
 from runtime.kube.session import KubeApiError, Session, connect
 
 FIELD_MANAGER = "accelpolicy-agent"

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 from loguru import logger
 
-from runtime.controller.plan import Action, Verb
+from runtime.engine.plan import Action, Verb
 from runtime.engine.devices.draslices import dra_drivers, dra_policy
 from runtime.engine.policy import Policy
 from runtime.engine.pools.deviceclasses import device_classes, owned_device_class

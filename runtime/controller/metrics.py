@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from runtime.controller.plan import Verb
+from runtime.engine.plan import Verb
 from runtime.controller.reach import ReachCollector
 from runtime.kube.held import CacheBytesCollector
 

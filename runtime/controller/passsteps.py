@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 from loguru import logger
 
-from runtime.controller.plan import Action
+from runtime.engine.plan import Action
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.policy import Policy

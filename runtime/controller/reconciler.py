@@ -3,10 +3,10 @@
 Level-triggered: every cache event marks the cluster dirty; the loop waits a short coalescing
 window, then reconciles the whole desired state from one snapshot. A reconcile's own writes come
 back as events and cause one more reconcile, which finds nothing to do (idempotence: the plan is
-empty when the cluster matches, see :mod:`runtime.controller.plan`). Settings live in the watched
+empty when the cluster matches, see :mod:`runtime.engine.plan`). Settings live in the watched
 Secret, so a settings change re-triggers a reconcile without a restart (spec/settings.md §3).
 
-Each pass plans, in order: the pools (:func:`runtime.controller.plan.plan`), every Instance
+Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every Instance
 (:func:`runtime.controller.instances.plan_instances`, spec/instances.md §10-§12) and the Setting
 view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2), then the
 ``gpustack-node-devices`` answers on Workloads (:mod:`runtime.controller.workloadchecks`,
@@ -52,7 +52,7 @@ from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_cla
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.passsteps import PassSteps
-from runtime.controller.plan import Action, plan
+from runtime.engine.plan import Action, plan
 from runtime.controller.reach import ReachWatch
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots

@@ -35,7 +35,7 @@ from typing import Callable
 
 from loguru import logger
 
-from runtime.controller.plan import Action, Verb
+from runtime.engine.plan import Action, Verb
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 from runtime.engine.pools.nodes import node_feature_judge

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from runtime.controller.plan import Action, Verb
+from runtime.engine.plan import Action, Verb
 from runtime.controller.transitions import TransitionEvents, pool_changes
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.pools.derive import derive

@@ -37,7 +37,7 @@ from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.pools.nodeset import changed_keys
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of
-from runtime.kube.ownership import owned
+from runtime.engine.ownership import owned
 
 
 class Verb(StrEnum):
