@@ -230,7 +230,8 @@ class ControllerMetrics:
         cache = self.controller.cache if self.controller is not None else None
         for state, seconds in check_answers(result.planned, result.writes,
                                             lambda n, ns: cache.get("Workload", n, ns) if cache else None,
-                                            datetime.now(timezone.utc)):
+                                            self.controller.clock() if self.controller is not None
+                                            else datetime.now(timezone.utc)):
             self.check_answers.labels(state).inc()
             if seconds is not None:
                 self.check_latency.labels(state).observe(max(seconds, 0.0))

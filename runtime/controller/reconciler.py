@@ -40,7 +40,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Iterable, Mapping
 
@@ -48,6 +47,7 @@ from loguru import logger
 
 from runtime.controller import gcpolicy, settings_seed
 from runtime.controller.actions import ActionWriter
+from runtime.controller.clock import Clock, utc_now
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
@@ -106,13 +106,17 @@ class Controller(ActionWriter, PassSteps):
     ``listeners``: callables also given every cache event ``(kind, event_type, object)``; ``tune_gc``:
     no full garbage collection from :meth:`start` to the end of the first pass, then everything
     alive frozen, and after each later pass what survived since frozen too (:mod:`runtime.controller.gcpolicy`
-    ``tend``; the process's collector).
+    ``tend``; the process's collector); ``clock``: the wall clock every timestamp the controller writes
+    or judges by is read from (Events, the plan's ``now``, Workload check answers; aware UTC; default
+    :func:`runtime.controller.clock.utc_now`). Durations and requeue times use ``time.monotonic``, not this clock.
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
                  resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None,
-                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = (), tune_gc: bool = True):
+                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = (), tune_gc: bool = True,
+                 clock: Clock = utc_now):
         self.session = session
+        self.clock = clock
         self.tune_gc = tune_gc
         self._served = policy        # the rules generation the next pass reads (a reload assigns it)
         self._pass_policy: Policy | None = None   # the one the pass in progress read, once
@@ -129,7 +133,7 @@ class Controller(ActionWriter, PassSteps):
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
-        self.device_classes = DeviceClassFeature(session)   # spec/dra.md §4: watched where served
+        self.device_classes = DeviceClassFeature(session, clock=self.clock)   # spec/dra.md §4: watched where served
         if self.device_classes.served:
             watched.append(WatchedKind("DeviceClass"))
         self._dirty = threading.Event()
@@ -236,10 +240,9 @@ class Controller(ActionWriter, PassSteps):
         state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace, memo=self._memo)
         self._report_invalid_settings(state, snapshot)
         self._pass = (snapshot, {})
-        for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot,
-                                                  datetime.now(timezone.utc)):
+        for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot, self.clock()):
             self._create_event(event)
-        for event in self.reach.update(self.policy, snapshot, state, datetime.now(timezone.utc)):
+        for event in self.reach.update(self.policy, snapshot, state, self.clock()):
             self._create_event(event)
         self._log_warnings(state.warnings)
         actions, deferred = self._planned(state, snapshot)
@@ -297,7 +300,7 @@ class Controller(ActionWriter, PassSteps):
         """This pass's actions (pools, Instances and their Pods, volumes, Settings, Workload checks,
         DeviceClasses) and apart from them the fit labels still inside their window: ``(actions, deferred)``.
         Sets the next requeue an Instance asks for."""
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
         actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
         instances = plan_instances(self.policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:
@@ -327,7 +330,7 @@ class Controller(ActionWriter, PassSteps):
             result.errors.append(f"{action.verb} {action.kind} {action.name}: {exc}")
             logger.warning("{} {} {}: {}", action.verb, action.kind, action.name, exc)
             return
-        now = datetime.now(timezone.utc)
+        now = self.clock()
         event = self.transitions.after_action(self.policy, action, self._pass[0], self._pass[1], now)
         if event is not None:
             self._create_event(event)
