@@ -16,8 +16,8 @@ from __future__ import annotations
 from loguru import logger
 
 from runtime.controller.clock import Clock, utc_now
-from runtime.engine.plan import Action, Verb
 from runtime.engine.devices.draslices import dra_drivers, dra_policy
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.pools.deviceclasses import device_classes, owned_device_class
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of

@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from runtime.engine.plan import Verb
 from runtime.controller.reach import ReachCollector
+from runtime.engine.plan import Verb
 from runtime.kube.held import CacheBytesCollector
 
 # Views (spec/four-view.md §2, pools.md §10.2) -> the InstanceType status field that publishes them

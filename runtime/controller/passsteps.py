@@ -11,9 +11,9 @@ import time
 
 from loguru import logger
 
-from runtime.engine.plan import Action
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.workloadchecks import plan_workload_checks
+from runtime.engine.plan import Action
 from runtime.engine.policy import Policy
 from runtime.engine.pools import DesiredState
 from runtime.engine.settings import decode_secret_data

@@ -52,12 +52,12 @@ from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_cla
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.passsteps import PassSteps
-from runtime.engine.plan import Action, plan
 from runtime.controller.reach import ReachWatch
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
 from runtime.controller.startguard import StartGuard
 from runtime.controller.transitions import TransitionEvents
+from runtime.engine.plan import Action, plan
 from runtime.engine.pools import DesiredState, derive
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runtime.engine.plan import Action, Verb
 from runtime.engine import admissioncheck as ac
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, name_of, object_ref
 

@@ -35,8 +35,8 @@ from typing import Callable, Iterator, Optional
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from runtime.engine.policy import Policy
 from runtime.engine.ownership import owned, owned_by
+from runtime.engine.policy import Policy
 from runtime.kube.session import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, KubeApiError, Session
 
 FIELD_MANAGER = "accelpolicy"
