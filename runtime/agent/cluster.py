@@ -23,12 +23,12 @@ from typing import Any, Callable, Mapping
 from loguru import logger
 
 from runtime.engine.devices import agent_rules
+from runtime.engine.ownership import owned_by
 from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier
 from runtime.kube.cache import WatchedKind
 from runtime.kube.clustercache import ClusterCache
 from runtime.kube.events import warning_event
-from runtime.kube.ownership import owned_by
 from runtime.kube.session import KubeApiError, Session, connect
 
 FIELD_MANAGER = "accelpolicy-agent"

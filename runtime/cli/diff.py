@@ -6,7 +6,7 @@ committed (docs/rule-authoring.md "How a rules change goes live").
 ``--kubeconfig``/``--context``), the ``--snapshot`` files, or both with ``--cluster``
 (:func:`runtime.cli.source.read_source`, the kinds the audit reads; docs/tasks/ask-the-cluster.md). Printed, each section only when it has lines:
 
-- ``pool objects``: what the controller would write (its planner, :func:`runtime.controller.plan.plan`)
+- ``pool objects``: what the controller would write (its planner, :func:`runtime.engine.plan.plan`)
   once the cluster reconciled under the current rules (:func:`runtime.gate.reconciled`) gets the new
   ones: ``created KIND [ns/]name``, ``changed KIND [ns/]name: <field diff>`` (the audit's drift words:
   ``+key=value``, ``-key=value``, ``path: old -> new``), ``deleted KIND [ns/]name``;
@@ -51,7 +51,7 @@ def pool_changes(current, new, snapshot) -> list[str]:
     """One line per pool object the controller writes when ``new`` replaces ``current`` (module docstring),
     in the planner's order: the writes of its plan under ``new`` that its plan under ``current`` on the
     same reconciled cluster does not make (a status it keeps either way is no change)."""
-    from runtime.controller.plan import plan
+    from runtime.engine.plan import plan
     from runtime.engine.pools import derive
     from runtime.gate import reconciled
 

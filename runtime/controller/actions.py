@@ -1,7 +1,7 @@
-"""The controller's writes: one handler per plan :class:`~runtime.controller.plan.Verb` (the dispatch table).
+"""The controller's writes: one handler per plan :class:`~runtime.engine.plan.Verb` (the dispatch table).
 
 :class:`ActionWriter` is the part of :class:`runtime.controller.reconciler.Controller` that runs a
-planned :class:`~runtime.controller.plan.Action` through its :class:`runtime.kube.applier.Applier`:
+planned :class:`~runtime.engine.plan.Action` through its :class:`runtime.kube.applier.Applier`:
 apply, status apply, the Workload check state (server-side apply as the check's
 ``controllerName``), create (a LocalQueue with its ClusterQueue owner reference, spec/pools.md
 §8.1), merge patch, delete, recreate, and the finalizers of :data:`FINALIZER_ROLES` (JSON patches
@@ -9,7 +9,7 @@ guarded by a ``test`` op). A new Verb needs its handler in ``_handlers`` here.
 """
 from __future__ import annotations
 
-from runtime.controller.plan import Action, Verb
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import name_of
 from runtime.kube.applier import Applier

@@ -13,12 +13,11 @@ derives any more is deleted; a class being deleted is left alone.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from loguru import logger
 
-from runtime.controller.plan import Action, Verb
+from runtime.controller.clock import Clock, utc_now
 from runtime.engine.devices.draslices import dra_drivers, dra_policy
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.pools.deviceclasses import device_classes, owned_device_class
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
@@ -57,8 +56,9 @@ class DeviceClassFeature:
     """Whether the cluster serves DeviceClasses (:attr:`served`, known at construction: the controller
     watches them then) and keeps ``extendedResourceName`` (:meth:`check`, at start)."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Session, clock: Clock = utc_now):
         self.session = session
+        self.clock = clock   # the time its Event is stamped with (the controller's clock)
         self.served = True
         self.why = ""
         try:
@@ -107,4 +107,4 @@ class DeviceClassFeature:
         involved = {"apiVersion": "v1", "kind": "Namespace", "name": system_namespace, "namespace": system_namespace}
         if create_event is not None:
             create_event(warning_event(involved, rules.events.featureMissing, message, COMPONENT,
-                                       datetime.now(timezone.utc)))
+                                       self.clock()))

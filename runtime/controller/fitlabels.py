@@ -28,7 +28,7 @@ from typing import Callable
 
 from loguru import logger
 
-from runtime.controller.plan import Action
+from runtime.engine.plan import Action
 from runtime.kube.session import KubeApiError
 
 

@@ -42,13 +42,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runtime.controller.plan import Action, Verb
+from runtime.engine.ownership import owned_by_instance
+from runtime.engine.plan import Action, Verb
 from runtime.engine.pools import DesiredState
 from runtime.engine.instances import (InstanceAction, claim_status, owns_claim, plan_instance, pool_flavors,
                                       render_claim)
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting, name_of
-from runtime.kube.ownership import owned_by_instance
 
 
 @dataclass

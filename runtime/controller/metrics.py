@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from runtime.controller.plan import Verb
 from runtime.controller.reach import ReachCollector
+from runtime.engine.plan import Verb
 from runtime.kube.held import CacheBytesCollector
 from runtime.model.rfc3339 import TIME_FORMAT
 
@@ -231,7 +231,8 @@ class ControllerMetrics:
         cache = self.controller.cache if self.controller is not None else None
         for state, seconds in check_answers(result.planned, result.writes,
                                             lambda n, ns: cache.get("Workload", n, ns) if cache else None,
-                                            datetime.now(timezone.utc)):
+                                            self.controller.clock() if self.controller is not None
+                                            else datetime.now(timezone.utc)):
             self.check_answers.labels(state).inc()
             if seconds is not None:
                 self.check_latency.labels(state).observe(max(seconds, 0.0))

@@ -3,17 +3,17 @@ plan: derive warnings logged once, the fit labels' coalescing window (spec/node-
 Workload check answers (spec/pools.md §8.2) and the InvalidSetting Events (spec/settings.md §1). A mixin:
 it reads and sets the Controller's own fields (``_served`` and ``_pass_policy``, the rules generation
 behind :attr:`PassSteps.policy`; ``settings_namespace``, ``_requeue_at``,
-``_fit_since``, ``_warned``, ``_reported``, ``_pass``) and calls its ``_create_event``."""
+``_fit_since``, ``_warned``, ``_reported``, ``_pass``), reads the time from its ``clock`` and calls
+its ``_create_event``."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 
 from loguru import logger
 
-from runtime.controller.plan import Action
 from runtime.controller.settings_seed import invalid_setting_event
 from runtime.controller.workloadchecks import plan_workload_checks
+from runtime.engine.plan import Action
 from runtime.engine.policy import Policy
 from runtime.engine.pools import DesiredState
 from runtime.engine.settings import decode_secret_data
@@ -70,7 +70,7 @@ class PassSteps:
     def _workload_check_actions(self, snapshot) -> list[Action]:
         """Plan the Workload check answers (:mod:`runtime.controller.workloadchecks`); a Retry waiting
         for its re-evaluation requeues a pass for that moment."""
-        checks = plan_workload_checks(self.policy, snapshot, datetime.now(timezone.utc), self.settings_namespace)
+        checks = plan_workload_checks(self.policy, snapshot, self.clock(), self.settings_namespace)
         for error in checks.errors:
             logger.warning("admission check {}: {}", self.policy.derivation.admissionCheck.name, error)
         if checks.requeue is not None:
@@ -93,4 +93,4 @@ class PassSteps:
                 continue
             self._reported.add(key)
             self._create_event(invalid_setting_event(self.policy.settings, secret, name, key[1],
-                                                     datetime.now(timezone.utc)))
+                                                     self.clock()))

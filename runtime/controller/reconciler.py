@@ -3,10 +3,10 @@
 Level-triggered: every cache event marks the cluster dirty; the loop waits a short coalescing
 window, then reconciles the whole desired state from one snapshot. A reconcile's own writes come
 back as events and cause one more reconcile, which finds nothing to do (idempotence: the plan is
-empty when the cluster matches, see :mod:`runtime.controller.plan`). Settings live in the watched
+empty when the cluster matches, see :mod:`runtime.engine.plan`). Settings live in the watched
 Secret, so a settings change re-triggers a reconcile without a restart (spec/settings.md §3).
 
-Each pass plans, in order: the pools (:func:`runtime.controller.plan.plan`), every Instance
+Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every Instance
 (:func:`runtime.controller.instances.plan_instances`, spec/instances.md §10-§12) and the Setting
 view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2), then the
 ``gpustack-node-devices`` answers on Workloads (:mod:`runtime.controller.workloadchecks`,
@@ -40,7 +40,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Iterable, Mapping
 
@@ -48,16 +47,17 @@ from loguru import logger
 
 from runtime.controller import gcpolicy, settings_seed
 from runtime.controller.actions import ActionWriter
+from runtime.controller.clock import Clock, utc_now
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
 from runtime.controller.passsteps import PassSteps
-from runtime.controller.plan import Action, plan
 from runtime.controller.reach import ReachWatch
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
 from runtime.controller.startguard import StartGuard
 from runtime.controller.transitions import TransitionEvents
+from runtime.engine.plan import Action, plan
 from runtime.engine.pools import DesiredState, derive
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.policy import Policy
@@ -107,13 +107,17 @@ class Controller(ActionWriter, PassSteps):
     ``listeners``: callables also given every cache event ``(kind, event_type, object)``; ``tune_gc``:
     no full garbage collection from :meth:`start` to the end of the first pass, then everything
     alive frozen, and after each later pass what survived since frozen too (:mod:`runtime.controller.gcpolicy`
-    ``tend``; the process's collector).
+    ``tend``; the process's collector); ``clock``: the wall clock every timestamp the controller writes
+    or judges by is read from (Events, the plan's ``now``, Workload check answers; aware UTC; default
+    :func:`runtime.controller.clock.utc_now`). Durations and requeue times use ``time.monotonic``, not this clock.
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
                  resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None,
-                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = (), tune_gc: bool = True):
+                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = (), tune_gc: bool = True,
+                 clock: Clock = utc_now):
         self.session = session
+        self.clock = clock
         self.tune_gc = tune_gc
         self._served = policy        # the rules generation the next pass reads (a reload assigns it)
         self._pass_policy: Policy | None = None   # the one the pass in progress read, once
@@ -130,7 +134,7 @@ class Controller(ActionWriter, PassSteps):
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
-        self.device_classes = DeviceClassFeature(session)   # spec/dra.md §4: watched where served
+        self.device_classes = DeviceClassFeature(session, clock=self.clock)   # spec/dra.md §4: watched where served
         if self.device_classes.served:
             watched.append(WatchedKind("DeviceClass"))
         self._dirty = threading.Event()
@@ -237,10 +241,9 @@ class Controller(ActionWriter, PassSteps):
         state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace, memo=self._memo)
         self._report_invalid_settings(state, snapshot)
         self._pass = (snapshot, {})
-        for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot,
-                                                  datetime.now(timezone.utc)):
+        for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot, self.clock()):
             self._create_event(event)
-        for event in self.reach.update(self.policy, snapshot, state, datetime.now(timezone.utc)):
+        for event in self.reach.update(self.policy, snapshot, state, self.clock()):
             self._create_event(event)
         self._log_warnings(state.warnings)
         actions, deferred = self._planned(state, snapshot)
@@ -298,7 +301,7 @@ class Controller(ActionWriter, PassSteps):
         """This pass's actions (pools, Instances and their Pods, volumes, Settings, Workload checks,
         DeviceClasses) and apart from them the fit labels still inside their window: ``(actions, deferred)``.
         Sets the next requeue an Instance asks for."""
-        now = format_time(datetime.now(timezone.utc))
+        now = format_time(self.clock())
         actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
         instances = plan_instances(self.policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:
@@ -328,7 +331,7 @@ class Controller(ActionWriter, PassSteps):
             result.errors.append(f"{action.verb} {action.kind} {action.name}: {exc}")
             logger.warning("{} {} {}: {}", action.verb, action.kind, action.name, exc)
             return
-        now = datetime.now(timezone.utc)
+        now = self.clock()
         event = self.transitions.after_action(self.policy, action, self._pass[0], self._pass[1], now)
         if event is not None:
             self._create_event(event)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 
-from runtime.controller.plan import Action, Verb
+from runtime.engine.plan import Action, Verb
 from runtime.engine.settings import decode_secret_data
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot
 from runtime.model.rulefiles import SettingCatalogSpec

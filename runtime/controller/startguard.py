@@ -35,8 +35,8 @@ from typing import Callable
 
 from loguru import logger
 
-from runtime.controller.plan import Action, Verb
 from runtime.engine.devices.nodefacts import agent_rules
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.pools.nodes import node_feature_judge
 from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, labels_of, name_of

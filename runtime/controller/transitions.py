@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Mapping
 
-from runtime.controller.plan import Action, Verb
 from runtime.engine import admissioncheck as ac
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting
 from runtime.kube.events import event

@@ -1,6 +1,6 @@
 """Answers of the ``gpustack-node-devices`` AdmissionCheck, planned per reconcile (spec/pools.md §8.2).
 
-Pure, like :mod:`runtime.controller.plan`: :func:`plan_workload_checks` reads the watch cache's
+Pure, like :mod:`runtime.engine.plan`: :func:`plan_workload_checks` reads the watch cache's
 :class:`Snapshot` (Workloads, Nodes, NodeFeatures, Devices, ResourceFlavors) and ``now`` and returns
 one ``apply-check-state`` :class:`Action` per Workload whose entry must change:
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runtime.controller.plan import Action, Verb
 from runtime.engine import admissioncheck as ac
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot, name_of, object_ref
 

@@ -18,7 +18,7 @@
   Pods whose controller ownerReference is an Instance (spec/instances.md §11.1; the Instance
   reconciler also checks it is *that* Instance). InstanceTypes are never deleted (spec/pools.md §4).
   Anything else raises :class:`NotOwnedError`. With ``owner`` (the agent's Node): only an object
-  whose controller ownerReference is that owner (:func:`runtime.kube.ownership.owned_by`).
+  whose controller ownerReference is that owner (:func:`runtime.engine.ownership.owned_by`).
 
 ``409 Conflict`` (a stale resourceVersion), ``429`` and ``5xx`` answers are retried with tenacity
 (5 attempts, exponential wait). Every successful write is appended to :attr:`Applier.writes` (the
@@ -35,8 +35,8 @@ from typing import Callable, Iterator, Optional
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
+from runtime.engine.ownership import owned, owned_by
 from runtime.engine.policy import Policy
-from runtime.kube.ownership import owned, owned_by
 from runtime.kube.session import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, KubeApiError, Session
 
 FIELD_MANAGER = "accelpolicy"

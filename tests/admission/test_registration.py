@@ -15,8 +15,8 @@ from runtime.controller.webhooks import LiveAdmissionView
 from runtime.engine.admission import AdmissionEngine, review_for, view_kinds
 from runtime.engine.admission.registration import (ClientConfig, drift, owned_configuration, stale_configurations,
                                                    webhook_configurations)
+from runtime.engine.ownership import owned
 from runtime.engine.policy import Policy
-from runtime.kube.ownership import owned
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
 

@@ -7,10 +7,10 @@ import copy
 import pytest
 
 from runtime.controller.deviceclasses import plan_device_classes
-from runtime.controller.plan import Verb
+from runtime.engine.ownership import owned
+from runtime.engine.plan import Verb
 from runtime.engine.pools.deviceclasses import device_class_mappings, device_classes
 from runtime.engine.snapshot import Snapshot
-from runtime.kube.ownership import owned
 
 NVIDIA_CLASS = {
     "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.controller.plan import plan
+from runtime.engine.plan import plan
 from runtime.engine.pools.derive import derive
 from tests.controller.test_plan import MemCluster, common_objects, converge
 

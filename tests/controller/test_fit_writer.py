@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 from runtime.controller.fitlabels import FitLabelWriter
-from runtime.controller.plan import Action, Verb
+from runtime.engine.plan import Action, Verb
 from runtime.kube.session import KubeApiError
 
 

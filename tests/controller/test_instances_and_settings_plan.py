@@ -9,10 +9,10 @@ import pytest
 
 from runtime.controller.instances import plan_instances
 from runtime.controller.settingsview import plan_settings
+from runtime.engine.ownership import owned, owned_by_instance
 from runtime.engine.pools.derive import derive
 from runtime.engine.instances.podstatus import allocations_from_pod
 from runtime.engine.snapshot import Snapshot
-from runtime.kube.ownership import owned, owned_by_instance
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES
 

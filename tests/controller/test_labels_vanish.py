@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.controller.plan import plan
+from runtime.engine.plan import plan
 from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot

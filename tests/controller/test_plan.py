@@ -1,4 +1,4 @@
-"""The controller's plan (runtime/controller/plan.py) on the seed fixtures, without a server.
+"""The controller's plan (runtime/engine/plan.py) on the seed fixtures, without a server.
 
 An in-memory cluster (:class:`MemCluster`) executes the planned actions the way the API server
 would for our purposes (apply replaces our fields, status through its own path, create-only,
@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from runtime.controller.plan import plan
+from runtime.engine.plan import plan
 from runtime.engine.pools.derive import derive
 from runtime.engine.snapshot import Snapshot, name_of
 from runtime.snapshots import load_snapshot

@@ -9,9 +9,9 @@ import copy
 
 import pytest
 
-from runtime.controller.plan import Action, Verb
 from runtime.controller.reconciler import Controller
 from runtime.controller.startguard import StartGuard, destructive, stops_or_shrinks
+from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.rules.loader import load_rules

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from runtime.controller.plan import Action, Verb
 from runtime.controller.transitions import TransitionEvents, pool_changes
 from runtime.controller.workloadchecks import plan_workload_checks
+from runtime.engine.plan import Action, Verb
 from runtime.engine.pools.derive import derive
 from tests.controller.test_plan import A10G_CPU_FLAVOR, A10G_FLAVOR, MemCluster, _unmanage, common_objects, converge
 from tests.controller.test_workload_checks_plan import NOW, RETRY_A10G, _named, _with

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from runtime.controller.plan import Verb
+from runtime.engine.plan import Verb
 
 REPO = Path(__file__).resolve().parents[2]
 

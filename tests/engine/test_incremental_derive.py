@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.derive import generate
-from runtime.controller.plan import plan
+from runtime.engine.plan import plan
 from runtime.engine.pools.derive import derive
 from runtime.engine.pools.deviceset import label_index, move_in_index
 from runtime.engine.pools.incremental import DeriveMemo

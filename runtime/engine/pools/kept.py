@@ -3,7 +3,7 @@
 
 The controller writes with server-side apply (runtime/kube/applier.py): labels and annotations that
 another tool added stay. ``accelpolicy get`` shows them as the cluster would, per the rules of
-runtime/controller/plan.py:
+runtime/engine/plan.py:
 
 * ResourceFlavor: the live object's labels and annotations stay, ours win; the ``note.gpustack.ai/``
   annotations are ours alone (stale notes are pruned). A flavor whose ``spec.nodeLabels`` changed is

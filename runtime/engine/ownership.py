@@ -1,9 +1,9 @@
 """Which objects accelpolicy owns, and so may delete (spec/pools.md §2.4, §4, §7-§8, §11;
 spec/instances.md §11.1).
 
-Kept apart from :mod:`runtime.kube.applier` and :mod:`runtime.agent.cluster` so the pure planner can
-use the same rules without importing the client library; the one ownership helper of the agent
-(:func:`owned_by`) and the controller (:func:`owned`, :func:`owned_by_instance`).
+Pure, in the engine (no I/O): the planner (:mod:`runtime.engine.plan`) and the writers
+(:mod:`runtime.kube.applier`, :mod:`runtime.agent.cluster`) use the same rules; the one ownership
+helper of the agent (:func:`owned_by`) and the controller (:func:`owned`, :func:`owned_by_instance`).
 """
 from __future__ import annotations
 
