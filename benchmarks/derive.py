@@ -1,4 +1,4 @@
-"""Benchmark of pool derivation (issue 2 item 7): not a test, prints figures.
+"""Benchmark of pool derivation (docs/performance.md "The benchmarks"): not a test, prints figures.
 
 Synthetic clusters of 100, 1,000 and 5,000 nodes are generated in memory with a seeded RNG: 0, 1, 4
 or 8 accelerators per node of eight products from four manufacturers (NVIDIA incl. MIG-enabled H100s,
@@ -9,7 +9,7 @@ accelerated node, and about 8 % unmanaged nodes.
 For each size it reports the median wall time of ``derive()`` (warm: rules loaded and compiled
 once, one untimed run first), of ``Snapshot.from_objects`` over the same dicts (the "load"), their
 ratio, and, for 1,000 nodes, the time to load the same objects from YAML text through
-``runtime/snapshots.py``. Goal (issue 2): 5,000 nodes <= 2 s, <= 10x load time, growth near linear.
+``runtime/snapshots.py``. Goal (docs/performance.md "The benchmarks"): 5,000 nodes <= 2 s, <= 10x load time, growth near linear.
 
 Usage: ``.venv/bin/python benchmarks/derive.py [--sizes 100,1000,5000] [--runs 5] [--seed 7]
 [--profile SIZE] [--no-yaml] [--aware]`` (``make bench``). ``--profile`` prints the cProfile top functions of one derive.

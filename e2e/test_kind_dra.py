@@ -1,4 +1,4 @@
-"""The kind walkthrough with a DRA node (issue 22 item 6): an A10G published by a DRA driver joins the
+"""The kind walkthrough with a DRA node (docs/tasks/e2e.md "The offline kind cluster"): an A10G published by a DRA driver joins the
 device-plugin A10G's pool, serves an Instance through the derived DeviceClass, and leaves again.
 
 Runs on the ``--cluster=kind`` stack after the seed walkthrough (and the attack suite), on the cluster's

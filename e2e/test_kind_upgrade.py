@@ -1,4 +1,4 @@
-"""Upgrades on kind (issue 11 item 6, issue 20 items 4-5): admission keeps answering, the CRDs are carried,
+"""Upgrades on kind (docs/tasks/e2e.md "The offline kind cluster", docs/install.md "Upgrade"): admission keeps answering, the CRDs are carried,
 a rules edit reaches the agents without a restart.
 
 Runs after the walkthrough (and the attacks) on the same ``--cluster=kind`` stack. A client submits an

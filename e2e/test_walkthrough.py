@@ -1,4 +1,4 @@
-"""The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (issue 6).
+"""The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (docs/development/testing.md "Test layers").
 
 The cluster is the ``cluster`` fixture (``--cluster=local``: kube-apiserver, kube-scheduler,
 kube-controller-manager's garbage collector, kwok, nfd-master and Kueue configured by ``runtime.engine.pools.kueueconfig``); around it
@@ -420,7 +420,7 @@ def test_troubleshooting_privileged_rejected(walk):
     assert get(walk, "instance", "privileged-demo", "-n", NS) == {}
 
 
-# -- kind only (issue 11 item 5): real kubelets, PodResources, the chart's RBAC ------------------------------
+# -- kind only (docs/tasks/e2e.md "The offline kind cluster"): real kubelets, PodResources, the chart's RBAC ---
 def _kind_only(walk) -> None:
     if not getattr(walk, "kind_node", None):
         pytest.skip("kind backend only: real kubelets run the Instance Pods (--cluster=kind)")

@@ -1,5 +1,5 @@
 """The fault suite's load generator: its own process, queue-labelled Pods and Instances created and deleted at
-a steady rate through the API server, every answer recorded (issue 21 item 4).
+a steady rate through the API server, every answer recorded (docs/reliability.md "Reliability: the fault suite").
 
 Run it as ``python -m chaos.load`` with ``e2e/`` on ``PYTHONPATH`` (the suite does: :class:`LoadProcess`).
 Every ``1/rate`` seconds one create is due (open loop: a late request counts its wait from its due time, so a

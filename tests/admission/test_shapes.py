@@ -1,4 +1,4 @@
-"""Issue 13 item 6: malformed objects are answered with field errors in Kubernetes' words, never allowed.
+"""docs/webhook-hardening.md "Malformed objects never pass: shape checks": malformed objects are answered with field errors in Kubernetes' words, never allowed.
 
 Every case was allowed (or answered with a Python message) before the ObjectShape check
 (rules/admission/shapes.yaml) ran ahead of the rules.

@@ -290,7 +290,7 @@ def test_the_backend_reads_its_source_on_every_probe(policy):
     assert backend.accelerators() == [] and backend.problems() == []
 
 
-# --- same GPUs, same labels (issue 22: `.cores` aside) ------------------------------------------------
+# --- same GPUs, same labels (docs/concepts/dra.md "Accelerators from DRA drivers": `.cores` aside) ----
 def test_nvml_and_slices_give_the_a10g_node_the_same_labels_and_devices_but_cores_and_slicing(policy, defaults):
     nvml = facts("node-a10g")
     dra = parse_facts({"node": "node-a10g", "cpu": nvml.cpu.model_dump(),

@@ -1,5 +1,5 @@
 """`get ... -o yaml` shows the labels others added to our objects, as the controller keeps them
-(issue 13 item 14; runtime/engine/pools/kept.py states the rules)."""
+(runtime/engine/pools/kept.py states the rules)."""
 from __future__ import annotations
 
 import shutil

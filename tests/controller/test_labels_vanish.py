@@ -1,4 +1,4 @@
-"""Labels that vanish for a minute (issue 13 item 13; docs/node-facts-robustness.md).
+"""Labels that vanish for a minute (docs/node-facts-robustness.md).
 
 NFD restarts on large clusters strip the feature labels from Nodes and put them back later, while
 our NodeFeatures stay. Decision: the NodeFeatures win (they are what NFD copies; pools read the

@@ -1,4 +1,4 @@
-"""The live controller on a real kube-apiserver + etcd (issue 6, first slice).
+"""The live controller on a real kube-apiserver + etcd (docs/development/testing.md "Test layers").
 
 The seed cluster (tests/fixtures/seed/common: Nodes, NodeFeatures, Devices with their status,
 Namespaces, the settings Secret) is written with kubectl; the controller (runtime.controller) runs

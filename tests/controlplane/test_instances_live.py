@@ -1,4 +1,4 @@
-"""The Instance reconciler and the Setting view on a real kube-apiserver + etcd (issue 6).
+"""The Instance reconciler and the Setting view on a real kube-apiserver + etcd (docs/development/testing.md "Test layers").
 
 The seed cluster is applied as in test_controller.py and the controller loop runs in this process.
 Instances are applied as the defaulting webhook would have left them (``spec.resources`` with cpu,

@@ -1,4 +1,4 @@
-"""Issue 14's "done when": `accelpolicy controller --log-format json` and node-a10g's
+"""What docs/observability.md "Observability: metrics, logs, Events and the dashboard" promises, live: `accelpolicy controller --log-format json` and node-a10g's
 `accelpolicy agent --log-format json` (fake backend: the node's recorded facts) on the local control
 plane, both scraped over HTTP during the seed walkthrough.
 

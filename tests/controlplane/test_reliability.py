@@ -1,4 +1,4 @@
-"""Reliability of the live controller (issue 6 item 7) on the local control plane.
+"""Reliability of the live controller (docs/development/testing.md "Reliability of the live controller") on the local control plane.
 
 1. **Kill/restart runs.** The seed steps that work without Kueue, NFD and kwok (step 1's objects;
    step 2's NodeFeature un-manage and re-admit; step 4's custom InstanceType, the ``custom-demo``
@@ -433,7 +433,7 @@ def _seed(config) -> int:
 def session(control_plane):
     """A client of the session cluster, with the openreports.io CRDs installed (the background audit of
     every restarted controller then writes its Reports while the first pass runs, as in a full `make
-    test` session: the race of the issue-21 flake); after the module the cluster is reset (other
+    test` session: the race of the reliability flake); after the module the cluster is reset (other
     modules start from their own clean-up and must not meet this module's objects)."""
     install_crds(control_plane[1], openreports_crds())
     session = connect(control_plane[0].kubeconfig)

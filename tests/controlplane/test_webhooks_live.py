@@ -1,5 +1,4 @@
-"""The controller serves the admission webhooks from its watch caches and registers them (issue 6
-item 3): real ``kubectl`` calls through kube-apiserver get our verdicts and patches.
+"""The controller serves the admission webhooks from its watch caches and registers them (docs/development/testing.md "Test layers"): real ``kubectl`` calls through kube-apiserver get our verdicts and patches.
 
 The controller runs in this process as the ServiceAccount ``gpustack-system/gpustack-controller``
 (a token from the TokenRequest API, bound to cluster-admin): the identity rules/pools/derivation.yaml
@@ -346,7 +345,7 @@ def test_the_controller_command_serves_and_registers(sa_kubeconfig, kubectl, tmp
 
 
 def test_the_admission_process_serves_while_the_controller_only_registers(sa_kubeconfig, kubectl, tmp_path):
-    """The chart's layout (issue 21 item 2): `accelpolicy admission` serves the webhooks from its own
+    """The chart's layout (docs/availability.md "Admission apart from reconciling"): `accelpolicy admission` serves the webhooks from its own
     caches; `accelpolicy controller --webhook-registration-only` registers them for it. The webhooks keep
     answering while the controller is SIGKILLed; with the admission process gone they fail closed."""
     from testing.localcluster.processes import free_port

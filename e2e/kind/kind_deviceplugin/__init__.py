@@ -1,4 +1,4 @@
-"""A device-plugin stand-in that talks to a real kubelet (issue 11 item 4) — test machinery only.
+"""A device-plugin stand-in that talks to a real kubelet (docs/tasks/e2e.md "The offline kind cluster") — test machinery only.
 
 accelpolicy ships no device plugin (spec/README.md decision 11): on a real node the vendor plugin
 advertises the accelerator tokens and the kubelet assigns devices to containers; the agent then reads
