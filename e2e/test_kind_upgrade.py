@@ -75,7 +75,7 @@ class ReviewClient:
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {out.stderr.strip()}")
             else:
                 self.ok += 1
-                # the defaulting webhook fills the Instance's defaults (spec/instances.md: e.g. imagePullPolicy)
+                # the defaulting webhook fills the Instance's defaults (docs/concepts/instances.md "Instances": e.g. imagePullPolicy)
                 if "imagePullPolicy" not in json.loads(out.stdout)["spec"]:
                     self.undefaulted += 1
             self._stop.wait(PERIOD)

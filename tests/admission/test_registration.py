@@ -1,5 +1,5 @@
 """Webhook configurations rendered from the rule files, drift detection, the live view's staleness,
-and the controller's webhook options (spec/README.md §3.2; rules/admission/registration.yaml)."""
+and the controller's webhook options (docs/reference/controller.md "Controller and webhooks"; rules/admission/registration.yaml)."""
 from __future__ import annotations
 
 import base64

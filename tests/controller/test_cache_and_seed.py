@@ -1,5 +1,5 @@
 """Watch-cache protocol (list, resume, bookmarks, 410 relist) against a scripted fake server, the
-settings seeding rules (spec/settings.md §1) and the leader Lease, without a real API server."""
+settings seeding rules (docs/concepts/settings.md "Settings") and the leader Lease, without a real API server."""
 from __future__ import annotations
 
 import base64

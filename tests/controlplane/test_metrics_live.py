@@ -98,7 +98,7 @@ def _managed(kubectl, value: str) -> None:
 
 def _slice_pod(policy_key: str) -> dict:
     """sliced-demo's Pod as the device plugin leaves it: bound to node-a10g, its 20 % slice (320,000
-    credits, mode 3) in the allocation annotation (spec/node-facts.md §7.4)."""
+    credits, mode 3) in the allocation annotation (docs/agent.md "The Devices object and its ledger")."""
     allocation = {"main": [{"id": "a10g", "manufacturer": "nvidia",
                             "accelerators": [{"id": A10G, "index": 0, "mode": 3, "allocated": 320000}]}]}
     return {"apiVersion": "v1", "kind": "Pod",

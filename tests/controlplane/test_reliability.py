@@ -59,7 +59,7 @@ POLICY = Policy(load_rules())
 SYSTEM = "gpustack-system"
 NS = "default"
 IDENTITY = "reliability"           # one identity across restarts: the Lease is taken back at once
-STALE_ENTRANCE = "gpustack-fnv64-8cf5b3114035c84a"   # spec/README.md DECISION 3
+STALE_ENTRANCE = "gpustack-fnv64-8cf5b3114035c84a"   # docs/architecture.md "Architecture map and layers" DECISION 3
 RIGHT_ENTRANCE = "gpustack-fnv64-d4c0e6cd72686015"
 AWARE_A10G = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"
 CUSTOM = "a10g-12c128g"
@@ -517,7 +517,7 @@ def test_controller_resumes_after_an_apiserver_restart(control_plane, session):
         with loop_running(controller):
             assert controller.wait_idle(60)
             assert without_phase(table_rows(kubectl)) == seed_rows("step1-instancetype.txt")
-            # one Warning Event to see whether the restart repeats it (spec/settings.md §1)
+            # one Warning Event to see whether the restart repeats it (docs/concepts/settings.md "Settings")
             _set_setting(kubectl, "instance-type-mixed-on-node", "maybe")
             wait_for("the InvalidSetting Event", lambda: [e for e in _events(session) if e[2] == "InvalidSetting"])
             assert controller.wait_idle(60)

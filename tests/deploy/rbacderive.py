@@ -51,7 +51,7 @@ OBJECT_KINDS = {
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
 SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",
-                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (spec/dra.md §4)
+                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (docs/concepts/dra.md "The ledger from claims")
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/cabundle.py": None,

@@ -3,7 +3,7 @@ file and the object (or `file:line field.path: message` for rules), never a trac
 are skipped with a warning; a broken rules copy never replaces rules already loaded.
 
 Decision (documented here and in ``derive``): a ``.count`` label whose value is not an integer reads
-as 0 (pools.md §2.1), so the node contributes no flavor of that kind, and ``derive`` adds a warning
+as 0 (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"), so the node contributes no flavor of that kind, and ``derive`` adds a warning
 naming the node, the key and the value, so the missing flavor is explained.
 """
 from __future__ import annotations

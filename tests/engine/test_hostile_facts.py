@@ -26,7 +26,7 @@ SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
 T4_COUNT = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"
 CPU_COUNT = "general.feature.gpustack.ai/amd-epyc-7r13.count"
 T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
-SEED_SUMMARIES = {  # spec/pools.md §14 Step 1 (mixing on)
+SEED_SUMMARIES = {  # docs/getting-started.md "Getting started: the seed walkthrough" Step 1 (mixing on)
     "gpustack--generic-linux-amd64": "0/0 0/0 0/0 0/0",
     "gpustack--nvidia-a10g-linux-amd64": "1/1 10/10 100/100 0/0",
     T4_POOL: "4/5 40/50 100/500 0/0",

@@ -1,4 +1,4 @@
-"""Instance -> Pod rendering and phases (spec/instances.md §10.4, §11, §12, §14)."""
+"""Instance -> Pod rendering and phases (docs/concepts/instances.md "Instances")."""
 from __future__ import annotations
 
 import copy
