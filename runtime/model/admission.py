@@ -84,7 +84,7 @@ class Validation(Strict):
     ``when`` false skips the rule. A failing rule yields one error at ``field``/``fieldExpression``
     with ``reason`` and ``message``/``messageExpression``; ``value`` is the offending value rendered
     after ``Invalid value:`` (strings quoted, numbers bare). ``alone: true`` answers this error alone
-    and stops; reason ``InternalError`` always does (docs/architecture.md "Architecture map and layers" decision 16); an alone
+    and stops; reason ``InternalError`` always does (decision 16); an alone
     ``Forbidden`` without a field is a guard answered ``403 Forbidden`` with the bare message.
     """
 

@@ -101,7 +101,7 @@ class FactMessagesSpec(Strict):
 
 
 class FactChecksSpec(Strict):
-    """Decision 19: the range a node fact must lie in to count (docs/index.md "Conventions")."""
+    """Decision 19: the range a node fact must lie in to count (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")."""
 
     countMin: int = Field(ge=0)
     countMax: int = Field(ge=1, description="largest per-node count label; also bounds Devices counts")

@@ -1,6 +1,6 @@
 """A stand-in for the vendor device plugin on kwok's fake Nodes — test and demo machinery only.
 
-accelpolicy does not ship a device plugin (docs/architecture.md "Architecture map and layers" decision 11, docs/index.md "Not in this release"): on a real node the vendor
+accelpolicy does not ship a device plugin (decision 11, docs/index.md "Not in this release"): on a real node the vendor
 plugin advertises the accelerator tokens and kubelet assigns devices to containers; the agent then
 reads kubelet's PodResources and writes each Pod's allocation annotation. On the local control plane
 neither kubelet nor a plugin exists (kwok only fakes Node and Pod status), so this module plays both

@@ -1,6 +1,6 @@
 """A device-plugin stand-in that talks to a real kubelet (docs/tasks/e2e.md "The offline kind cluster") — test machinery only.
 
-accelpolicy ships no device plugin (docs/architecture.md "Architecture map and layers" decision 11): on a real node the vendor plugin
+accelpolicy ships no device plugin (decision 11; docs/index.md "Not in this release"): on a real node the vendor plugin
 advertises the accelerator tokens and the kubelet assigns devices to containers; the agent then reads
 the kubelet's PodResources. On the kind cluster the kubelets are real, so this stand-in is a real
 v1beta1 device plugin: per resource name one gRPC ``DevicePlugin`` server on a unix socket in the
