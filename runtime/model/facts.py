@@ -106,7 +106,7 @@ class AcceleratorFacts(_Facts):
                           "ECC mode (the DRA driver row's GDDR products, docs/concepts/dra.md); None: the ECC rule of "
                           "docs/agent.md (Normalization) decides from memoryBusWidth and eccEnabled")
     dra: Optional[DraDevice] = Field(None, description="the ResourceSlice device that published this accelerator "
-                                                       "(spec/dra.md); absent for NVML and recorded facts")
+                                                       "(docs/concepts/dra.md); absent for NVML and recorded facts")
 
 
 class NodeFactsDoc(_Facts):
