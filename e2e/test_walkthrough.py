@@ -395,7 +395,8 @@ def test_troubleshooting_unbindable_claim(walk):
     assert not walk.kubectl.stdout("get", "storageclass", doc["spec"]["type"], "--ignore-not-found").strip()
     walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
     wait_until(lambda: get(walk, "pvc", "datasets-unbindable", "-n", NS), bool,
-               "PVC datasets-unbindable (spec/instances.md §13)", timeout=60)
+               "PVC datasets-unbindable (docs/concepts/instances.md \"Persistent volumes\")",
+               timeout=60)
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"true\"}}'")
     # the controller has taken the Setting in (its status.value) before an Instance relies on it
