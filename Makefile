@@ -79,7 +79,7 @@ gpu-check: install  ## the agent's real NVML backend in a dry run vs nvidia-smi,
 	$(BIN)/python -m testing.gpucheck $(if $(RECORD),--record $(RECORD))
 
 # `make bench` prints figures, never pass/fail; SCALE_NODES sizes the live runs (needs `make controlplane`),
-# SCALE_LARGE the second size of the live scale run (issue 24: 10,000 nodes; about 15 minutes on 2 cores).
+# SCALE_LARGE the second size of the live scale run (docs/performance.md "10,000 nodes on a quiet machine: the wall-clock goals"; about 15 minutes on 2 cores).
 SCALE_NODES ?= 1000
 SCALE_LARGE ?= 10000
 
@@ -99,7 +99,7 @@ podresources-stubs: install  ## regenerate runtime/kube/podresources/api_pb2*.py
 	$(BIN)/pip install --quiet -e '.[codegen]'
 	PY=$(CURDIR)/$(BIN)/python bash runtime/kube/podresources/regenerate.sh
 
-# The offline kind cluster (issue 11): docker behind the network guard, everything built here, nothing pulled.
+# The offline kind cluster (docs/tasks/e2e.md "The offline kind cluster"): docker behind the network guard, everything built here, nothing pulled.
 KIND_CLUSTER ?= accelpolicy
 KIND_WORKERS ?= 3
 
@@ -123,7 +123,7 @@ KIND_WALKTHROUGH = $(BIN)/python -m pytest e2e/test_walkthrough.py e2e/test_kind
 e2e-kind: install kind-images helm components-images  ## the seed walkthrough on kind with accelpolicy installed by its chart
 	ACCELPOLICY_REQUIRE_KIND=1 $(KIND_WALKTHROUGH)
 
-# The full fault suite (issue 21 item 4; e2e/chaos/, docs/reliability.md): the walkthrough, then every fault of
+# The full fault suite (e2e/chaos/, docs/reliability.md): the walkthrough, then every fault of
 # e2e/chaos/faults.py CHAOS_ROUNDS times under a 20 creates/s load; results and the table in build/chaos/<run>/.
 # `make test` runs the short form (the faults marked short, once) in the kind session above.
 CHAOS_ROUNDS ?= 2

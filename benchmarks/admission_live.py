@@ -1,4 +1,4 @@
-"""The webhooks' latency while the controller is busy, in the chart's layout (issue 21 items 2 and 5).
+"""The webhooks' latency while the controller is busy, in the chart's layout (docs/performance.md "The webhooks apart from the controller").
 
 On a bare local control plane (as benchmarks/scale.py: kube-apiserver + etcd built from their Go
 modules, every CRD, the synthetic cluster of benchmarks/derive.py written directly) it starts the
@@ -16,7 +16,7 @@ Layouts (``--layout``):
 
 - ``separate`` (the chart's): ``accelpolicy admission`` serves the webhooks from its own caches; the
   controller runs with ``--webhook-registration-only`` and registers them for it;
-- ``inprocess`` (before issue 21): the controller serves the webhooks itself (``--webhook-port``);
+- ``inprocess`` (the layout before the admission replicas): the controller serves the webhooks itself (``--webhook-port``);
 - ``pod``: ``separate`` with both processes pinned to one CPU (``taskset``), as two containers of one
   Pod share a node's CPUs under one limit would; ``separate`` lets the kernel place them.
 

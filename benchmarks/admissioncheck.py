@@ -1,4 +1,4 @@
-"""Benchmark of the ``gpustack-node-devices`` verdicts (spec/pools.md §8.2): not a test, prints figures.
+"""Benchmark of the ``gpustack-node-devices`` verdicts (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"): not a test, prints figures.
 
 1. Seed snapshot (tests/fixtures/seed/step1 + its derived ResourceFlavors): the median time of one
    ``check_workload`` for a whole, a shared, a sliced A10G/T4 request — cold (the managed nodes'

@@ -1,4 +1,4 @@
-"""Benchmark of `accelpolicy audit` and of a rules hot reload (issue 12): not a test, prints figures.
+"""Benchmark of `accelpolicy audit` and of a rules hot reload (docs/audit.md "Auditing a cluster: `accelpolicy audit`, reports, the background audit"): not a test, prints figures.
 
 1. The seed cluster with its edits (tests/fixtures/audit/seed-cluster): median time of one ``audit``.
 2. A synthetic reconciled cluster (benchmarks/derive.py ``generate``, 1,000 nodes, plus the derived

@@ -1,4 +1,4 @@
-"""CLI start-up benchmark (issue 24 items 1, 2 and 4): figures and ratios, not pass/fail.
+"""CLI start-up benchmark (docs/performance.md "Fast to start, light to hold"): figures and ratios, not pass/fail.
 
 Each command of the table runs as a whole process, the way an operator or a CI pipeline runs it, in
 turn with the floor ``python -c 'import click, yaml'`` (same interpreter): one untimed warm-up pair,
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STEP1 = "tests/fixtures/seed/step1"
 FLOOR = [sys.executable, "-c", "import click, yaml"]
-# (row name, arguments, goal as a ratio to the floor or None); the issue's table, in its order.
+# (row name, arguments, goal as a ratio to the floor or None); the table of docs/performance.md "The CLI, before and after", in its order.
 COMMANDS = [
     ("--help", ["--help"], 3.0),
     ("get instancetypes (seed step 1)", ["get", "instancetypes", "--snapshot", STEP1], 6.0),

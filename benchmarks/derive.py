@@ -1,4 +1,4 @@
-"""Benchmark of pool derivation (issue 2 item 7): not a test, prints figures.
+"""Benchmark of pool derivation (docs/performance.md "The benchmarks"): not a test, prints figures.
 
 Synthetic clusters of 100, 1,000 and 5,000 nodes are generated in memory with a seeded RNG: 0, 1, 4
 or 8 accelerators per node of eight products from four manufacturers (NVIDIA incl. MIG-enabled H100s,
@@ -9,7 +9,7 @@ accelerated node, and about 8 % unmanaged nodes.
 For each size it reports the median wall time of ``derive()`` (warm: rules loaded and compiled
 once, one untimed run first), of ``Snapshot.from_objects`` over the same dicts (the "load"), their
 ratio, and, for 1,000 nodes, the time to load the same objects from YAML text through
-``runtime/snapshots.py``. Goal (issue 2): 5,000 nodes <= 2 s, <= 10x load time, growth near linear.
+``runtime/snapshots.py``. Goal (docs/performance.md "The benchmarks"): 5,000 nodes <= 2 s, <= 10x load time, growth near linear.
 
 Usage: ``.venv/bin/python benchmarks/derive.py [--sizes 100,1000,5000] [--runs 5] [--seed 7]
 [--profile SIZE] [--no-yaml] [--aware]`` (``make bench``). ``--profile`` prints the cProfile top functions of one derive.
@@ -51,7 +51,7 @@ CPUS = [
     ("aws-graviton3", "AWS Graviton3", "", (16, 64), "arm64"),
     ("huawei-kunpeng-920", "HUAWEI Kunpeng 920 5250", "", (96, 192), "arm64"),
 ]
-H100_PROFILES = [  # spec/mig.md §1
+H100_PROFILES = [  # docs/concepts/four-views.md "The partitioned side"
     ("1g.10gb", 10240, 1, 1, 7, 1, [0, 1, 2, 3, 4, 5, 6]), ("1g.20gb", 20480, 1, 2, 4, 2, [0, 2, 4, 6]),
     ("2g.20gb", 20480, 2, 2, 3, 2, [0, 2, 4]), ("3g.40gb", 40960, 3, 4, 2, 4, [0, 4]),
     ("4g.40gb", 40960, 4, 4, 1, 4, [0]), ("7g.80gb", 81920, 7, 8, 1, 8, [0]),
@@ -85,12 +85,12 @@ PRODUCTS = [
 
 
 def sanitize(value: str) -> str:
-    """Label-value form of a product name (node-facts.md §5.4, enough for these names)."""
+    """Label-value form of a product name (docs/agent.md "Normalization", enough for these names)."""
     return "-".join(value.split())
 
 
 def _ledger_entry(rng: random.Random, product: Product, index: int, uuid: str, mig: bool) -> dict:
-    """A random but valid ledger row (node-facts.md §7.3)."""
+    """A random but valid ledger row (docs/agent.md "The Devices object and its ledger")."""
     entry = {"id": uuid, "index": index}
     roll = rng.random()
     if mig:

@@ -1,4 +1,4 @@
-"""Instances through the API server at scale (issue 16, item 4): figures, not pass/fail.
+"""Instances through the API server at scale (docs/performance.md "The live controller at 1,000 nodes"): figures, not pass/fail.
 
 On a bare local control plane (as benchmarks/scale.py: kube-apiserver + etcd built from their Go
 modules, every CRD, the synthetic cluster of benchmarks/derive.py written directly) it starts

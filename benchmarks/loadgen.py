@@ -1,4 +1,4 @@
-"""Admission-review load generator (issue 16, item 1): the client side of benchmarks/webhook.py.
+"""Admission-review load generator (docs/performance.md "The webhook under load"): the client side of benchmarks/webhook.py.
 
 Runs in its own processes (never in the server's), on loopback only, for a bounded time. Every
 request is a new AdmissionReview: a fresh uid, a new Pod name and a varied object (labels, image

@@ -1,4 +1,4 @@
-"""Benchmark of one scrape of the controller's metrics (issue 14): not a test, prints figures.
+"""Benchmark of one scrape of the controller's metrics (docs/observability.md "Observability: metrics, logs, Events and the dashboard"): not a test, prints figures.
 
 A synthetic cluster (benchmarks/derive.py ``generate``: 1,000 Nodes by default, their NodeFeatures and
 Devices) is derived once; the watch caches of a :class:`runtime.controller.metrics.ControllerMetrics`

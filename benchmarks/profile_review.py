@@ -1,4 +1,4 @@
-"""Where one admission review's time goes (issue 16, item 3): HTTP, decode, engine, CEL, encode.
+"""Where one admission review's time goes (docs/performance.md "httptools and uvloop, and a second pass on evaluation cost"): HTTP, decode, engine, CEL, encode.
 
 Serves the real webhook app (the rules and the seed snapshot, as `accelpolicy webhook`) with uvicorn
 over HTTPS (the product's configuration: httptools, uvloop) in this process's main thread under

@@ -1,4 +1,4 @@
-"""The controller's reconcile passes, CPU per pass, on one prepared cluster (issue 16): not a test.
+"""The controller's reconcile passes, CPU per pass, on one prepared cluster (docs/performance.md "A pass proportional to what changed"): not a test.
 
 Wall times on a shared 2-core machine swing with the neighbours' load; the CPU the pass's own thread
 spends (``time.thread_time``) does not. This benchmark writes the synthetic cluster of

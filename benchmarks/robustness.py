@@ -1,4 +1,4 @@
-"""Robustness figures for the webhook server (issue 13 "Measure"): figures, not pass/fail.
+"""Robustness figures for the webhook server (docs/webhook-hardening.md "Webhook hardening: hostile input, bounded memory, slow paths"): figures, not pass/fail.
 
 The server runs in its own process (``accelpolicy webhook --self-signed`` on 127.0.0.1, the seed
 snapshot); this script is the client. Loopback only; every phase is bounded in time.
@@ -12,9 +12,9 @@ snapshot); this script is the client. Loopback only; every phase is bounded in t
 3. volumes: the time of one review with 1,000 ``additionalVolumes`` (refused by the list cap) and
    the worst of 5 at the cap (100); then, in this process with the shape's cap lifted (a copy of
    rules/), the CPU time of ``/validate-instances`` per unique volume at N = 100..1,600: flat when
-   the volume rules are linear (the issue measured 2.2 s, 13.4 s, 24.6 s at N = 100, 200, 300).
+   the volume rules are linear (measured before the fix: 2.2 s, 13.4 s, 24.6 s at N = 100, 200, 300).
 4. slow clients: ``--slow-body`` connections sending a partial body and ``--slow-headers`` sending
-   partial headers (defaults 300 and 200, as in the issue); how many the server still holds
+   partial headers (defaults 300 and 200); how many the server still holds
    ``read timeout + 2 s`` after they stopped sending, and whether ``/readyz`` answered meanwhile.
 
 Usage: ``.venv/bin/python benchmarks/robustness.py [--fuzz N] [--large N] [--json]``.

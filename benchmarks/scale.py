@@ -1,4 +1,4 @@
-"""Live scale benchmark (issue 16, item 4): the controller on a local control plane with N nodes.
+"""Live scale benchmark (docs/performance.md "The live controller at 1,000 nodes"): the controller on a local control plane with N nodes.
 
 On a bare local control plane (testing/localcluster: kube-apiserver + etcd built from their Go
 modules, every CRD installed; no scheduler, no Kueue, no agents, no kwok) it writes the synthetic
@@ -22,7 +22,7 @@ Then it starts ``accelpolicy controller`` as a subprocess and measures:
 - ``idle``: a Namespace annotation (an event that changes nothing) -> that reconcile's writes
   and seconds (goal: 0 writes);
 - the fit label batches the controller writes outside its reconciles (``fit labels:`` log lines;
-  before issue 16 they were written inside one reconcile: the biggest later reconcile);
+  before the incremental derive they were written inside one reconcile: the biggest later reconcile);
 - ``one_node``: one Devices ledger row changes -> the rows correct, the reconciles it cost;
 - API writes in all (the controller's ``reconcile:`` and ``fit labels:`` log lines), controller RSS
   settled and peak (``/proc``);
@@ -62,7 +62,7 @@ from testing.localcluster import LocalCluster  # noqa: E402
 from testing.localcluster.testing import parse_table, with_crds  # noqa: E402
 
 RECONCILE = re.compile(r"reconcile: (\d+) actions, (\d+) deferred, (\d+) writes, (\d+) errors in ([\d.]+)s"
-                       r"(?: \(([\d.]+)s CPU\))?")  # the pass thread's CPU (since issue 16's incremental derive)
+                       r"(?: \(([\d.]+)s CPU\))?")  # the pass thread's CPU (since the incremental derive)
 FIT_BATCH = re.compile(r"fit labels: (\d+) patches, (\d+) errors in ([\d.]+)s")  # written outside the passes
 AUDIT = re.compile(r"background audit: (\d+) objects, .* in ([\d.]+)s \(([\d.]+)s CPU\)")  # each run's end
 MANAGED = "gpustack.ai/managed"
@@ -182,7 +182,7 @@ class ControllerProcess:
         env = {**os.environ, "LOGURU_LEVEL": "INFO"}
         if tree is not None:  # that checkout's code first on the path (an A/B of two commits)
             env["PYTHONPATH"] = str(tree)
-        # trees before issue 24 do not log the end of an audit run (their first ran beside the first pass)
+        # trees before the compiled-rules cache and background audit start (docs/performance.md "Fast to start, light to hold") do not log the end of an audit run (their first ran beside the first pass)
         source = (tree or ROOT) / "runtime" / "controller" / "backgroundaudit.py"
         self.logs_audits = "background audit: " in source.read_text()
         self.t0 = time.monotonic()

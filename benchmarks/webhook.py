@@ -1,4 +1,4 @@
-"""Webhook benchmark (issue 16, item 1): unique Pod reviews against the real HTTPS server.
+"""Webhook benchmark (docs/performance.md "The webhook under load"): unique Pod reviews against the real HTTPS server.
 
 Starts two servers as subprocesses with ``--self-signed`` on 127.0.0.1: ``accelpolicy webhook`` with
 the real rules and, as the floor, the same server and TLS answering every review "allowed" without
@@ -14,7 +14,7 @@ each with the ratio to the floor measured in the same run, the client's own CPU 
 server's CPU per review (it holds on a busy machine where wall times do not) and the load average. Engine only: ``decide()`` in-process on unique objects (mean,
 p99 and CPU per review, no HTTP).
 
-Goals (issue 16): paced p99 <= 3 ms and p50 <= 1.5x floor; 8 clients >= 1,500 req/s, p99 <= 10 ms.
+Goals (docs/performance.md "The webhook under load"): paced p99 <= 3 ms and p50 <= 1.5x floor; 8 clients >= 1,500 req/s, p99 <= 10 ms.
 Figures, not pass/fail. ``--pin`` pins each server to CPU 0 and the clients to the other CPUs.
 Usage: ``.venv/bin/python benchmarks/webhook.py [--seconds 5] [--pin] [--json]``.
 """

@@ -3,7 +3,7 @@
 * ``local``: a LocalCluster of the e2e session's own (``testing.localcluster.walkthrough.start_local_cluster``):
   etcd, kube-apiserver, kube-scheduler, kube-controller-manager (garbage collector, namespace
   controller), kwok, nfd-master and Kueue (configured by
-  ``runtime.engine.pools.kueueconfig.kueue_configuration``, spec/pools.md §9), all built by
+  ``runtime.engine.pools.kueueconfig.kueue_configuration``, docs/concepts/pools-and-flavors.md "Kueue's resource charging"), all built by
   ``make controlplane``, with Kueue's, NFD's and our CRDs installed.
 * ``kind``: the offline kind cluster of e2e/kind (``kind-up.sh``: docker behind the network guard,
   the locally built node image, nothing pulled), 1 control-plane + 3 workers, named accelpolicy-e2e;
@@ -69,7 +69,7 @@ def cluster(request, tmp_path_factory):
         from testing.localcluster.walkthrough import start_local_cluster
         from runtime.rules.loader import load_rules
         try:
-            lc, kubectl = start_local_cluster(Policy(load_rules()))   # Kueue configured from the rules (pools.md §9)
+            lc, kubectl = start_local_cluster(Policy(load_rules()))   # Kueue configured from the rules (docs/concepts/pools-and-flavors.md "Kueue's resource charging")
         except MissingBinariesError as e:
             pytest.fail(str(e), pytrace=False)
         try:

@@ -1,4 +1,4 @@
-"""Attacks with each component's own token on kind (issue 20, "Prove it on kind"), right after the walkthrough.
+"""Attacks with each component's own token on kind (docs/install.md "Install accelpolicy on your own cluster (kind as the example)"), right after the walkthrough.
 
 Each token is read from the component's running Pod (``kubectl exec ... cat`` of the projected
 ServiceAccount token the kubelet mounted: the agent's carries its node's claim), then used for raw API

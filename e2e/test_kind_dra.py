@@ -1,4 +1,4 @@
-"""The kind walkthrough with a DRA node (issue 22 item 6): an A10G published by a DRA driver joins the
+"""The kind walkthrough with a DRA node (docs/tasks/e2e.md "The offline kind cluster"): an A10G published by a DRA driver joins the
 device-plugin A10G's pool, serves an Instance through the derived DeviceClass, and leaves again.
 
 Runs on the ``--cluster=kind`` stack after the seed walkthrough (and the attack suite), on the cluster's
@@ -12,9 +12,8 @@ kubelet, no Node object, so nothing of the walkthrough saw it). Here:
    (stack.helm_values): on the seed nodes it reads their recorded facts, on this node the slice once
    the driver publishes it (its recorded document holds node-a10g's CPU and no accelerator, so the node
    groups with node-a10g). No device plugin runs there. The A10G pools gain one exclusive accelerator
-   (EX +1), their SH/SL/PT are unchanged (a DRA accelerator offers the exclusive view only, spec/dra.md
-   §2); no ResourceFlavor is added (same CPU, same count);
-2. ``kubectl get deviceclasses`` lists the class the controller derived (spec/dra.md §4), and
+   (EX +1), their SH/SL/PT are unchanged (a DRA accelerator offers the exclusive view only, docs/concepts/dra.md "Views per manufacturer"); no ResourceFlavor is added (same CPU, same count);
+2. ``kubectl get deviceclasses`` lists the class the controller derived (docs/concepts/dra.md "The ledger from claims"), and
    ``accelpolicy explain instancetype`` on a snapshot of the live cluster names the DRA node and its
    source;
 3. **an Instance of the A10G type**, pinned to the DRA node (``spec.nodeName``, seed step 6: the Pod gets
@@ -234,7 +233,7 @@ def test_dra_node_joins_the_a10g_pool(dra):
     seed = dra.get("node", dra.cluster.stack.kind_node["node-a10g"])["metadata"]["labels"]
     ours = lambda ls: {k: v for k, v in ls.items() if k.startswith(("acceleratable.", "general."))   # noqa: E731
                        and not k.endswith((".cores", ".count"))}
-    assert ours(labels) == ours(seed)          # same GPU and CPU labels as node-a10g, .cores aside (spec/dra.md §2)
+    assert ours(labels) == ours(seed)          # same GPU and CPU labels as node-a10g, .cores aside (docs/concepts/dra.md "Views per manufacturer")
     assert f"acceleratable.feature.gpustack.ai/{A10G_GROUP}.cores" not in labels
     dra.step("labels", "node-a10g's accelerator and CPU labels, no .cores", "equal")
 

@@ -1,4 +1,4 @@
-"""The fault suite on kind (issue 21 item 4): faults under a steady load, each measured (e2e/chaos/).
+"""The fault suite on kind (docs/reliability.md "Reliability: the fault suite"): faults under a steady load, each measured (e2e/chaos/).
 
 Runs on the ``--cluster=kind`` stack after the walkthrough (and, in ``make test``, after the upgrade suite).
 A load generator in its own process creates and deletes queue-labelled Pods and Instances (20 creates/s by

@@ -1,4 +1,4 @@
-"""Uninstall leaves a working cluster, and docs/install.md installs it again (issue 20 item 3, 6; "Prove it
+"""Uninstall leaves a working cluster, and docs/install.md installs it again (docs/install.md "How removal, upgrades and the namespace are decided" and "Install accelpolicy on your own cluster (kind as the example)"; "Prove it
 on kind"). The LAST suite of the kind session: it removes everything of ours and installs it again.
 
 The commands are docs/install.md's own: its ```bash blocks marked ``<!-- e2e: NAME -->``, run as written

@@ -1,4 +1,4 @@
-"""Upgrades on kind (issue 11 item 6, issue 20 items 4-5): admission keeps answering, the CRDs are carried,
+"""Upgrades on kind (docs/tasks/e2e.md "The offline kind cluster", docs/install.md "Upgrade"): admission keeps answering, the CRDs are carried,
 a rules edit reaches the agents without a restart.
 
 Runs after the walkthrough (and the attacks) on the same ``--cluster=kind`` stack. A client submits an
@@ -75,7 +75,7 @@ class ReviewClient:
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {out.stderr.strip()}")
             else:
                 self.ok += 1
-                # the defaulting webhook fills the Instance's defaults (spec/instances.md: e.g. imagePullPolicy)
+                # the defaulting webhook fills the Instance's defaults (docs/concepts/instances.md "Instances": e.g. imagePullPolicy)
                 if "imagePullPolicy" not in json.loads(out.stdout)["spec"]:
                     self.undefaulted += 1
             self._stop.wait(PERIOD)

@@ -1,4 +1,4 @@
-"""The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (issue 6).
+"""The seed walkthrough (shared/seed/walkthrough-seed.txt) replayed live, steps 1-6 (docs/development/testing.md "Test layers").
 
 The cluster is the ``cluster`` fixture (``--cluster=local``: kube-apiserver, kube-scheduler,
 kube-controller-manager's garbage collector, kwok, nfd-master and Kueue configured by ``runtime.engine.pools.kueueconfig``); around it
@@ -35,7 +35,7 @@ STALE_ENTRANCE = "gpustack-fnv64-8cf5b3114035c84a"   # the capture's hash of an 
 RIGHT_ENTRANCE = "gpustack-fnv64-d4c0e6cd72686015"   # FNV-1a of "a10g-12c128g"
 NS, SYSTEM = "default", "gpustack-system"
 
-# spec/instances.md §14 and the seed's troubleshooting row, as kubectl prints the webhook's denial
+# docs/getting-started.md "Step 6: pinning and volumes" and the seed's troubleshooting row, as kubectl prints the webhook's denial
 # ("Instance.worker.gpustack.ai \"pinned-demo\" is invalid: ..." becomes "The Instance \"pinned-demo\" is invalid: ...")
 HOST_PATH_DENIED = ('The Instance "pinned-demo" is invalid: spec.additionalVolumes[2].hostPath: '
                     'Forbidden: mounting a host path is not allowed: enable the "instance-host-path-volume-allowed" '
@@ -127,7 +127,7 @@ def wait_phase(walk, name: str, want: str) -> None:
 
 def seed_object_mismatches(walk, seed_name: str, resource: str, *, labels_exact: bool = True) -> list[str]:
     """How the live object differs from the seed's: labels exact (our own objects) or a subset (a
-    Node carries more labels than the seed shows: hostname, fit labels; spec/README.md §2), and
+    Node carries more labels than the seed shows: hostname, fit labels; docs/getting-started.md "Getting started: the seed walkthrough"), and
     every ``spec``/``status`` field the seed shows."""
     want = json.loads(walk.seed_text(json.dumps(seed_object(seed_name))))
     ns = want["metadata"].get("namespace")
@@ -227,7 +227,7 @@ def test_step3_logical_slice(walk, record_step):
 
 # -- Step 4 ---------------------------------------------------------------------------------------------------
 def test_step4_custom_instancetype(walk, record_step):
-    _needs_webhooks(walk)   # the InstanceType defaulting webhook enriches the custom type (pools.md §6)
+    _needs_webhooks(walk)   # the InstanceType defaulting webhook enriches the custom type (docs/concepts/pools-and-flavors.md "InstanceType admission")
     timed(walk, record_step, "step 4: apply a10g-12c128g -> table", "kubectl apply -f a10g-12c128g.yaml",
           "step4-after-custom-type.txt", fix_entrance=True)
     t0 = time.monotonic()
@@ -289,7 +289,7 @@ def test_step5_repoint(walk, record_step):
 
 # -- Step 6 ---------------------------------------------------------------------------------------------------
 def test_step6_pinned_demo(walk, record_step):
-    _needs_webhooks(walk)   # the hostPath gate is the Instance validating webhook's (instances.md §6)
+    _needs_webhooks(walk)   # the hostPath gate is the Instance validating webhook's (docs/concepts/instances.md "Additional volumes and host access")
     walk.sh("kubectl apply -f model-config.yaml")
     denied = walk.sh("kubectl apply -f pinned-demo.yaml", check=False)
     assert denied.returncode != 0
@@ -299,7 +299,7 @@ def test_step6_pinned_demo(walk, record_step):
                lambda s: (s.get("status") or {}).get("value") == "true", "Setting status.value true")
     t0 = time.monotonic()
     walk.sh("kubectl apply -f pinned-demo.yaml")
-    # placement on and no InstancePersistentVolume "datasets": no Pod, the reason in phaseMessage (§14)
+    # placement on and no InstancePersistentVolume "datasets": no Pod, the reason in phaseMessage (docs/getting-started.md "Step 6: pinning and volumes")
     inst = wait_until(lambda: get(walk, "instance", "pinned-demo", "-n", NS),
                       lambda i: (i.get("status") or {}).get("phaseMessage"), "pinned-demo phaseMessage")
     assert inst["status"] == {"phase": "Starting",
@@ -332,7 +332,7 @@ def check_pinned_demo(walk) -> None:
     selector = dict(pod["spec"]["nodeSelector"])
     assert selector.pop("kubernetes.io/hostname") == hostname
     flavor = get(walk, "resourceflavors.kueue.x-k8s.io", T4_4D)
-    # any other entry is one Kueue merged from the admitted flavor's nodeLabels (instances.md §11.2)
+    # any other entry is one Kueue merged from the admitted flavor's nodeLabels (docs/concepts/instances.md "Pinned to a node")
     assert selector.items() <= flavor["spec"]["nodeLabels"].items(), selector
     [workload] = [w for w in get(walk, "workloads.kueue.x-k8s.io", "-n", NS)["items"]
                   if any(o.get("name") == "pinned-demo" and o.get("kind") == "Pod"
@@ -385,7 +385,7 @@ UNBINDABLE = ('PersistentVolumeClaim "datasets-unbindable" is Pending and nothin
 
 def test_troubleshooting_unbindable_claim(walk):
     """An InstancePersistentVolume whose StorageClass does not exist: its PVC stays Pending, nothing binds
-    it, and a new Instance mounting it says why in status.phaseMessage (instances.md §12)."""
+    it, and a new Instance mounting it says why in status.phaseMessage (docs/concepts/instances.md "Persistent volumes")."""
     _needs_webhooks(walk)
     doc = next(d for d in yaml.safe_load_all((walk.manifests / "datasets.yaml").read_text())
                if d["kind"] == "InstancePersistentVolume")
@@ -395,7 +395,8 @@ def test_troubleshooting_unbindable_claim(walk):
     assert not walk.kubectl.stdout("get", "storageclass", doc["spec"]["type"], "--ignore-not-found").strip()
     walk.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
     wait_until(lambda: get(walk, "pvc", "datasets-unbindable", "-n", NS), bool,
-               "PVC datasets-unbindable (spec/instances.md §13)", timeout=60)
+               "PVC datasets-unbindable (docs/concepts/instances.md \"Persistent volumes\")",
+               timeout=60)
     walk.sh("kubectl -n gpustack-system patch setting instance-persistent-volume-placement --type merge "
             "-p '{\"spec\":{\"value\":\"true\"}}'")
     # the controller has taken the Setting in (its status.value) before an Instance relies on it
@@ -420,7 +421,7 @@ def test_troubleshooting_privileged_rejected(walk):
     assert get(walk, "instance", "privileged-demo", "-n", NS) == {}
 
 
-# -- kind only (issue 11 item 5): real kubelets, PodResources, the chart's RBAC ------------------------------
+# -- kind only (docs/tasks/e2e.md "The offline kind cluster"): real kubelets, PodResources, the chart's RBAC ---
 def _kind_only(walk) -> None:
     if not getattr(walk, "kind_node", None):
         pytest.skip("kind backend only: real kubelets run the Instance Pods (--cluster=kind)")

@@ -1,4 +1,4 @@
-"""Choosing the accelerator backend and collecting one node's facts document (spec/node-facts.md §1.3).
+"""Choosing the accelerator backend and collecting one node's facts document (docs/agent.md "Probe facts").
 
 ``select_backend(name, facts)``: ``name`` ``real`` (default, pynvml) or ``fake`` (recorded facts);
 when not given, env ``ACCELPOLICY_NVML_BACKEND`` and ``ACCELPOLICY_RECORDED_FACTS`` decide.

@@ -1,4 +1,4 @@
-"""The recorded-facts backend (spec/node-facts.md §1.3): the NVML probe's interface fed from a YAML
+"""The recorded-facts backend (docs/agent.md "Probe facts"): the NVML probe's interface fed from a YAML
 or JSON document, so the agent runs without a GPU.
 
 Selected with ``--backend fake --facts FILE`` or ``ACCELPOLICY_NVML_BACKEND=fake`` +

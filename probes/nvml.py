@@ -1,12 +1,12 @@
-"""NVIDIA probe through NVML (pynvml): per-device facts of spec/node-facts.md §1.2.
+"""NVIDIA probe through NVML (pynvml): per-device facts of docs/agent.md "Probe facts".
 
 ``NvmlBackend().accelerators()`` returns the ``accelerators`` list of the recorded-facts document
-(§1.3); grouping per (name, memory MiB) is the engine's. pynvml is imported lazily, so this module
+(docs/agent.md "Probe facts"); grouping per (name, memory MiB) is the engine's. pynvml is imported lazily, so this module
 imports on machines without the NVIDIA library; a missing library raises
 :class:`probes.errors.ProbeError` ``kind="library"``, a failing driver ``kind="driver"``. A device
 that fails after enumeration (e.g. ``NVML_ERROR_GPU_IS_LOST``) is reported with ``healthy: false``.
 A MIG-enabled device also reports its existing MIG devices (``migDevices``: UUID, profile, placement),
-which the agent uses to map kubelet PodResources device IDs (§7.5).
+which the agent uses to map kubelet PodResources device IDs (docs/agent.md "The Devices object and its ledger").
 """
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ class NvmlBackend:
         return out
 
     def _profiles(self, nv: Any, handle: Any, infos: list[Any]) -> list[dict[str, Any]]:
-        """GPU-instance profiles with their possible placements (§1.2 ``migProfiles``)."""
+        """GPU-instance profiles with their possible placements (docs/agent.md "Probe facts" ``migProfiles``)."""
         out = []
         for info in infos:
             placements = self._placements(nv, handle, int(info.id), int(info.instanceCount))
@@ -149,9 +149,9 @@ class NvmlBackend:
 
     @staticmethod
     def _mig_devices(nv: Any, handle: Any, parent: str, names: dict[int, str]) -> list[dict[str, Any]]:
-        """The existing MIG devices of a MIG-enabled device (§1.2 ``migDevices``): per MIG device its
+        """The existing MIG devices of a MIG-enabled device (docs/agent.md "Probe facts" ``migDevices``): per MIG device its
         UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor spelling)
-        and placement (spec/node-facts.md §7.5). Empty slots are skipped; a device that cannot be
+        and placement (docs/agent.md "The Devices object and its ledger"). Empty slots are skipped; a device that cannot be
         read is logged and left out (the agent then falls back to the Pod's profile request)."""
         try:
             slots = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))

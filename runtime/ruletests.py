@@ -225,7 +225,7 @@ class Runner:
             yield self.run(case)
 
 
-# --- DRA driver rows (rules/dra.yaml, spec/dra.md §1) ------------------------------------------------
+# --- DRA driver rows (rules/dra.yaml, docs/concepts/dra.md "Two kinds of accelerator node") ----------
 DRA_SUITE_KIND = "DraDriverTests"
 
 

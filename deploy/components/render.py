@@ -7,7 +7,7 @@ binaries from). Images: ``accelpolicy.local/kueue:<version>`` and
 ``accelpolicy.local/node-feature-discovery:<version>`` (deploy/components/images.sh), never pulled.
 
 Kueue's Configuration is the chart's default with accelpolicy's resource charging merged in
-(``accelpolicy kueue-config``: spec/pools.md §9) and the ``pod`` integration; NFD runs nfd-master only
+(``accelpolicy kueue-config``: docs/concepts/pools-and-flavors.md "Kueue's resource charging") and the ``pod`` integration; NFD runs nfd-master only
 (no worker, gc or topology updater: the agent writes the NodeFeatures), accepting NodeFeatures from the
 system namespace only (spec decision 20: ``restrictions.nodeFeatureNamespaceSelector``).
 

@@ -1,4 +1,4 @@
-"""The fault suite's checker: the cluster against the state derived from its own facts (issue 21 item 4).
+"""The fault suite's checker: the cluster against the state derived from its own facts (docs/reliability.md "Reliability: the fault suite").
 
 :func:`read_cluster` lists every kind the engine reads (``runtime.engine.snapshot.KNOWN_KINDS``, the settings
 Secret alone of the Secrets) through the API server. :func:`drift` derives the pools from those facts with
@@ -12,7 +12,7 @@ phases) and names every difference between what the cluster holds and what it sh
   present with that value (Kueue and the API server add defaults); ``status`` too for the kinds whose
   status is ours (InstanceType, Devices).
 
-Beside it, what the issue counts per fault, each from one listing:
+Beside it, what docs/reliability.md "The faults" counts per fault, each from one listing:
 
 * :func:`admin_fingerprints`: objects an administrator authored (Instances' spec, labels and annotations;
   InstanceTypes without the controller's derived label; Settings' spec; InstancePersistentVolumes'

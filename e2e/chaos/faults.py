@@ -1,4 +1,4 @@
-"""The faults of the suite, injected into the offline kind cluster (issue 21 item 4).
+"""The faults of the suite, injected into the offline kind cluster (docs/reliability.md "Reliability: the fault suite").
 
 Each fault is a :class:`Fault`: a name, what the docs say it does, whether reviews are expected to fail
 closed while it lasts, and ``inject(target)``, which applies the fault, returns once the fault itself is
@@ -27,7 +27,7 @@ Faults (``FAULTS``, by name):
 * ``stop-node``: ``docker stop`` of the worker that holds the controller's leader (else one holding a
   controller replica) for 60 s, then ``docker start``; its podCIDR routes put back as kind-up.sh made them;
 * ``nfd-labels-vanish``: nfd-master stopped (scaled to 0), every feature label it put on the Nodes
-  removed (what the nfd-master restarts of NFD issues #1802/#2408 do), 60 s, nfd-master started again;
+  removed (what the nfd-master restarts of node-feature-discovery, upstream #1802 and #2408, do), 60 s, nfd-master started again;
 * ``rules-edit``: the rules ConfigMap edited (the privileged-mode message gains a suffix), served, and
   edited back, under load;
 * ``helm-upgrade``: ``helm upgrade`` to a new image tag (the same image, tagged and loaded), under load;

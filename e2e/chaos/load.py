@@ -1,5 +1,5 @@
 """The fault suite's load generator: its own process, queue-labelled Pods and Instances created and deleted at
-a steady rate through the API server, every answer recorded (issue 21 item 4).
+a steady rate through the API server, every answer recorded (docs/reliability.md "Reliability: the fault suite").
 
 Run it as ``python -m chaos.load`` with ``e2e/`` on ``PYTHONPATH`` (the suite does: :class:`LoadProcess`).
 Every ``1/rate`` seconds one create is due (open loop: a late request counts its wait from its due time, so a
@@ -8,16 +8,16 @@ stalled API server shows in the latencies instead of slowing the schedule). The 
 
 * ``pod-sliced``: a Pod labelled for the A10G pool's queue entrance asking for a logical slice of ``5..50``
   percent of VRAM. Our mutating webhook must fold it: ``nvidia.com/gpu.sliced.units`` = percent x 16,000
-  credits in requests and limits (spec/pod-requests.md §7.3, seed step 3's 20% -> ``320k``). The Pod carries
+  credits in requests and limits (docs/reference/controller.md "Pod admission", seed step 3's 20% -> ``320k``). The Pod carries
   the scheduling gate :data:`HOLD_GATE` besides Kueue's, so it is never bound: it costs the cluster a
   review, a Kueue Workload and the controller's admission check, never an accelerator, so the pools'
   tables stay those of the cluster's facts while the load runs.
 * ``pod-invalid``: the same Pod asking for ``nvidia.com/gpu.sliced: 2``: our validating webhook must deny it
-  with the spec's message (pod-requests.md §6 rule 2).
-* ``instance``: an Instance of the T4 pool's type with ``spec.stop: true`` (instances.md §10.1: no Pod is
+  with the spec's message (docs/reference/controller.md "Pod admission" rule 2).
+* ``instance``: an Instance of the T4 pool's type with ``spec.stop: true`` (docs/concepts/instances.md "Life cycle": no Pod is
   made), its image tag and command varied; our defaulting webhook must fill ``spec.imagePullPolicy``.
 * ``instance-privileged``: a privileged Instance; our validating webhook must deny it
-  (``spec.privileged: Forbidden: privileged mode is not allowed``, instances.md §6; only the start is
+  (``spec.privileged: Forbidden: privileged mode is not allowed``, docs/concepts/instances.md "Additional volumes and host access"; only the start is
   compared, so an edited tail of that message in the rules still matches).
 
 Each created object is deleted ``hold`` seconds later. One JSON line per answer goes to ``--out``:
@@ -62,7 +62,7 @@ MIX = ("pod-sliced", "instance", "pod-sliced", "instance", "pod-invalid",
        "pod-sliced", "instance", "pod-sliced", "instance", "instance-privileged")
 MAX_IN_FLIGHT = 48
 REQUEST_TIMEOUT = 20.0   # seconds; the webhooks' own timeout is 10 s (rules/admission/registration.yaml)
-CREDITS_PER_PERCENT = 16_000   # PCT of spec/four-view.md (D = 1,600,000 credits per accelerator)
+CREDITS_PER_PERCENT = 16_000   # PCT of docs/concepts/four-views.md "The four views" (D = 1,600,000 credits per accelerator)
 SLICE_DENIED = ('spec.containers[0].resources.limits[nvidia.com/gpu.sliced]: Invalid value: "2": a logical slice '
                 'request is always a single accelerator; multi-accelerator logical slicing is not supported yet')
 PRIVILEGED_DENIED = "spec.privileged: Forbidden: privileged mode is not allowed"
@@ -80,7 +80,7 @@ def sliced_percent(i: int) -> int:
 
 
 def units_of(percent: int) -> str:
-    """The canonical credits our webhook folds ``percent`` into (pod-requests.md §7.3 and §8):
+    """The canonical credits our webhook folds ``percent`` into (docs/reference/controller.md "Pod admission"):
     ``percent * 16,000`` as decimal SI; for 1..62 percent that is ``<percent * 16>k`` (20 -> ``320k``)."""
     credits = percent * CREDITS_PER_PERCENT
     for suffix, scale in (("M", 10**6), ("k", 10**3)):

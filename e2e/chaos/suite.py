@@ -1,4 +1,4 @@
-"""The fault suite's runner: load in its own process, each fault injected and measured (issue 21 item 4).
+"""The fault suite's runner: load in its own process, each fault injected and measured (docs/reliability.md "Reliability: the fault suite").
 
 :class:`Suite` over a kind cluster with the chart installed (the e2e ``cluster`` fixture's stack):
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A docker daemon for the offline kind cluster, started behind a network guard (issue 11, COMMON network rule).
+# A docker daemon for the offline kind cluster, started behind a network guard (docs/tasks/e2e.md "The offline kind cluster", COMMON network rule).
 #
 # Usage: e2e/kind/dockerd.sh start   install docker.io/iptables/nftables from Debian if missing, apply the
 #                                    guard, start dockerd (no-op when ours runs), verify with `check`

@@ -1,4 +1,4 @@
-"""The DRA driver stand-in on a kind node (issue 22 items 5 and 6) — test machinery only.
+"""The DRA driver stand-in on a kind node (docs/tasks/e2e.md "The offline kind cluster") — test machinery only.
 
 :func:`driver_objects` are the Kubernetes objects that run ``kind_draplugin`` (the Go stand-in built by
 ``kind_draplugin/build.sh`` and loaded into the nodes, nothing pulled) on one node, as a DRA driver is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create the offline kind cluster (issue 11 item 3): 1 control-plane + N workers from the locally built
+# Create the offline kind cluster (docs/tasks/e2e.md "The offline kind cluster"): 1 control-plane + N workers from the locally built
 # node image, behind the network guard.
 #
 # Usage: e2e/kind/kind-up.sh [--name NAME] [--workers N] [--dra-workers D]

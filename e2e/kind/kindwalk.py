@@ -1,4 +1,4 @@
-"""The seed walkthrough's driver on a kind cluster with accelpolicy installed by its chart (issue 11 item 5).
+"""The seed walkthrough's driver on a kind cluster with accelpolicy installed by its chart (docs/tasks/e2e.md "The offline kind cluster").
 
 On ``--cluster=local`` :class:`testing.localcluster.walkthrough.Walkthrough` makes the seed's four Nodes
 and runs the agents, the controller and the device-plugin stand-in as processes. On kind all of that is

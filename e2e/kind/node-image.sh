@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the kind node image offline (issue 11 item 3), cached by the hash of its recipe.
+# Build the kind node image offline (docs/tasks/e2e.md "The offline kind cluster"), cached by the hash of its recipe.
 #
 #   base rootfs   debootstrap of Debian bookworm (the mirror in /etc/apt/sources.list.d) with the
 #                 packages in node/packages.txt: systemd, containerd, runc, CNI plugins, iptables, ...

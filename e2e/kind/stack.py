@@ -1,4 +1,4 @@
-"""accelpolicy installed into an offline kind cluster the way a user installs it (issue 11 item 5).
+"""accelpolicy installed into an offline kind cluster the way a user installs it (docs/tasks/e2e.md "The offline kind cluster").
 
 :func:`install_stack` takes a running cluster of e2e/kind (``kind-up.sh``: 1 control-plane + 3 workers)
 and installs, with nothing pulled:
@@ -21,7 +21,7 @@ Node names: kind names its nodes (``<cluster>-control-plane``, ``-worker``, ``-w
 control plane stands in for ``node-cpu`` (no accelerator), the workers in name order for ``node-a10g``,
 ``node-t4-a``, ``node-t4-b``; :attr:`Stack.kind_node` maps a seed name to the kind name.
 
-The DRA worker (issue 22): the cluster has one more worker, ``-worker4`` (kind-up.sh ``--dra-workers 1``),
+The DRA worker (docs/concepts/dra.md "Accelerators from DRA drivers"): the cluster has one more worker, ``-worker4`` (kind-up.sh ``--dra-workers 1``),
 whose accelerator the DRA driver stand-in publishes (e2e/test_kind_dra.py). It is parked right after the
 cluster comes up, before anything is installed (draworker.park_node: kubelet stopped, Node deleted), so the
 seed walkthrough sees the seed's four nodes only; the DRA suite makes it join and leave again. The chart's

@@ -1,4 +1,4 @@
-"""The device-plugin stand-in against a real kubelet (issue 11 item 4).
+"""The device-plugin stand-in against a real kubelet (docs/tasks/e2e.md "The offline kind cluster").
 
 The stand-in registers the recorded devices of seed node node-t4-a (probes/recorded/node-t4-a.yaml, one
 Tesla T4) with a kind worker's kubelet; a Pod asking for ``nvidia.com/gpu`` and ``nvidia.com/gpu.shared``

@@ -1,4 +1,4 @@
-"""The DRA driver stand-in (kind_draplugin, issue 22 item 5) against a real kubelet, scheduler and
+"""The DRA driver stand-in (kind_draplugin, docs/tasks/e2e.md "The offline kind cluster") against a real kubelet, scheduler and
 kube-controller-manager, with a DeviceClass made by hand (no accelpolicy installed).
 
 The stand-in runs on the session cluster's first worker and publishes the walkthrough's A10G

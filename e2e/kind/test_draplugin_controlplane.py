@@ -1,5 +1,5 @@
 """The DRA driver stand-in against a real kube-apiserver and kube-scheduler (no kubelet), and accelpolicy's
-agent ``--backend dra`` reading what it published (issue 22 items 5 and 2).
+agent ``--backend dra`` reading what it published (docs/tasks/e2e.md "The offline kind cluster", docs/concepts/dra.md "Accelerators from DRA drivers").
 
 On a local control plane of its own (``make controlplane``'s binaries: API server, scheduler) with one
 Node object and no kubelet, the stand-in runs as a host process (its registration and DRA sockets in a

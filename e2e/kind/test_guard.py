@@ -1,4 +1,4 @@
-"""The network guard of e2e/kind/dockerd.sh (issue 11, "Network safety first"; COMMON network rule).
+"""The network guard of e2e/kind/dockerd.sh (docs/tasks/e2e.md "The offline kind cluster"; COMMON network rule).
 
 ``check`` must refuse, naming the missing piece, when the nftables table is absent or IPv4 forwarding is
 on (both forced with the script's overrides, so the host's real guard is untouched), and must pass

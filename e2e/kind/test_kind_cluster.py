@@ -1,4 +1,4 @@
-"""The offline kind cluster (issue 11 item 3, "Network safety first"): e2e/kind/kind-up.sh end to end.
+"""The offline kind cluster (docs/tasks/e2e.md "The offline kind cluster"): e2e/kind/kind-up.sh end to end.
 
 One cluster (1 control-plane + ``$ACCELPOLICY_KIND_TEST_WORKERS`` workers, default 3) is created for the
 session from the locally built node image and deleted afterwards (conftest.py, kindcluster.py). Skipped, with the reason, when the

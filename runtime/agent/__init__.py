@@ -1,2 +1,2 @@
-"""The per-node agent (spec/README.md §3.1): probes -> engine -> runtime.agent.cluster
+"""The per-node agent (docs/agent.md "The node agent (`accelpolicy agent`)"): probes -> engine -> runtime.agent.cluster
 (the controller's runtime.kube session, watch cache and applier, narrowed to one node)."""

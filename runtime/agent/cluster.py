@@ -1,7 +1,7 @@
 """The agent's side of the cluster: the controller's kube layer narrowed to one node.
 
 The agent connects, watches and writes with the same parts as the controller
-(spec/node-facts.md §3.3, §7.6):
+(docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger"):
 
 * one :class:`runtime.kube.session.Session` (:func:`runtime.kube.session.connect`, the one kubeconfig
   loader);
@@ -44,10 +44,10 @@ class SettingsUnreadable(RuntimeError):
 
 def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str,
                  dra: bool = False) -> list[WatchedKind]:
-    """What the agent reacts to (spec/node-facts.md §3.3, §7.6): its Node and Devices (by name), the
+    """What the agent reacts to (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger"): its Node and Devices (by name), the
     Pods bound to it (``spec.nodeName``), its NodeFeatures in ``namespace`` (label
     ``nodeFeatureNode``) and the settings Secret in ``settings_namespace``; with ``dra`` (the ``dra``
-    backend, spec/dra.md) also the ResourceSlices naming the node (``spec.nodeName``) and every
+    backend, docs/concepts/dra.md "Accelerators from DRA drivers") also the ResourceSlices naming the node (``spec.nodeName``) and every
     ResourceClaim (a claim has no node to select on; its allocation names the node's devices)."""
     rules = agent_rules(policy)
     extra = [WatchedKind("ResourceSlice", field_selector=f"spec.nodeName={node}"),
@@ -94,7 +94,7 @@ class NodeCluster:
         not listed after ``sync_timeout`` seconds, and why (the last error, e.g. a 403). The settings
         Secret is optional: on the first start it is waited for at most ``settings_wait`` seconds, and
         while it cannot be listed :meth:`settings_secret` says why (the agent plans with the default
-        settings and a warning, spec/node-facts.md §3.3)."""
+        settings and a warning, docs/agent.md "Labels, annotations and NodeFeatures")."""
         first = not self.cache.started
         self.cache.start()
         deadline = time.monotonic() + sync_timeout

@@ -1,5 +1,5 @@
 """The agent's ``dra`` backend: a node's accelerators from the ResourceSlices of the drivers the rules
-list (spec/dra.md §1), and the choice ``auto`` makes between it, the recorded facts and NVML.
+list (docs/concepts/dra.md "Two kinds of accelerator node"), and the choice ``auto`` makes between it, the recorded facts and NVML.
 
 :class:`DraBackend` has the probe backends' interface (``name``, ``cpu()``, ``accelerators()``;
 probes/backend.py): its slices come from a callable, the agent's watch cache of its node's slices
@@ -60,7 +60,7 @@ class DraBackend:
         return None
 
     def accelerators(self) -> list[dict[str, Any]]:
-        """The node's whole accelerators read from its slices now (spec/node-facts.md §1.3 shape)."""
+        """The node's whole accelerators read from its slices now (docs/agent.md "Probe facts" shape)."""
         self.reading = read_node(self.policy, self.node, self._slices())
         return [dict(a) for a in self.reading.accelerators]
 

@@ -3,7 +3,7 @@
 
 Per accelerator of the last plan's Devices object (labels ``node``, ``group``, ``accelerator``: the
 node's name, the accelerator group id and the accelerator's id as published; bounded by the
-node's accelerators): the ledger's ``mode`` and ``remaining`` credits (spec/node-facts.md §7.5,
+node's accelerators): the ledger's ``mode`` and ``remaining`` credits (docs/agent.md "The Devices object and its ledger",
 ``status.groups[].accelerators[]``) and health (``spec`` ``status.unhealthy``). Per pass: the probe's
 duration, and errors of each probe and of the kubelet PodResources read (one per failing pass, ERROR
 level only: a CPU node without the NVIDIA library or ``auto`` without the socket is no error).

@@ -38,7 +38,7 @@ COMPONENT = "accelpolicy-agent"
 
 
 def resolve_allocation_source(choice: str, socket: str) -> str:
-    """``auto`` -> ``podresources`` when the kubelet socket exists, else ``annotation`` (§7.5)."""
+    """``auto`` -> ``podresources`` when the kubelet socket exists, else ``annotation`` (docs/agent.md "The Devices object and its ledger")."""
     if choice not in ALLOCATION_SOURCES:
         raise ValueError(f"unknown allocation source {choice!r} (known: {', '.join(ALLOCATION_SOURCES)})")
     if choice == "auto":
@@ -87,7 +87,7 @@ class NodeAgent:
 
     @property
     def dra(self) -> bool:
-        """Whether this pass's facts and allocations come from DRA (spec/dra.md): the ``dra`` backend,
+        """Whether this pass's facts and allocations come from DRA (docs/concepts/dra.md "Accelerators from DRA drivers"): the ``dra`` backend,
         or ``auto`` once it reads slices (runtime/agent/dra.py :class:`AutoBackend`)."""
         return getattr(self.backend, "name", "") == DRA_BACKEND
 
@@ -96,9 +96,9 @@ class NodeAgent:
         """The source this pass uses: ``auto`` is resolved against the socket on every pass."""
         return resolve_allocation_source(self.allocation_choice, self.podresources_socket)
 
-    # -- allocations (§7.5) ------------------------------------------------------------------------
+    # -- allocations (docs/agent.md "The Devices object and its ledger") ---------------------------
     def claim_allocations(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A DRA node's allocations from the ResourceClaims of its devices (spec/dra.md §4), in the
+        """A DRA node's allocations from the ResourceClaims of its devices (docs/concepts/dra.md "The ledger from claims"), in the
         PodResources shape (:func:`runtime.engine.devices.draclaims.claim_pod_resources`)."""
         claims = self.cluster.resource_claims() if self.cluster is not None else []
         return claim_pod_resources(self.policy, self.backend.reading, claims, pods)
@@ -168,7 +168,7 @@ class NodeAgent:
         return facts, known
 
     def _dra_problems(self) -> None:
-        """Log what the slices could not give (once while it lasts, spec/dra.md §2, §5); an
+        """Log what the slices could not give (once while it lasts, docs/concepts/dra.md "Views per manufacturer", docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); an
         unreadable device also becomes a Warning Event on the Node (:meth:`plan`)."""
         problems = self.backend.problems()
         if problems:
@@ -203,7 +203,7 @@ class NodeAgent:
             settings = self._settings()
             node = self.cluster.node()
             worker_now = self.cluster.node_feature(node_feature_name(self.policy, self.node_name, "worker"))
-            self._worker_read = worker_now   # the version the plan's managed value came from (§6)
+            self._worker_read = worker_now   # the version the plan's managed value came from (docs/agent.md "Labels, annotations and NodeFeatures")
             pods = self.cluster.pods()
             pod_resources = self.claim_allocations(pods) if self.dra else self.pod_resources()
         else:
@@ -233,7 +233,7 @@ class NodeAgent:
         return done
 
     def _apply_node_features(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The worker and device-manager NodeFeatures (spec/node-facts.md §3.3); the device-manager
+        """The worker and device-manager NodeFeatures (docs/agent.md "Labels, annotations and NodeFeatures"); the device-manager
         one is deleted (when the node owns it) once the probe knows there is no accelerator."""
         c, done = self.cluster, []
         if plan.worker is not None:
@@ -261,7 +261,7 @@ class NodeAgent:
         return done
 
     def _apply_node(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Node's CPU annotations (§3.2) and extended-resource capacity (§8), each patched only
+        """The Node's CPU annotations (docs/agent.md "Labels, annotations and NodeFeatures") and extended-resource capacity (docs/agent.md "Capacity and fit labels"), each patched only
         when a key differs."""
         done = []
         annotations = plan.node_patch["metadata"].get("annotations") or {}
@@ -280,7 +280,7 @@ class NodeAgent:
         return done
 
     def _apply_devices(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Devices object and its ledger status (§7); deleted (when the node owns it) once the
+        """The Devices object and its ledger status (docs/agent.md "The Devices object and its ledger"); deleted (when the node owns it) once the
         probe knows there is no accelerator."""
         c, done = self.cluster, []
         if plan.devices is not None:
@@ -306,7 +306,7 @@ class NodeAgent:
                 involved = {"apiVersion": dv.apiVersion, "kind": dv.kind, "name": ev.name}
             else:
                 involved = {"apiVersion": "v1", "kind": ev.kind, "name": ev.name, "namespace": ev.namespace}
-                if ev.kind == "Node":   # an unreadable DRA device (spec/dra.md §5)
+                if ev.kind == "Node":   # an unreadable DRA device (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")
                     involved["uid"] = node_uid
             logger.warning("{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
             self.cluster.warn(involved, ev.reason, ev.message, COMPONENT)

@@ -1,9 +1,9 @@
-"""`accelpolicy agent`: the per-node agent (spec/README.md §3.1, spec/node-facts.md).
+"""`accelpolicy agent`: the per-node agent (docs/agent.md "The node agent (`accelpolicy agent`)", docs/agent.md "The node agent (`accelpolicy agent`)").
 
 Runs forever (every ``--interval`` seconds) unless ``--once``. ``--dry-run -o yaml`` prints what it
 would write (NodeFeatures, the Node annotation/capacity patch, Devices) and writes nothing; with
 ``--facts FILE --node-capacity-cpu N`` (or ``--backend dra --resourceslices FILE --node-capacity-cpu N``,
-spec/dra.md; ``--backend auto`` takes either) and no ``--kubeconfig`` it needs no cluster at all.
+docs/concepts/dra.md "Accelerators from DRA drivers"; ``--backend auto`` takes either) and no ``--kubeconfig`` it needs no cluster at all.
 Exit codes: 0 success, 2 bad input (unreadable facts, broken rules, bad flag combination).
 """
 from __future__ import annotations

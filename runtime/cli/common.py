@@ -157,7 +157,7 @@ def snapshot_from(paths: tuple[str, ...]):
 
 def offline_snapshot(policy: Policy, paths: tuple[str, ...]):
     """:func:`snapshot_from` with the DRA nodes planned from their ResourceSlices as their agents would
-    (:func:`runtime.engine.devices.draoffline.with_dra_nodes`, spec/dra.md): what ``get``, ``derive``,
+    (:func:`runtime.engine.devices.draoffline.with_dra_nodes`, docs/concepts/dra.md "Accelerators from DRA drivers"): what ``get``, ``derive``,
     ``explain``, ``audit`` and ``admit`` read. None when ``paths`` is empty."""
     snapshot = snapshot_from(paths)
     if snapshot is None:

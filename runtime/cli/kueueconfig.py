@@ -1,6 +1,6 @@
-"""`accelpolicy kueue-config`: the Kueue Configuration fragment of spec/pools.md §9, to merge into
+"""`accelpolicy kueue-config`: the Kueue Configuration fragment of docs/concepts/pools-and-flavors.md "Kueue's resource charging", to merge into
 Kueue's ConfigMap (``controller_manager_config.yaml``), with the ``deviceClassMappings`` of the
-DeviceClasses accelpolicy derives for DRA drivers (spec/dra.md §4) when the rules have any."""
+DeviceClasses accelpolicy derives for DRA drivers (docs/concepts/dra.md "The ledger from claims") when the rules have any."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """`accelpolicy webhook-probe`: one admission review to each served webhook, its verdict checked (the
-chart's `helm test`: docs/install.md "Check").
+chart's `helm test`: docs/install.md "6. Check").
 
 For every AdmissionPolicy of the rules, a review of the policy's own kind (its first matched operation)
 whose object the policy answers the same way whatever the cluster holds: its ``spec`` is a string, so a

@@ -3,8 +3,7 @@
 :class:`ActionWriter` is the part of :class:`runtime.controller.reconciler.Controller` that runs a
 planned :class:`~runtime.engine.plan.Action` through its :class:`runtime.kube.applier.Applier`:
 apply, status apply, the Workload check state (server-side apply as the check's
-``controllerName``), create (a LocalQueue with its ClusterQueue owner reference, spec/pools.md
-§8.1), merge patch, delete, recreate, and the finalizers of :data:`FINALIZER_ROLES` (JSON patches
+``controllerName``), create (a LocalQueue with its ClusterQueue owner reference, docs/concepts/pools-and-flavors.md "Queues and the entrance"), merge patch, delete, recreate, and the finalizers of :data:`FINALIZER_ROLES` (JSON patches
 guarded by a ``test`` op). A new Verb needs its handler in ``_handlers`` here.
 """
 from __future__ import annotations
@@ -88,7 +87,7 @@ class ActionWriter:
     }
 
     def _with_owner(self, lq: dict) -> dict:
-        """A LocalQueue with the controller owner reference to its ClusterQueue (§8.1)."""
+        """A LocalQueue with the controller owner reference to its ClusterQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
         queue_name = lq["spec"]["clusterQueue"]
         queue = self.cache.get("ClusterQueue", queue_name)
         uid = (queue or {}).get("metadata", {}).get("uid")

@@ -1,4 +1,4 @@
-"""The controller's DeviceClasses for the DRA drivers of the rules (spec/dra.md §4).
+"""The controller's DeviceClasses for the DRA drivers of the rules (docs/concepts/dra.md "The ledger from claims").
 
 :class:`DeviceClassFeature` finds out once, at start, whether the cluster can take them: it serves
 ``resource.k8s.io/v1`` ``deviceclasses`` (discovery) and keeps ``spec.extendedResourceName`` (a

@@ -1,6 +1,6 @@
 """Fit label patches written outside the reconcile that planned them.
 
-A fit label patch (spec/node-facts.md §9) is one independent merge patch of one Node's labels; a
+A fit label patch (docs/agent.md "Capacity and fit labels") is one independent merge patch of one Node's labels; a
 pass over a large cluster plans hundreds (619 at 1,000 nodes, 3,023 at 5,000). Written inside the
 pass, they held every event behind them for seconds. :class:`FitLabelWriter` takes them from the
 controller's loop and writes them on its own threads, ``workers`` at a time, one batch after the

@@ -14,8 +14,8 @@ caches synced and the first pass derived everything, and one landed now and then
 - :func:`tend` (after every later pass, on the loop's thread) keeps that part small. The caches
   replace objects as the cluster changes (6,000 fit label echoes replace 6,000 Nodes); the new ones
   aged into generation 2 unfrozen, and each full collection walked them all: at 10,000 nodes one
-  every 2-20 s, 250-370 ms each, landing inside passes (a flip's pass 0.3 -> 0.84 s of CPU; issue
-  24). So once the collector has promoted ``REFREEZE_AFTER`` batches of survivors since the last
+  every 2-20 s, 250-370 ms each, landing inside passes (a flip's pass 0.3 -> 0.84 s of CPU; docs/performance.md
+  "Fast to start, light to hold"). So once the collector has promoted ``REFREEZE_AFTER`` batches of survivors since the last
   full collection, ``tend`` collects what is unfrozen (cyclic garbage among the new objects) and
   freezes the survivors: each walk covers only what came since the last. CPython's own full
   collections stay on (for threads and replicas that run no passes) and walk as little. Cyclic

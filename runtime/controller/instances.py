@@ -1,4 +1,4 @@
-"""The Instance reconciler (spec/instances.md §10-§12): engine decisions turned into controller writes.
+"""The Instance reconciler (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes"): engine decisions turned into controller writes.
 
 For every cached Instance, :func:`plan_instances` calls the engine's
 :func:`runtime.engine.instances.instancelife.plan_instance` with
@@ -9,9 +9,9 @@ For every cached Instance, :func:`plan_instances` calls the engine's
   ``InstanceActions.foreign`` (a deleted Instance still loses its finalizer, leaving that Pod be);
 * its InstanceType as the engine derived it (``DesiredState.instance_types``: computed ``status``
   with ``entrance`` and ``detail``) with the live object's ``metadata`` (so a deletion timestamp
-  counts, §10.2), or None when neither exists;
+  counts, docs/concepts/instances.md "Life cycle"), or None when neither exists;
 * the live ClusterQueue of that type (same name), whose ``spec.stopPolicy`` drives the drain stop;
-* (through the snapshot) the Service of the same name (§11.5, ``status.ports``) and the Pod's Node
+* (through the snapshot) the Service of the same name (docs/concepts/instances.md "The Instance's Pod", ``status.ports``) and the Pod's Node
   (``status.hostIPs``).
 
 and turns the :class:`~runtime.engine.instances.instancelife.InstancePlan` into :class:`Action` s for
@@ -25,15 +25,15 @@ ADD_FINALIZER           ``add-finalizer`` Instance (JSON patch; key role ``insta
 SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge patch)
 DELETE_POD              ``delete`` Pod (the applier refuses a Pod no Instance controls)
 CREATE_POD              ``create`` Pod (rendered once, never re-diffed; no ``spec.nodeName``)
-CREATE_SERVICE          ``create`` Service (NodePort, §11.5; created when missing, never updated)
+CREATE_SERVICE          ``create`` Service (NodePort, docs/concepts/instances.md "The Instance's Pod"; created when missing, never updated)
 REMOVE_FINALIZER        ``remove-finalizer`` Instance
 ======================  ===================================================================
 
 The status goes first, so a drain writes phase ``Stopping`` before ``spec.stop`` and the Pod delete
-(§10.2). ``InstanceActions.requeue`` is the smallest ``plan.requeue`` > 0 (seconds), after which the
+(docs/concepts/instances.md "Life cycle"). ``InstanceActions.requeue`` is the smallest ``plan.requeue`` > 0 (seconds), after which the
 controller reconciles again without an event.
 
-Re-enqueueing (§10.2): the controller reconciles every Instance on every pass, and any event
+Re-enqueueing (docs/concepts/instances.md "Life cycle"): the controller reconciles every Instance on every pass, and any event
 (an InstanceType's deletion timestamp, a ClusterQueue's ``stopPolicy``, a Pod, a PVC, the settings
 Secret) starts a pass, so every Instance of a type is looked at again when its type or queue changes.
 """
@@ -70,7 +70,7 @@ def _created(obj: dict | None) -> datetime | None:
 
 
 def pod_age_seconds(instance: dict, pod: dict | None) -> float:
-    """Pod creation minus Instance creation in seconds (§10.1 step 5); 0 when either is unknown."""
+    """Pod creation minus Instance creation in seconds (docs/concepts/instances.md "Life cycle"); 0 when either is unknown."""
     pod_at, instance_at = _created(pod), _created(instance)
     if pod_at is None or instance_at is None:
         return 0.0
@@ -153,7 +153,7 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
 
 
 def plan_persistent_volumes(policy: Policy, snapshot: Snapshot) -> list[Action]:
-    """Actions for every InstancePersistentVolume (spec/instances.md §13): ``create`` its claim when
+    """Actions for every InstancePersistentVolume (docs/concepts/instances.md "Persistent volumes"): ``create`` its claim when
     no PersistentVolumeClaim of that name exists (created once, never updated: the claim's fields are
     immutable), and ``apply-status`` ``{phase, volume}`` mirrored from the claim when it differs. A
     same-named claim the InstancePersistentVolume does not control is neither touched nor mirrored.

@@ -1,4 +1,4 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease (spec/README.md §3: the controller is a
+"""Leader election on a ``coordination.k8s.io/v1`` Lease (docs/architecture.md "Which package holds what": the controller is a
 leader-elected Deployment, ``gpustack-operator-worker``).
 
 The holder renews ``spec.renewTime`` every ``renew_seconds``; a candidate takes the Lease when it is

@@ -32,7 +32,7 @@ from runtime.engine.plan import Verb
 from runtime.kube.held import CacheBytesCollector
 from runtime.model.rfc3339 import TIME_FORMAT
 
-# Views (spec/four-view.md §2, pools.md §10.2) -> the InstanceType status field that publishes them
+# Views (docs/concepts/four-views.md "The four views", docs/concepts/pools-and-flavors.md "InstanceType status") -> the InstanceType status field that publishes them
 # (crds/worker.gpustack.ai_instancetypes.yaml). Units: ex accelerators, sh shares, sl VRAM percent,
 # pt partitions, cpu cores.
 STATUS_VIEWS = {"ex": "accelerator", "sh": "acceleratorShared", "sl": "acceleratorSliced",
@@ -81,7 +81,7 @@ def quota_reserved_at(workload: dict | None) -> datetime | None:
 def check_answers(planned: Iterable, writes: Iterable, workload_of: Callable[[str, str], dict | None],
                   now: datetime) -> list[tuple[str, float | None]]:
     """``(state, seconds since quota reservation or None)`` for each AdmissionCheck answer a pass
-    wrote: its ``apply-check-state`` actions whose Workload status write succeeded (spec/pools.md §8.2)."""
+    wrote: its ``apply-check-state`` actions whose Workload status write succeeded (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
     written = {(w.namespace, w.name) for w in writes if w.kind == "Workload" and w.verb == "apply-status"}
     out = []
     for action in planned:

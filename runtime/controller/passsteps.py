@@ -1,6 +1,6 @@
 """Steps of a reconcile pass that the :class:`~runtime.controller.reconciler.Controller` takes around its
-plan: derive warnings logged once, the fit labels' coalescing window (spec/node-facts.md §9), the
-Workload check answers (spec/pools.md §8.2) and the InvalidSetting Events (spec/settings.md §1). A mixin:
+plan: derive warnings logged once, the fit labels' coalescing window (docs/agent.md "Capacity and fit labels"), the
+Workload check answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`") and the InvalidSetting Events (docs/concepts/settings.md "Settings"). A mixin:
 it reads and sets the Controller's own fields (``_served`` and ``_pass_policy``, the rules generation
 behind :attr:`PassSteps.policy`; ``settings_namespace``, ``_requeue_at``,
 ``_fit_since``, ``_warned``, ``_reported``, ``_pass``), reads the time from its ``clock`` and calls
@@ -50,7 +50,7 @@ class PassSteps:
 
     def _hold_fit_labels(self, actions: list[Action]) -> tuple[list[Action], list[Action]]:
         """(actions to run now, fit label patches deferred): the coalescing window of
-        spec/node-facts.md §9 (see the module docstring). A deferral requeues a pass for when the
+        docs/agent.md "Capacity and fit labels" (see the module docstring). A deferral requeues a pass for when the
         window closes."""
         fit = [a for a in actions if a.kind == "Node"]
         now = time.monotonic()
@@ -66,7 +66,7 @@ class PassSteps:
         self._requeue(due)
         return [a for a in actions if a.kind != "Node"], fit
 
-    # -- the gpustack-node-devices answers (spec/pools.md §8.2) -----------------------------------------
+    # -- the gpustack-node-devices answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`") ---
     def _workload_check_actions(self, snapshot) -> list[Action]:
         """Plan the Workload check answers (:mod:`runtime.controller.workloadchecks`); a Retry waiting
         for its re-evaluation requeues a pass for that moment."""
@@ -81,7 +81,7 @@ class PassSteps:
 
     def _report_invalid_settings(self, state: DesiredState, snapshot) -> None:
         """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does
-        not parse (spec/settings.md §1), once per setting and value in this process."""
+        not parse (docs/concepts/settings.md "Settings"), once per setting and value in this process."""
         catalog = self.policy.settings
         secret = snapshot.get("Secret", catalog.secretName, self.settings_namespace)
         if secret is None:

@@ -4,17 +4,17 @@ Level-triggered: every cache event marks the cluster dirty; the loop waits a sho
 window, then reconciles the whole desired state from one snapshot. A reconcile's own writes come
 back as events and cause one more reconcile, which finds nothing to do (idempotence: the plan is
 empty when the cluster matches, see :mod:`runtime.engine.plan`). Settings live in the watched
-Secret, so a settings change re-triggers a reconcile without a restart (spec/settings.md §3).
+Secret, so a settings change re-triggers a reconcile without a restart (docs/concepts/settings.md "Settings").
 
 Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every Instance
-(:func:`runtime.controller.instances.plan_instances`, spec/instances.md §10-§12) and the Setting
-view (:func:`runtime.controller.settingsview.plan_settings`, spec/settings.md §2), then the
+(:func:`runtime.controller.instances.plan_instances`, docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes") and the Setting
+view (:func:`runtime.controller.settingsview.plan_settings`, docs/concepts/settings.md "Settings"), then the
 ``gpustack-node-devices`` answers on Workloads (:mod:`runtime.controller.workloadchecks`,
-spec/pools.md §8.2; a ``Retry`` still holding quota is judged again after ``retryAfterSeconds``). An Instance that
+docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"; a ``Retry`` still holding quota is judged again after ``retryAfterSeconds``). An Instance that
 asks for a requeue (e.g. a Pod being deleted) gets another pass after that many seconds even
 without an event.
 
-Fit labels (spec/node-facts.md §9) have their own coalescing window (``fitCoalesceSeconds`` of
+Fit labels (docs/agent.md "Capacity and fit labels") have their own coalescing window (``fitCoalesceSeconds`` of
 rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, and the first pass
 at least that long after writes the patches planned then (a pass is requeued for that moment).
 ``ReconcileResult.deferred`` lists the patches held back.
@@ -68,9 +68,9 @@ from runtime.kube.clustercache import ClusterCache
 from runtime.kube.session import KubeApiError, Session
 from runtime.model.rfc3339 import format_time
 
-# What the pools depend on (spec/pools.md §2.4 triggers), then what Instances depend on
-# (spec/instances.md §10-§12: their Pods, the claims, volumes and classes of §12, RuntimeClasses of
-# §11.1), then Kueue Workloads (the gpustack-node-devices answers, spec/pools.md §8.2). The settings
+# What the pools depend on (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" triggers), then what Instances depend on
+# (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes": their Pods, the claims, volumes and classes of docs/concepts/instances.md "Persistent volumes", RuntimeClasses of
+# docs/concepts/instances.md "The Instance's Pod"), then Kueue Workloads (the gpustack-node-devices answers, docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). The settings
 # Secret and the Setting view are watched in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
@@ -134,7 +134,7 @@ class Controller(ActionWriter, PassSteps):
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
-        self.device_classes = DeviceClassFeature(session, clock=self.clock)   # spec/dra.md §4: watched where served
+        self.device_classes = DeviceClassFeature(session, clock=self.clock)   # docs/concepts/dra.md "The ledger from claims": watched where served
         if self.device_classes.served:
             watched.append(WatchedKind("DeviceClass"))
         self._dirty = threading.Event()
@@ -201,7 +201,7 @@ class Controller(ActionWriter, PassSteps):
             gcpolicy.settle()
 
     def seed_settings(self) -> list[str]:
-        """Create the settings Secret or add its missing keys (spec/settings.md §1); returns the
+        """Create the settings Secret or add its missing keys (docs/concepts/settings.md "Settings"); returns the
         keys written. A missing namespace is logged, not raised (the next start tries again)."""
         catalog = self.policy.settings
         secret = self.applier.get("Secret", catalog.secretName, self.settings_namespace)

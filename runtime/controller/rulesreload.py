@@ -1,4 +1,4 @@
-"""Hot reload of the controller's rules (docs/rule-authoring.md "Hot reload"): a
+"""Hot reload of the controller's rules (docs/rule-authoring.md "4. Hot reload"): a
 :class:`~runtime.rules.reload.RulesWatcher` wired to a running
 :class:`~runtime.controller.reconciler.Controller` and, when served, its webhooks.
 

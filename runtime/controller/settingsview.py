@@ -1,4 +1,4 @@
-"""The ``Setting`` view of the settings Secret (spec/settings.md §2-§3), as planned writes.
+"""The ``Setting`` view of the settings Secret (docs/concepts/settings.md "Settings"), as planned writes.
 
 Pure: :func:`plan_settings` reads the settings catalog (rules/settings.yaml), the cached Secret and
 the cached ``Setting`` objects (gpustack.ai/v1) of the settings namespace and returns
@@ -14,7 +14,7 @@ the cached ``Setting`` objects (gpustack.ai/v1) of the settings namespace and re
   (the Secret's raw string; the default when the key is missing), ``observedGeneration``} ->
   ``apply-status`` when it differs from the live status.
 
-The value is applied as written: checking it is the Setting webhook's job (§4). Without the
+The value is applied as written: checking it is the Setting webhook's job (docs/concepts/settings.md "Setting admission"). Without the
 Secret (not seeded yet) nothing is written to it; ``status.value`` shows the defaults. Setting
 objects whose name is not a catalog setting are left alone.
 """
@@ -31,7 +31,7 @@ KIND = "Setting"
 
 
 def setting_status(catalog: SettingCatalogSpec, name: str, value: str, observed_generation: int) -> dict:
-    """The ``status`` of the Setting ``name`` showing ``value`` (§2)."""
+    """The ``status`` of the Setting ``name`` showing ``value`` (docs/concepts/settings.md "Settings")."""
     setting = next(s for s in catalog.settings if s.name == name)
     return {"description": setting.description, "editable": True, "sensitive": False, "value": value,
             "observedGeneration": observed_generation}

@@ -4,14 +4,14 @@ Reasons, types and message templates are ``events`` of rules/pools/derivation.ya
 (:class:`runtime.model.rulefiles.StateEvents`); this module only decides when and on what:
 
 * ``nodeLeftPool`` / ``nodeJoinedPool`` on the Node: the ResourceFlavors a node contributes to
-  (``DesiredState.node_flavors``, spec/pools.md §2) lost or gained names since the previous pass
+  (``DesiredState.node_flavors``, docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes") lost or gained names since the previous pass
   (e.g. the seed's step 2 ``gpustack.ai/managed=false`` flip and back). The first pass of a process
   only records the baseline: a restart does not repeat the Events of transitions already recorded.
 * ``typeDraining`` on the InstanceType: the type is being deleted and the delete of its ClusterQueue
-  was written (spec/pools.md §7.4, seed step 4; the queue then drains, ``HoldAndDrain``, while
+  was written (docs/concepts/pools-and-flavors.md "Queues and the entrance", seed step 4; the queue then drains, ``HoldAndDrain``, while
   Kueue's finalizer holds it); the plan holds that delete only until the queue is deleting.
 * ``workloadRetry`` on the Workload: the ``gpustack-node-devices`` answer ``Retry`` was written
-  (spec/pools.md §8.2); the message is the one the check gave.
+  (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"); the message is the one the check gave.
 
 Typical use (the reconciler)::
 

@@ -1,5 +1,5 @@
 """The admission webhooks inside the controller: served from its watch caches, registered for real
-(docs/reference/controller.md; spec/README.md §3.2 "Serves every admission webhook").
+(docs/reference/controller.md; docs/reference/controller.md "Controller and webhooks" "Serves every admission webhook").
 
 * :class:`LiveAdmissionView`: the admission view (:func:`runtime.engine.admission.admission_view`)
   of the controller's caches. Events of the kinds the view reads

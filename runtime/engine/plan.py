@@ -4,24 +4,24 @@ Pure: :func:`plan` reads the engine's :class:`DesiredState` and the :class:`Snap
 from (the watch cache) and returns :class:`Action` s in the order they must run. Nothing is planned
 for an object that already matches, so a reconcile of an unchanged cluster plans nothing.
 
-Rules (spec/pools.md):
+Rules (docs/concepts/pools-and-flavors.md "Pools and flavors"):
 
-* ResourceFlavor (§2.4): missing -> apply; ``spec.nodeLabels`` differ -> recreate (delete, then
+* ResourceFlavor (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"): missing -> apply; ``spec.nodeLabels`` differ -> recreate (delete, then
   apply; never patched); our labels missing or notes differ -> apply (labels are never removed, the
   notes are replaced wholesale: stale notes are pruned); no contributor -> delete. A flavor being
   deleted is left alone.
-* AdmissionCheck (§8.2): labels/spec applied; its ``Active`` condition kept ``True``. Its answers on
+* AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"): labels/spec applied; its ``Active`` condition kept ``True``. Its answers on
   Workloads are planned by :mod:`runtime.controller.workloadchecks`.
-* InstanceType (§4, §10): derived types created (create-only; an existing type's spec and labels are
+* InstanceType (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" and "InstanceType status"): derived types created (create-only; an existing type's spec and labels are
   never written); ``status`` written for every type when it differs; a deleting type's finalizer is
-  removed once its ClusterQueue is gone (§7.4).
-* ClusterQueue (§7): labels, ``resourceGroups``, ``admissionChecksStrategy``, ``stopPolicy`` kept
+  removed once its ClusterQueue is gone (docs/concepts/pools-and-flavors.md "Queues and the entrance").
+* ClusterQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): labels, ``resourceGroups``, ``admissionChecksStrategy``, ``stopPolicy`` kept
   equal (stale ``general.``/``acceleratable.`` labels pruned); our queues without an InstanceType
   deleted, a queue being deleted set to ``HoldAndDrain``.
-* LocalQueue (§8.1): created when missing (owner reference filled at execution), never updated;
+* LocalQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): created when missing (owner reference filled at execution), never updated;
   ours without a desired counterpart deleted.
-* InstanceTypeFlavor (§11): created, rewritten when the spec differs, stale ones deleted.
-* Node fit labels (spec/node-facts.md §9): one merge patch of a Node's labels when a fit label
+* InstanceTypeFlavor (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor"): created, rewritten when the spec differs, stale ones deleted.
+* Node fit labels (docs/agent.md "Capacity and fit labels"): one merge patch of a Node's labels when a fit label
   (keys under the ``fitSliced``/``fitShared`` prefixes of rules/labels.yaml) is missing, differs or
   should be gone (node unmanaged, no Devices, model gone). No other Node label is ever written.
 """
@@ -257,7 +257,7 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
 
 
 def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo | None = None) -> list[Action]:
-    """Per-node fit label patches (spec/node-facts.md §9), in Node name order.
+    """Per-node fit label patches (docs/agent.md "Capacity and fit labels"), in Node name order.
 
     The wanted labels are :func:`runtime.engine.pools.fit.fit_labels` of the node's Devices object (the
     state's, named after the Node) for the nodes in ``state.managed_nodes``; a Node without Devices
@@ -330,7 +330,7 @@ class FitLabelPatches:
 
 
 def fit_label_patch(policy: Policy, node: dict, devices: dict | None, managed: bool) -> dict | None:
-    """The labels of one Node's fit label merge patch (spec/node-facts.md §9): the wanted values
+    """The labels of one Node's fit label merge patch (docs/agent.md "Capacity and fit labels"): the wanted values
     that are missing or differ, ``None`` for those no longer wanted; None when they all match.
     ``devices``: the node's Devices object (None: it wants none)."""
     prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))

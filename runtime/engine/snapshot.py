@@ -2,7 +2,7 @@
 
 Objects are JSON-shaped dicts exactly as the API server returns them. The snapshot is what every
 engine call reads; where it came from (a watch cache, files) is the caller's business. Source of the
-kinds: spec/README.md §4.
+kinds: docs/reference/crds.md "CRD fields".
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ KNOWN_KINDS: dict[str, tuple[str, bool]] = {
     "Devices": ("worker.gpustack.ai/v1", False),
     "InstancePersistentVolume": ("worker.gpustack.ai/v1", True),
     "Setting": ("gpustack.ai/v1", True),
-    # Dynamic Resource Allocation (spec/dra.md): the slices a node's accelerators may come from, the
+    # Dynamic Resource Allocation (docs/concepts/dra.md "Accelerators from DRA drivers"): the slices a node's accelerators may come from, the
     # claims that charge them, the DeviceClasses the controller derives
     "ResourceSlice": ("resource.k8s.io/v1", False),
     "ResourceClaim": ("resource.k8s.io/v1", True),
@@ -50,7 +50,7 @@ class Required:
 
 
 _PROFILE_COUNT = [{"name": Required(str), "count": int}]
-# The fields the engine reads from a Devices object (node-facts.md §7.2-§7.3), by type. Fields not
+# The fields the engine reads from a Devices object (docs/agent.md "The Devices object and its ledger"), by type. Fields not
 # listed are not checked; absent or null fields read as their zero value.
 DEVICES_SHAPE: dict = {
     "spec": {"groups": [{"id": str, "manufacturer": str, "accelerators": [{
@@ -220,7 +220,7 @@ def check_object(obj, origin: str, i: int, warnings: list[str]) -> tuple[str, tu
         return None
     maps = [("metadata.labels", "label", meta.get("labels")),
             ("metadata.annotations", "annotation", meta.get("annotations"))]
-    if kind == "NodeFeature":  # propagated to the Node as labels (node-facts.md §4)
+    if kind == "NodeFeature":  # propagated to the Node as labels (docs/agent.md "Labels, annotations and NodeFeatures")
         maps.append(("spec.labels", "label", (obj.get("spec") or {}).get("labels")))
     for field_path, what, values in maps:
         if values is not None and not isinstance(values, Mapping):

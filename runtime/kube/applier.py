@@ -7,16 +7,16 @@
 * :meth:`Applier.create`: create-only objects (derived InstanceTypes, LocalQueues): POST, and
   ``AlreadyExists`` is not an error (returns None).
 * :meth:`Applier.merge_patch` / :meth:`Applier.json_patch`: pruning keys other managers own,
-  finalizer removal and the Node fit labels (spec/node-facts.md §9; only those keys are sent); the
+  finalizer removal and the Node fit labels (docs/agent.md "Capacity and fit labels"; only those keys are sent); the
   agent's Node annotations, Node capacity (``subresource="status"``) and Pod allocation annotations.
 * :meth:`Applier.update` / :meth:`Applier.update_status`: the agent's objects (NodeFeatures, Devices,
-  spec/node-facts.md §3.3, §7): create, or replace labels, ownerReferences and the named fields
+  docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger"): create, or replace labels, ownerReferences and the named fields
   wholesale (PUT, keeping the resourceVersion), so keys another writer added are removed too.
 * :meth:`Applier.delete`: only objects accelpolicy owns (:func:`owned`): ResourceFlavors labelled
   ``resource.gpustack.ai/type: nodes``, InstanceTypeFlavors, ClusterQueues labelled
   ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated ``schedule.gpustack.ai/queue``,
-  Pods whose controller ownerReference is an Instance (spec/instances.md §11.1; the Instance
-  reconciler also checks it is *that* Instance). InstanceTypes are never deleted (spec/pools.md §4).
+  Pods whose controller ownerReference is an Instance (docs/concepts/instances.md "The Instance's Pod"; the Instance
+  reconciler also checks it is *that* Instance). InstanceTypes are never deleted (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name").
   Anything else raises :class:`NotOwnedError`. With ``owner`` (the agent's Node): only an object
   whose controller ownerReference is that owner (:func:`runtime.engine.ownership.owned_by`).
 

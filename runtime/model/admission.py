@@ -9,8 +9,8 @@ CEL activation names: ``object``, ``oldObject`` (``{}`` when absent), ``request`
 ``namespace``, ``name``), ``params`` (the policy's own data plus the shared tables the engine adds:
 ``manufacturers``, ``constants``), ``settings`` (resolved setting values), ``lookups``,
 ``variables`` and, inside ``forEach``, ``item`` (its local ``variables`` are merged into
-``variables``). Spec: spec/pod-requests.md §3-§8, spec/instances.md §4-§9, spec/pools.md §6,
-spec/settings.md §4.
+``variables``). Spec: docs/reference/controller.md "Pod admission" and "Pod accelerator requests", docs/concepts/instances.md "Defaulting" and "Additional volumes and host access" and "Validation", docs/concepts/pools-and-flavors.md "InstanceType admission",
+docs/concepts/settings.md "Setting admission".
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", 
 
 
 class Match(Strict):
-    """Which AdmissionReview requests the policy judges (spec/README.md §3.2 webhook table)."""
+    """Which AdmissionReview requests the policy judges (docs/reference/controller.md "Controller and webhooks" webhook table)."""
 
     group: str = Field("", description="API group of the object ('' for core)")
     kind: str = Field(min_length=1, description="object kind, e.g. Pod")
@@ -84,7 +84,7 @@ class Validation(Strict):
     ``when`` false skips the rule. A failing rule yields one error at ``field``/``fieldExpression``
     with ``reason`` and ``message``/``messageExpression``; ``value`` is the offending value rendered
     after ``Invalid value:`` (strings quoted, numbers bare). ``alone: true`` answers this error alone
-    and stops; reason ``InternalError`` always does (spec/README.md decision 16); an alone
+    and stops; reason ``InternalError`` always does (decision 16); an alone
     ``Forbidden`` without a field is a guard answered ``403 Forbidden`` with the bare message.
     """
 
@@ -250,7 +250,7 @@ class MatchCondition(Strict):
 
 class WebhookRegistrationSpec(Strict):
     """``kind: WebhookRegistration`` (rules/admission/registration.yaml): how the controller registers
-    the AdmissionPolicies as Mutating/ValidatingWebhookConfigurations (spec/README.md §3.2).
+    the AdmissionPolicies as Mutating/ValidatingWebhookConfigurations (docs/reference/controller.md "Controller and webhooks").
 
     ``configurations`` names the two objects (mutating policies in one, validating in the other, each
     webhook in policy-name order); ``labels`` mark them as accelpolicy's (the only configurations it

@@ -1,5 +1,5 @@
 """Rule kind ``NodeAgent`` (rules/agent.yaml): the node agent's keys, suffixes, capacity key
-templates, ledger modes and messages (spec/node-facts.md §3, §6-§8).
+templates, ledger modes and messages (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger" and "Capacity and fit labels").
 
 Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
 """

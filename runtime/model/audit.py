@@ -5,7 +5,7 @@ rules, and in which words (docs/audit.md).
   and the result kind and message of each finding (``edited``, ``missing``, ``extra``, ``staleType``,
   ``input``); messages are Python format strings over the names documented in rules/audit.yaml.
 - ``checks``: CEL checks of existing objects (activation ``object``, ``settings``), e.g. a held
-  host-access grant whose setting is now off (a ``warn``: spec/instances.md §6).
+  host-access grant whose setting is now off (a ``warn``: docs/concepts/instances.md "Additional volumes and host access").
 - ``ledger``: the result kind of a Pod allocation annotation its node's Devices refuses.
 - ``reach``: whether each pool can keep its promises (docs/audit.md "Pools that cannot schedule"):
   a derived flavor whose ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute,

@@ -1,6 +1,5 @@
 """Rule kinds ``DraDriver`` and ``DraPolicy`` (rules/dra.yaml): which Dynamic Resource Allocation drivers
-accelpolicy reads, how each driver's device attributes map to the probe facts of spec/node-facts.md
-§1.2, and the shared vocabulary of the DRA support (spec/dra.md).
+accelpolicy reads, how each driver's device attributes map to the probe facts of docs/agent.md "Probe facts", and the shared vocabulary of the DRA support (docs/concepts/dra.md "Accelerators from DRA drivers").
 
 One ``DraDriver`` document per driver (``metadata.name`` is free; ``spec.driver`` is the driver name a
 ResourceSlice carries in ``spec.driver``): adding a vendor's driver is adding a document. One
@@ -47,9 +46,9 @@ class DeviceField(Strict):
 
 
 class DriverFacts(Strict):
-    """Probe fact (spec/node-facts.md §1.2) <- device field, for a whole accelerator. ``uuid`` and
+    """Probe fact (docs/agent.md "Probe facts") <- device field, for a whole accelerator. ``uuid`` and
     ``name`` are required; ``memoryMib`` too unless the row's ``productMemory`` gives it; a fact left out
-    is not published by the driver (spec/dra.md §1: ``index`` then is the uuid's order among the node's
+    is not published by the driver (docs/concepts/dra.md "Two kinds of accelerator node": ``index`` then is the uuid's order among the node's
     whole accelerators of the driver, ``minor`` the index, ``computeCapability`` unknown, the versions
     empty). ``healthy``: a boolean attribute (false: unhealthy), beside the taints."""
 
@@ -79,7 +78,7 @@ class DeviceKind(Strict):
     """A device's kind when no attribute names it: exactly one of ``constant`` (every device of the
     driver has this kind) or ``expression`` (CEL over ``attributes``, the device's attributes by name
     with their values, and ``device``, its name: the kind's text), plus the Kubernetes CEL
-    ``selector`` of the derived DeviceClass (spec/dra.md §4) when the kind is an expression."""
+    ``selector`` of the derived DeviceClass (docs/concepts/dra.md "The ledger from claims") when the kind is an expression."""
 
     constant: str = ""
     expression: Optional[Expr] = None
@@ -110,7 +109,7 @@ class DraDriverSpec(Strict):
         {}, description="per text fact, rewrites applied in order to the published text")
     gddrProducts: list[str] = Field(
         [], description="product names (a name matches when it equals one, or starts with it and a space) "
-                        "whose memory gets the ECC rule as if ECC were on (spec/dra.md §3)")
+                        "whose memory gets the ECC rule as if ECC were on (docs/concepts/dra.md)")
     productMemory: dict[str, str] = Field(
         {}, description="product name (the name fact, after rewrites) -> its memory (a quantity, e.g. 96Gi), "
                         "for a device that publishes none")
@@ -150,7 +149,7 @@ class DraDriverSpec(Strict):
 
 
 class DeviceClassSpec(Strict):
-    """How the controller derives a DeviceClass per (driver, manufacturer base key), spec/dra.md §4.
+    """How the controller derives a DeviceClass per (driver, manufacturer base key), docs/concepts/dra.md "The ledger from claims".
     Templates take ``{driver}``, ``{manufacturer}``, ``{base}``, ``{typeAttribute}``, ``{wholeType}``."""
 
     apiVersion: str = "resource.k8s.io/v1"

@@ -1,4 +1,4 @@
-"""The recorded-facts document: what the probes report about one node (spec/node-facts.md §1.3).
+"""The recorded-facts document: what the probes report about one node (docs/agent.md "Probe facts").
 
 Shape (YAML or JSON; units in the field names)::
 
@@ -31,7 +31,7 @@ class _Facts(BaseModel):
 
 
 class CpuFacts(_Facts):
-    """§1.1: raw /proc/cpuinfo values (strings as read)."""
+    """docs/agent.md "Probe facts": raw /proc/cpuinfo values (strings as read)."""
 
     vendorId: str = ""
     implementer: str = Field("", description="arm64 'CPU implementer', e.g. 0x41")
@@ -53,7 +53,7 @@ class Placement(_Facts):
 
 
 class PartitionProfile(_Facts):
-    """One GPU-instance profile as the vendor reports it (name not yet respelled, §7.2)."""
+    """One GPU-instance profile as the vendor reports it (name not yet respelled, docs/agent.md "The Devices object and its ledger")."""
 
     name: str = Field(min_length=1)
     memoryMib: int = Field(ge=0)
@@ -66,7 +66,7 @@ class PartitionProfile(_Facts):
 class MigDevice(_Facts):
     """One existing partition instance (MIG device) on an accelerator: the ID kubelet's PodResources
     reports for it, its profile (vendor spelling, e.g. ``MIG 3g.40gb``) and its placement
-    (spec/node-facts.md §7.5)."""
+    (docs/agent.md "The Devices object and its ledger")."""
 
     uuid: str = Field(min_length=1)
     profile: str = Field(min_length=1)
@@ -75,7 +75,7 @@ class MigDevice(_Facts):
 
 class DraDevice(_Facts):
     """Where a DRA driver publishes an accelerator: ``<driver>/<pool>/<device>``, the triple a
-    ResourceClaim allocation result names (spec/dra.md §4)."""
+    ResourceClaim allocation result names (docs/concepts/dra.md "The ledger from claims")."""
 
     driver: str = Field(min_length=1)
     pool: str = ""
@@ -83,7 +83,7 @@ class DraDevice(_Facts):
 
 
 class AcceleratorFacts(_Facts):
-    """§1.2: one accelerator. memoryMib is the raw total (before the ECC rule of §5.5)."""
+    """docs/agent.md "Probe facts": one accelerator. memoryMib is the raw total (before the ECC rule of docs/agent.md "Normalization")."""
 
     manufacturer: str = Field(min_length=1)
     uuid: str = Field(min_length=1)
@@ -103,10 +103,10 @@ class AcceleratorFacts(_Facts):
     healthy: bool = True
     eccReserved: Optional[bool] = Field(
         None, description="whether 1/16 of memoryMib is ECC's, when the probe knows it without bus width and "
-                          "ECC mode (the DRA driver row's GDDR products, spec/dra.md §3); None: the ECC rule of "
-                          "spec/node-facts.md §5.5 decides from memoryBusWidth and eccEnabled")
+                          "ECC mode (the DRA driver row's GDDR products, docs/concepts/dra.md); None: the ECC rule of "
+                          "docs/agent.md (Normalization) decides from memoryBusWidth and eccEnabled")
     dra: Optional[DraDevice] = Field(None, description="the ResourceSlice device that published this accelerator "
-                                                       "(spec/dra.md); absent for NVML and recorded facts")
+                                                       "(docs/concepts/dra.md); absent for NVML and recorded facts")
 
 
 class NodeFactsDoc(_Facts):
@@ -135,7 +135,7 @@ class NodeFactsDoc(_Facts):
 
 
 class FactsError(ValueError):
-    """A facts document that does not have the §1.3 shape; the message names source and field
+    """A facts document that does not have the docs/agent.md "Probe facts" shape; the message names source and field
     (``FILE: accelerators[1].uuid: Duplicate value: "GPU-..." ...``), one line per problem."""
 
 

@@ -1,5 +1,4 @@
-"""Rule kind ``InstancePod`` (rules/instances/pod.yaml): how an Instance becomes its Pod (spec/instances.md
-§10-§12). Registered in :data:`runtime.model.rulefiles.SPEC_MODELS` on import (runtime/model/__init__.py)."""
+"""Rule kind ``InstancePod`` (rules/instances/pod.yaml): how an Instance becomes its Pod (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes"). Registered in :data:`runtime.model.rulefiles.SPEC_MODELS` on import (runtime/model/__init__.py)."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -10,7 +9,7 @@ from runtime.model import rulefiles
 from runtime.model.rulefiles import Expr, Strict
 
 
-# --- instance pods (spec/instances.md §11-§12) --------------------------------------------------------
+# --- instance pods (docs/concepts/instances.md "The Instance's Pod" and "Persistent volumes") ---------
 class PodVolumeNames(Strict):
     workspace: str
     additionalPrefix: str
@@ -38,7 +37,7 @@ class PlacementSpec(Strict):
     noProvisioner: str
     missingMessage: str
     unboundMessage: str
-    defaultCapacity: str = Field(min_length=1)   # an InstancePersistentVolume's claim size when unset (§13)
+    defaultCapacity: str = Field(min_length=1)   # an InstancePersistentVolume's claim size when unset (docs/concepts/instances.md "Persistent volumes")
 
 
 class LifecycleSpec(Strict):
@@ -48,8 +47,8 @@ class LifecycleSpec(Strict):
 
 
 class ServiceSpec(Strict):
-    """The Instance's Service (spec/instances.md §11.5) and the Node addresses of ``status.hostIPs``
-    (§3): ``type`` of the Service; ``hostAddressTypes`` the Node address types read, in order."""
+    """The Instance's Service (docs/concepts/instances.md "The Instance's Pod") and the Node addresses of ``status.hostIPs``
+    (docs/concepts/instances.md "Instances"): ``type`` of the Service; ``hostAddressTypes`` the Node address types read, in order."""
 
     type: str
     hostAddressTypes: list[str]

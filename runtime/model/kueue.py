@@ -1,4 +1,4 @@
-"""Rule kind ``KueueConfiguration`` (rules/pools/kueue.yaml): Kueue resource charging (spec/pools.md §9).
+"""Rule kind ``KueueConfiguration`` (rules/pools/kueue.yaml): Kueue resource charging (docs/concepts/pools-and-flavors.md "Kueue's resource charging").
 
 The ``resources`` part of Kueue's Configuration the controller derives: ``transformations`` (one
 row per input resource-key pattern, expanded per manufacturer), the excluded resource prefixes, and
@@ -57,7 +57,7 @@ class KueueConfigurationSpec(Strict):
     @property
     def cpu_excluded(self) -> bool:
         """True when Kueue ignores ``cpu`` (a global prefix matches it): CPU-only Instance Pods then
-        carry their pool's flavor affinity and the CPU view counts Instance Pods (pools.md §9)."""
+        carry their pool's flavor affinity and the CPU view counts Instance Pods (docs/concepts/pools-and-flavors.md "Kueue's resource charging")."""
         return any(self.cpuResource.startswith(p) for p in self.excludeResourcePrefixes.global_)
 
 

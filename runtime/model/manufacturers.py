@@ -1,5 +1,5 @@
 """Rule kind ``ManufacturerTable`` (rules/manufacturers.yaml): the known accelerator manufacturers
-(spec/node-facts.md §2), each with the views its devices offer (docs/concepts/dra.md,
+(docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer"), each with the views its devices offer (docs/concepts/dra.md,
 docs/tasks/add-manufacturer-or-preset.md); the conditions are evaluated by
 :mod:`runtime.engine.devices.views`.
 """
@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from runtime.model.base import Expr, Strict
 
-VIEWS = ("exclusive", "shared", "sliced", "partitioned")   # the four views (spec/four-view.md), in order
+VIEWS = ("exclusive", "shared", "sliced", "partitioned")   # the four views (docs/concepts/four-views.md "The four views"), in order
 ViewName = Literal["exclusive", "shared", "sliced", "partitioned"]
 
 

@@ -1,8 +1,8 @@
 """Normalization and formatting primitives shared by the agent, derivation and admission.
 
 Mechanism only: the parameters that are policy (cruft patterns, prefixes, budgets) come from rule
-files and are passed in. Sources: spec/node-facts.md §5 (NormalizeName, SanitizeLabelValue, memory),
-spec/pools.md §12 (FNV-1a entrance), spec/pod-requests.md §8 (quantity serialization).
+files and are passed in. Sources: docs/agent.md "Normalization" (NormalizeName, SanitizeLabelValue, memory),
+docs/concepts/pools-and-flavors.md "Queues and the entrance" (FNV-1a entrance), docs/reference/controller.md "Pod admission" (quantity serialization).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _SEPARATORS = "-_."
 
 
 def strip_cruft(name: str, cruft: "CruftRules") -> str:
-    """Apply the stripCruft steps of NormalizeName (node-facts.md §5.1 steps 1-6)."""
+    """Apply the stripCruft steps of NormalizeName (docs/agent.md "Normalization")."""
     text = name
     if cruft.cut_at and cruft.cut_at in text:
         text = text.split(cruft.cut_at, 1)[0]
@@ -47,7 +47,7 @@ class CruftRules:
 
 
 def normalize_name(name: str, prefix: str, max_length: int, cruft: CruftRules | None = None) -> str:
-    """NormalizeName(name, prefix, maxLength, stripCruft) of node-facts.md §5.1.
+    """NormalizeName(name, prefix, maxLength, stripCruft) of docs/agent.md "Normalization".
 
     ``cruft`` None means stripCruft=false. ``max_length <= 0`` means the name's length. Returns a
     lower-case slug without a trailing separator, or "" when nothing survives.
@@ -84,7 +84,7 @@ def normalize_name(name: str, prefix: str, max_length: int, cruft: CruftRules | 
 
 
 def sanitize_label_value(value: str, limit: int = 63) -> str:
-    """SanitizeLabelValue of node-facts.md §5.4: `NVIDIA A10G` -> `NVIDIA-A10G`."""
+    """SanitizeLabelValue of docs/agent.md "Normalization": `NVIDIA A10G` -> `NVIDIA-A10G`."""
     buf: list[str] = []
     for ch in value:
         if len(buf) >= limit:
@@ -103,7 +103,7 @@ def sanitize_label_value(value: str, limit: int = 63) -> str:
 
 
 def fnv64a_hex(text: str) -> str:
-    """FNV-1a 64-bit of the UTF-8 bytes, 16 lowercase hex digits (pools.md §12)."""
+    """FNV-1a 64-bit of the UTF-8 bytes, 16 lowercase hex digits (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
     h = 0xCBF29CE484222325
     for byte in text.encode("utf-8"):
         h ^= byte
@@ -112,7 +112,7 @@ def fnv64a_hex(text: str) -> str:
 
 
 def object_name_safe(key: str) -> str:
-    """node-facts.md §5.7 (our choice): `_` becomes `-` when a key is used inside an object name."""
+    """docs/agent.md "Normalization" (our choice): `_` becomes `-` when a key is used inside an object name."""
     return key.replace("_", "-")
 
 
@@ -120,7 +120,7 @@ _BINARY_UNITS = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("M
 
 
 def format_memory_mib(mib: int) -> str:
-    """node-facts.md §5.5: MiB -> the largest binary unit whose scale <= value, rounded half up."""
+    """docs/agent.md "Normalization": MiB -> the largest binary unit whose scale <= value, rounded half up."""
     value = mib * 2**20
     for unit, scale in _BINARY_UNITS:
         if scale <= value:
@@ -132,7 +132,7 @@ _DEC_SUFFIX = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
 
 
 def format_decimal_quantity(value: int) -> str:
-    """Canonical decimal-SI quantity (pod-requests.md §8): 1600000 -> `1600k`, 8000000 -> `8M`."""
+    """Canonical decimal-SI quantity (docs/reference/controller.md "Pod admission"): 1600000 -> `1600k`, 8000000 -> `8M`."""
     if value == 0:
         return "0"
     for exp, suffix in _DEC_SUFFIX:

@@ -1,4 +1,4 @@
-"""The Pod demand: one implementation of pod-requests.md §4 for every reader.
+"""The Pod demand: one implementation of docs/reference/controller.md "Pod accelerator requests" for every reader.
 
 :func:`pod_containers` walks a Pod ``spec``'s containers (init, then app) and classifies their
 accelerator keys; :func:`pod_demand` folds the walk into the Pod's demand per family and base. Served
@@ -6,7 +6,7 @@ by the admission CEL functions ``podContainers`` / ``podDemand`` (runtime/rules/
 Pod webhooks and the Workload fit pin of rules/admission/*.yaml) and by the admission check
 (runtime/engine/admissioncheck/demand.py ``pod_demand``).
 
-Rules (pod-requests.md §4):
+Rules (docs/reference/controller.md "Pod accelerator requests"):
 
 - a key's value is its ``requests`` entry, else its ``limits`` entry;
 - init containers with ``restartPolicy: Always`` are native sidecars: they never claim (rule 7
@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from runtime.model.resourcefamily import resource_family
 
 Value = Callable[[Any, Mapping, str], int]
-"""(quantity, container, key) -> the integer value (pod-requests.md §4 ``Value()``, rounded up)."""
+"""(quantity, container, key) -> the integer value (docs/reference/controller.md "Pod accelerator requests" ``Value()``, rounded up)."""
 
 
 def _group(list_name: str, container: Mapping) -> str:

@@ -1,4 +1,4 @@
-"""The resource-key family classifier, ``ResourceFamilyOf`` (spec/pod-requests.md §1-§2): pure, below the rules.
+"""The resource-key family classifier, ``ResourceFamilyOf`` (docs/reference/controller.md "Pod accelerator requests"): pure, below the rules.
 
 One implementation shared by the admission CEL functions ``resourceFamily`` / ``podContainers``
 (runtime/rules/celadmission.py), the admission check and the node agent's PodResources mapping
@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 
 def resource_family(name: str, table: Mapping[str, Any], manufacturers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Classify one resource key: ``{family, base, profile}`` (pod-requests.md §2 steps 1-5).
+    """Classify one resource key: ``{family, base, profile}`` (docs/reference/controller.md "Pod accelerator requests").
 
     ``family`` is ``none``, ``exclusive``, ``shared``, ``sliced``, ``partitioned`` or ``visibility``;
     ``base`` the manufacturer's ``<base>`` (``""`` for ``none``/``visibility``); ``profile`` the

@@ -53,7 +53,7 @@ class LabelCatalogSpec(Strict):
     fitLabelSuffix: str = Field(description="fit labels (controller-written) end their prefix with this")
     fitCoalesceSeconds: float = Field(default=3.0, ge=0,
                                       description="how long the controller gathers fit label changes before "
-                                                  "writing them (spec/node-facts.md §9)")
+                                                  "writing them (docs/agent.md, Capacity and fit labels)")
 
 
 # --- node facts ------------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ class FactMessagesSpec(Strict):
 
 
 class FactChecksSpec(Strict):
-    """Decision 19: the range a node fact must lie in to count (spec/README.md §8)."""
+    """Decision 19: the range a node fact must lie in to count (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")."""
 
     countMin: int = Field(ge=0)
     countMax: int = Field(ge=1, description="largest per-node count label; also bounds Devices counts")
@@ -121,7 +121,7 @@ class SettingDef(Strict):
 
 
 class InvalidSettingEvent(Strict):
-    """The Warning Event for a stored value that does not parse (spec/settings.md §1)."""
+    """The Warning Event for a stored value that does not parse (docs/concepts/settings.md "Settings")."""
 
     reason: str = Field(min_length=1)
     message: str = Field(min_length=1, description="str.format with {setting} and {value}")
@@ -156,14 +156,14 @@ class DerivedTypeSpec(Strict):
 
 
 class ActiveCondition(Strict):
-    """The ``Active`` condition the controller keeps ``True`` on its AdmissionCheck (pools.md §8.2)."""
+    """The ``Active`` condition the controller keeps ``True`` on its AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
 
     reason: str
     message: str
 
 
 class AdmissionCheckSpec(Strict):
-    """The ``gpustack-node-devices`` AdmissionCheck and its answers (spec/pools.md §8.2)."""
+    """The ``gpustack-node-devices`` AdmissionCheck and its answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
 
     name: str
     controllerName: str

@@ -28,7 +28,7 @@ class Templates(Strict):
 
 
 class IncompleteTypeSpec(Templates):
-    """An InstanceType whose spec lacks what names its pool (pools.md §6.2 requires it)."""
+    """An InstanceType whose spec lacks what names its pool (docs/concepts/pools-and-flavors.md "InstanceType admission" requires it)."""
 
     VARIABLES: ClassVar[dict[str, set[str]]] = {"message": {"fields"}}
     required: list[str] = Field(min_length=1, description="spec fields every type needs")

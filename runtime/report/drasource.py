@@ -1,4 +1,4 @@
-"""Where a node's accelerators come from, for `accelpolicy explain instancetype` (spec/dra.md §1-§2;
+"""Where a node's accelerators come from, for `accelpolicy explain instancetype` (docs/concepts/dra.md "Two kinds of accelerator node" and "Views per manufacturer";
 docs/concepts/dra.md "Mixed clusters"): the ResourceSlices of a DRA driver (then also the MIG-on GPUs
 that offer nothing and the devices that could not be read), or NVML through the agent's device-manager NodeFeature (a
 device-plugin node), or nothing. A device-plugin node whose NodeFeature the snapshot lacks (a snapshot

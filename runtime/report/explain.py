@@ -1,7 +1,7 @@
 """`accelpolicy explain`: why a pool holds what it holds, and how a review was decided (docs/audit.md).
 
 :func:`explain_instance_type` reads the same derivation as the controller: the pool's flavors (the
-type's schedule labels as a flavor selector, spec/pools.md §3.3), the nodes behind them, every node
+type's schedule labels as a flavor selector, docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"), the nodes behind them, every node
 left out with the label or rule (file:line) that excluded it, and the four views with the per
 accelerator inputs they were computed from (mode, ledger remaining, shares).
 
@@ -91,7 +91,7 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
     ``reach``: node -> whether its Node carries the labels its flavors select and, where fewer, how many
     of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`);
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
-    (the ledger the four views add up, spec/pools.md §10); ``unitFallback``: why the derived type's
+    (the ledger the four views add up, docs/concepts/pools-and-flavors.md "InstanceType status"); ``unitFallback``: why the derived type's
     unit is the preset table's fallback and where to give it one ("" when a preset matched,
     :func:`runtime.report.unitpreset.fallback_units`). ``live``, ``settings_namespace``: as
     :func:`derive`'s (a live cluster: queue phases as Kueue reports them now; where its settings
@@ -127,7 +127,7 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
     return {"name": name, "selector": selector, "unitFallback": fallback_units(policy, desired).get(name, ""),
             "flavors": [{"name": f, "nodes": members[f]} for f in sorted(members)],
             "nodes": in_pool, "excluded": excluded, "views": views, "accelerators": accel,
-            "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),  # spec/dra.md
+            "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),  # docs/concepts/dra.md "Accelerators from DRA drivers"
             "reach": reach.node_lines(policy, snapshot, desired, reach.flavor_names(desired, name)),
             "credits": {"perAccelerator": policy.constants.creditsPerAccelerator,
                         "perShare": policy.constants.share}}

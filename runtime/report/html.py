@@ -16,7 +16,7 @@ from runtime.engine.pools import derive
 from runtime.engine.snapshot import Snapshot, name_of
 from runtime.report.results import RESULT_KINDS, Result, summary
 
-# The four accelerator views (spec/four-view.md), then the CPU view (pools.md §10.2): accelerated pools
+# The four accelerator views (docs/concepts/four-views.md "The four views"), then the CPU view (docs/concepts/pools-and-flavors.md "InstanceType status"): accelerated pools
 # show the first four, CPU pools only the last, as the InstanceType's status publishes them.
 VIEWS = (("EX", "accelerator"), ("SH", "acceleratorShared"), ("SL", "acceleratorSliced"),
          ("PT", "acceleratorPartitioned"), ("CPU", "cpu"))

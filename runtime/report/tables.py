@@ -2,7 +2,7 @@
 
 Layout as kubectl's tabwriter prints it: upper-case headers, left-aligned cells, three spaces
 between columns, no trailing blanks. Rendering is tabulate's, with a kubectl table format.
-Column sets: spec/pools.md §13 (our CRDs' printer columns) and Kueue's own printer columns.
+Column sets: docs/getting-started.md "Step 1: read the initial pools" (our CRDs' printer columns) and Kueue's own printer columns.
 """
 from __future__ import annotations
 

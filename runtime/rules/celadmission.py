@@ -2,8 +2,8 @@
 
 Pure functions on CEL values: the tables they need (resource-key patterns, manufacturers) are
 passed in by the rule file, never read here. Merged into :data:`runtime.rules.celfunctions.FUNCTIONS`.
-Spec: pod-requests.md §2 (family classifier), §4 (containers and values), §7.4 (affinity placement),
-§8 (quantities); instances.md §5 (path cleaning, DNS-1123 names).
+Spec: docs/reference/controller.md "Pod accelerator requests" (family classifier), docs/reference/controller.md "Pod accelerator requests" (containers and values), docs/reference/controller.md "Pod admission" (affinity placement),
+docs/reference/controller.md "Pod admission" (quantities); docs/concepts/instances.md "Additional volumes and host access" (path cleaning, DNS-1123 names).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def qFloor(value) -> celtypes.IntType:  # noqa: N802
 
 
 def qIsOne(value) -> celtypes.BoolType:  # noqa: N802
-    """True when the quantity itself equals 1 (`1m` is not 1) (pod-requests.md §4)."""
+    """True when the quantity itself equals 1 (`1m` is not 1) (docs/reference/controller.md "Pod accelerator requests")."""
     return celtypes.BoolType(_quantity(value) == 1)
 
 
@@ -79,7 +79,7 @@ def qCompare(a, b) -> celtypes.IntType:  # noqa: N802
 
 
 def qError(value) -> celtypes.StringType:  # noqa: N802
-    """'' for a valid quantity, else the parser's message (pod-requests.md §7.1 `parse memory`)."""
+    """'' for a valid quantity, else the parser's message (docs/reference/controller.md "Pod admission" `parse memory`)."""
     try:
         normalize.parse_quantity(_py(value))
         return celtypes.StringType("")
@@ -88,7 +88,7 @@ def qError(value) -> celtypes.StringType:  # noqa: N802
 
 
 def binaryQuantity(value) -> celtypes.StringType:  # noqa: N802
-    """Bytes -> canonical binary quantity (`24Gi`, `1536Mi`) (pod-requests.md §8)."""
+    """Bytes -> canonical binary quantity (`24Gi`, `1536Mi`) (docs/reference/controller.md "Pod admission")."""
     return celtypes.StringType(normalize.format_binary_quantity(int(value)))
 
 
@@ -121,7 +121,7 @@ def indexed(items) -> celtypes.ListType:
 
 def firstIndex(keys) -> celtypes.ListType:  # noqa: N802
     """For each element of ``keys``, the index of the first element equal to it (its own index when
-    it is the first): duplicate detection in one linear pass (instances.md §5 mount paths)."""
+    it is the first): duplicate detection in one linear pass (docs/concepts/instances.md "Additional volumes and host access" mount paths)."""
     first: dict = {}
     return celtypes.ListType([celtypes.IntType(first.setdefault(k, i)) for i, k in enumerate(keys)])
 
@@ -165,7 +165,7 @@ def dig(value, path, default) -> Any:
 
 
 def cleanPath(path) -> celtypes.StringType:  # noqa: N802
-    """Lexical cleaning of instances.md §5 (Go path.Clean); '' stays ''."""
+    """Lexical cleaning of docs/concepts/instances.md "Additional volumes and host access" (Go path.Clean); '' stays ''."""
     text = str(path)
     return celtypes.StringType(posixpath.normpath(text).replace("//", "/") if text else "")
 
@@ -180,10 +180,10 @@ def matches(text, pattern) -> celtypes.BoolType:
     return celtypes.BoolType(re.fullmatch(str(pattern), str(text)) is not None)
 
 
-# --- resource keys and containers (pod-requests.md §2, §4) ---------------------------------------------
+# --- resource keys and containers (docs/reference/controller.md "Pod accelerator requests") ------------
 # The classifier itself is runtime.model.resourcefamily.resource_family (shared with the node agent).
 def resourceFamily(name, table, manufacturers) -> celtypes.MapType:  # noqa: N802
-    """``{family, base, profile}`` of a resource key (pod-requests.md §2)."""
+    """``{family, base, profile}`` of a resource key (docs/reference/controller.md "Pod accelerator requests")."""
     return _cel(resource_family(str(name), _py(table), _py(manufacturers)))
 
 
@@ -220,7 +220,7 @@ def podDemand(pod, table, manufacturers) -> celtypes.MapType:  # noqa: N802
     return _cel(pod_demand(pod_containers(spec, table, _py(manufacturers)), table, _cel_value))
 
 
-# --- node affinity (pod-requests.md §7.4 placement; the node pin: runtime.model.nodepin) -------------
+# --- node affinity (docs/reference/controller.md "Pod admission" placement; the node pin: runtime.model.nodepin) ---
 def withNodeRequirement(affinity, requirement) -> celtypes.MapType:  # noqa: N802
     """``affinity`` with ``requirement`` added to the required node-affinity terms.
 

@@ -13,17 +13,17 @@ from runtime.rules.celadmission import SIGNATURES as ADMISSION_SIGNATURES
 
 
 def fnv64a(text: celtypes.StringType) -> celtypes.StringType:
-    """16 lowercase hex digits of FNV-1a 64-bit over the UTF-8 bytes of ``text`` (pools.md §12)."""
+    """16 lowercase hex digits of FNV-1a 64-bit over the UTF-8 bytes of ``text`` (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
     return celtypes.StringType(normalize.fnv64a_hex(str(text)))
 
 
 def objectName(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 - CEL naming
-    """A key made safe for an object name: each `_` becomes `-` (node-facts.md §5.7)."""
+    """A key made safe for an object name: each `_` becomes `-` (docs/agent.md "Normalization")."""
     return celtypes.StringType(normalize.object_name_safe(str(text)))
 
 
 def quantity(value: celtypes.IntType) -> celtypes.StringType:
-    """Canonical decimal-SI quantity string of an integer: 1600000 -> "1600k" (pod-requests.md §8)."""
+    """Canonical decimal-SI quantity string of an integer: 1600000 -> "1600k" (docs/reference/controller.md "Pod admission")."""
     return celtypes.StringType(normalize.format_decimal_quantity(int(value)))
 
 

@@ -1,6 +1,6 @@
 """What a rule file's load finds wrong: :class:`RuleProblem` (``file:line:column field.path: message``),
 :class:`RuleLoadError` (all of them, raised together) and the translation of pydantic's validation
-errors into problems at their fields (docs/rule-authoring.md "Lint: every problem at once")."""
+errors into problems at their fields (docs/rule-authoring.md "1. Lint: every problem at once")."""
 from __future__ import annotations
 
 import re

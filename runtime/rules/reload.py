@@ -1,4 +1,4 @@
-"""Hot reload of a rules directory (docs/rule-authoring.md "Hot reload"): watch, lint and compile, swap atomically.
+"""Hot reload of a rules directory (docs/rule-authoring.md "4. Hot reload"): watch, lint and compile, swap atomically.
 
 :class:`RulesWatcher` polls a rules directory for a change of content: a digest of every rule file's
 path and bytes, read through symlinks, so an edit in place and a mounted ConfigMap's ``..data``

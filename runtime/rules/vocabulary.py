@@ -106,7 +106,7 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
 
 
 def _link_dra(ruleset: RuleSetLike, derivation) -> list[Problem]:
-    """The DRA rows (rules/dra.yaml, spec/dra.md): a known manufacturer, one row per driver, one
+    """The DRA rows (rules/dra.yaml, docs/concepts/dra.md "Accelerators from DRA drivers"): a known manufacturer, one row per driver, one
     ``DraPolicy`` beside them, its DeviceClass ownership role among the derivation's resourceTypes."""
     problems: list[Problem] = []
     drivers = ruleset.all("DraDriver")

@@ -1,12 +1,12 @@
 """A stand-in for the vendor device plugin on kwok's fake Nodes — test and demo machinery only.
 
-accelpolicy does not ship a device plugin (spec/README.md decision 11, §9): on a real node the vendor
+accelpolicy does not ship a device plugin (decision 11, docs/index.md "Not in this release"): on a real node the vendor
 plugin advertises the accelerator tokens and kubelet assigns devices to containers; the agent then
 reads kubelet's PodResources and writes each Pod's allocation annotation. On the local control plane
 neither kubelet nor a plugin exists (kwok only fakes Node and Pod status), so this module plays both
 parts, from outside, the way they would look through the API:
 
-* :meth:`DevicePluginStandIn.advertise` puts the tokens a plugin serves (spec/node-facts.md §8, "keys
+* :meth:`DevicePluginStandIn.advertise` puts the tokens a plugin serves (docs/agent.md "Capacity and fit labels", "keys
   the device plugin serves") on each fake Node's ``status.capacity``/``allocatable``: ``<base>`` =
   whole-capable healthy accelerators, ``<base>.shared`` = that x 10, ``<base>.sliced`` = the sum of
   their ``logicalSliced.count``, ``device.gpustack.ai/<manufacturer>.visibility`` = healthy
@@ -17,7 +17,7 @@ parts, from outside, the way they would look through the API:
   whole = a free accelerator (mode 0); shared = mode 0 or 2 with a share left; sliced = mode 0 or 3
   with the container's ``<base>.sliced.units`` left. The choice is expressed as the PodResources
   answer kubelet would give and turned into the annotation by the agent's own mapping
-  (:func:`runtime.engine.devices.podresources.pod_allocations`, spec/node-facts.md §7.4-§7.5), which is then
+  (:func:`runtime.engine.devices.podresources.pod_allocations`, docs/agent.md "The Devices object and its ledger"), which is then
   merge-patched onto the Pod. The agent's loop (annotation allocation source) rebuilds the ledger.
 
 A Pod whose request cannot be served (no free accelerator, a sliced request without its ``.units``
@@ -55,7 +55,7 @@ class AllocationRefused(Exception):
 def advertised_tokens(policy: Policy, devices: Mapping[str, Any]) -> dict[str, str]:
     """The device-plugin tokens for one node's ``Devices`` object: ``{resource name: count}``.
 
-    Counts only healthy accelerators that are not partitioned (spec/node-facts.md §7.2).
+    Counts only healthy accelerators that are not partitioned (docs/agent.md "The Devices object and its ledger").
     """
     bases = {m["id"]: m["base"] for m in classifier_manufacturers(policy)}
     out: dict[str, int] = {}

@@ -157,7 +157,7 @@ def full_cluster(kueue_configuration: dict | None = None) -> tuple[LocalCluster,
     Separate from :func:`session_cluster` (which stays bare: no scheduler, no components), shared
     by every test in the process that asks for it and stopped at interpreter exit.
     ``kueue_configuration`` (see :class:`LocalCluster`; default: the repository rules' own,
-    :func:`runtime.engine.pools.kueueconfig.kueue_configuration`, spec/pools.md §9) applies to the first
+    :func:`runtime.engine.pools.kueueconfig.kueue_configuration`, docs/concepts/pools-and-flavors.md "Kueue's resource charging") applies to the first
     start only; a later call asking for a different one raises :class:`LocalClusterError`. Raises
     :class:`MissingBinariesError` ("run `make controlplane`") or :class:`LocalClusterError`.
     """

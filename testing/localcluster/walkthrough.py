@@ -57,7 +57,7 @@ from .testing import parse_table, service_account_kubeconfig
 #: The seed's kubectl manifests (seed steps 3, 4, 6), named as the seed's ``kubectl apply -f`` lines name them.
 MANIFESTS = repo_root() / "demo"
 RECORDED_FACTS = repo_root() / "probes" / "recorded"
-#: The Deployment the seed's step 5 restarts (spec/README.md §3): here, the controller subprocess.
+#: The Deployment the seed's step 5 restarts (docs/architecture.md "Which package holds what"): here, the controller subprocess.
 CONTROLLER_DEPLOYMENT = "deploy/gpustack-operator-worker"
 SYSTEM_NAMESPACE = "gpustack-system"
 
@@ -134,7 +134,7 @@ WALKTHROUGH_CONTROLLERS = CONTROLLER_MANAGER_CONTROLLERS + ("persistentvolume-bi
 def start_local_cluster(policy, *, components: Sequence[str] = ("kwok", "nfd-master", "kueue"),
                         workdir: Path | None = None) -> tuple[LocalCluster, Kubectl]:
     """Start a LocalCluster with kube-scheduler, kube-controller-manager and ``components`` (Kueue configured by
-    ``runtime.engine.pools.kueueconfig.kueue_configuration(policy)``, spec/pools.md §9), install every
+    ``runtime.engine.pools.kueueconfig.kueue_configuration(policy)``, docs/concepts/pools-and-flavors.md "Kueue's resource charging"), install every
     CRD; returns ``(cluster, kubectl)``. Raises :class:`MissingBinariesError` / :class:`LocalClusterError`."""
     from runtime.engine.pools.kueueconfig import kueue_configuration
 

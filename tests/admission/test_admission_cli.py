@@ -90,7 +90,7 @@ def test_admit_bad_input_exits_2(tmp_path):
 
 
 @pytest.mark.parametrize("text", [
-    "apiVersion: v1\nkind: Pod\nmetadata: oops\nspec: {containers: []}\n",   # issue 13 item 6: was a traceback
+    "apiVersion: v1\nkind: Pod\nmetadata: oops\nspec: {containers: []}\n",   # docs/webhook-hardening.md "Malformed objects never pass: shape checks": was a traceback
     "just a string\n",
     "apiVersion: v1\nkind: Pod\nmetadata: {namespace: default}\n",
 ])

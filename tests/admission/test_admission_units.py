@@ -22,7 +22,7 @@ def engine() -> AdmissionEngine:
     return AdmissionEngine(Policy(load_rules()))
 
 
-# pod-requests.md §2, the whole table
+# docs/reference/controller.md "Pod accelerator requests", the whole table
 @pytest.mark.parametrize("name, family", [
     ("nvidia.com/gpu", "exclusive"), ("amd.com/gpu", "exclusive"), ("nvidia.com/gpu.shared", "shared"),
     ("nvidia.com/gpu.sliced", "sliced"), ("nvidia.com/gpu.sliced.units", "sliced"),

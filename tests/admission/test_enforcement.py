@@ -1,4 +1,4 @@
-"""Enforcement modes per AdmissionPolicy (issue 12 item 6): deny (default), warn, dryrun.
+"""Enforcement modes per AdmissionPolicy (docs/audit.md "Enforcement modes"): deny (default), warn, dryrun.
 
 The same violating Pod is sent to the real webhook app three times, with the rules copied and the
 pods-validation policy's ``enforcement`` edited in the copy (no Python edit)."""

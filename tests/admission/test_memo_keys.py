@@ -1,4 +1,4 @@
-"""Issue 13 items 2 and 7: memo keys are type-tagged content digests; memo tables are bounded."""
+"""docs/webhook-hardening.md "Bounded memory": memo keys are type-tagged content digests; memo tables are bounded."""
 from __future__ import annotations
 
 import gc

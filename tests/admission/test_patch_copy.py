@@ -1,4 +1,4 @@
-"""apply_writes copies only along the written paths (issue 16): the object is never changed, the
+"""apply_writes copies only along the written paths (docs/performance.md "A pass proportional to what changed"): the object is never changed, the
 mutated object is what the writes make of a deep copy, and a later write beneath an earlier one
 reaches the earlier one's operation."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Webhook configurations rendered from the rule files, drift detection, the live view's staleness,
-and the controller's webhook options (spec/README.md §3.2; rules/admission/registration.yaml)."""
+and the controller's webhook options (docs/reference/controller.md "Controller and webhooks"; rules/admission/registration.yaml)."""
 from __future__ import annotations
 
 import base64
@@ -81,7 +81,7 @@ def test_failure_policies_and_operations_follow_the_spec_table():
 
 
 def test_objects_being_deleted_skip_the_webhooks_at_the_api_server():
-    """issue 20 item 3: every policy with match.skipDeleting is registered with the matchCondition of
+    """docs/install.md "How removal, upgrades and the namespace are decided": every policy with match.skipDeleting is registered with the matchCondition of
     rules/admission/registration.yaml, so the API server does not even call it for an UPDATE of an object
     being deleted: its finalizers can be removed while the webhooks are down (an uninstall, a break-glass)."""
     hooks = _hooks(webhook_configurations(POLICY, URL))
@@ -95,7 +95,7 @@ def test_objects_being_deleted_skip_the_webhooks_at_the_api_server():
 
 
 def test_an_owner_makes_the_configurations_go_with_it():
-    """issue 20 item 3: with an owner (the chart's ClusterRole) each configuration carries an
+    """docs/install.md "How removal, upgrades and the namespace are decided": with an owner (the chart's ClusterRole) each configuration carries an
     ownerReference to it, and a configuration without it (the old chart's) has drifted."""
     owner = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
              "metadata": {"name": "gpustack-operator-worker", "uid": "0f0f"}}

@@ -1,4 +1,4 @@
-"""Issue 13 item 6: malformed objects are answered with field errors in Kubernetes' words, never allowed.
+"""docs/webhook-hardening.md "Malformed objects never pass: shape checks": malformed objects are answered with field errors in Kubernetes' words, never allowed.
 
 Every case was allowed (or answered with a Python message) before the ObjectShape check
 (rules/admission/shapes.yaml) ran ahead of the rules.
@@ -57,7 +57,7 @@ def _type_error(path: str, found: str, want: str) -> str:
     ({"initContainers": "oops", "containers": []}, _type_error("spec.initContainers", "string", "array")),
     ({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.sliced.memory-percentage": None}}}]},
      _type_error("spec.containers[0].resources.limits[nvidia.com/gpu.sliced.memory-percentage]", "null", "integer,string")),
-    # the mutation copied a term it could not read into its placement patch (pod-requests.md §7.4)
+    # the mutation copied a term it could not read into its placement patch (docs/reference/controller.md "Pod admission")
     ({"containers": [], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "In", "values": "oops"}]}]}}}},
      _type_error("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"

@@ -1,4 +1,4 @@
-"""Issue 13: the webhook under hostile or careless clients (slow clients, aborted bodies, slow reviews).
+"""docs/webhook-hardening.md "Webhook hardening: hostile input, bounded memory, slow paths": the webhook under hostile or careless clients (slow clients, aborted bodies, slow reviews).
 
 Real uvicorn servers on 127.0.0.1, raw sockets for the clients that misbehave.
 """
@@ -200,7 +200,7 @@ def _raw_exchange(port: int, payload: bytes, limit: float = 10) -> bytes:
 
 
 def test_served_by_httptools_on_uvloop_and_malformed_reviews_are_denials_on_the_wire(policy, view):
-    """The HTTP stack is httptools on uvloop; the hardening answers hold through it (issue 16)."""
+    """The HTTP stack is httptools on uvloop; the hardening answers hold through it (docs/performance.md "httptools and uvloop, and a second pass on evaluation cost")."""
     import uvloop
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 

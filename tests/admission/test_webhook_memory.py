@@ -1,4 +1,4 @@
-"""Issue 13 item 2: many unique large reviews do not grow the server without bound.
+"""docs/webhook-hardening.md "Bounded memory": many unique large reviews do not grow the server without bound.
 
 The real server in its own process (``accelpolicy webhook``), unique ~1 MB Instance reviews over HTTPS,
 the resident set size read from /proc after a warm-up and at the end. Before the fix 200 such reviews added ~400 MiB

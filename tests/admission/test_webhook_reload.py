@@ -1,4 +1,4 @@
-"""Hot reload of the standalone `accelpolicy webhook` server (issue 12 item 7), end to end.
+"""Hot reload of the standalone `accelpolicy webhook` server (docs/rule-authoring.md "4. Hot reload"), end to end.
 
 The real command serves over HTTPS from a rules directory laid out as kubelet mounts a ConfigMap
 (``..<timestamp>/``, ``..data`` swapped by one rename, entries linked through it). A new version with

@@ -92,7 +92,7 @@ def test_denial_echoes_uid_with_causes(client):
     (b"[]", 200, "the body must be an AdmissionReview object"),
     (json.dumps({"apiVersion": "v1", "kind": "AdmissionReview", "request": {"uid": "x"}}).encode(), 200,
      'expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got apiVersion "v1", kind "AdmissionReview"'),
-    # issue 23 item 4: which version came, and what to change
+    # docs/webhook-hardening.md "Every review gets a well-formed answer": which version came, and what to change
     (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {"uid": "x"}}).encode(),
      200, 'expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got apiVersion "admission.k8s.io/v1beta1", '
           'kind "AdmissionReview" (this webhook reads admission.k8s.io/v1 only; kube-apiserver sends v1 when the '
@@ -105,7 +105,7 @@ def test_denial_echoes_uid_with_causes(client):
     (b"{" + b" " * (70 * 1024) + b"}", 200, "request body exceeds 65536 bytes"),
     (b'{"apiVersion": NaN}', 200, "request body is not JSON"),
     (b"[" * 5000 + b"]" * 5000, 200, "request body is not JSON"),
-    # issue 13 item 6: a review without `request` is answered as a review, not with HTTP 400
+    # docs/webhook-hardening.md "Malformed objects never pass: shape checks": a review without `request` is answered as a review, not with HTTP 400
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), 200,
      "request is required: an AdmissionReview carries the object to judge in request (uid, kind, operation, object)"),
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": [1]}).encode(), 200,
@@ -114,7 +114,7 @@ def test_denial_echoes_uid_with_causes(client):
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "u", "kind": {"kind": "Pod"}, "operation": "DELETE", "oldObject": {"metadata": "oops"}}}).encode(), 200,
      "request.oldObject.metadata must be an object"),
-    # issue 13 item 5: lone surrogates are a denial, not an HTTP 500
+    # docs/webhook-hardening.md "Every review gets a well-formed answer": lone surrogates are a denial, not an HTTP 500
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "\\ud800"}}', 200,
      "request.uid must be valid Unicode text (it holds a lone surrogate)"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "name": "\\udc00x",'
@@ -130,7 +130,7 @@ def test_malformed_reviews_get_well_formed_denials(client, body, status, message
 
 
 def test_malformed_reviews_are_counted_and_logged(caplog):
-    """Issue 23 item 4: a body too large, not JSON, or not a usable review was answered but neither
+    """docs/webhook-hardening.md "Every review gets a well-formed answer": a body too large, not JSON, or not a usable review was answered but neither
     logged nor counted. Each is counted by webhook and reason; the log gets one WARNING line per webhook
     and reason at most every 10 s, the next one saying how many it did not print."""
     policy = Policy(load_rules())
@@ -224,7 +224,7 @@ def test_real_https_server(state, tmp_path):
 
 
 def test_stopping_drains_with_connection_close_then_refuses(state, tmp_path):
-    """Issue 21 (fault suite helm-upgrade: "failed to call webhook: ... EOF"): while a stopping server
+    """docs/availability.md "Availability: admission through faults, and a start that loses nothing" (fault suite helm-upgrade: "failed to call webhook: ... EOF"): while a stopping server
     drains, it still answers reviews, each with `Connection: close` (a keep-alive client then drops the
     connection itself); afterwards nothing listens. Before the drain, connections are kept alive."""
     import threading

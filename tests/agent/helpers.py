@@ -1,4 +1,4 @@
-"""Builders for the agent tests: Pods carrying the allocation annotation (spec/node-facts.md §7.4)."""
+"""Builders for the agent tests: Pods carrying the allocation annotation (docs/agent.md "The Devices object and its ledger")."""
 from __future__ import annotations
 
 import json

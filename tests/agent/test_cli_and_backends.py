@@ -58,7 +58,7 @@ def test_fake_backend_without_facts_is_a_usage_error():
 
 
 def test_a_duplicated_uuid_is_named_in_kubernetes_words_not_as_a_usage_error(tmp_path):
-    """Issue 23 item 5: it read `Usage: ... Error: FILE: accelerators: Value error, accelerator uuid 'X' listed
+    """docs/node-facts-robustness.md "`get` shows what the cluster holds": it read `Usage: ... Error: FILE: accelerators: Value error, accelerator uuid 'X' listed
     twice` (the command line was fine; the file was not, and pydantic's prefix leaked)."""
     doc = load_document(recorded("node-t4-b"))
     doc["accelerators"][3]["uuid"] = doc["accelerators"][1]["uuid"]

@@ -1,4 +1,4 @@
-"""CPU probe and gKey (spec/node-facts.md §1.1, §5.2): every worked example of the gKey table."""
+"""CPU probe and gKey (docs/agent.md "Probe facts" and "Normalization"): every worked example of the gKey table."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,5 @@
-"""Accelerators from ResourceSlices (spec/dra.md §1-§3, §5): the reader of rules/dra.yaml's NVIDIA row,
-the agent's `dra` backend and its cluster-less dry run, and the ledger from ResourceClaims (§4)."""
+"""Accelerators from ResourceSlices (docs/concepts/dra.md "Accelerators from DRA drivers"): the reader of rules/dra.yaml's NVIDIA row,
+the agent's `dra` backend and its cluster-less dry run, and the ledger from ResourceClaims (docs/concepts/dra.md "The ledger from claims")."""
 from __future__ import annotations
 
 import copy
@@ -55,7 +55,7 @@ def slice_of(node: str, devices: list[dict], driver: str = "gpu.nvidia.com", gen
                      "devices": devices}}
 
 
-# --- the NVIDIA row (spec/dra.md §1, §3) -------------------------------------------------------------
+# --- the NVIDIA row (docs/concepts/dra.md "Two kinds of accelerator node" and "The same GPUs give the same labels") ---
 def test_the_a10g_slice_reads_as_nvmls_facts(policy):
     reading = read_node(policy, "node-a10g", [a10g_slice()])
     assert reading.accelerators == [{
@@ -75,7 +75,7 @@ def test_index_is_the_uuid_order_unless_published_and_minor_follows_it(policy):
 
 
 @pytest.mark.parametrize("product, published, mib", [
-    ("NVIDIA A10G", "23028Mi", 23028),      # GDDR: the ECC rule as if on -> 24563 MiB -> 24Gi (§3)
+    ("NVIDIA A10G", "23028Mi", 23028),      # GDDR: the ECC rule as if on -> 24563 MiB -> 24Gi (docs/concepts/dra.md "The same GPUs give the same labels")
     ("Tesla T4", "15360Mi", 15360),         # -> 16384 -> 16Gi
     ("NVIDIA H100 80GB HBM3", "81559Mi", 81559),   # HBM: as published -> 80Gi
     ("NVIDIA A100-SXM4-40GB", "40960Mi", 40960),   # "NVIDIA A10" does not match "NVIDIA A100..."
@@ -157,7 +157,7 @@ def test_a_mig_on_gpu_offers_nothing_and_says_why(policy, defaults):
     (group,) = plan.devices["spec"]["groups"]
     assert [a["id"] for a in group["accelerators"]] == ["GPU-h100-1"]
     assert group["accelerators"][0]["status"]["physicalSliced"] == {"count": 0}
-    assert "status" not in plan.node_patch   # no sliced/partitioned capacity key on a DRA node (§2)
+    assert "status" not in plan.node_patch   # no sliced/partitioned capacity key on a DRA node (docs/concepts/dra.md "Views per manufacturer")
 
 
 def test_a_whole_gpu_device_with_partitions_of_its_own_is_mig_on_too(policy):
@@ -290,7 +290,7 @@ def test_the_backend_reads_its_source_on_every_probe(policy):
     assert backend.accelerators() == [] and backend.problems() == []
 
 
-# --- same GPUs, same labels (issue 22: `.cores` aside) ------------------------------------------------
+# --- same GPUs, same labels (docs/concepts/dra.md "Accelerators from DRA drivers": `.cores` aside) ----
 def test_nvml_and_slices_give_the_a10g_node_the_same_labels_and_devices_but_cores_and_slicing(policy, defaults):
     nvml = facts("node-a10g")
     dra = parse_facts({"node": "node-a10g", "cpu": nvml.cpu.model_dump(),
@@ -313,7 +313,7 @@ def test_nvml_and_slices_give_the_a10g_node_the_same_labels_and_devices_but_core
     assert a.node_patch["status"]["capacity"]["nvidia.com/gpu.sliced.units"] == "1600k" and "status" not in b.node_patch
 
 
-# --- the ledger from ResourceClaims (spec/dra.md §4) ---------------------------------------------------
+# --- the ledger from ResourceClaims (docs/concepts/dra.md "The ledger from claims") --------------------
 def _pod(name: str, phase: str = "Running", extended_claim: str | None = "demo-gpu-claim", uid: str = "") -> dict:
     status = {"phase": phase}
     if extended_claim:

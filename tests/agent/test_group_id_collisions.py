@@ -1,4 +1,4 @@
-"""Issue 13 item 10: Devices group IDs are unique per node. Two groups whose memory rounds to the same
+"""docs/node-facts-robustness.md "Device group IDs are unique per node": Devices group IDs are unique per node. Two groups whose memory rounds to the same
 GiB, or whose long names are cut to the same slug, used to share an ID (4 accelerators, ``count: 2``,
 nothing said). Now each gets ``-<8 hex of fnv64a("<name>/<MiB>")>``; a collision that survives even
 that is refused with a message naming both groups."""

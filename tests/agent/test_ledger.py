@@ -1,4 +1,4 @@
-"""Ledger rebuild (spec/node-facts.md §7.3-§7.6): each allocation mode, conflicts, invalid annotations."""
+"""Ledger rebuild (docs/agent.md "The Devices object and its ledger"): each allocation mode, conflicts, invalid annotations."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""The managed label (spec/node-facts.md §6, decision 14) and instance-type-mixed-on-node (§3.1)."""
+"""The managed label (docs/agent.md "Labels, annotations and NodeFeatures", decision 14) and instance-type-mixed-on-node (docs/agent.md "Labels, annotations and NodeFeatures")."""
 from __future__ import annotations
 
 import pytest

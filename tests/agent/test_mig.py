@@ -1,5 +1,5 @@
-"""The three MIG configurations of spec/mig.md: profiles, counts, node capacity keys and the carve
-example's ledger (node-facts.md §7-§8)."""
+"""The three MIG configurations of docs/concepts/four-views.md "The partitioned side": profiles, counts, node capacity keys and the carve
+example's ledger (docs/agent.md "The Devices object and its ledger" and "Capacity and fit labels")."""
 from __future__ import annotations
 
 from tests.agent.helpers import H100, entry, group, pod
@@ -7,7 +7,7 @@ from tests.agent.helpers import H100, entry, group, pod
 GID = "h100-80gb-hbm3"
 MIG = "nvidia.com/gpu.partitioned.mig-"
 PROFILES = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
-INVENTORY = {  # mig.md §1: memoryMib, computeSlices, memorySlices, count, legal starts
+INVENTORY = {  # docs/concepts/four-views.md "The partitioned side": memoryMib, computeSlices, memorySlices, count, legal starts
     "1g.10gb": (10240, 1, 1, 7, [0, 1, 2, 3, 4, 5, 6]), "1g.20gb": (20480, 1, 2, 4, [0, 2, 4, 6]),
     "2g.20gb": (20480, 2, 2, 3, [0, 2, 4]), "3g.40gb": (40960, 3, 4, 2, [0, 4]),
     "4g.40gb": (40960, 4, 4, 1, [0]), "7g.80gb": (81920, 7, 8, 1, [0]),
@@ -52,7 +52,7 @@ def test_config2_profiles_per_accelerator(plan):
         assert status["logicalSliced"]["count"] == 0
         assert status["physicalSliced"]["count"] == 7
         profiles = status["physicalSliced"]["profiles"]
-        assert [pr["name"] for pr in profiles] == PROFILES          # 1g.10gb+me excluded (§7.2)
+        assert [pr["name"] for pr in profiles] == PROFILES          # 1g.10gb+me excluded (docs/agent.md "The Devices object and its ledger")
         for pr in profiles:
             mem, cs, ms, count, starts = INVENTORY[pr["name"]]
             assert (pr["memoryMib"], pr["computeSlices"], pr["memorySlices"], pr["count"]) == (mem, cs, ms, count)
@@ -74,7 +74,7 @@ def test_config2_after_one_3g40gb_carve(plan):
     accs = p.devices["status"]["groups"][0]["accelerators"]
     assert accs[0] == CARVED_GPU0
     assert all(a["remainingProfiles"] == FRESH_REMAINING for a in accs[1:])
-    # per-profile key = sum of allocated + remaining instances (mig.md §3)
+    # per-profile key = sum of allocated + remaining instances (docs/concepts/four-views.md "The partitioned side")
     assert _capacity(p) == {**_mig_keys([52, 30, 22, 16, 7, 7]), "nvidia.com/gpu.partitioned.units": "12800k",
                             **SLICED_ZERO}
     assert p.events == []

@@ -1,4 +1,4 @@
-"""Worked normalization examples of spec/node-facts.md §5.3-§5.6."""
+"""Worked normalization examples of docs/agent.md "Normalization"."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""probes/nvml.py against a stand-in pynvml module (no GPU here): facts shape of §1.2/§1.3,
+"""probes/nvml.py against a stand-in pynvml module (no GPU here): facts shape of docs/agent.md "Probe facts",
 MIG profiles with placements, unhealthy devices, library and driver failures."""
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_device_facts_have_the_recorded_shape():
          "placements": [{"start": s, "length": 1} for s in range(7)]},
         {"name": "MIG 3g.40gb", "memoryMib": 40960, "computeSlices": 3, "memorySlices": 4, "count": 2,
          "placements": [{"start": 0, "length": 4}, {"start": 4, "length": 4}]}]
-    parse_facts({"accelerators": accs}, "nvml")     # validates against the §1.3 model
+    parse_facts({"accelerators": accs}, "nvml")     # validates against the facts model (docs/agent.md "Probe facts")
 
 
 def test_existing_mig_devices_are_reported_with_profile_and_placement():

@@ -1,4 +1,4 @@
-"""Allocations from kubelet's PodResources v1 API (spec/node-facts.md §7.4-§7.5).
+"""Allocations from kubelet's PodResources v1 API (docs/agent.md "The Devices object and its ledger").
 
 The kubelet here is a stand-in: a real grpcio server bound to a unix socket under ``tmp_path`` that
 implements ``v1.PodResourcesLister`` (the generated servicer of runtime/kube/podresources) and answers

@@ -1,4 +1,4 @@
-"""The agent reloads its mounted rules live (issue 20 item 5: a rules edit restarts no agent): the chart's
+"""The agent reloads its mounted rules live (docs/install.md "Upgrade": a rules edit restarts no agent): the chart's
 ConfigMap changes, the watcher of `accelpolicy agent --rules DIR` loads the new set, the next pass plans
 with it and the generation metric counts it; a broken set is refused and the working one stays."""
 from __future__ import annotations

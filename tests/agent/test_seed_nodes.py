@@ -1,5 +1,5 @@
 """The recorded seed nodes reproduce the seed's NodeFeatures, Node labels/annotations and Devices
-(spec/node-facts.md §3.1-§3.3, §7, §8), against tests/fixtures/seed/common and /work/shared/seed."""
+(docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger" and "Capacity and fit labels"), against tests/fixtures/seed/common and /work/shared/seed."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""`accelpolicy audit` on the seed cluster holding hand-edited and policy-violating objects (issue 12 item 1).
+"""`accelpolicy audit` on the seed cluster holding hand-edited and policy-violating objects (docs/audit.md "Reports (`-o yaml`)").
 
 tests/fixtures/audit/seed-cluster/ is the seed after the controller's reconcile plus the edits listed
 at the top of its edits.yaml; the audit must report exactly those, with the right result kinds."""
@@ -105,7 +105,7 @@ def test_bad_input_exits_2(tmp_path):
 
 
 def test_a_foreign_nodefeature_is_reported(tmp_path):
-    """Issue 13 item 9: a NodeFeature outside the system namespace claiming our keys for a node is
+    """docs/node-facts-robustness.md "NodeFeature trust (decision 20)": a NodeFeature outside the system namespace claiming our keys for a node is
     ignored by the derivation and reported by the audit, naming it."""
     forged = tmp_path / "forged.yaml"
     forged.write_text(yaml.safe_dump({

@@ -1,5 +1,5 @@
-"""The offline commands over ResourceSlices (issue 22 item 4): `get`, `derive`, `explain instancetype` and
-`audit --snapshot` plan a node whose accelerators a DRA driver publishes as its agent would (spec/dra.md)."""
+"""The offline commands over ResourceSlices (docs/concepts/dra.md "Accelerators from DRA drivers"): `get`, `derive`, `explain instancetype` and
+`audit --snapshot` plan a node whose accelerators a DRA driver publishes as its agent would (docs/concepts/dra.md "Accelerators from DRA drivers")."""
 from __future__ import annotations
 
 import json
@@ -42,8 +42,8 @@ def test_the_seed_with_node_a10g_on_dra_keeps_its_pools_and_offers_only_the_excl
 
 
 def test_the_same_a10g_from_nvml_or_slices_derives_the_same_flavors_queues_and_types(policy):
-    """Issue 22: same GPUs -> same labels, flavors and InstanceTypes either way; `.cores` aside, and the
-    slicing a DRA accelerator does not offer (spec/dra.md §2)."""
+    """docs/concepts/dra.md "Accelerators from DRA drivers": same GPUs -> same labels, flavors and InstanceTypes either way; `.cores` aside, and the
+    slicing a DRA accelerator does not offer (docs/concepts/dra.md "Views per manufacturer")."""
     nvml = derive(policy, load_snapshot([STEP1]))
     dra = derive(policy, with_dra_nodes(policy, load_snapshot([A10G_DRA]))[0])
     assert nvml.cluster_queues == dra.cluster_queues

@@ -1,4 +1,4 @@
-"""`accelpolicy explain` (issue 12 item 5): pool membership with the reason each node is left out, the
+"""`accelpolicy explain` (docs/audit.md "Explaining a pool or a decision"): pool membership with the reason each node is left out, the
 view numbers, and every rule evaluated for one object with its file:line."""
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_explain_admit_lists_each_rule_with_file_line_inputs_and_result(tmp_path
 
 
 def test_explain_names_a_missing_count_label_not_the_accelerator_key(tmp_path):
-    """Issue 23 item 5: node-t4-a's NodeFeature keeps ``nvidia-tesla-t4: "true"`` but lost its ``.count``;
+    """docs/node-facts-robustness.md "`get` shows what the cluster holds": node-t4-a's NodeFeature keeps ``nvidia-tesla-t4: "true"`` but lost its ``.count``;
     explain blamed the accelerator key (``its flavor ...-4c has ...nvidia-tesla-t4=<absent>``)."""
     import yaml
 

@@ -1,4 +1,4 @@
-"""The CLI starts light and answers the same from the compiled-rules cache (issue 24 items 1 and 2).
+"""The CLI starts light and answers the same from the compiled-rules cache (docs/performance.md "Fast to start, light to hold").
 
 `accelpolicy --help` imports no subcommand; the offline commands never import the kubernetes client,
 grpc, the agent or the webhook server; with a damaged cache entry every command prints what it prints

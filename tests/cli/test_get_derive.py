@@ -99,7 +99,7 @@ def test_get_exits_1_when_any_named_object_is_missing():
 
 
 def test_an_unknown_cel_function_is_refused_at_load_naming_file_field_and_cause(tmp_path):
-    # found statically (issue 12): before, it failed only when evaluated ("unbound function: fnv64")
+    # found statically (docs/rule-authoring.md "What lint checks"): before, it failed only when evaluated ("unbound function: fnv64")
     rules, path = edited_rules(tmp_path, "pools/derivation.yaml", "fnv64a(name)", "fnv64(name)")
     result = run_raw("get", "instancetypes", "--snapshot", STEP1, "--rules", str(rules))
     assert result.exit_code == 2
@@ -132,7 +132,7 @@ def run_raw(*args):
 
 
 def test_an_instancetype_without_spec_reads_inactive_and_selects_nothing(tmp_path):
-    """Issue 23 item 5: a type with no spec (written while the webhook was bypassed) showed `Active`, unit `//`
+    """docs/node-facts-robustness.md "`get` shows what the cluster holds": a type with no spec (written while the webhook was bypassed) showed `Active`, unit `//`
     and the generic CPU pool's numbers (its labels selected every CPU flavor). An acceleratable one
     without acceleratorGroup selected every device flavor the same way."""
     (tmp_path / "types.yaml").write_text(yaml.safe_dump_all([

@@ -1,5 +1,5 @@
 """`get ... -o yaml` shows the labels others added to our objects, as the controller keeps them
-(issue 13 item 14; runtime/engine/pools/kept.py states the rules)."""
+(runtime/engine/pools/kept.py states the rules)."""
 from __future__ import annotations
 
 import shutil
@@ -58,7 +58,7 @@ def test_get_cq_keeps_foreign_labels_and_prunes_our_stale_ones(tmp_path):
 
 
 def test_a_recreated_flavor_keeps_nothing_of_the_old_object(tmp_path):
-    """``spec.nodeLabels`` differ: the controller deletes and re-applies it (pools.md §2.4)."""
+    """``spec.nodeLabels`` differ: the controller deletes and re-applies it (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes")."""
     root, flavor, _ = _cluster_after_one_reconcile(tmp_path)
     live = list(yaml.safe_load_all((root / "live.yaml").read_text()))
     live[0]["spec"]["nodeLabels"]["kubernetes.io/os"] = "windows"

@@ -1,4 +1,4 @@
-"""`accelpolicy kueue-config` (spec/pools.md §9) as an operator runs it."""
+"""`accelpolicy kueue-config` (docs/concepts/pools-and-flavors.md "Kueue's resource charging") as an operator runs it."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from tests.cli.test_get_derive import edited_rules, run
 from tests.engine.test_kueue_charging import EXPECTED
 
 
-# spec/dra.md §4: the DeviceClasses accelpolicy derives for the shipped DRA drivers (NVIDIA's, AMD's,
+# docs/concepts/dra.md "The ledger from claims": the DeviceClasses accelpolicy derives for the shipped DRA drivers (NVIDIA's, AMD's,
 # Intel's Gaudi and GPU), for claims made directly
 WITH_DRA = {**EXPECTED, "resources": {**EXPECTED["resources"], "deviceClassMappings": [
     {"name": "amd.com/gpu", "deviceClassNames": ["gpustack-amd-gpu.amd.com"]},

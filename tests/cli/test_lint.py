@@ -1,4 +1,4 @@
-"""`accelpolicy lint DIR` and the loader's static checks (issue 12 item 4): every problem of every file,
+"""`accelpolicy lint DIR` and the loader's static checks (docs/rule-authoring.md "What lint checks"): every problem of every file,
 ``file:line:col field.path: message``, CEL names checked in every branch without evaluating anything."""
 from __future__ import annotations
 

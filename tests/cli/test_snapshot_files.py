@@ -1,4 +1,4 @@
-"""Snapshot files a careless user leaves around (issue 13 item 11): a FIFO in a snapshot directory
+"""Snapshot files a careless user leaves around (docs/node-facts-robustness.md "Snapshot files"): a FIFO in a snapshot directory
 used to hang `get`/`admit` forever; the same Node twice in one file was taken silently."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The admission process (issue 21 items 1-2; runtime/controller/admission.py) against the scripted API:
+"""The admission process (runtime/controller/admission.py) against the scripted API:
 it watches only what admission reads, answers reviews from a view rebuilt off the review path, is ready
 once its caches listed and a view exists, and stays ready and answering while a cache relists."""
 from __future__ import annotations

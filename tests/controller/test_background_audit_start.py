@@ -1,4 +1,4 @@
-"""When the background audit first runs in a leader term (issue 24): after the controller's first pass
+"""When the background audit first runs in a leader term (docs/performance.md "Fast to start, light to hold"): after the controller's first pass
 of that term, not beside it (the two share one interpreter; at 10,000 nodes together they made the
 first pass 13.5-16.8 s instead of 7.6-10.2)."""
 from __future__ import annotations

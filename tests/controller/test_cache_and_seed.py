@@ -1,5 +1,5 @@
 """Watch-cache protocol (list, resume, bookmarks, 410 relist) against a scripted fake server, the
-settings seeding rules (spec/settings.md §1) and the leader Lease, without a real API server."""
+settings seeding rules (docs/concepts/settings.md "Settings") and the leader Lease, without a real API server."""
 from __future__ import annotations
 
 import base64
@@ -219,7 +219,7 @@ def test_transient_errors_are_retried(status, reason, retried):
 
 
 def test_age_counts_from_when_the_watch_broke_until_current_again(monkeypatch):
-    """The cache's age (issue 21 item 1): 0 while watching; from the moment the watch broke through a
+    """The cache's age (docs/availability.md "Serving while a watch cache relists"): 0 while watching; from the moment the watch broke through a
     reopened watch that fails before its first event and the relist that follows; 0 after the relist;
     the objects held are served all along."""
     clock = [100.0]
@@ -266,7 +266,7 @@ def test_a_watch_request_answered_410_relists_like_an_expired_stream():
 
 
 def test_renewal_gives_up_before_the_lease_expires_and_leads_again_while_it_names_us():
-    """client-go's RenewDeadline (issue 21): renewal failing for the 10 s deadline calls on_lost while
+    """client-go's RenewDeadline (docs/availability.md "Availability: admission through faults, and a start that loses nothing"): renewal failing for the 10 s deadline calls on_lost while
     the Lease (15 s) is still ours, so nobody else can lead yet; once the API server answers again, the
     same identity leads at once; a deadline not below the duration is refused."""
     server = LeaseServer()

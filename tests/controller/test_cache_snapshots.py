@@ -1,4 +1,4 @@
-"""The controller's snapshots kept from the watch caches' changes (issue 16): ``KindCache.changes``
+"""The controller's snapshots kept from the watch caches' changes (docs/performance.md "A pass proportional to what changed"): ``KindCache.changes``
 reports exactly the keys touched since a version, and every ``CacheSnapshots.snapshot()`` equals a
 snapshot of copies of every cached object, copying only what changed."""
 from __future__ import annotations

@@ -40,7 +40,7 @@ def test_broken_rules_exit_2(tmp_path):
     assert result.exit_code == 2 and "rule files refused" in result.output
 
 
-# -- the chart's layout (issue 21 item 2): admission apart, the controller registering for it ------------------
+# -- the chart's layout (docs/availability.md "Admission apart from reconciling"): admission apart, the controller registering for it ---
 def _controller(*args):
     return CliRunner().invoke(main, ["controller", *args])
 

@@ -1,4 +1,4 @@
-"""The DeviceClasses the controller derives for the DRA drivers of the rules (spec/dra.md §4): the
+"""The DeviceClasses the controller derives for the DRA drivers of the rules (docs/concepts/dra.md "The ledger from claims"): the
 objects, the plan against what the cluster holds, ownership, and Kueue's deviceClassMappings."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fit labels in the controller's plan (spec/node-facts.md §9), on the seed fixtures without a server.
+"""Fit labels in the controller's plan (docs/agent.md "Capacity and fit labels"), on the seed fixtures without a server.
 
 The plan patches a Node's labels only where a fit label is missing, differs or is no longer wanted;
 other Node labels are never in the patch. Label keys come from rules/labels.yaml (``fitSliced``,
@@ -53,7 +53,7 @@ def test_patch_touches_fit_labels_only_and_a_second_plan_writes_nothing(policy, 
 
 
 def _slice20(cluster: MemCluster) -> None:
-    """node-a10g's ledger holding the 20 % slice (spec/node-facts.md §9 table)."""
+    """node-a10g's ledger holding the 20 % slice (docs/agent.md "Capacity and fit labels" table)."""
     acc = cluster.objects[("Devices", "", "node-a10g")]["status"]["groups"][0]["accelerators"][0]
     acc.update(mode=3, allocated=320000, remaining=1280000, allocatedSlices=1)
 

@@ -1,4 +1,4 @@
-"""FitLabelWriter (issues 16 and 24): fit label patches written outside the pass, in order, never twice
+"""FitLabelWriter (docs/performance.md "A pass proportional to what changed"): fit label patches written outside the pass, in order, never twice
 while their echo is on its way (judged by the pass's snapshot, not the watch cache), planned again
 after a failure.
 

@@ -1,4 +1,4 @@
-"""The controller's garbage collector policy (runtime/controller/gcpolicy.py; issues 16 and 24) and the
+"""The controller's garbage collector policy (runtime/controller/gcpolicy.py; docs/performance.md "A pass proportional to what changed") and the
 bounded record of passes: what a long-running controller keeps, tried on the process's own collector.
 
 Each test leaves the collector as it found it (thresholds, nothing frozen)."""

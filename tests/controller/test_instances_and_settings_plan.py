@@ -1,5 +1,5 @@
 """The controller's Instance and Setting-view plans (runtime/controller/instances.py, settingsview.py):
-pure, on the seed's step-4 snapshot (spec/instances.md §10-§11, spec/settings.md §2)."""
+pure, on the seed's step-4 snapshot (docs/concepts/instances.md "Life cycle" and "The Instance's Pod", docs/concepts/settings.md "Settings")."""
 from __future__ import annotations
 
 import base64

@@ -1,8 +1,8 @@
-"""Labels that vanish for a minute (issue 13 item 13; docs/node-facts-robustness.md).
+"""Labels that vanish for a minute (docs/node-facts-robustness.md).
 
 NFD restarts on large clusters strip the feature labels from Nodes and put them back later, while
 our NodeFeatures stay. Decision: the NodeFeatures win (they are what NFD copies; pools read the
-Node's *effective* labels, spec/node-facts.md §4), so the pools hold through the gap. Three phases
+Node's *effective* labels, docs/agent.md "Labels, annotations and NodeFeatures"), so the pools hold through the gap. Three phases
 over the seed cluster after one reconcile (step 4's custom type ``a10g-12c128g`` and an
 administrator's own ResourceFlavor included): labels present, gone, back. Each phase plans zero
 deletes and zero recreates, and the table at the end is the table at the start.

@@ -1,4 +1,4 @@
-"""A reconcile pass reports its own writes only (issue 21, the reliability flake): a write another
+"""A reconcile pass reports its own writes only (docs/availability.md "Availability: admission through faults, and a start that loses nothing", the reliability flake): a write another
 thread makes through the same Applier meanwhile (the background audit's Report, a reload's Event) is
 in the process's write log and its metrics, not in the pass's ``writes``. The flake: a restarted
 controller's first pass logged ``0 actions, 0 deferred, 1 writes`` (the audit's first Report, applied

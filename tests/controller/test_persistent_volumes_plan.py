@@ -1,4 +1,4 @@
-"""InstancePersistentVolume -> PersistentVolumeClaim (spec/instances.md §13): exact claims and status."""
+"""InstancePersistentVolume -> PersistentVolumeClaim (docs/concepts/instances.md "Persistent volumes"): exact claims and status."""
 from __future__ import annotations
 
 from runtime.controller.instances import plan_persistent_volumes

@@ -110,7 +110,7 @@ def test_first_reconcile_of_the_seed_creates_every_pool_object(policy):
     assert verbs.index(("apply", "ClusterQueue")) > verbs.index(("apply", "ResourceFlavor"))
     assert verbs.index(("create", "LocalQueue")) > verbs.index(("apply", "ClusterQueue"))
     assert verbs.index(("apply-status", "InstanceType")) > verbs.index(("create", "InstanceType"))
-    # a created type's status is the very next write, not after every queue (issue 16)
+    # a created type's status is the very next write, not after every queue (docs/performance.md "A pass proportional to what changed")
     for i, action in enumerate(actions):
         if action.verb == "create" and action.kind == "InstanceType":
             after = actions[i + 1]

@@ -1,4 +1,4 @@
-"""The controller's Events and metrics for pools that cannot keep their promises (issue 23 items 1-2),
+"""The controller's Events and metrics for pools that cannot keep their promises (docs/audit.md "Pools that cannot schedule", docs/concepts/pools-and-flavors.md "Quota follows the usable accelerators"),
 offline: :class:`runtime.controller.reach.ReachWatch` driven pass by pass as the reconciler drives it,
 over the audit's seed cluster (labels present, every T4 label stripped from the T4 Nodes, one T4 of
 node-t4-b unhealthy, back). The live run is tests/controlplane/test_reach_live.py."""

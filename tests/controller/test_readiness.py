@@ -1,4 +1,4 @@
-"""The webhooks' ``/readyz`` (issue 13 item 12, issue 21 item 1): 503 until every watch cache listed
+"""The webhooks' ``/readyz`` (docs/webhook-hardening.md "Readiness", docs/availability.md "Serving while a watch cache relists"): 503 until every watch cache listed
 once and a cluster view was built; from then on 200, also while a cache relists (slowly, or failing)
 or a rebuild of the view fails: the last good objects and the last good view serve reviews, and the
 cache's age is a metric. Against a scripted API (lists per kind, watches that idle), the real

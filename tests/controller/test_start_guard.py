@@ -1,4 +1,4 @@
-"""The start guard (issue 21 item 3; runtime/controller/startguard.py): a controller that starts on a
+"""The start guard (runtime/controller/startguard.py): a controller that starts on a
 view without its facts takes no destructive step until they arrive (or the grace period of
 rules/pools/derivation.yaml ``startGuard`` ends). Against the scripted API: the seed cluster reconciled
 by one controller, then a second one started after an "uninstall" (every NodeFeature gone, NFD's labels

@@ -1,4 +1,4 @@
-"""The state-transition Events (runtime/controller/transitions.py, issue 14 item 3): built from the
+"""The state-transition Events (runtime/controller/transitions.py, docs/observability.md "Events"): built from the
 pass's derived state and written actions, reasons and messages from rules/pools/derivation.yaml.
 
 Snapshots: the seed cluster (tests/fixtures/seed/common) converged in memory (tests/controller/test_plan.py)

@@ -1,4 +1,4 @@
-"""``plan_workload_checks`` (runtime/controller/workloadchecks.py, spec/pools.md §8.2): which Workloads
+"""``plan_workload_checks`` (runtime/controller/workloadchecks.py, docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"): which Workloads
 get an answer in one reconcile, the exact apply body, idempotence and the Retry requeue.
 
 Snapshot: the seed cluster (tests/fixtures/seed/step1) with its derived ResourceFlavors and a few

@@ -1,5 +1,5 @@
 """The chart's ValidatingAdmissionPolicies on a real kube-apiserver (v1.37, the version this project
-builds), tried with each component's own credentials (issue 20 items 1-3).
+builds), tried with each component's own credentials (docs/install.md "What the admission policies do not cover" and "How removal, upgrades and the namespace are decided").
 
 * The agent's token is a Pod-bound one, as the kubelet mounts it: ``kubectl create token
   --bound-object-kind Pod`` for a Pod bound to ``node-a10g``. The API server puts the node claim

@@ -1,4 +1,4 @@
-"""The ``gpustack-node-devices`` answers on a real kube-apiserver + etcd (spec/pools.md §8.2).
+"""The ``gpustack-node-devices`` answers on a real kube-apiserver + etcd (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
 
 The seed cluster is applied as in test_controller.py and the controller loop runs in this process.
 Kueue's CRDs are installed but Kueue's controller is not running in this cluster: nobody creates

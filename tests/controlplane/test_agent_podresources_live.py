@@ -1,4 +1,4 @@
-"""The agent's allocations from kubelet's PodResources v1 API (spec/node-facts.md §7.4-§7.5), on a
+"""The agent's allocations from kubelet's PodResources v1 API (docs/agent.md "The Devices object and its ledger"), on a
 real kube-apiserver: the Pods exist there, the agent's annotation patches and Devices ledger land
 there, its Events too. The kubelet is tests/agent/test_podresources.py's stand-in gRPC server."""
 from __future__ import annotations
@@ -26,7 +26,7 @@ def annotation_of(live, name):
     return json.loads(pod_annotations(live[0], name)[ALLOCATED])
 
 
-# §7.3 examples, one accelerator each, each allocation reaching the agent through the socket
+# docs/agent.md "The Devices object and its ledger" examples, one accelerator each, each allocation reaching the agent through the socket
 @pytest.mark.parametrize("resource, device, requests, annotation_entry, ledger_entry", [
     ("nvidia.com/gpu", A10G, {"nvidia.com/gpu": "1"},
      {"mode": 1, "allocated": 1600000}, {"mode": 1, "allocated": 1600000}),
@@ -66,7 +66,7 @@ def test_h100_mig_device_maps_to_parent_profile_and_placement(make_agent, live, 
 
 def test_partition_without_a_known_mig_device_takes_the_profile_from_the_request(make_agent, live, kubelet):
     # the device ID names the parent accelerator; no MIG device in the facts: profile from the
-    # container's per-profile key, no placement (the ledger takes the lowest free one, §7.6 step 3)
+    # container's per-profile key, no placement (the ledger takes the lowest free one, docs/agent.md "The Devices object and its ledger")
     socket, _ = kubelet([("demo", "mig", {"main": [("nvidia.com/gpu.partitioned", [f"{H100.format(2)}::1"])]})])
     requests = {"nvidia.com/gpu.partitioned.units": "200k", "nvidia.com/gpu.partitioned.mig-1g.10gb": "1"}
     run_agent(make_agent, socket, [api_pod("mig", requests)], stem="node-h100-mig-on")

@@ -1,4 +1,4 @@
-"""The audit's openreports.io Report/ClusterReport objects apply to a real API server (issue 12 item 1).
+"""The audit's openreports.io Report/ClusterReport objects apply to a real API server (docs/audit.md "Reports (`-o yaml`)").
 
 The CRDs come from their own Go module, github.com/openreports/reports-api (pinned in
 e2e/crdsources/go.mod, hashes in its go.sum), fetched into Go's module cache with `go mod download`;

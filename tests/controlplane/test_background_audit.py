@@ -1,4 +1,4 @@
-"""The controller's background audit on a real API server (issue 12 item 2): Report objects written live
+"""The controller's background audit on a real API server (docs/audit.md "The background audit"): Report objects written live
 (changed ones only), the result metric, an AuditFailed Event on a newly failing object."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fault suite's load generator (e2e/chaos/load.py) against a real kube-apiserver (issue 21 item 4).
+"""The fault suite's load generator (e2e/chaos/load.py) against a real kube-apiserver (docs/reliability.md "Reliability: the fault suite").
 
 On the bare local control plane (CRDs, no admission webhooks) the generator runs in its own process, as the
 kind suite runs it: the creates come at the asked rate; with no webhook configured every create is stored

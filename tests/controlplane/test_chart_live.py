@@ -308,7 +308,7 @@ def test_the_image_runs_controller_and_agent_read_only_as_the_service_accounts(c
 def test_an_agent_that_may_not_read_the_settings_secret_plans_with_defaults(chart_rbac, tmp_path):
     """The chart's agent ClusterRole and its NodeFeature rule, but no Secret rule: the settings watch is
     refused (403) and the agent still does its job on the default settings, with a warning naming the
-    Secret and the refusal (spec/node-facts.md §3.3), instead of failing every pass."""
+    Secret and the refusal (docs/agent.md "Labels, annotations and NodeFeatures"), instead of failing every pass."""
     cluster, kubectl = chart_rbac
     account = "agent-without-secrets"
     rbac = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": NS}},

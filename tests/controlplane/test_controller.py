@@ -1,11 +1,11 @@
-"""The live controller on a real kube-apiserver + etcd (issue 6, first slice).
+"""The live controller on a real kube-apiserver + etcd (docs/development/testing.md "Test layers").
 
 The seed cluster (tests/fixtures/seed/common: Nodes, NodeFeatures, Devices with their status,
 Namespaces, the settings Secret) is written with kubectl; the controller (runtime.controller) runs
 in this process against the same server. Then ``kubectl get`` must print the seed's tables.
 
 PHASE: only Kueue's CRDs are installed, not its controller, so no ClusterQueue ever gets an
-``Active`` condition and every InstanceType reads ``Activating`` (spec/pools.md §10.1: "queue
+``Active`` condition and every InstanceType reads ``Activating`` (docs/concepts/pools-and-flavors.md "InstanceType status": "queue
 missing or condition Unknown"). The seed (captured with Kueue running) prints ``Active``; the
 tests compare every other column exactly and assert PHASE == ``Activating``. Nor does NFD master
 run: Node labels do not follow NodeFeatures by themselves; the controller reads the NodeFeatures
@@ -122,7 +122,7 @@ def test_second_reconcile_writes_nothing(ctl):
 
 
 def _fit(ctl, kubectl, node: str) -> dict[str, str]:
-    """The Node's labels under the two fit prefixes of rules/labels.yaml (spec/node-facts.md §9)."""
+    """The Node's labels under the two fit prefixes of rules/labels.yaml (docs/agent.md "Capacity and fit labels")."""
     prefixes = (ctl.policy.prefix("fitSliced"), ctl.policy.prefix("fitShared"))
     labels = json.loads(kubectl.stdout("get", "node", node, "-o", "json"))["metadata"]["labels"]
     return {k: v for k, v in labels.items() if k.startswith(prefixes)}
@@ -146,7 +146,7 @@ def _patch_ledger(ctl, kubectl, **entry) -> None:
 
 
 def test_fit_labels_follow_the_ledger(ctl, kubectl):
-    """§9 on the live cluster: the seed's idle values, the 20 % slice, the coalescing window, and
+    """docs/concepts/pools-and-flavors.md "Kueue's resource charging" on the live cluster: the seed's idle values, the 20 % slice, the coalescing window, and
     an idle pass that writes nothing."""
     a10g, t4 = _fit_keys(ctl, "nvidia-a10g"), _fit_keys(ctl, "nvidia-tesla-t4")
     assert _fit(ctl, kubectl, "node-a10g") == dict(zip(a10g, ("1600000", "1")))

@@ -97,7 +97,7 @@ def test_one_leader_at_a_time_and_handover_on_exit(seeded):
 
 
 def test_a_lost_lease_stops_reconciling_and_the_same_process_leads_again(seeded, tmp_path):
-    """Issue 21 (chaos: apiserver-pause, watch-expiry): a leader whose Lease is taken stops reconciling
+    """docs/availability.md "Availability: admission through faults, and a start that loses nothing" (chaos: apiserver-pause, watch-expiry): a leader whose Lease is taken stops reconciling
     within a renewal period, stays up, campaigns again and leads once the Lease is free (runtime/cli/
     controller.py, runtime/controller/leader.py); no process restart."""
     cluster, kubectl = seeded

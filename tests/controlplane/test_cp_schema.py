@@ -1,7 +1,7 @@
 """The API server refuses malformed objects through our CRD schemas, with readable messages.
 
-Only types, structure and enums are schema rules (README §4): value rules whose messages the spec
-defines are the webhooks' and are not checked here.
+Only types, structure and enums are schema rules (docs/reference/crds.md "CRD fields"): value rules with messages of their
+own are the webhooks' and are not checked here.
 """
 
 from __future__ import annotations

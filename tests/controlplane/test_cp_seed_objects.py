@@ -99,7 +99,7 @@ def test_status_is_a_subresource(kubectl):
     kubectl("delete", "instancetype", "status-subresource-check")
 
 
-# pools.md §10.3 / §5.2: the full status shape round-trips without pruning
+# docs/concepts/pools-and-flavors.md "InstanceType status", docs/reference/crds.md "InstanceType (`worker.gpustack.ai`)": the full status shape round-trips without pruning
 FULL_STATUS = {
     "phase": "Active", "phaseMessage": "", "entrance": "gpustack-fnv64-c4680bb149644f1c",
     "accelerator": {"capacity": "1", "onceMaxRequest": "1", "remaining": "1"},

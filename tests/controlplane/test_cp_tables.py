@@ -1,4 +1,4 @@
-"""`kubectl get` prints the seed's tables (spec/pools.md §13, seed/tables/*.txt).
+"""`kubectl get` prints the seed's tables (docs/getting-started.md "Step 1: read the initial pools", seed/tables/*.txt).
 
 For each table the test makes the cluster hold exactly that table's objects: seed objects where the
 seed has them (with the row's printed status values), minimal objects otherwise, with the status

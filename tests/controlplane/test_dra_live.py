@@ -1,4 +1,4 @@
-"""DRA on a real kube-apiserver v1.37 (spec/dra.md): the controller's DeviceClasses (derived, owned,
+"""DRA on a real kube-apiserver v1.37 (docs/concepts/dra.md "Accelerators from DRA drivers"): the controller's DeviceClasses (derived, owned,
 reconciled, the feature check's dry-run create), and the agent's `dra` backend reading a ResourceSlice
 and charging the ledger from a ResourceClaim allocated to a Pod of its node.
 

@@ -1,12 +1,12 @@
-"""The Instance reconciler and the Setting view on a real kube-apiserver + etcd (issue 6).
+"""The Instance reconciler and the Setting view on a real kube-apiserver + etcd (docs/development/testing.md "Test layers").
 
 The seed cluster is applied as in test_controller.py and the controller loop runs in this process.
 Instances are applied as the defaulting webhook would have left them (``spec.resources`` with cpu,
-ram and localStorage filled in, spec/instances.md §4): no webhook runs here.
+ram and localStorage filled in, docs/concepts/instances.md "Defaulting"): no webhook runs here.
 
 What the local cluster does not do: there is no kubelet, no kube-scheduler (the session cluster
 runs without it) and no Kueue controller or webhook. So Pods are never gated, admitted, bound or
-started; they stay Pending without conditions, which the phase table of §10.4 reads as
+started; they stay Pending without conditions, which the phase table of docs/concepts/instances.md "Life cycle" reads as
 ``Scheduling`` (PodScheduled Unknown). Deleting an unbound Pod is immediate (no kubelet grace), so a
 stop finishes at once. The tests assert those phases, and a phase after a condition is written into
 a Pod's status by hand, as the scheduler would.
@@ -65,7 +65,7 @@ def _secret_values(kubectl) -> dict[str, str]:
 
 
 def _with_resources(doc: dict, cpu: str, ram: str, local_storage: str) -> dict:
-    """The seed Instance as the defaulting webhook leaves it (§4)."""
+    """The seed Instance as the defaulting webhook leaves it (docs/concepts/instances.md "Defaulting")."""
     doc = copy.deepcopy(doc)
     doc["spec"]["resources"].update({"cpu": cpu, "ram": ram, "localStorage": local_storage})
     return doc
@@ -124,7 +124,7 @@ def test_sliced_demo_gets_its_pod(live, kubectl):
     assert "nodeName" not in pod["spec"] and "nodeSelector" not in pod["spec"]
     assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
     main = pod["spec"]["containers"][0]
-    assert main["resources"] == {   # overcommit on (the default): §11.4 request vectors
+    assert main["resources"] == {   # overcommit on (the default): docs/concepts/instances.md "The Instance's Pod" request vectors
         "limits": {"cpu": "1", "memory": "12Gi", "ephemeral-storage": "15Gi", "nvidia.com/gpu.sliced": "1",
                    "nvidia.com/gpu.sliced.memory-percentage": "20", "nvidia.com/gpu.sliced.cores-percentage": "100"},
         "requests": {"cpu": "100m", "memory": "1536Mi", "ephemeral-storage": "1920Mi", "nvidia.com/gpu.sliced": "1",
@@ -132,7 +132,7 @@ def test_sliced_demo_gets_its_pod(live, kubectl):
                      "nvidia.com/gpu.sliced.cores-percentage": "100"}}
     assert pod["spec"]["volumes"] == [{"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}]
     assert pod["spec"]["hostIPC"] is True and pod["spec"]["automountServiceAccountToken"] is False
-    # no scheduler/kubelet: the Pod has no conditions, PodScheduled reads Unknown -> Scheduling (§10.4)
+    # no scheduler/kubelet: the Pod has no conditions, PodScheduled reads Unknown -> Scheduling (docs/concepts/instances.md "Life cycle")
     _, inst = _wait(lambda: _instance(kubectl, "sliced-demo"),
                     lambda i: (i.get("status") or {}).get("phase") == "Scheduling", what="phase Scheduling")
     assert inst["status"] == {"phase": "Scheduling"}
@@ -219,7 +219,7 @@ def test_deleting_the_type_drains_its_instance(live, kubectl):
     assert inst["status"] == {"phase": "Stopped"}
     assert _pod(kubectl, "custom-demo") == {}
     assert live.wait_idle(10)
-    # spec.stop keeps it stopped (§10.2): no Pod comes back
+    # spec.stop keeps it stopped (docs/concepts/instances.md "Life cycle"): no Pod comes back
     assert _pod(kubectl, "custom-demo") == {}
 
 
@@ -255,9 +255,9 @@ def _generic_cpu(kubectl) -> str:
 
 
 def test_cpu_only_instance_pod_carries_its_pool_flavors_and_moves_the_cpu_view(live, kubectl):
-    """pools.md §9 fallback (cpu excluded from Kueue, rules/pools/kueue.yaml): the controller gives a
+    """docs/concepts/pools-and-flavors.md "Kueue's resource charging" fallback (cpu excluded from Kueue, rules/pools/kueue.yaml): the controller gives a
     CPU-only Instance Pod one node-affinity term per flavor of the generic pool, and once that Pod
-    runs on a node its 4 cores leave the CPU view (§10.2): 48/72 -> 48/68."""
+    runs on a node its 4 cores leave the CPU view (docs/concepts/pools-and-flavors.md "InstanceType status"): 48/72 -> 48/68."""
     doc = _with_resources(seed_object("step3-instance-sliced-demo.yaml"), "4", "8Gi", "15Gi")
     doc["metadata"]["name"] = "cpu-demo"
     doc["spec"]["type"] = "gpustack--generic-linux-amd64"
@@ -282,7 +282,7 @@ def test_cpu_only_instance_pod_carries_its_pool_flavors_and_moves_the_cpu_view(l
             "-p", json.dumps({"status": {"phase": "Running"}}))
     _wait(lambda: _generic_cpu(kubectl), lambda v: v == "48/68", what="CPU view 48/68")
     # deleting the Instance deletes its Pod (gracefully: a bound Pod waits for its kubelet); while it
-    # terminates it still holds its cores and the Instance keeps its finalizer (§10.1 step 1)
+    # terminates it still holds its cores and the Instance keeps its finalizer (docs/concepts/instances.md "Life cycle")
     kubectl("delete", "instance", "cpu-demo", "-n", NS, "--wait=false")
     _wait(lambda: _pod(kubectl, "cpu-demo"), lambda p: (p.get("metadata") or {}).get("deletionTimestamp"),
           what="Pod cpu-demo terminating")
@@ -345,7 +345,7 @@ def test_deleted_setting_is_recreated(live, kubectl):
 
 
 def test_an_instance_with_ports_gets_its_node_port_service_and_status(live, kubectl):
-    """§11.5 and §3: a NodePort Service of the Instance's name; ``status.ports`` once the API server
+    """docs/concepts/instances.md "The Instance's Pod" and "Instances": a NodePort Service of the Instance's name; ``status.ports`` once the API server
     allocated every NodePort; ``hostIPs`` from the bound Node (ExternalIP first). The binding and the
     Node addresses are written by hand, as kube-scheduler and the kubelet would."""
     doc = _with_resources(seed_object("step3-instance-sliced-demo.yaml"), "1", "12Gi", "15Gi")
@@ -386,7 +386,7 @@ def test_an_instance_with_ports_gets_its_node_port_service_and_status(live, kube
 
 
 def test_an_instance_persistent_volume_gets_its_claim_and_mirrors_its_phase(live, kubectl):
-    """§13: the controller creates the PersistentVolumeClaim of an InstancePersistentVolume and mirrors
+    """docs/concepts/instances.md "Persistent volumes": the controller creates the PersistentVolumeClaim of an InstancePersistentVolume and mirrors
     its phase. No StorageClass ``missing-class`` exists and no PV controller runs here: it stays Pending."""
     _apply(kubectl, {"apiVersion": "worker.gpustack.ai/v1", "kind": "InstancePersistentVolume",
                      "metadata": {"name": "ipv-demo", "namespace": NS},

@@ -1,4 +1,4 @@
-"""Labels that vanish for a minute, live (issue 13 item 13; docs/node-facts-robustness.md).
+"""Labels that vanish for a minute, live (docs/node-facts-robustness.md).
 
 On a real kube-apiserver + etcd: the seed cluster reconciled once, then every propagated feature
 label stripped from every Node with kubectl (what an NFD restart does) while our NodeFeatures stay,

@@ -1,4 +1,4 @@
-"""Issue 14's "done when": `accelpolicy controller --log-format json` and node-a10g's
+"""What docs/observability.md "Observability: metrics, logs, Events and the dashboard" promises, live: `accelpolicy controller --log-format json` and node-a10g's
 `accelpolicy agent --log-format json` (fake backend: the node's recorded facts) on the local control
 plane, both scraped over HTTP during the seed walkthrough.
 
@@ -98,7 +98,7 @@ def _managed(kubectl, value: str) -> None:
 
 def _slice_pod(policy_key: str) -> dict:
     """sliced-demo's Pod as the device plugin leaves it: bound to node-a10g, its 20 % slice (320,000
-    credits, mode 3) in the allocation annotation (spec/node-facts.md §7.4)."""
+    credits, mode 3) in the allocation annotation (docs/agent.md "The Devices object and its ledger")."""
     allocation = {"main": [{"id": "a10g", "manufacturer": "nvidia",
                             "accelerators": [{"id": A10G, "index": 0, "mode": 3, "allocated": 320000}]}]}
     return {"apiVersion": "v1", "kind": "Pod",

@@ -1,4 +1,4 @@
-"""Pools that cannot schedule, live (issue 23 items 1-2), on a real kube-apiserver + etcd.
+"""Pools that cannot schedule, live (docs/audit.md "Pools that cannot schedule", docs/concepts/pools-and-flavors.md "Quota follows the usable accelerators"), on a real kube-apiserver + etcd.
 
 The seed cluster reconciled once; then every T4 label stripped from the two T4 Nodes with kubectl
 while their NodeFeatures keep them (what an NFD restart or an administrator's ``kubectl label node

@@ -1,4 +1,4 @@
-"""Reliability of the live controller (issue 6 item 7) on the local control plane.
+"""Reliability of the live controller (docs/development/testing.md "Reliability of the live controller") on the local control plane.
 
 1. **Kill/restart runs.** The seed steps that work without Kueue, NFD and kwok (step 1's objects;
    step 2's NodeFeature un-manage and re-admit; step 4's custom InstanceType, the ``custom-demo``
@@ -59,7 +59,7 @@ POLICY = Policy(load_rules())
 SYSTEM = "gpustack-system"
 NS = "default"
 IDENTITY = "reliability"           # one identity across restarts: the Lease is taken back at once
-STALE_ENTRANCE = "gpustack-fnv64-8cf5b3114035c84a"   # spec/README.md DECISION 3
+STALE_ENTRANCE = "gpustack-fnv64-8cf5b3114035c84a"   # DECISION 3: the stale entrance of seed step 4
 RIGHT_ENTRANCE = "gpustack-fnv64-d4c0e6cd72686015"
 AWARE_A10G = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"
 CUSTOM = "a10g-12c128g"
@@ -433,7 +433,7 @@ def _seed(config) -> int:
 def session(control_plane):
     """A client of the session cluster, with the openreports.io CRDs installed (the background audit of
     every restarted controller then writes its Reports while the first pass runs, as in a full `make
-    test` session: the race of the issue-21 flake); after the module the cluster is reset (other
+    test` session: the race of the reliability flake); after the module the cluster is reset (other
     modules start from their own clean-up and must not meet this module's objects)."""
     install_crds(control_plane[1], openreports_crds())
     session = connect(control_plane[0].kubeconfig)
@@ -517,7 +517,7 @@ def test_controller_resumes_after_an_apiserver_restart(control_plane, session):
         with loop_running(controller):
             assert controller.wait_idle(60)
             assert without_phase(table_rows(kubectl)) == seed_rows("step1-instancetype.txt")
-            # one Warning Event to see whether the restart repeats it (spec/settings.md §1)
+            # one Warning Event to see whether the restart repeats it (docs/concepts/settings.md "Settings")
             _set_setting(kubectl, "instance-type-mixed-on-node", "maybe")
             wait_for("the InvalidSetting Event", lambda: [e for e in _events(session) if e[2] == "InvalidSetting"])
             assert controller.wait_idle(60)

@@ -1,4 +1,4 @@
-"""Rules as data, end to end (issue 12 item 8): a copy of rules/ is edited (a preset, a denial message,
+"""Rules as data, end to end (docs/concepts/rules-as-data.md "Rules as data"): a copy of rules/ is edited (a preset, a denial message,
 a threshold, a name pattern) and `get`, `admit`, `audit` and a running controller (hot reload, no
 restart) all change, with no Python edit; a broken copy is refused with its file:line:col problems
 while the working generation keeps answering."""

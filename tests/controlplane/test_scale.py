@@ -1,4 +1,4 @@
-"""The live controller at a small scale (issue 16, item 4): benchmarks/scale.py's run at 100 nodes.
+"""The live controller at a small scale (docs/performance.md "The live controller at 1,000 nodes"): benchmarks/scale.py's run at 100 nodes.
 
 Its own local control plane (the session cluster's objects would change the expected tables), 100
 synthetic nodes written directly, ``accelpolicy controller`` as a subprocess. Asserts values, never

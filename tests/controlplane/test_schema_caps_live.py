@@ -1,4 +1,4 @@
-"""Issue 13 items 3 and 6: the CRD's caps and types hold at the API server itself (no webhook here),
+"""docs/webhook-hardening.md "Malformed objects never pass: shape checks": the CRD's caps and types hold at the API server itself (no webhook here),
 in the same words the webhook's shape check uses (rules/admission/shapes.yaml)."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The start guard on a real API server (issue 21 item 3; docs/availability.md "The start guard").
+"""The start guard on a real API server (docs/availability.md "The start guard").
 
-The issue's scenario: a controller reconciled the seed cluster with an Instance running on its queue
+The scenario: a controller reconciled the seed cluster with an Instance running on its queue
 (``custom-demo`` on the custom type ``a10g-12c128g``; Kueue's reservation written into the
 ClusterQueue's status as Kueue would); then an uninstall and a namespace delete took every NodeFeature
 and NFD took the feature labels off the Nodes. A new controller starts before the agents re-create their

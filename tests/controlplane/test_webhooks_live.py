@@ -1,5 +1,4 @@
-"""The controller serves the admission webhooks from its watch caches and registers them (issue 6
-item 3): real ``kubectl`` calls through kube-apiserver get our verdicts and patches.
+"""The controller serves the admission webhooks from its watch caches and registers them (docs/development/testing.md "Test layers"): real ``kubectl`` calls through kube-apiserver get our verdicts and patches.
 
 The controller runs in this process as the ServiceAccount ``gpustack-system/gpustack-controller``
 (a token from the TokenRequest API, bound to cluster-admin): the identity rules/pools/derivation.yaml
@@ -164,7 +163,7 @@ def test_configurations_are_rendered_from_the_rule_files(served, kubectl):
                          w["rules"][0]["operations"], w["failurePolicy"], w["clientConfig"]["url"])
              for w in mutating["webhooks"] + validating["webhooks"]}
     base = f"https://127.0.0.1:{port}"
-    assert table == {   # spec/README.md §3.2 "Serves every admission webhook"
+    assert table == {   # docs/reference/controller.md "Controller and webhooks" "Serves every admission webhook"
         "instances.mutation.worker.gpustack.ai": (["worker.gpustack.ai"], ["v1"], ["instances"], ["CREATE", "UPDATE"],
                                                   "Fail", f"{base}/mutate-instances"),
         "instancetypes.mutation.worker.gpustack.ai": (["worker.gpustack.ai"], ["v1"], ["instancetypes"],
@@ -210,7 +209,7 @@ def test_pod_with_two_families_is_refused_with_rule_1(served, kubectl):
            "spec": {"containers": [{"name": "main", "image": "ubuntu:24.04", "resources": {"limits": {
                "nvidia.com/gpu": "1", "nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.memory-percentage": "20"}}}]}}
     proc = _create(kubectl, pod)
-    # the mutating webhook folds first (units, cores), then the validating one answers (pod-requests.md §6)
+    # the mutating webhook folds first (units, cores), then the validating one answers (docs/reference/controller.md "Pod admission")
     _denied(proc, 'The Pod "demo" is invalid: spec: Forbidden: a Pod may request only one accelerator family, '
                   'found [exclusive sliced]')
     # without the queue label the objectSelector keeps the Pod away from the webhooks
@@ -225,7 +224,7 @@ def test_instance_create_is_defaulted_by_the_mutating_webhook(served, kubectl):
     assert "cpu" not in doc["spec"]["resources"]
     assert _create(kubectl, doc).returncode == 0
     stored = _get(kubectl, "instance", "sliced-demo", "-n", NS)
-    # instances.md §4, rules/tests/admission/instances.yaml "seed step 3 sliced-demo"
+    # docs/concepts/instances.md "Defaulting", rules/tests/admission/instances.yaml "seed step 3 sliced-demo"
     assert stored["spec"]["resources"] == {"accelerator": "1", "acceleratorSlicedMemoryPercentage": 20,
                                            "acceleratorSlicedCoresPercentage": 100, "cpu": "1", "ram": "12Gi",
                                            "localStorage": "15Gi"}
@@ -233,7 +232,7 @@ def test_instance_create_is_defaulted_by_the_mutating_webhook(served, kubectl):
     # the controller's own Pod for it passes the Pod webhooks (queue label set, units folded)
     _, pod = _wait(lambda: _get(kubectl, "pod", "sliced-demo", "-n", NS), bool, what="Pod sliced-demo")
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == A10G_ENTRANCE
-    # the fold of pod-requests.md §5: 20 % of D = 1,600,000 credits (the controller renders no units key)
+    # the fold of docs/reference/controller.md "Pod admission": 20 % of D = 1,600,000 credits (the controller renders no units key)
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.sliced.units"] == "320k"
 
 
@@ -249,13 +248,13 @@ def test_a_new_instancetype_is_enriched_and_seen_by_the_instance_webhook(served,
     FIGURES.setdefault("InstanceType created (API answer) -> webhook view has it, seconds", []).append(seconds)
     assert served.view.rebuilds > before
     stored = _get(kubectl, "instancetype", "a10g-12c128g")
-    # rules/tests/admission/instancetypes-settings.yaml "seed step 4 custom type" (pools.md §6.1)
+    # rules/tests/admission/instancetypes-settings.yaml "seed step 4 custom type" (docs/concepts/pools-and-flavors.md "InstanceType admission")
     assert stored["metadata"]["labels"]["schedule.gpustack.ai/queue-entrance"] == "gpustack-fnv64-d4c0e6cd72686015"
     assert stored["metadata"]["finalizers"] == ["gpustack.ai/controlled"]
     assert {k: stored["spec"][k] for k in ("manufacturer", "product", "family", "memory", "cores", "generalGroup")} \
         == {"manufacturer": "nvidia", "product": "NVIDIA-A10G", "family": "Ampere", "memory": "24Gi",
             "cores": "10240", "generalGroup": "generic"}
-    # now the Instance webhooks find it: admitted, defaulted from its unit resources (instances.md §4)
+    # now the Instance webhooks find it: admitted, defaulted from its unit resources (docs/concepts/instances.md "Defaulting")
     assert _create(kubectl, late).returncode == 0
     resources = _get(kubectl, "instance", "custom-late", "-n", NS)["spec"]["resources"]
     assert resources == {"accelerator": "1", "cpu": "12", "ram": "128Gi", "localStorage": "15Gi"}
@@ -346,7 +345,7 @@ def test_the_controller_command_serves_and_registers(sa_kubeconfig, kubectl, tmp
 
 
 def test_the_admission_process_serves_while_the_controller_only_registers(sa_kubeconfig, kubectl, tmp_path):
-    """The chart's layout (issue 21 item 2): `accelpolicy admission` serves the webhooks from its own
+    """The chart's layout (docs/availability.md "Admission apart from reconciling"): `accelpolicy admission` serves the webhooks from its own
     caches; `accelpolicy controller --webhook-registration-only` registers them for it. The webhooks keep
     answering while the controller is SIGKILLed; with the admission process gone they fail closed."""
     from testing.localcluster.processes import free_port

@@ -1,4 +1,4 @@
-"""Which API verbs each accelpolicy component needs, derived from its code (issue 11, least privilege).
+"""Which API verbs each accelpolicy component needs, derived from its code (least privilege: docs/tasks/install.md "With Helm").
 
 The controller talks to the API server through :class:`runtime.kube.session.Session` (its watch
 caches, :class:`runtime.kube.applier.Applier`, the leader Lease, the serving-certificate Secret);
@@ -51,7 +51,7 @@ OBJECT_KINDS = {
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
 SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",
-                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (spec/dra.md §4)
+                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (docs/concepts/dra.md "The ledger from claims")
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/cabundle.py": None,
@@ -341,7 +341,7 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     return {scope: dict(table) for scope, table in needs.items()}
 
 
-# -- the admission replicas (issue 21 item 2) -------------------------------------------------------------
+# -- the admission replicas (docs/availability.md "Admission apart from reconciling") ---------------------
 ADMISSION_MODULES = ("runtime/controller/admission.py", "runtime/cli/admission.py")
 # The admission process's reads through Session.call (module, function) -> the kind it gets, in the
 # system namespace: the only session calls it may make (a get; anything else there is a write).

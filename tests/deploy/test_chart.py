@@ -99,7 +99,7 @@ def test_default_render_has_exactly_these_objects():
             assert obj["metadata"]["namespace"] == NS
 
 
-# the admission Deployment and what it needs (issue 21 item 2; tests/deploy/test_chart_admission.py)
+# the admission Deployment and what it needs (tests/deploy/test_chart_admission.py)
 ADMISSION_OBJECTS = [("ClusterRole", "gpustack-operator-worker-admission"),
                      ("ClusterRoleBinding", "gpustack-operator-worker-admission"),
                      ("Deployment", "gpustack-operator-worker-admission"),
@@ -158,7 +158,7 @@ def test_controller_deployment_registers_the_webhooks_with_the_shared_certificat
     assert service["spec"]["selector"] == admission["spec"]["selector"]["matchLabels"]
     pdb = objects[("PodDisruptionBudget", "gpustack-operator-worker")]
     assert pdb["spec"] == {"minAvailable": 1, "selector": spec["selector"]}
-    # issue 21 item 3: defaults for a Fail webhook
+    # docs/availability.md "The start guard": defaults for a Fail webhook
     assert pod["priorityClassName"] == "system-cluster-critical"
     assert c["resources"] == {"requests": {"cpu": "100m", "memory": "640Mi"}, "limits": {"memory": "1Gi"}}
     assert "affinity" not in pod
@@ -252,7 +252,7 @@ def test_fake_agent_without_facts_and_unknown_modes_are_refused():
 
 
 def test_recorded_facts_fit_any_node_name_and_a_change_rolls_the_agents(tmp_path):
-    """issue 20: the docs' example (one recorded document for a node of another name) must not make the
+    """docs/install.md "Install accelpolicy on your own cluster (kind as the example)": the docs' example (one recorded document for a node of another name) must not make the
     agent refuse it; the key names the node. A change of the facts changes checksum/facts."""
     facts = (REPO / "probes/recorded/node-t4-a.yaml").read_text()
     docs = render(values={"agent": {"backend": "fake", "recordedFacts": {"my-worker-7": facts}}}, tmp=tmp_path)
@@ -303,7 +303,7 @@ def _crds() -> dict[str, dict]:
 
 
 def test_crds_are_templates_from_crds_without_a_copy_kept_on_uninstall():
-    """issue 20 item 4: templates (so `helm upgrade` carries schema changes), not the chart's crds/ (which
+    """docs/install.md "Upgrade": templates (so `helm upgrade` carries schema changes), not the chart's crds/ (which
     Helm never upgrades), linked from crds/; `helm.sh/resource-policy: keep` so an uninstall keeps the
     objects; crds.install=false leaves them to someone else."""
     assert not (CHART / "crds").exists()
@@ -435,7 +435,7 @@ def test_the_packaged_chart_renders_the_same_as_the_directory(tmp_path):
     assert from_package == template().stdout
 
 
-# -- issue 20: the chart refuses what cannot work ------------------------------------------------------------
+# -- docs/install.md "Install accelpolicy on your own cluster (kind as the example)": the chart refuses what cannot work ---
 def test_another_namespace_than_the_rules_system_namespace_is_refused():
     result = template(namespace="accel", check=False)
     assert result.returncode != 0
@@ -462,7 +462,7 @@ def test_kubernetes_older_than_1_30_is_refused():
     assert chart["kubeVersion"] == ">=1.30.0-0" and "gpustack/gpustack" not in chart["home"]
 
 
-# -- issue 20 item 5: rollout, rules edits, Prometheus ----------------------------------------------------
+# -- docs/install.md "Upgrade": rollout, rules edits, Prometheus ------------------------------------------
 def test_a_rules_edit_rolls_the_controller_but_not_the_agents(tmp_path):
     """The agents reload the mounted rules live (runtime/cli/agent.py --watch-rules-seconds): their Pod
     template carries no rules checksum, so a rules edit leaves every agent running; the controller rolls."""
@@ -484,7 +484,7 @@ def test_a_rules_edit_rolls_the_controller_but_not_the_agents(tmp_path):
 
 
 def test_prometheus_gets_the_ca_certificate_only():
-    """issue 20 item 5: the ServiceMonitor reads the CA from the ConfigMap the leader publishes (ca.crt
+    """docs/install.md "Upgrade": the ServiceMonitor reads the CA from the ConfigMap the leader publishes (ca.crt
     only), never from the serving Secret, which holds the server's and the CA's private keys."""
     objects = by_kind(render("metrics.serviceMonitor.enabled=true"))
     monitor = objects[("ServiceMonitor", "gpustack-operator-worker")]
@@ -495,7 +495,7 @@ def test_prometheus_gets_the_ca_certificate_only():
     assert "--webhook-ca-configmap=gpustack-operator-worker-webhook-ca" in args
 
 
-# -- issue 20 items 1-2: the admission policies --------------------------------------------------------------
+# -- docs/install.md "What the admission policies do not cover": the admission policies ----------------------
 def _vap(name: str, *sets: str) -> dict:
     return by_kind(render(*sets))[("ValidatingAdmissionPolicy", name)]
 
@@ -553,7 +553,7 @@ def test_the_controller_policy_names_its_webhook_configurations_and_the_instance
 
 
 def test_rbac_pins_the_webhook_configurations_and_the_owner_by_name():
-    """issue 20 item 2: patch/delete of webhook configurations by resourceNames (create cannot be named:
+    """docs/install.md "What the admission policies do not cover": patch/delete of webhook configurations by resourceNames (create cannot be named:
     the controller policy names it); the ClusterRole that owns them, read by name only."""
     registration = load_rules(DEFAULT_RULES_DIR).documents[("WebhookRegistration", "webhooks")].spec
     names = [registration.configurations.mutating, registration.configurations.validating]
@@ -620,7 +620,7 @@ def test_the_readme_rbac_table_is_the_charts():
 
 
 def test_helm_test_probes_each_webhook_with_the_published_ca_and_no_token():
-    """issue 20 item 5: `helm test` sends one review to each webhook (accelpolicy webhook-probe) through the
+    """docs/install.md "Upgrade": `helm test` sends one review to each webhook (accelpolicy webhook-probe) through the
     Service, verified with the CA ConfigMap (not the Secret), with the chart's rules, without a token."""
     pod = by_kind(render())[("Pod", "gpustack-operator-worker-webhook-probe")]
     assert pod["metadata"]["annotations"] == {"helm.sh/hook": "test",

@@ -1,4 +1,4 @@
-"""The chart's admission Deployment (issue 21 item 2; docs/availability.md): `accelpolicy admission`
+"""The chart's admission Deployment (docs/availability.md): `accelpolicy admission`
 replicas behind the webhook Service, reading the controller's serving certificate, with least privilege
 derived from the code, a PDB only with more than one replica and an HPA when asked."""
 from __future__ import annotations

@@ -98,7 +98,7 @@ def test_chart_ships_the_dashboard_and_monitors_only_behind_their_flags():
                       "ca": {"configMap": {"name": "gpustack-operator-worker-webhook-ca", "key": "ca.crt"}}}}]
     service = objects[("Service", "gpustack-operator-worker")]
     assert [p["name"] for p in service["spec"]["ports"]] == ["webhook"]
-    admission = objects[("Deployment", "gpustack-operator-worker-admission")]   # the Service's Pods (issue 21)
+    admission = objects[("Deployment", "gpustack-operator-worker-admission")]   # the Service's Pods (docs/availability.md "Availability: admission through faults, and a start that loses nothing")
     assert service["spec"]["selector"] == admission["spec"]["selector"]["matchLabels"]
     controller = objects[("PodMonitor", "gpustack-operator-worker")]   # the controller's own metrics
     deployment = objects[("Deployment", "gpustack-operator-worker")]

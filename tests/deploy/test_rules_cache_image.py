@@ -1,4 +1,4 @@
-"""The image's pre-built compiled-rules entry serves the chart's rules (issue 24 item 1): the rules the
+"""The image's pre-built compiled-rules entry serves the chart's rules (docs/performance.md "Fast to start, light to hold"): the rules the
 chart mounts (its ConfigMap, each key written where the volume's items put it) have the same cache key
 as the rules the wheel ships, which the image build compiles (deploy/image/Dockerfile), so a controller
 started by the chart loads them without parsing."""

@@ -1,7 +1,7 @@
-"""The ``gpustack-node-devices`` verdicts (spec/pools.md §8.2) on the seed and MIG ledgers.
+"""The ``gpustack-node-devices`` verdicts (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`") on the seed and MIG ledgers.
 
 Snapshots: the seed cluster (tests/fixtures/seed/step1: node-a10g one free A10G, node-t4-a one T4,
-node-t4-b four T4s) and the MIG node (tests/fixtures/mig, spec/mig.md), plus the ResourceFlavors the
+node-t4-b four T4s) and the MIG node (tests/fixtures/mig, docs/concepts/four-views.md "The partitioned side"), plus the ResourceFlavors the
 controller derives from them (Kueue's assigned flavors exist in a real cluster). Ledgers are edited
 per test where a case needs a held accelerator. Messages are the rule file's
 (rules/pools/derivation.yaml ``admissionCheck``), written out here in full.
@@ -200,7 +200,7 @@ def test_sliced_needs_a_free_slice(policy):
     assert ac.check_workload(policy, snap, workload(A10G_FLAVOR, SLICE_20)).message == retry(A10G_FLAVOR)
 
 
-# --- partition (spec/mig.md) ----------------------------------------------------------------------------
+# --- partition (docs/concepts/four-views.md "The partitioned side") -------------------------------------
 def mig_workload(profile: str) -> dict:
     return workload(H100_FLAVOR, {"nvidia.com/gpu.partitioned": "1", f"nvidia.com/gpu.partitioned.mig-{profile}": "1",
                                   "nvidia.com/gpu.partitioned.units": "800k"})
@@ -244,7 +244,7 @@ def test_node_selector_excluding_the_only_feasible_node_retries(policy, seed):
     not_in = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["node-a10g"]}]}]}}}
     assert ac.check_workload(policy, seed, workload(A10G_FLAVOR, {"nvidia.com/gpu": "1"}, affinity=not_in)).state == "Retry"
-    # the Workload fit pin of pod-requests.md §9 (a Gt term) selects the node when the label says so
+    # the Workload fit pin of docs/reference/controller.md "Workload fit pin" (a Gt term) selects the node when the label says so
     gt = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count", "operator": "Gt",
                                "values": ["1"]}]}]}}}

@@ -1,9 +1,9 @@
-"""Bad input (issue 2 item 6): snapshots and rule files that are broken give a clear error naming the
+"""Bad input (docs/node-facts-robustness.md "Snapshot files"): snapshots and rule files that are broken give a clear error naming the
 file and the object (or `file:line field.path: message` for rules), never a traceback; unknown kinds
 are skipped with a warning; a broken rules copy never replaces rules already loaded.
 
 Decision (documented here and in ``derive``): a ``.count`` label whose value is not an integer reads
-as 0 (pools.md §2.1), so the node contributes no flavor of that kind, and ``derive`` adds a warning
+as 0 (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"), so the node contributes no flavor of that kind, and ``derive`` adds a warning
 naming the node, the key and the value, so the missing flavor is explained.
 """
 from __future__ import annotations
@@ -401,7 +401,7 @@ def test_rule_file_event_message_with_an_unknown_variable(rules_copy):
 
 
 def test_a_reach_message_naming_an_unknown_field_is_refused_at_load(rules_copy):
-    """rules/audit.yaml ``reach`` (issue 23): a template typo is refused naming the file and field, in the
+    """rules/audit.yaml ``reach`` (docs/audit.md "Pools that cannot schedule"): a template typo is refused naming the file and field, in the
     validator's own words (no pydantic ``Value error,`` prefix)."""
     _replace(rules_copy / "audit.yaml", "selects {selected} of its {nodes} nodes", "selects {selectd} of its {nodes} nodes")
     (problem,) = _problems(rules_copy)

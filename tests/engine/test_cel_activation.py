@@ -1,4 +1,4 @@
-"""runtime.rules.cel evaluates with its own Activation (issue 16): the same values and the same
+"""runtime.rules.cel evaluates with its own Activation (docs/performance.md "A pass proportional to what changed"): the same values and the same
 errors as cel-python's own transpiling runner, for variables, nested fields, macros, custom
 functions and unbound names."""
 from __future__ import annotations

@@ -52,7 +52,7 @@ def _reference(value):
 @settings(max_examples=300, deadline=None)
 @given(_JSON)
 def test_to_cel_matches_celpy(value):
-    expected = _reference(value)  # cel-python raised "overflow" for an int outside int64 (issue 13)
+    expected = _reference(value)  # cel-python raised "overflow" for an int outside int64 (docs/webhook-hardening.md "Webhook hardening: hostile input, bounded memory, slow paths")
     converted = to_cel(value)
     _same(converted, expected)
     assert from_cel(converted) == _decoded(value)

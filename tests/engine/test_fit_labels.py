@@ -1,4 +1,4 @@
-"""Fit labels of spec/node-facts.md §9, with the spec's table of node states."""
+"""Fit labels of docs/agent.md "Capacity and fit labels", with the spec's table of node states."""
 from __future__ import annotations
 
 import copy

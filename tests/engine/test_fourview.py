@@ -1,5 +1,5 @@
-"""Four-view arithmetic: the worked examples #1-#9 of spec/four-view.md §4 as unit tests of
-``runtime.engine.pools.fourview.compute``, under both SH onceMaxRequest readings (§2.1).
+"""Four-view arithmetic: the worked examples #1-#9 of docs/concepts/four-views.md "The four views" as unit tests of
+``runtime.engine.pools.fourview.compute``, under both SH onceMaxRequest readings (docs/concepts/four-views.md "The four views").
 
 The ``acceleratorCount`` reading is selected the way an operator would: by editing a copy of
 ``rules/`` (rules/pools/fourview.yaml ``spec.sharedOnceMaxReading``), never in Python.
@@ -20,7 +20,7 @@ D = 1_600_000
 A10G = "nvidia-a10g"
 T4 = "nvidia-tesla-t4"
 H100 = "nvidia-h100-80gb-hbm3"
-H100_PROFILES = [  # mig.md §1 (placements are not read by the four-view)
+H100_PROFILES = [  # docs/concepts/four-views.md "The partitioned side" (placements are not read by the four-view)
     {"name": "1g.10gb", "memoryMib": 10240, "count": 7}, {"name": "1g.20gb", "memoryMib": 20480, "count": 4},
     {"name": "2g.20gb", "memoryMib": 20480, "count": 3}, {"name": "3g.40gb", "memoryMib": 40960, "count": 2},
     {"name": "4g.40gb", "memoryMib": 40960, "count": 1}, {"name": "7g.80gb", "memoryMib": 81920, "count": 1},
@@ -73,7 +73,7 @@ def devices(node: str, akey: str, ledger: list[dict | None], mig: bool = False, 
 FREE = {"mode": 0, "remaining": D}
 SEED_T4 = [devices("node-t4-a", T4, [FREE]), devices("node-t4-b", T4, [FREE] * 4)]
 
-# (id, devices, aKey, EX, SH default, SH option, SL, PT, capacities EX/SH/SL/PT) — four-view.md §4
+# (id, devices, aKey, EX, SH default, SH option, SL, PT, capacities EX/SH/SL/PT) — docs/concepts/four-views.md "The four views"
 EXAMPLES = [
     ("1-a10g-idle", [devices("node-a10g", A10G, [FREE])], A10G,
      "1/1", "10/10", "1/10", "100/100", "0/0", (1, 10, 100, 0)),
@@ -109,7 +109,7 @@ def _capacities(fv: fourview.FourView) -> tuple[int, int, int, int]:
 @pytest.mark.parametrize("reading", ["default_policy", "option_policy"])
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e[0] for e in EXAMPLES])
 def test_worked_example(request, reading, example):
-    """§4 under the default SH reading ``shareSum`` and the ``acceleratorCount`` option: only SH
+    """docs/concepts/four-views.md "The four views" under the default SH reading ``shareSum`` and the ``acceleratorCount`` option: only SH
     onceMaxRequest changes with the option; capacity and remaining do not."""
     _, devs, akey, ex, sh, sh_option, sl, pt, caps = example
     fv = fourview.compute(request.getfixturevalue(reading), devs, akey)
@@ -120,7 +120,7 @@ def test_worked_example(request, reading, example):
 
 
 def test_example_4_unmanaged_node_is_not_selected(default_policy):
-    """#4: the A10G node unmanaged -> its Devices is not selected (pools.md §3.4) -> all 0/0, capacity 0."""
+    """#4: the A10G node unmanaged -> its Devices is not selected (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name") -> all 0/0, capacity 0."""
     spec = {"acceleratable": True, "acceleratorGroup": A10G, "os": "linux", "arch": "amd64", "generalGroup": "generic"}
     selector = devices_selector(default_policy, schedule_labels(default_policy, spec, aware=False))
     managed = devices("node-a10g", A10G, [FREE])
@@ -146,7 +146,7 @@ def test_example_9_render_status(default_policy):
 
 
 def test_unhealthy_accelerators_are_skipped(default_policy):
-    """§1: an unhealthy accelerator is excluded from every view and capacity (node-t4-b with GPU 2 failing)."""
+    """docs/concepts/four-views.md "The four views": an unhealthy accelerator is excluded from every view and capacity (node-t4-b with GPU 2 failing)."""
     devs = [devices("node-t4-b", T4, [FREE] * 4, unhealthy=(2,))]
     fv = fourview.compute(default_policy, devs, T4)
     assert fv.summary() == "3/3 30/30 100/300 0/0"
@@ -154,14 +154,14 @@ def test_unhealthy_accelerators_are_skipped(default_policy):
 
 
 def test_other_groups_do_not_count(default_policy):
-    """§1: only groups whose `<manufacturer>-<id>` equals the aKey exactly."""
+    """docs/concepts/four-views.md "The four views": only groups whose `<manufacturer>-<id>` equals the aKey exactly."""
     fv = fourview.compute(default_policy, SEED_T4, A10G)
     assert fv.summary() == "0/0 0/0 0/0 0/0"
     assert _capacities(fv) == (0, 0, 0, 0)
 
 
 def test_fully_carved_mig_accelerator_reads_pt_zero(default_policy):
-    """§3/mig.md §6: PT onceMax is 0 when no partitioned accelerator can host an instance."""
+    """docs/concepts/four-views.md "The four views"/mig.md docs/concepts/four-views.md "The partitioned side": PT onceMax is 0 when no partitioned accelerator can host an instance."""
     full = {"mode": 4, "allocated": D, "allocatedProfiles": [{"name": "7g.80gb", "count": 1}],
             "remainingProfiles": [{"name": p["name"], "count": 0} for p in H100_PROFILES]}
     fv = fourview.compute(default_policy, [devices("node-h100", H100, [full], mig=True)], H100)

@@ -1,4 +1,4 @@
-"""No function in runtime/ over ~60 lines and no module over ~400 (issue 10), checked on the source.
+"""No function in runtime/ over ~60 lines and no module over ~400 (docs/architecture.md "Which package holds what"), checked on the source.
 
 A function counts from its ``def`` line to its last line (decorators and the lines of the functions
 nested in it included). :data:`ALLOWED` names the few still longer, each with the reason it is not
@@ -66,7 +66,7 @@ MODULE_LIMIT = 400
 
 
 def test_no_module_in_runtime_is_over_the_module_limit():
-    """Issue 10: no module in runtime/ over ~400 lines (the generated gRPC stubs aside)."""
+    """docs/architecture.md "Which package holds what": no module in runtime/ over ~400 lines (the generated gRPC stubs aside)."""
     too_long = {}
     for path in sorted((REPO / "runtime").rglob("*.py")):
         rel = str(path.relative_to(REPO))

@@ -1,4 +1,4 @@
-"""Decision 19 (issue 13 items 1 and 11): a malformed node fact costs only the node that carries it.
+"""Decision 19 (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)" and "Snapshot files"): a malformed node fact costs only the node that carries it.
 
 The seed's T4 pool has node-t4-a (1 T4) and node-t4-b (4 T4s): ``4/5 40/50 100/500 0/0``. Every
 case below spoils one fact of node-t4-b; the T4 pool must then read node-t4-a alone, every other pool
@@ -26,7 +26,7 @@ SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
 T4_COUNT = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"
 CPU_COUNT = "general.feature.gpustack.ai/amd-epyc-7r13.count"
 T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
-SEED_SUMMARIES = {  # spec/pools.md §14 Step 1 (mixing on)
+SEED_SUMMARIES = {  # docs/getting-started.md "Getting started: the seed walkthrough" Step 1 (mixing on)
     "gpustack--generic-linux-amd64": "0/0 0/0 0/0 0/0",
     "gpustack--nvidia-a10g-linux-amd64": "1/1 10/10 100/100 0/0",
     T4_POOL: "4/5 40/50 100/500 0/0",
@@ -142,7 +142,7 @@ def test_get_and_admit_answer_with_a_2_pow_63_count(tmp_path):
     assert review["response"].get("status", {}).get("reason") != "InternalError"
 
 
-# -- decision 20: NodeFeature trust (issue 13 item 9) -----------------------------------------------------
+# -- decision 20: NodeFeature trust (docs/node-facts-robustness.md "NodeFeature trust (decision 20)") -----
 def _nodefeature(name: str, namespace: str, node: str, labels: dict[str, str]) -> str:
     return yaml.safe_dump({"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
                            "metadata": {"name": name, "namespace": namespace,

@@ -1,4 +1,4 @@
-"""Incremental derive (issue 16): ``derive(..., memo=DeriveMemo())`` (and the controller's plan
+"""Incremental derive (docs/performance.md "A pass proportional to what changed"): ``derive(..., memo=DeriveMemo())`` (and the controller's plan
 with the same memo) equals a full derive after any sequence of node edits, and an edit of one node
 re-derives only what that node feeds.
 

@@ -1,4 +1,4 @@
-"""The Instance reconcile decisions of spec/instances.md §10.1-§10.2, seed steps 3, 4 and 6."""
+"""The Instance reconcile decisions of docs/concepts/instances.md "Life cycle", seed steps 3, 4 and 6."""
 from __future__ import annotations
 
 import copy
@@ -104,7 +104,7 @@ def test_a_pod_kubelet_refused_is_rebuilt_within_five_minutes(policy, world):
     assert late.actions == []
 
 
-# -- §11.5 Service, §3 status.ports / hostIPs ----------------------------------------------------------
+# -- docs/concepts/instances.md "The Instance's Pod" Service, docs/concepts/instances.md "Instances" status.ports / hostIPs ---
 
 RUNNING = {"phase": "Running", "podIP": "10.0.0.7",
            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Initialized", "status": "True"},
@@ -179,7 +179,7 @@ def test_host_ips_list_external_addresses_first_then_internal(policy, world):
 
 
 def test_a_pod_in_graceful_deletion_is_waited_for_not_deleted_again(policy, world):
-    """§10.1 steps 1 and 3: the finalizer goes only once the Pod is gone; a Pod its kubelet is still
+    """docs/concepts/instances.md "Life cycle": the finalizer goes only once the Pod is gone; a Pod its kubelet is still
     stopping (deletionTimestamp set) is not deleted again, the Instance is looked at every 2 s."""
     snapshot, settings, types, queues = world
     pod = {"metadata": {"name": "custom-demo", "deletionTimestamp": "2026-11-29T00:00:00Z",

@@ -1,4 +1,4 @@
-"""Instance -> Pod rendering and phases (spec/instances.md §10.4, §11, §12, §14)."""
+"""Instance -> Pod rendering and phases (docs/concepts/instances.md "Instances")."""
 from __future__ import annotations
 
 import copy
@@ -162,7 +162,7 @@ def test_phases_from_pod_conditions(policy, conditions, expected):
 
 @pytest.mark.parametrize("value, privileged", [(True, True), ("true", None), ("false", None), (1, None), (False, None)])
 def test_only_a_boolean_true_renders_a_privileged_container(policy, seed, value, privileged):
-    """Issue 13 item 8: the gate reads ``privileged == true``; the renderer read any truthy value, so the
+    """docs/concepts/instances.md "Additional volumes and host access": the gate reads ``privileged == true``; the renderer read any truthy value, so the
     string "true" passed the gate and rendered a privileged container. Both now read the boolean only."""
     snapshot, settings, types = seed
     inst = instance(T4, "8", "32Gi", "15Gi", "1")

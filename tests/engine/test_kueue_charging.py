@@ -1,5 +1,5 @@
-"""Kueue's resource charging (spec/pools.md §9) and what it implies for Instance Pods and the CPU view
-(instances.md §11, pools.md §10.2): the Configuration fragment, Kueue's request arithmetic, the
+"""Kueue's resource charging (docs/concepts/pools-and-flavors.md "Kueue's resource charging") and what it implies for Instance Pods and the CPU view
+(docs/concepts/instances.md "The Instance's Pod", docs/concepts/pools-and-flavors.md "InstanceType status"): the Configuration fragment, Kueue's request arithmetic, the
 charges of a whole, a shared and a sliced request, the CPU-only Pod's flavor affinity, the CPU view."""
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from tests.seedfiles import FIXTURES
 T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
 A10G = "gpustack--nvidia-a10g-linux-amd64"
 CPU = "gpustack--generic-linux-amd64"
-A10G_ENTRANCE = "gpustack-fnv64-c4680bb149644f1c"   # seed step 1 (pools.md §10.4)
+A10G_ENTRANCE = "gpustack-fnv64-c4680bb149644f1c"   # seed step 1 (docs/concepts/pools-and-flavors.md "InstanceType status")
 
 
 def _t(base: str, credits_id: str, partition: bool) -> list[dict]:
-    """The expected rows of one manufacturer, spelled out (pools.md §9 table)."""
+    """The expected rows of one manufacturer, spelled out (docs/concepts/pools-and-flavors.md "Kueue's resource charging" table)."""
     out = "credits.gpustack.ai/" + credits_id
     rows = [{"input": base, "strategy": "Replace", "outputs": {out: "1600k"}},
             {"input": base + ".shared", "strategy": "Replace", "outputs": {out: "160k"}},
@@ -89,7 +89,7 @@ def test_configuration_for_the_repository_manufacturers(policy):
 
 
 def test_outputs_are_the_queues_covered_resource(policy):
-    """The credits a Pod is charged are exactly what the seed's accelerated queue covers (§7.5)."""
+    """The credits a Pod is charged are exactly what the seed's accelerated queue covers (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
     state = derive(policy, load_snapshot([FIXTURES / "seed" / "step1"]))
     covered = {r for q in state.cluster_queues for g in q["spec"]["resourceGroups"] for r in g["coveredResources"]}
     assert covered == {"credits.gpustack.ai/nvidia", "cpu"}
@@ -130,7 +130,7 @@ def test_transformations_replace_retain_and_multiply():
     assert workload_requests(config, untouched) == {"cpu": 250, "y.io/z": 1}
 
 
-# --- the three charges of §9 -----------------------------------------------------------------------------
+# --- the three charges of docs/concepts/pools-and-flavors.md "Kueue's resource charging" -----------------
 @pytest.fixture(scope="module")
 def seed(policy):
     snapshot = load_snapshot([FIXTURES / "seed" / "step1"])
@@ -164,7 +164,7 @@ def test_whole_shared_and_sliced_are_charged_1600000_160000_320000(policy, seed)
     sliced = render_pod(policy, state.settings, snapshot,
                         _instance(A10G, "1", "12Gi", "1", acceleratorSlicedMemoryPercentage=20,
                                   acceleratorSlicedCoresPercentage=100), types[A10G]).pod
-    # Instances have no shared form (instances.md §11.4); a shared request is a plain Pod of the queue
+    # Instances have no shared form (docs/concepts/instances.md "The Instance's Pod"); a shared request is a plain Pod of the queue
     shared = copy.deepcopy(whole)
     shared["spec"]["containers"][0]["resources"] = {
         "limits": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu.shared": "1"},

@@ -1,4 +1,4 @@
-"""One home per vocabulary (issue 10 item 3): a label key, a name pattern or a constant is spelled once in rules/.
+"""One home per vocabulary (docs/architecture.md "Where to add"): a label key, a name pattern or a constant is spelled once in rules/.
 
 The homes are rules/labels.yaml (keys, prefixes, suffixes), rules/pools/derivation.yaml (namespaces,
 the controller's ServiceAccount, the entrance prefix) and rules/constants.yaml; every other rule reads

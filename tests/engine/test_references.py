@@ -1,34 +1,206 @@
-"""References in the product's comments and docstrings resolve inside the repository.
+"""References in the repository's comments, docstrings and docs resolve inside the repository.
 
-A reader of runtime/, probes/ or rules/ has this checkout and nothing else: a line that points at an
-issue number points at nothing. Cite the docs page (and heading) that states the contract, or give the
-reason in the code's own terms; history belongs in commit messages.
+A reader has this checkout and nothing else: a line that points at an issue number, or at a numbered
+section of a file that is not here, points at nothing. Cite the docs page and heading that states the
+contract, in the form ``docs/concepts/pools-and-flavors.md "Queues and the entrance"`` (more headings
+of the same page joined with ``and "..."``), or give the reason in the code's own terms; history
+belongs in commit messages.
+
+Three checks, each failing with ``file:line`` of every offender:
+
+* no ``issue N`` in any tracked text file;
+* no section sign (U+00A7) and no ``spec/<name>.md`` in comments, docstrings, rule-file comments and
+  Markdown prose (string literals are behaviour, user-visible messages or test names, and are left to
+  changes of their own);
+* every ``docs/<page>.md "Heading"`` citation names a heading of that page.
 """
 from __future__ import annotations
 
+import functools
+import io
 import re
+import subprocess
+import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTS = ("runtime", "probes", "rules")
-SUFFIXES = {".py", ".yaml", ".yml", ".md"}
-ISSUE = re.compile(r"\bissue [0-9]+", re.IGNORECASE)
+SKIP_DIRS = {".git", ".venv", "build", "site", ".hypothesis", "node_modules", "__pycache__"}
+ISSUE = re.compile(r"\bissues?\s+#?[0-9]+", re.IGNORECASE)
+SECTION = re.compile("\u00a7|" r"\bspec/[a-z-]+\.md\b")
+CITATION = re.compile(r'(?<![\w/.-])(docs/[\w./-]+\.md) "([^"\n]+)"((?: and "[^"\n]+")*)')
+MORE = re.compile(r' and "([^"\n]+)"')
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def tracked_files(repo: Path = REPO) -> list[Path]:
+    """The repository's tracked files (``git ls-files``), or every file outside build and tool folders."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True).stdout
+        paths = [repo / p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p for p in repo.rglob("*") if not SKIP_DIRS & set(p.relative_to(repo).parts)]
+    return [p for p in sorted(paths) if p.is_file() and not p.is_symlink()]
+
+
+def read_text(path: Path) -> str | None:
+    """The file's text, or None for a binary or undecodable file."""
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+@functools.lru_cache(maxsize=4)
+def texts(repo: Path = REPO) -> list[tuple[Path, str]]:
+    """(path, text) of every tracked text file, read once per repository."""
+    out = []
+    for path in tracked_files(repo):
+        text = read_text(path)
+        if text is not None:
+            out.append((path, text))
+    return out
+
+
+def line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
 
 
 def issue_references(repo: Path = REPO) -> list[str]:
-    """``file:line: text`` of every line under :data:`ROOTS` that cites an issue number."""
-    out: list[str] = []
-    for root in ROOTS:
-        for path in sorted((repo / root).rglob("*")):
-            if path.suffix not in SUFFIXES or not path.is_file():
-                continue
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                if ISSUE.search(line):
-                    out.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
+    """``file:line: text`` of every tracked text file's citation of an issue number (a line break
+    between the word and the number included)."""
+    found = []
+    for path, text in texts(repo):
+        lines = text.splitlines()
+        for m in ISSUE.finditer(text):
+            number = line_of(text, m.start())
+            found.append(f"{path.relative_to(repo)}:{number}: {lines[number - 1].strip()}")
+    return found
+
+
+def prose_spans(path: Path, text: str) -> list[tuple[int, str]]:
+    """(first line, text) of the parts of ``path`` that are prose: Python comments and docstrings,
+    YAML comments, Markdown outside fenced code blocks; nothing of other files."""
+    if path.suffix == ".py":
+        spans, prev = [], None
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        except (tokenize.TokenError, SyntaxError):
+            return [(1, text)]
+        for i, tok in enumerate(tokens):
+            if tok.type == tokenize.COMMENT:
+                spans.append((tok.start[0], tok.string))
+            elif (tok.type == tokenize.STRING
+                  and (prev is None or prev.type in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT,
+                                                     tokenize.DEDENT, tokenize.ENCODING))
+                  and tokens[i + 1].type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.COMMENT)):
+                spans.append((tok.start[0], tok.string))
+            if tok.type not in (tokenize.NL, tokenize.COMMENT):
+                prev = tok
+        return spans
+    if path.suffix in (".yaml", ".yml"):
+        return [(n, comment) for n, line in enumerate(text.splitlines(), 1)
+                if (comment := yaml_comment(line))]
+    if path.suffix == ".md":
+        spans, fenced = [], False
+        for n, line in enumerate(text.splitlines(), 1):
+            if FENCE.match(line):
+                fenced = not fenced
+            elif not fenced:
+                spans.append((n, line))
+        return spans
+    return []
+
+
+def yaml_comment(line: str) -> str:
+    """The comment part of one YAML line ('' when none), quotes respected."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "\"'" and (i == 0 or line[i - 1] in " :[{,-"):
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[i:]
+    return ""
+
+
+def section_references(repo: Path = REPO) -> list[str]:
+    """``file:line: text`` of every section sign or ``spec/<name>.md`` in prose (see :func:`prose_spans`)."""
+    found = []
+    for path, text in texts(repo):
+        if path.suffix not in (".py", ".yaml", ".yml", ".md"):
+            continue
+        for first, span in prose_spans(path, text):
+            for m in SECTION.finditer(span):
+                number = first + span.count("\n", 0, m.start())
+                line = span.splitlines()[span.count("\n", 0, m.start())]
+                found.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
+    return found
+
+
+def headings(path: Path) -> set[str]:
+    """The ATX headings of a Markdown file, outside fenced code blocks, as written."""
+    out, fenced = set(), False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)):
+            out.add(m.group(1))
     return out
+
+
+def broken_citations(repo: Path = REPO) -> list[str]:
+    """``file:line: docs/X.md "Heading"`` of every citation whose page or heading does not exist."""
+    found, cache = [], {}
+    for path, text in texts(repo):
+        if path == Path(__file__).resolve():
+            continue   # its own examples
+        for m in CITATION.finditer(text):
+            page = repo / m.group(1)
+            if page not in cache:
+                cache[page] = headings(page) if page.is_file() else None
+            named = [m.group(2)] + MORE.findall(m.group(3) or "")
+            where = f"{path.relative_to(repo)}:{line_of(text, m.start())}"
+            if cache[page] is None:
+                found.append(f"{where}: {m.group(1)} does not exist")
+                continue
+            for heading in named:
+                if heading not in cache[page]:
+                    found.append(f'{where}: {m.group(1)} has no heading "{heading}"')
+    return found
 
 
 def test_no_issue_references():
     found = issue_references()
-    assert not found, ("cite a docs page or state the reason instead of an issue number:\n"
+    assert not found, ("cite a docs page and heading, or state the reason, instead of an issue number:\n"
                        + "\n".join(found))
+
+
+def test_no_section_references_in_prose():
+    found = section_references()
+    assert not found, ("cite docs/<page>.md \"Heading\" instead of a numbered section of a file outside "
+                       "the repository:\n" + "\n".join(found))
+
+
+def test_docs_citations_name_real_headings():
+    found = broken_citations()
+    assert not found, "a cited docs page or heading does not exist:\n" + "\n".join(found)
+
+
+def test_the_checks_catch_what_they_forbid(tmp_path):
+    """Each check reports a planted offender with its file and line (no git here: the walk is used)."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("# Page\n\n## Real heading\n\n```\n## not a heading\n```\n", encoding="utf-8")
+    (tmp_path / "a.py").write_text('"""Module (docs/page.md "Real heading"), issue\n'
+                                   '12 aside."""\n'
+                                   "# pools.md \u00a74\n"
+                                   'X = "spec/pools.md \u00a74 in a message"  # docs/page.md "not a heading"\n',
+                                   encoding="utf-8")
+    (tmp_path / "b.yaml").write_text('key: "\u00a79 a test name"   # spec/dra.md\n', encoding="utf-8")
+    assert issue_references(tmp_path) == ['a.py:1: """Module (docs/page.md "Real heading"), issue']
+    assert section_references(tmp_path) == ["a.py:3: # pools.md \u00a74", "b.yaml:1: # spec/dra.md"]
+    assert broken_citations(tmp_path) == ['a.py:4: docs/page.md has no heading "not a heading"']

@@ -123,7 +123,7 @@ def test_step5_aware_clusterqueue_labels(policy):
     assert "general.feature.gpustack.ai/amd-epyc-7r32" not in collapsed["metadata"]["labels"]
 
 
-CUSTOM_AFTER_DEFAULTING = {  # spec/pools.md §6.1, "The Step 4 custom type after defaulting"
+CUSTOM_AFTER_DEFAULTING = {  # docs/concepts/pools-and-flavors.md "InstanceType admission", "The Step 4 custom type after defaulting"
     "labels": {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "feature.gpustack.ai/acceleratable": "true",
                "acceleratable.feature.gpustack.ai/nvidia-a10g": "true",
                "schedule.gpustack.ai/queue-entrance": RIGHT_ENTRANCE},

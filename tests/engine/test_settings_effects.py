@@ -1,4 +1,4 @@
-"""Settings that change derivation (spec/settings.md §5, spec/pools.md §2.5, §7.4)."""
+"""Settings that change derivation (docs/reference/settings.md "Settings", docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" and "Queues and the entrance")."""
 from __future__ import annotations
 
 import base64

@@ -8,7 +8,7 @@ from runtime.model import normalize
 from runtime.engine.pools import presets
 from runtime.engine.pools.instancetypes import entrance
 
-ENTRANCES = {  # spec/pools.md §12
+ENTRANCES = {  # docs/concepts/pools-and-flavors.md "Queues and the entrance"
     "gpustack--generic-linux-amd64": "gpustack-fnv64-3b93966fd73eb9ec",
     "gpustack--nvidia-a10g-linux-amd64": "gpustack-fnv64-c4680bb149644f1c",
     "gpustack--nvidia-tesla-t4-linux-amd64": "gpustack-fnv64-6b371caa2da0b799",
@@ -49,7 +49,7 @@ def test_binary_quantities(value, text):
     assert normalize.format_binary_quantity(value) == text
 
 
-PRESET_VECTORS = [  # spec/presets.md §3.1
+PRESET_VECTORS = [  # docs/tasks/add-manufacturer-or-preset.md "A product without a preset"
     ("nvidia", "NVIDIA-A10G", "8", "64Gi"), ("nvidia", "Tesla-T4", "8", "32Gi"), ("nvidia", "Tesla T4", "8", "32Gi"),
     ("nvidia", "NVIDIA H100 80GB HBM3", "12", "192Gi"), ("nvidia", "NVIDIA-H100-80GB-HBM3", "12", "192Gi"),
     ("nvidia", "NVIDIA H100 PCIe", "12", "192Gi"), ("nvidia", "NVIDIA H100 NVL", "12", "192Gi"),

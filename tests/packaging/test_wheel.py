@@ -1,6 +1,6 @@
 """The wheel `pip wheel .` builds is the whole product and only the product: it carries rules/ as package
 data and no test harness, and installed into a fresh venv outside the checkout it prints the seed's
-step-1 `kubectl get instancetypes` table from its own rules (issue 10, "Harness out of the product").
+step-1 `kubectl get instancetypes` table from its own rules (docs/architecture.md "Which package holds what").
 
 Nothing downloads: the wheel is built without build isolation (setuptools from the project venv, a
 `test` extra) and installed with ``--no-deps`` into a venv that reads the project venv's

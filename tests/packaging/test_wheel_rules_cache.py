@@ -1,6 +1,6 @@
 """The installed wheel pre-builds its compiled-rules entry as the image build does (deploy/image/Dockerfile)
 and a copy of its rules elsewhere (as the chart mounts them) loads from that read-only entry, printing
-the seed's step-1 table without compiling (issue 24 item 1)."""
+the seed's step-1 table without compiling (docs/performance.md "Fast to start, light to hold")."""
 from __future__ import annotations
 
 import shutil

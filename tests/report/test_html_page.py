@@ -1,6 +1,6 @@
 """`accelpolicy audit -o html` in a real headless browser (Debian's chromium): the page renders, the result
 table sorts and filters, the pools show as capacity bars, every view of every pool equal to what
-`accelpolicy get instancetypes` prints; a screenshot is written (issue 12 item 3/6, issue 23 item 3).
+`accelpolicy get instancetypes` prints; a screenshot is written (docs/audit.md "One page (`-o html`)").
 
 The screenshot goes to $ACCELPOLICY_ARTIFACTS (default: the test's tmp directory) as audit-page.png.
 Without chromium the tests skip, unless ACCELPOLICY_REQUIRE_BROWSER=1 (`.ci/run` installs Debian's
@@ -108,7 +108,7 @@ def _capacities(snapshot: list[str]) -> tuple[dict[str, dict[str, int]], set[str
 @needs_browser
 @pytest.mark.parametrize("cluster", sorted(POOL_SNAPSHOTS))
 def test_every_view_of_every_pool_equals_get_instancetypes(cluster, tmp_path):
-    """Issue 23 item 3: the page showed EX and PT only (SH and SL fell into a comment). Each pool's bars,
+    """docs/audit.md "One page (`-o html`)": the page showed EX and PT only (SH and SL fell into a comment). Each pool's bars,
     read from the rendered DOM, are the table's onceMax/remaining pairs and the status capacities: the
     four accelerator views of an accelerated pool, the CPU view of a CPU pool."""
     snapshot = POOL_SNAPSHOTS[cluster]
@@ -163,7 +163,7 @@ def test_a_screenshot_is_written(page, tmp_path):
 
 
 def test_pool_bars_list_the_four_views_of_an_accelerated_pool_without_a_browser():
-    """Issue 23 item 3 where no browser runs: SH and SL were commented out of ``VIEWS`` (EX and PT only)."""
+    """docs/audit.md "One page (`-o html`)" where no browser runs: SH and SL were commented out of ``VIEWS`` (EX and PT only)."""
     from runtime.engine.policy import Policy
     from runtime.rules.loader import load_rules
     from runtime.report.html import pool_bars

@@ -1,4 +1,4 @@
-"""Pools that cannot keep what they promise, offline (issue 23 items 1 and 2): `audit`, `explain`, the
+"""Pools that cannot keep what they promise, offline (docs/audit.md "Pools that cannot schedule", docs/concepts/pools-and-flavors.md "Quota follows the usable accelerators"): `audit`, `explain`, the
 ClusterQueue quota, on the audit's seed cluster (tests/fixtures/seed/common + audit/seed-cluster) with
 
 * every T4 label stripped from the two T4 Nodes while their NodeFeatures keep them (an NFD restart, an

@@ -1,4 +1,4 @@
-"""The compiled-rules cache (issue 24 item 1): a hit gives exactly what a compile gives, without parsing;
+"""The compiled-rules cache (docs/performance.md "Fast to start, light to hold"): a hit gives exactly what a compile gives, without parsing;
 a damaged, truncated or foreign entry is ignored with one warning and the rules compiled again; rules
 with a problem are never cached; the key follows the rule bytes, their names and the code."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the watch caches hold (issue 24 item 3): the object less managedFields (and a Node's
+"""What the watch caches hold (docs/performance.md "Fast to start, light to hold"): the object less managedFields (and a Node's
 status.images), strings shared, the same derivation as from the API server's objects; the bytes per
 kind as a metric."""
 from __future__ import annotations

@@ -81,7 +81,7 @@ def test_parse_table_keeps_values_with_single_spaces():
                     {"NAME": "b", "ACCELERATOR(EX/SH/SL/PT)": "", "CPU": "48/72"}]
 
 
-# pools.md §13: plural / singular, short names, categories, printer columns (name, JSONPath, type, priority)
+# docs/getting-started.md "Step 1: read the initial pools": plural / singular, short names, categories, printer columns (name, JSONPath, type, priority)
 EXPECTED_NAMES = {
     "InstanceType": ("worker.gpustack.ai", "Cluster", "instancetypes", "instancetype", ["instype"]),
     "InstanceTypeFlavor": ("worker.gpustack.ai", "Cluster", "instancetypeflavors", "instancetypeflavor", ["instypeflavor"]),
@@ -130,7 +130,7 @@ def test_our_crds_match_pools_13():
 
 
 def test_our_crds_declare_no_cel_rules_and_preserve_nothing():
-    # Value rules with spec-defined messages belong to the webhooks (README §4).
+    # Value rules with spec-defined messages belong to the webhooks (docs/reference/crds.md "CRD fields").
     text = "".join(p.read_text() for p in sorted((ROOT / "crds").glob("*.yaml")))
     assert "x-kubernetes-validations" not in text
     assert "x-kubernetes-preserve-unknown-fields" not in text

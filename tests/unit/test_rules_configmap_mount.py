@@ -1,4 +1,4 @@
-"""The rules directory as the kubelet mounts a ConfigMap (the chart's ``accelpolicy-rules``, issue 11).
+"""The rules directory as the kubelet mounts a ConfigMap (the chart's ``accelpolicy-rules``, docs/tasks/e2e.md "The offline kind cluster").
 
 The kubelet's atomic writer puts the files into ``..<timestamp>/``, points ``..data`` at it and links every
 top-level entry through ``..data``; the loader must read each rule file once (found on kind: the agent

@@ -1,4 +1,4 @@
-"""Hot reload of a rules directory mounted the way kubelet mounts a ConfigMap (issue 12 item 7).
+"""Hot reload of a rules directory mounted the way kubelet mounts a ConfigMap (docs/rule-authoring.md "4. Hot reload").
 
 kubelet writes each version into ``..<timestamp>/``, points ``..data`` at it with one rename, and
 the visible files are symlinks ``name -> ..data/name``. The watcher must see the swap, load the new

@@ -1,6 +1,6 @@
 // CoreDNS for the offline kind cluster: CoreDNS's own server (coremain) with only the plugins a
 // cluster-names-only Corefile uses. `forward` is deliberately not compiled in, so no Corefile can make
-// this binary send a query upstream (issue 11: cluster DNS must not forward).
+// this binary send a query upstream (docs/tasks/e2e.md "The offline kind cluster": cluster DNS must not forward).
 package main
 
 import (

@@ -37,7 +37,7 @@ def advertised_devices(policy: Policy, document: Mapping[str, Any], source: str 
 
     ``<base>`` (rules/manufacturers.yaml) gets one ID per healthy accelerator without MIG, its UUID;
     ``<base>.shared`` gets ``sharesPerAccelerator`` (rules/constants.yaml) IDs per such accelerator,
-    ``<uuid><deviceIdSeparator><n>`` (rules/agent.yaml, spec/node-facts.md §7.5), and ``<base>.sliced`` the
+    ``<uuid><deviceIdSeparator><n>`` (rules/agent.yaml, docs/agent.md "The Devices object and its ledger"), and ``<base>.sliced`` the
     manufacturer's ``logicalSlices`` IDs per such accelerator, ``<uuid><separator>slice-<n>``. Raises
     :class:`runtime.model.facts.FactsError` naming ``source`` and the field for a malformed document,
     ValueError for a manufacturer the rules do not know.

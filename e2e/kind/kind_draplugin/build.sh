@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The DRA driver stand-in (issue 22 item 5) built from its pinned module (go.mod beside this file) and
+# The DRA driver stand-in (docs/tasks/e2e.md "The offline kind cluster") built from its pinned module (go.mod beside this file) and
 # packaged for a cluster without a registry, the way deploy/components/images.sh packages Kueue: a static
 # binary in $ACCELPOLICY_CACHE/bin/kind-dra-plugin-<hash>/, then `docker import` of a rootfs holding only
 # it (plus /tmp and the passwd/group entries of root), tagged

@@ -1,4 +1,4 @@
-// The DRA driver stand-in of the kind walkthrough (issue 22 item 5): test machinery, not the product.
+// The DRA driver stand-in of the kind walkthrough (docs/tasks/e2e.md "The offline kind cluster"): test machinery, not the product.
 // Built from k8s.io/dynamic-resource-allocation at the Kubernetes version of e2e/controlplane/go.mod.
 module accelpolicy.local/e2e/kind/kind_draplugin
 

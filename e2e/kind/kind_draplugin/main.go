@@ -1,4 +1,4 @@
-// Command kind-dra-plugin is the DRA driver stand-in of accelpolicy's kind walkthrough (issue 22 item 5).
+// Command kind-dra-plugin is the DRA driver stand-in of accelpolicy's kind walkthrough (docs/tasks/e2e.md "The offline kind cluster").
 //
 // It is test machinery, not part of the product. On one kind node it publishes, under a real driver
 // name (gpu.nvidia.com by default), the devices of a per-node file as that node's ResourceSlices, through

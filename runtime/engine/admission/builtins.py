@@ -14,7 +14,7 @@ from runtime.engine.policy import Policy
 
 
 def instance_type_defaults(policy: Policy, obj: dict, view: AdmissionView, params: dict) -> dict:
-    """pools.md §6.1 defaulting (generalGroup, finalizer, schedule and entrance labels, enrichment
+    """docs/concepts/pools-and-flavors.md "InstanceType admission" defaulting (generalGroup, finalizer, schedule and entrance labels, enrichment
     from the first matching ResourceFlavor). ``params.settingAware`` names the awareness setting."""
     aware = view.settings.get(params["settingAware"]) is True
     return default_instance_type(policy, obj, aware, view.snapshot.list("ResourceFlavor"))

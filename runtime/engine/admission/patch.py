@@ -1,4 +1,4 @@
-"""Writes -> JSONPatch (RFC 6902) in canonical order (spec/pod-requests.md §7.6).
+"""Writes -> JSONPatch (RFC 6902) in canonical order (docs/reference/controller.md "Pod admission").
 
 A write is ``(path, value)`` with ``path`` a tuple of object keys and list indexes. Applying the
 writes to a copy of the object yields the mutated object (copied along the written paths only: the

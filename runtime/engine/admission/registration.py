@@ -1,4 +1,4 @@
-"""The Mutating/ValidatingWebhookConfigurations that register the AdmissionPolicies (spec/README.md §3.2).
+"""The Mutating/ValidatingWebhookConfigurations that register the AdmissionPolicies (docs/reference/controller.md "Controller and webhooks").
 
 :func:`webhook_configurations` renders them from the rule files: each ``kind: AdmissionPolicy`` is
 one webhook (``spec.webhook`` its name, ``spec.path`` its path, ``spec.match`` its rule, object and

@@ -1,4 +1,4 @@
-"""Field errors, their rendering, and the AdmissionReview v1 response (spec/pod-requests.md §5).
+"""Field errors, their rendering, and the AdmissionReview v1 response (docs/reference/controller.md "Pod admission").
 
 Pure functions: :func:`render_error` renders one field error the way kube-apiserver does
 (``<path>: <Type>: <detail>``); :func:`build_response` turns an :class:`Outcome` into the

@@ -1,4 +1,4 @@
-"""The ``gpustack-node-devices`` AdmissionCheck for Kueue Workloads (spec/pools.md §8.2).
+"""The ``gpustack-node-devices`` AdmissionCheck for Kueue Workloads (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
 
 :mod:`.check` decides (:func:`check_workload`: does a managed node hold each PodSet now);
 :mod:`.demand` reads a Pod's accelerator demand and node selection; :mod:`.workloadstatus` says which

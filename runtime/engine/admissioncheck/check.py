@@ -1,25 +1,25 @@
-"""The ``gpustack-node-devices`` AdmissionCheck: answers for Kueue Workloads (spec/pools.md §8.2).
+"""The ``gpustack-node-devices`` AdmissionCheck: answers for Kueue Workloads (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
 
 Kueue reserves quota for a Workload in a ClusterQueue whose ``admissionChecksStrategy`` names the
-check (§7.3), records the assigned ResourceFlavor per resource in
+check (docs/concepts/pools-and-flavors.md "Queues and the entrance"), records the assigned ResourceFlavor per resource in
 ``status.admission.podSetAssignments[].flavors`` and lists the check ``Pending`` in
 ``status.admissionChecks``. :func:`check_workload` decides whether the managed nodes can really
-hold the request now, from their Devices ledgers (spec/node-facts.md §7.3):
+hold the request now, from their Devices ledgers (docs/agent.md "The Devices object and its ledger"):
 
 * **Candidates** of a PodSet: managed Nodes (rules/pools/derivation.yaml ``managed``, effective
   labels after NodeFeature propagation) whose labels match every assigned flavor's
   ``spec.nodeLabels`` (Kueue injects all of them into the Pod's node selector) and the PodSet
   template's own ``nodeSelector`` and required node affinity. Taints and tolerations are not read.
 * **Demand** of one Pod of the PodSet (``count`` is not multiplied: an Instance is one Pod), from its
-  non-sidecar containers' requests (else limits; pod-requests.md §4), by family of the shared
+  non-sidecar containers' requests (else limits; docs/reference/controller.md "Pod accelerator requests"), by family of the shared
   classifier (:mod:`runtime.model.resourcefamily`): exclusive ``<base>: N`` (app containers summed,
   an init container's own value when larger), shared ``<base>.shared: N`` and sliced
   ``<base>.sliced.units: U`` (the largest single container's, as the Workload fit pin reads them,
-  pod-requests.md §9), partition ``<base>.partitioned.<kind>-<p>``. ``Value()`` rounds up.
+  docs/reference/controller.md "Workload fit pin"), partition ``<base>.partitioned.<kind>-<p>``. ``Value()`` rounds up.
 * **Accelerators** considered: the healthy ones of the demanded base's manufacturer, restricted to
   the groups (aKeys) the assigned flavors name in ``acceleratable.feature.gpustack.ai/<aKey>: "true"``
   node labels when they name any.
-* **Feasible** (the §8.2 table, predicates of :mod:`runtime.engine.pools.accelerators`): exclusive — N
+* **Feasible** (the docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" table, predicates of :mod:`runtime.engine.pools.accelerators`): exclusive — N
   accelerators with ``remaining ≥ 1,600,000``; shared — N distinct whole-capable accelerators in mode
   0/2 with ``remaining ≥ 160,000``; sliced — one logically sliceable accelerator in mode 0/3 with
   ``remaining ≥ U`` and a free slice, the fullest such (least ``remaining``) preferred, across all
@@ -131,7 +131,7 @@ def _message_flavor(policy: Policy, flavors: Mapping[str, str], demands: list[De
 
 
 def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes: _Nodes | None = None) -> Verdict:
-    """The §8.2 verdict for ``workload`` (a ``kueue.x-k8s.io/v1beta2`` Workload with its quota reserved)
+    """The docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" verdict for ``workload`` (a ``kueue.x-k8s.io/v1beta2`` Workload with its quota reserved)
     against ``snapshot`` (Nodes, NodeFeatures, Devices, ResourceFlavors).
 
     ``nodes``: :func:`managed_nodes` of the snapshot, when several Workloads are judged against one

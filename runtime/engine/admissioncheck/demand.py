@@ -1,5 +1,5 @@
 """Demand of one Pod of a PodSet for the admission check, and whether a node is selected by the
-PodSet template (spec/pools.md §8.2; pod-requests.md §4, §9). See :mod:`runtime.engine.admissioncheck.check`."""
+PodSet template (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"; docs/reference/controller.md "Pod accelerator requests" and "Workload fit pin"). See :mod:`runtime.engine.admissioncheck.check`."""
 from __future__ import annotations
 
 import math
@@ -34,7 +34,7 @@ class Demand:
 
 # --- demand -------------------------------------------------------------------------------------------
 def _value(raw: Any) -> int:
-    """``Value()`` of a quantity: rounded up to an integer (pod-requests.md §4)."""
+    """``Value()`` of a quantity: rounded up to an integer (docs/reference/controller.md "Pod accelerator requests")."""
     return int(math.ceil(parse_quantity(raw)))
 
 

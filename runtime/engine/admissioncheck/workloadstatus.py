@@ -1,5 +1,5 @@
 """The admission check's side of a Kueue Workload's status: which Workloads are ours to answer, when an
-answer is due, and the server-side apply body of the answer (spec/pools.md §8.2). Pure: ``now`` is passed in."""
+answer is due, and the server-side apply body of the answer (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). Pure: ``now`` is passed in."""
 from __future__ import annotations
 
 from dataclasses import dataclass

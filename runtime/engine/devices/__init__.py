@@ -1,4 +1,4 @@
-"""The node agent's pure side (spec/node-facts.md): from probed facts to the Node's labels, annotations,
+"""The node agent's pure side (docs/agent.md "The node agent (`accelpolicy agent`)"): from probed facts to the Node's labels, annotations,
 NodeFeature and Devices object, and the allocation ledger.
 
 :mod:`.nodefacts` groups accelerators and reads rules/agent.yaml (:func:`agent_rules`);

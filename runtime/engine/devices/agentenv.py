@@ -1,4 +1,4 @@
-"""Environment overrides of the manufacturer table, read once at agent start (spec/node-facts.md §2).
+"""Environment overrides of the manufacturer table, read once at agent start (docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer").
 
 Pure: the caller passes the environment as a mapping. Variable names come from rules/agent.yaml
 ``manufacturerEnv`` (``GPUSTACK_<ID>_ACCELERATABLE_RESOURCE_NAME`` and friends).

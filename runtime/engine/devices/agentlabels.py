@@ -1,6 +1,6 @@
-"""The agent's label sets and Node annotations (spec/node-facts.md §3.1-§3.2, §6).
+"""The agent's label sets and Node annotations (docs/agent.md "Labels, annotations and NodeFeatures").
 
-* :func:`managed_value` - decision 14 / §6, first match wins.
+* :func:`managed_value` - decision 14 / docs/agent.md "Labels, annotations and NodeFeatures", first match wins.
 * :func:`worker_labels` - ``spec.labels`` of ``<node>-gpustack-worker``.
 * :func:`device_manager_labels` - ``spec.labels`` of ``<node>-gpustack-device-manager``.
 * :func:`cpu_annotations` - the two CPU annotations the agent patches on its Node.
@@ -20,7 +20,7 @@ from runtime.model.facts import CpuFacts
 
 def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
                   node_labels: Mapping[str, str] | None, settings: Settings) -> str | None:
-    """§6: the worker NodeFeature's managed-key value, or None when the key is absent.
+    """docs/agent.md "Labels, annotations and NodeFeatures": the worker NodeFeature's managed-key value, or None when the key is absent.
 
     1. the worker NodeFeature's own non-empty value; 2. the Node's non-empty label; 3. ``"true"``
     when ``node-management-manual`` is false; 4. absent.
@@ -37,7 +37,7 @@ def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
 
 def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None,
                   has_accelerator: bool, settings: Settings) -> dict[str, str]:
-    """§3.1 worker keys: managed, ``general.*/<cpuManu>``, ``<gKey>``, ``<gKey>.count`` (cores > 0),
+    """docs/agent.md "Labels, annotations and NodeFeatures" worker keys: managed, ``general.*/<cpuManu>``, ``<gKey>``, ``<gKey>.count`` (cores > 0),
     and the cpu-only key when ``instance-type-mixed-on-node`` is false and the node
     has no accelerator. ``cores`` is the Node's rounded-up ``status.capacity.cpu``.
     """
@@ -57,12 +57,12 @@ def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None
 
 
 def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """§3.1 device-manager keys for the groups with at least one healthy accelerator.
+    """docs/agent.md "Labels, annotations and NodeFeatures" device-manager keys for the groups with at least one healthy accelerator.
 
-    Every value passes SanitizeLabelValue (§5.4); ``.family``, ``.comcap``, ``.driver-version`` and
+    Every value passes SanitizeLabelValue (docs/agent.md "Normalization"); ``.family``, ``.comcap``, ``.driver-version`` and
     ``.runtime-version`` are omitted when empty; ``.cores`` is written even when 0, except for a
     group a DRA driver published: its drivers do not publish cores, so the key is omitted
-    (spec/dra.md §1).
+    (docs/concepts/dra.md "Two kinds of accelerator node").
     """
     rules = agent_rules(policy)
     sfx = rules.suffixes
@@ -93,7 +93,7 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
 
 
 def cpu_annotations(policy: Policy, cpu: CpuFacts) -> dict[str, str]:
-    """§3.2: the CPU name (raw model name) and CPU family annotations; empty values skipped."""
+    """docs/agent.md "Labels, annotations and NodeFeatures": the CPU name (raw model name) and CPU family annotations; empty values skipped."""
     out = {policy.key("cpuNameAnnotation"): cpu.modelName, policy.key("cpuFamilyAnnotation"): cpu.family}
     return {k: v for k, v in out.items() if v}
 

@@ -1,9 +1,9 @@
 """What the agent wants its node's objects to be: one pure function, :func:`plan_node`.
 
-Inputs: the probe facts (spec/node-facts.md §1.3), the agent's Node object, the resolved settings,
-the current worker NodeFeature (for the managed rule of §6) and the node's Pods (for the ledger).
-Output: an :class:`AgentPlan` with the two NodeFeatures (§3.3), the Node patch (§3.2 annotations,
-§8 capacity), the Devices object (§7) and the ledger Events. ``accelerators_known=False`` (the NVML
+Inputs: the probe facts (docs/agent.md "Probe facts"), the agent's Node object, the resolved settings,
+the current worker NodeFeature (for the managed rule of docs/agent.md "Labels, annotations and NodeFeatures") and the node's Pods (for the ledger).
+Output: an :class:`AgentPlan` with the two NodeFeatures (docs/agent.md "Labels, annotations and NodeFeatures"), the Node patch (docs/agent.md "Labels, annotations and NodeFeatures" annotations,
+docs/agent.md "Capacity and fit labels" capacity), the Devices object (docs/agent.md "The Devices object and its ledger") and the ledger Events. ``accelerators_known=False`` (the NVML
 probe failed) yields a plan that leaves the device-manager NodeFeature and the Devices untouched.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ class AgentPlan:
 
 
 def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
-    """Controller reference to the Node (§3.3, §7.1); no blockOwnerDeletion."""
+    """Controller reference to the Node (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger"); no blockOwnerDeletion."""
     meta = node.get("metadata") or {}
     return {"apiVersion": node.get("apiVersion", "v1"), "kind": node.get("kind", "Node"),
             "name": meta.get("name", ""), "uid": meta.get("uid", ""), "controller": True}
@@ -77,8 +77,8 @@ def _node_feature(policy: Policy, node: Mapping[str, Any], role: str, labels: di
 def _ledger(policy: Policy, facts: NodeFactsDoc, name: str, spec: dict[str, Any], pods: list[Mapping[str, Any]],
             pod_resources: list[Mapping[str, Any]] | None) -> tuple[dict[str, Any], list[LedgerEvent],
                                                                     list[dict[str, Any]]]:
-    """The Devices ``status`` of node ``name`` (§7.6), its Events, and the Pod annotation patches:
-    with ``pod_resources`` the Pods' allocations are computed from it first (§7.5), only the Pods whose
+    """The Devices ``status`` of node ``name`` (docs/agent.md "The Devices object and its ledger"), its Events, and the Pod annotation patches:
+    with ``pod_resources`` the Pods' allocations are computed from it first (docs/agent.md "The Devices object and its ledger"), only the Pods whose
     annotation differs are patched, and the ledger is rebuilt from the Pods as they will be."""
     events: list[LedgerEvent] = []
     pod_patches: list[dict[str, Any]] = []
@@ -103,7 +103,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
 
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
     ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
-    ``List`` as dicts, §7.5) given: the Pods' allocation annotations are computed from it
+    ``List`` as dicts, docs/agent.md "The Devices object and its ledger") given: the Pods' allocation annotations are computed from it
     (runtime/engine/devices/podresources.py), the differing ones land in ``pod_patches``, and the ledger
     is rebuilt from the Pods as they will be once annotated. Raises ValueError for an unknown
     accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
@@ -140,7 +140,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
                          "ownerReferences": [owner_reference(node)]},
             "spec": spec, "status": status,
         }
-    # a DRA-published accelerator offers no sliced or partitioned view: no capacity key for it (spec/dra.md §2)
+    # a DRA-published accelerator offers no sliced or partitioned view: no capacity key for it (docs/concepts/dra.md "Views per manufacturer")
     plugin_groups = [g for g, grp in zip(spec["groups"], groups) if not grp.accelerators[0].dra]
     capacity = node_capacity(policy, {"groups": plugin_groups}, status, capacity_now) if accelerators_known else {}
     node_patch: dict[str, Any] = {

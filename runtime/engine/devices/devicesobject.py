@@ -1,5 +1,5 @@
 """The Devices object's labels and ``spec`` (capability), and the Node capacity keys
-(spec/node-facts.md §7.1-§7.2, §8).
+(docs/agent.md "The Devices object and its ledger" and "Capacity and fit labels").
 
 Shapes are the JSON the API server stores: ``spec.groups[]`` with ``accelerators[]`` whose
 ``status`` holds ``unhealthy``, ``logicalSliced`` and ``physicalSliced``. Capacity values are
@@ -17,9 +17,9 @@ from runtime.engine.policy import Policy
 from runtime.model.facts import AcceleratorFacts, PartitionProfile
 
 
-# --- profiles (§7.2) ---------------------------------------------------------------------------------
+# --- profiles (docs/agent.md "The Devices object and its ledger") ------------------------------------
 def profile_spelling(policy: Policy, manufacturer: str, vendor_name: str) -> str | None:
-    """§7.2: ``MIG 1g.10gb`` -> ``1g.10gb``; thead ``4g48gb`` -> ``4g.48gb``; None when the name cannot
+    """docs/agent.md "The Devices object and its ledger": ``MIG 1g.10gb`` -> ``1g.10gb``; thead ``4g48gb`` -> ``4g.48gb``; None when the name cannot
     form a resource-name segment (``1g.10gb+me``)."""
     fields = vendor_name.strip().lower().split()
     if not fields:
@@ -55,10 +55,10 @@ def _profile_entry(name: str, prof: PartitionProfile) -> dict[str, Any]:
             "placements": [{"start": p.start, "length": p.length} for p in prof.placements]}
 
 
-# --- spec (§7.2) -------------------------------------------------------------------------------------
+# --- spec (docs/agent.md "The Devices object and its ledger") ----------------------------------------
 def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
     """One ``spec.groups[].accelerators[]`` entry. An accelerator a DRA driver published offers the
-    exclusive view only (spec/dra.md §2): no logical slices, no partitions, and its ``dra`` reference
+    exclusive view only (docs/concepts/dra.md "Views per manufacturer"): no logical slices, no partitions, and its ``dra`` reference
     (driver, pool, device) tells the readers so (no shares either). A view its manufacturer's row does
     not offer (:func:`runtime.engine.devices.views.offered_views`) has no entry either: no logical
     slices, no partitions, and for the shared view (which has no entry of its own) ``views``, the
@@ -72,7 +72,7 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": acc.uuid, "index": acc.index}
     if acc.minor is not None:
         entry["physicalIndexes"] = [acc.minor]
-    if acc.dra is not None:   # offers the exclusive view only (spec/dra.md §2); the claims name this device
+    if acc.dra is not None:   # offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"); the claims name this device
         entry["dra"] = acc.dra.model_dump()
     elif "shared" not in views and physical["count"] == 0:   # whole-capable, yet no shares (its row's views)
         entry["views"] = views
@@ -87,7 +87,7 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
 
 
 def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, Any]:
-    """§7.2 ``spec``: ``{"groups": [...]}`` in canonical order; empty strings and 0 cores omitted."""
+    """docs/agent.md "The Devices object and its ledger" ``spec``: ``{"groups": [...]}`` in canonical order; empty strings and 0 cores omitted."""
     out = []
     for g in groups:
         entry: dict[str, Any] = {"id": g.id, "manufacturer": g.manufacturer, "name": g.name, "memory": g.memory}
@@ -104,7 +104,7 @@ def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, An
 
 def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: str,
                    groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """§7.1: os and arch and the managed key copied from the Node (each only when present),
+    """docs/agent.md "The Devices object and its ledger": os and arch and the managed key copied from the Node (each only when present),
     ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group with a healthy accelerator."""
     true = agent_rules(policy).trueValue
     labels: dict[str, str] = {}
@@ -119,7 +119,7 @@ def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: s
     return labels
 
 
-# --- capability predicates on spec entries (§7.2) ------------------------------------------------------
+# --- capability predicates on spec entries (docs/agent.md "The Devices object and its ledger") ---------
 def is_partitioned(acc_spec: Mapping[str, Any]) -> bool:
     """Partitioned iff ``physicalSliced.count > 0``."""
     return acc_spec["status"]["physicalSliced"]["count"] > 0
@@ -134,12 +134,12 @@ def is_healthy(acc_spec: Mapping[str, Any]) -> bool:
     return not acc_spec["status"]["unhealthy"]
 
 
-# --- node capacity (§8) --------------------------------------------------------------------------------
+# --- node capacity (docs/agent.md "Capacity and fit labels") -------------------------------------------
 def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mapping[str, Any] | None,
                   existing: Mapping[str, str] | None = None) -> dict[str, str]:
-    """§8: the extended-resource keys the agent publishes on its Node (capacity = allocatable).
+    """docs/agent.md "Capacity and fit labels": the extended-resource keys the agent publishes on its Node (capacity = allocatable).
 
-    ``spec`` is the Devices spec (§7.2); ``ledger_status`` the rebuilt ledger (§7.3), whose
+    ``spec`` is the Devices spec (docs/agent.md "The Devices object and its ledger"); ``ledger_status`` the rebuilt ledger (docs/agent.md "The Devices object and its ledger"), whose
     allocated + remaining profile instances give the per-profile keys (capability counts when
     None). ``existing`` is the Node's current ``status.capacity``: keys of ours found there and not
     computed now are kept at ``0`` (a published key is never removed).
@@ -195,7 +195,7 @@ def _held_profiles(ledger_status: Mapping[str, Any] | None) -> dict[tuple[str, s
 
 
 def is_agent_capacity_key(policy: Policy, key: str) -> bool:
-    """Whether ``key`` is one of the §8 keys for some known manufacturer (never device-plugin keys)."""
+    """Whether ``key`` is one of the docs/agent.md "Capacity and fit labels" keys for some known manufacturer (never device-plugin keys)."""
     cap = agent_rules(policy).capacity
     for manu in policy.manufacturers.values():
         fixed = {t.format(base=manu.base) for t in (cap.slicedUnits, cap.slicedCoresPercentage,

@@ -1,14 +1,14 @@
-"""ResourceClaim allocations -> the node's allocations, for the ledger of a DRA node (spec/dra.md §4). Pure.
+"""ResourceClaim allocations -> the node's allocations, for the ledger of a DRA node (docs/concepts/dra.md "The ledger from claims"). Pure.
 
 Every claim whose ``status.allocation.devices.results[]`` names a (driver, pool, device) of the node's
 reading (:class:`runtime.engine.devices.draslices.DraReading` ``devices``) and whose
 ``status.reservedFor[]`` names a Pod of the node (``resource`` ``pods`` of rules/dra.yaml, same
 namespace, name and uid) not in a finished phase charges that device to that Pod: a whole
 accelerator, mode 1 (D credits). A device that is a partition (a MIG device) charges nothing: its GPU
-offers nothing on a DRA node (spec/dra.md §2).
+offers nothing on a DRA node (docs/concepts/dra.md "Views per manufacturer").
 
 The output has the shape of kubelet's PodResources ``List`` (:mod:`runtime.engine.devices.podresources`),
-so the rest is the PodResources path of spec/node-facts.md §7.5: the allocation annotation computed
+so the rest is the PodResources path of docs/agent.md "The Devices object and its ledger": the allocation annotation computed
 per Pod and written when it differs, the ledger rebuilt from the annotations. The device's resource
 name is the manufacturer's ``<base>`` (the exclusive family).
 

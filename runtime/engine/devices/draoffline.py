@@ -1,11 +1,11 @@
 """The offline commands' view of DRA nodes: a node whose accelerators come from ResourceSlices is
-planned as its agent would plan it (spec/dra.md §1; docs/concepts/dra.md "Mixed clusters"), so ``accelpolicy get``,
+planned as its agent would plan it (docs/concepts/dra.md "Two kinds of accelerator node"; docs/concepts/dra.md "Mixed clusters"), so ``accelpolicy get``,
 ``explain`` and ``audit`` over a snapshot show a DRA node's pool before anything is installed. Pure.
 
 A node is a DRA node when the snapshot holds current ResourceSlices of a configured driver naming it
 (:func:`runtime.engine.devices.draslices.read_node`), as the agent's ``auto`` backend decides. For each,
 :func:`with_dra_nodes` runs :func:`runtime.engine.devices.agentplan.plan_node` over the facts read from
-the slices, the node's Pods and the ResourceClaims (the ledger, spec/dra.md §4), and puts its
+the slices, the node's Pods and the ResourceClaims (the ledger, docs/concepts/dra.md "The ledger from claims"), and puts its
 results in the snapshot: the device-manager NodeFeature and the Devices object (both replaced: the
 slices are the source), the worker NodeFeature (only when the snapshot has none: an existing one
 carries what the agent saw of the CPU) and the Pods' allocation annotations.
@@ -40,7 +40,7 @@ class DraNode:
 
 def dra_readings(policy: Policy, snapshot: Snapshot) -> tuple[dict[str, DraReading], list[str]]:
     """Node name -> its reading, for the Nodes with current slices of a configured driver; plus the
-    notes on slices naming no Node of the snapshot (spec/dra.md §5)."""
+    notes on slices naming no Node of the snapshot (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")."""
     if not dra_drivers(policy) or not snapshot.count("ResourceSlice"):
         return {}, []
     slices = snapshot.list("ResourceSlice")
@@ -104,7 +104,7 @@ def _cpu(policy: Policy, node: Mapping[str, Any], worker: Mapping[str, Any] | No
     notes = annotations_of(node)
     nfd = dra_policy(policy).offlineCpuLabels
     vendor = labels.get(nfd.vendor, "")
-    if not vendor:   # general.feature.gpustack.ai/<cpuManu>: "true" (spec/node-facts.md §3.1), an agent's
+    if not vendor:   # general.feature.gpustack.ai/<cpuManu>: "true" (docs/agent.md "Labels, annotations and NodeFeatures"), an agent's
         general = policy.prefix("general")
         source = ((worker.get("spec") or {}).get("labels") or {}) if worker is not None else labels
         manus = [k[len(general):] for k, v in source.items()

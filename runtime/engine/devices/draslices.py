@@ -1,5 +1,5 @@
 """ResourceSlices -> probe facts: how a node whose accelerators are published by a DRA driver is read
-(spec/dra.md §1-§3, §5). Pure; every name and message comes from rules/dra.yaml.
+(docs/concepts/dra.md "Accelerators from DRA drivers"). Pure; every name and message comes from rules/dra.yaml.
 
 Input: the node's name and ResourceSlice objects (``resource.k8s.io/v1``, JSON-shaped dicts, any
 node's: the ones of other nodes are skipped). Only slices whose ``spec.driver`` has a ``DraDriver``
@@ -7,15 +7,14 @@ document are read, and of each pool (driver, ``spec.pool.name``) only the slices
 ``spec.pool.generation`` (older ones are reported, :attr:`DraReading.notes`). Per device:
 
 * ``<typeAttribute> == wholeType``: a whole accelerator, read through the row's ``facts`` into the
-  accelerator shape of spec/node-facts.md §1.3 (``manufacturer`` the row's, ``eccReserved`` from the
+  accelerator shape of docs/agent.md "Probe facts" (``manufacturer`` the row's, ``eccReserved`` from the
   row's GDDR products, ``dra`` the driver, pool and device name; no cores, bus width or ECC mode);
 * ``== partitionType``: a partition device (a MIG device): its parent, profile and memory are read
-  for :attr:`DraReading.partitions`; its parent is MIG-on, offers nothing on a DRA node (spec/dra.md
-  §2) and is left out of the accelerators;
+  for :attr:`DraReading.partitions`; its parent is MIG-on, offers nothing on a DRA node (docs/concepts/dra.md "Views per manufacturer") and is left out of the accelerators;
 * any other type is ignored.
 
 A device whose field does not parse is left out with a warning naming node, driver, device and the
-field (spec/dra.md §5); the others are read. ``index`` not published: the uuid's place among the
+field (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); the others are read. ``index`` not published: the uuid's place among the
 node's whole accelerators that publish none (after the published indexes); ``minor``: the index.
 """
 from __future__ import annotations
@@ -42,7 +41,7 @@ def dra_policy(policy: Policy) -> DraPolicySpec | None:
 
 @dataclass
 class PartitionedGpu:
-    """A GPU some partition devices name as their parent: MIG on, nothing offered (spec/dra.md §2)."""
+    """A GPU some partition devices name as their parent: MIG on, nothing offered (docs/concepts/dra.md "Views per manufacturer")."""
 
     uuid: str
     driver: str
@@ -55,10 +54,10 @@ class PartitionedGpu:
 class DraReading:
     """What one node's ResourceSlices say (see the module docstring).
 
-    ``accelerators``: facts dicts (spec/node-facts.md §1.3 shape) of the whole accelerators that
+    ``accelerators``: facts dicts (docs/agent.md "Probe facts" shape) of the whole accelerators that
     count; ``partitioned``: the MIG-on GPUs (offering nothing) by uuid; ``devices``: (driver, pool,
     device name) -> the accelerator uuid it is or belongs to (the ledger maps claim results with it);
-    ``warnings``: unreadable devices (spec/dra.md §5); ``notes``: stale slices ignored;
+    ``warnings``: unreadable devices (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); ``notes``: stale slices ignored;
     ``slices``: the names of the slices read; ``drivers``: the drivers that published something.
     """
 
@@ -80,7 +79,7 @@ class DraReading:
 
 
 def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: set[str]) -> list[str]:
-    """A note for each slice of a configured driver naming a node not in ``nodes`` (spec/dra.md §5:
+    """A note for each slice of a configured driver naming a node not in ``nodes`` (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)":
     ignored)."""
     drivers = dra_drivers(policy)
     return [dra_policy(policy).messages.unknownNode.format(slice=_name(s), node=(s.get("spec") or {})["nodeName"])
@@ -91,7 +90,7 @@ def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: se
 def node_slices(policy: Policy, slices: Iterable[Mapping[str, Any]],
                 node: str) -> tuple[list[Mapping[str, Any]], list[str]]:
     """The slices of ``node`` whose driver has a row, newest pool generation only; plus notes for the
-    stale ones (spec/dra.md §5)."""
+    stale ones (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")."""
     drivers = dra_drivers(policy)
     messages = dra_policy(policy).messages if drivers else None
     mine, notes = [], []
@@ -270,7 +269,7 @@ def _memory(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any], produ
 
 
 def _healthy(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> bool:
-    """False when a taint's effect is one of ``unhealthyTaintEffects`` (spec/dra.md §1), or the row's
+    """False when a taint's effect is one of ``unhealthyTaintEffects`` (docs/concepts/dra.md "Two kinds of accelerator node"), or the row's
     ``healthy`` boolean attribute is published false."""
     effects = set(dra_policy(policy).unhealthyTaintEffects)
     if any(isinstance(t, Mapping) and t.get("effect") in effects for t in device.get("taints") or []):

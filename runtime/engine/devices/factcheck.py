@@ -1,4 +1,4 @@
-"""Decision 19 (spec/README.md §8): a malformed node fact costs only the node that carries it.
+"""Decision 19 (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"): a malformed node fact costs only the node that carries it.
 
 * :func:`read_count` - a ``.count`` label (cores, accelerators of a group) as an integer inside
   ``factChecks.countMin..countMax`` of rules/node-facts.yaml, or the reason it is not one.

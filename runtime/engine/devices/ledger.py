@@ -1,6 +1,6 @@
-"""The Devices ledger: allocation-annotation parsing and the rebuild rule (spec/node-facts.md §7.3-§7.6).
+"""The Devices ledger: allocation-annotation parsing and the rebuild rule (docs/agent.md "The Devices object and its ledger").
 
-:func:`rebuild_ledger` takes the Devices ``spec`` (§7.2) and the node's Pods (JSON dicts) and returns
+:func:`rebuild_ledger` takes the Devices ``spec`` (docs/agent.md "The Devices object and its ledger") and the node's Pods (JSON dicts) and returns
 the ``status`` plus the Warning Events to record: ``InvalidAllocation`` on a Pod whose annotation is
 ignored, ``AllocationConflict`` on the Devices object for a skipped charge. Credits: D from
 rules/constants.yaml; modes, phases, event reasons and messages from rules/agent.yaml.
@@ -29,7 +29,7 @@ class LedgerEvent:
 
 @dataclass
 class Charge:
-    """One validated accelerator entry of an allocation annotation (§7.4)."""
+    """One validated accelerator entry of an allocation annotation (docs/agent.md "The Devices object and its ledger")."""
 
     container: str
     group: str
@@ -42,7 +42,7 @@ class Charge:
 
 
 class AllocationError(ValueError):
-    """An allocation annotation that must be ignored (§7.4); the message is the Event message."""
+    """An allocation annotation that must be ignored (docs/agent.md "The Devices object and its ledger"); the message is the Event message."""
 
 
 @dataclass
@@ -71,7 +71,7 @@ def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: s
     Containers are read in name order, each group checked against the spec (:func:`_index_spec`),
     each accelerator entry validated by :func:`_parse_entry`. Raises :class:`AllocationError`
     (message from rules/agent.yaml) when the annotation does not parse, names an unknown group or
-    accelerator, or breaks the charge table of §7.4.
+    accelerator, or breaks the charge table of docs/agent.md "The Devices object and its ledger".
     """
     msg = agent_rules(policy).ledger.messages
     key = policy.key("allocation")
@@ -106,7 +106,7 @@ def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: s
 
 def _parse_entry(policy: Policy, a: Mapping[str, Any], container: str, gid: str, manu: str,
                  accs: Mapping[str, Any], bad) -> Charge:
-    """One accelerator entry of group ``gid`` (§7.4 charge table): a known accelerator, a mode the
+    """One accelerator entry of group ``gid`` (docs/agent.md "The Devices object and its ledger" charge table): a known accelerator, a mode the
     table knows, the implied charge of exclusive and shared, a charge in 1..D for sliced and
     partitioned, and a partition's profile and placements. Raises :class:`AllocationError`;
     ``bad(error)`` builds the generic ``badEntry`` one."""
@@ -154,7 +154,7 @@ def _free_placement(slot: _Slot, profile: str) -> tuple[int, int] | None:
 
 
 def remaining_profiles(profiles: Mapping[str, Mapping[str, Any]], used: set[int]) -> list[dict[str, Any]]:
-    """§7.6 step 3: per profile, the most pairwise non-overlapping legal placements in free slices
+    """docs/agent.md "The Devices object and its ledger": per profile, the most pairwise non-overlapping legal placements in free slices
     (greedy by ascending start), sorted by name, zero counts included."""
     out = []
     for name in sorted(profiles):
@@ -213,7 +213,7 @@ def _pod_order(pod: Mapping[str, Any]) -> tuple[str, str, str]:
 
 def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
                    pods: list[Mapping[str, Any]]) -> tuple[dict[str, Any], list[LedgerEvent]]:
-    """§7.6: rebuild ``status`` from the Pods on ``node``; returns ``(status, events)``.
+    """docs/agent.md "The Devices object and its ledger": rebuild ``status`` from the Pods on ``node``; returns ``(status, events)``.
 
     Pods are visited oldest first (creationTimestamp, then namespace/name), containers by name, so a
     conflict always skips the later charge (:func:`_charge_pod`). Finished Pods
@@ -270,7 +270,7 @@ def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], slots: dict[
 
 def _status_entry(policy: Policy, slot: _Slot, a: Mapping[str, Any]) -> dict[str, Any]:
     """The ``status`` entry of one healthy accelerator: mode, allocated and remaining credits (zero
-    ones left out), slices, and a partitioned one's held and remaining profiles (§7.6 step 3)."""
+    ones left out), slices, and a partitioned one's held and remaining profiles (docs/agent.md "The Devices object and its ledger")."""
     credits = policy.constants.creditsPerAccelerator
     entry: dict[str, Any] = {"id": a["id"], "index": a["index"], "mode": slot.mode}
     remaining = max(credits - slot.allocated, 0)

@@ -1,8 +1,8 @@
-"""Probe facts -> normalized node facts: gKey, accelerator groups, group IDs (spec/node-facts.md §5).
+"""Probe facts -> normalized node facts: gKey, accelerator groups, group IDs (docs/agent.md "Normalization").
 
 Pure: every table comes from rules (``NodeFacts`` in rules/node-facts.yaml, ``NodeAgent`` in
 rules/agent.yaml, ``ManufacturerTable``). The only environment input, the group-ID memory switch
-(``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY``, §5.3), is passed in by the caller as a bool.
+(``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY``, docs/agent.md "Normalization"), is passed in by the caller as a bool.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def agent_rules(policy: Policy) -> NodeAgentSpec:
     return policy.ruleset.get("NodeAgent")
 
 
-# --- CPU (§1.1, §5.2) ------------------------------------------------------------------------------
+# --- CPU (docs/agent.md "Probe facts" and "Normalization") -----------------------------------------
 def cpu_vendor(policy: Policy, cpu: CpuFacts) -> str:
-    """§1.1: vendor name from ``vendor_id`` (x86) or ``CPU implementer`` (arm64); "" when unknown."""
+    """docs/agent.md "Probe facts": vendor name from ``vendor_id`` (x86) or ``CPU implementer`` (arm64); "" when unknown."""
     nf = policy.node_facts
     if cpu.vendorId:
         return nf.cpuVendors.get(cpu.vendorId, "")
@@ -30,14 +30,14 @@ def cpu_vendor(policy: Policy, cpu: CpuFacts) -> str:
 
 
 def cpu_manufacturer(policy: Policy, cpu: CpuFacts) -> str:
-    """§5.2 ``manu``: the vendor lower-cased; the generic sentinel when empty or unknown."""
+    """docs/agent.md "Normalization" ``manu``: the vendor lower-cased; the generic sentinel when empty or unknown."""
     manu = cpu_vendor(policy, cpu).lower()
     unknown = {v.lower() for v in policy.node_facts.unknownVendors}
     return policy.manufacturer_table.genericSentinel if manu in unknown else manu
 
 
 def gkey(policy: Policy, cpu: CpuFacts) -> str:
-    """§5.2: the general (CPU) key, e.g. ``intel-xeon-platinum-8259cl``, ``amd-25-1``, ``generic``.
+    """docs/agent.md "Normalization": the general (CPU) key, e.g. ``intel-xeon-platinum-8259cl``, ``amd-25-1``, ``generic``.
 
     Never empty. The slug budget is ``keyBudget - len(manu)`` (decision 13).
     """
@@ -54,7 +54,7 @@ def gkey(policy: Policy, cpu: CpuFacts) -> str:
 
 
 def cores_from_capacity(capacity_cpu: str | int | None) -> int:
-    """§1.1: the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4); 0 when absent.
+    """docs/agent.md "Probe facts": the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4); 0 when absent.
 
     Raises :class:`runtime.model.normalize.QuantityError` for a value that is not a quantity.
     """
@@ -63,10 +63,10 @@ def cores_from_capacity(capacity_cpu: str | int | None) -> int:
     return int(math.ceil(parse_quantity(capacity_cpu)))
 
 
-# --- accelerators (§5.3, §5.5, §5.6) ---------------------------------------------------------------
+# --- accelerators (docs/agent.md "Normalization") --------------------------------------------------
 def adjusted_memory_mib(policy: Policy, acc: AcceleratorFacts) -> int:
-    """§5.5: NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on; a DRA-published
-    accelerator says so itself (``eccReserved``: its driver row's GDDR products, spec/dra.md §3)."""
+    """docs/agent.md "Normalization": NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on; a DRA-published
+    accelerator says so itself (``eccReserved``: its driver row's GDDR products, docs/concepts/dra.md "The same GPUs give the same labels")."""
     nf = policy.node_facts
     if acc.manufacturer not in agent_rules(policy).eccRuleManufacturers:
         return acc.memoryMib
@@ -79,7 +79,7 @@ def adjusted_memory_mib(policy: Policy, acc: AcceleratorFacts) -> int:
 
 
 def family(policy: Policy, manufacturer: str, major: int, minor: int) -> str:
-    """§5.6: product family from compute capability (``8.6`` -> ``Ampere``); "" when unknown."""
+    """docs/agent.md "Normalization": product family from compute capability (``8.6`` -> ``Ampere``); "" when unknown."""
     if manufacturer not in agent_rules(policy).familyTableManufacturers:
         return ""
     for row in policy.node_facts.nvidiaFamilies:
@@ -91,12 +91,12 @@ def family(policy: Policy, manufacturer: str, major: int, minor: int) -> str:
 
 
 def compute_capability(major: int, minor: int) -> str:
-    """§5.6: ``<major>.<minor>``; "" when major is 0."""
+    """docs/agent.md "Normalization": ``<major>.<minor>``; "" when major is 0."""
     return f"{major}.{minor}" if major > 0 else ""
 
 
 def runtime_version(policy: Policy, cuda_driver_version: int) -> str:
-    """§5.6: ``13000`` -> ``13.0``, ``12040`` -> ``12.4``; "" when <= 0."""
+    """docs/agent.md "Normalization": ``13000`` -> ``13.0``, ``12040`` -> ``12.4``; "" when <= 0."""
     if cuda_driver_version <= 0:
         return ""
     major_div, minor_div = agent_rules(policy).runtimeVersionDivisors
@@ -104,7 +104,7 @@ def runtime_version(policy: Policy, cuda_driver_version: int) -> str:
 
 
 def memory_suffix(policy: Policy, mib: int) -> str:
-    """§5.3: group memory as a short suffix (``16384`` -> ``16g``; < 1024 -> ``1g``; 0 -> ``0g``)."""
+    """docs/agent.md "Normalization": group memory as a short suffix (``16384`` -> ``16g``; < 1024 -> ``1g``; 0 -> ``0g``)."""
     rule = agent_rules(policy).memorySuffix
     if mib <= 0:
         return rule.zero
@@ -117,7 +117,7 @@ def memory_suffix(policy: Policy, mib: int) -> str:
 
 
 def group_id(policy: Policy, manufacturer: str, name: str, mib: int, with_memory: bool) -> str:
-    """§5.3: ``NVIDIA A10G`` -> ``a10g``; with the memory switch ``Tesla T4`` -> ``tesla-t4-16g``."""
+    """docs/agent.md "Normalization": ``NVIDIA A10G`` -> ``a10g``; with the memory switch ``Tesla T4`` -> ``tesla-t4-16g``."""
     budget = policy.node_facts.keyBudget - len(manufacturer)
     if with_memory:
         budget -= policy.node_facts.groupIdMemorySuffixBudget
@@ -134,7 +134,7 @@ def _repeated(ids: dict[tuple[str, str, int], str]) -> set[tuple[str, str]]:
 
 
 def disambiguated_group_id(policy: Policy, manufacturer: str, name: str, mib: int) -> str:
-    """The group ID with memory (§5.3), cut to leave room for ``-<h>``, where ``h``
+    """The group ID with memory (docs/agent.md "Normalization"), cut to leave room for ``-<h>``, where ``h``
     is the first ``groupIdHashDigits`` hex digits of FNV-1a 64 over ``<name>/<mib>``: stable for the
     same product and memory on every node, within the key budget of decision 13."""
     digits = policy.node_facts.groupIdHashDigits
@@ -145,9 +145,9 @@ def disambiguated_group_id(policy: Policy, manufacturer: str, name: str, mib: in
 
 @dataclass
 class AcceleratorGroup:
-    """Accelerators of one node with equal (manufacturer, name, adjusted memory MiB) (§1.2).
+    """Accelerators of one node with equal (manufacturer, name, adjusted memory MiB) (docs/agent.md "Probe facts").
 
-    ``memory`` is MiB after §5.5; ``accelerators`` are sorted by index and include unhealthy ones.
+    ``memory`` is MiB after docs/agent.md "Normalization"; ``accelerators`` are sorted by index and include unhealthy ones.
     """
 
     id: str
@@ -163,7 +163,7 @@ class AcceleratorGroup:
 
     @property
     def akey(self) -> str:
-        """§5.3: ``<manufacturer>-<groupID>``."""
+        """docs/agent.md "Normalization": ``<manufacturer>-<groupID>``."""
         return f"{self.manufacturer}-{self.id}"
 
     @property
@@ -173,10 +173,10 @@ class AcceleratorGroup:
 
 def accelerator_groups(policy: Policy, accelerators: list[AcceleratorFacts],
                        with_memory: bool = False) -> list[AcceleratorGroup]:
-    """Group the node's accelerators (§1.2) in canonical order (§7.2: manufacturer, lowest index, id).
+    """Group the node's accelerators (docs/agent.md "Probe facts") in canonical order (docs/agent.md "The Devices object and its ledger": manufacturer, lowest index, id).
 
     Group IDs are unique per node (docs/node-facts-robustness.md "Device group IDs are unique per node"):
-    two groups that would share an ID both get the memory suffix (our choice for §5.3's open point);
+    two groups that would share an ID both get the memory suffix (our choice for docs/agent.md "Normalization"'s open point);
     groups still sharing one (memory that rounds to the same GiB, or long names whose slugs are cut to
     the same characters) get :func:`disambiguated_group_id`. Raises ValueError naming the manufacturer
     when it is not in the manufacturer table, and the groups when even that leaves two IDs equal

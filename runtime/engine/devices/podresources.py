@@ -1,4 +1,4 @@
-"""Kubelet PodResources -> allocation annotations (spec/node-facts.md §7.4-§7.5). Pure.
+"""Kubelet PodResources -> allocation annotations (docs/agent.md "The Devices object and its ledger"). Pure.
 
 Input ``pod_resources`` is the PodResources v1 ``List`` answer as JSON-shaped dicts, the way
 :func:`runtime.kube.podresources.list_pod_resources` returns it::
@@ -7,10 +7,10 @@ Input ``pod_resources`` is the PodResources v1 ``List`` answer as JSON-shaped di
       "containers": [{"name": "main",
                       "devices": [{"resourceName": "<domain>/<base>.sliced", "deviceIds": ["<id>::3"]}]}]}]
 
-For every container's devices (§7.5):
+For every container's devices (docs/agent.md "The Devices object and its ledger"):
 
 * resource name -> family and ``<base>`` through :func:`runtime.model.resourcefamily.resource_family`
-  (pod-requests.md §2), ``<base>`` -> manufacturer (rules/manufacturers.yaml); keys of family
+  (docs/reference/controller.md "Pod accelerator requests"), ``<base>`` -> manufacturer (rules/manufacturers.yaml); keys of family
   ``none`` or ``visibility`` are skipped;
 * device ID -> accelerator of that manufacturer in the Devices ``spec``: the ID equals the accelerator
   ``id``, or starts with it followed by ``podResources.deviceIdSeparator`` (``::``); a MIG device UUID
@@ -21,11 +21,11 @@ For every container's devices (§7.5):
 
 A partitioned device that is not a known MIG device takes its profile from the container's single
 ``<base>.partitioned.<kind>-<profile>`` request and no placement (the ledger then takes the lowest
-free legal placement, §7.6 step 3). A device that cannot be mapped is ignored and reported as a
+free legal placement, docs/reference/controller.md "Pod admission"). A device that cannot be mapped is ignored and reported as a
 Warning ``InvalidAllocation`` Event on the Pod (messages in rules/agent.yaml ``podResources.messages``).
 
 Output per Pod: ``{container: [{id, manufacturer, accelerators: [{id, index, mode, allocated,
-[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}`` (§7.4), groups in Devices-spec order,
+[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}`` (docs/reference/controller.md "Pod admission"), groups in Devices-spec order,
 accelerators by index (then placement start), one entry per (container, accelerator) except one per
 partition instance. Pods without mapped devices, and PodResources entries naming a Pod the API does
 not list on the node, get nothing.
@@ -56,7 +56,7 @@ def pod_key(pod: Mapping[str, Any]) -> PodKey:
 
 def mig_device_index(policy: Policy, accelerators: Sequence[AcceleratorFacts]) -> dict[str, tuple[str, str, tuple[int, int] | None]]:
     """``{MIG device uuid: (parent accelerator uuid, published profile name, (start, length) or None)}``
-    from the probe facts; devices whose profile has no publishable spelling (§7.2) are left out."""
+    from the probe facts; devices whose profile has no publishable spelling (docs/agent.md "The Devices object and its ledger") are left out."""
     out: dict[str, tuple[str, str, tuple[int, int] | None]] = {}
     for acc in accelerators:
         for dev in acc.migDevices:
@@ -98,7 +98,7 @@ _Hit = tuple[int, Mapping[str, Any], Mapping[str, Any]]   # (group order, group 
 def _resolve(device: str, manufacturer: str, by_id: Mapping[tuple[str, str], _Hit],
              mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]],
              separator: str) -> tuple[_Hit | None, str, tuple[int, int] | None]:
-    """Device ID -> (accelerator hit or None, MIG profile or "", MIG placement or None) (§7.5)."""
+    """Device ID -> (accelerator hit or None, MIG profile or "", MIG placement or None) (docs/agent.md "The Devices object and its ledger")."""
     if device in mig_devices:
         parent, profile, placement = mig_devices[device]
         return by_id.get((manufacturer, parent)), profile, placement
@@ -108,7 +108,7 @@ def _resolve(device: str, manufacturer: str, by_id: Mapping[tuple[str, str], _Hi
 
 
 def _groups(found: Mapping[tuple, tuple[Mapping[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Accelerator entries (keyed so that sorting gives spec order) -> §7.4 allocation groups."""
+    """Accelerator entries (keyed so that sorting gives spec order) -> docs/agent.md "The Devices object and its ledger" allocation groups."""
     groups: list[dict[str, Any]] = []
     for sort_key in sorted(found):
         group, item = found[sort_key]
@@ -123,7 +123,7 @@ def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_reso
                     | None = None) -> tuple[dict[PodKey, dict[str, list[dict[str, Any]]]], list[LedgerEvent]]:
     """Map PodResources onto allocation annotations (see module docstring).
 
-    ``spec`` is the node's Devices ``spec`` (§7.2); ``pods`` the Pods the API lists on the node (their
+    ``spec`` is the node's Devices ``spec`` (docs/agent.md "The Devices object and its ledger"); ``pods`` the Pods the API lists on the node (their
     spec supplies the units requests); ``mig_devices`` from :func:`mig_device_index`. Returns
     ``({(namespace, name): annotation document}, InvalidAllocation events)``. Never raises for bad
     input data; every device that cannot be mapped yields one event (:class:`_DeviceMapper`).
@@ -168,7 +168,7 @@ class _DeviceMapper:
         self.events: list[LedgerEvent] = []
 
     def container_groups(self, key: PodKey, pod: Mapping[str, Any], ctr: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The §7.4 allocation groups of one PodResources container (spec order)."""
+        """The docs/agent.md "The Devices object and its ledger" allocation groups of one PodResources container (spec order)."""
         cname = str(ctr.get("name", ""))
         requests = _container_requests(pod, cname)
         # (group order, accelerator index, placement start, accelerator id, instance) -> (group, entry)
@@ -237,7 +237,7 @@ class _DeviceMapper:
 
 
 def annotation_text(doc: Mapping[str, Any]) -> str:
-    """The annotation value for ``doc``: compact JSON, keys in §7.4 order."""
+    """The annotation value for ``doc``: compact JSON, keys in docs/agent.md "The Devices object and its ledger" order."""
     return json.dumps(doc, separators=(",", ":"))
 
 

@@ -1,4 +1,4 @@
-"""Instances: an Instance's Pod, Service and claim, and its life cycle (spec/instances.md).
+"""Instances: an Instance's Pod, Service and claim, and its life cycle (docs/concepts/instances.md "Instances").
 
 :mod:`.instancepods` renders the Pod and Service of an Instance; :mod:`.podstatus` reads them back
 (phase, host IPs, ports, allocations); :mod:`.instancelife` plans the actions of one Instance (create, delete, finalizers);

@@ -1,4 +1,4 @@
-"""The Instance reconcile as a decision (spec/instances.md §10.1-§10.2): what to do next, not doing it.
+"""The Instance reconcile as a decision (docs/concepts/instances.md "Life cycle"): what to do next, not doing it.
 
 :func:`plan_instance` reads one Instance with its Pod, InstanceType and ClusterQueue and returns an
 :class:`InstancePlan`: ordered actions for the controller's applier plus the status to write. It is
@@ -46,7 +46,7 @@ class InstancePlan:
 def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, pod: dict | None,
                   instance_type: dict | None, queue: dict | None, pod_age_seconds: float = 0.0,
                   flavors: list[dict] | None = None) -> InstancePlan:
-    """Decide the next step for one Instance (§10.1). ``pod_age_seconds``: Pod creation minus Instance
+    """Decide the next step for one Instance (docs/concepts/instances.md "Life cycle"). ``pod_age_seconds``: Pod creation minus Instance
     creation, for the kubelet-refusal rebuild window (step 5). ``flavors``: the pool's ResourceFlavors
     in queue order for a CPU-only Pod's flavor affinity (see :func:`render_pod`; None reads them from
     ``snapshot``)."""
@@ -69,7 +69,7 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
     if spec.get("stop"):                                                 # 3
         return _stop(plan, pod, old_status, rules.requeueSeconds)
     stop_policy = ((queue or {}).get("spec") or {}).get("stopPolicy")
-    if instance_type is None or is_deleting(instance_type) or stop_policy == "HoldAndDrain":   # 4, §10.2
+    if instance_type is None or is_deleting(instance_type) or stop_policy == "HoldAndDrain":   # 4, docs/concepts/instances.md "Life cycle"
         plan.actions.append((SET_STOP, True))
         return _stop(plan, pod, old_status, rules.requeueSeconds)
     if pod is not None and (pod.get("status") or {}).get("phase") == "Failed" and \

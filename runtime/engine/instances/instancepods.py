@@ -1,4 +1,4 @@
-"""From an Instance to its Pod (spec/instances.md §10.4, §11, §12): pure rendering and phases.
+"""From an Instance to its Pod (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes"): pure rendering and phases.
 
 ``render_pod`` builds the Pod an Instance runs as, or says why none can be created yet (a claim that
 nothing binds); :mod:`.podstatus` reads the Instance status back from the Pod. Names, sizes, keys and
@@ -44,7 +44,7 @@ def _min_quantity(limit: str, candidate_bytes: int) -> str:
 
 
 def container_resources(policy: Policy, settings: Settings, instance: dict, instance_type: dict) -> dict:
-    """``resources`` of the workload container (§11.4): limits, requests (scaled down with overcommit),
+    """``resources`` of the workload container (docs/concepts/instances.md "The Instance's Pod"): limits, requests (scaled down with overcommit),
     accelerator keys (requests = limits)."""
     rules = _rules(policy)
     res = (instance.get("spec") or {}).get("resources") or {}
@@ -103,7 +103,7 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
     """One node-selector term per flavor, each requiring every ``spec.nodeLabels`` entry of that
     flavor (``{key, operator: In, values: [value]}`` in the flavor's label order): the placement Kueue
     would give a CPU-only Pod by merging its assigned flavor's nodeLabels, while Kueue does not charge
-    ``cpu`` (spec/pools.md §9; operator from rules/instances/pod.yaml ``poolAffinity``)."""
+    ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging"; operator from rules/instances/pod.yaml ``poolAffinity``)."""
     operator = _rules(policy).poolAffinity.operator
     terms = []
     for flavor in flavors:
@@ -116,12 +116,12 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
 
 def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, instance_type: dict,
                flavors: list[dict] | None = None) -> PodPlan:
-    """The Pod of ``instance`` (§11), or why it cannot be created yet (§12).
+    """The Pod of ``instance`` (docs/concepts/instances.md "The Instance's Pod"), or why it cannot be created yet (docs/concepts/instances.md "Persistent volumes").
 
     ``snapshot`` supplies the pinned Node (its hostname label), RuntimeClasses and the claims'
     PVCs, PVs and StorageClasses. ``instance_type`` must carry ``status.entrance``.
 
-    CPU-only types while the Kueue configuration excludes ``cpu`` (spec/pools.md §9,
+    CPU-only types while the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging",
     rules/pools/kueue.yaml): the Pod gets a required node affinity with one term per flavor of the
     pool (:func:`pool_affinity_terms`), crossed with any claim placement terms. ``flavors``: the
     pool's ResourceFlavors in queue order (the controller passes the derived ones); None reads the
@@ -177,7 +177,7 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
 
 def _place(policy: Policy, snapshot: Snapshot, pod_spec: dict, spec: dict, instance_type: dict,
            affinity_terms: list[dict], flavors: list[dict] | None) -> None:
-    """``pod_spec``'s ``nodeSelector`` (the pin's one hostname entry, §11.2) and ``affinity``: the
+    """``pod_spec``'s ``nodeSelector`` (the pin's one hostname entry, docs/concepts/instances.md "Pinned to a node") and ``affinity``: the
     claim and pool terms, each with the pin's requirements appended (decision 24)."""
     pin: list[dict] = []
     if spec.get("nodeName"):
@@ -201,7 +201,7 @@ def container_ports(pod: dict) -> list[dict]:
 
 
 def render_service(policy: Policy, instance: dict, pod: dict) -> dict | None:
-    """The Service of an Instance whose Pod has container ports (spec/instances.md §11.5), or None.
+    """The Service of an Instance whose Pod has container ports (docs/concepts/instances.md "The Instance's Pod"), or None.
 
     Same name and namespace as the Pod, type from rules/instances/pod.yaml ``service.type``
     (``NodePort``), selector = the Pod's labels, one port per container port (its name, protocol,
@@ -314,7 +314,7 @@ def _claim_names(spec: dict) -> list[str]:
 
 
 def _claim_placement(policy, settings, snapshot, namespace, spec) -> tuple[list[dict], str]:
-    """Node-affinity terms from bound claims' PVs, or the block message (§12)."""
+    """Node-affinity terms from bound claims' PVs, or the block message (docs/concepts/instances.md "Persistent volumes")."""
     placement = _rules(policy).placement
     if not settings.flag(placement.setting):
         return [], ""

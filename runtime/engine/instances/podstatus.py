@@ -1,4 +1,4 @@
-"""An Instance's status read back from its Pod, Service and Node (spec/instances.md §3, §10.4).
+"""An Instance's status read back from its Pod, Service and Node (docs/concepts/instances.md "Instances" and "Life cycle").
 
 ``phase_from_pod`` reads the Instance phase from the Pod's conditions through the ``instance-phase``
 decision table; ``host_ips``, ``service_ports`` and ``allocations_from_pod`` fill the rest of the
@@ -12,7 +12,7 @@ from runtime.engine.policy import Policy
 
 
 def service_ports(service: dict | None) -> list[dict]:
-    """``Instance.status.ports`` (§3): ``[{port, protocol, name, nodePort}]`` of the Service, or
+    """``Instance.status.ports`` (docs/concepts/instances.md "Instances"): ``[{port, protocol, name, nodePort}]`` of the Service, or
     ``[]`` until every port has its ``nodePort``."""
     ports = ((service or {}).get("spec") or {}).get("ports") or []
     if not ports or any(not p.get("nodePort") for p in ports):
@@ -22,7 +22,7 @@ def service_ports(service: dict | None) -> list[dict]:
 
 
 def host_ips(policy: Policy, node: dict | None) -> list[dict]:
-    """``Instance.status.hostIPs`` (§3): the Node's addresses of the types in
+    """``Instance.status.hostIPs`` (docs/concepts/instances.md "Instances"): the Node's addresses of the types in
     ``service.hostAddressTypes`` (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
     addresses = ((node or {}).get("status") or {}).get("addresses") or []
     out: list[dict] = []
@@ -35,7 +35,7 @@ def host_ips(policy: Policy, node: dict | None) -> list[dict]:
 
 
 def phase_from_pod(policy: Policy, pod: dict) -> dict:
-    """``{phase[, phaseMessage]}`` of an Instance whose Pod exists (§10.4)."""
+    """``{phase[, phaseMessage]}`` of an Instance whose Pod exists (docs/concepts/instances.md "Life cycle")."""
     conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
 
     def cond(kind: str) -> dict:
@@ -52,7 +52,7 @@ def phase_from_pod(policy: Policy, pod: dict) -> dict:
 
 
 def allocations_from_pod(policy: Policy, pod: dict) -> list[dict]:
-    """``Instance.status.allocations`` (§3): the Pod's allocation annotation (node-facts.md §7.4,
+    """``Instance.status.allocations`` (docs/concepts/instances.md "Instances"): the Pod's allocation annotation (docs/agent.md "The Devices object and its ledger",
     key role ``allocation``), a JSON object container -> [group], with every container's groups
     merged: one entry per (group ``id``, ``manufacturer``) in first-seen order, accelerators
     concatenated in container order. An absent or unparsable annotation gives ``[]`` (the agent

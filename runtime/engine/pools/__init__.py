@@ -1,4 +1,4 @@
-"""Pools: from node facts to Kueue's objects and the four capacity views (spec/pools.md).
+"""Pools: from node facts to Kueue's objects and the four capacity views (docs/concepts/pools-and-flavors.md "Pools and flavors").
 
 ``derive(policy, snapshot)`` is the entrance: it reads Nodes, NodeFeatures and Devices
 (:mod:`.nodes`, :mod:`.accelerators`), plans ResourceFlavors (:mod:`.flavors`), InstanceTypes with

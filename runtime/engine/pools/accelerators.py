@@ -1,15 +1,15 @@
 """One node's accelerators as the ledger reads them, and the per-accelerator predicates.
 
-A Devices object (spec/node-facts.md §7) splits each accelerator in two: its capability in
+A Devices object (docs/agent.md "The Devices object and its ledger") splits each accelerator in two: its capability in
 ``spec.groups[].accelerators[]`` and its ledger row in ``status.groups[].accelerators[]`` (joined by
 manufacturer, group id and accelerator id). :func:`accelerators` joins them for the healthy
-accelerators; an accelerator with no ledger row yet reads as free (spec/four-view.md §1: mode 0,
+accelerators; an accelerator with no ledger row yet reads as free (docs/concepts/four-views.md "The four views": mode 0,
 ``remaining`` D, ``remainingProfiles`` = its capability counts).
 
 The predicates below are the single statement of the per-accelerator rules that three readers
-share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`, four-view.md §2), the fit labels
-(:mod:`runtime.engine.pools.fit`, node-facts.md §9) and the ``gpustack-node-devices`` admission check
-(:mod:`runtime.engine.admissioncheck`, pools.md §8.2). Constants (D, the share) come from
+share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`, docs/concepts/four-views.md "The four views"), the fit labels
+(:mod:`runtime.engine.pools.fit`, docs/agent.md "Capacity and fit labels") and the ``gpustack-node-devices`` admission check
+(:mod:`runtime.engine.admissioncheck`, docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). Constants (D, the share) come from
 rules/constants.yaml; the mode numbers from rules/agent.yaml ``ledger.modes``.
 """
 from __future__ import annotations
@@ -45,33 +45,33 @@ class Accelerator:
     offered_profiles: tuple[str, ...] = ()
     remaining_profiles: dict[str, int] = field(default_factory=dict)
     allocated_profiles: dict[str, int] = field(default_factory=dict)
-    dra: bool = False   # published by a DRA driver (its capability's ``dra`` reference, spec/dra.md §2)
+    dra: bool = False   # published by a DRA driver (its capability's ``dra`` reference, docs/concepts/dra.md "Views per manufacturer")
     views: tuple[str, ...] | None = None   # the capability's ``views``: the views offered, when not all
 
     @property
     def akey(self) -> str:
-        """``<manufacturer>-<group id>`` (node-facts.md §5.3)."""
+        """``<manufacturer>-<group id>`` (docs/agent.md "Normalization")."""
         return f"{self.manufacturer}-{self.group_id}"
 
     @property
     def partitioned(self) -> bool:
-        """``physicalSliced.count > 0`` (node-facts.md §7.2)."""
+        """``physicalSliced.count > 0`` (docs/agent.md "The Devices object and its ledger")."""
         return self.physical_count > 0
 
     @property
     def logically_sliceable(self) -> bool:
-        """``logicalSliced.count > 0`` and not partitioned (node-facts.md §7.2)."""
+        """``logicalSliced.count > 0`` and not partitioned (docs/agent.md "The Devices object and its ledger")."""
         return self.logical_count > 0 and not self.partitioned
 
     @property
     def whole_capable(self) -> bool:
-        """Not partitioned (node-facts.md §7.2)."""
+        """Not partitioned (docs/agent.md "The Devices object and its ledger")."""
         return not self.partitioned
 
     @property
     def shareable(self) -> bool:
         """Whole-capable and served by the sharing device plugin: not a DRA-published accelerator,
-        which offers the exclusive view only (spec/dra.md §2), nor one whose capability's ``views``
+        which offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"), nor one whose capability's ``views``
         leave the shared view out (its manufacturer's row, rules/manufacturers.yaml)."""
         return self.whole_capable and not self.dra and (self.views is None or "shared" in self.views)
 
@@ -107,7 +107,7 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
     """The healthy accelerators of one Devices object, in spec order (groups, then accelerators).
 
     ``devices`` is the API object (``spec`` capability, ``status`` ledger). Unhealthy accelerators are
-    skipped (node-facts.md §7.2). A Devices object with an out-of-range number yields nothing: it
+    skipped (docs/agent.md "The Devices object and its ledger"). A Devices object with an out-of-range number yields nothing: it
     counts in no view, no fit label and no admission check (decision 19, :func:`ledger_sound`).
     """
     if not ledger_sound(policy, devices):
@@ -144,44 +144,44 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
 
 # --- predicates ---------------------------------------------------------------------------------------
 def exclusive_free(policy: Policy, a: Accelerator) -> bool:
-    """A whole-capable accelerator with ``remaining ≥ D`` (four-view.md §2 ``free``; pools.md §8.2
+    """A whole-capable accelerator with ``remaining ≥ D`` (docs/concepts/four-views.md "The four views" ``free``; docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"
     exclusive row)."""
     return a.whole_capable and a.remaining >= policy.constants.creditsPerAccelerator
 
 
 def takes_shares(policy: Policy, a: Accelerator) -> bool:
     """Shareable (whole-capable, not DRA-published) and free or held in Shared mode: its remaining
-    credits count as free shares (four-view.md §2, spec/dra.md §2)."""
+    credits count as free shares (docs/concepts/four-views.md "The four views", docs/concepts/dra.md "Views per manufacturer")."""
     return a.shareable and (exclusive_free(policy, a) or a.mode == _modes(policy).shared)
 
 
 def has_free_share(policy: Policy, a: Accelerator) -> bool:
     """Shareable, mode None or Shared, ``remaining ≥`` one share (160,000): it can take one more
-    shared holder (pools.md §8.2 shared row; node-facts.md §9 ``shared-free-cards``; spec/dra.md §2)."""
+    shared holder (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" shared row; docs/agent.md "Capacity and fit labels" ``shared-free-cards``; docs/concepts/dra.md "Views per manufacturer")."""
     modes = _modes(policy)
     return a.shareable and a.mode in (modes.none, modes.shared) and a.remaining >= policy.constants.share
 
 
 def takes_slices(policy: Policy, a: Accelerator) -> bool:
     """Logically sliceable and free or held in Sliced mode: its remaining credits count for the SL view
-    (four-view.md §2)."""
+    (docs/concepts/four-views.md "The four views")."""
     return a.logically_sliceable and (exclusive_free(policy, a) or a.mode == _modes(policy).sliced)
 
 
 def has_free_slice(policy: Policy, a: Accelerator) -> bool:
     """Logically sliceable, mode None or Sliced, and ``allocatedSlices < logicalSliced.count``
-    (node-facts.md §9 ``sliced-max-free-units``; pools.md §8.2 sliced row without the units test)."""
+    (docs/agent.md "Capacity and fit labels" ``sliced-max-free-units``; docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" sliced row without the units test)."""
     modes = _modes(policy)
     return a.logically_sliceable and a.mode in (modes.none, modes.sliced) and a.allocated_slices < a.logical_count
 
 
 def holds_slice(policy: Policy, a: Accelerator, units: int) -> bool:
-    """:func:`has_free_slice` and ``remaining ≥ units`` (pools.md §8.2 sliced row)."""
+    """:func:`has_free_slice` and ``remaining ≥ units`` (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" sliced row)."""
     return has_free_slice(policy, a) and a.remaining >= units
 
 
 def holds_partition(policy: Policy, a: Accelerator, profile: str) -> bool:
-    """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0`` (pools.md §8.2 partition
+    """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0`` (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" partition
     row)."""
     modes = _modes(policy)
     return a.partitioned and a.mode in (modes.none, modes.partitioned) and a.remaining_profiles.get(profile, 0) > 0

@@ -1,13 +1,13 @@
 """Pool derivation: from a Snapshot to the DesiredState the controller would make the cluster hold.
 
 One pure function, :func:`derive`, serves the CLI (``get``/``derive``), the controller and tests.
-Spec: spec/pools.md (whole file), spec/four-view.md, spec/presets.md. Order of work:
+Spec: docs/concepts/pools-and-flavors.md "Pools and flavors" (whole file), docs/concepts/four-views.md "The four views", docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset". Order of work:
 
 1. settings from the ``gpustack-settings`` Secret (rules/settings.yaml);
-2. Nodes with NodeFeature labels propagated; managed nodes contribute ResourceFlavors (§2);
-3. derived InstanceTypes for pools that have none (create-only, §4), defaulted as the webhook would;
-4. one ClusterQueue per InstanceType not being deleted, its LocalQueues, the AdmissionCheck (§7-§8);
-5. InstanceType status for every type (§10), the InstanceTypeFlavor catalog (§11).
+2. Nodes with NodeFeature labels propagated; managed nodes contribute ResourceFlavors (docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset");
+3. derived InstanceTypes for pools that have none (create-only, docs/tasks/add-manufacturer-or-preset.md "Change a preset (and see the effect in a minute)"), defaulted as the webhook would;
+4. one ClusterQueue per InstanceType not being deleted, its LocalQueues, the AdmissionCheck (docs/concepts/pools-and-flavors.md "Queues and the entrance" and "The AdmissionCheck `gpustack-node-devices`");
+5. InstanceType status for every type (docs/concepts/pools-and-flavors.md "InstanceType status"), the InstanceTypeFlavor catalog (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor").
 """
 from __future__ import annotations
 
@@ -39,13 +39,12 @@ class DesiredState:
     Lists are in name order. ``instance_types`` holds every InstanceType after the reconcile (the
     snapshot's, unchanged but for ``status``, plus the created ones); ``created_instance_types``
     names the derived ones this reconcile authors (create-only); ``enriched_instance_types`` the
-    existing ones whose empty descriptors the defaulting fills now that a flavor matches (pools.md
-    §6.1: the only update the controller makes to a type's spec). ``flavor_deletes`` are our
+    existing ones whose empty descriptors the defaulting fills now that a flavor matches (docs/concepts/pools-and-flavors.md "InstanceType admission": the only update the controller makes to a type's spec). ``flavor_deletes`` are our
     ResourceFlavors (``resource.gpustack.ai/type: nodes``) without contributors. ``devices`` are
     the snapshot's Devices with the managed label mirrored from their Node; they share ``spec`` and
     ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat them as
     read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
-    spec/node-facts.md §9 are written on these only). ``node_flavors``: node name -> the ResourceFlavors it
+    docs/agent.md "Capacity and fit labels" are written on these only). ``node_flavors``: node name -> the ResourceFlavors it
     contributes to (name order; nodes contributing none are absent), what the pool Events compare. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
     nodes without os/arch, ``.count`` labels that are not integers in range, ledgers out of range,
     NodeFeatures not trusted (decision 20), unparsable settings). ``fact_problems``: the refused node
@@ -127,7 +126,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     ``live=False`` (snapshot mode, the CLI and the seed replays): a queue without a Kueue status
     reads as Kueue would soon report it, ``Active``. ``live=True`` (the controller): the phase shows
     what Kueue reports now, so a queue without an ``Active`` condition, or one this reconcile
-    creates, reads ``Activating`` (spec/pools.md §10.1). ``settings_namespace``: see
+    creates, reads ``Activating`` (docs/concepts/pools-and-flavors.md "InstanceType status"). ``settings_namespace``: see
     :func:`runtime.engine.settings.settings_of`. ``memo``: a
     :class:`runtime.engine.pools.incremental.DeriveMemo` kept between calls (the controller's): the
     parts that depend on one node or one pool are reused while the objects they were computed from
@@ -177,7 +176,7 @@ def _nodes(policy: Policy, snapshot: Snapshot, settings_namespace: str | None,
 def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
              memo: DeriveMemo | None) -> tuple[dict[str, FlavorPlan], dict[str, dict], dict[str, list[str]]]:
     """(flavor name -> plan, flavor name -> rendered ResourceFlavor, node name -> its flavors in name
-    order) of the managed ``nodes`` (pools.md §2); with a memo, reused while the nodes and ``mixed``
+    order) of the managed ``nodes`` (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"); with a memo, reused while the nodes and ``mixed``
     are the same and the Devices ``spec`` of each flavor's first contributor (its notes read it) equal."""
     def compute():
         plans = plan_flavors(policy, snapshot, nodes, mixed, memo)
@@ -205,7 +204,7 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
 def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, plans: dict[str, FlavorPlan],
                     aware: bool) -> dict[str, dict]:
     """Every InstanceType by name: the snapshot's, the derived ones this pass creates (create-only,
-    pools.md §4) and the enriched ones (§6.1); records the created and enriched names in ``state``."""
+    docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name") and the enriched ones (docs/concepts/pools-and-flavors.md "InstanceType admission"); records the created and enriched names in ``state``."""
     existing = {name_of(it): it for it in snapshot.list("InstanceType")}
     types = dict(existing)
     if state.settings.flag(policy.setting("derivedFromNode")):
@@ -221,7 +220,7 @@ def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, pla
             types[pool] = its.default_instance_type(policy, created, aware, state.resource_flavors)
             state.created_instance_types.append(pool)
 
-    # Types whose descriptors are still empty get the defaulting again once a flavor matches (§6.1)
+    # Types whose descriptors are still empty get the defaulting again once a flavor matches (docs/concepts/pools-and-flavors.md "InstanceType admission")
     for name, it in existing.items():
         if its.needs_enrichment(it):
             defaulted = its.default_instance_type(policy, it, aware, state.resource_flavors)
@@ -235,7 +234,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
                        plans: dict[str, FlavorPlan], rendered: dict[str, dict], effective, aware: bool,
                        live: bool, memo: DeriveMemo | None = None) -> None:
     """Per InstanceType in name order: its ClusterQueue and LocalQueues (unless it is being deleted)
-    and its status (pools.md §7-§10); fills ``state``."""
+    and its status (docs/concepts/pools-and-flavors.md "Pools and flavors"); fills ``state``."""
     settings = state.settings
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
                   if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces

@@ -1,4 +1,4 @@
-"""The DeviceClasses accelpolicy derives for the DRA drivers of the rules (spec/dra.md §4). Pure.
+"""The DeviceClasses accelpolicy derives for the DRA drivers of the rules (docs/concepts/dra.md "The ledger from claims"). Pure.
 
 One per ``DraDriver`` row, that is per (driver, manufacturer base key): named by rules/dra.yaml
 ``deviceClass.nameTemplate``, selecting the driver's whole accelerators with ``selectorTemplate``
@@ -45,7 +45,7 @@ def device_classes(policy: Policy) -> list[dict[str, Any]]:
 
 
 def owned_device_class(policy: Policy, obj: dict) -> bool:
-    """Whether ``obj`` is a DeviceClass accelpolicy derived (its ownership label, spec/dra.md §4)."""
+    """Whether ``obj`` is a DeviceClass accelpolicy derived (its ownership label, docs/concepts/dra.md "The ledger from claims")."""
     rules = dra_policy(policy)
     if rules is None:
         return False

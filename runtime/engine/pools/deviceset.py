@@ -140,7 +140,7 @@ def label_index(objects: list[dict]) -> dict[tuple[str, str], list[int]]:
 
 def mirrored(policy: Policy, devices: dict, effective: dict[str, dict[str, str]]) -> dict:
     """One Devices object whose ``gpustack.ai/managed`` label mirrors the Node's effective label, as
-    the agent keeps it (node-facts.md §7.1).
+    the agent keeps it (docs/agent.md "The Devices object and its ledger").
 
     ``effective``: node name -> effective labels (:func:`effective_node_labels`). An object whose
     label already mirrors the Node is returned as is; otherwise only its ``metadata``/``labels``

@@ -1,4 +1,4 @@
-"""Per-node fit labels from the Devices ledger (spec/node-facts.md §9).
+"""Per-node fit labels from the Devices ledger (docs/agent.md "Capacity and fit labels").
 
 ``sliced-max-free-units.fit.gpustack.ai/<aKey>``: the largest ``remaining`` among the model's
 logically sliceable accelerators in mode 0 or 3 with a free slice (``allocatedSlices`` below
@@ -30,7 +30,7 @@ def fit_labels(policy: Policy, devices: dict, managed: bool) -> dict[str, str]:
             akeys.append(a.akey)
         if a.partitioned:
             continue
-        if a.shareable:   # not a DRA-published accelerator (spec/dra.md §2)
+        if a.shareable:   # not a DRA-published accelerator (docs/concepts/dra.md "Views per manufacturer")
             shareable.add(a.akey)
         if has_free_share(policy, a):
             shared_free[a.akey] = shared_free.get(a.akey, 0) + 1

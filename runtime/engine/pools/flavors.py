@@ -1,4 +1,4 @@
-"""ResourceFlavor derivation (spec/pools.md §2): contributions per managed node, grouped by name.
+"""ResourceFlavor derivation (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"): contributions per managed node, grouped by name.
 
 Names and contribution conditions are CEL in rules/pools/derivation.yaml (``spec.flavors``); label
 keys come from rules/labels.yaml. Notes are taken from the first contributor in node-name order.
@@ -48,7 +48,7 @@ class FlavorPlan:
 
 def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixed: bool,
                  memo: "DeriveMemo | None" = None) -> dict[str, FlavorPlan]:
-    """Flavor name -> plan, from the managed nodes (pools.md §2.1-§2.2).
+    """Flavor name -> plan, from the managed nodes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes").
 
     ``memo``: a :class:`runtime.engine.pools.incremental.DeriveMemo` reusing each node's
     contributions and each flavor's notes while their inputs are the same objects (None: compute all).
@@ -66,7 +66,7 @@ def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixe
 
 
 def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tuple[str, str, str, int, dict]]:
-    """What one node contributes (pools.md §2.1): ``(flavor name, kind, aKey, per-node count,
+    """What one node contributes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"): ``(flavor name, kind, aKey, per-node count,
     spec.nodeLabels)`` for its CPU flavor and each accelerator flavor, per the CEL of
     rules/pools/derivation.yaml ``spec.flavors``; [] for a node unmanaged or without gKey/os/arch."""
     if not node.managed or not node.gkey or not node.os or not node.arch:
@@ -107,7 +107,7 @@ def _contribute(plans, name, kind, node, gkey, akey, count, labels) -> None:
 
 
 def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
-    """The ``note.gpustack.ai/*`` annotations of pools.md §2.3, from the first contributor."""
+    """The ``note.gpustack.ai/*`` annotations of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes", from the first contributor."""
     if plan.kind == "cpu":
         notes = {"acceleratable": "false", "generalGroup": plan.gkey, "manufacturer": plan.gkey.split("-", 1)[0],
                  "product": first.annotations.get(policy.key("cpuNameAnnotation"), ""),
@@ -132,7 +132,7 @@ def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: No
 
 
 def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tuple[int, int]:
-    """(L, P) of pools.md §2.3 from the first contributor's Devices object."""
+    """(L, P) of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" from the first contributor's Devices object."""
     slices = manufacturer.logicalSlices if manufacturer else 0
     devices = snapshot.get("Devices", node_name)
     if devices is None:
@@ -151,7 +151,7 @@ def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tupl
 
 
 def render_flavor(policy: Policy, plan: FlavorPlan) -> dict:
-    """The ResourceFlavor object of pools.md §2.3 (labels, notes, ``spec.nodeLabels`` only)."""
+    """The ResourceFlavor object of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" (labels, notes, ``spec.nodeLabels`` only)."""
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
     own_prefix = acc if plan.kind == "device" else general

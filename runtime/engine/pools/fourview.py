@@ -1,4 +1,4 @@
-"""Four-view arithmetic (spec/four-view.md §2): EX/SH/SL/PT over a pool's Devices ledgers.
+"""Four-view arithmetic (docs/concepts/four-views.md "The four views"): EX/SH/SL/PT over a pool's Devices ledgers.
 
 Inputs are Devices objects (``spec`` capability, ``status`` ledger) already selected for the pool
 and the pool's accelerator group (aKey). Constants come from rules/constants.yaml and the SH
@@ -78,7 +78,7 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
                 _pt_pass(fv, a)
                 continue
             node_accs += 1
-            node_shareable += a.shareable   # a DRA-published accelerator offers no shares (spec/dra.md §2)
+            node_shareable += a.shareable   # a DRA-published accelerator offers no shares (docs/concepts/dra.md "Views per manufacturer")
             if exclusive_free(policy, a):
                 node_excl += 1
             if takes_shares(policy, a):

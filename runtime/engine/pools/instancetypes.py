@@ -1,7 +1,7 @@
 """InstanceTypes: schedule labels, pool selectors, defaulting, derived types, status.
 
-Sources: spec/pools.md §3.2-§3.4 (labels and selectors), §4 (derived types), §6.1 (defaulting),
-§10 (status), §12 (entrance). Name patterns and presets come from rules/pools/*.yaml.
+Sources: docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (labels and selectors), docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (derived types), docs/concepts/pools-and-flavors.md "InstanceType admission" (defaulting),
+docs/concepts/pools-and-flavors.md "InstanceType status" (status), docs/concepts/pools-and-flavors.md "Queues and the entrance" (entrance). Name patterns and presets come from rules/pools/*.yaml.
 """
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from runtime.engine.snapshot import is_deleting, labels_of, name_of
 
 
 def entrance(policy: Policy, name: str) -> str:
-    """The LocalQueue name fronting pool ``name`` (pools.md §12; CEL ``spec.entrance``)."""
+    """The LocalQueue name fronting pool ``name`` (docs/concepts/pools-and-flavors.md "Queues and the entrance"; CEL ``spec.entrance``)."""
     return policy.derivation.entrance.evaluate({"name": name, "entrancePrefix": policy.derivation.entrancePrefix})
 
 
 def schedule_labels(policy: Policy, spec: dict, aware: bool) -> dict[str, str]:
-    """PoolScheduleLabels of pools.md §3.2, from an InstanceType spec and the awareness setting."""
+    """PoolScheduleLabels of docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name", from an InstanceType spec and the awareness setting."""
     acceleratable = bool(spec.get("acceleratable"))
     labels = {policy.key("acceleratable"): "true" if acceleratable else "false"}
     if spec.get("os"):
@@ -48,7 +48,7 @@ def _feature_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str,
 
 def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
     """Labels of a type whose spec lacks what names its pool (``os``, ``arch``; ``acceleratorGroup``
-    when acceleratable; validation requires them, pools.md §6.2): it selects nothing (read
+    when acceleratable; validation requires them, docs/concepts/pools-and-flavors.md "InstanceType admission"): it selects nothing (read
     as they are, a type without spec would name the CPU pool)."""
     if policy.key("os") not in queue_labels or policy.key("arch") not in queue_labels:
         return True
@@ -57,7 +57,7 @@ def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
 
 
 def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's flavors (pools.md §3.3); None selects nothing (also for the labels
+    """Label selector of the pool's flavors (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"); None selects nothing (also for the labels
     of a type whose spec lacks os, arch, or the acceleratorGroup of an acceleratable type)."""
     if _incomplete(policy, queue_labels):
         return None
@@ -72,7 +72,7 @@ def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, s
 
 
 def devices_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's Devices (pools.md §3.4); None when no feature key or the type's spec
+    """Label selector of the pool's Devices (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"); None when no feature key or the type's spec
     is incomplete (see :func:`flavor_selector`)."""
     selector = _feature_selector(policy, queue_labels)
     if not selector or _incomplete(policy, queue_labels):
@@ -89,7 +89,7 @@ def matches(selector: dict[str, str] | None, labels: dict[str, str]) -> bool:
 
 
 def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Iterable[dict]) -> dict:
-    """The InstanceType defaulting of pools.md §6.1 (a new dict; ``obj`` is not changed).
+    """The InstanceType defaulting of docs/concepts/pools-and-flavors.md "InstanceType admission" (a new dict; ``obj`` is not changed).
 
     ``flavors``: the ResourceFlavor objects the cluster holds (name order is applied here).
     """
@@ -115,7 +115,7 @@ def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Itera
 
 
 def needs_enrichment(it: dict) -> bool:
-    """Whether an InstanceType's descriptors are still empty (pools.md §6.1 step 5)."""
+    """Whether an InstanceType's descriptors are still empty (docs/concepts/pools-and-flavors.md "InstanceType admission")."""
     spec = it.get("spec") or {}
     if is_deleting(it) or (spec.get("acceleratable") and not spec.get("acceleratorGroup")):
         return False
@@ -151,7 +151,7 @@ def _enrich(policy: Policy, spec: dict, labels: dict, aware: bool, flavors: Iter
 
 
 def derived_type(policy: Policy, name: str, plan, aware: bool) -> dict:
-    """The InstanceType the controller authors for a pool (pools.md §4), before defaulting.
+    """The InstanceType the controller authors for a pool (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"), before defaulting.
 
     ``plan``: the FlavorPlan of the pool's first flavor in name order (its notes give the preset
     inputs).
@@ -214,7 +214,7 @@ def missing_fields(policy: Policy, spec: dict) -> list[str]:
 
 def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: dict | None,
                          queue_flavors: list, devices_list: list[dict], queue_state: dict) -> dict:
-    """``status`` of one InstanceType (pools.md §10).
+    """``status`` of one InstanceType (docs/concepts/pools-and-flavors.md "InstanceType status").
 
     ``queue``: its desired ClusterQueue (None when the type is being deleted and the queue is gone);
     ``queue_flavors``: FlavorPlans in the queue; ``devices_list``: the pool's Devices (node order);
@@ -268,14 +268,14 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
 
 
 def _cpu_view(policy: Policy, settings: Settings, queue_flavors: list, queue_state: dict, drained: bool) -> dict:
-    """pools.md §10.2: capacity, remaining and onceMaxRequest in cores.
+    """docs/concepts/pools-and-flavors.md "InstanceType status": capacity, remaining and onceMaxRequest in cores.
 
     Reserved cores come from the ClusterQueue's ``flavorsReservation`` (``reservedCpuMillis``) while
-    Kueue charges ``cpu``; when the Kueue configuration excludes ``cpu`` (pools.md §9,
+    Kueue charges ``cpu``; when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging",
     rules/pools/kueue.yaml) Kueue reserves nothing, and they come from the pool's running Instance
-    Pods instead (``instancePodCpuMillis``: one CPU limit in millicores per Pod), with §10.2's
+    Pods instead (``instancePodCpuMillis``: one CPU limit in millicores per Pod), with docs/concepts/pools-and-flavors.md "InstanceType status"'s
     overcommit reading: with overcommit on, a Pod of ``c`` cores requested ``800m × ceil(c)`` (capped
-    at its limit) and §10.2 reads that back as ``ceil(c)`` cores, so each Pod counts ``ceil(limit)``;
+    at its limit) and docs/concepts/pools-and-flavors.md "InstanceType status" reads that back as ``ceil(c)`` cores, so each Pod counts ``ceil(limit)``;
     with it off, requests equal limits and reserved = ceil(Σ limits). Per-core millis and the setting
     come from rules/instances/pod.yaml ``overcommit``.
     """
@@ -312,7 +312,7 @@ def reserved_cpu_millis(queue: dict | None) -> int:
 
 def running_instance_pod_cpu(policy: Policy, pods: Iterable[dict]) -> dict[str, list[int]]:
     """Queue entrance -> the CPU limits (millicores, one per Pod) of the running Instance Pods that
-    queue through it (pools.md §9 fallback for the CPU view of §10.2).
+    queue through it (docs/concepts/pools-and-flavors.md "Kueue's resource charging" fallback for the CPU view of docs/concepts/pools-and-flavors.md "InstanceType status").
 
     A Pod counts when it carries the queue label (rules/labels.yaml role ``queueName``), has an
     Instance as its controller owner, is bound (``spec.nodeName``) and not terminated (phase not

@@ -1,4 +1,4 @@
-"""Kueue's resource charging (spec/pools.md §9): the Configuration fragment and how Kueue applies it.
+"""Kueue's resource charging (docs/concepts/pools-and-flavors.md "Kueue's resource charging"): the Configuration fragment and how Kueue applies it.
 
 :func:`kueue_configuration` expands rules/pools/kueue.yaml over the manufacturer table into the
 ``resources`` part of Kueue's Configuration (``excludeResourcePrefixes``, ``transformations``).
@@ -33,7 +33,7 @@ def _fmt(m: Manufacturer) -> dict[str, str]:
 
 
 def credits_resource(policy: Policy, manufacturer: Manufacturer) -> str:
-    """``credits.gpustack.ai/<id>``: the accelerated ClusterQueues' covered resource (pools.md §7.2),
+    """``credits.gpustack.ai/<id>``: the accelerated ClusterQueues' covered resource (docs/concepts/pools-and-flavors.md "Queues and the entrance"),
     from rules/labels.yaml ``prefixes.credits``."""
     return policy.prefix("credits") + manufacturer.id
 
@@ -73,7 +73,7 @@ def _credits_per_row(policy: Policy, rules: KueueConfigurationSpec) -> dict[int,
 
 
 def kueue_configuration(policy: Policy) -> dict:
-    """The Kueue Configuration fragment of pools.md §9.
+    """The Kueue Configuration fragment of docs/concepts/pools-and-flavors.md "Kueue's resource charging".
 
     Returns ``{"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "resources":
     {"excludeResourcePrefixes": [...], "transformations": [...]}}``. Order is deterministic: the
@@ -84,7 +84,7 @@ def kueue_configuration(policy: Policy) -> dict:
     Kubernetes canonical (``1600k``, ``160k``, ``1``).
 
     Raises :class:`KueueConfigurationError` when a row's input does not classify into its declared
-    family (spec/pod-requests.md §2), a credits expression is not a positive integer, or a prefix is
+    family (docs/reference/controller.md "Pod accelerator requests"), a credits expression is not a positive integer, or a prefix is
     listed twice.
     """
     rules = _rules(policy)
@@ -120,7 +120,7 @@ def kueue_configuration(policy: Policy) -> dict:
 
 
 def cpu_excluded(policy: Policy) -> bool:
-    """True when the Kueue configuration excludes ``cpu`` (pools.md §9 fallback): CPU-only Instance
+    """True when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging" fallback): CPU-only Instance
     Pods carry their pool's flavor affinity and the CPU view counts Instance Pods."""
     return _rules(policy).cpu_excluded
 

@@ -1,4 +1,4 @@
-"""Node facts as pool derivation reads them (spec/node-facts.md §4, §5.3; spec/pools.md §1-§2.1).
+"""Node facts as pool derivation reads them (docs/agent.md "Labels, annotations and NodeFeatures" and "Normalization"; docs/concepts/pools-and-flavors.md "Pools and flavors" and "ResourceFlavors: what each node contributes").
 
 * Effective labels: where NodeFeatures name a node (label ``nfd.node.kubernetes.io/node-name``), the
   keys under the propagated prefixes are replaced by the union of their ``spec.labels`` — what NFD
@@ -116,7 +116,7 @@ def node_effective_labels(policy: Policy, node: dict, features) -> dict[str, str
 
 
 def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: dict[str, str]) -> NodeView:
-    """Parse one node's labels into a :class:`NodeView` (pools.md §1)."""
+    """Parse one node's labels into a :class:`NodeView` (docs/concepts/pools-and-flavors.md "Pools and flavors")."""
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
     gkey = None
