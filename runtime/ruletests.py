@@ -23,6 +23,12 @@ A suite::
             code: 422                          # optional
             message: 'Pod "demo" is invalid: ...'
             patch: [...]                       # optional; [] asserts "no patch"
+            rules: [one-accelerator-family]    # optional: the rules the review hit, in order (the
+                                               # `rule` label of the rule-hit metric); [] asserts none
+
+A name in ``expect.rules`` that is a validation's former name (``formerNames`` in the rule files)
+is read as that validation's current name, with a deprecation warning on the case's result; a name
+no rule has fails the case.
 
 Run by ``accelpolicy test rules/`` and by tests/admission/test_rule_suites.py.
 """
@@ -69,11 +75,13 @@ class Case:
 
 @dataclass
 class CaseResult:
-    """Outcome of one case: ``problems`` empty when it passed; ``response`` the review's answer."""
+    """Outcome of one case: ``problems`` empty when it passed; ``response`` the review's answer;
+    ``warnings`` what passes but should change (a former rule name in ``expect.rules``)."""
 
     case: Case
     problems: list[str] = field(default_factory=list)
     response: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -141,7 +149,7 @@ def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None =
 # The keys a case and its ``expect`` may hold (the module docstring): another is a misspelling that
 # would silently check nothing, so the suite is refused.
 CASE_KEYS = frozenset({"name", "operation", "useTemplate", "object", "oldObject", "user", "snapshot", "derive", "expect"})
-EXPECT_KEYS = frozenset({"allowed", "code", "message", "reason", "patch"})
+EXPECT_KEYS = frozenset({"allowed", "code", "message", "reason", "patch", "rules"})
 
 
 def _known_keys(path: Path, spec: dict, index: int, mapping: dict, known: frozenset, below: tuple) -> None:
@@ -177,6 +185,7 @@ class Runner:
         self.engine = AdmissionEngine(policy)
         self.base_dir = Path(base_dir)
         self._views: dict = {}
+        self.rule_names, self.former_names = rule_names(policy)
 
     def _resolve(self, path: str) -> Path:
         """A suite's snapshot path: relative to the rules directory's parent, or — for an edited
@@ -217,12 +226,56 @@ class Runner:
             patch = json.loads(base64.b64decode(got["patch"])) if got.get("patch") else []
             if patch != exp["patch"]:
                 result.problems.append(f"patch:\n  want {json.dumps(exp['patch'])}\n  got  {json.dumps(patch)}")
+        if "rules" in exp:
+            self._check_rules(case, exp["rules"], outcome.rules, result)
         return result
+
+    def _check_rules(self, case: Case, want: Any, got: list[str], result: CaseResult) -> None:
+        """``expect.rules``: the rule names the review hit, in order; a former name (``formerNames``)
+        stands for its validation's current name, with a warning; a name no rule has is a problem."""
+        if not isinstance(want, list) or not all(isinstance(n, str) for n in want):
+            result.problems.append(f"rules: want a list of rule names, got {want!r}")
+            return
+        resolved = []
+        for name in want:
+            if name in self.rule_names:
+                resolved.append(name)
+            elif name in self.former_names:
+                current = self.former_names[name]
+                result.warnings.append(f"rule test {case.file}: validation name {name!r} is deprecated, "
+                                       f"use {current!r}")
+                resolved.append(current)
+            else:
+                result.problems.append(f"rules: no rule is named {name!r} (a validation, mutation or "
+                                       "mutation/denial of the rules, or shape, rule-error, budget-exceeded)")
+                return
+        if resolved != got:
+            result.problems.append(f"rules:\n  want {json.dumps(resolved)}\n  got  {json.dumps(got)}")
 
     def run_all(self, cases: list[Case]) -> Iterator[CaseResult]:
         """:meth:`run` for each case, in order."""
         for case in cases:
             yield self.run(case)
+
+
+def rule_names(policy: Policy) -> tuple[frozenset[str], dict[str, str]]:
+    """The names an admission outcome's ``rules`` may hold under ``policy`` (every validation, group
+    included; every mutation and ``mutation/denial``; the engine's ``shape``, ``rule-error`` and ``budget-exceeded``), and
+    each validation's former names mapped to its current name (``formerNames`` in the rule files)."""
+    from runtime.engine.admission.verdict import HALT_BUDGET
+    from runtime.model.admission import all_validations
+
+    names = {"shape", "rule-error", HALT_BUDGET}
+    former: dict[str, str] = {}
+    for doc in policy.ruleset.all("AdmissionPolicy"):
+        for v in all_validations(doc.spec.validations):
+            names.add(v.name)
+            former.update({old: v.name for old in v.formerNames})
+        for m in doc.spec.mutations:
+            names.add(m.name)
+            names.update(f"{m.name}/{d.name}" for d in m.denials)
+    names.discard("")
+    return frozenset(names), former
 
 
 # --- DRA driver rows (rules/dra.yaml, docs/concepts/dra.md "Two kinds of accelerator node") ----------

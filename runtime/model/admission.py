@@ -14,7 +14,7 @@ docs/concepts/settings.md "Setting admission".
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Iterator, Literal, Optional
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -88,7 +88,14 @@ class Validation(Strict):
     ``Forbidden`` without a field is a guard answered ``403 Forbidden`` with the bare message.
     """
 
-    name: str = ""
+    name: str = Field("", description="the rule's id: the `rule` of audit results, PolicyReports and the "
+                                       "rule-hit metric; descriptive kebab-case (what it checks)")
+    specRule: str = Field("", pattern=r"^([0-9]+[a-z]*'?)?$",
+                          description="the row of the specification's rule table this validation implements "
+                                      "(e.g. 1a, 2'); documentation only, never shown in verdicts")
+    formerNames: list[str] = Field([], description="names this validation had before a rename: a rule test "
+                                                    "(`expect.rules`) naming one still passes, with a warning "
+                                                    "naming the current name, for one release")
     forEach: Optional[Expr] = None
     variables: list[Variable] = []
     when: Optional[Expr] = None
@@ -231,6 +238,33 @@ class AdmissionPolicySpec(Strict):
         if self.type == "mutating" and self.validations:
             raise ValueError("a mutating policy has no validations (use denials)")
         return self
+
+    @model_validator(mode="after")
+    def _one_rule_per_id(self) -> "AdmissionPolicySpec":
+        """A ``specRule`` or a former name points at one validation of the policy, and a former name is
+        no current one (a rule test naming it must resolve to exactly one rule)."""
+        names = {v.name for v in all_validations(self.validations) if v.name}
+        seen_spec: set[str] = set()
+        seen_former: set[str] = set()
+        for v in all_validations(self.validations):
+            if v.specRule:
+                if v.specRule in seen_spec:
+                    raise ValueError(f"specRule {v.specRule!r} is on two validations")
+                seen_spec.add(v.specRule)
+            for former in v.formerNames:
+                if former in names:
+                    raise ValueError(f"validation {v.name!r}: former name {former!r} is a current validation name")
+                if former in seen_former:
+                    raise ValueError(f"former name {former!r} is on two validations")
+                seen_former.add(former)
+        return self
+
+
+def all_validations(validations: list[Validation]) -> Iterator[Validation]:
+    """Every validation of ``validations``, groups and the rules inside them, depth first in order."""
+    for v in validations:
+        yield v
+        yield from all_validations(v.validations)
 
 
 class WebhookConfigurationNames(Strict):

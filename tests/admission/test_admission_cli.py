@@ -174,3 +174,72 @@ def test_admit_exits_2_when_a_rule_fails_to_evaluate(tmp_path):
     assert "verdict:  denied (500 InternalError)" in result.output
     assert result.stderr.startswith("error: policy pods-mutation: a rule failed to evaluate: Internal error occurred: "
                                     f"policy pods-mutation: rules/admission/pods.yaml:{text[:text.index(old)].count(chr(10)) + 1} ")
+
+
+NAMES_SUITE = """\
+apiVersion: rules.accelpolicy.dev/v1alpha1
+kind: AdmissionTests
+metadata: {name: names}
+spec:
+  snapshot: [tests/fixtures/seed/common]
+  objectTemplate:
+    apiVersion: v1
+    kind: Pod
+    metadata: {name: demo, namespace: default, labels: {kueue.x-k8s.io/queue-name: gpustack-fnv64-c4680bb149644f1c}}
+  cases:
+    - name: two families
+      object: {spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: "1", nvidia.com/gpu.shared: "1"}}}]}}
+      expect: {allowed: false, rules: [RULES]}
+"""
+
+
+def _names_suite(tmp_path, rules_line: str) -> tuple[Path, Path]:
+    """A copy of the rules (without their suites) and one suite whose case expects ``rules_line``."""
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules, ignore=shutil.ignore_patterns("tests"))
+    suite = rules / "tests" / "admission" / "names.yaml"
+    suite.parent.mkdir(parents=True)
+    suite.write_text(NAMES_SUITE.replace("RULES", rules_line))
+    return rules, suite
+
+
+def test_a_rule_test_naming_the_current_rule_passes_without_a_warning(tmp_path):
+    rules, _ = _names_suite(tmp_path, "one-accelerator-family")
+    result = CliRunner().invoke(main, ["test", str(rules)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "1 passed, 0 failed, 1 cases\n"
+    assert "warning" not in result.stderr
+
+
+def test_a_rule_test_naming_a_former_rule_name_passes_with_a_deprecation_warning(tmp_path):
+    """rules/admission/pods.yaml keeps the numbered names as formerNames for one release."""
+    rules, suite = _names_suite(tmp_path, "rule-1a")
+    result = CliRunner().invoke(main, ["test", str(rules)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "1 passed, 0 failed, 1 cases\n"
+    assert (f"warning: rule test {suite}: validation name 'rule-1a' is deprecated, use 'one-accelerator-family'\n"
+            in result.stderr)
+    [case] = load_cases(rules)
+    outcome = Runner(Policy(load_rules(rules)), ROOT).run(case)
+    assert outcome.passed and outcome.warnings == [
+        f"rule test {suite}: validation name 'rule-1a' is deprecated, use 'one-accelerator-family'"]
+
+
+def test_a_former_name_still_has_to_be_the_rule_that_failed(tmp_path):
+    rules, _ = _names_suite(tmp_path, "rule-1b")   # one-container-group's former name: not what fails here
+    result = CliRunner().invoke(main, ["test", str(rules)])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[1:4] == [
+        "  rules:", '    want ["one-container-group"]', '    got  ["one-accelerator-family"]']
+
+
+def test_a_rule_test_naming_an_unknown_rule_fails_and_says_so(tmp_path):
+    rules, suite = _names_suite(tmp_path, "rule-99")
+    result = CliRunner().invoke(main, ["test", str(rules)])
+    assert result.exit_code == 1
+    assert result.stdout == (
+        f"FAIL names::two families ({suite})\n"
+        "  rules: no rule is named 'rule-99' (a validation, mutation or mutation/denial of the rules, "
+        "or shape, rule-error, budget-exceeded)\n"
+        "0 passed, 1 failed, 1 cases\n")
+    assert "warning" not in result.stderr

@@ -63,7 +63,7 @@ def test_dryrun_allows_silently_and_counts_the_would_be_denial(tmp_path):
     assert answer == {"uid": "u-1", "allowed": True}
     assert 'accelpolicy_admission_reviews_total{verdict="dryrun-denied",webhook="pods-validation"} 1.0' in metrics
     # the rule that would have denied is still counted
-    assert 'accelpolicy_admission_rule_hits_total{rule="rule-1a",webhook="pods-validation"} 1.0' in metrics
+    assert 'accelpolicy_admission_rule_hits_total{rule="one-accelerator-family",webhook="pods-validation"} 1.0' in metrics
 
 
 def test_an_unknown_mode_is_refused_with_its_line(tmp_path):

@@ -30,7 +30,7 @@ NEW = "a logical slice request is one accelerator in this cluster"
 
 
 def _pod() -> dict:
-    """A Pod asking for two logical slices: denied by pods-validation rule-2."""
+    """A Pod asking for two logical slices: denied by pods-validation sliced-single-accelerator."""
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "demo", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": A10G_QUEUE}},
             "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {

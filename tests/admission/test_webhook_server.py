@@ -48,7 +48,7 @@ def test_health_ready_and_metrics(client, state):
     client.post("/validate-pods", json=review_for(_pod({"nvidia.com/gpu": "1", "amd.com/gpu.shared": "1"})))
     text = client.get("/metrics").text
     assert 'accelpolicy_admission_reviews_total{verdict="invalid",webhook="pods-validation"}' in text
-    assert 'accelpolicy_admission_rule_hits_total{rule="rule-1a",webhook="pods-validation"}' in text
+    assert 'accelpolicy_admission_rule_hits_total{rule="one-accelerator-family",webhook="pods-validation"}' in text
     assert "accelpolicy_admission_review_seconds_bucket" in text
 
 

@@ -28,7 +28,7 @@ FINDINGS = [
     ("error", "device-ledger", "InvalidAllocation", "Pod", "default", "bad-ledger", "",
      "allocation annotation device.gpustack.ai/accelerator.allocated is not a JSON object of container -> "
      "allocation groups: Expecting value: line 1 column 1 (char 0)"),
-    ("fail", "pods-validation", "rule-1a", "Pod", "default", "two-families", "spec",
+    ("fail", "pods-validation", "one-accelerator-family", "Pod", "default", "two-families", "spec",
      "spec: Forbidden: a Pod may request only one accelerator family, found [exclusive shared]"),
     ("fail", "derived-state", "edited", "ResourceFlavor", "", "gpustack--amd-epyc-7r13-linux-amd64-16c",
      "spec.nodeLabels", 'spec.nodeLabels was edited by hand (+kubernetes.io/hostname="node-cpu"); the controller '
@@ -65,7 +65,7 @@ def test_table_lists_findings_then_counts():
     assert lines[0].split() == ["RESULT", "POLICY", "RULE", "OBJECT", "FIELD", "MESSAGE"]
     assert len(lines) == 1 + len(FINDINGS) + 1
     assert lines[-1] == "12 pass, 5 fail, 2 warn, 1 error, 3 skip"
-    assert lines[6].split()[:5] == ["fail", "pods-validation", "rule-1a", "Pod", "default/two-families"]
+    assert lines[6].split()[:5] == ["fail", "pods-validation", "one-accelerator-family", "Pod", "default/two-families"]
 
 
 def test_yaml_is_openreports_report_per_namespace_and_a_cluster_report():
@@ -77,7 +77,7 @@ def test_yaml_is_openreports_report_per_namespace_and_a_cluster_report():
     assert docs[1]["summary"] == {"pass": 8, "fail": 3, "warn": 1, "error": 0, "skip": 3}
     failing = [r for r in docs[0]["results"] if r["result"] == "fail"]
     assert failing[-1] == {
-        "source": "accelpolicy", "policy": "pods-validation", "rule": "rule-1a", "result": "fail",
+        "source": "accelpolicy", "policy": "pods-validation", "rule": "one-accelerator-family", "result": "fail",
         "message": "spec: Forbidden: a Pod may request only one accelerator family, found [exclusive shared]",
         "scored": True, "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "two-families", "namespace": "default"}],
         "properties": {"operation": "CREATE", "field": "spec"}}

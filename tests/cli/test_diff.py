@@ -46,7 +46,7 @@ def test_a_threshold_and_a_rule_edit_change_pool_status_and_a_verdict(new):
         "  changed InstanceType gpustack--nvidia-tesla-t4-linux-amd64: "
         + shared.format(50, 100, 40, 80, "4/5 40/50 100/500 0/0", "4/5 80/100 100/500 0/0"),
         "verdicts (1):",
-        "  pods-validation/rule-1a Pod default/two-families: denied -> allowed"]
+        "  pods-validation/one-accelerator-family Pod default/two-families: denied -> allowed"]
     assert result.exit_code == 1
 
 

@@ -190,13 +190,13 @@ def test_a_correct_edit_goes_live_with_its_verdict_changes_reported(gate):
     assert webhooks.swapped == [generation]
     assert _metric(reload, "accelpolicy_rules_generation") == generation
     assert reload.last_trial.changes == [
-        VerdictChange("pods-validation", "rule-1a", "Pod default/two-families", "denied", "allowed", "object"),
-        VerdictChange("pods-validation", "rule-1a", "CREATE Pod default/two", "denied", "allowed", "review")]
+        VerdictChange("pods-validation", "one-accelerator-family", "Pod default/two-families", "denied", "allowed", "object"),
+        VerdictChange("pods-validation", "one-accelerator-family", "CREATE Pod default/two", "denied", "allowed", "review")]
     involved = {"apiVersion": "v1", "kind": "ConfigMap", "name": "accelpolicy-rules", "namespace": "gpustack-system"}
     assert _events(controller) == [
         ("Normal", "RulesVerdictsChanged", involved, f"rules generation {generation} changes 2 verdict(s):\n"
-         "pods-validation/rule-1a Pod default/two-families: denied -> allowed\n"
-         "pods-validation/rule-1a CREATE Pod default/two (a recent review): denied -> allowed"),
+         "pods-validation/one-accelerator-family Pod default/two-families: denied -> allowed\n"
+         "pods-validation/one-accelerator-family CREATE Pod default/two (a recent review): denied -> allowed"),
         ("Normal", "RulesReloaded", involved, f"rules generation {generation} from {rules} in force "
          f"(loaded in {reload.watcher.last_seconds:.3f}s)")]
     assert controller.applier.patched == [("ConfigMap", "gpustack-system", "accelpolicy-rules", {
@@ -214,11 +214,11 @@ def test_a_generation_that_newly_denies_more_than_max_new_denials_is_held(gate):
     _edit(rules / "pools" / "derivation.yaml", "    maxNewDenials: null\n", "    maxNewDenials: 0\n")
     assert reload.watcher.poll() is False
     problems = ["held: newly denies 1 existing object(s), more than reloadGate.maxNewDenials (0)",
-                "held: pods-validation/rule-1a Pod default/two-families: allowed -> denied"]
+                "held: pods-validation/one-accelerator-family Pod default/two-families: allowed -> denied"]
     involved = {"apiVersion": "v1", "kind": "ConfigMap", "name": "accelpolicy-rules", "namespace": "gpustack-system"}
     assert _events(controller)[0] == ("Normal", "RulesVerdictsChanged", involved, (
         f"rules generation {reload.tried.generation} changes 1 verdict(s):\n"
-        "pods-validation/rule-1a Pod default/two-families: allowed -> denied"))
+        "pods-validation/one-accelerator-family Pod default/two-families: allowed -> denied"))
     _refused_as_said(reload, controller, "held", problems, before, reconciles=1)
 
 

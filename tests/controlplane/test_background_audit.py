@@ -48,7 +48,7 @@ def test_the_background_audit_writes_reports_and_events(control_plane):
             f"background audit: {sum(len(v) for v in controller.cache.snapshot().objects.values())} objects, "
             f"{counts['pass']} pass, 1 fail, 0 warn, 0 error, {counts['skip']} skip"]
         assert [(r.result, r.policy, r.rule) for r in results if r.resource.name == "two-families"] == [
-            ("pass", "pods-mutation", ""), ("fail", "pods-validation", "rule-1a")]
+            ("pass", "pods-mutation", ""), ("fail", "pods-validation", "one-accelerator-family")]
         report = json.loads(kubectl.stdout("get", "reports.openreports.io", "accelpolicy-audit", "-n", "default",
                                            "-o", "json"))
         assert report["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "accelpolicy"}
@@ -57,7 +57,7 @@ def test_the_background_audit_writes_reports_and_events(control_plane):
         events = json.loads(kubectl.stdout("get", "events", "-n", "default", "--field-selector",
                                            "reason=AuditFailed,involvedObject.name=two-families", "-o", "json"))
         assert [e["message"] for e in events["items"]] == [
-            "pods-validation/rule-1a: spec: Forbidden: a Pod may request only one accelerator family, found "
+            "pods-validation/one-accelerator-family: spec: Forbidden: a Pod may request only one accelerator family, found "
             "[exclusive shared]"]
         metrics = {s.labels["result"]: s.value for m in background.registry.collect() for s in m.samples}
         assert metrics["fail"] == 1.0

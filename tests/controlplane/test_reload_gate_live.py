@@ -159,7 +159,7 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         assert metric("accelpolicy_rules_generation") == generation
         changed = _wait(lambda: _events(kubectl, "RulesVerdictsChanged"))
         assert changed[0]["message"] == (f"rules generation {generation} changes 1 verdict(s):\n"
-                                         "pods-validation/rule-1a CREATE Pod default/two (a recent review): "
+                                         "pods-validation/one-accelerator-family CREATE Pod default/two (a recent review): "
                                          "denied -> allowed")
         assert _wait(lambda: _events(kubectl, "RulesReloaded"))
         annotations = json.loads(kubectl.stdout("-n", SYSTEM, "get", "configmap", CONFIGMAP, "-o", "json"))[

@@ -142,7 +142,7 @@ def test_the_table_sorts_and_filters_in_the_browser(page):
     assert visible == [
         ("derived-state", "extra", "ResourceFlavor gpustack--retired-linux-amd64-8c"),
         ("derived-state", "edited", "ResourceFlavor gpustack--amd-epyc-7r13-linux-amd64-16c"),
-        ("pods-validation", "rule-1a", "Pod default/two-families"),
+        ("pods-validation", "one-accelerator-family", "Pod default/two-families"),
         ("derived-state", "missing", "LocalQueue default/gpustack-fnv64-6b371caa2da0b799"),
         ("derived-state", "edited", "ClusterQueue gpustack--nvidia-a10g-linux-amd64"),
     ]

@@ -1,0 +1,69 @@
+"""A validation's ids: a descriptive ``name``, the spec row in ``specRule``, old names in ``formerNames``.
+
+The Pod validations were once named by spec row (``rule-1a``); each now says what it checks and keeps
+the row and the old name as data, so a rule test naming the old name can be mapped (runtime/ruletests.py).
+"""
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from runtime.model.admission import AdmissionPolicySpec, all_validations
+from runtime.rules.loader import DEFAULT_RULES_DIR
+
+KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+def _pods_validation() -> dict:
+    docs = yaml.safe_load_all((DEFAULT_RULES_DIR / "admission" / "pods.yaml").read_text())
+    return next(d for d in docs if d["metadata"]["name"] == "pods-validation")["spec"]
+
+
+def test_every_pod_validation_is_named_by_what_it_checks():
+    spec = AdmissionPolicySpec.model_validate(_pods_validation())
+    rules = list(all_validations(spec.validations))
+    assert all(KEBAB.match(v.name) and not re.match(r"^rule-[0-9]", v.name) for v in rules), [v.name for v in rules]
+    numbered = {v.specRule: (v.name, v.formerNames) for v in rules if v.specRule}
+    assert numbered["1a"] == ("one-accelerator-family", ["rule-1a"])
+    assert numbered["7"] == ("sidecar-requests-no-accelerator", ["rule-7"])
+    assert numbered["2'"] == ("sliced-key-required", ["rule-2-required"])
+    assert len(numbered) == 17
+
+
+def _first_rules(spec: dict) -> tuple[dict, dict]:
+    return spec["validations"][0], spec["validations"][1]
+
+
+def test_a_spec_row_on_two_validations_is_refused():
+    spec = copy.deepcopy(_pods_validation())
+    first, second = _first_rules(spec)
+    second["specRule"] = first["specRule"]
+    with pytest.raises(ValidationError, match="specRule '7' is on two validations"):
+        AdmissionPolicySpec.model_validate(spec)
+
+
+def test_a_former_name_that_is_a_current_name_is_refused():
+    spec = copy.deepcopy(_pods_validation())
+    first, second = _first_rules(spec)
+    first["formerNames"] = [second["name"]]
+    with pytest.raises(ValidationError, match="former name 'one-accelerator-family' is a current validation name"):
+        AdmissionPolicySpec.model_validate(spec)
+
+
+def test_a_former_name_on_two_validations_is_refused():
+    spec = copy.deepcopy(_pods_validation())
+    first, second = _first_rules(spec)
+    second["formerNames"] = first["formerNames"]
+    with pytest.raises(ValidationError, match="former name 'rule-7' is on two validations"):
+        AdmissionPolicySpec.model_validate(spec)
+
+
+def test_a_spec_row_is_a_number_and_letters():
+    spec = copy.deepcopy(_pods_validation())
+    spec["validations"][0]["specRule"] = "rule 7"
+    with pytest.raises(ValidationError, match="specRule"):
+        AdmissionPolicySpec.model_validate(spec)
