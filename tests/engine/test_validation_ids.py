@@ -38,27 +38,28 @@ def _first_rules(spec: dict) -> tuple[dict, dict]:
     return spec["validations"][0], spec["validations"][1]
 
 
-def test_a_spec_row_on_two_validations_is_refused():
-    spec = copy.deepcopy(_pods_validation())
-    first, second = _first_rules(spec)
+def _spec_row_twice(first: dict, second: dict) -> None:
     second["specRule"] = first["specRule"]
-    with pytest.raises(ValidationError, match="specRule '7' is on two validations"):
-        AdmissionPolicySpec.model_validate(spec)
 
 
-def test_a_former_name_that_is_a_current_name_is_refused():
-    spec = copy.deepcopy(_pods_validation())
-    first, second = _first_rules(spec)
+def _former_name_is_current(first: dict, second: dict) -> None:
     first["formerNames"] = [second["name"]]
-    with pytest.raises(ValidationError, match="former name 'one-accelerator-family' is a current validation name"):
-        AdmissionPolicySpec.model_validate(spec)
 
 
-def test_a_former_name_on_two_validations_is_refused():
-    spec = copy.deepcopy(_pods_validation())
-    first, second = _first_rules(spec)
+def _former_name_twice(first: dict, second: dict) -> None:
     second["formerNames"] = first["formerNames"]
-    with pytest.raises(ValidationError, match="former name 'rule-7' is on two validations"):
+
+
+@pytest.mark.parametrize("edit, refusal", [
+    (_spec_row_twice, "specRule '7' is on two validations"),
+    (_former_name_is_current, "former name 'one-accelerator-family' is a current validation name"),
+    (_former_name_twice, "former name 'rule-7' is on two validations"),
+])
+def test_a_clashing_id_is_refused(edit, refusal):
+    """A spec row on two validations, a former name that is a current name, a former name used twice."""
+    spec = copy.deepcopy(_pods_validation())
+    edit(*_first_rules(spec))
+    with pytest.raises(ValidationError, match=refusal):
         AdmissionPolicySpec.model_validate(spec)
 
 
