@@ -1,8 +1,8 @@
 """CPU probe: the raw facts of docs/agent.md "Probe facts" from ``/proc/cpuinfo``.
 
-Returns the ``cpu`` mapping of the recorded-facts document (docs/agent.md "Probe facts"); normalization to the gKey and
-the CPU detail is the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import the
-engine (import-linter contract).
+Returns the ``cpu`` mapping of the recorded-facts document (docs/agent.md "Probe facts"); normalization to the
+gKey and the CPU detail is the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import
+the engine (import-linter contract).
 """
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ def read_cpu(path: str | os.PathLike = CPUINFO) -> dict[str, str]:
 
 
 def core_count(capacity_cpu: str | int | None = None) -> int:
-    """docs/agent.md "Probe facts" cores: the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4) when given,
-    else ``os.cpu_count()`` (outside a cluster). Raises ValueError for an unreadable value."""
+    """docs/agent.md "Probe facts" cores: the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4)
+    when given, else ``os.cpu_count()`` (outside a cluster). Raises ValueError for an unreadable value."""
     if capacity_cpu in (None, ""):
         return os.cpu_count() or 0
     text = str(capacity_cpu).strip()

@@ -1,4 +1,5 @@
-"""Probe failures (docs/agent.md "Probe facts"; failure handling: docs/agent.md "Choices where the spec leaves room").
+"""Probe failures (docs/agent.md "Probe facts"; failure handling: docs/agent.md "Choices where the spec leaves
+room").
 
 ``ProbeError.kind`` says what failed: ``library`` (no NVIDIA management library: a CPU-only node or
 a broken install), ``driver`` (NVML present but failing as a whole); per-device failures (a GPU off

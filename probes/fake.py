@@ -55,7 +55,8 @@ class RecordedBackend:
     def __init__(self, path: str | Path | None = None, document: dict[str, Any] | None = None):
         if document is None:
             if path is None:
-                raise ValueError("the fake backend needs recorded facts: --facts FILE or ACCELPOLICY_RECORDED_FACTS")
+                raise ValueError(
+                    "the fake backend needs recorded facts: --facts FILE or ACCELPOLICY_RECORDED_FACTS")
             document = load_document(path)
         self.source = str(path) if path is not None else "<document>"
         parse_facts(document, self.source)  # FactsError naming file and field: a wrong shape is not "no GPUs"

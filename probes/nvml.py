@@ -1,12 +1,13 @@
 """NVIDIA probe through NVML (pynvml): per-device facts of docs/agent.md "Probe facts".
 
 ``NvmlBackend().accelerators()`` returns the ``accelerators`` list of the recorded-facts document
-(docs/agent.md "Probe facts"); grouping per (name, memory MiB) is the engine's. pynvml is imported lazily, so this module
-imports on machines without the NVIDIA library; a missing library raises
+(docs/agent.md "Probe facts"); grouping per (name, memory MiB) is the engine's. pynvml is imported lazily, so
+this module imports on machines without the NVIDIA library; a missing library raises
 :class:`probes.errors.ProbeError` ``kind="library"``, a failing driver ``kind="driver"``. A device
 that fails after enumeration (e.g. ``NVML_ERROR_GPU_IS_LOST``) is reported with ``healthy: false``.
 A MIG-enabled device also reports its existing MIG devices (``migDevices``: UUID, profile, placement),
-which the agent uses to map kubelet PodResources device IDs (docs/agent.md "The Devices object and its ledger").
+which the agent uses to map kubelet PodResources device IDs (docs/agent.md "The Devices object and its
+ledger").
 """
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ class NvmlBackend:
             if facts["migEnabled"]:
                 infos = self._profile_infos(nv, handle)
                 facts["migProfiles"] = self._profiles(nv, handle, infos)
-                facts["migDevices"] = self._mig_devices(nv, handle, uuid, {int(i.id): _text(i.name) for i in infos})
+                facts["migDevices"] = self._mig_devices(nv, handle, uuid,
+                                                        {int(i.id): _text(i.name) for i in infos})
         except Exception as exc:
             logger.warning("NVML device {} ({}): probe failed, reported unhealthy: {}", index, uuid, exc)
             facts["healthy"] = False
@@ -137,7 +139,8 @@ class NvmlBackend:
         return out
 
     def _profiles(self, nv: Any, handle: Any, infos: list[Any]) -> list[dict[str, Any]]:
-        """GPU-instance profiles with their possible placements (docs/agent.md "Probe facts" ``migProfiles``)."""
+        """GPU-instance profiles with their possible placements (docs/agent.md "Probe facts"
+        ``migProfiles``)."""
         out = []
         for info in infos:
             placements = self._placements(nv, handle, int(info.id), int(info.instanceCount))
@@ -149,10 +152,11 @@ class NvmlBackend:
 
     @staticmethod
     def _mig_devices(nv: Any, handle: Any, parent: str, names: dict[int, str]) -> list[dict[str, Any]]:
-        """The existing MIG devices of a MIG-enabled device (docs/agent.md "Probe facts" ``migDevices``): per MIG device its
-        UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor spelling)
-        and placement (docs/agent.md "The Devices object and its ledger"). Empty slots are skipped; a device that cannot be
-        read is logged and left out (the agent then falls back to the Pod's profile request)."""
+        """The existing MIG devices of a MIG-enabled device (docs/agent.md "Probe facts" ``migDevices``): per
+        MIG device its UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor
+        spelling) and placement (docs/agent.md "The Devices object and its ledger"). Empty slots are skipped;
+        a device that cannot be read is logged and left out (the agent then falls back to the Pod's profile
+        request)."""
         try:
             slots = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
         except Exception as exc:
@@ -173,11 +177,12 @@ class NvmlBackend:
                 continue
             name = names.get(int(info.profileId))
             if name is None:
-                logger.warning("NVML device {} MIG device {}: unknown GPU-instance profile id {}", parent, uuid,
-                               info.profileId)
+                logger.warning("NVML device {} MIG device {}: unknown GPU-instance profile id {}", parent,
+                               uuid, info.profileId)
                 continue
             out.append({"uuid": uuid, "profile": name,
-                        "placement": {"start": int(info.placement.start), "length": int(info.placement.size)}})
+                        "placement": {"start": int(info.placement.start),
+                                      "length": int(info.placement.size)}})
         return out
 
     @staticmethod

@@ -78,7 +78,8 @@ def try_generation(serving: Policy, ruleset: RuleSet, snapshot: Optional[Snapsho
         return trial
     newly = [c for c in changes if c.source == "object" and c.before == "allowed" and c.after == "denied"]
     if gate.maxNewDenials is not None and len(newly) > gate.maxNewDenials:
-        return Trial("held", [f"newly denies {len(newly)} existing object(s), more than reloadGate.maxNewDenials "
+        return Trial("held",
+                     [f"newly denies {len(newly)} existing object(s), more than reloadGate.maxNewDenials "
                               f"({gate.maxNewDenials})"] + [str(c) for c in newly], changes)
     return Trial(None, [], changes)
 
@@ -97,7 +98,8 @@ def suite_problems(policy: Policy) -> list[str]:
         results += [run_dra_case(policy, case) for case in load_dra_cases(root, documents)]
     except (OSError, ValueError, KeyError, CelEvalError) as exc:
         return [f"rule suites under {root / 'tests'}: {exc}"]
-    return [f"FAIL {r.case.id} ({r.case.file}): " + " ".join(line.strip() for line in r.problems[0].splitlines())
+    return [f"FAIL {r.case.id} ({r.case.file}): " + " ".join(
+        line.strip() for line in r.problems[0].splitlines())
             for r in results if not r.passed]
 
 
@@ -137,7 +139,8 @@ def _replay_objects(serving: Policy, policy: Policy, old_engine: AdmissionEngine
         after = engine.run(name, request, view)
         before = old_engine.run(name, request, old_view) if name in old_engine.policies else None
         if EVAL_ERROR in after.rules:
-            if before is None or EVAL_ERROR not in before.rules:   # an error the serving rules have too is not new
+            # an error the serving rules have too is not new
+            if before is None or EVAL_ERROR not in before.rules:
                 errors.append(f"{_ref(obj)}: {_error_text(after)}")
             continue
         change = _change(name, _ref(obj), before, after, "object") if before is not None else None
@@ -203,7 +206,8 @@ def cost_growth(serving: RuleSet, ruleset: RuleSet) -> Optional[list[str]]:
     old, new = cost_estimates(serving), cost_estimates(ruleset)
     if old is None or new is None:
         return None
-    return [f"{where}: {old.get(where, 0)} -> {cost}" for where, cost in sorted(new.items()) if cost > old.get(where, 0)]
+    return [
+        f"{where}: {old.get(where, 0)} -> {cost}" for where, cost in sorted(new.items()) if cost > old.get(where, 0)]
 
 
 def reconciled(policy: Policy, snapshot: Snapshot) -> Snapshot:
@@ -213,7 +217,8 @@ def reconciled(policy: Policy, snapshot: Snapshot) -> Snapshot:
     from runtime.engine.pools import derive
 
     state = derive(policy, snapshot)
-    written = {(o["kind"], (o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o for o in state.objects()}
+    written = {
+        (o["kind"], (o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o for o in state.objects()}
     gone = {("ResourceFlavor", "", name) for name in state.flavor_deletes}
     kept = [o for o in snapshot if _key(o) not in written and _key(o) not in gone]
     return Snapshot.from_objects(kept + list(written.values()), origin="reconciled")

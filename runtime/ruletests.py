@@ -260,8 +260,8 @@ class Runner:
 
 def rule_names(policy: Policy) -> tuple[frozenset[str], dict[str, str]]:
     """The names an admission outcome's ``rules`` may hold under ``policy`` (every validation, group
-    included; every mutation and ``mutation/denial``; the engine's ``shape``, ``rule-error`` and ``budget-exceeded``), and
-    each validation's former names mapped to its current name (``formerNames`` in the rule files)."""
+    included; every mutation and ``mutation/denial``; the engine's ``shape``, ``rule-error`` and
+    ``budget-exceeded``), and each validation's former names mapped to its current name (``formerNames`` in the rule files)."""
     from runtime.engine.admission.verdict import HALT_BUDGET
     from runtime.model.admission import all_validations
 

@@ -165,8 +165,10 @@ def _quantity_problem(obj: dict) -> str | None:
                         fields.append((f"spec.{group}[{i}].resources.{part}.{name}", value))
     elif obj.get("kind") == "ClusterQueue":
         status = obj.get("status") or {}
-        for i, flavor in enumerate(status.get("flavorsReservation") or [] if isinstance(status, dict) else []):
-            for j, res in enumerate((flavor or {}).get("resources") or [] if isinstance(flavor, dict) else []):
+        for i, flavor in enumerate(
+                status.get("flavorsReservation") or [] if isinstance(status, dict) else []):
+            for j, res in enumerate(
+                    (flavor or {}).get("resources") or [] if isinstance(flavor, dict) else []):
                 if isinstance(res, dict) and res.get("total") is not None:
                     fields.append((f"status.flavorsReservation[{i}].resources[{j}].total", res["total"]))
     for path, value in fields:

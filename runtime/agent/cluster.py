@@ -44,11 +44,12 @@ class SettingsUnreadable(RuntimeError):
 
 def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str,
                  dra: bool = False) -> list[WatchedKind]:
-    """What the agent reacts to (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger"): its Node and Devices (by name), the
-    Pods bound to it (``spec.nodeName``), its NodeFeatures in ``namespace`` (label
-    ``nodeFeatureNode``) and the settings Secret in ``settings_namespace``; with ``dra`` (the ``dra``
-    backend, docs/concepts/dra.md "Accelerators from DRA drivers") also the ResourceSlices naming the node (``spec.nodeName``) and every
-    ResourceClaim (a claim has no node to select on; its allocation names the node's devices)."""
+    """What the agent reacts to (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object
+    and its ledger"): its Node and Devices (by name), the Pods bound to it (``spec.nodeName``), its
+    NodeFeatures in ``namespace`` (label ``nodeFeatureNode``) and the settings Secret in
+    ``settings_namespace``; with ``dra`` (the ``dra`` backend, docs/concepts/dra.md "Accelerators from DRA
+    drivers") also the ResourceSlices naming the node (``spec.nodeName``) and every ResourceClaim (a claim has
+    no node to select on; its allocation names the node's devices)."""
     rules = agent_rules(policy)
     extra = [WatchedKind("ResourceSlice", field_selector=f"spec.nodeName={node}"),
              WatchedKind("ResourceClaim")] if dra else []
@@ -101,7 +102,8 @@ class NodeCluster:
         missing = [kind for kind, cache in self.cache.caches.items()
                    if kind != "Secret" and not cache.synced.wait(max(0.0, deadline - time.monotonic()))]
         if missing:
-            why = "; ".join(f"{kind}: {self.cache[kind].last_error}" for kind in missing if self.cache[kind].last_error)
+            why = "; ".join(
+                f"{kind}: {self.cache[kind].last_error}" for kind in missing if self.cache[kind].last_error)
             raise TimeoutError(f"watch caches not synced after {sync_timeout:g}s: {', '.join(missing)}"
                                + (f" ({why})" if why else ""))
         if first:
@@ -154,7 +156,8 @@ class NodeCluster:
         """Create ``desired`` or replace its labels, ownerReferences and spec (``current``: as cached, or
         as the plan read it). Returns ``created``, ``replaced`` or ``unchanged``; with
         ``reread_on_conflict=False`` a 409 (the object changed since ``current``) raises KubeApiError."""
-        return self.applier.update(dict(desired), ("spec",), current, reread_on_conflict=reread_on_conflict)[0]
+        return self.applier.update(dict(desired), ("spec",), current,
+                                   reread_on_conflict=reread_on_conflict)[0]
 
     def write_status(self, desired: Mapping[str, Any]) -> bool:
         """Make the object's status equal to ``desired["status"]``; returns whether it wrote."""
@@ -183,9 +186,10 @@ class NodeCluster:
     def warn(self, involved: Mapping[str, Any], reason: str, message: str, component: str) -> None:
         """Record a Warning Event on ``involved`` (``apiVersion``, ``kind``, ``name``, optional
         ``namespace``, ``uid``); a refused Event is logged, never raised."""
-        event = warning_event(involved, reason, message, component, datetime.datetime.now(datetime.timezone.utc))
+        event = warning_event(involved, reason, message, component,
+                              datetime.datetime.now(datetime.timezone.utc))
         try:
             self.applier.create(event)
         except KubeApiError as exc:
-            logger.warning("cannot record event {} on {} {}: {}", reason, involved.get("kind"), involved.get("name"),
-                           exc)
+            logger.warning("cannot record event {} on {} {}: {}", reason, involved.get("kind"),
+                           involved.get("name"), exc)

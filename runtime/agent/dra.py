@@ -1,5 +1,6 @@
 """The agent's ``dra`` backend: a node's accelerators from the ResourceSlices of the drivers the rules
-list (docs/concepts/dra.md "Two kinds of accelerator node"), and the choice ``auto`` makes between it, the recorded facts and NVML.
+list (docs/concepts/dra.md "Two kinds of accelerator node"), and the choice ``auto`` makes between it, the
+recorded facts and NVML.
 
 :class:`DraBackend` has the probe backends' interface (``name``, ``cpu()``, ``accelerators()``;
 probes/backend.py): its slices come from a callable, the agent's watch cache of its node's slices
@@ -114,7 +115,8 @@ def auto_fallback(facts: str | None, node: str):
     if facts and Path(facts).is_file():
         backend = select_backend("fake", facts)
         if backend.node and backend.node != node:
-            raise ValueError(f"the recorded facts {facts} describe node {backend.node!r}, not --node {node!r}")
+            raise ValueError(
+                f"the recorded facts {facts} describe node {backend.node!r}, not --node {node!r}")
         return backend
     return select_backend("real", None)
 
@@ -130,7 +132,8 @@ class AutoBackend:
     with :meth:`bind` like :class:`DraBackend`), then the ``dra`` backend for good. ``name`` and
     ``source`` are those of the backend in use; ``reading`` and :meth:`problems` the ``dra`` one's."""
 
-    def __init__(self, policy: Policy, node: str, fallback: Any, source: str = "the cluster's ResourceSlices"):
+    def __init__(self, policy: Policy, node: str, fallback: Any,
+                 source: str = "the cluster's ResourceSlices"):
         self.policy, self.node, self.fallback = policy, node, fallback
         self.dra = DraBackend(policy, node, lambda: [], source)
         self.active = fallback

@@ -42,7 +42,8 @@ class PassClock:
         return (True, "last pass succeeded") if self.last_ok else (False, "last pass failed (see the log)")
 
 
-def serve_health(clock: PassClock, host: str = "0.0.0.0", port: int = 8081, metrics=None) -> ThreadingHTTPServer:
+def serve_health(clock: PassClock, host: str = "0.0.0.0", port: int = 8081,
+                 metrics=None) -> ThreadingHTTPServer:
     """Serve ``/healthz`` and ``/readyz`` of ``clock`` (and ``/metrics`` of the CollectorRegistry
     ``metrics``, when given) in a daemon thread; returns the server (``server_address[1]`` is the bound
     port; ``shutdown()`` stops it). Raises OSError when the port cannot be bound."""
@@ -54,7 +55,8 @@ def serve_health(clock: PassClock, host: str = "0.0.0.0", port: int = 8081, metr
                 return self._send(200, CONTENT_TYPE_LATEST, generate_latest(metrics))
             check = checks.get(self.path.split("?")[0])
             ok, why = check() if check else (False, f"unknown path {self.path}")
-            self._send(200 if ok else (503 if check else 404), "text/plain; charset=utf-8", (why + "\n").encode())
+            self._send(200 if ok else (503 if check else 404), "text/plain; charset=utf-8",
+                       (why + "\n").encode())
 
         def _send(self, code: int, content_type: str, body: bytes) -> None:
             self.send_response(code)

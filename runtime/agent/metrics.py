@@ -1,11 +1,11 @@
-"""The node agent's Prometheus metrics (docs/observability.md "The agent's metrics"), served on its health port
-(:func:`runtime.agent.health.serve_health`, ``/metrics``).
+"""The node agent's Prometheus metrics (docs/observability.md "The agent's metrics"), served on its health
+port (:func:`runtime.agent.health.serve_health`, ``/metrics``).
 
 Per accelerator of the last plan's Devices object (labels ``node``, ``group``, ``accelerator``: the
 node's name, the accelerator group id and the accelerator's id as published; bounded by the
-node's accelerators): the ledger's ``mode`` and ``remaining`` credits (docs/agent.md "The Devices object and its ledger",
-``status.groups[].accelerators[]``) and health (``spec`` ``status.unhealthy``). Per pass: the probe's
-duration, and errors of each probe and of the kubelet PodResources read (one per failing pass, ERROR
+node's accelerators): the ledger's ``mode`` and ``remaining`` credits (docs/agent.md "The Devices object and
+its ledger", ``status.groups[].accelerators[]``) and health (``spec`` ``status.unhealthy``). Per pass: the
+probe's duration, and errors of each probe and of the kubelet PodResources read (one per failing pass, ERROR
 level only: a CPU node without the NVIDIA library or ``auto`` without the socket is no error).
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# OnceLog topics (runtime/agent/oncelog.py, named in runtime/agent/runner.py) -> the probe label of accelpolicy_agent_probe_errors_total
+# OnceLog topics (runtime/agent/oncelog.py, named in runtime/agent/runner.py) -> the probe label of
+# accelpolicy_agent_probe_errors_total
 PROBE_TOPICS = {"cpu probe": "cpu", "accelerator probe": "accelerator", "facts": "facts"}
 PODRESOURCES_TOPIC = "allocations"
 LABELS = ["node", "group", "accelerator"]
@@ -45,13 +46,15 @@ class _LedgerCollector(Collector):
 
     def _families(self) -> dict[str, GaugeMetricFamily]:
         return {"mode": GaugeMetricFamily(
-                    "accelpolicy_agent_accelerator_mode", "Ledger mode of an accelerator: 0 free, 1 exclusive, "
+                    "accelpolicy_agent_accelerator_mode",
+                    "Ledger mode of an accelerator: 0 free, 1 exclusive, "
                     "2 shared, 3 sliced, 4 partitioned", labels=LABELS),
                 "remaining": GaugeMetricFamily(
                     "accelpolicy_agent_ledger_remaining_credits", "Credits left on an accelerator's ledger "
                     "(a whole accelerator: creditsPerAccelerator of rules/constants.yaml)", labels=LABELS),
                 "healthy": GaugeMetricFamily(
-                    "accelpolicy_agent_accelerator_healthy", "1 while the probe reads an accelerator healthy, "
+                    "accelpolicy_agent_accelerator_healthy",
+                    "1 while the probe reads an accelerator healthy, "
                     "else 0", labels=LABELS)}
 
     def describe(self):
@@ -74,7 +77,8 @@ class AgentMetrics:
         self.devices: dict | None = None
         self.registry.register(_LedgerCollector(self))
         self.probe_seconds = Histogram("accelpolicy_agent_probe_seconds", "Time one probe of the node took "
-                                       "(CPU and accelerators)", buckets=PROBE_BUCKETS, registry=self.registry)
+                                       "(CPU and accelerators)", buckets=PROBE_BUCKETS,
+                                       registry=self.registry)
         self.probe_errors = Counter("accelpolicy_agent_probe_errors", "Passes whose probe failed, by probe "
                                     "(cpu, accelerator, facts)", ["probe"], registry=self.registry)
         self.podresources_errors = Counter("accelpolicy_agent_podresources_errors", "Passes whose kubelet "

@@ -38,7 +38,8 @@ COMPONENT = "accelpolicy-agent"
 
 
 def resolve_allocation_source(choice: str, socket: str) -> str:
-    """``auto`` -> ``podresources`` when the kubelet socket exists, else ``annotation`` (docs/agent.md "The Devices object and its ledger")."""
+    """``auto`` -> ``podresources`` when the kubelet socket exists, else ``annotation`` (docs/agent.md "The
+    Devices object and its ledger")."""
     if choice not in ALLOCATION_SOURCES:
         raise ValueError(f"unknown allocation source {choice!r} (known: {', '.join(ALLOCATION_SOURCES)})")
     if choice == "auto":
@@ -53,9 +54,9 @@ class NodeAgent:
     the first pass."""
 
     def __init__(self, policy: Policy, backend: AcceleratorBackend, node_name: str, *, session: Any = None,
-                 node: Mapping[str, Any] | None = None, cpuinfo: str = CPUINFO, allocation_source: str = "auto",
-                 group_id_with_memory: bool = False, namespace: str | None = None,
-                 podresources_socket: str | None = None):
+                 node: Mapping[str, Any] | None = None, cpuinfo: str = CPUINFO,
+                 allocation_source: str = "auto", group_id_with_memory: bool = False,
+                 namespace: str | None = None, podresources_socket: str | None = None):
         self.policy = policy
         self.rules = agent_rules(policy)
         self.backend = backend
@@ -87,8 +88,9 @@ class NodeAgent:
 
     @property
     def dra(self) -> bool:
-        """Whether this pass's facts and allocations come from DRA (docs/concepts/dra.md "Accelerators from DRA drivers"): the ``dra`` backend,
-        or ``auto`` once it reads slices (runtime/agent/dra.py :class:`AutoBackend`)."""
+        """Whether this pass's facts and allocations come from DRA (docs/concepts/dra.md "Accelerators from
+        DRA drivers"): the ``dra`` backend, or ``auto`` once it reads slices (runtime/agent/dra.py
+        :class:`AutoBackend`)."""
         return getattr(self.backend, "name", "") == DRA_BACKEND
 
     @property
@@ -98,8 +100,9 @@ class NodeAgent:
 
     # -- allocations (docs/agent.md "The Devices object and its ledger") ---------------------------
     def claim_allocations(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A DRA node's allocations from the ResourceClaims of its devices (docs/concepts/dra.md "The ledger from claims"), in the
-        PodResources shape (:func:`runtime.engine.devices.draclaims.claim_pod_resources`)."""
+        """A DRA node's allocations from the ResourceClaims of its devices (docs/concepts/dra.md "The ledger
+        from claims"), in the PodResources shape
+        (:func:`runtime.engine.devices.draclaims.claim_pod_resources`)."""
         claims = self.cluster.resource_claims() if self.cluster is not None else []
         return claim_pod_resources(self.policy, self.backend.reading, claims, pods)
 
@@ -117,14 +120,16 @@ class NodeAgent:
                                  "rebuilt from the Pods' allocation annotations", "INFO")
             return None
         if not Path(socket).exists():
-            self.log.problem("allocations", f"--allocation-source podresources: the kubelet PodResources socket "
+            self.log.problem("allocations",
+                             f"--allocation-source podresources: the kubelet PodResources socket "
                              f"{socket} does not exist; the ledger is rebuilt from the Pods' allocation "
                              "annotations until it appears")
             return None
         try:
             found = list_pod_resources(socket, self.rules.podResources.timeoutSeconds)
         except PodResourcesError as exc:
-            self.log.problem("allocations", f"{exc}; the ledger is rebuilt from the Pods' allocation annotations")
+            self.log.problem("allocations",
+                             f"{exc}; the ledger is rebuilt from the Pods' allocation annotations")
             return None
         self.log.ok("allocations")
         return found
@@ -145,8 +150,8 @@ class NodeAgent:
         except ProbeError as exc:
             cause = f"{exc} (cause: {type(exc.cause).__name__}: {exc.cause})" if exc.cause else str(exc)
             if exc.kind == "library" and not self._seen_accelerators:
-                self.log.problem("accelerator probe", f"no accelerator library, publishing CPU facts only: {cause}",
-                                 "WARNING")
+                self.log.problem("accelerator probe",
+                                 f"no accelerator library, publishing CPU facts only: {cause}", "WARNING")
             else:
                 self.log.problem("accelerator probe", f"{cause}; accelerator objects left unchanged")
                 known = False
@@ -168,7 +173,8 @@ class NodeAgent:
         return facts, known
 
     def _dra_problems(self) -> None:
-        """Log what the slices could not give (once while it lasts, docs/concepts/dra.md "Views per manufacturer", docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); an
+        """Log what the slices could not give (once while it lasts, docs/concepts/dra.md "Views per
+        manufacturer", docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); an
         unreadable device also becomes a Warning Event on the Node (:meth:`plan`)."""
         problems = self.backend.problems()
         if problems:
@@ -185,7 +191,8 @@ class NodeAgent:
                 raw = decode_secret_data(self.cluster.settings_secret())
                 self.log.ok("settings")
             except Exception as exc:
-                self.log.problem("settings", f"cannot read Secret {self.settings_namespace}/{catalog.secretName}, "
+                self.log.problem("settings",
+                                 f"cannot read Secret {self.settings_namespace}/{catalog.secretName}, "
                                  f"using defaults: {exc}", "WARNING")
         return resolve(catalog, raw)
 
@@ -203,7 +210,9 @@ class NodeAgent:
             settings = self._settings()
             node = self.cluster.node()
             worker_now = self.cluster.node_feature(node_feature_name(self.policy, self.node_name, "worker"))
-            self._worker_read = worker_now   # the version the plan's managed value came from (docs/agent.md "Labels, annotations and NodeFeatures")
+            # the version the plan's managed value came from (docs/agent.md "Labels, annotations and
+            # NodeFeatures")
+            self._worker_read = worker_now
             pods = self.cluster.pods()
             pod_resources = self.claim_allocations(pods) if self.dra else self.pod_resources()
         else:
@@ -215,7 +224,8 @@ class NodeAgent:
                          namespace=self.namespace, pod_resources=pod_resources)
         if self.dra:
             reason = dra_policy(self.policy).events.unreadableDevice
-            plan.events += [LedgerEvent("Node", "", self.node_name, reason, w) for w in self.backend.reading.warnings]
+            plan.events += [
+                LedgerEvent("Node", "", self.node_name, reason, w) for w in self.backend.reading.warnings]
         return plan
 
     # -- apply -------------------------------------------------------------------------------------
@@ -233,8 +243,9 @@ class NodeAgent:
         return done
 
     def _apply_node_features(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The worker and device-manager NodeFeatures (docs/agent.md "Labels, annotations and NodeFeatures"); the device-manager
-        one is deleted (when the node owns it) once the probe knows there is no accelerator."""
+        """The worker and device-manager NodeFeatures (docs/agent.md "Labels, annotations and NodeFeatures");
+        the device-manager one is deleted (when the node owns it) once the probe knows there is no
+        accelerator."""
         c, done = self.cluster, []
         if plan.worker is not None:
             # written against the version the plan read: an administrator's managed flip that lands in
@@ -261,8 +272,9 @@ class NodeAgent:
         return done
 
     def _apply_node(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Node's CPU annotations (docs/agent.md "Labels, annotations and NodeFeatures") and extended-resource capacity (docs/agent.md "Capacity and fit labels"), each patched only
-        when a key differs."""
+        """The Node's CPU annotations (docs/agent.md "Labels, annotations and NodeFeatures") and
+        extended-resource capacity (docs/agent.md "Capacity and fit labels"), each patched only when a key
+        differs."""
         done = []
         annotations = plan.node_patch["metadata"].get("annotations") or {}
         current = (node.get("metadata") or {}).get("annotations") or {}
@@ -280,8 +292,8 @@ class NodeAgent:
         return done
 
     def _apply_devices(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Devices object and its ledger status (docs/agent.md "The Devices object and its ledger"); deleted (when the node owns it) once the
-        probe knows there is no accelerator."""
+        """The Devices object and its ledger status (docs/agent.md "The Devices object and its ledger");
+        deleted (when the node owns it) once the probe knows there is no accelerator."""
         c, done = self.cluster, []
         if plan.devices is not None:
             action = c.upsert(plan.devices, c.devices())
@@ -306,7 +318,9 @@ class NodeAgent:
                 involved = {"apiVersion": dv.apiVersion, "kind": dv.kind, "name": ev.name}
             else:
                 involved = {"apiVersion": "v1", "kind": ev.kind, "name": ev.name, "namespace": ev.namespace}
-                if ev.kind == "Node":   # an unreadable DRA device (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")
+                # an unreadable DRA device (docs/node-facts-robustness.md "A malformed fact costs only its
+                # node (decision 19)")
+                if ev.kind == "Node":
                     involved["uid"] = node_uid
             logger.warning("{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
             self.cluster.warn(involved, ev.reason, ev.message, COMPONENT)

@@ -18,24 +18,41 @@ import click
 # name -> (module under runtime.cli exposing a click command named `command`, its short help as
 # `accelpolicy --help` lists it: the first sentence of the command's docstring, as click shortens it).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "get": ("get", "Print KIND [NAME...] as `kubectl get` would once the controller has reconciled the snapshot."),
+    "get": ("get",
+            "Print KIND [NAME...] as `kubectl get` would once the controller has reconciled the snapshot."),
     "derive": ("derive", "Print the derived objects as one stream that `kubectl apply -f -` accepts."),
-    "demo": ("demo", "The seed walkthrough: live on a local control plane (default when `make controlplane` has built it), else replayed from snapshots; prints each step's `kubectl get instancetypes`."),
-    "agent": ("agent", "Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."),
-    "controller": ("controller", "Keep the cluster's pools equal to what the rule files derive from its node facts."),
-    "admission": ("admission", "Serve every admission webhook of rules/admission/ from watch caches of what admission reads."),
+    "demo": ("demo",
+             "The seed walkthrough: live on a local control plane (default when `make controlplane` has "
+             "built it), else replayed from snapshots; prints each step's `kubectl get instancetypes`."),
+    "agent": ("agent",
+              "Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its "
+              "ledger."),
+    "controller": ("controller",
+                   "Keep the cluster's pools equal to what the rule files derive from its node facts."),
+    "admission": ("admission",
+                  "Serve every admission webhook of rules/admission/ from watch caches of what admission "
+                  "reads."),
     "admit": ("admit", "Judge one object as the admission webhooks would and print the AdmissionReview."),
-    "test": ("ruletest", "Run every AdmissionTests and DraDriverTests suite under RULES_DIR/tests; exit 1 when a case fails."),
-    "webhook": ("webhook", "Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics."),
-    "kueue-config": ("kueueconfig", "Print Kueue's resource charging: excludeResourcePrefixes and transformations."),
+    "test": ("ruletest",
+             "Run every AdmissionTests and DraDriverTests suite under RULES_DIR/tests; exit 1 when a case "
+             "fails."),
+    "webhook": ("webhook",
+                "Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics."),
+    "kueue-config": ("kueueconfig",
+                     "Print Kueue's resource charging: excludeResourcePrefixes and transformations."),
     "lint": ("lint", "Check a rules directory without loading it: print every problem of every file."),
-    "audit": ("audit", "Judge every existing object with the admission rules and report drift from the derived state."),
+    "audit": ("audit",
+              "Judge every existing object with the admission rules and report drift from the derived state."),
     "diff": ("diff", "Show what a rules edit changes before it goes live: pool objects, verdicts and costs."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
-    "webhook-probe": ("probe", "Send one admission review to each webhook of the rules and check each verdict."),
-    "snapshot": ("snapshot", "Write what the offline commands read from the live cluster to DIR, one file per kind."),
-    "completion": ("completion", "Print the shell completion script for bash or zsh (eval it in the shell's rc file)."),
-    "node-cleanup": ("nodecleanup", "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),
+    "webhook-probe": ("probe",
+                      "Send one admission review to each webhook of the rules and check each verdict."),
+    "snapshot": ("snapshot",
+                 "Write what the offline commands read from the live cluster to DIR, one file per kind."),
+    "completion": ("completion",
+                   "Print the shell completion script for bash or zsh (eval it in the shell's rc file)."),
+    "node-cleanup": ("nodecleanup",
+                     "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),
 }
 
 

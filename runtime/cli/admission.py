@@ -27,13 +27,15 @@ from runtime.webhook.server import check_tls, self_signed
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address the HTTPS server binds (0.0.0.0 in a Pod behind a Service).")
 @click.option("--port", type=click.IntRange(0, 65535), default=9443, show_default=True,
-              help="Port of the HTTPS server (0: any free port): every webhook path, /healthz, /readyz, /metrics.")
+              help="Port of the HTTPS server (0: any free port): every webhook path, /healthz, /readyz, "
+                   "/metrics.")
 @click.option("--cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Serving certificate (PEM), with --key.")
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Private key of --cert (PEM).")
-@click.option("--self-signed", "self_signed_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              metavar="DIR", help="Development: make a CA (DIR/ca.crt, for the registration's caBundle) and a "
+@click.option("--self-signed", "self_signed_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, metavar="DIR",
+              help="Development: make a CA (DIR/ca.crt, for the registration's caBundle) and a "
                                   "certificate for 127.0.0.1 and localhost in DIR.")
 @click.option("--cert-secret", default=None, metavar="NAME",
               help="Read the serving certificate from Secret NAME in --namespace (keys tls.crt, tls.key; the "
@@ -48,8 +50,8 @@ from runtime.webhook.server import check_tls, self_signed
 @click.option("--view-refresh-seconds", type=click.FloatRange(min=0), default=DEFAULT_REFRESH_SECONDS,
               show_default=True,
               help="The cluster view reviews judge against is rebuilt off the review path as soon as a watch "
-                   "event of a kind it reads arrives (0), or at most this often (events in between wait for the "
-                   "next rebuild): a higher value trades freshness for CPU under heavy churn.")
+                   "event of a kind it reads arrives (0), or at most this often (events in between wait for "
+                   "the next rebuild): a higher value trades freshness for CPU under heavy churn.")
 @click.option("--switch-interval-ms", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
               help="How long one thread may hold the interpreter before another runs (sys.setswitchinterval; "
                    "Python's default is 5): short, so a view rebuild or a watch event holds a review back at "
@@ -59,14 +61,16 @@ from runtime.webhook.server import check_tls, self_signed
                    "(a broken set is refused, the working one keeps serving); 0: never.")
 @click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
-              help="The ConfigMap (in --namespace) the rules directory is mounted from: a changed set this replica "
-                   "accepts serves once the controller's leader recorded the same verdict on it (or after the "
-                   "rules' reloadGate.followSeconds without one; docs/rule-authoring.md).")
+              help="The ConfigMap (in --namespace) the rules directory is mounted from: a changed set this "
+                   "replica accepts serves once the controller's leader recorded the same verdict on it (or "
+                   "after the rules' reloadGate.followSeconds without one; docs/rule-authoring.md).")
 @click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds a request may take to arrive whole (headers and body) before the connection is closed.")
+              help="Seconds a request may take to arrive whole (headers and body) before the connection is "
+                   "closed.")
 @click.option("--max-connections", default=512, show_default=True, type=click.IntRange(min=1),
               help="Connections and requests served at once; more are answered 503.")
-@click.option("--deadline", "deadline_seconds", default=8.0, show_default=True, type=click.FloatRange(min=0.1),
+@click.option("--deadline", "deadline_seconds", default=8.0, show_default=True,
+              type=click.FloatRange(min=0.1),
               help="Seconds to judge one review; a miss is answered with a Timeout denial (keep it below the "
                    "webhooks' timeoutSeconds of rules/admission/registration.yaml).")
 @click.option("--workers", default=None, type=click.IntRange(min=1),
@@ -74,14 +78,14 @@ from runtime.webhook.server import check_tls, self_signed
 @click.option("--drain-seconds", default=5.0, show_default=True, type=click.FloatRange(min=0),
               help="On SIGTERM, keep serving this long with `Connection: close` on every answer before the "
                    "server stops, so kube-apiserver drops its keep-alive connections to this replica between "
-                   "reviews instead of racing a closing one (\"failed to call webhook: ... EOF\"). Comes after "
-                   "the Pod's preStop sleep; keep both within terminationGracePeriodSeconds.")
+                   "reviews instead of racing a closing one (\"failed to call webhook: ... EOF\"). Comes "
+                   "after the Pod's preStop sleep; keep both within terminationGracePeriodSeconds.")
 @log_options
 @bad_input_exits
-def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert: Path | None, key: Path | None,
-            self_signed_dir: Path | None, cert_secret: str | None, cert_dir: Path | None, cert_check_seconds: float,
-            namespace: str, view_refresh_seconds: float, switch_interval_ms: float, watch_rules_seconds: float,
-            max_body_bytes: int, rules_configmap: str | None,
+def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert: Path | None,
+            key: Path | None, self_signed_dir: Path | None, cert_secret: str | None, cert_dir: Path | None,
+            cert_check_seconds: float, namespace: str, view_refresh_seconds: float, switch_interval_ms: float,
+            watch_rules_seconds: float, max_body_bytes: int, rules_configmap: str | None,
             read_timeout: float, max_connections: int, deadline_seconds: float, workers: int | None,
             drain_seconds: float = 5.0, log_level: str = "INFO", log_format: str = "text") -> None:
     """Serve every admission webhook of rules/admission/ from watch caches of what admission reads.
@@ -89,10 +93,11 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
     The admission half of accelpolicy, apart from `accelpolicy controller` so that reviews never wait
     for a reconcile pass. Reviews judge against what the controller published (InstanceTypes with their
     status, ResourceFlavors, ClusterQueues, LocalQueues), Nodes and the settings Secret, watched here;
-    nothing is derived, nothing is written to the cluster. The controller's leader registers the webhook configurations for the
-    Service in front of these replicas (`accelpolicy controller --webhook-registration-only`) and keeps
-    the serving certificate in --cert-secret. /readyz answers 503 until every cache listed once and a
-    cluster view was built, then 200, also while a cache relists (docs/availability.md).
+    nothing is derived, nothing is written to the cluster. The controller's leader registers the webhook
+    configurations for the Service in front of these replicas (`accelpolicy controller
+    --webhook-registration-only`) and keeps the serving certificate in --cert-secret. /readyz answers 503
+    until every cache listed once and a cluster view was built, then 200, also while a cache relists
+    (docs/availability.md).
 
     TLS: --cert and --key, --cert-secret NAME with --cert-dir DIR, or --self-signed DIR.
     """
@@ -108,10 +113,11 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
                                             self_signed_dir, cert, key, stop)
     if stop.is_set():
         return
-    server = AdmissionServer(session, policy, cert, key, secret_namespace(policy.settings, os.environ), host=host,
-                             port=port, refresh_seconds=view_refresh_seconds, max_body_bytes=max_body_bytes,
-                             deadline_seconds=deadline_seconds, workers=workers, read_timeout=read_timeout,
-                             max_connections=max_connections, watch_rules_seconds=watch_rules_seconds,
+    server = AdmissionServer(session, policy, cert, key, secret_namespace(policy.settings, os.environ),
+                             host=host, port=port, refresh_seconds=view_refresh_seconds,
+                             max_body_bytes=max_body_bytes, deadline_seconds=deadline_seconds,
+                             workers=workers, read_timeout=read_timeout, max_connections=max_connections,
+                             watch_rules_seconds=watch_rules_seconds,
                              rules_configmap=(namespace, rules_configmap) if rules_configmap else None)
     try:
         server.serve()
@@ -138,8 +144,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
 
 
 def _serving_files(session, namespace: str, cert_secret: str | None, cert_dir: Path | None,
-                   cert_check_seconds: float, self_signed_dir: Path | None, cert: Path | None, key: Path | None,
-                   stop) -> tuple[ServingCertificate | None, Path | None, Path | None]:
+                   cert_check_seconds: float, self_signed_dir: Path | None, cert: Path | None,
+                   key: Path | None, stop) -> tuple[ServingCertificate | None, Path | None, Path | None]:
     """The serving certificate (``--cert-secret``'s, read and followed; None otherwise) and the paths of
     the certificate and key to serve (the Secret's files, ``--self-signed``'s, or ``--cert``/``--key``).
     Exits 1 when the Secret cannot be read."""
@@ -183,6 +189,8 @@ def _check_files(cert: Path | None, key: Path | None) -> None:
     try:
         check_tls(str(cert), str(key))
     except ssl.SSLError as exc:
-        fail(f"--cert {cert} / --key {key}: not a PEM certificate and matching private key ({exc.reason or exc})")
+        fail(
+            f"--cert {cert} / --key {key}: not a PEM certificate and matching private key "
+            f"({exc.reason or exc})")
     except OSError as exc:
         fail(f"{exc.filename}: {exc.strerror or exc}")

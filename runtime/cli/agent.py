@@ -1,10 +1,12 @@
-"""`accelpolicy agent`: the per-node agent (docs/agent.md "The node agent (`accelpolicy agent`)", docs/agent.md "The node agent (`accelpolicy agent`)").
+"""`accelpolicy agent`: the per-node agent (docs/agent.md "The node agent (`accelpolicy agent`)",
+docs/agent.md "The node agent (`accelpolicy agent`)").
 
 Runs forever (every ``--interval`` seconds) unless ``--once``. ``--dry-run -o yaml`` prints what it
 would write (NodeFeatures, the Node annotation/capacity patch, Devices) and writes nothing; with
 ``--facts FILE --node-capacity-cpu N`` (or ``--backend dra --resourceslices FILE --node-capacity-cpu N``,
-docs/concepts/dra.md "Accelerators from DRA drivers"; ``--backend auto`` takes either) and no ``--kubeconfig`` it needs no cluster at all.
-Exit codes: 0 success, 2 bad input (unreadable facts, broken rules, bad flag combination).
+docs/concepts/dra.md "Accelerators from DRA drivers"; ``--backend auto`` takes either) and no ``--kubeconfig``
+it needs no cluster at all. Exit codes: 0 success, 2 bad input (unreadable facts, broken rules, bad flag
+combination).
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import yaml
 from loguru import logger
 
 from probes.backend import BACKEND_ENV, BACKENDS, FACTS_ENV, select_backend
-from runtime.agent.dra import (AUTO, BACKEND as DRA, AutoBackend, DraBackend, auto_fallback, cluster_publishes_for,
+from runtime.agent.dra import (AUTO, BACKEND as DRA, AutoBackend, DraBackend, auto_fallback,
+                               cluster_publishes_for,
                               describe, publishes_for, slices_from_file)
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
@@ -55,37 +58,41 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("--backend", type=click.Choice(BACKENDS + (DRA, AUTO)), default=None,
               help="accelerator probe: real (pynvml), fake (recorded facts), dra (the ResourceSlices a DRA "
-                   "driver of rules/dra.yaml publishes for the node) or auto (one setting for a mixed cluster: "
-                   "dra from the first pass on which such a driver publishes slices for the node; until then "
-                   "the --facts document if that file exists, else real); env ACCELPOLICY_NVML_BACKEND")
+                   "driver of rules/dra.yaml publishes for the node) or auto (one setting for a mixed "
+                   "cluster: dra from the first pass on which such a driver publishes slices for the node; "
+                   "until then the --facts document if that file exists, else real); env "
+                   "ACCELPOLICY_NVML_BACKEND")
 @click.option("--facts", type=click.Path(dir_okay=False), default=None,
               help="recorded-facts document for --backend fake, or for auto where the file exists (its CPU "
                    "is then the node's whatever gives the accelerators); env ACCELPOLICY_RECORDED_FACTS")
 @click.option("--resourceslices", "resourceslices", type=click.Path(dir_okay=False), default=None,
-              help="cluster-less dry run with --backend dra|auto: a file of ResourceSlice objects (YAML/JSON, "
-                   "e.g. kubectl get resourceslices -o yaml)")
+              help="cluster-less dry run with --backend dra|auto: a file of ResourceSlice objects "
+                   "(YAML/JSON, e.g. kubectl get resourceslices -o yaml)")
 @click.option("--allocation-source", type=click.Choice(ALLOCATION_SOURCES), default="auto", show_default=True,
               help="where the ledger's allocations come from (spec/node-facts.md §7.5)")
 @click.option("--podresources-socket", default=None,
               help="kubelet PodResources socket [default: rules/agent.yaml podResources.socket]")
-@click.option("--node-capacity-cpu", default=None, help="cluster-less dry run: the Node's status.capacity.cpu")
-@click.option("--node-label", "node_labels", multiple=True, help="cluster-less dry run: a Node label KEY=VALUE")
+@click.option("--node-capacity-cpu", default=None,
+              help="cluster-less dry run: the Node's status.capacity.cpu")
+@click.option("--node-label", "node_labels", multiple=True,
+              help="cluster-less dry run: a Node label KEY=VALUE")
 @click.option("--cpuinfo", default=CPUINFO, show_default=True, help="CPU facts file")
 @click.option("--interval", type=float, default=30.0, show_default=True, help="seconds between reconciles")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="N",
               help="serve /healthz (the loop keeps passing), /readyz (the last pass succeeded) and /metrics "
                    "(Prometheus) over HTTP on port N, for kubelet probes and scrapes")
-@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES", default=None,
-              help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="ACCELPOLICY_RULES",
+              default=None, help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 @click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
-              help="With --rules: poll the directory this often and plan with a changed set from the next pass "
-                   "on, once it lints and compiles (a broken set is refused and logged; the working one stays); "
-                   "the generation in force is the accelpolicy_rules_generation metric. 0: never.")
+              help="With --rules: poll the directory this often and plan with a changed set from the next "
+                   "pass on, once it lints and compiles (a broken set is refused and logged; the working one "
+                   "stays); the generation in force is the accelpolicy_rules_generation metric. 0: never.")
 @rules_cache_options(log=True)
 @log_options
-def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source, podresources_socket,
-            node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir, resourceslices=None, health_port=None,
-            log_level="INFO", log_format="text", watch_rules_seconds=2.0) -> None:
+def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source,
+            podresources_socket, node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir,
+            resourceslices=None, health_port=None, log_level="INFO", log_format="text",
+            watch_rules_seconds=2.0) -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     configure_logging(log_level, log_format)
     try:
@@ -100,12 +107,15 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     offline = dry_run and kubeconfig is None and node_capacity_cpu is not None
     chosen = backend or os.environ.get(BACKEND_ENV)
     try:   # real and fake are checked before any cluster is reached; dra and auto may need it
-        probe = None if chosen in (DRA, AUTO) else _backend(policy, chosen, facts, resourceslices, node_name, None)
-        session, node = _cluster_or_node(policy, kubeconfig, node_name, node_capacity_cpu, node_labels, offline)
+        probe = None if chosen in (DRA, AUTO) else _backend(policy, chosen, facts, resourceslices, node_name,
+                                                            None)
+        session, node = _cluster_or_node(policy, kubeconfig, node_name, node_capacity_cpu, node_labels,
+                                         offline)
         if probe is None:
             if session is not None and resourceslices:
-                raise ValueError("--resourceslices is for the cluster-less dry run (--dry-run, no --kubeconfig, "
-                                 "--node-capacity-cpu N); a cluster agent watches the cluster's slices")
+                raise ValueError("--resourceslices is for the cluster-less dry run (--dry-run, no "
+                                 "--kubeconfig, --node-capacity-cpu N); a cluster agent watches the "
+                                 "cluster's slices")
             probe = _backend(policy, chosen, facts, resourceslices, node_name, session)
     except FactsError as exc:  # the file's content, not the command line: no usage text
         fail(f"recorded facts refused:\n{exc}")
@@ -113,7 +123,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         raise click.UsageError(str(exc)) from None
     recorded_node = getattr(probe, "node", "") if probe.name == "fake" else ""
     if recorded_node and recorded_node != node_name:
-        raise click.UsageError(f"the recorded facts describe node {recorded_node!r}, not --node {node_name!r}")
+        raise click.UsageError(
+            f"the recorded facts describe node {recorded_node!r}, not --node {node_name!r}")
     try:
         agent = NodeAgent(policy, probe, node_name, session=session, node=node, cpuinfo=cpuinfo,
                           allocation_source=allocation_source, group_id_with_memory=with_memory,
@@ -143,9 +154,10 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
 def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry):
     """Reload ``rules_dir`` live (runtime.rules.reload.RulesWatcher): each set that loads becomes the
     agent's policy from its next pass on (the manufacturer env overrides applied again) once it passes the
-    rule suites beside it (the reload gate's part an agent can run); a refused one is logged with its problems. ``accelpolicy_rules_generation`` and
-    ``accelpolicy_rules_reload_failures_total`` go into ``registry`` (the agent's /metrics) when given.
-    Returns the started :class:`runtime.rules.reload.RulesWatcher`."""
+    rule suites beside it (the reload gate's part an agent can run); a refused one is logged with its
+    problems. ``accelpolicy_rules_generation`` and ``accelpolicy_rules_reload_failures_total`` go into
+    ``registry`` (the agent's /metrics) when given. Returns the started
+    :class:`runtime.rules.reload.RulesWatcher`."""
     from runtime.gate import suite_problems
     from runtime.rules.reload import RulesWatcher
     from runtime.webhook.reload import ReloadMetrics

@@ -28,7 +28,8 @@ EXIT_BAD_INPUT = 2
 
 def rules_option(func: Callable | None = None, *, log: bool = False) -> Callable:
     """``--rules DIR`` (default: the installed rules/, or env ACCELPOLICY_RULES), with the compiled-rules
-    cache options (:func:`rules_cache_options`; ``log`` as there). ``@rules_option`` or ``@rules_option(log=True)``."""
+    cache options (:func:`rules_cache_options`; ``log`` as there). ``@rules_option`` or
+    ``@rules_option(log=True)``."""
     def decorate(command: Callable) -> Callable:
         return click.option(
             "--rules", "rules_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -157,15 +158,17 @@ def snapshot_from(paths: tuple[str, ...]):
 
 def offline_snapshot(policy: Policy, paths: tuple[str, ...]):
     """:func:`snapshot_from` with the DRA nodes planned from their ResourceSlices as their agents would
-    (:func:`runtime.engine.devices.draoffline.with_dra_nodes`, docs/concepts/dra.md "Accelerators from DRA drivers"): what ``get``, ``derive``,
-    ``explain``, ``audit`` and ``admit`` read. None when ``paths`` is empty."""
+    (:func:`runtime.engine.devices.draoffline.with_dra_nodes`, docs/concepts/dra.md "Accelerators from DRA
+    drivers"): what ``get``, ``derive``, ``explain``, ``audit`` and ``admit`` read. None when ``paths`` is
+    empty."""
     snapshot = snapshot_from(paths)
     if snapshot is None:
         return None
     from runtime.engine.devices.draoffline import with_dra_nodes
     try:
         return with_dra_nodes(policy, snapshot)[0]
-    except ValueError as exc:   # a DRA node's Node that the agent could not plan either (e.g. its capacity.cpu)
+    # a DRA node's Node that the agent could not plan either (e.g. its capacity.cpu)
+    except ValueError as exc:
         fail(f"planning the nodes whose accelerators come from ResourceSlices: {exc}")
 
 

@@ -45,4 +45,5 @@ def names_of(kind: str, incomplete: str, kubeconfig: Path | str | None, context:
         objects = list_cluster(session, Needs((table.kind,))).objects
     except Exception:  # noqa: BLE001 - completion offers nothing rather than printing an error
         return []
-    return sorted(n for o in objects for n in [(o.get("metadata") or {}).get("name") or ""] if n.startswith(incomplete))
+    return sorted(
+        n for o in objects for n in [(o.get("metadata") or {}).get("name") or ""] if n.startswith(incomplete))

@@ -11,10 +11,10 @@ process: its watch caches stay, and it leads again at once while the Lease still
 replica, leader or not: ``/readyz`` 200 once the caches synced) and, on the leader, keeps the
 webhook configurations registered (:mod:`runtime.controller.webhooks`).
 
-``--webhook-registration-only`` (the chart's layout, docs/reference/controller.md "The admission process"): the
-webhooks are served by ``accelpolicy admission`` replicas behind ``--webhook-service``; the controller
-serves none, holds no cache before it leads, and its leader registers the configurations for that Service and keeps the
-serving certificate of ``--webhook-cert-secret`` (the admission replicas read it).
+``--webhook-registration-only`` (the chart's layout, docs/reference/controller.md "The admission process"):
+the webhooks are served by ``accelpolicy admission`` replicas behind ``--webhook-service``; the controller
+serves none, holds no cache before it leads, and its leader registers the configurations for that Service and
+keeps the serving certificate of ``--webhook-cert-secret`` (the admission replicas read it).
 """
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ from runtime.cli.webhookopts import (Registration, follow_certificate, serve_web
 @click.option("--once", is_flag=True, help="Reconcile once and exit (no leader election).")
 @click.option("--coalesce-seconds", type=click.FloatRange(min=0), default=0.2, show_default=True,
               help="How long watch events are gathered before a reconcile.")
-@click.option("--lease-namespace", default="gpustack-system", show_default=True, envvar="KUBERNETES_POD_NAMESPACE",
-              help="Namespace of the leader Lease.")
+@click.option("--lease-namespace", default="gpustack-system", show_default=True,
+              envvar="KUBERNETES_POD_NAMESPACE", help="Namespace of the leader Lease.")
 @click.option("--identity", default=None, help="Leader identity (default: hostname_pid).")
 @click.option("--webhook-port", type=click.IntRange(0, 65535), default=None, metavar="N",
               help="Serve the admission webhooks over HTTPS on port N (0: any free port) from the watch "
@@ -87,35 +87,40 @@ from runtime.cli.webhookopts import (Registration, follow_certificate, serve_web
               help="Poll the rules directory this often and swap in a changed set once it lints and "
                    "compiles (a broken set is refused, the working one keeps serving); 0: never.")
 @click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
-              help="The ConfigMap (in --lease-namespace) the rules directory is mounted from: the leader records "
-                   "the reload gate's Events on it and its verdict in its annotation, which admission replicas "
-                   "follow (docs/rule-authoring.md).")
+              help="The ConfigMap (in --lease-namespace) the rules directory is mounted from: the leader "
+                   "records the reload gate's Events on it and its verdict in its annotation, which "
+                   "admission replicas follow (docs/rule-authoring.md).")
 @click.option("--audit-interval", default="1h", show_default=True, metavar="DURATION",
-              help="Run the audit (`accelpolicy audit`) on the watch caches this often (e.g. 30m, 1h, 90s) and "
-                   "write its openreports.io Report/ClusterReport objects (changed ones only) and an "
+              help="Run the audit (`accelpolicy audit`) on the watch caches this often (e.g. 30m, 1h, 90s) "
+                   "and write its openreports.io Report/ClusterReport objects (changed ones only) and an "
                    "AuditFailed Event on each newly failing object; 0 turns it off.")
 @click.option("--webhook-cert-secret", default=None, metavar="NAME",
-              help="Share one serving certificate between replicas through Secret NAME (in --lease-namespace; "
-                   "keys ca.crt, tls.crt, tls.key): created when missing, rotated by the leader, copied by every "
-                   "replica into --webhook-cert-dir and reloaded when it changes; its ca.crt is the caBundle.")
-@click.option("--webhook-cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Share one serving certificate between replicas through Secret NAME (in "
+                   "--lease-namespace; keys ca.crt, tls.crt, tls.key): created when missing, rotated by the "
+                   "leader, copied by every replica into --webhook-cert-dir and reloaded when it changes; "
+                   "its ca.crt is the caBundle.")
+@click.option("--webhook-cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              metavar="DIR",
               help="Where --webhook-cert-secret's files are written (a writable emptyDir in a Pod).")
 @click.option("--webhook-cert-issuer", type=click.Choice(["accelpolicy", "external"]), default="accelpolicy",
-              show_default=True, help="Who fills --webhook-cert-secret: accelpolicy (create and rotate it) or "
+              show_default=True,
+              help="Who fills --webhook-cert-secret: accelpolicy (create and rotate it) or "
                                       "external (e.g. cert-manager; only read).")
 @click.option("--webhook-cert-days", type=click.FloatRange(min=1), default=90.0, show_default=True,
               help="Validity of a certificate issued for --webhook-cert-secret (the CA: 10 times longer).")
 @click.option("--webhook-cert-renew-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="The leader re-issues the certificate this many days before it ends.")
 @click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when due).")
+              help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when "
+                   "due).")
 @click.option("--webhook-ca-configmap", default=None, metavar="NAME",
-              help="The leader copies --webhook-cert-secret's ca.crt (the CA certificate only, never a key) into "
-                   "ConfigMap NAME (in --lease-namespace) for clients that verify the server, e.g. a Prometheus scrape.")
+              help="The leader copies --webhook-cert-secret's ca.crt (the CA certificate only, never a key) "
+                   "into ConfigMap NAME (in --lease-namespace) for clients that verify the server, e.g. a "
+                   "Prometheus scrape.")
 @click.option("--webhook-owner-clusterrole", default=None, metavar="NAME",
-              help="Register the webhook configurations as owned by ClusterRole NAME (an ownerReference): the garbage "
-                   "collector deletes them when it is deleted (the chart's, at `helm uninstall`), and while it is "
-                   "missing nothing is registered.")
+              help="Register the webhook configurations as owned by ClusterRole NAME (an ownerReference): "
+                   "the garbage collector deletes them when it is deleted (the chart's, at `helm "
+                   "uninstall`), and while it is missing nothing is registered.")
 @metrics_bind_option
 @log_options
 @bad_input_exits
@@ -123,13 +128,13 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
             webhook_cert: Path | None, webhook_key: Path | None, webhook_ca: Path | None,
             webhook_self_signed: Path | None, webhook_url_base: str | None, webhook_service: str | None,
-            no_registration: bool, webhook_cert_secret: str | None = None, webhook_cert_dir: Path | None = None,
-            webhook_cert_issuer: str = "accelpolicy", webhook_cert_days: float = 90.0,
-            webhook_cert_renew_days: float = 30.0, webhook_cert_check_seconds: float = 60.0,
-            webhook_ca_configmap: str | None = None, webhook_owner_clusterrole: str | None = None,
-            watch_rules_seconds: float = 2.0, audit_interval: str = "1h", log_level: str = "INFO",
-            log_format: str = "text", metrics_bind_address: str = "0", registration_only: bool = False,
-            rules_configmap: str | None = None) -> None:
+            no_registration: bool, webhook_cert_secret: str | None = None,
+            webhook_cert_dir: Path | None = None, webhook_cert_issuer: str = "accelpolicy",
+            webhook_cert_days: float = 90.0, webhook_cert_renew_days: float = 30.0,
+            webhook_cert_check_seconds: float = 60.0, webhook_ca_configmap: str | None = None,
+            webhook_owner_clusterrole: str | None = None, watch_rules_seconds: float = 2.0,
+            audit_interval: str = "1h", log_level: str = "INFO", log_format: str = "text",
+            metrics_bind_address: str = "0", registration_only: bool = False, rules_configmap: str | None = None) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -207,7 +212,8 @@ def _reconcile_once(controller: Controller) -> None:
     controller.start()
     result = controller.reconcile()
     for write in result.writes:
-        click.echo(f"{write.verb} {write.kind} {write.namespace + '/' if write.namespace else ''}{write.name}")
+        click.echo(
+            f"{write.verb} {write.kind} {write.namespace + '/' if write.namespace else ''}{write.name}")
     for error in result.errors:
         click.echo(f"error: {error}", err=True)
     click.echo(f"reconciled in {result.seconds:.3f}s: {len(result.writes)} writes, "
@@ -236,7 +242,8 @@ class _Term:
 
     def __init__(self, stop: threading.Event):
         self.event = threading.Event()
-        threading.Thread(target=lambda: (stop.wait(), self.event.set()), name="term-stop", daemon=True).start()
+        threading.Thread(target=lambda: (stop.wait(), self.event.set()), name="term-stop",
+                         daemon=True).start()
 
     def lost(self) -> None:
         self.event.set()
@@ -307,8 +314,8 @@ def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, 
     (unless --no-webhook-registration; for the admission replicas with --webhook-registration-only),
     the rules hot reload and the background audit (each off at 0; their metrics in ``registry``, their
     stop functions appended to ``term_hooks``; ``rules_configmap``: ``(namespace, name)`` of the rules
-    ConfigMap, where the reload records its Events and verdict). ``workers`` keeps the reload and the audit (and with
-    them their metrics) from one term of leadership to the next: each term starts them again."""
+    ConfigMap, where the reload records its Events and verdict). ``workers`` keeps the reload and the audit
+    (and with them their metrics) from one term of leadership to the next: each term starts them again."""
     workers = {} if workers is None else workers
     controller.start()
     if registration is not None:

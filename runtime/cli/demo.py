@@ -170,7 +170,8 @@ def _act(walk, action, expected: dict[str, str], timeout: float, tables_equal) -
         click.echo(f"$ {action.line}")
         out = walk.sh(action.line, check=not action.fails)
         if action.fails and out.returncode == 0:
-            raise DemoFailed(f"`{action.line}` was expected to be refused but succeeded: {out.stdout.strip()}")
+            raise DemoFailed(
+                f"`{action.line}` was expected to be refused but succeeded: {out.stdout.strip()}")
         text = (out.stdout + out.stderr).rstrip()
         if text:
             click.echo(text)
@@ -185,7 +186,8 @@ def _act(walk, action, expected: dict[str, str], timeout: float, tables_equal) -
             if got == action.want:
                 break
             if time.monotonic() - t0 > timeout:
-                raise DemoFailed(f"`{action.line}` printed {got!r}, not {action.want!r}, after {timeout:.0f}s")
+                raise DemoFailed(
+                    f"`{action.line}` printed {got!r}, not {action.want!r}, after {timeout:.0f}s")
             time.sleep(0.5)
         click.echo(f"$ {action.line}\n{got}\n")
         return
@@ -249,7 +251,8 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
     Step 4's custom type shows the entrance of its own name (gpustack-fnv64-d4c0e6cd72686015); the
     seed's capture shows a stale hash of an older name (spec decision 3)."""
     if mode != "snapshot" and harness() is None:
-        click.echo(f"error: {NEEDS_CHECKOUT}; `accelpolicy demo --snapshot` replays the steps without a cluster",
+        click.echo(f"error: {NEEDS_CHECKOUT}; `accelpolicy demo --snapshot` replays the steps without a "
+                   f"cluster",
                    err=True)
         sys.exit(2)
     if mode == "snapshot" and not steps_dir.is_dir():
@@ -263,7 +266,8 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
             click.echo(f"error: the live demo needs the local control plane: {reason}", err=True)
             sys.exit(2)
         if reason:
-            click.echo(f"note: live walkthrough unavailable ({reason}); replaying the snapshots instead", err=True)
+            click.echo(f"note: live walkthrough unavailable ({reason}); replaying the snapshots instead",
+                       err=True)
             mode = "snapshot"
     if mode == "snapshot":
         run_snapshots(policy, steps_dir)
@@ -275,7 +279,8 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
     except KeyboardInterrupt:
         click.echo("interrupted; everything stopped and removed", err=True)
         sys.exit(130)
-    except (DemoFailed, harness().LocalClusterError) as exc:   # a step not reached, a seed line that failed or hung
+    # a step not reached, a seed line that failed or hung
+    except (DemoFailed, harness().LocalClusterError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     click.echo(f"live walkthrough done in {seconds:.0f}s", err=True)

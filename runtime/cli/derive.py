@@ -26,8 +26,10 @@ def command(snapshots: tuple[str, ...], cluster: bool, kubeconfig: Path | None, 
     """
     policy = load_policy(rules_dir)
     source = read_source(policy, DERIVE, snapshots, kubeconfig, context, cluster, "derive")
-    state = derive(policy, source.snapshot, live=source.live, settings_namespace=source.settings_namespace)  # live: queue phases as Kueue reports them now
+    # live: queue phases as Kueue reports them now
+    state = derive(policy, source.snapshot, live=source.live, settings_namespace=source.settings_namespace)
     warn(state.warnings)
     for name in state.flavor_deletes:
-        click.echo(f"would delete: resourceflavor.kueue.x-k8s.io/{name} (no managed node contributes)", err=True)
+        click.echo(f"would delete: resourceflavor.kueue.x-k8s.io/{name} (no managed node contributes)",
+                   err=True)
     emit(state.objects(), output, stream=True)

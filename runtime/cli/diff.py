@@ -4,7 +4,8 @@ committed (docs/rule-authoring.md "How a rules change goes live").
 ``--rules NEW`` is tried against the rules in force (``--current``, default the installed rules/ or
 ``ACCELPOLICY_RULES``) on the cluster: the live one without ``--snapshot`` (kubectl's
 ``--kubeconfig``/``--context``), the ``--snapshot`` files, or both with ``--cluster``
-(:func:`runtime.cli.source.read_source`, the kinds the audit reads; docs/tasks/ask-the-cluster.md). Printed, each section only when it has lines:
+(:func:`runtime.cli.source.read_source`, the kinds the audit reads; docs/tasks/ask-the-cluster.md). Printed,
+each section only when it has lines:
 
 - ``pool objects``: what the controller would write (its planner, :func:`runtime.engine.plan.plan`)
   once the cluster reconciled under the current rules (:func:`runtime.gate.reconciled`) gets the new
@@ -31,7 +32,8 @@ from runtime.cli.common import bad_input_exits, load_policy
 from runtime.cli.source import AUDIT, read_source, source_options
 from runtime.rules.loader import DEFAULT_RULES_DIR
 
-POOL_KINDS = ("ResourceFlavor", "AdmissionCheck", "InstanceType", "ClusterQueue", "LocalQueue", "InstanceTypeFlavor")
+POOL_KINDS = ("ResourceFlavor", "AdmissionCheck", "InstanceType", "ClusterQueue", "LocalQueue",
+              "InstanceTypeFlavor")
 _WRITES = {"create": "created", "delete": "deleted"}
 
 
@@ -70,7 +72,8 @@ def pool_changes(current, new, snapshot) -> list[str]:
 
 
 def _write(action) -> tuple:
-    return (str(action.verb), action.kind, action.namespace, action.name, json.dumps(action.body, sort_keys=True))
+    return (str(action.verb), action.kind, action.namespace, action.name,
+            json.dumps(action.body, sort_keys=True))
 
 
 def _line(action, live: dict | None) -> str:
@@ -82,7 +85,8 @@ def _line(action, live: dict | None) -> str:
     if verb != "changed":
         return f"{verb} {name}"
     body = action.body or {}
-    after = _compared({**live, **body, "metadata": {**(live.get("metadata") or {}), **(body.get("metadata") or {})}})
+    after = _compared({**live, **body,
+                       "metadata": {**(live.get("metadata") or {}), **(body.get("metadata") or {})}})
     diff = field_diff(_compared(live), after)
     return f"changed {name}: {diff}" if diff else ""
 

@@ -19,7 +19,8 @@ from runtime.report.explain import (ExplainError, explain_admission, explain_ins
                                     render_admission, render_instance_type)
 from runtime.snapshots import read_objects
 
-_OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+_OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text",
+                       show_default=True)
 
 
 @click.group("explain")
@@ -45,7 +46,8 @@ def instancetype(name: str, snapshots, cluster, kubeconfig, context, rules_dir, 
                                      settings_namespace=source.settings_namespace)
     except ExplainError as exc:
         fail(exc.args[0])
-    if source.live or source.snapshot.count("Workload"):  # what a snapshot file rarely holds: Kueue's Workloads
+    # what a snapshot file rarely holds: Kueue's Workloads
+    if source.live or source.snapshot.count("Workload"):
         info["workloads"] = pool_workloads(policy, source.snapshot, name)
     click.echo(json.dumps(info, indent=2) if output == "json" else render_instance_type(info))
 
@@ -58,7 +60,8 @@ def instancetype(name: str, snapshots, cluster, kubeconfig, context, rules_dir, 
 @rules_option
 @_OUTPUT
 @bad_input_exits
-def admit(filename: str, operation: str, snapshots, cluster, kubeconfig, context, rules_dir, output: str) -> None:
+def admit(filename: str, operation: str, snapshots, cluster, kubeconfig, context, rules_dir,
+          output: str) -> None:
     """Every rule evaluated for one object: rule file:line, inputs, result. Exit 1 when denied."""
     policy = load_policy(rules_dir)
     docs, _ = read_objects([filename])

@@ -10,22 +10,26 @@ from runtime.cli.source import DERIVE, read_source, source_options
 from runtime.engine.pools import derive
 from runtime.report.tables import KINDS, drift, render, resolve_kind
 
-_GROUPS = {"ResourceFlavor": "kueue.x-k8s.io", "ClusterQueue": "kueue.x-k8s.io", "LocalQueue": "kueue.x-k8s.io",
-           "AdmissionCheck": "kueue.x-k8s.io", "InstanceType": "worker.gpustack.ai",
-           "InstanceTypeFlavor": "worker.gpustack.ai", "Devices": "worker.gpustack.ai"}
+_GROUPS = {"ResourceFlavor": "kueue.x-k8s.io", "ClusterQueue": "kueue.x-k8s.io",
+           "LocalQueue": "kueue.x-k8s.io", "AdmissionCheck": "kueue.x-k8s.io",
+           "InstanceType": "worker.gpustack.ai", "InstanceTypeFlavor": "worker.gpustack.ai",
+           "Devices": "worker.gpustack.ai"}
 
 
-@click.command("get", epilog="Kinds: " + ", ".join(f"{t.plural} ({', '.join(t.names[2:]) or '-'})" for t in KINDS))
+@click.command("get",
+               epilog="Kinds: " + ", ".join(f"{t.plural} ({', '.join(t.names[2:]) or '-'})" for t in KINDS))
 @click.argument("kind")
-@click.argument("names", nargs=-1, shell_complete=lambda ctx, param, incomplete: complete_names(ctx, incomplete))
+@click.argument("names", nargs=-1, shell_complete=lambda ctx, param,
+                incomplete: complete_names(ctx, incomplete))
 @source_options
 @rules_option
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "yaml", "json", "name"]), default="table",
               show_default=True, help="Output format, as kubectl's -o.")
 @click.option("--no-headers", is_flag=True, help="Table output without the header row.")
 @bad_input_exits
-def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], cluster: bool, kubeconfig: Path | None,
-            context: str | None, rules_dir: Path, output: str, no_headers: bool) -> None:
+def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], cluster: bool,
+            kubeconfig: Path | None, context: str | None, rules_dir: Path, output: str,
+            no_headers: bool) -> None:
     """Print KIND [NAME...] as `kubectl get` would once the controller has reconciled the snapshot.
 
     KIND takes kubectl's spellings (singular, plural, short names): resourceflavors, clusterqueues,
@@ -39,7 +43,8 @@ def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], clust
     policy = load_policy(rules_dir)
     source = read_source(policy, DERIVE, snapshots, kubeconfig, context, cluster, "get")
     snapshot = source.snapshot
-    state = derive(policy, snapshot, live=source.live, settings_namespace=source.settings_namespace)  # live: queue phases as Kueue reports them now
+    # live: queue phases as Kueue reports them now
+    state = derive(policy, snapshot, live=source.live, settings_namespace=source.settings_namespace)
     warn(state.warnings)
     objects = [_created(o, snapshot, table.kind) for o in state.view(policy, table.kind, snapshot)]
     marks = None
@@ -49,7 +54,9 @@ def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], clust
         by_name = {obj["metadata"]["name"]: obj for obj in objects}
         missing = [n for n in names if n not in by_name]
         for name in missing:
-            click.echo(f'Error from server (NotFound): {table.plural}.{_GROUPS[table.kind]} "{name}" not found', err=True)
+            click.echo(
+                f'Error from server (NotFound): {table.plural}.{_GROUPS[table.kind]} "{name}" not found',
+                err=True)
         if marks is not None:
             mark_of = {obj["metadata"]["name"]: m for obj, m in zip(objects, marks)}
             marks = [mark_of[n] for n in names if n in by_name]
@@ -88,4 +95,5 @@ def complete_names(ctx: click.Context, incomplete: str) -> list[str]:
     read: completion never prints an error)."""
     from runtime.cli.completion import names_of
 
-    return names_of(ctx.params.get("kind") or "", incomplete, ctx.params.get("kubeconfig"), ctx.params.get("context"))
+    return names_of(ctx.params.get("kind") or "", incomplete, ctx.params.get("kubeconfig"),
+                    ctx.params.get("context"))

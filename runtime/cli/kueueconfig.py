@@ -1,6 +1,7 @@
-"""`accelpolicy kueue-config`: the Kueue Configuration fragment of docs/concepts/pools-and-flavors.md "Kueue's resource charging", to merge into
-Kueue's ConfigMap (``controller_manager_config.yaml``), with the ``deviceClassMappings`` of the
-DeviceClasses accelpolicy derives for DRA drivers (docs/concepts/dra.md "The ledger from claims") when the rules have any."""
+"""`accelpolicy kueue-config`: the Kueue Configuration fragment of docs/concepts/pools-and-flavors.md "Kueue's
+resource charging", to merge into Kueue's ConfigMap (``controller_manager_config.yaml``), with the
+``deviceClassMappings`` of the DeviceClasses accelpolicy derives for DRA drivers (docs/concepts/dra.md "The
+ledger from claims") when the rules have any."""
 from __future__ import annotations
 
 import json

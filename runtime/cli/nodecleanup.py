@@ -56,7 +56,8 @@ def command(kubeconfig: str | None, nodes: tuple[str, ...], rules: str | None) -
         meta, status = cleanup_patches(policy, node)
         try:
             if meta:
-                session.call("patch", ref.path(name=name), body=meta, content_type="application/merge-patch+json")
+                session.call("patch", ref.path(name=name), body=meta,
+                             content_type="application/merge-patch+json")
             if status:
                 session.call("patch", ref.path(name=name, subresource="status"), body=status,
                              content_type="application/merge-patch+json")

@@ -59,7 +59,8 @@ def log_options(func: Callable) -> Callable:
                         envvar="ACCELPOLICY_LOG_FORMAT",
                         help="text, or json: one JSON object per line (loguru's serializer).")(func)
     return click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO",
-                        show_default=True, envvar="ACCELPOLICY_LOG_LEVEL", help="Least severe level logged.")(func)
+                        show_default=True, envvar="ACCELPOLICY_LOG_LEVEL",
+                        help="Least severe level logged.")(func)
 
 
 def metrics_bind_option(func: Callable) -> Callable:
@@ -77,7 +78,8 @@ def parse_bind_address(text: str) -> Optional[tuple[str, int]]:
         return None
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        click.echo(f"error: --metrics-bind-address {text!r}: expected [HOST]:PORT (e.g. :8080) or 0", err=True)
+        click.echo(f"error: --metrics-bind-address {text!r}: expected [HOST]:PORT (e.g. :8080) or 0",
+                   err=True)
         sys.exit(2)
     return host.strip("[]") or "0.0.0.0", int(port)
 

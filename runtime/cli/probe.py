@@ -34,10 +34,11 @@ def probe_review(spec) -> dict:
     m = spec.match
     version = next((v for v in m.versions if v != "*"), "v1")
     api_version = f"{m.group}/{version}" if m.group else version
-    obj = {"apiVersion": api_version, "kind": m.kind, "metadata": {"name": PROBE_NAME, "namespace": "default"},
-           "spec": PROBE_NAME}
+    obj = {"apiVersion": api_version, "kind": m.kind,
+           "metadata": {"name": PROBE_NAME, "namespace": "default"}, "spec": PROBE_NAME}
     operation = m.operations[0]
-    review = review_for(obj, operation, obj if operation != "CREATE" else None, uid=f"{PROBE_NAME}-{spec.webhook}")
+    review = review_for(obj, operation, obj if operation != "CREATE" else None,
+                        uid=f"{PROBE_NAME}-{spec.webhook}")
     review["request"]["resource"]["resource"] = m.resource
     review["request"]["namespace"] = "default"
     review["request"]["userInfo"] = {"username": PROBE_USER}
@@ -59,7 +60,8 @@ def _post(url: str, body: dict, context: ssl.SSLContext, timeout: float) -> dict
 
 @click.command("webhook-probe")
 @click.option("--url", required=True, metavar="URL",
-              help="base URL of the webhook server, e.g. https://gpustack-operator-worker.gpustack-system.svc:443")
+              help="base URL of the webhook server, e.g. "
+                   "https://gpustack-operator-worker.gpustack-system.svc:443")
 @click.option("--ca-file", required=True, type=click.Path(exists=True, dir_okay=False),
               help="the CA certificate (PEM) that verifies the server")
 @click.option("--rules", default=None, envvar="ACCELPOLICY_RULES",
@@ -80,7 +82,8 @@ def command(url: str, ca_file: str, rules: str | None, timeout: float) -> None:
         review = probe_review(spec)
         expected = _essentials(decide(engine, review, view, policy=name)[0]["response"])
         try:
-            got = _essentials(_post(url.rstrip("/") + spec.path, review, context, timeout).get("response") or {})
+            got = _essentials(_post(url.rstrip("/") + spec.path, review, context,
+                                    timeout).get("response") or {})
         except (urllib.error.URLError, OSError, ValueError) as exc:
             got = {"error": str(getattr(exc, "reason", exc))}
         verdict = "allowed" if expected["allowed"] else f"denied {expected['code']}: {expected['message']}"
@@ -88,6 +91,8 @@ def command(url: str, ca_file: str, rules: str | None, timeout: float) -> None:
             click.echo(f"ok    {spec.webhook} ({spec.path}): {verdict}")
         else:
             failed += 1
-            click.echo(f"FAIL  {spec.webhook} ({spec.path}): expected {json.dumps(expected)}, got {json.dumps(got)}")
-    click.echo(f"{len(engine.policies) - failed} of {len(engine.policies)} webhooks answered as the rules say")
+            click.echo(
+                f"FAIL  {spec.webhook} ({spec.path}): expected {json.dumps(expected)}, got {json.dumps(got)}")
+    click.echo(
+        f"{len(engine.policies) - failed} of {len(engine.policies)} webhooks answered as the rules say")
     sys.exit(1 if failed else 0)

@@ -1,4 +1,5 @@
-"""`accelpolicy test RULES_DIR`: run the rule suites under RULES_DIR/tests (docs/tasks/edit-a-rule.md "3. Test it")."""
+"""`accelpolicy test RULES_DIR`: run the rule suites under RULES_DIR/tests (docs/tasks/edit-a-rule.md "3. Test
+it")."""
 from __future__ import annotations
 
 import sys

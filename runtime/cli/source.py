@@ -38,15 +38,17 @@ if TYPE_CHECKING:
 
 #: What derivation reads (``get``, ``derive``, ``explain instancetype``): the node facts, the derived
 #: kinds as the cluster holds them, Pods (running Instances' CPU, DRA claims) and the DRA kinds.
-DERIVE = ("Namespace", "Node", "NodeFeature", "Devices", "Pod", "ResourceFlavor", "ClusterQueue", "LocalQueue",
-          "AdmissionCheck", "InstanceType", "InstanceTypeFlavor", "ResourceSlice", "ResourceClaim", "DeviceClass")
+DERIVE = ("Namespace", "Node", "NodeFeature", "Devices", "Pod", "ResourceFlavor", "ClusterQueue",
+          "LocalQueue", "AdmissionCheck", "InstanceType", "InstanceTypeFlavor", "ResourceSlice",
+          "ResourceClaim", "DeviceClass")
 #: ``explain instancetype`` on a live cluster also reads Kueue's Workloads (admitted and pending).
 EXPLAIN = DERIVE + ("Workload",)
 #: ``admit``, ``explain admit``: every kind an admission rule or the derived view may read.
-ADMISSION = ("Namespace", "Node", "Pod", "ConfigMap", "PersistentVolumeClaim", "PersistentVolume", "StorageClass",
-             "RuntimeClass", "Service", "NodeFeature", "ResourceFlavor", "ClusterQueue", "LocalQueue",
-             "AdmissionCheck", "Workload", "InstanceType", "InstanceTypeFlavor", "Instance", "Devices",
-             "InstancePersistentVolume", "Setting", "ResourceSlice", "ResourceClaim", "DeviceClass")
+ADMISSION = ("Namespace", "Node", "Pod", "ConfigMap", "PersistentVolumeClaim", "PersistentVolume",
+             "StorageClass", "RuntimeClass", "Service", "NodeFeature", "ResourceFlavor", "ClusterQueue",
+             "LocalQueue", "AdmissionCheck", "Workload", "InstanceType", "InstanceTypeFlavor", "Instance",
+             "Devices", "InstancePersistentVolume", "Setting", "ResourceSlice", "ResourceClaim",
+             "DeviceClass")
 #: ``audit`` and ``snapshot``: every kind accelpolicy reads (Secrets: the settings Secret only).
 AUDIT = ADMISSION
 
@@ -62,13 +64,15 @@ def source_options(func: Callable) -> Callable:
     command receives ``snapshots``, ``kubeconfig``, ``context``, ``cluster``."""
     for option in reversed((
         click.option("--snapshot", "snapshots", multiple=True, metavar="PATH",
-                     help="Cluster objects: a YAML/JSON file, a directory (read recursively) or '-' for stdin. "
-                          "Repeat to layer: later objects replace earlier ones. Without it: the live cluster."),
+                     help="Cluster objects: a YAML/JSON file, a directory (read recursively) or '-' for "
+                          "stdin. Repeat to layer: later objects replace earlier ones. Without it: the live "
+                          "cluster."),
         click.option("--cluster", is_flag=True,
                      help="Read the live cluster and layer the --snapshot files over it (what-if objects)."),
         click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Kubeconfig of the live cluster (default: $KUBECONFIG, ~/.kube/config, in-cluster)."),
-        click.option("--context", default=None, help="The kubeconfig context to use (default: its current one)."),
+        click.option("--context", default=None,
+                     help="The kubeconfig context to use (default: its current one)."),
     )):
         func = option(func)
     return func
@@ -91,7 +95,8 @@ class Source:
 
 
 def is_live(snapshots: tuple[str, ...], kubeconfig: Path | None, context: str | None, cluster: bool) -> bool:
-    """Whether the command reads the live cluster (no files, or ``--cluster``/``--kubeconfig``/``--context``)."""
+    """Whether the command reads the live cluster (no files, or
+    ``--cluster``/``--kubeconfig``/``--context``)."""
     return not snapshots or cluster or kubeconfig is not None or context is not None
 
 
@@ -175,8 +180,8 @@ def no_kubeconfig_message(kubeconfig: Path | None, context: str | None, exc: Exc
     detail = str(exc).split(": ", 1)[-1]
     if context and f"Expected object with name {context} " in detail:
         return f'context "{context}" does not exist in {where}'
-    return (f"no configuration has been provided ({where}{f', context {context}' if context else ''}: {detail}); "
-            f"give --kubeconfig FILE or set KUBECONFIG, or --snapshot PATH to read files instead")
+    return (f"no configuration has been provided ({where}{f', context {context}' if context else ''}: "
+            f"{detail}); give --kubeconfig FILE or set KUBECONFIG, or --snapshot PATH to read files instead")
 
 
 def unreachable(exc) -> None:
@@ -197,5 +202,6 @@ def forbidden_message(exc) -> str:
     group = exc.group or '""'
     scope = f"in the namespace {exc.namespace}" if exc.namespace else "at the cluster scope"
     what = f"{exc.resource} {exc.name!r}" if exc.name else exc.resource
-    return (f"{exc.message}\n  missing permission: {exc.verb} {what} (apiGroup {group}) {scope}; the ClusterRole "
-            f"{VIEWER_ROLE} of the chart grants what this command reads (docs/tasks/ask-the-cluster.md)")
+    return (f"{exc.message}\n  missing permission: {exc.verb} {what} (apiGroup {group}) {scope}; the "
+            f"ClusterRole {VIEWER_ROLE} of the chart grants what this command reads "
+            f"(docs/tasks/ask-the-cluster.md)")

@@ -18,16 +18,19 @@ _OPTIONS = (
     click.option("--cert", default=None, help="serving certificate (PEM)"),
     click.option("--key", default=None, help="serving private key (PEM)"),
     click.option("--self-signed", "self_signed_dir", default=None, metavar="DIR",
-                 help="development mode: make a CA and a certificate for 127.0.0.1 in DIR (ca.crt for clients)"),
+                 help="development mode: make a CA and a certificate for 127.0.0.1 in DIR (ca.crt for "
+                      "clients)"),
     click.option("--host", default="127.0.0.1", show_default=True),
     click.option("--port", default=9443, show_default=True, type=int),
     click.option("--snapshot", multiple=True, help="cluster snapshot files/directories the webhooks read"),
     click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=int),
     click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
-                 help="seconds a request may take to arrive whole (headers and body) before the connection is closed"),
+                 help="seconds a request may take to arrive whole (headers and body) before the connection "
+                      "is closed"),
     click.option("--max-connections", default=512, show_default=True, type=click.IntRange(min=1),
                  help="connections and requests served at once; more are answered 503"),
-    click.option("--deadline", "deadline_seconds", default=8.0, show_default=True, type=click.FloatRange(min=0.1),
+    click.option("--deadline", "deadline_seconds", default=8.0, show_default=True,
+                 type=click.FloatRange(min=0.1),
                  help="seconds to judge one review; a miss is answered with a Timeout denial "
                       "(keep it below the webhook's timeoutSeconds, 10 by default)"),
     click.option("--workers", default=None, type=click.IntRange(min=1),
@@ -62,7 +65,8 @@ def webhook_command(state_class: type | None = None) -> click.Command:
         cert, key = _tls_files(cert, key, self_signed_dir)
         policy = policy_from(rules)
         engine = engine_from(policy)
-        state = (state_class or WebhookState)(max_body_bytes=max_body_bytes, deadline_seconds=deadline_seconds)
+        state = (state_class or WebhookState)(max_body_bytes=max_body_bytes,
+                                              deadline_seconds=deadline_seconds)
         if workers:
             state.workers = workers
         paths = {spec.path: name for name, spec in engine.policies.items()}
@@ -111,7 +115,9 @@ def _tls_files(cert: str | None, key: str | None, self_signed_dir: str | None) -
             fail("give --cert and --key, or --self-signed DIR")
         check_tls(cert, key)
     except ssl.SSLError as exc:
-        fail(f"--cert {cert} / --key {key}: not a PEM certificate and matching private key ({exc.reason or exc})")
+        fail(
+            f"--cert {cert} / --key {key}: not a PEM certificate and matching private key "
+            f"({exc.reason or exc})")
     except OSError as exc:
         fail(f"{exc.filename or self_signed_dir}: {exc.strerror or exc}")
     return cert, key

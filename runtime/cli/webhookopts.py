@@ -50,8 +50,9 @@ def webhook_options(once: bool, opts: dict) -> dict | None:
         return opts
     if opts["port"] is None:
         given = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
-                                        ("--webhook-cert-secret", "cert_secret"), ("--webhook-cert-dir", "cert_dir"),
-                                        ("--webhook-ca", "ca"), ("--webhook-self-signed", "self_signed"),
+                                        ("--webhook-cert-secret", "cert_secret"),
+                                        ("--webhook-cert-dir", "cert_dir"), ("--webhook-ca", "ca"),
+                                        ("--webhook-self-signed", "self_signed"),
                                         ("--webhook-url-base", "url_base"), ("--webhook-service", "service"),
                                         ("--webhook-owner-clusterrole", "owner"))
                  if opts[key]]
@@ -77,10 +78,13 @@ def registration_only_options(once: bool, opts: dict) -> None:
     serving = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
                                       ("--webhook-self-signed", "self_signed")) if opts[key]]
     if serving:
-        fail(f"--webhook-registration-only serves no webhook here: drop {', '.join(serving)} (give the CA with "
+        fail(f"--webhook-registration-only serves no webhook here: drop {', '.join(serving)} (give the CA "
+             f"with "
              "--webhook-ca FILE or --webhook-cert-secret NAME)")
     if not (opts["cert_secret"] or opts["ca"]):
-        fail("--webhook-registration-only needs the CA to register: --webhook-cert-secret NAME or --webhook-ca FILE")
+        fail(
+            "--webhook-registration-only needs the CA to register: --webhook-cert-secret NAME or "
+            "--webhook-ca FILE")
 
 
 @dataclass
@@ -142,13 +146,15 @@ class Registration:
                                self.readyz_url())
             if stop.is_set():
                 return
-            registrar = WebhookRegistrar(self.session, controller.policy, self.client(), owner=self.owner).start()
+            registrar = WebhookRegistrar(self.session, controller.policy, self.client(),
+                                         owner=self.owner).start()
             holder.append(registrar)
             if self.serving_cert is not None:
                 listeners.append(lambda data: registrar.retarget(self.client()))
                 self.serving_cert.listeners.append(listeners[-1])
             for desired in registrar.desired:
-                logger.info(f"registered {desired['kind']} {desired['metadata']['name']} for the admission replicas")
+                logger.info(
+                    f"registered {desired['kind']} {desired['metadata']['name']} for the admission replicas")
         thread = threading.Thread(target=register, name="webhook-registration", daemon=True)
         thread.start()
 
@@ -170,15 +176,16 @@ def serving_certificate(session, namespace: str, service: tuple[str, str, int] |
     serving_cert = ServingCertificate(
         session, namespace, secret,
         service_names(service[0], service[1]) if service else ("127.0.0.1", "localhost"), opts["cert_dir"],
-        manage=opts["cert_issuer"] == "accelpolicy", days=opts["cert_days"], renew_days=opts["cert_renew_days"],
-        check_seconds=opts["cert_check_seconds"])
+        manage=opts["cert_issuer"] == "accelpolicy", days=opts["cert_days"],
+        renew_days=opts["cert_renew_days"], check_seconds=opts["cert_check_seconds"])
     try:
         data = serving_cert.ensure(stop=stop)
     except (KubeApiError, TimeoutError) as exc:
         click.echo(f"error: serving certificate: {exc}", err=True)
         sys.exit(1)
     tls = WebhookTls(serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"], data["ca.crt"])
-    logger.info(f"serving certificate from Secret {namespace}/{secret} ({opts['cert_issuer']}) in {opts['cert_dir']}")
+    logger.info(
+        f"serving certificate from Secret {namespace}/{secret} ({opts['cert_issuer']}) in {opts['cert_dir']}")
     return serving_cert, tls
 
 
@@ -240,13 +247,15 @@ def webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
             logger.info(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}")
             tls = WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes())
         elif not all(files):
-            fail("--webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR")
+            fail(
+                "--webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, or "
+                "--webhook-self-signed DIR")
         else:
             check_tls(str(opts["cert"]), str(opts["key"]))
             tls = WebhookTls(opts["cert"], opts["key"], read_ca(opts["ca"]))
     except ssl.SSLError as exc:
-        fail(f"--webhook-cert {opts['cert']} / --webhook-key {opts['key']}: not a PEM certificate and matching "
-             f"private key ({exc.reason or exc})")
+        fail(f"--webhook-cert {opts['cert']} / --webhook-key {opts['key']}: not a PEM certificate and "
+             f"matching private key ({exc.reason or exc})")
     except OSError as exc:
         fail(f"{exc.filename or opts['self_signed']}: {exc.strerror or exc}")
     return tls, service
@@ -269,7 +278,8 @@ def serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
     try:
         webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
                                       url_base=opts["url_base"], service=service,
-                                      register_configurations=opts["register"], owner_clusterrole=opts["owner"])
+                                      register_configurations=opts["register"],
+                                      owner_clusterrole=opts["owner"])
     except KeyError as exc:
         fail(str(exc.args[0]) if exc.args else str(exc))
     try:

@@ -3,8 +3,10 @@
 :class:`ActionWriter` is the part of :class:`runtime.controller.reconciler.Controller` that runs a
 planned :class:`~runtime.engine.plan.Action` through its :class:`runtime.kube.applier.Applier`:
 apply, status apply, the Workload check state (server-side apply as the check's
-``controllerName``), create (a LocalQueue with its ClusterQueue owner reference, docs/concepts/pools-and-flavors.md "Queues and the entrance"), merge patch, delete, recreate, and the finalizers of :data:`FINALIZER_ROLES` (JSON patches
-guarded by a ``test`` op). A new Verb needs its handler in ``_handlers`` here.
+``controllerName``), create (a LocalQueue with its ClusterQueue owner reference,
+docs/concepts/pools-and-flavors.md "Queues and the entrance"), merge patch, delete, recreate, and the
+finalizers of :data:`FINALIZER_ROLES` (JSON patches guarded by a ``test`` op). A new Verb needs its handler in
+``_handlers`` here.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ class ActionWriter:
     def _apply_check_state(self, action: Action) -> None:
         """Server-side apply of one Workload's check entry on its ``status`` subresource, field manager
         = the check's ``controllerName`` (as Kueue's admission-check controllers write)."""
-        self.applier.apply_status(action.body, field_manager=self.policy.derivation.admissionCheck.controllerName,
+        self.applier.apply_status(action.body,
+                                  field_manager=self.policy.derivation.admissionCheck.controllerName,
                                   keep_uid=True)
 
     def _do_apply(self, action: Action) -> None:
@@ -81,13 +84,15 @@ class ActionWriter:
         self.applier.json_patch(action.kind, action.name, ops, action.namespace)
 
     _handlers = {
-        Verb.APPLY: _do_apply, Verb.APPLY_STATUS: _do_apply_status, Verb.APPLY_CHECK_STATE: _apply_check_state,
-        Verb.CREATE: _do_create, Verb.PATCH: _do_patch, Verb.DELETE: _do_delete, Verb.RECREATE: _do_recreate,
-        Verb.REMOVE_FINALIZER: _do_remove_finalizer, Verb.ADD_FINALIZER: _do_add_finalizer,
+        Verb.APPLY: _do_apply, Verb.APPLY_STATUS: _do_apply_status,
+        Verb.APPLY_CHECK_STATE: _apply_check_state, Verb.CREATE: _do_create, Verb.PATCH: _do_patch,
+        Verb.DELETE: _do_delete, Verb.RECREATE: _do_recreate, Verb.REMOVE_FINALIZER: _do_remove_finalizer,
+        Verb.ADD_FINALIZER: _do_add_finalizer,
     }
 
     def _with_owner(self, lq: dict) -> dict:
-        """A LocalQueue with the controller owner reference to its ClusterQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+        """A LocalQueue with the controller owner reference to its ClusterQueue
+        (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
         queue_name = lq["spec"]["clusterQueue"]
         queue = self.cache.get("ClusterQueue", queue_name)
         uid = (queue or {}).get("metadata", {}).get("uid")

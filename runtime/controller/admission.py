@@ -12,12 +12,12 @@ ClusterQueues, LocalQueues), not a derivation of its own: once the controller re
 :func:`runtime.engine.admission.admission_view` derives (tests/controller/test_admission_process.py
 compares them), and deriving again in every replica cost a full derivation per change under churn (3.1 s
 of a rebuild's mean at 5,000 nodes, the admission process saturated: docs/availability.md). A change
-reaches admission when the controller has written it (its pass), as it reaches Kueue. It writes nothing to the cluster: the controller's leader registers the webhook
-configurations for the admission Service and keeps the serving certificate, which every admission
-replica reads from its Secret (:class:`runtime.controller.servingcert.ServingCertificate`, ``manage``
-off) and reloads when it changes. The AdmissionCheck answers, the audit and the fit labels stay with
-the controller. Any number of replicas serve at once (no leader election): the chart's admission
-Deployment scales by ``admission.replicas`` or an HPA.
+reaches admission when the controller has written it (its pass), as it reaches Kueue. It writes nothing to the
+cluster: the controller's leader registers the webhook configurations for the admission Service and keeps the
+serving certificate, which every admission replica reads from its Secret
+(:class:`runtime.controller.servingcert.ServingCertificate`, ``manage`` off) and reloads when it changes. The
+AdmissionCheck answers, the audit and the fit labels stay with the controller. Any number of replicas serve at
+once (no leader election): the chart's admission Deployment scales by ``admission.replicas`` or an HPA.
 """
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ class BuiltAdmissionView:
     A cache event of a kind the view reads wakes the builder; it rebuilds incrementally (the
     controller's :class:`~runtime.controller.snapshots.CacheSnapshots`: the changed objects are copied,
     the other kinds' maps kept): as soon as an event arrives (events during a rebuild are coalesced into
-    the next one), or at most once per ``refresh_seconds`` when that is above 0. Calling the object returns the last
-    good view at once; only the first call, before any view exists, builds one (and raises when it
+    the next one), or at most once per ``refresh_seconds`` when that is above 0. Calling the object returns
+    the last good view at once; only the first call, before any view exists, builds one (and raises when it
     cannot: :func:`runtime.controller.webhooks.view_not_ready_reason` reports it). A rebuild that
     fails keeps the last good view (``error`` says why; the next event tries again).
 
@@ -180,12 +180,13 @@ class ViewCollector(Collector):
 
     def _families(self):
         return (GaugeMetricFamily("accelpolicy_admission_view_stale_seconds",
-                                  "Seconds since the first watch event the admission view in service does not "
-                                  "hold yet (0 when current; rebuilt off the review path as events arrive, or at most "
-                                  "once per --view-refresh-seconds when set)"),
+                                  "Seconds since the first watch event the admission view in service does "
+                                  "not hold yet (0 when current; rebuilt off the review path as events "
+                                  "arrive, or at most once per --view-refresh-seconds when set)"),
                 CounterMetricFamily("accelpolicy_admission_view_rebuilds", "Admission views built"),
                 CounterMetricFamily("accelpolicy_admission_view_rebuild_seconds",
-                                    "Seconds spent building admission views (divided by the rebuilds: the mean)"))
+                                    "Seconds spent building admission views (divided by the rebuilds: the "
+                                    "mean)"))
 
     def describe(self):
         return list(self._families())
@@ -262,7 +263,8 @@ class AdmissionServer:
     def serve(self) -> "AdmissionServer":
         """Start the HTTPS server thread. Raises OSError when the port cannot be bound."""
         self.server = ServerThread(self.app, str(self.cert), str(self.key), self.host, self.port,
-                                   read_timeout=self.read_timeout, max_connections=self.max_connections).start()
+                                   read_timeout=self.read_timeout,
+                                   max_connections=self.max_connections).start()
         self.port = self.server.port
         return self
 
@@ -272,7 +274,8 @@ class AdmissionServer:
         leaves ``/readyz`` 503 with the reason (the builder tries again at every event)."""
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout):
-            raise TimeoutError(f"watch caches not synced within {sync_timeout}s: {', '.join(self.cache.never_synced())}")
+            raise TimeoutError(
+                f"watch caches not synced within {sync_timeout}s: {', '.join(self.cache.never_synced())}")
         try:
             self.view.build()
         except Exception:  # noqa: BLE001 - /readyz says why
@@ -303,7 +306,8 @@ class AdmissionServer:
         :class:`~runtime.kube.session.KubeApiError` when it cannot be read (the reload waits)."""
         namespace, name = self.rules_configmap
         try:
-            configmap = self.session.call("get", self.session.ref("ConfigMap").path(namespace=namespace, name=name))
+            configmap = self.session.call("get",
+                                          self.session.ref("ConfigMap").path(namespace=namespace, name=name))
         except KubeApiError as exc:
             if exc.status == 404:
                 return None

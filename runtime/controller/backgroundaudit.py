@@ -1,5 +1,5 @@
-"""The controller's background audit (docs/audit.md "The background audit"): every ``interval`` seconds, the audit of
-:mod:`runtime.report.audit` on the controller's watch caches, written as openreports.io ``Report``
+"""The controller's background audit (docs/audit.md "The background audit"): every ``interval`` seconds, the
+audit of :mod:`runtime.report.audit` on the controller's watch caches, written as openreports.io ``Report``
 (per namespace) and ``ClusterReport`` objects.
 
 Only reports whose content changed since the last write are applied (server-side apply, field manager
@@ -99,7 +99,8 @@ class BackgroundAudit(Periodic):
                   for r in reports(results, spec.reportName, spec.source, labels=MANAGED_BY)}
         for key in set(self._written) - set(bodies):  # findings gone: an empty report replaces the old one
             kind, namespace = key
-            meta = {"name": spec.reportName, "labels": dict(MANAGED_BY), **({"namespace": namespace} if namespace else {})}
+            meta = {"name": spec.reportName, "labels": dict(MANAGED_BY),
+                    **({"namespace": namespace} if namespace else {})}
             bodies[key] = {"apiVersion": "openreports.io/v1alpha1", "kind": kind, "metadata": meta,
                            "source": spec.source, "summary": dict.fromkeys(RESULT_KINDS, 0), "results": []}
         for key, body in sorted(bodies.items()):
@@ -111,12 +112,14 @@ class BackgroundAudit(Periodic):
             except KubeApiError as exc:
                 if exc.status == 404 and not self._warned_missing:   # the CRDs are not installed
                     self._warned_missing = True
-                    logger.warning("audit reports not written: the API server does not serve {} ({}); install the "
-                                   "openreports.io CRDs (github.com/openreports/reports-api config/crd) or set "
+                    logger.warning("audit reports not written: the API server does not serve {} ({}); "
+                                   "install the openreports.io CRDs (github.com/openreports/reports-api "
+                                   "config/crd) or set "
                                    "--audit-interval=0", body["apiVersion"], exc)
                 elif exc.status != 404:
                     logger.warning("audit report {} {}: {}", key[0], key[1] or "(cluster)", exc)
-        failing = {(r.resource, r.policy, r.rule, r.field): r for r in results if r.result in ("fail", "error")}
+        failing = {
+            (r.resource, r.policy, r.rule, r.field): r for r in results if r.result in ("fail", "error")}
         now = datetime.now(timezone.utc)
         template = self.controller.policy.derivation.events.auditFailed
         for key in sorted(set(failing) - self._failing, key=str):

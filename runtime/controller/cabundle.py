@@ -22,7 +22,8 @@ def ca_configmap(namespace: str, name: str, ca_pem: bytes) -> dict:
     """The ConfigMap ``namespace/name`` holding ``ca_pem`` (PEM bytes) under ``ca.crt``."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/name": "accelpolicy", "app.kubernetes.io/component": "webhook-ca"}},
+                         "labels": {"app.kubernetes.io/name": "accelpolicy",
+                                    "app.kubernetes.io/component": "webhook-ca"}},
             "data": {CA_KEY: ca_pem.decode()}}
 
 

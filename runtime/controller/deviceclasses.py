@@ -1,4 +1,5 @@
-"""The controller's DeviceClasses for the DRA drivers of the rules (docs/concepts/dra.md "The ledger from claims").
+"""The controller's DeviceClasses for the DRA drivers of the rules (docs/concepts/dra.md "The ledger from
+claims").
 
 :class:`DeviceClassFeature` finds out once, at start, whether the cluster can take them: it serves
 ``resource.k8s.io/v1`` ``deviceclasses`` (discovery) and keeps ``spec.extendedResourceName`` (a
@@ -104,7 +105,8 @@ class DeviceClassFeature:
         if self.why:
             message += f" ({self.why})"
         logger.warning("{}", message)
-        involved = {"apiVersion": "v1", "kind": "Namespace", "name": system_namespace, "namespace": system_namespace}
+        involved = {"apiVersion": "v1", "kind": "Namespace", "name": system_namespace,
+                    "namespace": system_namespace}
         if create_event is not None:
             create_event(warning_event(involved, rules.events.featureMissing, message, COMPONENT,
                                        self.clock()))

@@ -1,7 +1,7 @@
 """Fit label patches written outside the reconcile that planned them.
 
-A fit label patch (docs/agent.md "Capacity and fit labels") is one independent merge patch of one Node's labels; a
-pass over a large cluster plans hundreds (619 at 1,000 nodes, 3,023 at 5,000). Written inside the
+A fit label patch (docs/agent.md "Capacity and fit labels") is one independent merge patch of one Node's
+labels; a pass over a large cluster plans hundreds (619 at 1,000 nodes, 3,023 at 5,000). Written inside the
 pass, they held every event behind them for seconds. :class:`FitLabelWriter` takes them from the
 controller's loop and writes them on its own threads, ``workers`` at a time, one batch after the
 other, while the loop goes on serving events:
@@ -46,7 +46,8 @@ class FitLabelWriter:
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="fit-labels")
         self._batches = ThreadPoolExecutor(1, thread_name_prefix="fit-batches")
         self._lock = threading.Lock()
-        self._sent: dict[str, tuple[dict, str | None]] = {}  # Node -> (patch body, resourceVersion planned against)
+        # Node -> (patch body, resourceVersion planned against)
+        self._sent: dict[str, tuple[dict, str | None]] = {}
         self._latest: dict[str, int] = {}  # Node -> sequence number of its latest patch
         self._seq = 0
         self._pending = 0
@@ -87,8 +88,8 @@ class FitLabelWriter:
         t0 = time.monotonic()
         try:
             results = list(self._pool.map(lambda item: self._send(*item), items))
-            logger.info("fit labels: {} patches, {} errors in {:.3f}s", results.count(True), results.count(False),
-                        time.monotonic() - t0)
+            logger.info("fit labels: {} patches, {} errors in {:.3f}s", results.count(True),
+                        results.count(False), time.monotonic() - t0)
         finally:
             with self._lock:
                 self._pending -= 1

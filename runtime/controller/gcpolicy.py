@@ -1,4 +1,5 @@
-"""Python's cyclic garbage collector on a large cluster (docs/performance.md "A pass proportional to what changed").
+"""Python's cyclic garbage collector on a large cluster (docs/performance.md "A pass proportional to what
+changed").
 
 The controller's heap is mostly long-lived: the watch caches, their snapshot copies and the
 incremental derive's memo, about a million tracked objects at 5,000 nodes. A full collection walks
@@ -14,11 +15,11 @@ caches synced and the first pass derived everything, and one landed now and then
 - :func:`tend` (after every later pass, on the loop's thread) keeps that part small. The caches
   replace objects as the cluster changes (6,000 fit label echoes replace 6,000 Nodes); the new ones
   aged into generation 2 unfrozen, and each full collection walked them all: at 10,000 nodes one
-  every 2-20 s, 250-370 ms each, landing inside passes (a flip's pass 0.3 -> 0.84 s of CPU; docs/performance.md
-  "Fast to start, light to hold"). So once the collector has promoted ``REFREEZE_AFTER`` batches of survivors since the last
-  full collection, ``tend`` collects what is unfrozen (cyclic garbage among the new objects) and
-  freezes the survivors: each walk covers only what came since the last. CPython's own full
-  collections stay on (for threads and replicas that run no passes) and walk as little. Cyclic
+  every 2-20 s, 250-370 ms each, landing inside passes (a flip's pass 0.3 -> 0.84 s of CPU;
+  docs/performance.md "Fast to start, light to hold"). So once the collector has promoted ``REFREEZE_AFTER``
+  batches of survivors since the last full collection, ``tend`` collects what is unfrozen (cyclic garbage
+  among the new objects) and freezes the survivors: each walk covers only what came since the last. CPython's
+  own full collections stay on (for threads and replicas that run no passes) and walk as little. Cyclic
   garbage among *frozen* objects is never found that way, so once ``tend`` has frozen as many
   objects as the last whole collection left (``WHOLE_AFTER_TURNOVER``: the heap has turned over
   once), it unfreezes, collects everything once and freezes again. At 10,000 nodes a flip every 4 s
@@ -37,7 +38,8 @@ import time
 HELD_THRESHOLD = 1 << 30  # generation-2 threshold while held: no full collection
 REFREEZE_AFTER = 5  # generation-1 collections since the last full one before tend() collects (CPython's own
 # full collection comes after 10: half that, so the loop's, between passes, normally comes first)
-WHOLE_AFTER_TURNOVER = 1.0  # objects frozen since the last whole collection, over its population, before the next
+# objects frozen since the last whole collection, over its population, before the next
+WHOLE_AFTER_TURNOVER = 1.0
 _lock = threading.Lock()
 _saved: tuple[int, ...] | None = None  # the thresholds before hold(), while held
 _whole = 0  # frozen objects after the last whole collection (settle() or tend())

@@ -1,4 +1,5 @@
-"""The Instance reconciler (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes"): engine decisions turned into controller writes.
+"""The Instance reconciler (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent
+volumes"): engine decisions turned into controller writes.
 
 For every cached Instance, :func:`plan_instances` calls the engine's
 :func:`runtime.engine.instances.instancelife.plan_instance` with
@@ -11,8 +12,8 @@ For every cached Instance, :func:`plan_instances` calls the engine's
   with ``entrance`` and ``detail``) with the live object's ``metadata`` (so a deletion timestamp
   counts, docs/concepts/instances.md "Life cycle"), or None when neither exists;
 * the live ClusterQueue of that type (same name), whose ``spec.stopPolicy`` drives the drain stop;
-* (through the snapshot) the Service of the same name (docs/concepts/instances.md "The Instance's Pod", ``status.ports``) and the Pod's Node
-  (``status.hostIPs``).
+  * (through the snapshot) the Service of the same name (docs/concepts/instances.md "The Instance's Pod",
+  ``status.ports``) and the Pod's Node (``status.hostIPs``).
 
 and turns the :class:`~runtime.engine.instances.instancelife.InstancePlan` into :class:`Action` s for
 :meth:`runtime.controller.actions.ActionWriter._execute`:
@@ -25,17 +26,17 @@ ADD_FINALIZER           ``add-finalizer`` Instance (JSON patch; key role ``insta
 SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge patch)
 DELETE_POD              ``delete`` Pod (the applier refuses a Pod no Instance controls)
 CREATE_POD              ``create`` Pod (rendered once, never re-diffed; no ``spec.nodeName``)
-CREATE_SERVICE          ``create`` Service (NodePort, docs/concepts/instances.md "The Instance's Pod"; created when missing, never updated)
-REMOVE_FINALIZER        ``remove-finalizer`` Instance
+CREATE_SERVICE          ``create`` Service (NodePort, docs/concepts/instances.md "The Instance's Pod"; created
+when missing, never updated) REMOVE_FINALIZER        ``remove-finalizer`` Instance
 ======================  ===================================================================
 
 The status goes first, so a drain writes phase ``Stopping`` before ``spec.stop`` and the Pod delete
-(docs/concepts/instances.md "Life cycle"). ``InstanceActions.requeue`` is the smallest ``plan.requeue`` > 0 (seconds), after which the
-controller reconciles again without an event.
+(docs/concepts/instances.md "Life cycle"). ``InstanceActions.requeue`` is the smallest ``plan.requeue`` > 0
+(seconds), after which the controller reconciles again without an event.
 
-Re-enqueueing (docs/concepts/instances.md "Life cycle"): the controller reconciles every Instance on every pass, and any event
-(an InstanceType's deletion timestamp, a ClusterQueue's ``stopPolicy``, a Pod, a PVC, the settings
-Secret) starts a pass, so every Instance of a type is looked at again when its type or queue changes.
+Re-enqueueing (docs/concepts/instances.md "Life cycle"): the controller reconciles every Instance on every
+pass, and any event (an InstanceType's deletion timestamp, a ClusterQueue's ``stopPolicy``, a Pod, a PVC, the
+settings Secret) starts a pass, so every Instance of a type is looked at again when its type or queue changes.
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def _created(obj: dict | None) -> datetime | None:
 
 
 def pod_age_seconds(instance: dict, pod: dict | None) -> float:
-    """Pod creation minus Instance creation in seconds (docs/concepts/instances.md "Life cycle"); 0 when either is unknown."""
+    """Pod creation minus Instance creation in seconds (docs/concepts/instances.md "Life cycle"); 0 when
+    either is unknown."""
     pod_at, instance_at = _created(pod), _created(instance)
     if pod_at is None or instance_at is None:
         return 0.0
@@ -89,7 +91,8 @@ def instance_type_for(state: DesiredState, snapshot: Snapshot, name: str) -> dic
     return {**desired, "metadata": live["metadata"]}
 
 
-# The engine's InstanceAction -> the controller's write: (name, namespace, instance, its Pod, payload) -> Action.
+# The engine's InstanceAction -> the controller's write: (name, namespace, instance, its Pod, payload) ->
+# Action.
 _INSTANCE_WRITES = {
     InstanceAction.ADD_FINALIZER: lambda name, ns, instance, pod, payload: Action(
         Verb.ADD_FINALIZER, "Instance", name, ns, body=instance, reason="ensure the Instance finalizer"),
@@ -141,8 +144,8 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
                 to_action(name, namespace, instance, pod, payload))
         if decided.status is not None and decided.status != (instance.get("status") or {}):
             first.append(Action(Verb.APPLY_STATUS, "Instance", name, namespace,
-                                body={"apiVersion": instance.get("apiVersion", api_version), "kind": "Instance",
-                                      "metadata": {"name": name, "namespace": namespace},
+                                body={"apiVersion": instance.get("apiVersion", api_version),
+                                      "kind": "Instance", "metadata": {"name": name, "namespace": namespace},
                                       "status": decided.status},
                                 reason=f"phase {decided.status.get('phase', '')}"))
         out.actions += first + rest
@@ -153,10 +156,10 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
 
 
 def plan_persistent_volumes(policy: Policy, snapshot: Snapshot) -> list[Action]:
-    """Actions for every InstancePersistentVolume (docs/concepts/instances.md "Persistent volumes"): ``create`` its claim when
-    no PersistentVolumeClaim of that name exists (created once, never updated: the claim's fields are
-    immutable), and ``apply-status`` ``{phase, volume}`` mirrored from the claim when it differs. A
-    same-named claim the InstancePersistentVolume does not control is neither touched nor mirrored.
+    """Actions for every InstancePersistentVolume (docs/concepts/instances.md "Persistent volumes"):
+    ``create`` its claim when no PersistentVolumeClaim of that name exists (created once, never updated: the
+    claim's fields are immutable), and ``apply-status`` ``{phase, volume}`` mirrored from the claim when it
+    differs. A same-named claim the InstancePersistentVolume does not control is neither touched nor mirrored.
     Deleting the InstancePersistentVolume removes the claim through its ownerReference (garbage
     collector)."""
     out: list[Action] = []
@@ -168,13 +171,15 @@ def plan_persistent_volumes(policy: Policy, snapshot: Snapshot) -> list[Action]:
         name, namespace = meta["name"], meta.get("namespace") or "default"
         pvc = snapshot.get("PersistentVolumeClaim", name, namespace)
         if pvc is None:
-            out.append(Action(Verb.CREATE, "PersistentVolumeClaim", name, namespace, body=render_claim(policy, ipv),
+            out.append(Action(Verb.CREATE, "PersistentVolumeClaim", name, namespace,
+                              body=render_claim(policy, ipv),
                               reason="the InstancePersistentVolume's claim (§13)"))
             continue
         status = claim_status(pvc) if owns_claim(ipv, pvc) else {}
         if status and status != (ipv.get("status") or {}):
             out.append(Action(Verb.APPLY_STATUS, "InstancePersistentVolume", name, namespace,
-                              body={"apiVersion": ipv.get("apiVersion", api_version), "kind": "InstancePersistentVolume",
+                              body={"apiVersion": ipv.get("apiVersion", api_version),
+                                    "kind": "InstancePersistentVolume",
                                     "metadata": {"name": name, "namespace": namespace}, "status": status},
                               reason=f"claim {status.get('phase', '')}"))
     return out

@@ -1,5 +1,5 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease (docs/architecture.md "Which package holds what": the controller is a
-leader-elected Deployment, ``gpustack-operator-worker``).
+"""Leader election on a ``coordination.k8s.io/v1`` Lease (docs/architecture.md "Which package holds what": the
+controller is a leader-elected Deployment, ``gpustack-operator-worker``).
 
 The holder renews ``spec.renewTime`` every ``renew_seconds``; a candidate takes the Lease when it is
 free, held by itself, or not renewed for ``leaseDurationSeconds``. Every write is an update guarded by
@@ -95,7 +95,8 @@ class LeaderElector:
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         lease["spec"] = new_spec
         try:
-            self.session.call("put", path, body=lease, timeout=self.request_seconds)  # resourceVersion guards it
+            # resourceVersion guards it
+            self.session.call("put", path, body=lease, timeout=self.request_seconds)
             return True
         except KubeApiError as exc:
             if exc.status == 409:
@@ -117,7 +118,8 @@ class LeaderElector:
 
     def keep_renewing(self, on_lost: Callable[[], None]) -> threading.Thread:
         """Renew in a daemon thread until :meth:`release`; call ``on_lost`` (once) when renewal has failed
-        for ``renew_deadline_seconds`` or another identity holds the Lease. ``leading`` is False from then on."""
+        for ``renew_deadline_seconds`` or another identity holds the Lease. ``leading`` is False from then
+        on."""
         stop_renew = self._stop_renew = threading.Event()
 
         def loop() -> None:

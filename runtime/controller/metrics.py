@@ -32,9 +32,9 @@ from runtime.engine.plan import Verb
 from runtime.kube.held import CacheBytesCollector
 from runtime.model.rfc3339 import TIME_FORMAT
 
-# Views (docs/concepts/four-views.md "The four views", docs/concepts/pools-and-flavors.md "InstanceType status") -> the InstanceType status field that publishes them
-# (crds/worker.gpustack.ai_instancetypes.yaml). Units: ex accelerators, sh shares, sl VRAM percent,
-# pt partitions, cpu cores.
+# Views (docs/concepts/four-views.md "The four views", docs/concepts/pools-and-flavors.md "InstanceType
+# status") -> the InstanceType status field that publishes them (crds/worker.gpustack.ai_instancetypes.yaml).
+# Units: ex accelerators, sh shares, sl VRAM percent, pt partitions, cpu cores.
 STATUS_VIEWS = {"ex": "accelerator", "sh": "acceleratorShared", "sl": "acceleratorSliced",
                 "pt": "acceleratorPartitioned", "cpu": "cpu"}
 VIEW_NUMBERS = {"capacity": "capacity", "remaining": "remaining", "once_max_request": "onceMaxRequest"}
@@ -81,7 +81,8 @@ def quota_reserved_at(workload: dict | None) -> datetime | None:
 def check_answers(planned: Iterable, writes: Iterable, workload_of: Callable[[str, str], dict | None],
                   now: datetime) -> list[tuple[str, float | None]]:
     """``(state, seconds since quota reservation or None)`` for each AdmissionCheck answer a pass
-    wrote: its ``apply-check-state`` actions whose Workload status write succeeded (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
+    wrote: its ``apply-check-state`` actions whose Workload status write succeeded
+    (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
     written = {(w.namespace, w.name) for w in writes if w.kind == "Workload" and w.verb == "apply-status"}
     out = []
     for action in planned:
@@ -104,9 +105,10 @@ def cache_families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
                                            "Full lists of a kind after its watch expired (410 Gone)",
                                            labels=["kind"]),
             "stale": GaugeMetricFamily("accelpolicy_watch_cache_stale_seconds",
-                                       "Seconds the objects a kind's watch cache serves may lag the API server: 0 "
-                                       "while its watch is current, the time since the watch broke while it "
-                                       "relists or retries (the last good objects are served meanwhile)",
+                                       "Seconds the objects a kind's watch cache serves may lag the API "
+                                       "server: 0 while its watch is current, the time since the watch broke "
+                                       "while it relists or retries (the last good objects are served "
+                                       "meanwhile)",
                                        labels=["kind"])}
 
 
@@ -123,8 +125,8 @@ def add_cache_samples(families: dict, caches: dict) -> None:
 
 
 class CacheCollector(Collector):
-    """Scrape-time :func:`cache_families` of one :class:`runtime.kube.clustercache.ClusterCache` (the admission
-    process's; the controller's are part of :class:`ControllerCollector`)."""
+    """Scrape-time :func:`cache_families` of one :class:`runtime.kube.clustercache.ClusterCache` (the
+    admission process's; the controller's are part of :class:`ControllerCollector`)."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -156,8 +158,9 @@ class ControllerCollector(Collector):
                                              "ResourceFlavors a ClusterQueue names", labels=["clusterqueue"]),
                 "retryLoops": GaugeMetricFamily("accelpolicy_admissioncheck_retry_loops",
                                                 "Workloads the check answered Retry on one flavor "
-                                                "admissionCheck.retryLoopAfter times in a row while another flavor "
-                                                "of the pool holds a node that can take them (not Ready since)",
+                                                "admissionCheck.retryLoopAfter times in a row while another "
+                                                "flavor of the pool holds a node that can take them (not "
+                                                "Ready since)",
                                                 labels=["clusterqueue"]),
                 **cache_families()}
 
@@ -176,7 +179,8 @@ class ControllerCollector(Collector):
                 for view, number, value in view_samples(it):
                     families[number].add_metric([name, view], value)
             for queue in caches["ClusterQueue"].objects() if "ClusterQueue" in caches else ():
-                families["flavors"].add_metric([(queue.get("metadata") or {}).get("name", "")], queue_flavors(queue))
+                families["flavors"].add_metric([(queue.get("metadata") or {}).get("name", "")],
+                                               queue_flavors(queue))
             loops = Tally(getattr(getattr(controller, "transitions", None), "retry_loops", {}).values())
             for pool, n in sorted(loops.items()):
                 families["retryLoops"].add_metric([pool], n)
@@ -199,7 +203,8 @@ class ControllerMetrics:
         self._lock = threading.Lock()
         self.collector = ControllerCollector(before_scrape=self.count_writes)
         self.registry.register(self.collector)
-        self.registry.register(CacheBytesCollector(lambda: self.controller.cache.caches if self.controller else None))
+        self.registry.register(
+            CacheBytesCollector(lambda: self.controller.cache.caches if self.controller else None))
         self.registry.register(ReachCollector(lambda: getattr(self.controller, "reach", None)))  # pool reach
         self.reconcile_seconds = Histogram("accelpolicy_reconcile_seconds", "Time one reconcile pass took",
                                            buckets=RECONCILE_BUCKETS, registry=self.registry)
@@ -207,10 +212,14 @@ class ControllerMetrics:
                                         "Failed reconcile actions, and passes that failed as a whole",
                                         registry=self.registry)
         self.writes = Counter("accelpolicy_api_writes", "Successful API writes by kind and verb "
-                              "(apply, apply-status, create, patch, delete)", ["kind", "verb"], registry=self.registry)
-        self.check_answers = Counter("accelpolicy_admissioncheck_answers", "AdmissionCheck answers written on "
-                                     "Workloads, by state (Ready, Retry, Rejected)", ["state"], registry=self.registry)
-        self.check_latency = Histogram("accelpolicy_admissioncheck_answer_seconds", "Time from a Workload's quota "
+                              "(apply, apply-status, create, patch, delete)", ["kind", "verb"],
+                              registry=self.registry)
+        self.check_answers = Counter("accelpolicy_admissioncheck_answers",
+                                     "AdmissionCheck answers written on "
+                                     "Workloads, by state (Ready, Retry, Rejected)", ["state"],
+                                     registry=self.registry)
+        self.check_latency = Histogram("accelpolicy_admissioncheck_answer_seconds",
+                                       "Time from a Workload's quota "
                                        "reservation to the check's answer", ["state"], buckets=CHECK_BUCKETS,
                                        registry=self.registry)
         self.leader = Gauge("accelpolicy_leader", "1 while this replica holds the leader Lease, else 0",

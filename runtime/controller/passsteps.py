@@ -1,10 +1,10 @@
 """Steps of a reconcile pass that the :class:`~runtime.controller.reconciler.Controller` takes around its
-plan: derive warnings logged once, the fit labels' coalescing window (docs/agent.md "Capacity and fit labels"), the
-Workload check answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`") and the InvalidSetting Events (docs/concepts/settings.md "Settings"). A mixin:
-it reads and sets the Controller's own fields (``_served`` and ``_pass_policy``, the rules generation
-behind :attr:`PassSteps.policy`; ``settings_namespace``, ``_requeue_at``,
-``_fit_since``, ``_warned``, ``_reported``, ``_pass``), reads the time from its ``clock`` and calls
-its ``_create_event``."""
+plan: derive warnings logged once, the fit labels' coalescing window (docs/agent.md "Capacity and fit
+labels"), the Workload check answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck
+`gpustack-node-devices`") and the InvalidSetting Events (docs/concepts/settings.md "Settings"). A mixin: it
+reads and sets the Controller's own fields (``_served`` and ``_pass_policy``, the rules generation behind
+:attr:`PassSteps.policy`; ``settings_namespace``, ``_requeue_at``, ``_fit_since``, ``_warned``, ``_reported``,
+``_pass``), reads the time from its ``clock`` and calls its ``_create_event``."""
 from __future__ import annotations
 
 import time
@@ -50,8 +50,8 @@ class PassSteps:
 
     def _hold_fit_labels(self, actions: list[Action]) -> tuple[list[Action], list[Action]]:
         """(actions to run now, fit label patches deferred): the coalescing window of
-        docs/agent.md "Capacity and fit labels" (see the module docstring). A deferral requeues a pass for when the
-        window closes."""
+        docs/agent.md "Capacity and fit labels" (see the module docstring). A deferral requeues a pass for
+        when the window closes."""
         fit = [a for a in actions if a.kind == "Node"]
         now = time.monotonic()
         if not fit or self.fit_coalesce_seconds <= 0:
@@ -66,7 +66,8 @@ class PassSteps:
         self._requeue(due)
         return [a for a in actions if a.kind != "Node"], fit
 
-    # -- the gpustack-node-devices answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`") ---
+    # -- the gpustack-node-devices answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck
+    # `gpustack-node-devices`") ---
     def _workload_check_actions(self, snapshot) -> list[Action]:
         """Plan the Workload check answers (:mod:`runtime.controller.workloadchecks`); a Retry waiting
         for its re-evaluation requeues a pass for that moment."""

@@ -65,8 +65,10 @@ class ReachWatch:
         templates, spec = policy.derivation.events, reach_spec(policy)
         if spec is None:  # rules without an AuditPolicy (a reload dropped it): nothing to word
             return []
-        raised = {spec.unselected.rule: templates.flavorSelectsTooFewNodes, spec.unusable.rule: templates.acceleratorsUnusable}
-        cleared = {spec.unselected.rule: templates.flavorSelectsItsNodes, spec.unusable.rule: templates.acceleratorsUsable}
+        raised = {spec.unselected.rule: templates.flavorSelectsTooFewNodes,
+                  spec.unusable.rule: templates.acceleratorsUnusable}
+        cleared = {spec.unselected.rule: templates.flavorSelectsItsNodes,
+                   spec.unusable.rule: templates.acceleratorsUsable}
         types = {name_of(it): it for it in state.instance_types}
         out = []
         for key in sorted(set(before) | set(findings)):
@@ -83,7 +85,8 @@ class ReachWatch:
             variables = {"pool": finding.pool, "flavor": finding.flavor, **extra}
             if finding.node:
                 variables["node"] = finding.node
-            out.append(state_event(template, it, "InstanceType", now + timedelta(microseconds=len(out)), **variables))
+            out.append(state_event(template, it, "InstanceType", now + timedelta(microseconds=len(out)),
+                                   **variables))
         return out
 
 
@@ -100,18 +103,19 @@ class ReachCollector(Collector):
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
         return [
-            GaugeMetricFamily("accelpolicy_resourceflavor_nodes", "Nodes contributing to a derived ResourceFlavor",
-                              labels=["resourceflavor"]),
+            GaugeMetricFamily("accelpolicy_resourceflavor_nodes",
+                              "Nodes contributing to a derived ResourceFlavor", labels=["resourceflavor"]),
             GaugeMetricFamily("accelpolicy_resourceflavor_selected_nodes",
-                              "Contributing Nodes that carry the ResourceFlavor's spec.nodeLabels (the ones the "
+                              "Contributing Nodes that carry the ResourceFlavor's spec.nodeLabels (the ones "
+                              "the "
                               "scheduler can place its Pods on)", labels=["resourceflavor"]),
             GaugeMetricFamily("accelpolicy_resourceflavor_accelerators",
-                              "Accelerators of a device ResourceFlavor: source=labels as its nodes' labels count "
-                              "them, source=devices as their Devices can use them (its quota)",
+                              "Accelerators of a device ResourceFlavor: source=labels as its nodes' labels "
+                              "count them, source=devices as their Devices can use them (its quota)",
                               labels=["resourceflavor", "source"]),
             GaugeMetricFamily("accelpolicy_instancetype_reach_findings",
-                              "Findings of the audit rule pool-reach on a pool now (a flavor selecting too few of "
-                              "its nodes, accelerators its Devices cannot use), by rule",
+                              "Findings of the audit rule pool-reach on a pool now (a flavor selecting too "
+                              "few of its nodes, accelerators its Devices cannot use), by rule",
                               labels=["instancetype", "rule"]),
         ]
 

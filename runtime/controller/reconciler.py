@@ -7,15 +7,16 @@ empty when the cluster matches, see :mod:`runtime.engine.plan`). Settings live i
 Secret, so a settings change re-triggers a reconcile without a restart (docs/concepts/settings.md "Settings").
 
 Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every Instance
-(:func:`runtime.controller.instances.plan_instances`, docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes") and the Setting
-view (:func:`runtime.controller.settingsview.plan_settings`, docs/concepts/settings.md "Settings"), then the
+(:func:`runtime.controller.instances.plan_instances`, docs/concepts/instances.md "Life cycle" and "The
+Instance's Pod" and "Persistent volumes") and the Setting view
+(:func:`runtime.controller.settingsview.plan_settings`, docs/concepts/settings.md "Settings"), then the
 ``gpustack-node-devices`` answers on Workloads (:mod:`runtime.controller.workloadchecks`,
-docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"; a ``Retry`` still holding quota is judged again after ``retryAfterSeconds``). An Instance that
-asks for a requeue (e.g. a Pod being deleted) gets another pass after that many seconds even
-without an event.
+docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"; a ``Retry`` still holding
+quota is judged again after ``retryAfterSeconds``). An Instance that asks for a requeue (e.g. a Pod being
+deleted) gets another pass after that many seconds even without an event.
 
-Fit labels (docs/agent.md "Capacity and fit labels") have their own coalescing window (``fitCoalesceSeconds`` of
-rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, and the first pass
+Fit labels (docs/agent.md "Capacity and fit labels") have their own coalescing window (``fitCoalesceSeconds``
+of rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, and the first pass
 at least that long after writes the patches planned then (a pass is requeued for that moment).
 ``ReconcileResult.deferred`` lists the patches held back.
 
@@ -68,14 +69,16 @@ from runtime.kube.clustercache import ClusterCache
 from runtime.kube.session import KubeApiError, Session
 from runtime.model.rfc3339 import format_time
 
-# What the pools depend on (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" triggers), then what Instances depend on
-# (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes": their Pods, the claims, volumes and classes of docs/concepts/instances.md "Persistent volumes", RuntimeClasses of
-# docs/concepts/instances.md "The Instance's Pod"), then Kueue Workloads (the gpustack-node-devices answers, docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). The settings
-# Secret and the Setting view are watched in the settings namespace only.
+# What the pools depend on (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"
+# triggers), then what Instances depend on (docs/concepts/instances.md "Life cycle" and "The Instance's Pod"
+# and "Persistent volumes": their Pods, the claims, volumes and classes of docs/concepts/instances.md
+# "Persistent volumes", RuntimeClasses of docs/concepts/instances.md "The Instance's Pod"), then Kueue
+# Workloads (the gpustack-node-devices answers, docs/concepts/pools-and-flavors.md "The AdmissionCheck
+# `gpustack-node-devices`"). The settings Secret and the Setting view are watched in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
-           "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim", "PersistentVolume",
-           "StorageClass", "RuntimeClass",
+           "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim",
+           "PersistentVolume", "StorageClass", "RuntimeClass",
            "Workload")
 # Fit label patches (one per Node) are sent this many at a time (619 Nodes one by one took 5 s).
 FIT_LABEL_WORKERS = 8
@@ -113,9 +116,9 @@ class Controller(ActionWriter, PassSteps):
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
-                 resync_seconds: float = 300.0, watch_timeout: int = 300, env: Mapping[str, str] | None = None,
-                 fit_coalesce_seconds: float | None = None, extra_kinds: Iterable[str] = (), tune_gc: bool = True,
-                 clock: Clock = utc_now):
+                 resync_seconds: float = 300.0, watch_timeout: int = 300,
+                 env: Mapping[str, str] | None = None, fit_coalesce_seconds: float | None = None,
+                 extra_kinds: Iterable[str] = (), tune_gc: bool = True, clock: Clock = utc_now):
         self.session = session
         self.clock = clock
         self.tune_gc = tune_gc
@@ -175,13 +178,12 @@ class Controller(ActionWriter, PassSteps):
         return self
 
     def start_caches(self, sync_timeout: float = 60.0, until_pass: bool = True) -> "Controller":
-        """Start the watch caches (once) and wait for their first list, writing nothing: what a
-        replica that is not (yet) the leader runs to serve the admission webhooks from (with
-        ``until_pass=False``). With ``tune_gc``, no full collection runs while they fill; with
-        ``until_pass`` none until the end of the first pass, else the caches are settled once synced
-        (:func:`gcpolicy.settle`): a standby that waits for the Lease while it serves the webhooks
-        runs no passes, and held until then its cyclic garbage would never be collected. Leading
-        (:meth:`start`) holds again until its first pass.
+        """Start the watch caches (once) and wait for their first list, writing nothing: what a replica that
+        is not (yet) the leader runs to serve the admission webhooks from (with ``until_pass=False``). With
+        ``tune_gc``, no full collection runs while they fill; with ``until_pass`` none until the end of the
+        first pass, else the caches are settled once synced (:func:`gcpolicy.settle`): a standby that waits
+        for the Lease while it serves the webhooks runs no passes, and held until then its cyclic garbage
+        would never be collected. Leading (:meth:`start`) holds again until its first pass.
 
         Raises ``TimeoutError`` when the caches do not sync within ``sync_timeout`` seconds.
         """
@@ -201,8 +203,8 @@ class Controller(ActionWriter, PassSteps):
             gcpolicy.settle()
 
     def seed_settings(self) -> list[str]:
-        """Create the settings Secret or add its missing keys (docs/concepts/settings.md "Settings"); returns the
-        keys written. A missing namespace is logged, not raised (the next start tries again)."""
+        """Create the settings Secret or add its missing keys (docs/concepts/settings.md "Settings"); returns
+        the keys written. A missing namespace is logged, not raised (the next start tries again)."""
         catalog = self.policy.settings
         secret = self.applier.get("Secret", catalog.secretName, self.settings_namespace)
         data = settings_seed.missing_data(catalog, (secret or {}).get("data") if secret else None, self.env)

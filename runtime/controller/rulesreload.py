@@ -17,7 +17,8 @@ and recorded as an Event on the rules ConfigMap (``configmap``; else on the cont
 reason, type and message are the ``rulesReloaded`` / ``rulesRefused`` / ``rulesVerdictsChanged``
 entries of ``events`` in rules/pools/derivation.yaml. With a ConfigMap the verdict is also written in
 its ``reloadGate.verdictAnnotation`` (``accepted:<fingerprint>`` / ``refused:<fingerprint>``), which the
-admission replicas follow (:class:`runtime.webhook.reload.WebhookRulesReload`). Routes are fixed when the server starts: a policy added with a new ``path`` needs a restart.
+admission replicas follow (:class:`runtime.webhook.reload.WebhookRulesReload`). Routes are fixed when the
+server starts: a policy added with a new ``path`` needs a restart.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def rules_event(namespace: str, reason: str, kind: str, message: str, now: datet
                 configmap: Optional[str] = None) -> dict:
     """A core/v1 Event on the rules ConfigMap ``configmap`` in ``namespace`` when named, else on the
     Namespace ``namespace`` (where ``kubectl get events -n`` shows it either way)."""
-    involved = ({"apiVersion": "v1", "kind": "ConfigMap", "name": configmap, "namespace": namespace} if configmap
+    involved = ({"apiVersion": "v1", "kind": "ConfigMap", "name": configmap,
+                 "namespace": namespace} if configmap
                 else {"apiVersion": "v1", "kind": "Namespace", "name": namespace, "namespace": namespace})
     return event(involved, kind, reason, message, "accelpolicy", now,
                  name=f"accelpolicy-rules.{int(now.timestamp() * 1000):x}")
@@ -58,8 +60,9 @@ class ControllerRulesReload:
     RuleSet it tried (None before the first).
     """
 
-    def __init__(self, controller, root: Path | str, webhooks=None, registry: Optional[CollectorRegistry] = None,
-                 interval: float = 2.0, configmap: Optional[tuple[str, str]] = None):
+    def __init__(self, controller, root: Path | str, webhooks=None,
+                 registry: Optional[CollectorRegistry] = None, interval: float = 2.0,
+                 configmap: Optional[tuple[str, str]] = None):
         self.controller = controller
         self.webhooks = webhooks
         self.configmap = configmap
@@ -83,7 +86,8 @@ class ControllerRulesReload:
         events = (ruleset or self.controller.policy.ruleset).get("PoolDerivation").events
         template = getattr(events, outcome)
         namespace, name = self.configmap or (self.controller.settings_namespace, None)
-        event = rules_event(namespace, template.reason, template.type, message, datetime.now(timezone.utc), name)
+        event = rules_event(namespace, template.reason, template.type, message, datetime.now(timezone.utc),
+                            name)
         try:
             self.controller.applier.create(event)
         except KubeApiError as exc:

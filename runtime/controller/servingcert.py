@@ -78,14 +78,16 @@ def _san(names) -> x509.SubjectAlternativeName:
 
 def _new_ca(now: _dt.datetime, days: float):
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"accelpolicy webhook CA {now:%Y%m%dT%H%M%SZ}")])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME,
+                                            f"accelpolicy webhook CA {now:%Y%m%dT%H%M%SZ}")])
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - _dt.timedelta(hours=1)).not_valid_after(now + _dt.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                         key_cert_sign=True, crl_sign=True, encipher_only=False,
+                                         decipher_only=False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256()))
     return cert, key
@@ -99,7 +101,8 @@ def _new_leaf(ca: x509.Certificate, ca_key, names: tuple[str, ...], now: _dt.dat
             .not_valid_before(now - _dt.timedelta(hours=1)).not_valid_after(now + _dt.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           critical=False)
             .add_extension(_san(names), critical=False)
             .sign(ca_key, hashes.SHA256()))
     return cert, key
@@ -237,7 +240,8 @@ class ServingCertificate:
 
     def _body(self, data: dict[str, bytes], resource_version: str | None = None) -> dict:
         meta = {"name": self.name, "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/name": "accelpolicy", "app.kubernetes.io/component": "webhook-tls"},
+                "labels": {"app.kubernetes.io/name": "accelpolicy",
+                           "app.kubernetes.io/component": "webhook-tls"},
                 "annotations": {ISSUER_ANNOTATION: ISSUER}}
         if resource_version:
             meta["resourceVersion"] = resource_version
@@ -246,7 +250,8 @@ class ServingCertificate:
 
     def _create(self) -> dict:
         try:
-            created = self.session.call("post", self._collection, body=self._body(issue(self.names, self.days)))
+            created = self.session.call("post", self._collection,
+                                        body=self._body(issue(self.names, self.days)))
             logger.info("serving certificate: created Secret {}/{}", self.namespace, self.name)
             return created
         except KubeApiError as exc:
@@ -266,8 +271,8 @@ class ServingCertificate:
                 self._take(self._decode(secret))
                 return self.data
             if _now() >= deadline or stop.wait(1.0):
-                raise TimeoutError(f"Secret {self.namespace}/{self.name} with {CA_KEY}, {CERT_KEY} and {KEY_KEY} "
-                                   f"did not appear within {wait_seconds:g}s")
+                raise TimeoutError(f"Secret {self.namespace}/{self.name} with {CA_KEY}, {CERT_KEY} and "
+                                   f"{KEY_KEY} did not appear within {wait_seconds:g}s")
 
     def _take(self, data: dict[str, bytes]) -> bool:
         served = {k: data[k] for k in (CA_KEY, CERT_KEY, KEY_KEY)}

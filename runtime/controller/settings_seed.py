@@ -7,8 +7,8 @@ Pure helpers; the controller performs the one write they call for:
 * it exists -> add only the missing keys; a stored value is never overwritten (env values are
   first-deploy seeds only); keys that are not settings are left untouched.
 
-The namespace is the catalog's (the system namespace of rules/pools/derivation.yaml) unless env ``KUBERNETES_POD_NAMESPACE`` names
-another (the catalog's ``namespaceEnv``).
+The namespace is the catalog's (the system namespace of rules/pools/derivation.yaml) unless env
+``KUBERNETES_POD_NAMESPACE`` names another (the catalog's ``namespaceEnv``).
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def seed_values(catalog: SettingCatalogSpec, env: Mapping[str, str]) -> dict[str
     return {s.name: env.get(env_name(catalog, s.name), s.default) for s in catalog.settings}
 
 
-def missing_data(catalog: SettingCatalogSpec, stored: Mapping[str, str] | None, env: Mapping[str, str]) -> dict[str, str]:
+def missing_data(catalog: SettingCatalogSpec, stored: Mapping[str, str] | None,
+                 env: Mapping[str, str]) -> dict[str, str]:
     """Secret ``data`` entries (base64) to add: the settings ``stored`` (the Secret's ``data``, or
     None when the Secret is missing) does not hold yet. Empty when nothing is missing."""
     stored = stored or {}
@@ -46,11 +47,11 @@ def secret_namespace(catalog: SettingCatalogSpec, env: Mapping[str, str]) -> str
 def invalid_setting_event(catalog: SettingCatalogSpec, secret: Mapping, setting: str, value: str,
                           now: datetime) -> dict:
     """The Warning Event (core/v1; reason and message: ``invalidEvent`` of rules/settings.yaml) on
-    ``secret`` for a stored value of ``setting`` that does not parse (docs/concepts/settings.md "Settings"); the default
-    is used meanwhile."""
+    ``secret`` for a stored value of ``setting`` that does not parse (docs/concepts/settings.md "Settings");
+    the default is used meanwhile."""
     meta = secret["metadata"]
-    involved = {"apiVersion": "v1", "kind": "Secret", "name": meta["name"], "namespace": meta.get("namespace"),
-                "uid": meta.get("uid")}
+    involved = {"apiVersion": "v1", "kind": "Secret", "name": meta["name"],
+                "namespace": meta.get("namespace"), "uid": meta.get("uid")}
     return warning_event(involved, catalog.invalidEvent.reason,
-                         catalog.invalidEvent.message.format(setting=setting, value=value), "accelpolicy", now,
-                         name=f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}")
+                         catalog.invalidEvent.message.format(setting=setting, value=value), "accelpolicy",
+                         now, name=f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}")

@@ -14,9 +14,9 @@ the cached ``Setting`` objects (gpustack.ai/v1) of the settings namespace and re
   (the Secret's raw string; the default when the key is missing), ``observedGeneration``} ->
   ``apply-status`` when it differs from the live status.
 
-The value is applied as written: checking it is the Setting webhook's job (docs/concepts/settings.md "Setting admission"). Without the
-Secret (not seeded yet) nothing is written to it; ``status.value`` shows the defaults. Setting
-objects whose name is not a catalog setting are left alone.
+The value is applied as written: checking it is the Setting webhook's job (docs/concepts/settings.md "Setting
+admission"). Without the Secret (not seeded yet) nothing is written to it; ``status.value`` shows the
+defaults. Setting objects whose name is not a catalog setting are left alone.
 """
 from __future__ import annotations
 

@@ -43,10 +43,12 @@ class CacheSnapshots:
         self.cache = cache
         self.copied = 0
         self._seen: dict[str, int] = {}  # kind -> the cache version read last
-        self._sources: dict[str, dict[tuple, tuple[dict, tuple]]] = {}  # kind -> cache key -> (cached, snapshot key)
+        # kind -> cache key -> (cached, snapshot key)
+        self._sources: dict[str, dict[tuple, tuple[dict, tuple]]] = {}
         self._copies: dict[str, dict[tuple, dict]] = {}  # kind -> snapshot key -> checked copy
         self._last: Snapshot | None = None  # the last snapshot (its sorted lists serve unchanged kinds)
-        self._frozen: dict[str, MappingProxyType] = {}  # kind -> the last snapshot's map (same while unchanged)
+        # kind -> the last snapshot's map (same while unchanged)
+        self._frozen: dict[str, MappingProxyType] = {}
 
     def snapshot(self) -> Snapshot:
         """Every cached object, as copies, in an engine Snapshot.

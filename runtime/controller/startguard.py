@@ -52,7 +52,8 @@ def _quotas(spec: dict | None) -> dict[tuple[str, str], Decimal]:
         for flavor in group.get("flavors") or []:
             for resource in flavor.get("resources") or []:
                 try:
-                    out[(flavor.get("name"), resource.get("name"))] = parse_quantity(resource.get("nominalQuota", 0))
+                    out[(flavor.get("name"), resource.get("name"))] = parse_quantity(
+                        resource.get("nominalQuota", 0))
                 except (ValueError, ArithmeticError):
                     out[(flavor.get("name"), resource.get("name"))] = Decimal(0)
     return out
@@ -97,7 +98,8 @@ class StartGuard:
     look.
     """
 
-    def __init__(self, policy: Policy, namespace: str | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, policy: Policy, namespace: str | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.policy = policy
         self.namespace = namespace
         self.clock = clock
@@ -144,7 +146,8 @@ class StartGuard:
             if is_deleting(node) or not lacking:
                 continue
             devices = (snapshot.get(devices_kind, name) or {}).get("spec") or {}
-            facts = {"labels": labels_of(node), "annotations": annotations_of(node), "devices": devices, "keys": keys}
+            facts = {"labels": labels_of(node), "annotations": annotations_of(node), "devices": devices,
+                     "keys": keys}
             if any(rules.expectFacts.evaluate({**facts, "role": role}) for role in lacking):
                 missing.append(name)
         return sorted(missing)
@@ -178,14 +181,15 @@ class StartGuard:
             return actions, []
         run = [a for a in actions if not destructive(a, snapshot)]
         self.held = [a for a in actions if destructive(a, snapshot)]
-        key = (tuple((a.verb, a.kind, a.namespace, a.name) for a in self.held), tuple(self.missing), tuple(never_synced))
+        key = (tuple((a.verb, a.kind, a.namespace, a.name) for a in self.held), tuple(self.missing),
+               tuple(never_synced))
         if self.held and key != self._logged:
             self._logged = key
             why = f"caches never listed: {', '.join(never_synced)}" if never_synced else \
                 f"{len(self.missing)} Node(s) without their facts: {_names(self.missing)}"
             logger.warning("start guard: holding {} destructive step(s) ({}) until the view is whole ({}); "
-                           "at most {:.0f}s more", len(self.held), _names([f"{a.verb} {a.kind} {a.name}" for a in self.held]),
-                           why, self.remaining())
+                           "at most {:.0f}s more", len(self.held),
+                           _names([f"{a.verb} {a.kind} {a.name}" for a in self.held]), why, self.remaining())
         return run, self.held
 
     def due(self) -> float | None:

@@ -1,17 +1,21 @@
-"""Events on the objects whose state the controller changed, once per transition (docs/observability.md "Events").
+"""Events on the objects whose state the controller changed, once per transition (docs/observability.md
+"Events").
 
 Reasons, types and message templates are ``events`` of rules/pools/derivation.yaml
 (:class:`runtime.model.rulefiles.StateEvents`); this module only decides when and on what:
 
 * ``nodeLeftPool`` / ``nodeJoinedPool`` on the Node: the ResourceFlavors a node contributes to
-  (``DesiredState.node_flavors``, docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes") lost or gained names since the previous pass
-  (e.g. the seed's step 2 ``gpustack.ai/managed=false`` flip and back). The first pass of a process
-  only records the baseline: a restart does not repeat the Events of transitions already recorded.
+  (``DesiredState.node_flavors``, docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
+  contributes") lost or gained names since the previous pass (e.g. the seed's step 2
+  ``gpustack.ai/managed=false`` flip and back). The first pass of a process only records the baseline: a
+  restart does not repeat the Events of transitions already recorded.
 * ``typeDraining`` on the InstanceType: the type is being deleted and the delete of its ClusterQueue
-  was written (docs/concepts/pools-and-flavors.md "Queues and the entrance", seed step 4; the queue then drains, ``HoldAndDrain``, while
-  Kueue's finalizer holds it); the plan holds that delete only until the queue is deleting.
+  was written (docs/concepts/pools-and-flavors.md "Queues and the entrance", seed step 4; the queue then
+  drains, ``HoldAndDrain``, while Kueue's finalizer holds it); the plan holds that delete only until the queue
+  is deleting.
 * ``workloadRetry`` on the Workload: the ``gpustack-node-devices`` answer ``Retry`` was written
-  (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"); the message is the one the check gave.
+  (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"); the message is the one
+  the check gave.
 
 Typical use (the reconciler)::
 
@@ -72,7 +76,8 @@ class TransitionEvents:
     Workload reported looping (:meth:`loop_event`) and not answered Ready since."""
 
     node_flavors: dict[str, list[str]] | None = None  # None until the first pass (the baseline)
-    retries: dict[str, tuple[str, int]] = field(default_factory=dict)   # Workload uid -> (flavor, Retries in a row)
+    # Workload uid -> (flavor, Retries in a row)
+    retries: dict[str, tuple[str, int]] = field(default_factory=dict)
     retry_loops: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def pool_events(self, policy: Policy, node_flavors: Mapping[str, list[str]], snapshot: Snapshot,
@@ -90,7 +95,8 @@ class TransitionEvents:
                 continue
             for template, flavors in ((templates.nodeLeftPool, left), (templates.nodeJoinedPool, joined)):
                 if flavors:
-                    out.append(state_event(template, node, "Node", now, node=name, flavors=", ".join(flavors)))
+                    out.append(state_event(template, node, "Node", now, node=name,
+                                           flavors=", ".join(flavors)))
         return out
 
     def after_action(self, policy: Policy, action: Action, snapshot: Snapshot, verdicts: Mapping,
@@ -104,13 +110,15 @@ class TransitionEvents:
             typ = snapshot.get("InstanceType", action.name)
             if typ is None or not is_deleting(typ):
                 return None
-            return state_event(templates.typeDraining, typ, "InstanceType", now, type=action.name, queue=action.name)
+            return state_event(templates.typeDraining, typ, "InstanceType", now, type=action.name,
+                               queue=action.name)
         if action.kind == "Workload":
             verdict = verdicts.get((action.namespace, action.name))
             workload = snapshot.get("Workload", action.name, action.namespace)
             if verdict is None or workload is None or verdict.state != ac.RETRY:
                 return None
-            return state_event(templates.workloadRetry, workload, "Workload", now, check=policy.derivation.admissionCheck.name, message=verdict.message)
+            return state_event(templates.workloadRetry, workload, "Workload", now,
+                               check=policy.derivation.admissionCheck.name, message=verdict.message)
         return None
 
     def loop_event(self, policy: Policy, action: Action, snapshot: Snapshot, verdicts: Mapping,
@@ -142,5 +150,6 @@ class TransitionEvents:
             return None
         pool = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
         self.retry_loops[key] = pool
-        return state_event(policy.derivation.events.workloadRetryLoop, workload, "Workload", now, check=check.name,
-                           flavor=verdict.flavor, count=str(count), other=held[0], pool=pool, node=held[1])
+        return state_event(policy.derivation.events.workloadRetryLoop, workload, "Workload", now,
+                           check=check.name, flavor=verdict.flavor, count=str(count), other=held[0],
+                           pool=pool, node=held[1])

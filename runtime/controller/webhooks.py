@@ -1,5 +1,6 @@
 """The admission webhooks inside the controller: served from its watch caches, registered for real
-(docs/reference/controller.md; docs/reference/controller.md "Controller and webhooks" "Serves every admission webhook").
+(docs/reference/controller.md; docs/reference/controller.md "Controller and webhooks" "Serves every admission
+webhook").
 
 * :class:`LiveAdmissionView`: the admission view (:func:`runtime.engine.admission.admission_view`)
   of the controller's caches. Events of the kinds the view reads
@@ -33,7 +34,8 @@ from loguru import logger
 from runtime.controller.reconciler import Controller
 from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, view_kinds
 from runtime.engine.admission.registration import (KINDS, ClientConfig, drift, owned_configuration,
-                                                   registration_of, stale_configurations, webhook_configurations)
+                                                   registration_of, stale_configurations,
+                                                   webhook_configurations)
 from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier
 from runtime.kube.cache import WatchedKind
@@ -196,7 +198,8 @@ class WebhookRegistrar:
             kind, name = desired["kind"], desired["metadata"]["name"]
             live = self.cache.get(kind, name)
             if live is not None and not owned_configuration(self.policy, live):
-                self._error(f"{kind} {name} exists without the labels {self.desired[0]['metadata']['labels']} "
+                self._error(f"{kind} {name} exists without the labels "
+                            f"{self.desired[0]['metadata']['labels']} "
                             "of rules/admission/registration.yaml: not ours, left alone")
                 continue
             paths = drift(live, desired)
@@ -245,8 +248,8 @@ class WebhookRegistrar:
 
 def view_not_ready_reason(cache: ClusterCache, view: LiveAdmissionView) -> str | None:
     """Why a webhook server serving ``view`` from ``cache`` is not ready (docs/availability.md
-    "Readiness"): a watch cache that never listed, or no cluster view ever built (it is built here when stale). A cache
-    relisting or retrying after its watch broke serves its last objects (their age:
+    "Readiness"): a watch cache that never listed, or no cluster view ever built (it is built here when
+    stale). A cache relisting or retrying after its watch broke serves its last objects (their age:
     ``accelpolicy_watch_cache_stale_seconds``), and a rebuild that fails after a good one keeps that
     one: neither makes a replica unready, so no fault of a watch takes every replica out together.
     None when ready. Blocking: the app calls it off the event loop."""
@@ -304,13 +307,15 @@ class ControllerWebhooks:
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
         # answer a slow review ourselves, 2 s before the API server would give up on it
-        self.state = WebhookState(max_body_bytes=self.max_body_bytes, deadline_seconds=max(1.0, timeout - 2.0))
+        self.state = WebhookState(max_body_bytes=self.max_body_bytes,
+                                  deadline_seconds=max(1.0, timeout - 2.0))
         self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
 
     def serve(self) -> "ControllerWebhooks":
         """Start the HTTPS server thread (reviews answer "not ready; retry" until :meth:`ready`).
         Raises OSError when the port cannot be bound."""
-        self.server = ServerThread(self.app, str(self.tls.cert), str(self.tls.key), self.host, self.port).start()
+        self.server = ServerThread(self.app, str(self.tls.cert), str(self.tls.key), self.host,
+                                   self.port).start()
         self.port = self.server.port
         return self
 
@@ -328,7 +333,8 @@ class ControllerWebhooks:
         old = self.view
         view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         # a new list, not an edit: the controller's loop may be iterating the old one
-        self.controller.listeners = [f for f in self.controller.listeners if f != old.on_event] + [view.on_event]
+        self.controller.listeners = [
+            f for f in self.controller.listeners if f != old.on_event] + [view.on_event]
         self.engine, self.view = engine, view
         if self.state.ready:
             self.state.set_ready(engine, view)
@@ -341,20 +347,22 @@ class ControllerWebhooks:
         """How the API server reaches this server (see the class docstring)."""
         if self.service is not None:
             return ClientConfig(ca_pem=self.tls.ca_pem, service=self.service)
-        return ClientConfig(ca_pem=self.tls.ca_pem, url_base=self.url_base or f"https://127.0.0.1:{self.port}")
+        return ClientConfig(ca_pem=self.tls.ca_pem,
+                            url_base=self.url_base or f"https://127.0.0.1:{self.port}")
 
     def identity_warning(self) -> str | None:
         """A warning when the controller's own user is not among the ``controllerUsers`` the
-        policies' params name (rules/pools/derivation.yaml ``controllerServiceAccount``): its own webhooks would then refuse its
-        InstanceTypeFlavor writes and Setting deletes. None when it is, or when unknown."""
+        policies' params name (rules/pools/derivation.yaml ``controllerServiceAccount``): its own webhooks
+        would then refuse its InstanceTypeFlavor writes and Setting deletes. None when it is, or when
+        unknown."""
         allowed = sorted({user for params in self.engine.params.values()
                           for user in params.get("controllerUsers") or []})
         user = self.controller.session.username() if allowed else None
         if user is None or user in allowed:
             return None
         return (f"the controller runs as {user!r}, not as one of the controllerUsers {allowed} of "
-                "rules/pools/derivation.yaml: once registered, its own webhooks refuse its InstanceTypeFlavor "
-                "writes and Setting deletes")
+                "rules/pools/derivation.yaml: once registered, its own webhooks refuse its "
+                "InstanceTypeFlavor writes and Setting deletes")
 
     def register(self, sync_timeout: float = 60.0) -> WebhookRegistrar | None:
         """Start the registrar (the leader's job); None when registration is off. Logs
@@ -364,7 +372,8 @@ class ControllerWebhooks:
         warning = self.identity_warning()
         if warning:
             logger.warning("webhook registration: {}", warning)
-        self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy, self.client_config(),
+        self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
+                                          self.client_config(),
                                           owner=self.owner_clusterrole).start(sync_timeout)
         return self.registrar
 

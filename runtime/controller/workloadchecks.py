@@ -1,4 +1,5 @@
-"""Answers of the ``gpustack-node-devices`` AdmissionCheck, planned per reconcile (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
+"""Answers of the ``gpustack-node-devices`` AdmissionCheck, planned per reconcile
+(docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
 
 Pure, like :mod:`runtime.engine.plan`: :func:`plan_workload_checks` reads the watch cache's
 :class:`Snapshot` (Workloads, Nodes, NodeFeatures, Devices, ResourceFlavors) and ``now`` and returns

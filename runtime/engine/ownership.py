@@ -44,8 +44,9 @@ def owned(policy: Policy, obj: dict) -> bool:
     ClusterQueues labelled ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated
     ``schedule.gpustack.ai/queue``, every InstanceTypeFlavor, Pods whose controller ownerReference is
     an Instance, webhook configurations carrying the labels of rules/admission/registration.yaml,
-    DeviceClasses labelled ``resource.gpustack.ai/type: deviceclasses`` (docs/concepts/dra.md "The ledger from claims"). Never an
-    InstanceType (create-only, docs/concepts/dra.md "The ledger from claims") nor any other kind. Keys and values come from the policy."""
+    DeviceClasses labelled ``resource.gpustack.ai/type: deviceclasses`` (docs/concepts/dra.md "The ledger from
+    claims"). Never an InstanceType (create-only, docs/concepts/dra.md "The ledger from claims") nor any other
+    kind. Keys and values come from the policy."""
     kind = obj.get("kind")
     resource_type = labels_of(obj).get(policy.key("resourceType"))
     types = policy.derivation.resourceTypes

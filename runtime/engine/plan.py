@@ -6,23 +6,26 @@ for an object that already matches, so a reconcile of an unchanged cluster plans
 
 Rules (docs/concepts/pools-and-flavors.md "Pools and flavors"):
 
-* ResourceFlavor (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"): missing -> apply; ``spec.nodeLabels`` differ -> recreate (delete, then
-  apply; never patched); our labels missing or notes differ -> apply (labels are never removed, the
-  notes are replaced wholesale: stale notes are pruned); no contributor -> delete. A flavor being
-  deleted is left alone.
-* AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"): labels/spec applied; its ``Active`` condition kept ``True``. Its answers on
-  Workloads are planned by :mod:`runtime.controller.workloadchecks`.
-* InstanceType (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" and "InstanceType status"): derived types created (create-only; an existing type's spec and labels are
-  never written); ``status`` written for every type when it differs; a deleting type's finalizer is
-  removed once its ClusterQueue is gone (docs/concepts/pools-and-flavors.md "Queues and the entrance").
-* ClusterQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): labels, ``resourceGroups``, ``admissionChecksStrategy``, ``stopPolicy`` kept
-  equal (stale ``general.``/``acceleratable.`` labels pruned); our queues without an InstanceType
-  deleted, a queue being deleted set to ``HoldAndDrain``.
-* LocalQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): created when missing (owner reference filled at execution), never updated;
-  ours without a desired counterpart deleted.
-* InstanceTypeFlavor (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor"): created, rewritten when the spec differs, stale ones deleted.
-* Node fit labels (docs/agent.md "Capacity and fit labels"): one merge patch of a Node's labels when a fit label
-  (keys under the ``fitSliced``/``fitShared`` prefixes of rules/labels.yaml) is missing, differs or
+  * ResourceFlavor (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"): missing
+  -> apply; ``spec.nodeLabels`` differ -> recreate (delete, then apply; never patched); our labels missing or
+  notes differ -> apply (labels are never removed, the notes are replaced wholesale: stale notes are pruned);
+  no contributor -> delete. A flavor being deleted is left alone.
+  * AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"):
+  labels/spec applied; its ``Active`` condition kept ``True``. Its answers on Workloads are planned by
+  :mod:`runtime.controller.workloadchecks`.
+  * InstanceType (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" and
+  "InstanceType status"): derived types created (create-only; an existing type's spec and labels are never
+  written); ``status`` written for every type when it differs; a deleting type's finalizer is removed once its
+  ClusterQueue is gone (docs/concepts/pools-and-flavors.md "Queues and the entrance").
+  * ClusterQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): labels, ``resourceGroups``,
+  ``admissionChecksStrategy``, ``stopPolicy`` kept equal (stale ``general.``/``acceleratable.`` labels
+  pruned); our queues without an InstanceType deleted, a queue being deleted set to ``HoldAndDrain``.
+  * LocalQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): created when missing (owner
+  reference filled at execution), never updated; ours without a desired counterpart deleted.
+  * InstanceTypeFlavor (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor"): created,
+  rewritten when the spec differs, stale ones deleted.
+  * Node fit labels (docs/agent.md "Capacity and fit labels"): one merge patch of a Node's labels when a fit
+  label (keys under the ``fitSliced``/``fitShared`` prefixes of rules/labels.yaml) is missing, differs or
   should be gone (node unmanaged, no Devices, model gone). No other Node label is ever written.
 """
 from __future__ import annotations
@@ -50,7 +53,7 @@ class Verb(StrEnum):
     CREATE = "create"                      # create-only (a LocalQueue gets its owner reference first)
     RECREATE = "recreate"                  # delete the live object, then apply ``body``
     PATCH = "patch"                        # merge patch ``body``
-    DELETE = "delete"                      # ``body`` = the live object (the applier refuses what we do not own)
+    DELETE = "delete"  # ``body`` = the live object (the applier refuses what we do not own)
     ADD_FINALIZER = "add-finalizer"        # ``body`` = the live object (JSON patch, tested)
     REMOVE_FINALIZER = "remove-finalizer"  # ``body`` = the live object (JSON patch, tested)
 
@@ -73,7 +76,8 @@ def _contains(want, got) -> bool:
     if isinstance(want, dict):
         return isinstance(got, dict) and all(k in got and _contains(v, got[k]) for k, v in want.items())
     if isinstance(want, list):
-        return isinstance(got, list) and len(want) == len(got) and all(_contains(w, g) for w, g in zip(want, got))
+        return isinstance(got, list) and len(want) == len(got) and all(
+            _contains(w, g) for w, g in zip(want, got))
     return want == got
 
 
@@ -99,7 +103,8 @@ def plan(policy: Policy, state: DesiredState, snapshot: Snapshot, now: str = "",
                                   reason="derived pool type (create-only)"))
             # its status at once, not after every queue: a type is never listed without status
             # longer than one write (else its cells read empty meanwhile: half a second at 2,000 nodes)
-            actions.append(Action(Verb.APPLY_STATUS, "InstanceType", name_of(it), body=it, reason="status of the created type"))
+            actions.append(Action(Verb.APPLY_STATUS, "InstanceType", name_of(it), body=it,
+                                  reason="status of the created type"))
     actions += _cluster_queues(policy, state, snapshot)
     actions += _local_queues(policy, state, snapshot)
     actions += _instance_type_status(policy, state, snapshot)
@@ -129,16 +134,18 @@ def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Ac
         if is_deleting(live):
             continue  # recreated once it is gone
         if (live.get("spec") or {}).get("nodeLabels") != flavor["spec"]["nodeLabels"]:
-            out.append(Action(Verb.RECREATE, "ResourceFlavor", name, body=flavor, reason="spec.nodeLabels differ"))
+            out.append(Action(Verb.RECREATE, "ResourceFlavor", name, body=flavor,
+                              reason="spec.nodeLabels differ"))
             continue
         live_notes = {k: v for k, v in annotations_of(live).items() if k.startswith(note)}
         want_notes = flavor["metadata"].get("annotations") or {}
         if not _contains(flavor["metadata"]["labels"], labels_of(live)) or live_notes != want_notes:
-            out.append(Action(Verb.APPLY, "ResourceFlavor", name, body=flavor, reason="labels or notes differ"))
+            out.append(Action(Verb.APPLY, "ResourceFlavor", name, body=flavor,
+                              reason="labels or notes differ"))
             stale = {k: None for k in live_notes if k not in want_notes}
             if stale:
-                out.append(Action(Verb.PATCH, "ResourceFlavor", name, body={"metadata": {"annotations": stale}},
-                                  reason="stale notes"))
+                out.append(Action(Verb.PATCH, "ResourceFlavor", name,
+                                  body={"metadata": {"annotations": stale}}, reason="stale notes"))
     for name in state.flavor_deletes:
         live = snapshot.get("ResourceFlavor", name)
         if live is not None and not is_deleting(live):
@@ -218,11 +225,13 @@ def _local_queues(policy: Policy, state: DesiredState, snapshot: Snapshot) -> li
         key = (_ns(lq), name_of(lq))
         wanted.add(key)
         if snapshot.get("LocalQueue", key[1], key[0]) is None:
-            out.append(Action(Verb.CREATE, "LocalQueue", key[1], key[0], body=lq, reason="missing (create-only)"))
+            out.append(Action(Verb.CREATE, "LocalQueue", key[1], key[0], body=lq,
+                              reason="missing (create-only)"))
     for live in snapshot.list("LocalQueue"):
         key = (_ns(live), name_of(live))
         if key not in wanted and owned(policy, live) and not is_deleting(live):
-            out.append(Action(Verb.DELETE, "LocalQueue", key[1], key[0], body=live, reason="its queue is not kept"))
+            out.append(Action(Verb.DELETE, "LocalQueue", key[1], key[0], body=live,
+                              reason="its queue is not kept"))
     return out
 
 
@@ -236,7 +245,8 @@ def _instance_type_status(policy: Policy, state: DesiredState, snapshot: Snapsho
             out.append(Action(Verb.APPLY_STATUS, "InstanceType", name, body=it, reason="status differs"))
         if live is not None and is_deleting(live) and finalizer in (live["metadata"].get("finalizers") or []) \
                 and snapshot.get("ClusterQueue", name) is None:
-            out.append(Action(Verb.REMOVE_FINALIZER, "InstanceType", name, body=live, reason="its queue is gone"))
+            out.append(Action(Verb.REMOVE_FINALIZER, "InstanceType", name, body=live,
+                              reason="its queue is gone"))
     return out
 
 
@@ -246,17 +256,21 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
     for name, entry, live in _pairs(state.instance_type_flavors, "InstanceTypeFlavor", snapshot):
         wanted.add(name)
         if live is None or (live.get("spec") or {}) != entry["spec"]:
-            out.append(Action(Verb.APPLY, "InstanceTypeFlavor", name, body=entry, reason="missing or differs"))
+            out.append(Action(Verb.APPLY, "InstanceTypeFlavor", name, body=entry,
+                              reason="missing or differs"))
             extra = {k: None for k in ((live or {}).get("spec") or {}) if k not in entry["spec"]}
             if extra:
-                out.append(Action(Verb.PATCH, "InstanceTypeFlavor", name, body={"spec": extra}, reason="stale fields"))
+                out.append(Action(Verb.PATCH, "InstanceTypeFlavor", name, body={"spec": extra},
+                                  reason="stale fields"))
     for live in snapshot.list("InstanceTypeFlavor"):
         if name_of(live) not in wanted and not is_deleting(live):
-            out.append(Action(Verb.DELETE, "InstanceTypeFlavor", name_of(live), body=live, reason="not in the catalog"))
+            out.append(Action(Verb.DELETE, "InstanceTypeFlavor", name_of(live), body=live,
+                              reason="not in the catalog"))
     return out
 
 
-def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo | None = None) -> list[Action]:
+def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
+                memo: DeriveMemo | None = None) -> list[Action]:
     """Per-node fit label patches (docs/agent.md "Capacity and fit labels"), in Node name order.
 
     The wanted labels are :func:`runtime.engine.pools.fit.fit_labels` of the node's Devices object (the
@@ -267,17 +281,20 @@ def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: D
     Nodes whose objects changed (:class:`FitLabelPatches`), each Node's patch kept while its objects are.
     """
     if memo is None:
-        return [_fit_action(name, labels) for name, labels in _fit_patches(policy, state, snapshot, None).items()]
+        return [
+            _fit_action(name, labels) for name, labels in _fit_patches(policy, state, snapshot, None).items()]
     kept = memo.state("fitlabels", FitLabelPatches)
     return [_fit_action(name, labels) for name, labels in kept.update(policy, state, snapshot, memo).items()]
 
 
 def _fit_action(name: str, labels: dict) -> Action:
-    return Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": dict(labels)}}, reason="fit labels differ")
+    return Action(Verb.PATCH, "Node", name, body={"metadata": {"labels": dict(labels)}},
+                  reason="fit labels differ")
 
 
 def _fit_patches(policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo | None,
-                 names: Iterable[str] | None = None, devices: dict[str, dict] | None = None) -> dict[str, dict]:
+                 names: Iterable[str] | None = None,
+                 devices: dict[str, dict] | None = None) -> dict[str, dict]:
     """Node name -> its fit label patch, for the Nodes named in ``names`` (None: every Node) that
     need one; with a ``memo``, each patch kept while the Node's ``metadata`` and its Devices are the
     same objects. ``devices``: the state's Devices by name, not being deleted, when the caller has them."""
@@ -314,7 +331,8 @@ class FitLabelPatches:
         self.managed: set[str] = set()
         self.patches: dict[str, dict] = {}  # node name -> its patch, for the Nodes that need one
 
-    def update(self, policy: Policy, state: DesiredState, snapshot: Snapshot, memo: DeriveMemo) -> dict[str, dict]:
+    def update(self, policy: Policy, state: DesiredState, snapshot: Snapshot,
+               memo: DeriveMemo) -> dict[str, dict]:
         """Node name -> fit label patch, in name order, for ``state`` (see :func:`_fit_labels`)."""
         nodes = snapshot.objects.get("Node") or {}
         devices = {name_of(d): d for d in state.devices if not is_deleting(d)}
@@ -330,8 +348,8 @@ class FitLabelPatches:
 
 
 def fit_label_patch(policy: Policy, node: dict, devices: dict | None, managed: bool) -> dict | None:
-    """The labels of one Node's fit label merge patch (docs/agent.md "Capacity and fit labels"): the wanted values
-    that are missing or differ, ``None`` for those no longer wanted; None when they all match.
+    """The labels of one Node's fit label merge patch (docs/agent.md "Capacity and fit labels"): the wanted
+    values that are missing or differ, ``None`` for those no longer wanted; None when they all match.
     ``devices``: the node's Devices object (None: it wants none)."""
     prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
     have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}

@@ -42,7 +42,8 @@ class Policy:
         return self.labels.suffixes[role]
 
     def setting(self, role: str) -> str:
-        """The name of the setting the derivation reads as ``role`` (rules/pools/derivation.yaml ``settings``)."""
+        """The name of the setting the derivation reads as ``role`` (rules/pools/derivation.yaml
+        ``settings``)."""
         return self.derivation.settings[role]
 
     @cached_property

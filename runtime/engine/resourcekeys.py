@@ -1,8 +1,9 @@
 """The inputs of the resource-key family classifier (:func:`runtime.model.resourcefamily.resource_family`,
-docs/reference/controller.md "Pod accelerator requests") read from a Policy, for the admission check, the Kueue configuration and
-the node agent's PodResources mapping (runtime/engine/devices/podresources.py). The table is data: the
-``resourceKeys`` value of the ``AdmissionParams`` named by rules/agent.yaml ``podResources.resourceKeysParams`` (``resource-keys``
-in rules/admission/pods.yaml); bases and partition kinds come from rules/manufacturers.yaml.
+docs/reference/controller.md "Pod accelerator requests") read from a Policy, for the admission check, the
+Kueue configuration and the node agent's PodResources mapping (runtime/engine/devices/podresources.py). The
+table is data: the ``resourceKeys`` value of the ``AdmissionParams`` named by rules/agent.yaml
+``podResources.resourceKeysParams`` (``resource-keys`` in rules/admission/pods.yaml); bases and partition
+kinds come from rules/manufacturers.yaml.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Settings as the engine sees them: the Secret's raw strings read against the SettingCatalog.
 
-Source: docs/concepts/settings.md "Settings". A missing key reads as its default; a boolean that does not parse
-reads as the default and is reported in ``Settings.invalid`` (the controller turns that into a
+Source: docs/concepts/settings.md "Settings". A missing key reads as its default; a boolean that does not
+parse reads as the default and is reported in ``Settings.invalid`` (the controller turns that into a
 Warning Event ``InvalidSetting`` on the Secret).
 """
 from __future__ import annotations
@@ -78,8 +78,8 @@ def decode_secret_data(secret: Mapping | None) -> dict[str, str]:
 
 def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
     """Settings resolved from the snapshot's settings Secret named in rules/settings.yaml (defaults when
-    it is absent; docs/concepts/settings.md "Settings"). ``namespace``: where the Secret lives when not the catalog's
-    (env ``KUBERNETES_POD_NAMESPACE`` of the controller)."""
+    it is absent; docs/concepts/settings.md "Settings"). ``namespace``: where the Secret lives when not the
+    catalog's (env ``KUBERNETES_POD_NAMESPACE`` of the controller)."""
     catalog = policy.settings
     secret = snapshot.get("Secret", catalog.secretName, namespace or catalog.namespace)
     return resolve(catalog, decode_secret_data(secret))

@@ -34,8 +34,8 @@ KNOWN_KINDS: dict[str, tuple[str, bool]] = {
     "Devices": ("worker.gpustack.ai/v1", False),
     "InstancePersistentVolume": ("worker.gpustack.ai/v1", True),
     "Setting": ("gpustack.ai/v1", True),
-    # Dynamic Resource Allocation (docs/concepts/dra.md "Accelerators from DRA drivers"): the slices a node's accelerators may come from, the
-    # claims that charge them, the DeviceClasses the controller derives
+    # Dynamic Resource Allocation (docs/concepts/dra.md "Accelerators from DRA drivers"): the slices a node's
+    # accelerators may come from, the claims that charge them, the DeviceClasses the controller derives
     "ResourceSlice": ("resource.k8s.io/v1", False),
     "ResourceClaim": ("resource.k8s.io/v1", True),
     "DeviceClass": ("resource.k8s.io/v1", False),
@@ -50,8 +50,8 @@ class Required:
 
 
 _PROFILE_COUNT = [{"name": Required(str), "count": int}]
-# The fields the engine reads from a Devices object (docs/agent.md "The Devices object and its ledger"), by type. Fields not
-# listed are not checked; absent or null fields read as their zero value.
+# The fields the engine reads from a Devices object (docs/agent.md "The Devices object and its ledger"), by
+# type. Fields not listed are not checked; absent or null fields read as their zero value.
 DEVICES_SHAPE: dict = {
     "spec": {"groups": [{"id": str, "manufacturer": str, "accelerators": [{
         "id": str, "index": int,
@@ -122,7 +122,8 @@ def _devices_fit(obj) -> bool:
     to the generic walk, which names the field."""
     try:
         for side, acc_ints, profile_lists in (("spec", ("index",), ()),
-                                              ("status", ("index", "mode", "allocated", "remaining", "allocatedSlices"),
+                                              ("status",
+                                               ("index", "mode", "allocated", "remaining", "allocatedSlices"),
                                                ("allocatedProfiles", "remainingProfiles"))):
             part = obj.get(side)
             if part is None:
@@ -220,7 +221,8 @@ def check_object(obj, origin: str, i: int, warnings: list[str]) -> tuple[str, tu
         return None
     maps = [("metadata.labels", "label", meta.get("labels")),
             ("metadata.annotations", "annotation", meta.get("annotations"))]
-    if kind == "NodeFeature":  # propagated to the Node as labels (docs/agent.md "Labels, annotations and NodeFeatures")
+    # propagated to the Node as labels (docs/agent.md "Labels, annotations and NodeFeatures")
+    if kind == "NodeFeature":
         maps.append(("spec.labels", "label", (obj.get("spec") or {}).get("labels")))
     for field_path, what, values in maps:
         if values is not None and not isinstance(values, Mapping):
@@ -249,15 +251,17 @@ class Snapshot:
     _order: dict = field(default_factory=dict, compare=False, repr=False)  # kind -> its objects sorted
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>", first_item: int = 0) -> "Snapshot":
+    def from_objects(cls, objects: Iterable[Mapping], origin: str = "<objects>",
+                     first_item: int = 0) -> "Snapshot":
         """Index ``objects``; unknown kinds are skipped with a warning; a later duplicate replaces an
         earlier one (as a re-apply would).
 
         Raises :class:`SnapshotError` naming ``origin`` and the object for a non-mapping object, a
         missing ``kind`` or ``metadata.name``, a label, annotation or NodeFeature ``spec.labels``
-        value that is not a string, or a Devices field of the wrong type (:data:`DEVICES_SHAPE`). Namespaced kinds without ``metadata.namespace`` (Instances,
-        LocalQueues, NodeFeatures) default to namespace ``default`` like kubectl does. Items are
-        numbered from ``first_item`` (0-based position of the object in ``origin``).
+        value that is not a string, or a Devices field of the wrong type (:data:`DEVICES_SHAPE`). Namespaced
+        kinds without ``metadata.namespace`` (Instances, LocalQueues, NodeFeatures) default to namespace
+        ``default`` like kubectl does. Items are numbered from ``first_item`` (0-based position of the object
+        in ``origin``).
         """
         index: dict[str, dict[tuple[str, str], dict]] = {}
         warnings: list[str] = []

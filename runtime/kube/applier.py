@@ -7,18 +7,21 @@
 * :meth:`Applier.create`: create-only objects (derived InstanceTypes, LocalQueues): POST, and
   ``AlreadyExists`` is not an error (returns None).
 * :meth:`Applier.merge_patch` / :meth:`Applier.json_patch`: pruning keys other managers own,
-  finalizer removal and the Node fit labels (docs/agent.md "Capacity and fit labels"; only those keys are sent); the
-  agent's Node annotations, Node capacity (``subresource="status"``) and Pod allocation annotations.
+  finalizer removal and the Node fit labels (docs/agent.md "Capacity and fit labels"; only those keys are
+  sent); the agent's Node annotations, Node capacity (``subresource="status"``) and Pod allocation
+  annotations.
 * :meth:`Applier.update` / :meth:`Applier.update_status`: the agent's objects (NodeFeatures, Devices,
-  docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger"): create, or replace labels, ownerReferences and the named fields
-  wholesale (PUT, keeping the resourceVersion), so keys another writer added are removed too.
+  docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger"): create, or
+  replace labels, ownerReferences and the named fields wholesale (PUT, keeping the resourceVersion), so keys
+  another writer added are removed too.
 * :meth:`Applier.delete`: only objects accelpolicy owns (:func:`owned`): ResourceFlavors labelled
   ``resource.gpustack.ai/type: nodes``, InstanceTypeFlavors, ClusterQueues labelled
   ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated ``schedule.gpustack.ai/queue``,
-  Pods whose controller ownerReference is an Instance (docs/concepts/instances.md "The Instance's Pod"; the Instance
-  reconciler also checks it is *that* Instance). InstanceTypes are never deleted (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name").
-  Anything else raises :class:`NotOwnedError`. With ``owner`` (the agent's Node): only an object
-  whose controller ownerReference is that owner (:func:`runtime.engine.ownership.owned_by`).
+  Pods whose controller ownerReference is an Instance (docs/concepts/instances.md "The Instance's Pod"; the
+  Instance reconciler also checks it is *that* Instance). InstanceTypes are never deleted
+  (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"). Anything else raises
+  :class:`NotOwnedError`. With ``owner`` (the agent's Node): only an object whose controller ownerReference is
+  that owner (:func:`runtime.engine.ownership.owned_by`).
 
 ``409 Conflict`` (a stale resourceVersion), ``429`` and ``5xx`` answers are retried with tenacity
 (5 attempts, exponential wait). Every successful write is appended to :attr:`Applier.writes` (the
@@ -73,7 +76,8 @@ _retry_update = retry(retry=retry_if_exception(lambda exc: _transient(exc) or (
 # update(reread_on_conflict=False): a 409 is the caller's (it planned from ``current``); only 429/5xx retried
 _retry_unavailable = retry(retry=retry_if_exception(lambda exc: isinstance(exc, KubeApiError) and
                                                     exc.status in (429, 500, 502, 503, 504)),
-                           stop=stop_after_attempt(5), wait=wait_exponential(multiplier=0.1, max=2.0), reraise=True)
+                           stop=stop_after_attempt(5), wait=wait_exponential(multiplier=0.1, max=2.0),
+                           reraise=True)
 UNREAD = object()   # update(current=UNREAD): read the object from the server
 
 
@@ -169,7 +173,8 @@ class Applier:
         body = {"apiVersion": obj["apiVersion"], "kind": kind, "metadata": meta, "status": obj["status"]}
         result = self.session.call("patch", self._path(kind, name, ns, "status"), body=body,
                                    content_type=APPLY_PATCH,
-                                   query={"fieldManager": field_manager or self.field_manager, "force": "true"})
+                                   query={"fieldManager": field_manager or self.field_manager,
+                                          "force": "true"})
         self._record("apply-status", kind, name, ns, result)
         return result
 
@@ -290,7 +295,8 @@ class Applier:
         if owner is not None:
             owner_meta = owner.get("metadata") or {}
             if not owned_by(obj, owner_meta.get("uid", ""), owner_meta.get("name", "")):
-                raise NotOwnedError(f"refusing to delete {kind} {name}: not owned by {owner_meta.get('name')}")
+                raise NotOwnedError(
+                    f"refusing to delete {kind} {name}: not owned by {owner_meta.get('name')}")
         elif not owned(self.policy, obj):
             raise NotOwnedError(f"refusing to delete {kind} {name}: not owned by accelpolicy")
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}

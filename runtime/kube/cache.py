@@ -83,7 +83,8 @@ class KindCache:
         self.page_size = page_size
         self.synced = threading.Event()
         self.lists = self.events = self.relists = self.errors = 0
-        self.last_error: str | None = None   # why the last list or watch failed (a 403 names the verb); None once listed
+        # why the last list or watch failed (a 403 names the verb); None once listed
+        self.last_error: str | None = None
         self.stale_since: float | None = None
         self._broke_at: float | None = None  # a reopened watch's outage start, until its first event
         self._items: dict[tuple[str, str], dict] = {}
@@ -201,7 +202,8 @@ class KindCache:
                 if isinstance(exc, _Gone) or (isinstance(exc, KubeApiError) and exc.status == 410):
                     # the same expiry whether the open watch sent an ERROR event or the request was
                     # answered 410 (a resume from a version the API server's new watch cache lacks)
-                    logger.info("{} watch expired (410 Gone): relisting (serving the {} objects held meanwhile)",
+                    logger.info("{} watch expired (410 Gone): relisting (serving the {} objects held "
+                                "meanwhile)",
                                 self.kind, len(self._items))
                     self.relists += 1
                     self._version = None
@@ -245,7 +247,8 @@ class KindCache:
             for obj in page.get("items") or []:
                 obj.setdefault("kind", self.kind)
                 obj.setdefault("apiVersion", api_version)
-                items[_key(obj)] = held_form(self.kind, obj)  # runtime/kube/held.py: what is kept of each kind
+                # runtime/kube/held.py: what is kept of each kind
+                items[_key(obj)] = held_form(self.kind, obj)
             meta = page.get("metadata") or {}
             cont = meta.get("continue")
             if not cont:

@@ -88,7 +88,8 @@ class ClusterCache:
         return cache.get(name, namespace) if cache else None
 
     def snapshot(self, kinds: Iterable[str] | None = None) -> Snapshot:
-        """Every cached object (of ``kinds`` only, when given) as an engine :class:`Snapshot` (deep copies)."""
+        """Every cached object (of ``kinds`` only, when given) as an engine :class:`Snapshot` (deep
+        copies)."""
         wanted = None if kinds is None else set(kinds)
         objects = [copy.deepcopy(o) for kind, cache in self.caches.items() if wanted is None or kind in wanted
                    for o in cache.objects()]

@@ -1,12 +1,13 @@
 """The one Event writer of the agent and the controller (core/v1 ``Event`` as a dict).
 
 The agent (:meth:`runtime.agent.cluster.NodeCluster.warn`: a fact a node cannot use, an allocation it
-cannot read) and the controller (``InvalidSetting`` on the settings Secret, docs/concepts/settings.md "Settings")
-both build their Events here and send them with :meth:`runtime.kube.applier.Applier.create`; so do
+cannot read) and the controller (``InvalidSetting`` on the settings Secret, docs/concepts/settings.md
+"Settings") both build their Events here and send them with :meth:`runtime.kube.applier.Applier.create`; so do
 the controller's state transitions (:mod:`runtime.controller.transitions`: a node leaving or joining a
-pool, a type draining, a Workload answered Retry), its rules reload (:func:`runtime.controller.rulesreload.rules_event`)
-and its background audit (:func:`runtime.controller.backgroundaudit.failed_event`), Normal or Warning as
-rules/pools/derivation.yaml ``events`` says.
+pool, a type draining, a Workload answered Retry), its rules reload
+(:func:`runtime.controller.rulesreload.rules_event`) and its background audit
+(:func:`runtime.controller.backgroundaudit.failed_event`), Normal or Warning as rules/pools/derivation.yaml
+``events`` says.
 """
 from __future__ import annotations
 

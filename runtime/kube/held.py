@@ -152,9 +152,10 @@ class CacheBytesCollector(Collector):
     @staticmethod
     def _family() -> GaugeMetricFamily:
         return GaugeMetricFamily("accelpolicy_watch_cache_bytes",
-                                 "Bytes the watch cache of a kind holds of its objects (their maps, lists, numbers "
-                                 "and long strings; strings of at most 64 characters are shared by all objects "
-                                 "and not counted); managedFields and a Node's status.images are not held",
+                                 "Bytes the watch cache of a kind holds of its objects (their maps, lists, "
+                                 "numbers and long strings; strings of at most 64 characters are shared by "
+                                 "all objects and not counted); managedFields and a Node's status.images are "
+                                 "not held",
                                  labels=["kind"])
 
     def describe(self) -> list:

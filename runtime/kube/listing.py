@@ -48,7 +48,8 @@ class ListForbidden(RuntimeError):
     ``namespace`` (None: cluster-wide or every namespace), ``name`` (the one object asked for, else None)
     and the server's ``message``."""
 
-    def __init__(self, verb: str, resource: str, group: str, namespace: str | None, name: str | None, message: str):
+    def __init__(self, verb: str, resource: str, group: str, namespace: str | None, name: str | None,
+                 message: str):
         self.verb, self.resource, self.group, self.namespace, self.name = verb, resource, group, namespace, name
         self.message = message
         super().__init__(message)

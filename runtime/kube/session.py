@@ -65,7 +65,8 @@ class ResourceRef:
     plural: str
     namespaced: bool
 
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
         """``/api/v1/...`` or ``/apis/<group>/<version>/...``; no namespace on a namespaced kind
         means every namespace (list and watch only)."""
         base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
@@ -112,7 +113,8 @@ class Session:
             res = self.dynamic.resources.get(api_version=api_version, kind=kind)
         except ResourceNotFoundError as exc:
             raise KubeApiError(404, "NotFound", f"the server does not serve {kind} ({api_version})") from exc
-        ref = ResourceRef(kind=kind, api_version=api_version, plural=res.name, namespaced=bool(res.namespaced))
+        ref = ResourceRef(kind=kind, api_version=api_version, plural=res.name,
+                          namespaced=bool(res.namespaced))
         with self._lock:
             self._refs[kind] = ref
         return ref
@@ -212,7 +214,8 @@ def connect(kubeconfig: str | Path | None = None, context: str | None = None) ->
         k8s_config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
                                     client_configuration=cfg)
     except (k8s_config.ConfigException, OSError) as exc:
-        raise KubeConfigError(f"no usable kubeconfig ({kubeconfig or '$KUBECONFIG or ~/.kube/config'}): {exc}") from exc
+        raise KubeConfigError(
+            f"no usable kubeconfig ({kubeconfig or '$KUBECONFIG or ~/.kube/config'}): {exc}") from exc
     return Session(k8s_client.ApiClient(cfg))
 
 

@@ -9,8 +9,9 @@ CEL activation names: ``object``, ``oldObject`` (``{}`` when absent), ``request`
 ``namespace``, ``name``), ``params`` (the policy's own data plus the shared tables the engine adds:
 ``manufacturers``, ``constants``), ``settings`` (resolved setting values), ``lookups``,
 ``variables`` and, inside ``forEach``, ``item`` (its local ``variables`` are merged into
-``variables``). Spec: docs/reference/controller.md "Pod admission" and "Pod accelerator requests", docs/concepts/instances.md "Defaulting" and "Additional volumes and host access" and "Validation", docs/concepts/pools-and-flavors.md "InstanceType admission",
-docs/concepts/settings.md "Setting admission".
+``variables``). Spec: docs/reference/controller.md "Pod admission" and "Pod accelerator requests",
+docs/concepts/instances.md "Defaulting" and "Additional volumes and host access" and "Validation",
+docs/concepts/pools-and-flavors.md "InstanceType admission", docs/concepts/settings.md "Setting admission".
 """
 from __future__ import annotations
 
@@ -24,25 +25,31 @@ from runtime.model.rulefiles import Expr, Strict
 SHARED_PARAMS = ("manufacturers", "constants", "settingCatalog")
 """The tables the admission engine adds to every policy's ``params`` (runtime.engine.admission)."""
 
-Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "TooMany", "TooLong", "InternalError"]
+Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "TooMany", "TooLong",
+                 "InternalError"]
 
 
 class Match(Strict):
-    """Which AdmissionReview requests the policy judges (docs/reference/controller.md "Controller and webhooks" webhook table)."""
+    """Which AdmissionReview requests the policy judges (docs/reference/controller.md "Controller and
+    webhooks" webhook table)."""
 
     group: str = Field("", description="API group of the object ('' for core)")
     kind: str = Field(min_length=1, description="object kind, e.g. Pod")
     resource: str = Field(min_length=1, description="plural resource, e.g. pods")
     operations: list[Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]] = Field(min_length=1)
-    versions: list[str] = Field(["*"], min_length=1, description="API versions registered (rules[].apiVersions)")
-    labelsExist: list[str] = Field([], description="objectSelector: each label key must exist (filled at load "
+    versions: list[str] = Field(["*"], min_length=1,
+                                description="API versions registered (rules[].apiVersions)")
+    labelsExist: list[str] = Field([],
+                                   description="objectSelector: each label key must exist (filled at load "
                                                     "from labelRolesExist)")
     labelRolesExist: list[str] = Field([], description="roles of rules/labels.yaml keys that must exist")
     excludeNamespaces: list[str] = Field([], description="namespaceSelector: requests in these namespaces "
                                                           "are not sent (and not judged offline)")
-    excludeReservedNamespaces: bool = Field(False, description="add rules/pools/derivation.yaml reservedNamespaces "
+    excludeReservedNamespaces: bool = Field(False,
+                                            description="add rules/pools/derivation.yaml reservedNamespaces "
                                                                "to excludeNamespaces (at load)")
-    skipDeleting: bool = Field(False, description="UPDATE of an object with a deletionTimestamp is allowed untouched")
+    skipDeleting: bool = Field(
+        False, description="UPDATE of an object with a deletionTimestamp is allowed untouched")
 
 
 class Variable(Strict):
@@ -94,8 +101,8 @@ class Validation(Strict):
                           description="the row of the specification's rule table this validation implements "
                                       "(e.g. 1a, 2'); documentation only, never shown in verdicts")
     formerNames: list[str] = Field([], description="names this validation had before a rename: a rule test "
-                                                    "(`expect.rules`) naming one still passes, with a warning "
-                                                    "naming the current name, for one release")
+                                                    "(`expect.rules`) naming one still passes, with a "
+                                                    "warning naming the current name, for one release")
     forEach: Optional[Expr] = None
     variables: list[Variable] = []
     when: Optional[Expr] = None
@@ -149,13 +156,14 @@ class Mutation(Strict):
     when: Optional[Expr] = None
     denials: list[Denial] = []
     writes: list[Write] = []
-    builtin: Optional[str] = Field(None, description="a named built-in mutation (runtime.engine.admission.builtins)")
+    builtin: Optional[str] = Field(
+        None, description="a named built-in mutation (runtime.engine.admission.builtins)")
 
 
 class Schema(Strict):
     """A node of an OpenAPI v3 structural schema, the subset a shape check needs (type, nesting,
-    size caps, the ``quantity`` format); other keywords a CRD schema carries (``description``, ``enum``, ``default``,
-    ``x-kubernetes-list-*``) are accepted and ignored, so a CRD's schema can be used as it is."""
+    size caps, the ``quantity`` format); other keywords a CRD schema carries (``description``, ``enum``,
+    ``default``, ``x-kubernetes-list-*``) are accepted and ignored, so a CRD's schema can be used as it is."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -170,8 +178,10 @@ class Schema(Strict):
         None, description="the name of a number in rules/constants.yaml (e.g. maxNameLength) that sets "
                           "maxLength when the rules load: the number's one home")
     format: Optional[str] = Field(
-        None, description="``quantity``: a string must parse as a Kubernetes quantity exactly (no surrounding "
-                          "spaces), as the API server's ParseQuantity does; other formats (``int32``, ...) are ignored")
+        None,
+        description="``quantity``: a string must parse as a Kubernetes quantity exactly (no surrounding "
+                          "spaces), as the API server's ParseQuantity does; other formats (``int32``, ...) "
+                          "are ignored")
     nullable: bool = False
     intOrString: bool = Field(False, alias="x-kubernetes-int-or-string")
     preserveUnknownFields: bool = Field(False, alias="x-kubernetes-preserve-unknown-fields")
@@ -210,7 +220,8 @@ class AdmissionPolicySpec(Strict):
     match: Match
     failurePolicy: Literal["Fail", "Ignore"] = "Fail"
     enforcement: Literal["deny", "warn", "dryrun"] = Field(
-        "deny", description="deny: a denial is answered (spec behaviour); warn: allowed, the denial's message "
+        "deny",
+        description="deny: a denial is answered (spec behaviour); warn: allowed, the denial's message "
                             "returned as an AdmissionReview warning; dryrun: allowed silently, the would-be "
                             "denial counted (verdict metric) and reported by `accelpolicy audit`")
     audit: Optional[Literal["CREATE", "UPDATE", "skip"]] = Field(
@@ -253,7 +264,8 @@ class AdmissionPolicySpec(Strict):
                 seen_spec.add(v.specRule)
             for former in v.formerNames:
                 if former in names:
-                    raise ValueError(f"validation {v.name!r}: former name {former!r} is a current validation name")
+                    raise ValueError(
+                        f"validation {v.name!r}: former name {former!r} is a current validation name")
                 if former in seen_former:
                     raise ValueError(f"former name {former!r} is on two validations")
                 seen_former.add(former)
@@ -284,7 +296,8 @@ class MatchCondition(Strict):
 
 class WebhookRegistrationSpec(Strict):
     """``kind: WebhookRegistration`` (rules/admission/registration.yaml): how the controller registers
-    the AdmissionPolicies as Mutating/ValidatingWebhookConfigurations (docs/reference/controller.md "Controller and webhooks").
+    the AdmissionPolicies as Mutating/ValidatingWebhookConfigurations (docs/reference/controller.md
+    "Controller and webhooks").
 
     ``configurations`` names the two objects (mutating policies in one, validating in the other, each
     webhook in policy-name order); ``labels`` mark them as accelpolicy's (the only configurations it
@@ -302,9 +315,11 @@ class WebhookRegistrationSpec(Strict):
     namespaceLabel: str = Field("kubernetes.io/metadata.name",
                                 description="the Namespace label excludeNamespaces selects on")
     skipDeletingCondition: Optional[MatchCondition] = Field(
-        None, description="the matchCondition of every policy with match.skipDeleting: the API server does not "
-                          "call the webhook for an UPDATE of an object being deleted (its finalizers can always be "
-                          "removed, even while the webhooks are down); None: the webhook is called and allows it")
+        None,
+        description="the matchCondition of every policy with match.skipDeleting: the API server does not "
+                          "call the webhook for an UPDATE of an object being deleted (its finalizers can "
+                          "always be removed, even while the webhooks are down); None: the webhook is called "
+                          "and allows it")
 
 
 rulefiles.SPEC_MODELS["AdmissionPolicy"] = AdmissionPolicySpec

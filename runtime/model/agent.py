@@ -1,5 +1,6 @@
 """Rule kind ``NodeAgent`` (rules/agent.yaml): the node agent's keys, suffixes, capacity key
-templates, ledger modes and messages (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object and its ledger" and "Capacity and fit labels").
+templates, ledger modes and messages (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices
+object and its ledger" and "Capacity and fit labels").
 
 Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
 """
@@ -78,7 +79,8 @@ class CapacityKeys(Strict):
     slicedMemoryMib: str
     partitionedUnits: str
     partitionedProfile: str
-    percentPerSlice: int = Field(0, ge=0, description="omitted: percentPerAccelerator of rules/constants.yaml "
+    percentPerSlice: int = Field(0, ge=0,
+                                 description="omitted: percentPerAccelerator of rules/constants.yaml "
                                                        "(filled at load)")
 
 
@@ -151,7 +153,8 @@ class NodeAgentSpec(Strict):
     namespaceEnv: str
     nodeFeature: NodeFeatureSpec
     devices: ObjectKindSpec
-    suffixes: Optional[LabelSuffixes] = Field(None, description="filled at load from rules/labels.yaml suffixes")
+    suffixes: Optional[LabelSuffixes] = Field(None,
+                                              description="filled at load from rules/labels.yaml suffixes")
     trueValue: str
     falseValue: str
     settings: AgentSettingNames

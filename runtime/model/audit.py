@@ -5,7 +5,8 @@ rules, and in which words (docs/audit.md).
   and the result kind and message of each finding (``edited``, ``missing``, ``extra``, ``staleType``,
   ``input``); messages are Python format strings over the names documented in rules/audit.yaml.
 - ``checks``: CEL checks of existing objects (activation ``object``, ``settings``), e.g. a held
-  host-access grant whose setting is now off (a ``warn``: docs/concepts/instances.md "Additional volumes and host access").
+  host-access grant whose setting is now off (a ``warn``: docs/concepts/instances.md "Additional volumes and
+  host access").
 - ``ledger``: the result kind of a Pod allocation annotation its node's Devices refuses.
 - ``reach``: whether each pool can keep its promises (docs/audit.md "Pools that cannot schedule"):
   a derived flavor whose ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute,
@@ -35,7 +36,8 @@ class Finding(Strict):
 
 class DriftSpec(Strict):
     policy: str = Field(min_length=1, description="the policy name drift results carry")
-    compare: dict[str, list[str]] = Field(description="derived kind -> dotted fields compared with the desired state")
+    compare: dict[str, list[str]] = Field(
+        description="derived kind -> dotted fields compared with the desired state")
     edited: Finding
     missing: Finding
     extra: Finding
@@ -79,11 +81,13 @@ _USES = {"pool", "flavor", "node", "akey", "labelled", "usable", "why"}
 class UnselectedSpec(_Templates):
     """A derived flavor whose ``spec.nodeLabels`` select ``selected`` of its ``nodes`` contributors."""
 
-    VARIABLES: ClassVar[dict[str, set[str]]] = {"none": _SELECTS, "some": _SELECTS, "nodeLacks": {"node", "pairs"}}
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"none": _SELECTS, "some": _SELECTS,
+                                                "nodeLacks": {"node", "pairs"}}
     rule: str = Field(pattern=r"^[a-z0-9-]+$")
     none: Finding = Field(description="0 of N selected: no Pod of the pool can land on the flavor")
     some: Finding = Field(description="k of N selected, 0 < k < N")
-    nodeLacks: str = Field(min_length=1, description="one node of {missing}: {node}, {pairs} (key=value, ...)")
+    nodeLacks: str = Field(min_length=1,
+                           description="one node of {missing}: {node}, {pairs} (key=value, ...)")
 
 
 class UnusableSpec(_Templates):
@@ -98,7 +102,8 @@ class WhySpec(_Templates):
     """Why a node's Devices can use fewer accelerators than its labels count, per Devices state."""
 
     VARIABLES: ClassVar[dict[str, set[str]]] = {"present": {"unhealthy"}, "missing": set(), "refused": set()}
-    present: str = Field(min_length=1, description="the Devices object counts; {unhealthy}: accelerators marked unhealthy")
+    present: str = Field(min_length=1,
+                         description="the Devices object counts; {unhealthy}: accelerators marked unhealthy")
     missing: str = Field(min_length=1, description="no Devices object for the node")
     refused: str = Field(min_length=1, description="its Devices count in no view (decision 19)")
 
@@ -114,7 +119,8 @@ class ExplainWords(_Templates):
 
 
 class ReachSpec(Strict):
-    """Whether each pool can keep its promises (docs/audit.md "Pools that cannot schedule"; the module docstring)."""
+    """Whether each pool can keep its promises (docs/audit.md "Pools that cannot schedule"; the module
+    docstring)."""
 
     policy: str = Field(min_length=1)
     unselected: UnselectedSpec

@@ -30,8 +30,8 @@ class CelStaticLimits(Strict):
                                    description="the most one expression's worst-case cost estimate may be "
                                                "(Kubernetes' limit of CRD validation rules: 10000000)")
     unboundedListSize: int = Field(DEFAULT_LIST_SIZE, gt=0,
-                                   description="elements or entries assumed of a list or map that no literal, "
-                                               "rule-file value or schema bound sizes")
+                                   description="elements or entries assumed of a list or map that no "
+                                               "literal, rule-file value or schema bound sizes")
     unboundedStringSize: int = Field(DEFAULT_STRING_SIZE, gt=0,
                                      description="characters assumed of a string that no literal, rule-file "
                                                  "value or schema bound sizes")
@@ -57,8 +57,10 @@ class CelLimitsSpec(Strict):
     ``runtime``: at evaluation)."""
 
     static: CelStaticLimits = Field(CelStaticLimits(), description="the worst-case cost estimates every "
-                                    "expression must stay within (docs/rule-authoring.md \"What lint checks\")")
-    runtime: CelRuntimeLimits = Field(CelRuntimeLimits(), description="the budget every evaluation carries and "
+                                    "expression must stay within (docs/rule-authoring.md \"What lint "
+                                    "checks\")")
+    runtime: CelRuntimeLimits = Field(CelRuntimeLimits(),
+                                      description="the budget every evaluation carries and "
                                       "stops at (docs/rule-authoring.md \"Run-time budget\")")
 
 

@@ -1,5 +1,6 @@
 """Rule kinds ``DraDriver`` and ``DraPolicy`` (rules/dra.yaml): which Dynamic Resource Allocation drivers
-accelpolicy reads, how each driver's device attributes map to the probe facts of docs/agent.md "Probe facts", and the shared vocabulary of the DRA support (docs/concepts/dra.md "Accelerators from DRA drivers").
+accelpolicy reads, how each driver's device attributes map to the probe facts of docs/agent.md "Probe facts",
+and the shared vocabulary of the DRA support (docs/concepts/dra.md "Accelerators from DRA drivers").
 
 One ``DraDriver`` document per driver (``metadata.name`` is free; ``spec.driver`` is the driver name a
 ResourceSlice carries in ``spec.driver``): adding a vendor's driver is adding a document. One
@@ -48,9 +49,10 @@ class DeviceField(Strict):
 class DriverFacts(Strict):
     """Probe fact (docs/agent.md "Probe facts") <- device field, for a whole accelerator. ``uuid`` and
     ``name`` are required; ``memoryMib`` too unless the row's ``productMemory`` gives it; a fact left out
-    is not published by the driver (docs/concepts/dra.md "Two kinds of accelerator node": ``index`` then is the uuid's order among the node's
-    whole accelerators of the driver, ``minor`` the index, ``computeCapability`` unknown, the versions
-    empty). ``healthy``: a boolean attribute (false: unhealthy), beside the taints."""
+    is not published by the driver (docs/concepts/dra.md "Two kinds of accelerator node": ``index`` then is
+    the uuid's order among the node's whole accelerators of the driver, ``minor`` the index,
+    ``computeCapability`` unknown, the versions empty). ``healthy``: a boolean attribute (false: unhealthy),
+    beside the taints."""
 
     uuid: DeviceField
     name: DeviceField
@@ -78,11 +80,13 @@ class DeviceKind(Strict):
     """A device's kind when no attribute names it: exactly one of ``constant`` (every device of the
     driver has this kind) or ``expression`` (CEL over ``attributes``, the device's attributes by name
     with their values, and ``device``, its name: the kind's text), plus the Kubernetes CEL
-    ``selector`` of the derived DeviceClass (docs/concepts/dra.md "The ledger from claims") when the kind is an expression."""
+    ``selector`` of the derived DeviceClass (docs/concepts/dra.md "The ledger from claims") when the kind is
+    an expression."""
 
     constant: str = ""
     expression: Optional[Expr] = None
-    selector: str = Field("", description="Kubernetes' CEL selecting the whole accelerators (the DeviceClass's)")
+    selector: str = Field("",
+                          description="Kubernetes' CEL selecting the whole accelerators (the DeviceClass's)")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "DeviceKind":
@@ -99,7 +103,8 @@ class DraDriverSpec(Strict):
     driver: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63,
                         description="the DRA driver name (a DNS subdomain), e.g. gpu.nvidia.com")
     manufacturer: str = Field(min_length=1, description="the manufacturer id of rules/manufacturers.yaml")
-    typeAttribute: str = Field("", description="the attribute that tells a device's kind ('' = kind gives it)")
+    typeAttribute: str = Field("",
+                               description="the attribute that tells a device's kind ('' = kind gives it)")
     kind: Optional[DeviceKind] = Field(None, description="the kind when no attribute tells it")
     wholeType: str = Field(min_length=1, description="the kind of a whole accelerator")
     partitionType: str = Field("", description="its value on a partition device ('' = the driver has none)")
@@ -149,16 +154,19 @@ class DraDriverSpec(Strict):
 
 
 class DeviceClassSpec(Strict):
-    """How the controller derives a DeviceClass per (driver, manufacturer base key), docs/concepts/dra.md "The ledger from claims".
-    Templates take ``{driver}``, ``{manufacturer}``, ``{base}``, ``{typeAttribute}``, ``{wholeType}``."""
+    """How the controller derives a DeviceClass per (driver, manufacturer base key), docs/concepts/dra.md "The
+    ledger from claims". Templates take ``{driver}``, ``{manufacturer}``, ``{base}``, ``{typeAttribute}``,
+    ``{wholeType}``."""
 
     apiVersion: str = "resource.k8s.io/v1"
     plural: str = "deviceclasses"
     nameTemplate: str = Field(min_length=1)
-    selectorTemplate: str = Field(min_length=1, description="CEL (Kubernetes') selecting the whole accelerators")
+    selectorTemplate: str = Field(min_length=1,
+                                  description="CEL (Kubernetes') selecting the whole accelerators")
     allDevicesSelectorTemplate: str = Field(
         min_length=1, description="the same for a driver whose every device is whole (kind: {constant: ...})")
-    resourceType: str = Field("deviceClass", description="role in rules/pools/derivation.yaml resourceTypes: the "
+    resourceType: str = Field("deviceClass",
+                              description="role in rules/pools/derivation.yaml resourceTypes: the "
                                                           "ownership label value")
 
 
@@ -175,7 +183,8 @@ class DraMessages(Strict):
     offlineCpu: str
     sourceDra: str
     sourcePlugin: str
-    sourceDevices: str = Field(min_length=1, description="a device-plugin node whose device-manager NodeFeature "
+    sourceDevices: str = Field(min_length=1,
+                               description="a device-plugin node whose device-manager NodeFeature "
                                                          "the snapshot lacks; {node}, {count}, {name}")
     sourceNone: str
 
@@ -201,7 +210,8 @@ class DraPolicySpec(Strict):
     deviceClass: DeviceClassSpec
     offlineCpuLabels: OfflineCpuLabels
     unhealthyTaintEffects: list[str] = Field(["NoSchedule", "NoExecute"],
-                                             description="a device carrying a taint with one of these is unhealthy")
+                                             description="a device carrying a taint with one of these is "
+                                                         "unhealthy")
     podResource: str = Field("pods", description="ResourceClaim status.reservedFor[].resource of a Pod")
     messages: DraMessages
     events: DraEvents

@@ -53,7 +53,8 @@ class Placement(_Facts):
 
 
 class PartitionProfile(_Facts):
-    """One GPU-instance profile as the vendor reports it (name not yet respelled, docs/agent.md "The Devices object and its ledger")."""
+    """One GPU-instance profile as the vendor reports it (name not yet respelled, docs/agent.md "The Devices
+    object and its ledger")."""
 
     name: str = Field(min_length=1)
     memoryMib: int = Field(ge=0)
@@ -83,7 +84,8 @@ class DraDevice(_Facts):
 
 
 class AcceleratorFacts(_Facts):
-    """docs/agent.md "Probe facts": one accelerator. memoryMib is the raw total (before the ECC rule of docs/agent.md "Normalization")."""
+    """docs/agent.md "Probe facts": one accelerator. memoryMib is the raw total (before the ECC rule of
+    docs/agent.md "Normalization")."""
 
     manufacturer: str = Field(min_length=1)
     uuid: str = Field(min_length=1)
@@ -103,10 +105,13 @@ class AcceleratorFacts(_Facts):
     healthy: bool = True
     eccReserved: Optional[bool] = Field(
         None, description="whether 1/16 of memoryMib is ECC's, when the probe knows it without bus width and "
-                          "ECC mode (the DRA driver row's GDDR products, docs/concepts/dra.md); None: the ECC rule of "
-                          "docs/agent.md (Normalization) decides from memoryBusWidth and eccEnabled")
-    dra: Optional[DraDevice] = Field(None, description="the ResourceSlice device that published this accelerator "
-                                                       "(docs/concepts/dra.md); absent for NVML and recorded facts")
+                          "ECC mode (the DRA driver row's GDDR products, docs/concepts/dra.md); None: the "
+                          "ECC rule of docs/agent.md (Normalization) decides from memoryBusWidth and "
+                          "eccEnabled")
+    dra: Optional[DraDevice] = Field(None,
+                                     description="the ResourceSlice device that published this accelerator "
+                                                       "(docs/concepts/dra.md); absent for NVML and recorded "
+                                                       "facts")
 
 
 class NodeFactsDoc(_Facts):
@@ -125,18 +130,21 @@ class NodeFactsDoc(_Facts):
             seen: dict[Any, int] = {}
             for at, acc in enumerate(value):
                 key = getattr(acc, field)
-                if key in seen:  # Kubernetes' words (%#v: a string quoted); parse_facts points at the second one
+                # Kubernetes' words (%#v: a string quoted); parse_facts points at the second one
+                if key in seen:
                     shown = f'"{key}"' if isinstance(key, str) else str(key)
-                    raise PydanticCustomError("duplicate_key", "Duplicate value: {shown} (accelerators[{first}] has "
+                    raise PydanticCustomError("duplicate_key",
+                                              "Duplicate value: {shown} (accelerators[{first}] has "
                                               "it too; each accelerator has its own {field})",
-                                              {"shown": shown, "first": seen[key], "index": at, "field": field})
+                                              {"shown": shown, "first": seen[key], "index": at,
+                                               "field": field})
                 seen[key] = at
         return value
 
 
 class FactsError(ValueError):
-    """A facts document that does not have the docs/agent.md "Probe facts" shape; the message names source and field
-    (``FILE: accelerators[1].uuid: Duplicate value: "GPU-..." ...``), one line per problem."""
+    """A facts document that does not have the docs/agent.md "Probe facts" shape; the message names source and
+    field (``FILE: accelerators[1].uuid: Duplicate value: "GPU-..." ...``), one line per problem."""
 
 
 def parse_facts(data: Any, source: str = "<facts>") -> NodeFactsDoc:

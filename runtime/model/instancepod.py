@@ -1,4 +1,6 @@
-"""Rule kind ``InstancePod`` (rules/instances/pod.yaml): how an Instance becomes its Pod (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes"). Registered in :data:`runtime.model.rulefiles.SPEC_MODELS` on import (runtime/model/__init__.py)."""
+"""Rule kind ``InstancePod`` (rules/instances/pod.yaml): how an Instance becomes its Pod
+(docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes"). Registered in
+:data:`runtime.model.rulefiles.SPEC_MODELS` on import (runtime/model/__init__.py)."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -37,7 +39,8 @@ class PlacementSpec(Strict):
     noProvisioner: str
     missingMessage: str
     unboundMessage: str
-    defaultCapacity: str = Field(min_length=1)   # an InstancePersistentVolume's claim size when unset (docs/concepts/instances.md "Persistent volumes")
+    # an InstancePersistentVolume's claim size when unset (docs/concepts/instances.md "Persistent volumes")
+    defaultCapacity: str = Field(min_length=1)
 
 
 class LifecycleSpec(Strict):
@@ -47,8 +50,9 @@ class LifecycleSpec(Strict):
 
 
 class ServiceSpec(Strict):
-    """The Instance's Service (docs/concepts/instances.md "The Instance's Pod") and the Node addresses of ``status.hostIPs``
-    (docs/concepts/instances.md "Instances"): ``type`` of the Service; ``hostAddressTypes`` the Node address types read, in order."""
+    """The Instance's Service (docs/concepts/instances.md "The Instance's Pod") and the Node addresses of
+    ``status.hostIPs`` (docs/concepts/instances.md "Instances"): ``type`` of the Service; ``hostAddressTypes``
+    the Node address types read, in order."""
 
     type: str
     hostAddressTypes: list[str]
@@ -76,7 +80,8 @@ class InstancePodSpec(Strict):
     volumes: PodVolumeNames
     ssh: SshSidecar
     overcommit: OvercommitSpec
-    resourceKeys: dict[Literal["sliced", "memoryPercentage", "coresPercentage", "partitioned", "profile", "visibility"], str]
+    resourceKeys: dict[Literal["sliced", "memoryPercentage", "coresPercentage", "partitioned", "profile",
+                               "visibility"], str]
     placement: PlacementSpec
     poolAffinity: PoolAffinitySpec
     nodePin: NodePinSpec

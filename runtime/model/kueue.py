@@ -1,4 +1,5 @@
-"""Rule kind ``KueueConfiguration`` (rules/pools/kueue.yaml): Kueue resource charging (docs/concepts/pools-and-flavors.md "Kueue's resource charging").
+"""Rule kind ``KueueConfiguration`` (rules/pools/kueue.yaml): Kueue resource charging
+(docs/concepts/pools-and-flavors.md "Kueue's resource charging").
 
 The ``resources`` part of Kueue's Configuration the controller derives: ``transformations`` (one
 row per input resource-key pattern, expanded per manufacturer), the excluded resource prefixes, and
@@ -20,8 +21,10 @@ class KueueTransformationRule(Strict):
     input: str = Field(min_length=1, description="resource-key pattern, e.g. '{base}.shared'")
     family: Literal["exclusive", "shared", "sliced", "partitioned"]
     strategy: Literal["Replace", "Retain"]
-    multiplyBy: str = Field(default="", description="resource-key pattern whose Pod value multiplies the input")
-    credits: Optional[Expr] = Field(default=None, description="CEL over constants: credits per unit of input; "
+    multiplyBy: str = Field(default="",
+                            description="resource-key pattern whose Pod value multiplies the input")
+    credits: Optional[Expr] = Field(default=None,
+                                    description="CEL over constants: credits per unit of input; "
                                                               "absent = no outputs (Kueue ignores the input)")
     partitionKindOnly: bool = False
 
@@ -57,7 +60,8 @@ class KueueConfigurationSpec(Strict):
     @property
     def cpu_excluded(self) -> bool:
         """True when Kueue ignores ``cpu`` (a global prefix matches it): CPU-only Instance Pods then
-        carry their pool's flavor affinity and the CPU view counts Instance Pods (docs/concepts/pools-and-flavors.md "Kueue's resource charging")."""
+        carry their pool's flavor affinity and the CPU view counts Instance Pods
+        (docs/concepts/pools-and-flavors.md "Kueue's resource charging")."""
         return any(self.cpuResource.startswith(p) for p in self.excludeResourcePrefixes.global_)
 
 

@@ -1,6 +1,6 @@
 """Rule kind ``ManufacturerTable`` (rules/manufacturers.yaml): the known accelerator manufacturers
-(docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer"), each with the views its devices offer (docs/concepts/dra.md,
-docs/tasks/add-manufacturer-or-preset.md); the conditions are evaluated by
+(docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer"), each with the views its devices offer
+(docs/concepts/dra.md, docs/tasks/add-manufacturer-or-preset.md); the conditions are evaluated by
 :mod:`runtime.engine.devices.views`.
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pydantic import Field, field_validator
 
 from runtime.model.base import Expr, Strict
 
-VIEWS = ("exclusive", "shared", "sliced", "partitioned")   # the four views (docs/concepts/four-views.md "The four views"), in order
+# the four views (docs/concepts/four-views.md "The four views"), in order
+VIEWS = ("exclusive", "shared", "sliced", "partitioned")
 ViewName = Literal["exclusive", "shared", "sliced", "partitioned"]
 
 
@@ -24,7 +25,8 @@ class Manufacturer(Strict):
     logicalSlices: int = Field(ge=0)
     coresOvercommit: bool = False
     views: Optional[dict[ViewName, Expr]] = Field(
-        None, description="view -> the CEL condition (over `accelerator`) under which one of its devices offers "
+        None,
+        description="view -> the CEL condition (over `accelerator`) under which one of its devices offers "
                           "it; a view left out is never offered. Absent: every view, as the device allows")
 
     @field_validator("views")

@@ -2,7 +2,8 @@
 
 Mechanism only: the parameters that are policy (cruft patterns, prefixes, budgets) come from rule
 files and are passed in. Sources: docs/agent.md "Normalization" (NormalizeName, SanitizeLabelValue, memory),
-docs/concepts/pools-and-flavors.md "Queues and the entrance" (FNV-1a entrance), docs/reference/controller.md "Pod admission" (quantity serialization).
+docs/concepts/pools-and-flavors.md "Queues and the entrance" (FNV-1a entrance), docs/reference/controller.md
+"Pod admission" (quantity serialization).
 """
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ def sanitize_label_value(value: str, limit: int = 63) -> str:
 
 
 def fnv64a_hex(text: str) -> str:
-    """FNV-1a 64-bit of the UTF-8 bytes, 16 lowercase hex digits (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+    """FNV-1a 64-bit of the UTF-8 bytes, 16 lowercase hex digits (docs/concepts/pools-and-flavors.md "Queues
+    and the entrance")."""
     h = 0xCBF29CE484222325
     for byte in text.encode("utf-8"):
         h ^= byte
@@ -112,7 +114,8 @@ def fnv64a_hex(text: str) -> str:
 
 
 def object_name_safe(key: str) -> str:
-    """docs/agent.md "Normalization" (our choice): `_` becomes `-` when a key is used inside an object name."""
+    """docs/agent.md "Normalization" (our choice): `_` becomes `-` when a key is used inside an object
+    name."""
     return key.replace("_", "-")
 
 
@@ -132,7 +135,8 @@ _DEC_SUFFIX = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
 
 
 def format_decimal_quantity(value: int) -> str:
-    """Canonical decimal-SI quantity (docs/reference/controller.md "Pod admission"): 1600000 -> `1600k`, 8000000 -> `8M`."""
+    """Canonical decimal-SI quantity (docs/reference/controller.md "Pod admission"): 1600000 -> `1600k`,
+    8000000 -> `8M`."""
     if value == 0:
         return "0"
     for exp, suffix in _DEC_SUFFIX:

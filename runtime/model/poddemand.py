@@ -1,4 +1,5 @@
-"""The Pod demand: one implementation of docs/reference/controller.md "Pod accelerator requests" for every reader.
+"""The Pod demand: one implementation of docs/reference/controller.md "Pod accelerator requests" for every
+reader.
 
 :func:`pod_containers` walks a Pod ``spec``'s containers (init, then app) and classifies their
 accelerator keys; :func:`pod_demand` folds the walk into the Pod's demand per family and base. Served
@@ -40,8 +41,9 @@ def pod_containers(spec: Mapping, table: Mapping, manufacturers: list) -> list[d
     Each item: ``list`` (`initContainers`/`containers`), ``index``, ``field`` (`spec.containers[0]`),
     ``name``, ``group`` (`init`, `running`, `sidecar`), ``container`` (the manifest entry), ``keys``
     (key -> quantity as written: requests, else limits; claiming keys only), ``families`` and
-    ``bases_of`` (key -> family, key -> base), ``claims`` (sorted families), ``bases`` (family -> sorted bases, every family present),
-    ``profiles`` (sorted ``{key, base, profile}``). Visibility and `none` keys never claim.
+    ``bases_of`` (key -> family, key -> base), ``claims`` (sorted families), ``bases`` (family -> sorted
+    bases, every family present), ``profiles`` (sorted ``{key, base, profile}``). Visibility and `none` keys
+    never claim.
     """
     out = []
     for list_name in ("initContainers", "containers"):
@@ -64,9 +66,9 @@ def pod_containers(spec: Mapping, table: Mapping, manufacturers: list) -> list[d
                 if info["profile"]:
                     profiles.append({"key": key, "base": info["base"], "profile": info["profile"]})
             out.append({
-                "list": list_name, "index": i, "field": f"spec.{list_name}[{i}]", "name": str(ctr.get("name", "")),
-                "group": _group(list_name, ctr), "container": ctr, "keys": keys, "families": families,
-                "bases_of": bases_of,
+                "list": list_name, "index": i, "field": f"spec.{list_name}[{i}]",
+                "name": str(ctr.get("name", "")), "group": _group(list_name, ctr), "container": ctr,
+                "keys": keys, "families": families, "bases_of": bases_of,
                 "claims": sorted(f for f, b in bases.items() if b),
                 "bases": {f: sorted(b) for f, b in bases.items()}, "profiles": profiles,
             })
@@ -90,7 +92,8 @@ def pod_demand(containers: list[dict], table: Mapping, value: Value) -> dict[str
     for c in containers:
         if c["group"] == "sidecar":
             continue
-        values = {key: value(raw, c["container"], key) for key, raw in c["keys"].items()}  # every key must parse
+        # every key must parse
+        values = {key: value(raw, c["container"], key) for key, raw in c["keys"].items()}
         for key, n in values.items():
             family, base = c["families"][key], c["bases_of"][key]
             if family == "exclusive" and c["group"] == "running":

@@ -1,4 +1,5 @@
-"""The resource-key family classifier, ``ResourceFamilyOf`` (docs/reference/controller.md "Pod accelerator requests"): pure, below the rules.
+"""The resource-key family classifier, ``ResourceFamilyOf`` (docs/reference/controller.md "Pod accelerator
+requests"): pure, below the rules.
 
 One implementation shared by the admission CEL functions ``resourceFamily`` / ``podContainers``
 (runtime/rules/celadmission.py), the admission check and the node agent's PodResources mapping
@@ -12,8 +13,10 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 
-def resource_family(name: str, table: Mapping[str, Any], manufacturers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Classify one resource key: ``{family, base, profile}`` (docs/reference/controller.md "Pod accelerator requests").
+def resource_family(name: str, table: Mapping[str, Any],
+                    manufacturers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Classify one resource key: ``{family, base, profile}`` (docs/reference/controller.md "Pod accelerator
+    requests").
 
     ``family`` is ``none``, ``exclusive``, ``shared``, ``sliced``, ``partitioned`` or ``visibility``;
     ``base`` the manufacturer's ``<base>`` (``""`` for ``none``/``visibility``); ``profile`` the

@@ -49,7 +49,8 @@ class LabelCatalogSpec(Strict):
     keys: dict[str, str] = Field(description="role -> label/annotation key")
     prefixes: dict[str, str] = Field(description="role -> key prefix ending in '/'")
     propagatedPrefixes: list[str] = Field(description="Node label prefixes NodeFeatures own (NFD merge)")
-    suffixes: dict[str, str] = Field(description="role -> label key suffix (after <gKey>, <aKey> or <manufacturer>)")
+    suffixes: dict[str, str] = Field(
+        description="role -> label key suffix (after <gKey>, <aKey> or <manufacturer>)")
     fitLabelSuffix: str = Field(description="fit labels (controller-written) end their prefix with this")
     fitCoalesceSeconds: float = Field(default=3.0, ge=0,
                                       description="how long the controller gathers fit label changes before "
@@ -80,7 +81,8 @@ class NodeFactsSpec(Strict):
     keyBudget: int = Field(description="63 minus the longest key suffix (decision 13)")
     nvidiaFamilies: list[FamilyRow] = []
     groupIdMemorySuffixBudget: int = 7
-    groupIdHashDigits: int = Field(8, ge=1, le=16, description="hex digits that tell colliding group IDs apart")
+    groupIdHashDigits: int = Field(8, ge=1, le=16,
+                                   description="hex digits that tell colliding group IDs apart")
     eccMultiply: list[int] = [16, 15]
     gddrBusWidthBelow: int = 1024
     factChecks: "FactChecksSpec"
@@ -101,7 +103,8 @@ class FactMessagesSpec(Strict):
 
 
 class FactChecksSpec(Strict):
-    """Decision 19: the range a node fact must lie in to count (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")."""
+    """Decision 19: the range a node fact must lie in to count (docs/node-facts-robustness.md "A malformed
+    fact costs only its node (decision 19)")."""
 
     countMin: int = Field(ge=0)
     countMax: int = Field(ge=1, description="largest per-node count label; also bounds Devices counts")
@@ -156,14 +159,16 @@ class DerivedTypeSpec(Strict):
 
 
 class ActiveCondition(Strict):
-    """The ``Active`` condition the controller keeps ``True`` on its AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
+    """The ``Active`` condition the controller keeps ``True`` on its AdmissionCheck
+    (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
 
     reason: str
     message: str
 
 
 class AdmissionCheckSpec(Strict):
-    """The ``gpustack-node-devices`` AdmissionCheck and its answers (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
+    """The ``gpustack-node-devices`` AdmissionCheck and its answers (docs/concepts/pools-and-flavors.md "The
+    AdmissionCheck `gpustack-node-devices`")."""
 
     name: str
     controllerName: str
@@ -172,7 +177,8 @@ class AdmissionCheckSpec(Strict):
     readyMessage: Expr
     retryMessage: Expr
     retryAfterSeconds: int = Field(gt=0)
-    retryLoopAfter: int = Field(3, gt=1, description="Retry answers on one flavor in a row after which a loop "
+    retryLoopAfter: int = Field(3, gt=1,
+                                description="Retry answers on one flavor in a row after which a loop "
                                                        "is reported (events.workloadRetryLoop)")
 
 
@@ -188,26 +194,33 @@ class StartGuardSpec(Strict):
     NodeFeature of the ``nodeFeatures`` roles for which ``expectFacts`` holds, or ``graceSeconds`` after it
     began leading. Until then its destructive steps are held."""
 
-    graceSeconds: float = Field(ge=0, description="the longest a destructive step is held after the controller "
+    graceSeconds: float = Field(ge=0,
+                                description="the longest a destructive step is held after the controller "
                                                   "began leading (seconds; 0: no guard)")
     nodeFeatures: list[Literal["worker", "deviceManager"]] = Field(
         min_length=1, description="the NodeFeature roles of rules/agent.yaml nodeFeature every expected Node "
                                   "must have (the agent's; trusted as decision 20 says)")
-    expectFacts: Expr = Field(description="CEL over a Node's own ``labels`` and ``annotations``, ``devices`` (the "
-                                          "spec of its Devices object; {} when none) and ``role`` (the NodeFeature "
-                                          "role asked about; ``keys``: the keys of rules/labels.yaml by role): true "
-                                          "when the guard waits for that NodeFeature of the Node (false: a Node no "
-                                          "agent runs on, a role the Node has no facts for)")
+    expectFacts: Expr = Field(description="CEL over a Node's own ``labels`` and ``annotations``, ``devices`` "
+                                          "(the spec of its Devices object; {} when none) and ``role`` (the "
+                                          "NodeFeature role asked about; ``keys``: the keys of "
+                                          "rules/labels.yaml by role): true when the guard waits for that "
+                                          "NodeFeature of the Node (false: a Node no agent runs on, a role "
+                                          "the Node has no facts for)")
 
 
 class PoolDerivationSpec(Strict):
     systemNamespace: str
-    reservedNamespaces: list[str] = Field(description="no LocalQueues, no Instances, no Pod webhook (decision 17)")
-    controllerServiceAccount: str = Field(min_length=1, description="the controller's ServiceAccount in the system "
-                                                                     "namespace: the only user that may delete "
-                                                                     "Settings and write InstanceTypeFlavors")
-    settings: dict[str, str] = Field(description="role -> setting name (rules/settings.yaml) the derivation reads")
-    entrancePrefix: str = Field(min_length=1, description="every entrance starts with it (CEL variable of entrance; "
+    reservedNamespaces: list[str] = Field(
+        description="no LocalQueues, no Instances, no Pod webhook (decision 17)")
+    controllerServiceAccount: str = Field(min_length=1,
+                                          description="the controller's ServiceAccount in the system "
+                                                                     "namespace: the only user that may "
+                                                                     "delete Settings and write "
+                                                                     "InstanceTypeFlavors")
+    settings: dict[str, str] = Field(
+        description="role -> setting name (rules/settings.yaml) the derivation reads")
+    entrancePrefix: str = Field(min_length=1,
+                                description="every entrance starts with it (CEL variable of entrance; "
                                                           "the Workload webhook's match condition)")
     managed: Expr
     flavors: dict[Literal["cpu", "device"], FlavorRule]
@@ -250,7 +263,8 @@ class PresetTableSpec(Strict):
         for manu, entries in self.manufacturers.items():
             for i, entry in enumerate(entries):
                 used.append((f"manufacturers.{manu}[{i}].tier", entry.tier))
-                used.extend((f"manufacturers.{manu}[{i}].by[{j}].tier", r.tier) for j, r in enumerate(entry.by))
+                used.extend(
+                    (f"manufacturers.{manu}[{i}].by[{j}].tier", r.tier) for j, r in enumerate(entry.by))
         for where, tier in used:
             if tier not in known:
                 raise ValueError(f"{where}: unknown tier {tier!r} (tiers: {', '.join(sorted(known))})")

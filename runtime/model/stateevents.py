@@ -36,29 +36,35 @@ class StateEvents(Strict):
     """The Events of the controller's state transitions, once per transition, and of its rules reloads
     and background audit (docs/observability.md)."""
 
-    nodeLeftPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it left")
-    nodeJoinedPool: StateEvent = Field(description="on the Node; {node}, {flavors}: the ResourceFlavors it joined")
+    nodeLeftPool: StateEvent = Field(
+        description="on the Node; {node}, {flavors}: the ResourceFlavors it left")
+    nodeJoinedPool: StateEvent = Field(
+        description="on the Node; {node}, {flavors}: the ResourceFlavors it joined")
     typeDraining: StateEvent = Field(description="on the InstanceType; {type}, {queue}: its ClusterQueue")
     workloadRetry: StateEvent = Field(description="on the Workload; {check}, {message}: the check's answer")
-    workloadRetryLoop: StateEvent = Field(description="on the Workload; {check}, {flavor}, {count}, {other}: the "
-                                                      "flavor holding {node} of pool {pool}")
-    rulesReloaded: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace; {generation}, "
-                                                  "{root}: the rules directory, {seconds}: load time (a float)")
-    rulesRefused: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace (and the log); "
-                                                 "{root}, {generation}: the one that keeps serving, {problems}: "
-                                                 "one per line")
-    rulesVerdictsChanged: StateEvent = Field(description="on the rules ConfigMap (or the settings Namespace): the "
-                                             "verdicts a generation tried changes; {generation}, {count}, {changes}")
+    workloadRetryLoop: StateEvent = Field(description="on the Workload; {check}, {flavor}, {count}, {other}: "
+                                                      "the flavor holding {node} of pool {pool}")
+    rulesReloaded: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace; "
+                                                  "{generation}, {root}: the rules directory, {seconds}: "
+                                                  "load time (a float)")
+    rulesRefused: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace (and the "
+                                                 "log); {root}, {generation}: the one that keeps serving, "
+                                                 "{problems}: one per line")
+    rulesVerdictsChanged: StateEvent = Field(description="on the rules ConfigMap (or the settings "
+                                                         "Namespace): the "
+                                             "verdicts a generation tried changes; {generation}, {count}, "
+                                             "{changes}")
     auditFailed: StateEvent = Field(description="on the object the background audit newly finds failing; "
                                                 "{policy}, {rule} (- when none), {message}")
-    flavorSelectsTooFewNodes: StateEvent = Field(description="on the InstanceType, when a flavor of its pool selects "
-                                                             "fewer of its contributing Nodes than before; {pool}, "
-                                                             "{flavor}, {message}: the audit's (rules/audit.yaml reach)")
-    flavorSelectsItsNodes: StateEvent = Field(description="on the InstanceType, when that flavor selects all its "
-                                                          "nodes again; {pool}, {flavor}")
-    acceleratorsUnusable: StateEvent = Field(description="on the InstanceType, when a node's Devices can use fewer "
-                                                         "accelerators than its labels count; {pool}, {flavor}, "
-                                                         "{node}, {message}: the audit's")
+    flavorSelectsTooFewNodes: StateEvent = Field(description="on the InstanceType, when a flavor of its pool "
+                                                             "selects fewer of its contributing Nodes than "
+                                                             "before; {pool}, {flavor}, {message}: the "
+                                                             "audit's (rules/audit.yaml reach)")
+    flavorSelectsItsNodes: StateEvent = Field(description="on the InstanceType, when that flavor selects all "
+                                                          "its nodes again; {pool}, {flavor}")
+    acceleratorsUnusable: StateEvent = Field(description="on the InstanceType, when a node's Devices can use "
+                                                         "fewer accelerators than its labels count; {pool}, "
+                                                         "{flavor}, {node}, {message}: the audit's")
     acceleratorsUsable: StateEvent = Field(description="on the InstanceType, when they agree again; {pool}, "
                                                        "{flavor}, {node}")
 
@@ -66,7 +72,8 @@ class StateEvents(Strict):
     def _known_variables(self) -> "StateEvents":
         """A message may name only its entry's variables (a typo would fail at the transition)."""
         for name, allowed in STATE_EVENT_VARIABLES.items():
-            used = {f for _, f, _, _ in string.Formatter().parse(getattr(self, name).message) if f is not None}
+            used = {
+                f for _, f, _, _ in string.Formatter().parse(getattr(self, name).message) if f is not None}
             if used - allowed:
                 raise ValueError(f"{name}.message: unknown variable(s) {sorted(used - allowed)}; "
                                  f"allowed: {sorted(allowed)}")

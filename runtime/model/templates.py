@@ -28,7 +28,8 @@ class Templates(Strict):
 
 
 class IncompleteTypeSpec(Templates):
-    """An InstanceType whose spec lacks what names its pool (docs/concepts/pools-and-flavors.md "InstanceType admission" requires it)."""
+    """An InstanceType whose spec lacks what names its pool (docs/concepts/pools-and-flavors.md "InstanceType
+    admission" requires it)."""
 
     VARIABLES: ClassVar[dict[str, set[str]]] = {"message": {"fields"}}
     required: list[str] = Field(min_length=1, description="spec fields every type needs")
@@ -36,4 +37,5 @@ class IncompleteTypeSpec(Templates):
     message: str = Field(min_length=1, description="its phaseMessage (phase Inactive); {fields}: the missing "
                                                    "ones as spec.<field>, comma-separated")
     unitPlaceholder: str = Field(min_length=1, description="status.summary.unit's part for a missing "
-                                                           "unitResources.cpu, unitResources.ram or localStorage")
+                                                           "unitResources.cpu, unitResources.ram or "
+                                                           "localStorage")

@@ -37,8 +37,9 @@ from runtime.report.results import ObjectRef, Result, ordered
 from runtime.report.unitpreset import fallback_units
 from runtime.rules.cel import CelEvalError
 
-_DESIRED = {"ResourceFlavor": "resource_flavors", "ClusterQueue": "cluster_queues", "LocalQueue": "local_queues",
-            "InstanceTypeFlavor": "instance_type_flavors", "AdmissionCheck": "admission_checks"}
+_DESIRED = {"ResourceFlavor": "resource_flavors", "ClusterQueue": "cluster_queues",
+            "LocalQueue": "local_queues", "InstanceTypeFlavor": "instance_type_flavors",
+            "AdmissionCheck": "admission_checks"}
 AUDIT_USER = {"username": "accelpolicy-audit"}
 
 
@@ -65,7 +66,8 @@ def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = N
 def _request(spec, obj: dict, operation: str) -> AdmissionRequest:
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
     meta = obj.get("metadata") or {}
-    return AdmissionRequest(uid="audit", kind={"group": group, "version": version, "kind": obj.get("kind", "")},
+    return AdmissionRequest(uid="audit",
+                            kind={"group": group, "version": version, "kind": obj.get("kind", "")},
                             resource={"group": group, "version": version, "resource": spec.match.resource},
                             operation=operation, name=str(meta.get("name", "")),
                             namespace=str(meta.get("namespace") or ""), object=obj,
@@ -82,7 +84,8 @@ def _outcome_results(name: str, outcome: Outcome, ref: ObjectRef, operation: str
         kind = "error" if reason == "InternalError" else "fail"
         return [Result(name, last, kind, ref, message, "", props)]
     if outcome.would_deny:
-        return [Result(name, last, "warn", ref, outcome.would_deny, "", {**props, "enforcement": outcome.enforcement})]
+        return [Result(name, last, "warn", ref, outcome.would_deny, "",
+                       {**props, "enforcement": outcome.enforcement})]
     return [Result(name, "", "pass", ref, audit_spec.passMessage, "", props)]
 
 
@@ -111,8 +114,8 @@ def admission_results(engine: AdmissionEngine, view: AdmissionView, snapshot: Sn
         if request is None:
             out.append(Result(name, "", "skip", ObjectRef.of(obj), audit_spec.skipMessage))
             continue
-        out.extend(_outcome_results(name, engine.run(name, request, view), ObjectRef.of(obj), request.operation,
-                                    audit_spec))
+        out.extend(_outcome_results(name, engine.run(name, request, view), ObjectRef.of(obj),
+                                    request.operation, audit_spec))
     return out
 
 
@@ -140,11 +143,13 @@ def field_diff(want: Any, got: Any, path: str = "") -> str:
                   if _json(want[k]) != _json(got[k])]
         return ", ".join(parts)
     if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
-        return ", ".join(field_diff(a, b, key(i)) for i, (a, b) in enumerate(zip(want, got)) if _json(a) != _json(b))
+        return ", ".join(
+            field_diff(a, b, key(i)) for i, (a, b) in enumerate(zip(want, got)) if _json(a) != _json(b))
     return f"{path + ': ' if path else ''}{_json(want)} -> {_json(got)}"
 
 
-def drift_results(policy: Policy, snapshot: Snapshot, desired: DesiredState, spec: AuditPolicySpec) -> list[Result]:
+def drift_results(policy: Policy, snapshot: Snapshot, desired: DesiredState,
+                  spec: AuditPolicySpec) -> list[Result]:
     """Hand-edited, missing and extra derived objects, stale derived InstanceTypes, skipped input."""
     drift = spec.drift
     out: list[Result] = []
@@ -165,8 +170,9 @@ def drift_results(policy: Policy, snapshot: Snapshot, desired: DesiredState, spe
                 a, b = _dig(want, dotted), _dig(got, dotted)
                 if _json(a) != _json(b):
                     out.append(Result(drift.policy, "edited", drift.edited.result, ObjectRef.of(got),
-                                      drift.edited.message.format(kind=kind, name=ref.name, field=dotted, want=_json(a),
-                                                                  got=_json(b), diff=field_diff(a, b)), dotted))
+                                      drift.edited.message.format(kind=kind, name=ref.name, field=dotted,
+                                                                  want=_json(a), got=_json(b),
+                                                                  diff=field_diff(a, b)), dotted))
         for obj in snapshot.list(kind):
             ref = ObjectRef.of(obj)
             if (ref.namespace, ref.name) not in names and labels_of(obj).get(type_key) in type_values:
@@ -234,7 +240,8 @@ def ledger_results(policy: Policy, snapshot: Snapshot, spec: AuditPolicySpec) ->
     return out
 
 
-def reach_results(policy: Policy, snapshot: Snapshot, desired: DesiredState, spec: AuditPolicySpec) -> list[Result]:
+def reach_results(policy: Policy, snapshot: Snapshot, desired: DesiredState,
+                  spec: AuditPolicySpec) -> list[Result]:
     """The pools that cannot keep a promise (:func:`runtime.report.reach.pool_findings`), each on the
     pool's InstanceType; ``properties`` name the ResourceFlavor (and the node of a Devices finding)."""
     types = {name_of(it): it for it in desired.instance_types}

@@ -1,9 +1,10 @@
-"""Where a node's accelerators come from, for `accelpolicy explain instancetype` (docs/concepts/dra.md "Two kinds of accelerator node" and "Views per manufacturer";
-docs/concepts/dra.md "Mixed clusters"): the ResourceSlices of a DRA driver (then also the MIG-on GPUs
-that offer nothing and the devices that could not be read), or NVML through the agent's device-manager NodeFeature (a
-device-plugin node), or nothing. A device-plugin node whose NodeFeature the snapshot lacks (a snapshot
-of Nodes and Devices only) is named by the Devices object its ledger rows were read from, not called
-accelerator-less beside them. Messages: rules/dra.yaml ``messages.source*``. Pure."""
+"""Where a node's accelerators come from, for `accelpolicy explain instancetype` (docs/concepts/dra.md "Two
+kinds of accelerator node" and "Views per manufacturer"; docs/concepts/dra.md "Mixed clusters"): the
+ResourceSlices of a DRA driver (then also the MIG-on GPUs that offer nothing and the devices that could not be
+read), or NVML through the agent's device-manager NodeFeature (a device-plugin node), or nothing. A
+device-plugin node whose NodeFeature the snapshot lacks (a snapshot of Nodes and Devices only) is named by the
+Devices object its ledger rows were read from, not called accelerator-less beside them. Messages:
+rules/dra.yaml ``messages.source*``. Pure."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -35,7 +36,8 @@ def accelerator_sources(policy: Policy, snapshot: Snapshot, nodes: Iterable[str]
         reading = readings.get(node)
         if reading is not None:
             out[node] = {"source": "dra", "message": rules.messages.sourceDra.format(
-                drivers=", ".join(reading.drivers), slices=", ".join(reading.slices), count=len(reading.accelerators)),
+                drivers=", ".join(reading.drivers), slices=", ".join(reading.slices),
+                count=len(reading.accelerators)),
                 "offersNothing": reading.offers_nothing(policy), "unreadable": list(reading.warnings)}
         elif snapshot.get("NodeFeature", manager, namespace) is not None:
             out[node] = {"source": "plugin", "message": rules.messages.sourcePlugin.format(name=manager),

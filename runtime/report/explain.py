@@ -1,9 +1,10 @@
 """`accelpolicy explain`: why a pool holds what it holds, and how a review was decided (docs/audit.md).
 
 :func:`explain_instance_type` reads the same derivation as the controller: the pool's flavors (the
-type's schedule labels as a flavor selector, docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"), the nodes behind them, every node
-left out with the label or rule (file:line) that excluded it, and the four views with the per
-accelerator inputs they were computed from (mode, ledger remaining, shares).
+type's schedule labels as a flavor selector, docs/concepts/pools-and-flavors.md "Pools: InstanceType +
+ClusterQueue of one name"), the nodes behind them, every node left out with the label or rule (file:line) that
+excluded it, and the four views with the per accelerator inputs they were computed from (mode, ledger
+remaining, shares).
 
 :func:`explain_admission` judges one object with an engine that records every CEL evaluation: the
 expression's rule file, line and field path, the names it read (``variables.x`` narrowed to those
@@ -52,7 +53,8 @@ def _excluded(policy: Policy, node, selector: dict, flavors: list[dict]) -> str:
     uncounted = _uncounted_group(policy, node, selector)
     if uncounted:
         return uncounted
-    own = [f for f in flavors if all(node.labels.get(k) == v for k, v in ((f.get("spec") or {}).get("nodeLabels") or {}).items())]
+    own = [f for f in flavors if all(
+        node.labels.get(k) == v for k, v in ((f.get("spec") or {}).get("nodeLabels") or {}).items())]
     for flavor in own:
         for key, want in selector.items():
             got = labels_of(flavor).get(key)
@@ -91,11 +93,11 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
     ``reach``: node -> whether its Node carries the labels its flavors select and, where fewer, how many
     of its accelerators its Devices can use (:func:`runtime.report.reach.node_lines`);
     ``accelerators``: per node of the pool, per accelerator ``{id, mode, remaining, allocatedSlices}``
-    (the ledger the four views add up, docs/concepts/pools-and-flavors.md "InstanceType status"); ``unitFallback``: why the derived type's
-    unit is the preset table's fallback and where to give it one ("" when a preset matched,
-    :func:`runtime.report.unitpreset.fallback_units`). ``live``, ``settings_namespace``: as
-    :func:`derive`'s (a live cluster: queue phases as Kueue reports them now; where its settings
-    Secret lives). Raises :class:`ExplainError`.
+    (the ledger the four views add up, docs/concepts/pools-and-flavors.md "InstanceType status");
+    ``unitFallback``: why the derived type's unit is the preset table's fallback and where to give it one (""
+    when a preset matched, :func:`runtime.report.unitpreset.fallback_units`). ``live``,
+    ``settings_namespace``: as :func:`derive`'s (a live cluster: queue phases as Kueue reports them now; where
+    its settings Secret lives). Raises :class:`ExplainError`.
     """
     desired = derive(policy, snapshot, live=live, settings_namespace=settings_namespace)
     types = {name_of(t): t for t in desired.instance_types}
@@ -103,7 +105,8 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
         raise ExplainError(f"no InstanceType {name!r} in the snapshot or the derivation "
                            f"(known: {', '.join(sorted(types)) or 'none'})")
     it = types[name]
-    queue = next((q for q in desired.cluster_queues if name_of(q) == name), None)  # the ClusterQueue = the type's name
+    # the ClusterQueue = the type's name
+    queue = next((q for q in desired.cluster_queues if name_of(q) == name), None)
     selector = flavor_selector(policy, labels_of(queue)) if queue is not None else None
     selector = selector or {}
     flavors = [f for f in desired.resource_flavors if matches(selector, labels_of(f))]
@@ -111,9 +114,11 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
     members: dict[str, list[str]] = {}
     for flavor in flavors:
         node_labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
-        members[name_of(flavor)] = [n.name for n in nodes if all(n.labels.get(k) == v for k, v in node_labels.items())]
+        members[name_of(flavor)] = [
+            n.name for n in nodes if all(n.labels.get(k) == v for k, v in node_labels.items())]
     in_pool = sorted({n for names in members.values() for n in names})
-    excluded = {n.name: _excluded(policy, n, selector, desired.resource_flavors) for n in nodes if n.name not in in_pool}
+    excluded = {
+        n.name: _excluded(policy, n, selector, desired.resource_flavors) for n in nodes if n.name not in in_pool}
     accel: dict[str, list[dict]] = {}
     if (it.get("spec") or {}).get("acceleratable"):
         for node in in_pool:
@@ -127,7 +132,8 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
     return {"name": name, "selector": selector, "unitFallback": fallback_units(policy, desired).get(name, ""),
             "flavors": [{"name": f, "nodes": members[f]} for f in sorted(members)],
             "nodes": in_pool, "excluded": excluded, "views": views, "accelerators": accel,
-            "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),  # docs/concepts/dra.md "Accelerators from DRA drivers"
+            # docs/concepts/dra.md "Accelerators from DRA drivers"
+            "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),
             "reach": reach.node_lines(policy, snapshot, desired, reach.flavor_names(desired, name)),
             "credits": {"perAccelerator": policy.constants.creditsPerAccelerator,
                         "perShare": policy.constants.share}}
@@ -140,7 +146,8 @@ def render_instance_type(info: dict) -> str:
     if info.get("unitFallback"):
         lines.append(f"unit: {info['unitFallback']}")
     lines.append("flavors:")
-    lines += [f"  {f['name']}: nodes {', '.join(f['nodes']) or '(none)'}" for f in info["flavors"]] or ["  (none)"]
+    lines += [
+        f"  {f['name']}: nodes {', '.join(f['nodes']) or '(none)'}" for f in info["flavors"]] or ["  (none)"]
     lines.append("left out:")
     lines += [f"  {node}: {why}" for node, why in sorted(info["excluded"].items())] or ["  (none)"]
     if info.get("reach"):  # whether the Node carries what its flavors select, what its Devices can use
@@ -149,19 +156,22 @@ def render_instance_type(info: dict) -> str:
     lines.append(f"views (capacity/remaining/onceMaxRequest; {info['credits']['perAccelerator']} credits per "
                  f"accelerator, {info['credits']['perShare']} per share):")
     for view, numbers in info["views"].items():
-        lines.append(f"  {view}: {numbers.get('capacity')}/{numbers.get('remaining')}/{numbers.get('onceMaxRequest')}")
+        lines.append(
+            f"  {view}: {numbers.get('capacity')}/{numbers.get('remaining')}/{numbers.get('onceMaxRequest')}")
     for node, rows in sorted(info["accelerators"].items()):
         for row in rows:
             lines.append(f"  {node} {row['group']}/{row['id']}: mode {row['mode']}, ledger remaining "
                          f"{row['remaining']}, allocated slices {row['allocatedSlices']}")
     lines += render_sources(info.get("sources") or {})
-    if info.get("workloads"):  # Kueue's Workloads of the pool (none: no lines, as from a snapshot without any)
+    # Kueue's Workloads of the pool (none: no lines, as from a snapshot without any)
+    if info.get("workloads"):
         lines += render_workloads(info["workloads"])
     return "\n".join(lines)
 
 
 def _condition(workload: dict, kind: str) -> dict:
-    return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
+    return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == kind),
+                {})
 
 
 def pool_workloads(policy: Policy, snapshot: Snapshot, name: str) -> list[dict]:
@@ -190,12 +200,14 @@ def pool_workloads(policy: Policy, snapshot: Snapshot, name: str) -> list[dict]:
         check = next((c for c in status.get("admissionChecks") or [] if c.get("name") == check_name), None)
         out.append({"namespace": meta.get("namespace") or "", "name": meta.get("name"), "state": state,
                     "reason": why.get("reason"), "message": why.get("message"),
-                    "check": None if check is None else {"state": check.get("state"), "message": check.get("message")}})
+                    "check": None if check is None else {"state": check.get("state"),
+                                                         "message": check.get("message")}})
     return out
 
 
 def render_workloads(workloads: list[dict]) -> list[str]:
-    """The lines of :func:`pool_workloads`: one per Workload, its state, Kueue's reason and the check's verdict."""
+    """The lines of :func:`pool_workloads`: one per Workload, its state, Kueue's reason and the check's
+    verdict."""
     lines = ["workloads (Kueue, live):"]
     for wl in workloads:
         check = wl["check"]

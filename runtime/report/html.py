@@ -1,9 +1,10 @@
 """`accelpolicy audit -o html`: one self-contained page (no network, no external file; docs/audit.md).
 
 Sections: the summary counts; per-rule counts; the result table (click a header to sort, type to
-filter, choose a result kind; a link may carry the view: ``#sort=OBJECT:desc&kind=fail&filter=pod``); and the pools: for every InstanceType, grouped by accelerator, its four
-views (EX exclusive, SH shared, SL sliced, PT partitioned) and the CPU view as capacity bars (used =
-capacity - remaining), so a full pool shows at a glance. Every text is HTML-escaped.
+filter, choose a result kind; a link may carry the view: ``#sort=OBJECT:desc&kind=fail&filter=pod``); and the
+pools: for every InstanceType, grouped by accelerator, its four views (EX exclusive, SH shared, SL sliced, PT
+partitioned) and the CPU view as capacity bars (used = capacity - remaining), so a full pool shows at a
+glance. Every text is HTML-escaped.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from runtime.engine.pools import derive
 from runtime.engine.snapshot import Snapshot, name_of
 from runtime.report.results import RESULT_KINDS, Result, summary
 
-# The four accelerator views (docs/concepts/four-views.md "The four views"), then the CPU view (docs/concepts/pools-and-flavors.md "InstanceType status"): accelerated pools
-# show the first four, CPU pools only the last, as the InstanceType's status publishes them.
+# The four accelerator views (docs/concepts/four-views.md "The four views"), then the CPU view
+# (docs/concepts/pools-and-flavors.md "InstanceType status"): accelerated pools show the first four, CPU pools
+# only the last, as the InstanceType's status publishes them.
 VIEWS = (("EX", "accelerator"), ("SH", "acceleratorShared"), ("SL", "acceleratorSliced"),
          ("PT", "acceleratorPartitioned"), ("CPU", "cpu"))
 
@@ -124,13 +126,15 @@ def pool_bars(policy: Policy, snapshot: Snapshot) -> list[tuple[str, list[tuple[
     return [(g, sorted(groups[g])) for g in sorted(groups, key=lambda g: (g == "CPU", g))]
 
 
-def render_page(policy: Policy, snapshot: Snapshot, results: list[Result], title: str = "accelpolicy audit") -> str:
+def render_page(policy: Policy, snapshot: Snapshot, results: list[Result],
+                title: str = "accelpolicy audit") -> str:
     """The whole HTML page as a string (UTF-8, no external reference)."""
     counts = summary(results)
     out = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>",
            f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>", "<div class=counts id=summary>"]
     out += [f"<span class={k}>{counts[k]} {k}</span>" for k in RESULT_KINDS]
-    out.append("</div><h2>Per rule</h2><table id=rules class=sortable><thead><tr><th>POLICY</th><th>RULE</th>")
+    out.append(
+        "</div><h2>Per rule</h2><table id=rules class=sortable><thead><tr><th>POLICY</th><th>RULE</th>")
     out += [f"<th>{k.upper()}</th>" for k in RESULT_KINDS]
     out.append("</tr></thead><tbody>")
     per_rule: dict[tuple[str, str], Counter] = {}
@@ -159,8 +163,9 @@ def render_page(policy: Policy, snapshot: Snapshot, results: list[Result], title
                 out.append(f"<span class=view>{bar.view}</span><span class='bar{full}' "
                            f"title='{bar.used} of {bar.capacity} used'><i style='width:{pct}%'></i></span>"
                            f"<span class=num data-view={bar.view} data-capacity={bar.capacity} "
-                           f"data-remaining={bar.remaining} data-once-max={bar.once_max}>{bar.used}/{bar.capacity} "
-                           f"used, {bar.remaining} free, at most {bar.once_max} at once</span><br>")
+                           f"data-remaining={bar.remaining} "
+                           f"data-once-max={bar.once_max}>{bar.used}/{bar.capacity} used, {bar.remaining} "
+                           f"free, at most {bar.once_max} at once</span><br>")
             out.append("</div>")
         out.append("</div>")
     out.append(f"</div><script>{_JS}</script></body></html>")

@@ -68,14 +68,16 @@ def why_text(spec: ReachSpec, shortfall: Shortfall) -> str:
 
 
 def flavor_reaches(snapshot: Snapshot, desired: DesiredState) -> dict[str, FlavorReach]:
-    """:func:`runtime.engine.pools.reach.flavor_reach` of ``desired``'s flavors against ``snapshot``'s Nodes."""
+    """:func:`runtime.engine.pools.reach.flavor_reach` of ``desired``'s flavors against ``snapshot``'s
+    Nodes."""
     return flavor_reach(snapshot, desired.resource_flavors, desired.node_flavors)
 
 
 def pool_findings(policy: Policy, snapshot: Snapshot, desired: DesiredState,
                   reaches: dict[str, FlavorReach] | None = None) -> list[PoolFinding]:
     """Every finding of every pool (InstanceType with a ClusterQueue in ``desired``), pool then flavor
-    then node order ([] without an AuditPolicy). ``reaches``: :func:`flavor_reaches` when the caller already has it."""
+    then node order ([] without an AuditPolicy). ``reaches``: :func:`flavor_reaches` when the caller already
+    has it."""
     spec = reach_spec(policy)
     if spec is None:
         return []
@@ -89,18 +91,21 @@ def pool_findings(policy: Policy, snapshot: Snapshot, desired: DesiredState,
             reach = reaches.get(flavor)
             if reach is not None and reach.missing:
                 finding = spec.unselected.none if reach.selected == 0 else spec.unselected.some
-                out.append(PoolFinding(pool, spec.unselected.rule, finding.result, flavor, "", finding.message.format(
+                out.append(PoolFinding(pool, spec.unselected.rule, finding.result, flavor, "",
+                                       finding.message.format(
                     pool=pool, flavor=flavor, selected=reach.selected, nodes=len(reach.nodes),
                     missing=missing_text(spec, reach))))
             for s in short.get(flavor, ()):
                 finding = spec.unusable.finding
-                out.append(PoolFinding(pool, spec.unusable.rule, finding.result, flavor, s.node, finding.message.format(
+                out.append(PoolFinding(pool, spec.unusable.rule, finding.result, flavor, s.node,
+                                       finding.message.format(
                     pool=pool, flavor=flavor, node=s.node, akey=s.akey, labelled=s.labelled, usable=s.usable,
                     why=why_text(spec, s))))
     return out
 
 
-def node_lines(policy: Policy, snapshot: Snapshot, desired: DesiredState, flavors: list[str]) -> dict[str, str]:
+def node_lines(policy: Policy, snapshot: Snapshot, desired: DesiredState,
+               flavors: list[str]) -> dict[str, str]:
     """node -> ``explain``'s line for each contributor of ``flavors``: its labels applied (or the
     ``key=value`` pairs its Node lacks, over all those flavors) and, where its Devices can use fewer
     accelerators than its labels count, how many."""

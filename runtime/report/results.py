@@ -107,7 +107,8 @@ def reports(results: list[Result], name: str, source: str, labels: dict | None =
         if labels:
             meta["labels"] = dict(labels)
         out.append({"apiVersion": REPORTS_API, "kind": "Report" if ns else "ClusterReport", "metadata": meta,
-                    "source": source, "summary": summary(items), "results": [_entry(r, source) for r in items]})
+                    "source": source, "summary": summary(items),
+                    "results": [_entry(r, source) for r in items]})
     return out
 
 

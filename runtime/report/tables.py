@@ -2,7 +2,8 @@
 
 Layout as kubectl's tabwriter prints it: upper-case headers, left-aligned cells, three spaces
 between columns, no trailing blanks. Rendering is tabulate's, with a kubectl table format.
-Column sets: docs/getting-started.md "Step 1: read the initial pools" (our CRDs' printer columns) and Kueue's own printer columns.
+Column sets: docs/getting-started.md "Step 1: read the initial pools" (our CRDs' printer columns) and Kueue's
+own printer columns.
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ class KindTable:
 
 
 KINDS: tuple[KindTable, ...] = (
-    KindTable("ResourceFlavor", "resourceflavors", ("resourceflavor", "resourceflavors", "flavor", "flavors", "rf"),
+    KindTable("ResourceFlavor", "resourceflavors",
+              ("resourceflavor", "resourceflavors", "flavor", "flavors", "rf"),
               (field("NAME", "metadata.name"), AGE)),
     KindTable("ClusterQueue", "clusterqueues", ("clusterqueue", "clusterqueues", "cq"),
               (field("NAME", "metadata.name"), field("COHORT", "spec.cohortName"),
@@ -126,11 +128,13 @@ KINDS: tuple[KindTable, ...] = (
                field("ACCELERATOR(EX/SH/SL/PT)", "status.summary.accelerator"),
                field("CPU", "status.summary.cpu"), field("PHASE", "status.phase"),
                field("PARTITIONS", "status.summary.partitions", wide=True))),
-    KindTable("InstanceTypeFlavor", "instancetypeflavors", ("instancetypeflavor", "instancetypeflavors", "instypeflavor"),
+    KindTable("InstanceTypeFlavor", "instancetypeflavors",
+              ("instancetypeflavor", "instancetypeflavors", "instypeflavor"),
               (field("NAME", "metadata.name"), field("GENERALGROUP", "spec.generalGroup"),
-               field("ACCELERATORGROUP", "spec.acceleratorGroup"), field("ACCELERATABLE", "spec.acceleratable"),
-               field("MANUFACTURER", "spec.manufacturer"), field("PRODUCT", "spec.product"),
-               field("MEMORY", "spec.memory"), field("CORES", "spec.cores"), field("SLICEABLE", "spec.sliceable"))),
+               field("ACCELERATORGROUP", "spec.acceleratorGroup"),
+               field("ACCELERATABLE", "spec.acceleratable"), field("MANUFACTURER", "spec.manufacturer"),
+               field("PRODUCT", "spec.product"), field("MEMORY", "spec.memory"), field("CORES", "spec.cores"),
+               field("SLICEABLE", "spec.sliceable"))),
     KindTable("Devices", "devices", ("devices", "device", "devs"),
               (field("NAME", "metadata.name"), Column("AGE", age_of, wide=True))),
 )
@@ -155,7 +159,8 @@ def cells(table: KindTable, obj: dict, wide: bool = False) -> dict[str, str]:
     return {c.header: _cell(c.read(obj)) for c in table.columns if (wide or not c.wide) and c.header != "AGE"}
 
 
-def drift(table: KindTable, held: Sequence[dict], derived: Sequence[dict], wide: bool = False) -> tuple[list[dict], list[str]]:
+def drift(table: KindTable, held: Sequence[dict], derived: Sequence[dict], wide: bool = False) -> tuple[
+        list[dict], list[str]]:
     """What the cluster holds now, each row marked where the derived state differs
     (docs/tasks/ask-the-cluster.md): ``(objects, marks)``, objects in name order, ``marks[i]`` "" when
     object ``i`` is as derived, ``derived: HEADER=value, ...`` (the cells the controller would change),

@@ -48,6 +48,7 @@ def _preset_line(policy: Policy, manufacturer: str) -> str:
     """``file:line`` of the PresetTable's ``spec.manufacturers.<manufacturer>`` (its ``manufacturers``
     when it lists none)."""
     doc = policy.ruleset.all("PresetTable")[0]
-    path = ("spec", "manufacturers") + ((manufacturer,) if manufacturer in policy.presets.manufacturers else ())
+    path = ("spec", "manufacturers") + (
+        (manufacturer,) if manufacturer in policy.presets.manufacturers else ())
     line = doc.source.line_of(path) if doc.source else doc.line
     return f"{doc.file}:{line}"

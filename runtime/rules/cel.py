@@ -220,9 +220,11 @@ class CelExpression:
     where: str
     _program: Any = field(repr=False, default=None)
     _token: object = field(repr=False, default_factory=object, compare=False)
-    limits: CelRuntimeLimits = field(repr=False, default_factory=lambda: DEFAULT_LIMITS, compare=False)  # its generation's
+    # its generation's
+    limits: CelRuntimeLimits = field(repr=False, default_factory=lambda: DEFAULT_LIMITS, compare=False)
 
-    def evaluate(self, activation: Mapping[str, Any], memo: bool = True, deadline: Optional[Deadline] = None) -> Any:
+    def evaluate(self, activation: Mapping[str, Any], memo: bool = True,
+                 deadline: Optional[Deadline] = None) -> Any:
         """Evaluate against JSON-shaped variables; returns a JSON-shaped result.
 
         Raises :class:`CelEvalError` naming ``where`` when evaluation fails, :class:`CelBudgetExceeded`
@@ -242,8 +244,9 @@ class CelExpression:
         return value
 
     def evaluate_cel(self, cel_activation: Mapping[str, Any], deadline: Optional[Deadline] = None) -> Any:
-        """Evaluate against variables already converted to CEL values (:func:`runtime.rules.celvalues.to_cel`),
-        so a caller converts what does not change (params, a review's object) once, not per evaluation.
+        """Evaluate against variables already converted to CEL values
+        (:func:`runtime.rules.celvalues.to_cel`), so a caller converts what does not change (params, a
+        review's object) once, not per evaluation.
 
         Runs with a fresh :class:`~runtime.rules.celbudget.Budget` of ``limits`` and ``deadline``.
         Returns a JSON-shaped result; no memo. Raises :class:`CelEvalError` naming ``where``, and
@@ -299,7 +302,8 @@ def transpile(tree: Any) -> Any:
             raise CelCompileError(f"CEL program error: {exc}") from exc
 
 
-def program_from_code(source: str, where: str, code: Any, limits: CelRuntimeLimits = DEFAULT_LIMITS) -> CelExpression:
+def program_from_code(source: str, where: str, code: Any,
+                      limits: CelRuntimeLimits = DEFAULT_LIMITS) -> CelExpression:
     """The :class:`CelExpression` of ``source`` whose program runs ``code`` (from :func:`transpile`, or
     the compiled-rules cache); ``where`` names its origin for error messages; ``limits``: its run-time
     budget (rules/cel.yaml ``runtime``; the loader sets its generation's)."""

@@ -2,8 +2,10 @@
 
 Pure functions on CEL values: the tables they need (resource-key patterns, manufacturers) are
 passed in by the rule file, never read here. Merged into :data:`runtime.rules.celfunctions.FUNCTIONS`.
-Spec: docs/reference/controller.md "Pod accelerator requests" (family classifier), docs/reference/controller.md "Pod accelerator requests" (containers and values), docs/reference/controller.md "Pod admission" (affinity placement),
-docs/reference/controller.md "Pod admission" (quantities); docs/concepts/instances.md "Additional volumes and host access" (path cleaning, DNS-1123 names).
+Spec: docs/reference/controller.md "Pod accelerator requests" (family classifier),
+docs/reference/controller.md "Pod accelerator requests" (containers and values), docs/reference/controller.md
+"Pod admission" (affinity placement), docs/reference/controller.md "Pod admission" (quantities);
+docs/concepts/instances.md "Additional volumes and host access" (path cleaning, DNS-1123 names).
 """
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ def qFloor(value) -> celtypes.IntType:  # noqa: N802
 
 
 def qIsOne(value) -> celtypes.BoolType:  # noqa: N802
-    """True when the quantity itself equals 1 (`1m` is not 1) (docs/reference/controller.md "Pod accelerator requests")."""
+    """True when the quantity itself equals 1 (`1m` is not 1) (docs/reference/controller.md "Pod accelerator
+    requests")."""
     return celtypes.BoolType(_quantity(value) == 1)
 
 
@@ -79,7 +82,8 @@ def qCompare(a, b) -> celtypes.IntType:  # noqa: N802
 
 
 def qError(value) -> celtypes.StringType:  # noqa: N802
-    """'' for a valid quantity, else the parser's message (docs/reference/controller.md "Pod admission" `parse memory`)."""
+    """'' for a valid quantity, else the parser's message (docs/reference/controller.md "Pod admission" `parse
+    memory`)."""
     try:
         normalize.parse_quantity(_py(value))
         return celtypes.StringType("")
@@ -88,7 +92,8 @@ def qError(value) -> celtypes.StringType:  # noqa: N802
 
 
 def binaryQuantity(value) -> celtypes.StringType:  # noqa: N802
-    """Bytes -> canonical binary quantity (`24Gi`, `1536Mi`) (docs/reference/controller.md "Pod admission")."""
+    """Bytes -> canonical binary quantity (`24Gi`, `1536Mi`) (docs/reference/controller.md "Pod
+    admission")."""
     return celtypes.StringType(normalize.format_binary_quantity(int(value)))
 
 
@@ -121,7 +126,8 @@ def indexed(items) -> celtypes.ListType:
 
 def firstIndex(keys) -> celtypes.ListType:  # noqa: N802
     """For each element of ``keys``, the index of the first element equal to it (its own index when
-    it is the first): duplicate detection in one linear pass (docs/concepts/instances.md "Additional volumes and host access" mount paths)."""
+    it is the first): duplicate detection in one linear pass (docs/concepts/instances.md "Additional volumes
+    and host access" mount paths)."""
     first: dict = {}
     return celtypes.ListType([celtypes.IntType(first.setdefault(k, i)) for i, k in enumerate(keys)])
 
@@ -165,7 +171,8 @@ def dig(value, path, default) -> Any:
 
 
 def cleanPath(path) -> celtypes.StringType:  # noqa: N802
-    """Lexical cleaning of docs/concepts/instances.md "Additional volumes and host access" (Go path.Clean); '' stays ''."""
+    """Lexical cleaning of docs/concepts/instances.md "Additional volumes and host access" (Go path.Clean); ''
+    stays ''."""
     text = str(path)
     return celtypes.StringType(posixpath.normpath(text).replace("//", "/") if text else "")
 
@@ -183,7 +190,8 @@ def matches(text, pattern) -> celtypes.BoolType:
 # --- resource keys and containers (docs/reference/controller.md "Pod accelerator requests") ------------
 # The classifier itself is runtime.model.resourcefamily.resource_family (shared with the node agent).
 def resourceFamily(name, table, manufacturers) -> celtypes.MapType:  # noqa: N802
-    """``{family, base, profile}`` of a resource key (docs/reference/controller.md "Pod accelerator requests")."""
+    """``{family, base, profile}`` of a resource key (docs/reference/controller.md "Pod accelerator
+    requests")."""
     return _cel(resource_family(str(name), _py(table), _py(manufacturers)))
 
 
@@ -220,7 +228,8 @@ def podDemand(pod, table, manufacturers) -> celtypes.MapType:  # noqa: N802
     return _cel(pod_demand(pod_containers(spec, table, _py(manufacturers)), table, _cel_value))
 
 
-# --- node affinity (docs/reference/controller.md "Pod admission" placement; the node pin: runtime.model.nodepin) ---
+# --- node affinity (docs/reference/controller.md "Pod admission" placement; the node pin:
+# runtime.model.nodepin) ---
 def withNodeRequirement(affinity, requirement) -> celtypes.MapType:  # noqa: N802
     """``affinity`` with ``requirement`` added to the required node-affinity terms.
 
@@ -253,11 +262,12 @@ def nodePin(node, queue, flavors) -> celtypes.MapType:  # noqa: N802
 FUNCTIONS = {
     "qValid": qValid, "qValue": qValue, "qFloor": qFloor, "qIsOne": qIsOne, "qIsInt": qIsInt,
     "qError": qError, "qIsZero": qIsZero, "qCompare": qCompare, "binaryQuantity": binaryQuantity,
-    "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf, "indexed": indexed, "dig": dig, "isEmpty": isEmpty,
-    "firstIndex": firstIndex, "groupBy": groupBy,
+    "sortedUnique": sortedUnique, "join": join, "flatten": flatten, "maxOf": maxOf, "minOf": minOf,
+    "indexed": indexed, "dig": dig, "isEmpty": isEmpty, "firstIndex": firstIndex, "groupBy": groupBy,
     "cleanPath": cleanPath, "pathElements": pathElements, "matches": matches,
     "resourceFamily": resourceFamily, "podContainers": podContainers, "podDemand": podDemand,
-    "withNodeRequirement": withNodeRequirement, "withNodeRequirements": withNodeRequirements, "nodePin": nodePin,
+    "withNodeRequirement": withNodeRequirement, "withNodeRequirements": withNodeRequirements,
+    "nodePin": nodePin,
 }
 
 # Declared signatures (the CEL type checker and cost estimate, runtime.rules.celtyping): name ->
@@ -266,17 +276,21 @@ FUNCTIONS = {
 # ``argN`` (at most argument N's size), a number, or None (sized by the request body cap).
 SIGNATURES = {
     "qValid": (("dyn",), "bool", 1, 0), "qValue": (("dyn",), "int", 1, 0), "qFloor": (("dyn",), "int", 1, 0),
-    "qIsOne": (("dyn",), "bool", 1, 0), "qIsInt": (("dyn",), "bool", 1, 0), "qIsZero": (("dyn",), "bool", 1, 0),
-    "qError": (("dyn",), "string", 256, 0), "qCompare": (("dyn", "dyn"), "int", 1, 0),
-    "binaryQuantity": (("dyn",), "string", 32, 0),
+    "qIsOne": (("dyn",), "bool", 1, 0), "qIsInt": (("dyn",), "bool", 1, 0),
+    "qIsZero": (("dyn",), "bool", 1, 0), "qError": (("dyn",), "string", 256, 0),
+    "qCompare": (("dyn", "dyn"), "int", 1, 0), "binaryQuantity": (("dyn",), "string", 32, 0),
     "sortedUnique": (("list",), "list<string>", "arg0", 1), "join": (("list", "string"), "string", None, 1),
     "flatten": (("list",), "list", None, 1), "maxOf": (("list", "dyn"), "dyn", None, 1),
     "minOf": (("list", "dyn"), "dyn", None, 1), "indexed": (("list",), "list", "arg0", 1),
     "dig": (("dyn", "list", "dyn"), "dyn", None, 0), "isEmpty": (("dyn",), "bool", 1, 0),
     "firstIndex": (("list",), "list<int>", "arg0", 1), "groupBy": (("list", "list"), "map", "arg0", 1),
-    "cleanPath": (("string",), "string", "arg0", 0.1), "pathElements": (("string",), "list<string>", "arg0", 0.1),
+    "cleanPath": (("string",), "string", "arg0", 0.1),
+    "pathElements": (("string",), "list<string>", "arg0", 0.1),
     "matches": (("string", "string"), "bool", 1, 0.1),
-    "resourceFamily": (("string", "map", "list"), "map", 3, 1), "podContainers": (("dyn", "map", "list"), "list", None, 1),
-    "podDemand": (("dyn", "map", "list"), "map", None, 1), "withNodeRequirement": (("dyn", "map"), "map", None, 1),
-    "withNodeRequirements": (("dyn", "list"), "map", None, 1), "nodePin": (("dyn", "dyn", "list"), "map", 2, 1),
+    "resourceFamily": (("string", "map", "list"), "map", 3, 1),
+    "podContainers": (("dyn", "map", "list"), "list", None, 1),
+    "podDemand": (("dyn", "map", "list"), "map", None, 1),
+    "withNodeRequirement": (("dyn", "map"), "map", None, 1),
+    "withNodeRequirements": (("dyn", "list"), "map", None, 1),
+    "nodePin": (("dyn", "dyn", "list"), "map", 2, 1),
 }

@@ -55,7 +55,8 @@ class Calls:
         params, result, size_rule, per_element = signature
         bounds = self.scope.bounds
         if len(params) != len(args):
-            self.problem(node, f"{name}() takes {len(params)} argument(s), {self.text(node)!r} passes {len(args)}")
+            self.problem(node,
+                         f"{name}() takes {len(params)} argument(s), {self.text(node)!r} passes {len(args)}")
             return DYN, cost + 1
         for i, (want, got) in enumerate(zip(params, args)):
             wanted = parse_type(want, bounds)

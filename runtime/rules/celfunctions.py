@@ -13,7 +13,8 @@ from runtime.rules.celadmission import SIGNATURES as ADMISSION_SIGNATURES
 
 
 def fnv64a(text: celtypes.StringType) -> celtypes.StringType:
-    """16 lowercase hex digits of FNV-1a 64-bit over the UTF-8 bytes of ``text`` (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+    """16 lowercase hex digits of FNV-1a 64-bit over the UTF-8 bytes of ``text``
+    (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
     return celtypes.StringType(normalize.fnv64a_hex(str(text)))
 
 
@@ -23,7 +24,8 @@ def objectName(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 
 
 
 def quantity(value: celtypes.IntType) -> celtypes.StringType:
-    """Canonical decimal-SI quantity string of an integer: 1600000 -> "1600k" (docs/reference/controller.md "Pod admission")."""
+    """Canonical decimal-SI quantity string of an integer: 1600000 -> "1600k" (docs/reference/controller.md
+    "Pod admission")."""
     return celtypes.StringType(normalize.format_decimal_quantity(int(value)))
 
 

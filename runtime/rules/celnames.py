@@ -13,7 +13,8 @@ so a name in a branch no test takes is found too. What an expression may name is
   (:data:`runtime.rules.celfunctions.FUNCTIONS`), as calls or as receiver-style methods.
 
 Comprehension variables (``x`` in ``items.map(x, ...)``) are bound inside their macro only.
-Source of the rule: docs/rule-authoring.md "What lint checks" (``accelpolicy lint``); the loader runs the same checks.
+Source of the rule: docs/rule-authoring.md "What lint checks" (``accelpolicy lint``); the loader runs the same
+checks.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ STANDARD_FUNCTIONS = frozenset({
 # the deepest expression of the shipped rules nests 12.
 MAX_NESTING = 32
 _PARSER_LOCK = threading.Lock()
-_PARSER: Optional[celpy.Environment] = None  # built on the first parse: a start from the compiled-rules cache parses nothing
+# built on the first parse: a start from the compiled-rules cache parses nothing
+_PARSER: Optional[celpy.Environment] = None
 
 
 def _parser() -> celpy.Environment:
@@ -118,8 +120,8 @@ def parse(source: str, memo: Optional[dict] = None) -> "lark.Tree | CelSyntaxErr
         if deep is not None:
             token = _first_token(deep)
             found = CelSyntaxError(getattr(token, "line", 1) or 1, getattr(token, "column", 1) or 1,
-                                   f"expression nests deeper than {MAX_NESTING} levels (parentheses, ternaries, "
-                                   f"arguments): split it into variables")
+                                   f"expression nests deeper than {MAX_NESTING} levels (parentheses, "
+                                   f"ternaries, arguments): split it into variables")
     if memo is not None:
         memo[source] = found
     return found
@@ -193,7 +195,8 @@ class _Walker:
         self.problems: list[NameProblem] = []
 
     def _problem(self, token: Any, message: str) -> None:
-        self.problems.append(NameProblem(getattr(token, "line", 1) or 1, getattr(token, "column", 1) or 1, message))
+        self.problems.append(NameProblem(getattr(token, "line", 1) or 1, getattr(token, "column", 1) or 1,
+                                         message))
 
     def _member(self, root_tree: Any, token: Any, member: str, bound: frozenset) -> None:
         root = _ident_name(root_tree)
@@ -222,7 +225,8 @@ class _Walker:
             return
         if kind == "member_dot_arg":
             receiver, token = node.children[0], node.children[1]
-            args = node.children[2].children if len(node.children) > 2 and isinstance(node.children[2], lark.Tree) else []
+            args = node.children[2].children if len(node.children) > 2 and isinstance(
+                node.children[2], lark.Tree) else []
             self.visit(receiver, bound)
             method = str(token)
             if method in MACROS and args and _ident_name(args[0]) is not None:
@@ -288,8 +292,10 @@ def check_names(tree: lark.Tree, names: Names) -> list[NameProblem]:
     return sorted(walker.problems, key=lambda p: (p.line, p.column))
 
 
-def check(source: str, names: Optional[Names], memo: Optional[dict] = None) -> list["CelSyntaxError | NameProblem"]:
-    """Parse ``source`` (through ``memo``, see :func:`parse`) and check its names (``names`` None: syntax only)."""
+def check(source: str, names: Optional[Names], memo: Optional[dict] = None) -> list[
+        "CelSyntaxError | NameProblem"]:
+    """Parse ``source`` (through ``memo``, see :func:`parse`) and check its names (``names`` None: syntax
+    only)."""
     tree = parse(source, memo)
     if isinstance(tree, CelSyntaxError):
         return [tree]

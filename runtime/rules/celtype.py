@@ -88,7 +88,8 @@ def join(types: list[T]) -> T:
     if any(t.kind != first.kind for t in known):
         return dyn(size)
     if first.kind == "object":
-        return sized("map", size, join([v for t in known for v in (t.fields or {}).values()]) if size else DYN)
+        return sized("map", size,
+                     join([v for t in known for v in (t.fields or {}).values()]) if size else DYN)
     if first.kind in ("list", "map"):
         return sized(first.kind, size, join([t.elem or DYN for t in known]))
     return T(first.kind, size=size) if first.kind in SIZED else first
@@ -125,7 +126,8 @@ def parse_type(text: str, bounds: Bounds) -> T:
     return {"dyn": DYN, "bool": BOOL, "int": INT, "double": DOUBLE}[text]
 
 
-SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
+SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "add": "+", "sub": "-", "mul": "*", "div": "/",
+           "mod": "%"}
 _CONVERSIONS = {"string": "string", "int": "int", "uint": "uint", "double": "double", "bool": "bool",
                 "bytes": "bytes", "type": "type", "duration": "duration", "timestamp": "timestamp"}
 _STRING_TESTS = frozenset({"contains", "startsWith", "endsWith"})
@@ -154,7 +156,8 @@ def standard(checker: Any, node: Any, name: str, args: list[T]) -> Optional[tupl
     if name in _STRING_TESTS:
         for arg in args:
             if arg.kind not in ("string", "dyn"):
-                checker.problem(node, f"type mismatch: {name}() of {arg.describe()} in {checker.text(node)!r}")
+                checker.problem(node,
+                                f"type mismatch: {name}() of {arg.describe()} in {checker.text(node)!r}")
         return BOOL, 1 + tenth(sum(bounds.of(a) for a in args))
     if name.startswith("get") and name[3:4].isupper():
         return INT, 1

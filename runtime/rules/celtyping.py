@@ -129,7 +129,8 @@ class _Checker(Calls):
         cost = 1.0
         for operand in node.children:
             otype, ocost = self.visit(operand, bound)
-            self.expect_bool(operand, otype, "an operand of " + ("||" if node.data == "conditionalor" else "&&"))
+            self.expect_bool(operand, otype,
+                             "an operand of " + ("||" if node.data == "conditionalor" else "&&"))
             cost += ocost
         return BOOL, cost
 
@@ -155,7 +156,8 @@ class _Checker(Calls):
                     and not (a.kind in NUMERIC and b.kind in NUMERIC) \
                     and not {a.kind, b.kind} <= {"map", "object"}:
                 self.mismatch(node, "==" if op == "eq" else "!=", [a, b])
-            return BOOL, 1 + tenth(min(self.scope.bounds.of(a), self.scope.bounds.of(b)) if a.kind == "string" else 0)
+            return BOOL, 1 + tenth(
+                min(self.scope.bounds.of(a), self.scope.bounds.of(b)) if a.kind == "string" else 0)
         if op in ("lt", "le", "gt", "ge"):
             ok = "dyn" in (a.kind, b.kind) or (a.kind in NUMERIC and b.kind in NUMERIC) or \
                 (a.kind == b.kind and a.kind in ("string", "bytes", "bool", "timestamp", "duration"))
@@ -216,7 +218,8 @@ class _Checker(Calls):
         """``[a, b]``: a list of the join of its elements."""
         items = node.children[0].children if node.children and isinstance(node.children[0], lark.Tree) else []
         found = [self.visit(item, bound) for item in items]
-        return sized("list", len(items), join([t for t, _ in found]) if found else DYN), 1 + sum(c for _, c in found)
+        return sized("list", len(items), join([t for t, _ in found]) if found else DYN), 1 + sum(
+            c for _, c in found)
 
     def map_lit(self, node, bound):
         """``{k: v}``: an object of its literal string keys, else a map."""
@@ -249,8 +252,8 @@ class _Checker(Calls):
             if not self.in_has:
                 what = self.text(node.children[0])
                 self.problem(node.children[1] if isinstance(node.children[1], lark.Token) else node,
-                             f"{what} has no field or key {key!r} (known: {', '.join(sorted(fields)) or 'none'})"
-                             f" in {self.text(node)!r}")
+                             f"{what} has no field or key {key!r} (known: "
+                             f"{', '.join(sorted(fields)) or 'none'}) in {self.text(node)!r}")
             return DYN
         if rtype.kind == "map":
             return rtype.elem or DYN
@@ -298,7 +301,8 @@ class _Checker(Calls):
     def ident_arg(self, node, bound):
         """``f(a, b)``: a standard or custom function by its signature."""
         token = node.children[0]
-        args = node.children[1].children if len(node.children) > 1 and isinstance(node.children[1], lark.Tree) else []
+        args = node.children[1].children if len(node.children) > 1 and isinstance(
+            node.children[1], lark.Tree) else []
         name = str(token)
         if name == "has":
             self.in_has += 1
@@ -328,14 +332,16 @@ class _Checker(Calls):
                 current = current.elem or DYN
             else:
                 return None
-        if default.kind in (current.kind, "null", "dyn") or {current.kind, default.kind} <= {"list", "map", "object"}:
+        if default.kind in (current.kind, "null", "dyn") or {current.kind, default.kind} <= {
+                "list", "map", "object"}:
             return current
         return dyn(current.size)
 
     def member_dot_arg(self, node, bound):
         """``x.f(a)``: a macro (``map``, ``filter``, ``all``, ``exists``, ``exists_one``) or a method."""
         receiver, token = node.children[0], node.children[1]
-        args = node.children[2].children if len(node.children) > 2 and isinstance(node.children[2], lark.Tree) else []
+        args = node.children[2].children if len(node.children) > 2 and isinstance(
+            node.children[2], lark.Tree) else []
         rtype, rcost = self.visit(receiver, bound)
         method = str(token)
         variable = celnames._ident_name(args[0]) if args else None

@@ -17,7 +17,8 @@ _MAP, _LIST = celtypes.MapType, celtypes.ListType
 _INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 63
 _KEYS: dict[str, Any] = {}  # map keys repeat (metadata, name, labels...): one StringType each
 _KEYS_LIMIT = 8192
-_LOSSY = [0]  # conversions whose from_cel differs from their input (beyond int64, tuples, others): see json_of
+# conversions whose from_cel differs from their input (beyond int64, tuples, others): see json_of
+_LOSSY = [0]
 
 
 def _key(key: Any) -> Any:
@@ -42,11 +43,11 @@ def beyond_int64(value: int) -> float:
 def to_cel(value: Any) -> Any:
     """JSON-shaped Python value (dict/list/str/int/float/bool/None) -> CEL value.
 
-    The same values as cel-python's ``json_to_cel`` (bool -> BoolType, int -> IntType, float -> DoubleType, str -> StringType, list/tuple -> ListType, dict ->
-    MapType, None -> None), built by exact type without cel-python's generic ``isinstance`` chains and
-    per-call int64 wrappers: the conversion was two thirds of a review's cost (docs/performance.md
-    "Evaluation cost: what changed"). Anything else (datetimes, CEL values, subclasses) goes through
-    ``json_to_cel``.
+    The same values as cel-python's ``json_to_cel`` (bool -> BoolType, int -> IntType, float -> DoubleType,
+    str -> StringType, list/tuple -> ListType, dict -> MapType, None -> None), built by exact type without
+    cel-python's generic ``isinstance`` chains and per-call int64 wrappers: the conversion was two thirds of a
+    review's cost (docs/performance.md "Evaluation cost: what changed"). Anything else (datetimes, CEL values,
+    subclasses) goes through ``json_to_cel``.
 
     One difference: an integer outside int64 (``2**63``) becomes a DoubleType, as the API server's
     JSON decoder reads such a number (apimachinery ``util/json``: int64 when it fits, else float64),

@@ -36,8 +36,10 @@ ADMISSION_ROOTS = frozenset({"object", "oldObject", "request", "params", "settin
 # (kind, dotted spec path pattern) -> the names bound when the engine evaluates that field.
 ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
     ("PoolDerivation", "managed", frozenset({"labels", "managedKey"})),
-    ("PoolDerivation", "startGuard.expectFacts", frozenset({"labels", "annotations", "keys", "devices", "role"})),
-    ("PoolDerivation", "flavors.*.*", frozenset({"gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
+    ("PoolDerivation", "startGuard.expectFacts",
+     frozenset({"labels", "annotations", "keys", "devices", "role"})),
+    ("PoolDerivation", "flavors.*.*",
+     frozenset({"gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
     ("PoolDerivation", "pools.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
     ("PoolDerivation", "catalog.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
     ("PoolDerivation", "generalGroup", frozenset({"gKey", "aware"})),
@@ -102,14 +104,15 @@ def _leaves(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
 
 
 class _Checker:
-    def __init__(self, settings: Optional[frozenset[str]], params_tables: dict[str, dict], parsed: Optional[dict] = None,
-                 limits: Optional[CelLimitsSpec] = None, types: bool = True):
+    def __init__(self, settings: Optional[frozenset[str]], params_tables: dict[str, dict],
+                 parsed: Optional[dict] = None, limits: Optional[CelLimitsSpec] = None, types: bool = True):
         self.settings = settings
         self.params_tables = params_tables
         self.parsed = {} if parsed is None else parsed
         self.problems: list[StaticProblem] = []
         self.limits = (limits or CelLimitsSpec()).static
-        self.bounds = celtyping.Bounds(float(self.limits.unboundedStringSize), float(self.limits.unboundedListSize))
+        self.bounds = celtyping.Bounds(float(self.limits.unboundedStringSize),
+                                       float(self.limits.unboundedListSize))
         self.types = types
         self.costs: list[ExpressionCost] = []
         self.shared: dict = {}
@@ -130,7 +133,8 @@ class _Checker:
         try:
             result = celtyping.check(source, tree, scope, expect)
         except (RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-            line, column = doc.position_in(full, 0)  # a checker fault refuses the set, in words, never a traceback
+            # a checker fault refuses the set, in words, never a traceback
+            line, column = doc.position_in(full, 0)
             message = f"the type checker could not read this expression ({exc!r}): {_excerpt(source)}"
             self.problems.append(StaticProblem(file, line, column, dotted(full), message))
             return DYN
@@ -211,8 +215,8 @@ class _PolicyScope:
             del self.members["params"]
             if checker.complete:
                 checker.problems.append(StaticProblem(
-                    file, doc.line_of(("spec", "paramsFrom")), doc.column_of(("spec", "paramsFrom")), "spec.paramsFrom",
-                    f"no AdmissionParams named {missing[0]!r} (AdmissionParams: "
+                    file, doc.line_of(("spec", "paramsFrom")), doc.column_of(("spec", "paramsFrom")),
+                    "spec.paramsFrom", f"no AdmissionParams named {missing[0]!r} (AdmissionParams: "
                     f"{', '.join(sorted(checker.params_tables)) or 'none'})"))
         if checker.settings is not None:
             self.members["settings"] = checker.settings
@@ -220,7 +224,8 @@ class _PolicyScope:
         obj = _kind_type(spec.objectKind, checker.bounds)
         name = celtyping.sized("string", 253)
         self.roots = {
-            "object": obj, "oldObject": obj, "params": DYN if missing else celtyping.of_value(params, "params"),
+            "object": obj, "oldObject": obj,
+            "params": DYN if missing else celtyping.of_value(params, "params"),
             "request": T("object", fields={"operation": name, "namespace": name, "name": name, "user": DYN}),
             "settings": celtyping.sized("map", len(checker.settings or ()) or celtyping.INF, DYN),
         }
@@ -243,8 +248,9 @@ class _PolicyScope:
     def expression(self, path: tuple, expr: Expr, variables: dict[str, T], item: Optional[T],
                    expect: Optional[str] = None) -> T:
         """Check one expression at ``path`` below ``spec``; its type."""
-        return self.checker.expression(self.file, self.doc, path, expr, self.names(variables, item is not None),
-                                       self.types(variables, item), expect)
+        return self.checker.expression(self.file, self.doc, path, expr,
+                                       self.names(variables, item is not None), self.types(variables, item),
+                                       expect)
 
     def check_lookups(self, spec: AdmissionPolicySpec) -> None:
         """``spec.lookups`` in order, each seeing the lookups before it; records their names and types."""
@@ -255,13 +261,15 @@ class _PolicyScope:
                     self.expression(("lookups", i, field_name), expr, {}, None, expect)
             bound = 1 if lk.nameExpression is not None else celtyping.INF
             elem = _kind_type(lk.kind, self.checker.bounds)
-            self.lookups[lk.name] = celtyping.sized("list", bound if bound == 1 else self.checker.bounds.elements, elem)
+            self.lookups[lk.name] = celtyping.sized(
+                "list", bound if bound == 1 else self.checker.bounds.elements, elem)
 
     def check_variables(self, spec: AdmissionPolicySpec) -> dict[str, T]:
         """The policy variables in order, each seeing those before it; returns their types."""
         declared: dict[str, T] = {}
         for i, var in enumerate(spec.variables):
-            declared[var.name] = self.expression(("variables", i, "expression"), var.expression, declared, None)
+            declared[var.name] = self.expression(("variables", i, "expression"), var.expression, declared,
+                                                 None)
         return declared
 
     def rule(self, path: tuple, r, visible: dict[str, T], item: Optional[T],
@@ -276,7 +284,8 @@ class _PolicyScope:
             inner_item = (each.elem or DYN) if each.kind == "list" else DYN
         local = dict(visible)
         for j, var in enumerate(r.variables):
-            local[var.name] = self.expression(path + ("variables", j, "expression"), var.expression, local, inner_item)
+            local[var.name] = self.expression(path + ("variables", j, "expression"), var.expression, local,
+                                              inner_item)
         for part, expect in parts.items():
             expr = getattr(r, part)
             if expr is not None:
@@ -377,5 +386,6 @@ def _other(checker: _Checker, doc: Any, settings: Optional[frozenset[str]]) -> N
             scope = checker.scope({name: constants if name == "constants" else
                                    celtyping.parse_type(ACTIVATION_TYPES[name], checker.bounds)
                                    if name in ACTIVATION_TYPES else DYN for name in bound})
-        expect = next((t for k, pattern, t in EXPECTED_TYPES if k == doc.kind and _matches(where, pattern)), None)
+        expect = next((t for k, pattern, t in EXPECTED_TYPES if k == doc.kind and _matches(where, pattern)),
+                      None)
         checker.expression(doc.file, doc.source, path, expr, names, scope, expect)

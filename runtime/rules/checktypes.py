@@ -57,7 +57,8 @@ def shared_values(documents: list) -> dict:
     for kind, build in (
         ("Constants", lambda spec: spec.model_dump()),
         ("ManufacturerTable", lambda spec: spec.classifier_rows()),
-        ("SettingCatalog", lambda spec: {"namespace": spec.namespace, "names": sorted(d.name for d in spec.settings),
+        ("SettingCatalog",
+         lambda spec: {"namespace": spec.namespace, "names": sorted(d.name for d in spec.settings),
                                          "types": {d.name: d.type for d in spec.settings},
                                          "booleans": list(spec.booleanTrue) + list(spec.booleanFalse)}),
     ):
@@ -78,7 +79,8 @@ def kind_type(kind: str, bounds: celtyping.Bounds) -> T:
 
 @dataclass(frozen=True)
 class ExpressionCost:
-    """One expression's worst-case cost estimate (:mod:`runtime.rules.celtyping`): where it is and its text."""
+    """One expression's worst-case cost estimate (:mod:`runtime.rules.celtyping`): where it is and its
+    text."""
 
     file: str
     line: int

@@ -88,12 +88,13 @@ def code_identity() -> bytes:
         except importlib.metadata.PackageNotFoundError:
             return "unknown"
 
-    for part in (sys.version, sys.implementation.cache_tag or "", version("accelpolicy"), version("cel-python"),
-                 getattr(lark, "__version__", version("lark"))):
+    for part in (sys.version, sys.implementation.cache_tag or "", version("accelpolicy"),
+                 version("cel-python"), getattr(lark, "__version__", version("lark"))):
         digest.update(part.encode() + b"\0")
     runtime_root = Path(__file__).resolve().parents[1]
-    folders = [(runtime_root / "rules", "*.py"), (runtime_root / "rules" / "schemas", "*.json"), (runtime_root / "model", "*.py"),
-               (Path(celpy.__file__).parent, "*.py"), (Path(celpy.__file__).parent, "*.lark")]
+    folders = [(runtime_root / "rules", "*.py"), (runtime_root / "rules" / "schemas", "*.json"),
+               (runtime_root / "model", "*.py"), (Path(celpy.__file__).parent, "*.py"),
+               (Path(celpy.__file__).parent, "*.lark")]
     for folder, pattern in folders:
         for path in sorted(folder.glob(pattern)):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -219,7 +220,8 @@ class RulesCache:
     def _prune(self, keep: Path) -> None:
         """Remove the oldest entries beyond :data:`KEEP` (never ``keep``, the one just written)."""
         try:
-            entries = [(p.stat().st_mtime, p) for p in self.directory.glob(f"*{SUFFIX}") if not p.name.startswith(".")]
+            entries = [
+                (p.stat().st_mtime, p) for p in self.directory.glob(f"*{SUFFIX}") if not p.name.startswith(".")]
         except OSError:
             return
         entries.sort(reverse=True)
@@ -244,7 +246,8 @@ def _log_warning(message: str) -> None:
 _configured: Optional[tuple[list[Path], Optional[Callable[[str], None]]]] = None
 
 
-def configure(directories: "list[Path] | Path | str | None", warn: Optional[Callable[[str], None]] = None) -> None:
+def configure(directories: "list[Path] | Path | str | None",
+              warn: Optional[Callable[[str], None]] = None) -> None:
     """Use ``directories`` (the first written, all read; one directory; None or []: no cache) for this
     process's rule loads; ``warn`` receives the warning of a damaged entry (default: the log). The CLI's
     ``--rules-cache``/``--no-rules-cache``."""

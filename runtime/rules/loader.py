@@ -5,8 +5,8 @@ files whose name starts with ``_``. A file is refused as a whole when any of its
 broken; the errors of every file are collected first and raised together as :class:`RuleLoadError`,
 each rendered ``file:line:column field.path: message``. Besides the schema and CEL syntax, the static
 checks of :mod:`runtime.rules.checks` run on every document that validated: a CEL name that is not
-declared (in any branch), an unknown param, lookup, variable or setting refuses the set too. Nothing is half-loaded: callers keep the rules they
-had (the controller keeps its previous RuleSet when a reload fails).
+declared (in any branch), an unknown param, lookup, variable or setting refuses the set too. Nothing is
+half-loaded: callers keep the rules they had (the controller keeps its previous RuleSet when a reload fails).
 
 Each distinct CEL source is parsed once per load (its syntax check, its transpilation and its name
 checks share the tree) and transpiled once. Rules that load clean are kept in the compiled-rules cache
@@ -328,7 +328,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
             if key in ruleset.documents:
                 other = ruleset.documents[key]
                 problems.append(RuleProblem(doc.file, doc.line, "metadata.name",
-                                            f"{doc.kind} {doc.name!r} is already defined at {other.file}:{other.line}",
+                                            f"{doc.kind} {doc.name!r} is already defined at "
+                                            f"{other.file}:{other.line}",
                                             doc.source.column_of(("metadata", "name")) if doc.source else 0))
                 continue
             ruleset.documents[key] = doc

@@ -35,7 +35,8 @@ class RuleLoadError(ValueError):
         super().__init__("rule files refused:\n" + "\n".join(f"  {p}" for p in problems))
 
 
-def pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument, file: str) -> list[RuleProblem]:
+def pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument,
+                      file: str) -> list[RuleProblem]:
     """One problem per pydantic error, at its field; a validator's message that starts with the path of
     a field below it (``fallbackTier: unknown tier ...``) is placed at that field."""
     problems = []

@@ -1,4 +1,5 @@
-"""Hot reload of a rules directory (docs/rule-authoring.md "4. Hot reload"): watch, lint and compile, swap atomically.
+"""Hot reload of a rules directory (docs/rule-authoring.md "4. Hot reload"): watch, lint and compile, swap
+atomically.
 
 :class:`RulesWatcher` polls a rules directory for a change of content: a digest of every rule file's
 path and bytes, read through symlinks, so an edit in place and a mounted ConfigMap's ``..data``
@@ -7,15 +8,16 @@ count, while a half-written directory never does (the swap is one rename). On a 
 set with :func:`runtime.rules.loader.load_rules` (the same static checks as ``accelpolicy lint``):
 
 - success: the new :class:`RuleSet` (a new ``generation``) is handed to ``on_swap`` and becomes
-  :attr:`RulesWatcher.current` unless ``on_swap`` returns False (its reload gate refused or holds it); callers swap whole objects built from it (one assignment each), so a
-  request sees either the old generation or the new one, never a mix;
+  :attr:`RulesWatcher.current` unless ``on_swap`` returns False (its reload gate refused or holds it); callers
+  swap whole objects built from it (one assignment each), so a request sees either the old generation or the
+  new one, never a mix;
 - failure: ``on_refused`` gets the :class:`RuleLoadError` (every ``file:line:col`` problem) and the
   working generation keeps serving. The same broken content is not retried until it changes.
 
 The watcher does I/O (file reads) but no network; metrics and Events are the caller's (callbacks).
-Before a caller installs a set that loaded it tries it (the reload gate, :mod:`runtime.gate`; docs/rule-authoring.md
-"How a rules change goes live"): :class:`Trial` is that gate's verdict, :class:`VerdictChange` one verdict
-it saw change.
+Before a caller installs a set that loaded it tries it (the reload gate, :mod:`runtime.gate`;
+docs/rule-authoring.md "How a rules change goes live"): :class:`Trial` is that gate's verdict,
+:class:`VerdictChange` one verdict it saw change.
 """
 from __future__ import annotations
 

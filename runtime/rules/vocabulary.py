@@ -67,7 +67,8 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
     for doc in ruleset.all("PoolDerivation"):
         for role, name in derivation.settings.items():
             if name not in known_settings:
-                problems.append(_problem(doc, f"spec.settings.{role}", f"no setting {name!r} in rules/settings.yaml"))
+                problems.append(_problem(doc, f"spec.settings.{role}",
+                                         f"no setting {name!r} in rules/settings.yaml"))
     for doc in ruleset.all("NodeAgent"):
         agent = doc.spec
         agent.namespace = agent.namespace or derivation.systemNamespace
@@ -106,8 +107,9 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
 
 
 def _link_dra(ruleset: RuleSetLike, derivation) -> list[Problem]:
-    """The DRA rows (rules/dra.yaml, docs/concepts/dra.md "Accelerators from DRA drivers"): a known manufacturer, one row per driver, one
-    ``DraPolicy`` beside them, its DeviceClass ownership role among the derivation's resourceTypes."""
+    """The DRA rows (rules/dra.yaml, docs/concepts/dra.md "Accelerators from DRA drivers"): a known
+    manufacturer, one row per driver, one ``DraPolicy`` beside them, its DeviceClass ownership role among the
+    derivation's resourceTypes."""
     problems: list[Problem] = []
     drivers = ruleset.all("DraDriver")
     policies = ruleset.all("DraPolicy")
@@ -119,7 +121,8 @@ def _link_dra(ruleset: RuleSetLike, derivation) -> list[Problem]:
             problems.append(_problem(doc, "spec.manufacturer", f"no manufacturer {spec.manufacturer!r} in "
                                      f"rules/manufacturers.yaml (known: {', '.join(sorted(manufacturers))})"))
         if spec.driver in seen:
-            problems.append(_problem(doc, "spec.driver", f"driver {spec.driver!r} already has a DraDriver row "
+            problems.append(_problem(doc, "spec.driver",
+                                     f"driver {spec.driver!r} already has a DraDriver row "
                                      f"({seen[spec.driver].file}:{seen[spec.driver].line})"))
         seen.setdefault(spec.driver, doc)
     if drivers and len(policies) != 1:
@@ -159,7 +162,8 @@ def controller_users(ruleset: RuleSetLike) -> list[str]:
     return [f"system:serviceaccount:{derivation.systemNamespace}:{derivation.controllerServiceAccount}"]
 
 
-VOCABULARY_PARAMS = ("labels", "derivation", "controllerUsers")  # the keys admission_params gives every policy
+# the keys admission_params gives every policy
+VOCABULARY_PARAMS = ("labels", "derivation", "controllerUsers")
 
 
 def admission_params(ruleset: RuleSetLike) -> dict:
@@ -173,7 +177,8 @@ def admission_params(ruleset: RuleSetLike) -> dict:
     labels = ruleset.get("LabelCatalog")
     derivation = ruleset.get("PoolDerivation")
     return {
-        "labels": {"keys": dict(labels.keys), "prefixes": dict(labels.prefixes), "suffixes": dict(labels.suffixes)},
+        "labels": {"keys": dict(labels.keys), "prefixes": dict(labels.prefixes),
+                   "suffixes": dict(labels.suffixes)},
         "derivation": {
             "systemNamespace": derivation.systemNamespace,
             "reservedNamespaces": list(derivation.reservedNamespaces),

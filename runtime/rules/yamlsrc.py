@@ -3,8 +3,9 @@
 PyYAML composes the node tree (which carries marks); this module builds plain Python values from it
 and a map ``path tuple -> 1-based line``. The tree is composed by libyaml (PyYAML's ``CSafeLoader``,
 ~25x faster than its pure-Python parser, with the same nodes, marks and character indexes); text it
-refuses is parsed again by the pure-Python ``SafeLoader``, so an error reads exactly as PyYAML's own. Paths use keys and list indexes: ``("spec", "rules", 3,
-"expression")``; :func:`dotted` renders them as ``spec.rules[3].expression``.
+refuses is parsed again by the pure-Python ``SafeLoader``, so an error reads exactly as PyYAML's own. Paths
+use keys and list indexes: ``("spec", "rules", 3, "expression")``; :func:`dotted` renders them as
+``spec.rules[3].expression``.
 """
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def _build(node: yaml.Node, path: tuple, lines: dict, spans: dict, text: str) ->
         for key_node, value_node in node.value:
             key = _build_scalar(key_node)
             if key in out:  # PyYAML would silently keep the last value; a rule file must not
-                raise YamlSourceError(f"duplicate key {key!r} in {dotted(path)} (first at line {lines[path + (key,)]})",
+                raise YamlSourceError(f"duplicate key {key!r} in {dotted(path)} (first at line "
+                                      f"{lines[path + (key,)]})",
                                       key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             out[key] = _build(value_node, path + (key,), lines, spans, text)
         return out
@@ -249,7 +251,8 @@ def _documents(text: str, composer: type) -> list[SourceDocument]:
             raise
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
-        raise YamlSourceError(f"not valid YAML: {exc.problem or exc}", line, mark.column + 1 if mark else 0) from exc
+        raise YamlSourceError(f"not valid YAML: {exc.problem or exc}", line,
+                              mark.column + 1 if mark else 0) from exc
     except yaml.YAMLError as exc:
         if composer is not yaml.SafeLoader:
             raise

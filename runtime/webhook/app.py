@@ -47,8 +47,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from runtime.webhook.sample import ReviewSample
-from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response, decide,
-                                      is_text)
+from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response,
+                                      decide, is_text)
 from runtime.engine.admission.verdict import HALT_TIMEOUT, timeout_denial
 from runtime.rules.cel import Deadline
 
@@ -57,7 +57,8 @@ DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSe
 _LOG = logging.getLogger(__name__)
 MALFORMED_REASONS = ("body-too-large", "not-json", "not-a-review")
 MALFORMED_LOG_SECONDS = 10.0
-NOT_READY = "webhook not ready; retry"   # the denial (500 InternalError) of a review that arrives before the rules and view
+# the denial (500 InternalError) of a review that arrives before the rules and view
+NOT_READY = "webhook not ready; retry"
 _BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -70,15 +71,16 @@ class WebhookMetrics:
     def __post_init__(self):
         self.reviews = Counter("accelpolicy_admission_reviews", "Admission reviews answered, by verdict: "
                                "allowed, patched, invalid, forbidden, internal, bad-request, warned, "
-                               "dryrun-denied, budget-exceeded (a rule's CEL budget spent), timeout (not judged "
+                               "dryrun-denied, budget-exceeded (a rule's CEL budget spent), timeout (not "
+                               "judged "
                                "within the deadline)", ["webhook", "verdict"], registry=self.registry)
         self.rules = Counter("accelpolicy_admission_rule_hits", "Rules that fired (denials, mutations)",
                              ["webhook", "rule"], registry=self.registry)
         self.latency = Histogram("accelpolicy_admission_review_seconds", "Time to answer one review",
                                  ["webhook"], buckets=_BUCKETS, registry=self.registry)
         self.malformed = Counter("accelpolicy_admission_malformed_reviews", "Request bodies answered with a "
-                                 "BadRequest denial without being judged, by reason: body-too-large, not-json, "
-                                 "not-a-review (not an AdmissionReview v1 with a usable request)",
+                                 "BadRequest denial without being judged, by reason: body-too-large, "
+                                 "not-json, not-a-review (not an AdmissionReview v1 with a usable request)",
                                  ["webhook", "reason"], registry=self.registry)
         self._logged: dict[tuple[str, str], tuple[float | None, int]] = {}
         self._log_lock = threading.Lock()
@@ -88,7 +90,8 @@ class WebhookMetrics:
         it: a WARNING line per webhook and reason at most every :data:`MALFORMED_LOG_SECONDS`, the
         next one saying how many were not logged meanwhile (a flood of bad bodies cannot flood the log)."""
         self.malformed.labels(webhook, reason).inc()
-        self._warn_limited(webhook, reason, f"webhook {webhook}: malformed review from {client} ({reason}): {message}")
+        self._warn_limited(webhook, reason,
+                           f"webhook {webhook}: malformed review from {client} ({reason}): {message}")
 
     def _warn_limited(self, webhook: str, reason: str, line: str) -> None:
         """Log ``line`` at WARNING, at most once per webhook and reason every :data:`MALFORMED_LOG_SECONDS`;
@@ -109,9 +112,10 @@ class WebhookMetrics:
         self.reviews.labels(webhook, outcome.verdict()).inc()
         if outcome.halt:
             obj = f"{outcome.namespace}/{outcome.name}" if outcome.namespace else outcome.name
-            self._warn_limited(webhook, outcome.halt, f"webhook {webhook}: review stopped ({outcome.halt}): policy "
-                               f"{outcome.policy}, rule {outcome.halt_rule or '-'}, {outcome.object_kind or 'object'} "
-                               f"{obj or '-'}: {outcome.halt_detail}")
+            self._warn_limited(webhook, outcome.halt,
+                               f"webhook {webhook}: review stopped ({outcome.halt}): policy "
+                               f"{outcome.policy}, rule {outcome.halt_rule or '-'}, "
+                               f"{outcome.object_kind or 'object'} {obj or '-'}: {outcome.halt_detail}")
         for rule in outcome.rules:
             self.rules.labels(webhook, rule).inc()
         self.latency.labels(webhook).observe(seconds)
@@ -142,11 +146,13 @@ class WebhookState:
     max_body_bytes: int = DEFAULT_MAX_BODY
     metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
     ready: bool = False
-    ready_check: Optional[Callable[[], Optional[str]]] = None  # once ready: why not ready now, or None (blocking)
+    # once ready: why not ready now, or None (blocking)
+    ready_check: Optional[Callable[[], Optional[str]]] = None
     deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
     workers: int = field(default_factory=lambda: os.cpu_count() or 2)
     view_error: Optional[str] = None  # the last failure to build the cluster view (/readyz 503 while set)
-    sample: ReviewSample = field(default_factory=ReviewSample)  # recent reviews, for the reload gate (in memory)
+    # recent reviews, for the reload gate (in memory)
+    sample: ReviewSample = field(default_factory=ReviewSample)
     _pool: Optional[ThreadPoolExecutor] = field(default=None, repr=False)
     _pool_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -264,12 +270,14 @@ async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
         cancel.set()
         uid = _uid_of(data)
         outcome = Outcome(policy=name, denial=timeout_denial(name, state.deadline_seconds), halt=HALT_TIMEOUT,
-                          halt_detail="answered at the deadline; the evaluation stops at its next budget check",
+                          halt_detail="answered at the deadline; the evaluation stops at its next budget "
+                                      "check",
                           **_object_of(data))
         return build_response(uid, outcome), outcome
     except Exception as exc:  # noqa: BLE001 - the server must answer every review
         uid = _uid_of(data)
-        outcome = Outcome(policy=name, denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))
+        outcome = Outcome(policy=name,
+                          denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))
         return build_response(uid, outcome), outcome
 
 
@@ -283,7 +291,8 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
         why = state.readiness()
         if why is None and state.ready_check is not None:
             why = await run_in_threadpool(state.ready_check)  # blocking: reads the caches, may build the view
-        return PlainTextResponse("ok" if why is None else f"not ready: {why}", status_code=200 if why is None else 503)
+        return PlainTextResponse("ok" if why is None else f"not ready: {why}",
+                                 status_code=200 if why is None else 503)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -305,12 +314,14 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
         try:
             data = json.loads(body, parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            state.metrics.malformed_review(name, "not-json", f"request body is not JSON ({type(exc).__name__}: "
+            state.metrics.malformed_review(name, "not-json",
+                                           f"request body is not JSON ({type(exc).__name__}: "
                                                              f"{str(exc)[:200]})", client)
             return _answer(bad_request("", "request body is not JSON"))
         if not state.ready:
             uid = _uid_of(data)
-            return _answer(build_response(uid, Outcome(policy=name, denial=(500, "InternalError", NOT_READY))))
+            return _answer(build_response(uid,
+                                          Outcome(policy=name, denial=(500, "InternalError", NOT_READY))))
         answer, outcome = await _judge(state, data, name)
         state.metrics.observe(name, outcome, time.perf_counter() - started)
         if outcome.denial is not None and outcome.denial[1] == "BadRequest":  # parse_review refused it

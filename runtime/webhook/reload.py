@@ -43,7 +43,8 @@ MAX_SHOWN_PROBLEMS = 10
 def refusal_lines(trial: Trial) -> list[str]:
     """The ``{problems}`` of a refused set's message: a lint finding as ``file:line:col ...`` (as
     ``accelpolicy lint`` prints it), any other ``<reason>: <problem>``."""
-    return list(trial.problems) if trial.reason in (None, "lint") else [f"{trial.reason}: {p}" for p in trial.problems]
+    return list(trial.problems) if trial.reason in (None, "lint") else [
+        f"{trial.reason}: {p}" for p in trial.problems]
 
 
 class ReloadMetrics:
@@ -56,7 +57,8 @@ class ReloadMetrics:
                                 registry=self.registry)
         self.failures = Counter("accelpolicy_rules_reload_failures", "Rule sets refused by a reload",
                                 registry=self.registry)
-        self.refused = Counter("accelpolicy_rules_refused", "Rule sets the reload gate refused, by reason: lint, "
+        self.refused = Counter("accelpolicy_rules_refused",
+                               "Rule sets the reload gate refused, by reason: lint, "
                                "compile, suite, replay-object, replay-review, held, paths, leader "
                                "(docs/rule-authoring.md)", ["reason"], registry=self.registry)
 
@@ -104,8 +106,9 @@ class WebhookRulesReload:
     when unset), or None for a server that follows no leader.
     """
 
-    def __init__(self, state, paths: dict[str, str], root: Path | str, view_of: Callable[[Policy], AdmissionView],
-                 initial: RuleSet, interval: float = 2.0, gate: Optional[Callable[..., Trial]] = None,
+    def __init__(self, state, paths: dict[str, str], root: Path | str,
+                 view_of: Callable[[Policy], AdmissionView], initial: RuleSet, interval: float = 2.0,
+                 gate: Optional[Callable[..., Trial]] = None,
                  leader_verdict: Optional[Callable[[], Optional[str]]] = None):
         self.state, self.paths, self.view_of = state, dict(paths), view_of
         self.gate, self.leader_verdict = gate, leader_verdict
@@ -181,13 +184,16 @@ class WebhookRulesReload:
             verdict = None
         if verdict == f"accepted:{pending.fingerprint}":
             if not pending.trial.accepted:
-                logger.warning("rules generation {}: refused here ({}) but accepted by the controller's leader: "
-                               "serving it as every replica does", pending.ruleset.generation, pending.trial.reason)
+                logger.warning("rules generation {}: refused here ({}) but accepted by the controller's "
+                               "leader: "
+                               "serving it as every replica does", pending.ruleset.generation,
+                               pending.trial.reason)
             self.pending = None
             self._install(pending.ruleset, pending.engine)
         elif verdict == f"refused:{pending.fingerprint}":
             self.pending = None
-            self._refuse(Trial("leader", ["refused by the controller's leader (its RulesRefused Event on the rules "
+            self._refuse(Trial("leader",
+                               ["refused by the controller's leader (its RulesRefused Event on the rules "
                                           "ConfigMap says why)"]))
         elif not pending.decided and time.monotonic() - pending.since >= self._follow_seconds(pending):
             if pending.trial.accepted:

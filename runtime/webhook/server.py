@@ -114,7 +114,8 @@ def protocol_with_deadline(read_timeout: float) -> type[ReadDeadlineProtocol]:
     return type("ReadDeadlineProtocol", (ReadDeadlineProtocol,), {"read_timeout": float(read_timeout)})
 
 
-def self_signed(directory: Path | str, names: tuple[str, ...] = ("127.0.0.1", "localhost")) -> dict[str, Path]:
+def self_signed(directory: Path | str,
+                names: tuple[str, ...] = ("127.0.0.1", "localhost")) -> dict[str, Path]:
     """Write a fresh CA (``ca.crt``) and a leaf certificate for ``names`` (``tls.crt``, ``tls.key``).
 
     Returns the three paths by role (``ca``, ``cert``, ``key``).

@@ -36,5 +36,6 @@ def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | Non
     return build_response(request.uid, outcome), outcome
 
 
-__all__ = ["AdmissionEngine", "AdmissionRequest", "AdmissionView", "BadReview", "DeadlineExceeded", "FieldError", "Outcome",
-           "admission_view", "bad_request", "is_text", "published_kinds", "view_kinds", "view_of_state", "build_response", "decide", "parse_review", "review_for"]
+__all__ = ["AdmissionEngine", "AdmissionRequest", "AdmissionView", "BadReview", "DeadlineExceeded",
+           "FieldError", "Outcome", "admission_view", "bad_request", "is_text", "published_kinds",
+           "view_kinds", "view_of_state", "build_response", "decide", "parse_review", "review_for"]

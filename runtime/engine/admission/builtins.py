@@ -14,8 +14,9 @@ from runtime.engine.policy import Policy
 
 
 def instance_type_defaults(policy: Policy, obj: dict, view: AdmissionView, params: dict) -> dict:
-    """docs/concepts/pools-and-flavors.md "InstanceType admission" defaulting (generalGroup, finalizer, schedule and entrance labels, enrichment
-    from the first matching ResourceFlavor). ``params.settingAware`` names the awareness setting."""
+    """docs/concepts/pools-and-flavors.md "InstanceType admission" defaulting (generalGroup, finalizer,
+    schedule and entrance labels, enrichment from the first matching ResourceFlavor). ``params.settingAware``
+    names the awareness setting."""
     aware = view.settings.get(params["settingAware"]) is True
     return default_instance_type(policy, obj, aware, view.snapshot.list("ResourceFlavor"))
 

@@ -1,8 +1,8 @@
 """What admission may read of the cluster: a Snapshot after derivation, plus resolved settings.
 
-:func:`admission_view` builds it from a raw snapshot: derivation (docs/concepts/pools-and-flavors.md "Pools and flavors") fills in the
-InstanceTypes the controller would hold, with their computed ``status`` (entrance, detail,
-capacities), so admission sees e.g. the fronting InstanceType of a queue. Lookups by label are
+:func:`admission_view` builds it from a raw snapshot: derivation (docs/concepts/pools-and-flavors.md "Pools
+and flavors") fills in the InstanceTypes the controller would hold, with their computed ``status`` (entrance,
+detail, capacities), so admission sees e.g. the fronting InstanceType of a queue. Lookups by label are
 indexed once per view. Pure: no I/O.
 """
 from __future__ import annotations

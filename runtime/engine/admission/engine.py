@@ -237,7 +237,8 @@ class AdmissionEngine:
         schema = self.shapes[spec.shape]
         errors = shape_errors(schema, request.object) if request.object else []
         if not errors and request.old_object:
-            errors = [e for e in shape_errors(schema, request.old_object, "oldObject") if e.reason == "Invalid"]
+            errors = [e for e in shape_errors(schema, request.old_object,
+                                              "oldObject") if e.reason == "Invalid"]
         return errors
 
     def _scope(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel) -> _Scope:
@@ -247,7 +248,8 @@ class AdmissionEngine:
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": request.name, "user": request.user},
-            "params": self.params[name], "_view": view, "_inputs": {}, "_cancel": deadline_of(cancel), "_rule": "",
+            "params": self.params[name], "_view": view, "_inputs": {}, "_cancel": deadline_of(cancel),
+            "_rule": "",
             # the view's own settings map (read only, converted once per view), a copy of any other mapping
             "settings": view.settings if type(view.settings) is dict else dict(view.settings),
         }

@@ -1,4 +1,5 @@
-"""The Mutating/ValidatingWebhookConfigurations that register the AdmissionPolicies (docs/reference/controller.md "Controller and webhooks").
+"""The Mutating/ValidatingWebhookConfigurations that register the AdmissionPolicies
+(docs/reference/controller.md "Controller and webhooks").
 
 :func:`webhook_configurations` renders them from the rule files: each ``kind: AdmissionPolicy`` is
 one webhook (``spec.webhook`` its name, ``spec.path`` its path, ``spec.match`` its rule, object and
@@ -46,7 +47,8 @@ class ClientConfig:
         if self.url_base is not None:
             return {"url": self.url_base.rstrip("/") + path, "caBundle": bundle}
         namespace, name, port = self.service
-        return {"service": {"namespace": namespace, "name": name, "path": path, "port": port}, "caBundle": bundle}
+        return {"service": {"namespace": namespace, "name": name, "path": path, "port": port},
+                "caBundle": bundle}
 
 
 def registration_of(policy: Policy) -> WebhookRegistrationSpec:
@@ -68,7 +70,8 @@ def _webhook(spec: AdmissionPolicySpec, reg: WebhookRegistrationSpec, client: Cl
         "timeoutSeconds": reg.timeoutSeconds,
     }
     if m.labelsExist:
-        hook["objectSelector"] = {"matchExpressions": [{"key": k, "operator": "Exists"} for k in m.labelsExist]}
+        hook["objectSelector"] = {"matchExpressions": [{"key": k,
+                                                        "operator": "Exists"} for k in m.labelsExist]}
     if m.excludeNamespaces:
         hook["namespaceSelector"] = {"matchExpressions": [
             {"key": reg.namespaceLabel, "operator": "NotIn", "values": list(m.excludeNamespaces)}]}
@@ -83,7 +86,8 @@ def owner_reference(owner: Mapping) -> dict:
     """The ``ownerReferences`` entry naming ``owner`` (a live object: apiVersion, kind, metadata name
     and uid): a configuration it owns is deleted by the garbage collector once the owner is gone."""
     meta = owner["metadata"]
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"]}
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
+            "uid": meta["uid"]}
 
 
 def webhook_configurations(policy: Policy, client: ClientConfig, owner: Mapping | None = None) -> list[dict]:
@@ -101,7 +105,8 @@ def webhook_configurations(policy: Policy, client: ClientConfig, owner: Mapping 
             meta = {"name": getattr(reg.configurations, kind_type), "labels": dict(reg.labels)}
             if owner is not None:
                 meta["ownerReferences"] = [owner_reference(owner)]
-            out.append({"apiVersion": API_VERSION, "kind": KINDS[kind_type], "metadata": meta, "webhooks": hooks})
+            out.append({"apiVersion": API_VERSION, "kind": KINDS[kind_type], "metadata": meta,
+                        "webhooks": hooks})
     return out
 
 
@@ -148,7 +153,8 @@ def _diff(live, want, path: str, out: list[str]) -> None:
         out.append(path)
 
 
-def stale_configurations(policy: Policy, live: Iterable[Mapping], desired: Iterable[Mapping]) -> list[Mapping]:
+def stale_configurations(policy: Policy, live: Iterable[Mapping],
+                         desired: Iterable[Mapping]) -> list[Mapping]:
     """Live configurations accelpolicy owns (:func:`owned_configuration`) that the rules no longer
     render (a configuration name changed in rules/admission/registration.yaml)."""
     wanted = {(d["kind"], d["metadata"]["name"]) for d in desired}

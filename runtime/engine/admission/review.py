@@ -36,7 +36,8 @@ def _mapping(value: Any, what: str, uid: Optional[str], optional: bool = True) -
 
 
 def _json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type (``null``, ``boolean``, ``number``, ``string``, ``array``, ``object``)."""
+    """The JSON name of a decoded value's type (``null``, ``boolean``, ``number``, ``string``, ``array``,
+    ``object``)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -117,7 +118,8 @@ def parse_review(body: Any) -> AdmissionRequest:
         raise BadReview("request.object.metadata.labels must be valid Unicode text (a lone surrogate)", uid)
     return AdmissionRequest(
         uid=uid, kind=kind, resource=resource, operation=operation,
-        name=_string(request.get("name"), "request.name", uid) or _string(meta.get("name"), "metadata.name", uid),
+        name=_string(request.get("name"), "request.name", uid) or _string(
+            meta.get("name"), "metadata.name", uid),
         namespace=_string(request.get("namespace"), "request.namespace", uid)
         or _string(meta.get("namespace"), "metadata.namespace", uid),
         object=obj, old_object=old, user=_mapping(request.get("userInfo"), "request.userInfo", uid))

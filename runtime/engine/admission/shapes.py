@@ -77,7 +77,8 @@ def _walk(schema: Schema, value: Any, path: str, errors: list[FieldError], limit
         errors.append(FieldError(reason="TooLong", field=path, rule="shape",
                                  detail=f"may not be more than {schema.maxLength} bytes"))
     elif found == "string" and schema.format == "quantity" and not is_quantity(value):
-        errors.append(FieldError(reason="Invalid", field=path, value=value, rule="shape", detail=QUANTITY_FORMAT))
+        errors.append(FieldError(reason="Invalid", field=path, value=value, rule="shape",
+                                 detail=QUANTITY_FORMAT))
     elif found == "array":
         if schema.maxItems is not None and len(value) > schema.maxItems:
             errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule="shape",

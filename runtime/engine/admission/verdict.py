@@ -1,4 +1,5 @@
-"""Field errors, their rendering, and the AdmissionReview v1 response (docs/reference/controller.md "Pod admission").
+"""Field errors, their rendering, and the AdmissionReview v1 response (docs/reference/controller.md "Pod
+admission").
 
 Pure functions: :func:`render_error` renders one field error the way kube-apiserver does
 (``<path>: <Type>: <detail>``); :func:`build_response` turns an :class:`Outcome` into the
@@ -128,7 +129,8 @@ HALT_TIMEOUT = "timeout"          # the review's deadline passed
 
 def timeout_denial(policy: str, seconds: float) -> tuple[int, str, str]:
     """The denial of a review not judged within its deadline: ``504 Timeout``, retryable."""
-    return (504, "Timeout", f"webhook {policy}: the review was not judged within its {seconds:g}s deadline; retry")
+    return (504, "Timeout",
+            f"webhook {policy}: the review was not judged within its {seconds:g}s deadline; retry")
 
 
 def status_of(outcome: Outcome) -> Optional[dict]:

@@ -1,4 +1,5 @@
-"""The ``gpustack-node-devices`` AdmissionCheck for Kueue Workloads (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
+"""The ``gpustack-node-devices`` AdmissionCheck for Kueue Workloads (docs/concepts/pools-and-flavors.md "The
+AdmissionCheck `gpustack-node-devices`").
 
 :mod:`.check` decides (:func:`check_workload`: does a managed node hold each PodSet now);
 :mod:`.demand` reads a Pod's accelerator demand and node selection; :mod:`.workloadstatus` says which
@@ -6,14 +7,15 @@ Workloads are ours, when an answer is due, and renders the status write (:func:`
 """
 from runtime.engine.admissioncheck.check import check_workload, flavor_that_holds, managed_nodes
 from runtime.engine.admissioncheck.demand import AdmissionCheckError, Demand, node_selected, pod_demand
-from runtime.engine.admissioncheck.workloadstatus import (EVICTED, FINISHED, PENDING, QUOTA_RESERVED, READY, RETRY,
-                                                          WORKLOAD_API, Placement, Verdict, check_entry,
-                                                          check_state_apply, format_time, parse_time,
-                                                          quota_reserved, seconds_until_due)
+from runtime.engine.admissioncheck.workloadstatus import (EVICTED, FINISHED, PENDING, QUOTA_RESERVED, READY,
+                                                          RETRY, WORKLOAD_API, Placement, Verdict,
+                                                          check_entry, check_state_apply, format_time,
+                                                          parse_time, quota_reserved, seconds_until_due)
 
 __all__ = [
     "flavor_that_holds",
-    "EVICTED", "FINISHED", "PENDING", "QUOTA_RESERVED", "READY", "RETRY", "WORKLOAD_API", "AdmissionCheckError",
-    "Demand", "Placement", "Verdict", "check_entry", "check_state_apply", "check_workload", "format_time",
-    "managed_nodes", "node_selected", "parse_time", "pod_demand", "quota_reserved", "seconds_until_due",
+    "EVICTED", "FINISHED", "PENDING", "QUOTA_RESERVED", "READY", "RETRY", "WORKLOAD_API",
+    "AdmissionCheckError", "Demand", "Placement", "Verdict", "check_entry", "check_state_apply",
+    "check_workload", "format_time", "managed_nodes", "node_selected", "parse_time", "pod_demand",
+    "quota_reserved", "seconds_until_due",
 ]

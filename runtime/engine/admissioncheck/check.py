@@ -1,8 +1,9 @@
-"""The ``gpustack-node-devices`` AdmissionCheck: answers for Kueue Workloads (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
+"""The ``gpustack-node-devices`` AdmissionCheck: answers for Kueue Workloads
+(docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`").
 
 Kueue reserves quota for a Workload in a ClusterQueue whose ``admissionChecksStrategy`` names the
-check (docs/concepts/pools-and-flavors.md "Queues and the entrance"), records the assigned ResourceFlavor per resource in
-``status.admission.podSetAssignments[].flavors`` and lists the check ``Pending`` in
+check (docs/concepts/pools-and-flavors.md "Queues and the entrance"), records the assigned ResourceFlavor per
+resource in ``status.admission.podSetAssignments[].flavors`` and lists the check ``Pending`` in
 ``status.admissionChecks``. :func:`check_workload` decides whether the managed nodes can really
 hold the request now, from their Devices ledgers (docs/agent.md "The Devices object and its ledger"):
 
@@ -11,21 +12,22 @@ hold the request now, from their Devices ledgers (docs/agent.md "The Devices obj
   ``spec.nodeLabels`` (Kueue injects all of them into the Pod's node selector) and the PodSet
   template's own ``nodeSelector`` and required node affinity. Taints and tolerations are not read.
 * **Demand** of one Pod of the PodSet (``count`` is not multiplied: an Instance is one Pod), from its
-  non-sidecar containers' requests (else limits; docs/reference/controller.md "Pod accelerator requests"), by family of the shared
-  classifier (:mod:`runtime.model.resourcefamily`): exclusive ``<base>: N`` (app containers summed,
-  an init container's own value when larger), shared ``<base>.shared: N`` and sliced
+  non-sidecar containers' requests (else limits; docs/reference/controller.md "Pod accelerator requests"), by
+  family of the shared classifier (:mod:`runtime.model.resourcefamily`): exclusive ``<base>: N`` (app
+  containers summed, an init container's own value when larger), shared ``<base>.shared: N`` and sliced
   ``<base>.sliced.units: U`` (the largest single container's, as the Workload fit pin reads them,
-  docs/reference/controller.md "Workload fit pin"), partition ``<base>.partitioned.<kind>-<p>``. ``Value()`` rounds up.
+  docs/reference/controller.md "Workload fit pin"), partition ``<base>.partitioned.<kind>-<p>``. ``Value()``
+  rounds up.
 * **Accelerators** considered: the healthy ones of the demanded base's manufacturer, restricted to
   the groups (aKeys) the assigned flavors name in ``acceleratable.feature.gpustack.ai/<aKey>: "true"``
   node labels when they name any.
-* **Feasible** (the docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" table, predicates of :mod:`runtime.engine.pools.accelerators`): exclusive — N
-  accelerators with ``remaining ≥ 1,600,000``; shared — N distinct whole-capable accelerators in mode
-  0/2 with ``remaining ≥ 160,000``; sliced — one logically sliceable accelerator in mode 0/3 with
-  ``remaining ≥ U`` and a free slice, the fullest such (least ``remaining``) preferred, across all
-  candidate nodes; partition — one partitioned accelerator in mode 0/4 with ``remainingProfiles[p] >
-  0``. Several demands of one Pod (which the Pod webhook would refuse) must each hold on the node.
-  Without accelerator demand any candidate node holds the Pod.
+  * **Feasible** (the docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" table,
+  predicates of :mod:`runtime.engine.pools.accelerators`): exclusive — N accelerators with ``remaining ≥
+  1,600,000``; shared — N distinct whole-capable accelerators in mode 0/2 with ``remaining ≥ 160,000``; sliced
+  — one logically sliceable accelerator in mode 0/3 with ``remaining ≥ U`` and a free slice, the fullest such
+  (least ``remaining``) preferred, across all candidate nodes; partition — one partitioned accelerator in mode
+  0/4 with ``remainingProfiles[p] > 0``. Several demands of one Pod (which the Pod webhook would refuse) must
+  each hold on the node. Without accelerator demand any candidate node holds the Pod.
 * **Node chosen**: sliced — the node of the fullest accelerator (ties: node name, accelerator index);
   otherwise the first feasible candidate in name order.
 
@@ -51,13 +53,15 @@ from runtime.engine.snapshot import Snapshot, object_ref
 
 
 # --- feasibility --------------------------------------------------------------------------------------
-def _fit_on_node(policy: Policy, accs: list[Accelerator], demands: list[Demand]) -> tuple[bool, tuple[str, ...], int]:
+def _fit_on_node(policy: Policy, accs: list[Accelerator], demands: list[Demand]) -> tuple[
+        bool, tuple[str, ...], int]:
     """(all demands hold on this node's accelerators, accelerator ids used, sliced preference key: the
     chosen sliced accelerator's remaining, 0 when no sliced demand)."""
     used: list[str] = []
     slice_remaining = 0
     for demand in demands:
-        mine = [a for a in accs if getattr(policy.manufacturers.get(a.manufacturer), "base", None) == demand.base]
+        mine = [a for a in accs if getattr(policy.manufacturers.get(a.manufacturer), "base",
+                                           None) == demand.base]
         if demand.family == "exclusive":
             hits = [a for a in mine if exclusive_free(policy, a)][:demand.count]
             if len(hits) < demand.count:
@@ -67,7 +71,8 @@ def _fit_on_node(policy: Policy, accs: list[Accelerator], demands: list[Demand])
             if len(hits) < demand.count:
                 return False, (), 0
         elif demand.family == "sliced":
-            fits = sorted((a for a in mine if holds_slice(policy, a, demand.units)), key=lambda a: (a.remaining, a.index))
+            fits = sorted((a for a in mine if holds_slice(policy, a, demand.units)),
+                          key=lambda a: (a.remaining, a.index))
             if not fits:
                 return False, (), 0
             hits = fits[:1]
@@ -116,7 +121,8 @@ def _managed_nodes(policy: Policy, snapshot: Snapshot, namespace: str | None = N
 def _pod_set_flavors(workload: Mapping) -> dict[str, dict[str, str]]:
     """PodSet name -> {resource: flavor name} from ``status.admission.podSetAssignments``."""
     admission = (workload.get("status") or {}).get("admission") or {}
-    return {a.get("name") or "main": dict(a.get("flavors") or {}) for a in admission.get("podSetAssignments") or []}
+    return {a.get("name") or "main": dict(a.get("flavors") or {}) for a in admission.get(
+        "podSetAssignments") or []}
 
 
 def _message_flavor(policy: Policy, flavors: Mapping[str, str], demands: list[Demand]) -> str:
@@ -130,9 +136,11 @@ def _message_flavor(policy: Policy, flavors: Mapping[str, str], demands: list[De
     return flavors[sorted(flavors)[0]] if flavors else ""
 
 
-def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes: _Nodes | None = None) -> Verdict:
-    """The docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" verdict for ``workload`` (a ``kueue.x-k8s.io/v1beta2`` Workload with its quota reserved)
-    against ``snapshot`` (Nodes, NodeFeatures, Devices, ResourceFlavors).
+def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping,
+                   nodes: _Nodes | None = None) -> Verdict:
+    """The docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" verdict for
+    ``workload`` (a ``kueue.x-k8s.io/v1beta2`` Workload with its quota reserved) against ``snapshot`` (Nodes,
+    NodeFeatures, Devices, ResourceFlavors).
 
     ``nodes``: :func:`managed_nodes` of the snapshot, when several Workloads are judged against one
     snapshot. Returns a :class:`Verdict` (``Ready`` or ``Retry``). Raises :class:`AdmissionCheckError`
@@ -156,7 +164,8 @@ def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes:
             if flavor is None:
                 missing_flavor = True
                 continue
-            node_labels.update({k: str(v) for k, v in ((flavor.get("spec") or {}).get("nodeLabels") or {}).items()})
+            node_labels.update(
+                {k: str(v) for k, v in ((flavor.get("spec") or {}).get("nodeLabels") or {}).items()})
         akeys = {k[len(acc_prefix):] for k, v in node_labels.items()
                  if k.startswith(acc_prefix) and v == "true" and "." not in k[len(acc_prefix):]
                  and "-" in k[len(acc_prefix):]}
@@ -183,7 +192,8 @@ def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping, nodes:
     if not placements:
         return Verdict(RETRY, str(rules.retryMessage.evaluate({"flavor": "", "podSet": ""})),
                        requeue_after_seconds=rules.retryAfterSeconds)
-    message = str(rules.readyMessage.evaluate({"node": placements[0].node, "nodes": [p.node for p in placements],
+    message = str(rules.readyMessage.evaluate({"node": placements[0].node,
+                                               "nodes": [p.node for p in placements],
                                                "podSet": placements[0].pod_set}))
     return Verdict(READY, message, placements=tuple(placements))
 
@@ -206,7 +216,8 @@ def flavor_that_holds(policy: Policy, snapshot: Snapshot, workload: Mapping, ver
     """
     if verdict.state != RETRY or not verdict.flavor:
         return None
-    queue = snapshot.get("ClusterQueue", ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
+    queue = snapshot.get("ClusterQueue",
+                         ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
     if queue is None:
         return None
     if nodes is None:

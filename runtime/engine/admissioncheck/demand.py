@@ -1,5 +1,7 @@
 """Demand of one Pod of a PodSet for the admission check, and whether a node is selected by the
-PodSet template (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"; docs/reference/controller.md "Pod accelerator requests" and "Workload fit pin"). See :mod:`runtime.engine.admissioncheck.check`."""
+PodSet template (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`";
+docs/reference/controller.md "Pod accelerator requests" and "Workload fit pin"). See
+:mod:`runtime.engine.admissioncheck.check`."""
 from __future__ import annotations
 
 import math
@@ -34,7 +36,8 @@ class Demand:
 
 # --- demand -------------------------------------------------------------------------------------------
 def _value(raw: Any) -> int:
-    """``Value()`` of a quantity: rounded up to an integer (docs/reference/controller.md "Pod accelerator requests")."""
+    """``Value()`` of a quantity: rounded up to an integer (docs/reference/controller.md "Pod accelerator
+    requests")."""
     return int(math.ceil(parse_quantity(raw)))
 
 
@@ -56,7 +59,8 @@ def pod_demand(policy: Policy, pod_spec: Mapping, where: str = "") -> list[Deman
         try:
             return _value(raw)
         except QuantityError as exc:
-            raise AdmissionCheckError(f"{where} container {container.get('name')!r} resources[{key}]: {exc}") from None
+            raise AdmissionCheckError(
+                f"{where} container {container.get('name')!r} resources[{key}]: {exc}") from None
 
     demand = model_pod_demand(pod_containers(pod_spec, table, manufacturers), table, value)
     return ([Demand("exclusive", b, count=n) for b, n in demand["exclusive"].items()]
@@ -102,6 +106,7 @@ def node_selected(pod_spec: Mapping, node_name: str, labels: Mapping[str, str]) 
         if not exprs and not fields:
             continue  # an empty term matches nothing
         if all(_requirement_holds(r, labels.get(r.get("key"))) for r in exprs) and \
-                all(_requirement_holds(r, node_name if r.get("key") == "metadata.name" else None) for r in fields):
+                all(_requirement_holds(
+                        r, node_name if r.get("key") == "metadata.name" else None) for r in fields):
             return True
     return False

@@ -1,5 +1,6 @@
 """The admission check's side of a Kueue Workload's status: which Workloads are ours to answer, when an
-answer is due, and the server-side apply body of the answer (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). Pure: ``now`` is passed in."""
+answer is due, and the server-side apply body of the answer (docs/concepts/pools-and-flavors.md "The
+AdmissionCheck `gpustack-node-devices`"). Pure: ``now`` is passed in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -112,7 +113,8 @@ def check_state_apply(policy: Policy, workload: Mapping, verdict: Verdict, now: 
     changed_state = entry.get("state") != verdict.state
     if not changed_state and entry.get("message") == verdict.message:
         return None  # requeueAfterSeconds is not compared: Kueue carries it over when it resets a check
-    since = format_time(now) if changed_state or not entry.get("lastTransitionTime") else entry["lastTransitionTime"]
+    since = format_time(now) if changed_state or not entry.get("lastTransitionTime") else entry[
+        "lastTransitionTime"]
     state: dict[str, Any] = {"name": rules.name, "state": verdict.state, "message": verdict.message,
                              "lastTransitionTime": since}
     if verdict.requeue_after_seconds is not None:

@@ -1,5 +1,5 @@
-"""The node agent's pure side (docs/agent.md "The node agent (`accelpolicy agent`)"): from probed facts to the Node's labels, annotations,
-NodeFeature and Devices object, and the allocation ledger.
+"""The node agent's pure side (docs/agent.md "The node agent (`accelpolicy agent`)"): from probed facts to the
+Node's labels, annotations, NodeFeature and Devices object, and the allocation ledger.
 
 :mod:`.nodefacts` groups accelerators and reads rules/agent.yaml (:func:`agent_rules`);
 :mod:`.agentlabels` the worker and device-manager labels; :mod:`.devicesobject` the Devices object's
@@ -19,8 +19,8 @@ from runtime.engine.devices.podresources import annotation_differs, annotation_t
 
 __all__ = [
     "AcceleratorGroup", "AgentPlan", "LedgerEvent", "accelerator_groups", "agent_rules", "annotation_differs",
-    "annotation_text", "apply_manufacturer_env", "cores_from_capacity", "cpu_annotations", "device_manager_labels",
-    "devices_labels", "devices_spec", "gkey", "is_healthy", "is_partitioned", "managed_value",
-    "manufacturers_with_env", "mig_device_index", "node_capacity", "node_feature_name", "parse_allocation",
-    "plan_node", "pod_allocations", "profile_spelling", "rebuild_ledger", "worker_labels",
+    "annotation_text", "apply_manufacturer_env", "cores_from_capacity", "cpu_annotations",
+    "device_manager_labels", "devices_labels", "devices_spec", "gkey", "is_healthy", "is_partitioned",
+    "managed_value", "manufacturers_with_env", "mig_device_index", "node_capacity", "node_feature_name",
+    "parse_allocation", "plan_node", "pod_allocations", "profile_spelling", "rebuild_ledger", "worker_labels",
 ]

@@ -1,4 +1,5 @@
-"""Environment overrides of the manufacturer table, read once at agent start (docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer").
+"""Environment overrides of the manufacturer table, read once at agent start
+(docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer").
 
 Pure: the caller passes the environment as a mapping. Variable names come from rules/agent.yaml
 ``manufacturerEnv`` (``GPUSTACK_<ID>_ACCELERATABLE_RESOURCE_NAME`` and friends).
@@ -12,7 +13,8 @@ from runtime.engine.policy import Policy
 from runtime.model.rulefiles import Manufacturer
 
 
-def manufacturers_with_env(policy: Policy, environ: Mapping[str, str]) -> tuple[dict[str, Manufacturer], list[str]]:
+def manufacturers_with_env(policy: Policy, environ: Mapping[str, str]) -> tuple[
+        dict[str, Manufacturer], list[str]]:
     """The manufacturer table with every set, non-empty override applied, and the variables used.
 
     ``GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME=example.com/gpu`` makes NVIDIA's ``base``

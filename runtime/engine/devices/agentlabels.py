@@ -1,6 +1,7 @@
 """The agent's label sets and Node annotations (docs/agent.md "Labels, annotations and NodeFeatures").
 
-* :func:`managed_value` - decision 14 / docs/agent.md "Labels, annotations and NodeFeatures", first match wins.
+  * :func:`managed_value` - decision 14 / docs/agent.md "Labels, annotations and NodeFeatures", first match
+  wins.
 * :func:`worker_labels` - ``spec.labels`` of ``<node>-gpustack-worker``.
 * :func:`device_manager_labels` - ``spec.labels`` of ``<node>-gpustack-device-manager``.
 * :func:`cpu_annotations` - the two CPU annotations the agent patches on its Node.
@@ -20,7 +21,8 @@ from runtime.model.facts import CpuFacts
 
 def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
                   node_labels: Mapping[str, str] | None, settings: Settings) -> str | None:
-    """docs/agent.md "Labels, annotations and NodeFeatures": the worker NodeFeature's managed-key value, or None when the key is absent.
+    """docs/agent.md "Labels, annotations and NodeFeatures": the worker NodeFeature's managed-key value, or
+    None when the key is absent.
 
     1. the worker NodeFeature's own non-empty value; 2. the Node's non-empty label; 3. ``"true"``
     when ``node-management-manual`` is false; 4. absent.
@@ -37,9 +39,9 @@ def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
 
 def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None,
                   has_accelerator: bool, settings: Settings) -> dict[str, str]:
-    """docs/agent.md "Labels, annotations and NodeFeatures" worker keys: managed, ``general.*/<cpuManu>``, ``<gKey>``, ``<gKey>.count`` (cores > 0),
-    and the cpu-only key when ``instance-type-mixed-on-node`` is false and the node
-    has no accelerator. ``cores`` is the Node's rounded-up ``status.capacity.cpu``.
+    """docs/agent.md "Labels, annotations and NodeFeatures" worker keys: managed, ``general.*/<cpuManu>``,
+    ``<gKey>``, ``<gKey>.count`` (cores > 0), and the cpu-only key when ``instance-type-mixed-on-node`` is
+    false and the node has no accelerator. ``cores`` is the Node's rounded-up ``status.capacity.cpu``.
     """
     rules = agent_rules(policy)
     general = policy.prefix("general")
@@ -57,11 +59,12 @@ def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None
 
 
 def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """docs/agent.md "Labels, annotations and NodeFeatures" device-manager keys for the groups with at least one healthy accelerator.
+    """docs/agent.md "Labels, annotations and NodeFeatures" device-manager keys for the groups with at least
+    one healthy accelerator.
 
-    Every value passes SanitizeLabelValue (docs/agent.md "Normalization"); ``.family``, ``.comcap``, ``.driver-version`` and
-    ``.runtime-version`` are omitted when empty; ``.cores`` is written even when 0, except for a
-    group a DRA driver published: its drivers do not publish cores, so the key is omitted
+    Every value passes SanitizeLabelValue (docs/agent.md "Normalization"); ``.family``, ``.comcap``,
+    ``.driver-version`` and ``.runtime-version`` are omitted when empty; ``.cores`` is written even when 0,
+    except for a group a DRA driver published: its drivers do not publish cores, so the key is omitted
     (docs/concepts/dra.md "Two kinds of accelerator node").
     """
     rules = agent_rules(policy)
@@ -93,7 +96,8 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
 
 
 def cpu_annotations(policy: Policy, cpu: CpuFacts) -> dict[str, str]:
-    """docs/agent.md "Labels, annotations and NodeFeatures": the CPU name (raw model name) and CPU family annotations; empty values skipped."""
+    """docs/agent.md "Labels, annotations and NodeFeatures": the CPU name (raw model name) and CPU family
+    annotations; empty values skipped."""
     out = {policy.key("cpuNameAnnotation"): cpu.modelName, policy.key("cpuFamilyAnnotation"): cpu.family}
     return {k: v for k, v in out.items() if v}
 

@@ -19,8 +19,8 @@ from runtime.model.facts import AcceleratorFacts, PartitionProfile
 
 # --- profiles (docs/agent.md "The Devices object and its ledger") ------------------------------------
 def profile_spelling(policy: Policy, manufacturer: str, vendor_name: str) -> str | None:
-    """docs/agent.md "The Devices object and its ledger": ``MIG 1g.10gb`` -> ``1g.10gb``; thead ``4g48gb`` -> ``4g.48gb``; None when the name cannot
-    form a resource-name segment (``1g.10gb+me``)."""
+    """docs/agent.md "The Devices object and its ledger": ``MIG 1g.10gb`` -> ``1g.10gb``; thead ``4g48gb`` ->
+    ``4g.48gb``; None when the name cannot form a resource-name segment (``1g.10gb+me``)."""
     fields = vendor_name.strip().lower().split()
     if not fields:
         return None
@@ -58,11 +58,11 @@ def _profile_entry(name: str, prof: PartitionProfile) -> dict[str, Any]:
 # --- spec (docs/agent.md "The Devices object and its ledger") ----------------------------------------
 def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
     """One ``spec.groups[].accelerators[]`` entry. An accelerator a DRA driver published offers the
-    exclusive view only (docs/concepts/dra.md "Views per manufacturer"): no logical slices, no partitions, and its ``dra`` reference
-    (driver, pool, device) tells the readers so (no shares either). A view its manufacturer's row does
-    not offer (:func:`runtime.engine.devices.views.offered_views`) has no entry either: no logical
-    slices, no partitions, and for the shared view (which has no entry of its own) ``views``, the
-    views offered, is written."""
+    exclusive view only (docs/concepts/dra.md "Views per manufacturer"): no logical slices, no partitions, and
+    its ``dra`` reference (driver, pool, device) tells the readers so (no shares either). A view its
+    manufacturer's row does not offer (:func:`runtime.engine.devices.views.offered_views`) has no entry
+    either: no logical slices, no partitions, and for the shared view (which has no entry of its own)
+    ``views``, the views offered, is written."""
     manu = policy.manufacturers[acc.manufacturer]
     views = offered_views(policy, acc)
     profiles = [] if acc.dra or "partitioned" not in views else published_profiles(policy, acc)
@@ -72,7 +72,9 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": acc.uuid, "index": acc.index}
     if acc.minor is not None:
         entry["physicalIndexes"] = [acc.minor]
-    if acc.dra is not None:   # offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"); the claims name this device
+    # offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"); the claims name this
+    # device
+    if acc.dra is not None:
         entry["dra"] = acc.dra.model_dump()
     elif "shared" not in views and physical["count"] == 0:   # whole-capable, yet no shares (its row's views)
         entry["views"] = views
@@ -87,10 +89,12 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
 
 
 def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, Any]:
-    """docs/agent.md "The Devices object and its ledger" ``spec``: ``{"groups": [...]}`` in canonical order; empty strings and 0 cores omitted."""
+    """docs/agent.md "The Devices object and its ledger" ``spec``: ``{"groups": [...]}`` in canonical order;
+    empty strings and 0 cores omitted."""
     out = []
     for g in groups:
-        entry: dict[str, Any] = {"id": g.id, "manufacturer": g.manufacturer, "name": g.name, "memory": g.memory}
+        entry: dict[str, Any] = {"id": g.id, "manufacturer": g.manufacturer, "name": g.name,
+                                 "memory": g.memory}
         if g.cores:
             entry["cores"] = g.cores
         for field, value in (("driverVersion", g.driver_version), ("runtimeVersion", g.runtime_version),
@@ -104,8 +108,9 @@ def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, An
 
 def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: str,
                    groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """docs/agent.md "The Devices object and its ledger": os and arch and the managed key copied from the Node (each only when present),
-    ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group with a healthy accelerator."""
+    """docs/agent.md "The Devices object and its ledger": os and arch and the managed key copied from the Node
+    (each only when present), ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group with a healthy
+    accelerator."""
     true = agent_rules(policy).trueValue
     labels: dict[str, str] = {}
     for role in ("os", "arch", "managed"):
@@ -137,12 +142,14 @@ def is_healthy(acc_spec: Mapping[str, Any]) -> bool:
 # --- node capacity (docs/agent.md "Capacity and fit labels") -------------------------------------------
 def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mapping[str, Any] | None,
                   existing: Mapping[str, str] | None = None) -> dict[str, str]:
-    """docs/agent.md "Capacity and fit labels": the extended-resource keys the agent publishes on its Node (capacity = allocatable).
+    """docs/agent.md "Capacity and fit labels": the extended-resource keys the agent publishes on its Node
+    (capacity = allocatable).
 
-    ``spec`` is the Devices spec (docs/agent.md "The Devices object and its ledger"); ``ledger_status`` the rebuilt ledger (docs/agent.md "The Devices object and its ledger"), whose
-    allocated + remaining profile instances give the per-profile keys (capability counts when
-    None). ``existing`` is the Node's current ``status.capacity``: keys of ours found there and not
-    computed now are kept at ``0`` (a published key is never removed).
+    ``spec`` is the Devices spec (docs/agent.md "The Devices object and its ledger"); ``ledger_status`` the
+    rebuilt ledger (docs/agent.md "The Devices object and its ledger"), whose allocated + remaining profile
+    instances give the per-profile keys (capability counts when None). ``existing`` is the Node's current
+    ``status.capacity``: keys of ours found there and not computed now are kept at ``0`` (a published key is
+    never removed).
     """
     rules = agent_rules(policy)
     cap = rules.capacity
@@ -155,7 +162,8 @@ def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mappin
         accs = [(g, a) for g in spec["groups"] if g["manufacturer"] == manu_id for a in g["accelerators"]
                 if is_healthy(a)]
         sliceable = [(g, a) for g, a in accs if is_logically_sliceable(a)]
-        if not manu.offers("sliced"):   # no key for a view the manufacturer never offers (rules/manufacturers.yaml)
+        # no key for a view the manufacturer never offers (rules/manufacturers.yaml)
+        if not manu.offers("sliced"):
             continue
         values[cap.slicedUnits.format(base=base)] = len(sliceable) * credits
         values[cap.slicedCoresPercentage.format(base=base)] = sum(
@@ -195,7 +203,8 @@ def _held_profiles(ledger_status: Mapping[str, Any] | None) -> dict[tuple[str, s
 
 
 def is_agent_capacity_key(policy: Policy, key: str) -> bool:
-    """Whether ``key`` is one of the docs/agent.md "Capacity and fit labels" keys for some known manufacturer (never device-plugin keys)."""
+    """Whether ``key`` is one of the docs/agent.md "Capacity and fit labels" keys for some known manufacturer
+    (never device-plugin keys)."""
     cap = agent_rules(policy).capacity
     for manu in policy.manufacturers.values():
         fixed = {t.format(base=manu.base) for t in (cap.slicedUnits, cap.slicedCoresPercentage,

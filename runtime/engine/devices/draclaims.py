@@ -1,4 +1,5 @@
-"""ResourceClaim allocations -> the node's allocations, for the ledger of a DRA node (docs/concepts/dra.md "The ledger from claims"). Pure.
+"""ResourceClaim allocations -> the node's allocations, for the ledger of a DRA node (docs/concepts/dra.md
+"The ledger from claims"). Pure.
 
 Every claim whose ``status.allocation.devices.results[]`` names a (driver, pool, device) of the node's
 reading (:class:`runtime.engine.devices.draslices.DraReading` ``devices``) and whose
@@ -8,9 +9,9 @@ accelerator, mode 1 (D credits). A device that is a partition (a MIG device) cha
 offers nothing on a DRA node (docs/concepts/dra.md "Views per manufacturer").
 
 The output has the shape of kubelet's PodResources ``List`` (:mod:`runtime.engine.devices.podresources`),
-so the rest is the PodResources path of docs/agent.md "The Devices object and its ledger": the allocation annotation computed
-per Pod and written when it differs, the ledger rebuilt from the annotations. The device's resource
-name is the manufacturer's ``<base>`` (the exclusive family).
+so the rest is the PodResources path of docs/agent.md "The Devices object and its ledger": the allocation
+annotation computed per Pod and written when it differs, the ledger rebuilt from the annotations. The device's
+resource name is the manufacturer's ``<base>`` (the exclusive family).
 
 Which container holds a device (the annotation is per container): the container the Pod's
 ``status.extendedResourceClaimStatus.requestMappings`` names for the result's request (a claim the
@@ -64,7 +65,8 @@ def claim_pod_resources(policy: Policy, reading: DraReading, claims: Iterable[Ma
                     continue
                 per_pod.setdefault(container, {}).setdefault(base, []).append(uuid)
     return [{"namespace": ns, "name": name,
-             "containers": [{"name": c, "devices": [{"resourceName": b, "deviceIds": ids} for b, ids in bases.items()]}
+             "containers": [{"name": c,
+                             "devices": [{"resourceName": b, "deviceIds": ids} for b, ids in bases.items()]}
                             for c, bases in containers.items()]}
             for (ns, name), containers in sorted(held.items())]
 
@@ -79,9 +81,11 @@ def _container(pod: Mapping[str, Any], claim: str, request: str) -> str:
         for mapping in extended.get("requestMappings") or []:
             if mapping.get("requestName") == request and mapping.get("containerName"):
                 return str(mapping["containerName"])
-    pod_claims = {s.get("name") for s in status.get("resourceClaimStatuses") or [] if s.get("resourceClaimName") == claim}
+    pod_claims = {s.get("name") for s in status.get("resourceClaimStatuses") or [] if s.get(
+        "resourceClaimName") == claim}
     spec = pod.get("spec") or {}
-    pod_claims |= {c.get("name") for c in spec.get("resourceClaims") or [] if c.get("resourceClaimName") == claim}
+    pod_claims |= {
+        c.get("name") for c in spec.get("resourceClaims") or [] if c.get("resourceClaimName") == claim}
     containers = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
     for ctr in containers:
         for used in ((ctr.get("resources") or {}).get("claims") or []):

@@ -1,6 +1,7 @@
 """One DRA device's fields, read as a ``DraDriver`` row (rules/dra.yaml ``facts``) names them: an
-attribute (``int``, ``bool``, ``string``, ``version``), a capacity or the device name (docs/reference/dra-rules.md).
-Pure; a field that does not parse raises :class:`Unreadable` naming it, which costs only its device."""
+attribute (``int``, ``bool``, ``string``, ``version``), a capacity or the device name
+(docs/reference/dra-rules.md). Pure; a field that does not parse raises :class:`Unreadable` naming it, which
+costs only its device."""
 from __future__ import annotations
 
 import re
@@ -32,7 +33,8 @@ def field_attribute(row: DraDriverSpec, device: Mapping[str, Any], name: str) ->
     if value is None and name.startswith(row.driver + "/"):
         value = attrs.get(name[len(row.driver) + 1:])
     if value is not None and not isinstance(value, Mapping):
-        raise Unreadable(f"attribute {name}", f"{value!r} is not a device attribute (int, bool, string, version)")
+        raise Unreadable(f"attribute {name}",
+                         f"{value!r} is not a device attribute (int, bool, string, version)")
     return value
 
 
@@ -60,7 +62,8 @@ def text_value(attr: Mapping[str, Any]) -> str | None:
     return None
 
 
-def field_text(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField, required: bool = False) -> str:
+def field_text(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField,
+               required: bool = False) -> str:
     raw = raw_value(row, device, where)
     if raw is None:
         if required:

@@ -1,13 +1,14 @@
 """The offline commands' view of DRA nodes: a node whose accelerators come from ResourceSlices is
-planned as its agent would plan it (docs/concepts/dra.md "Two kinds of accelerator node"; docs/concepts/dra.md "Mixed clusters"), so ``accelpolicy get``,
-``explain`` and ``audit`` over a snapshot show a DRA node's pool before anything is installed. Pure.
+planned as its agent would plan it (docs/concepts/dra.md "Two kinds of accelerator node"; docs/concepts/dra.md
+"Mixed clusters"), so ``accelpolicy get``, ``explain`` and ``audit`` over a snapshot show a DRA node's pool
+before anything is installed. Pure.
 
 A node is a DRA node when the snapshot holds current ResourceSlices of a configured driver naming it
 (:func:`runtime.engine.devices.draslices.read_node`), as the agent's ``auto`` backend decides. For each,
 :func:`with_dra_nodes` runs :func:`runtime.engine.devices.agentplan.plan_node` over the facts read from
-the slices, the node's Pods and the ResourceClaims (the ledger, docs/concepts/dra.md "The ledger from claims"), and puts its
-results in the snapshot: the device-manager NodeFeature and the Devices object (both replaced: the
-slices are the source), the worker NodeFeature (only when the snapshot has none: an existing one
+the slices, the node's Pods and the ResourceClaims (the ledger, docs/concepts/dra.md "The ledger from
+claims"), and puts its results in the snapshot: the device-manager NodeFeature and the Devices object (both
+replaced: the slices are the source), the worker NodeFeature (only when the snapshot has none: an existing one
 carries what the agent saw of the CPU) and the Pods' allocation annotations.
 
 The CPU facts, absent an agent's: the Node's ``feature.gpustack.ai/cpu-name``/``cpu-family``
@@ -40,7 +41,8 @@ class DraNode:
 
 def dra_readings(policy: Policy, snapshot: Snapshot) -> tuple[dict[str, DraReading], list[str]]:
     """Node name -> its reading, for the Nodes with current slices of a configured driver; plus the
-    notes on slices naming no Node of the snapshot (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")."""
+    notes on slices naming no Node of the snapshot (docs/node-facts-robustness.md "A malformed fact costs only
+    its node (decision 19)")."""
     if not dra_drivers(policy) or not snapshot.count("ResourceSlice"):
         return {}, []
     slices = snapshot.list("ResourceSlice")
@@ -70,7 +72,8 @@ def with_dra_nodes(policy: Policy, snapshot: Snapshot) -> tuple[Snapshot, dict[s
                             "ResourceSlices")
         pods = [p for p in snapshot.list("Pod") if (p.get("spec") or {}).get("nodeName") == name]
         plan = plan_node(policy, facts, node, settings, worker_now=worker, pods=pods,
-                         pod_resources=claim_pod_resources(policy, reading, snapshot.list("ResourceClaim"), pods))
+                         pod_resources=claim_pod_resources(policy, reading, snapshot.list("ResourceClaim"),
+                                                           pods))
         dm_key = (rules.namespace, node_feature_name(policy, name, "deviceManager"))
         nf = index.setdefault("NodeFeature", {})
         nf.pop(dm_key, None)
@@ -89,7 +92,8 @@ def with_dra_nodes(policy: Policy, snapshot: Snapshot) -> tuple[Snapshot, dict[s
         for patch in plan.pod_patches:
             key = (patch["metadata"]["namespace"], patch["metadata"]["name"])
             pod = index["Pod"][key]
-            meta = {**pod["metadata"], "annotations": {**annotations_of(pod), **patch["metadata"]["annotations"]}}
+            meta = {**pod["metadata"],
+                    "annotations": {**annotations_of(pod), **patch["metadata"]["annotations"]}}
             index["Pod"][key] = {**pod, "metadata": meta}
         warnings += reading.warnings + reading.notes + reading.offers_nothing(policy)
         out[name] = DraNode(name, reading, source)
@@ -104,14 +108,17 @@ def _cpu(policy: Policy, node: Mapping[str, Any], worker: Mapping[str, Any] | No
     notes = annotations_of(node)
     nfd = dra_policy(policy).offlineCpuLabels
     vendor = labels.get(nfd.vendor, "")
-    if not vendor:   # general.feature.gpustack.ai/<cpuManu>: "true" (docs/agent.md "Labels, annotations and NodeFeatures"), an agent's
+    # general.feature.gpustack.ai/<cpuManu>: "true" (docs/agent.md "Labels, annotations and NodeFeatures"), an
+    # agent's
+    if not vendor:
         general = policy.prefix("general")
         source = ((worker.get("spec") or {}).get("labels") or {}) if worker is not None else labels
         manus = [k[len(general):] for k, v in source.items()
                  if k.startswith(general) and v == "true" and "-" not in k[len(general):] and "." not in k[len(general):]]
         vendor = manus[0] if manus else ""
     by_vendor = {v.lower(): vendor_id for vendor_id, v in policy.node_facts.cpuVendors.items()}
-    cpu = CpuFacts(vendorId=by_vendor.get(vendor.lower(), ""), modelName=notes.get(policy.key("cpuNameAnnotation"), ""),
+    cpu = CpuFacts(vendorId=by_vendor.get(vendor.lower(), ""),
+                   modelName=notes.get(policy.key("cpuNameAnnotation"), ""),
                    family=notes.get(policy.key("cpuFamilyAnnotation"), "") or labels.get(nfd.family, ""),
                    model=labels.get(nfd.model, ""))
     if cpu.modelName:
@@ -119,7 +126,8 @@ def _cpu(policy: Policy, node: Mapping[str, Any], worker: Mapping[str, Any] | No
     return cpu, "nfd" if vendor or cpu.family else "none"
 
 
-def _devices_gkey(policy: Policy, devices: dict[str, Any], worker: Mapping[str, Any] | None) -> dict[str, Any]:
+def _devices_gkey(policy: Policy, devices: dict[str, Any],
+                  worker: Mapping[str, Any] | None) -> dict[str, Any]:
     """The planned Devices with the worker NodeFeature's gKey label (the agent's view of the CPU)
     instead of the offline one, when the snapshot has that NodeFeature."""
     if worker is None:

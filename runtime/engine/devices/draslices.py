@@ -1,5 +1,6 @@
 """ResourceSlices -> probe facts: how a node whose accelerators are published by a DRA driver is read
-(docs/concepts/dra.md "Accelerators from DRA drivers"). Pure; every name and message comes from rules/dra.yaml.
+(docs/concepts/dra.md "Accelerators from DRA drivers"). Pure; every name and message comes from
+rules/dra.yaml.
 
 Input: the node's name and ResourceSlice objects (``resource.k8s.io/v1``, JSON-shaped dicts, any
 node's: the ones of other nodes are skipped). Only slices whose ``spec.driver`` has a ``DraDriver``
@@ -10,20 +11,22 @@ document are read, and of each pool (driver, ``spec.pool.name``) only the slices
   accelerator shape of docs/agent.md "Probe facts" (``manufacturer`` the row's, ``eccReserved`` from the
   row's GDDR products, ``dra`` the driver, pool and device name; no cores, bus width or ECC mode);
 * ``== partitionType``: a partition device (a MIG device): its parent, profile and memory are read
-  for :attr:`DraReading.partitions`; its parent is MIG-on, offers nothing on a DRA node (docs/concepts/dra.md "Views per manufacturer") and is left out of the accelerators;
+  for :attr:`DraReading.partitions`; its parent is MIG-on, offers nothing on a DRA node (docs/concepts/dra.md
+  "Views per manufacturer") and is left out of the accelerators;
 * any other type is ignored.
 
 A device whose field does not parse is left out with a warning naming node, driver, device and the
-field (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); the others are read. ``index`` not published: the uuid's place among the
-node's whole accelerators that publish none (after the published indexes); ``minor``: the index.
+field (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); the others are
+read. ``index`` not published: the uuid's place among the node's whole accelerators that publish none (after
+the published indexes); ``minor``: the index.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from runtime.engine.devices.drafields import (Unreadable, field_attribute, field_text, int_field, mib_field, raw_value,
-                                              rewritten, text_value, version_field)
+from runtime.engine.devices.drafields import (Unreadable, field_attribute, field_text, int_field, mib_field,
+                                              raw_value, rewritten, text_value, version_field)
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 from runtime.model.dra import DraDriverSpec, DraPolicySpec
@@ -41,7 +44,8 @@ def dra_policy(policy: Policy) -> DraPolicySpec | None:
 
 @dataclass
 class PartitionedGpu:
-    """A GPU some partition devices name as their parent: MIG on, nothing offered (docs/concepts/dra.md "Views per manufacturer")."""
+    """A GPU some partition devices name as their parent: MIG on, nothing offered (docs/concepts/dra.md "Views
+    per manufacturer")."""
 
     uuid: str
     driver: str
@@ -57,8 +61,9 @@ class DraReading:
     ``accelerators``: facts dicts (docs/agent.md "Probe facts" shape) of the whole accelerators that
     count; ``partitioned``: the MIG-on GPUs (offering nothing) by uuid; ``devices``: (driver, pool,
     device name) -> the accelerator uuid it is or belongs to (the ledger maps claim results with it);
-    ``warnings``: unreadable devices (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"); ``notes``: stale slices ignored;
-    ``slices``: the names of the slices read; ``drivers``: the drivers that published something.
+    ``warnings``: unreadable devices (docs/node-facts-robustness.md "A malformed fact costs only its node
+    (decision 19)"); ``notes``: stale slices ignored; ``slices``: the names of the slices read; ``drivers``:
+    the drivers that published something.
     """
 
     node: str
@@ -79,10 +84,11 @@ class DraReading:
 
 
 def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: set[str]) -> list[str]:
-    """A note for each slice of a configured driver naming a node not in ``nodes`` (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)":
-    ignored)."""
+    """A note for each slice of a configured driver naming a node not in ``nodes``
+    (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)": ignored)."""
     drivers = dra_drivers(policy)
-    return [dra_policy(policy).messages.unknownNode.format(slice=_name(s), node=(s.get("spec") or {})["nodeName"])
+    return [dra_policy(policy).messages.unknownNode.format(slice=_name(s),
+                                                           node=(s.get("spec") or {})["nodeName"])
             for s in slices if (s.get("spec") or {}).get("driver") in drivers
             and (s.get("spec") or {}).get("nodeName") and s["spec"]["nodeName"] not in nodes]
 
@@ -110,8 +116,8 @@ def node_slices(policy: Policy, slices: Iterable[Mapping[str, Any]],
         key = (spec["driver"], str(pool.get("name", "")))
         generation = _int(pool.get("generation"))
         if generation < newest[key]:
-            notes.append(messages.staleSlice.format(slice=_name(s), driver=key[0], pool=key[1], generation=generation,
-                                                    newest=newest[key]))
+            notes.append(messages.staleSlice.format(slice=_name(s), driver=key[0], pool=key[1],
+                                                    generation=generation, newest=newest[key]))
             continue
         out.append(s)
     return sorted(out, key=_name), notes
@@ -176,7 +182,8 @@ def _kind(row: DraDriverSpec, device: Mapping[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
+def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tuple[
+        dict[str, Any], int | None]:
     """The facts of one whole accelerator and its published index (None when not published)."""
     f = row.facts
     uuid = rewritten(row, "uuid", field_text(row, device, f.uuid, required=True))
@@ -264,13 +271,14 @@ def _memory(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any], produ
     if not row.productMemory:   # a row with no table: the field is what is missing
         raise Unreadable(where, "not published")
     doc = next(d for d in policy.ruleset.all("DraDriver") if d.spec is row)
-    raise Unreadable(where if where is not None else "memory", dra_policy(policy).messages.unknownProduct.format(
+    raise Unreadable(where if where is not None else "memory",
+                     dra_policy(policy).messages.unknownProduct.format(
         product=product, row=doc.name, file=doc.file))
 
 
 def _healthy(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> bool:
-    """False when a taint's effect is one of ``unhealthyTaintEffects`` (docs/concepts/dra.md "Two kinds of accelerator node"), or the row's
-    ``healthy`` boolean attribute is published false."""
+    """False when a taint's effect is one of ``unhealthyTaintEffects`` (docs/concepts/dra.md "Two kinds of
+    accelerator node"), or the row's ``healthy`` boolean attribute is published false."""
     effects = set(dra_policy(policy).unhealthyTaintEffects)
     if any(isinstance(t, Mapping) and t.get("effect") in effects for t in device.get("taints") or []):
         return False

@@ -1,10 +1,11 @@
-"""Decision 19 (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"): a malformed node fact costs only the node that carries it.
+"""Decision 19 (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)"): a
+malformed node fact costs only the node that carries it.
 
 * :func:`read_count` - a ``.count`` label (cores, accelerators of a group) as an integer inside
   ``factChecks.countMin..countMax`` of rules/node-facts.yaml, or the reason it is not one.
 * :func:`read_memory` - an accelerator ``.memory`` label as a quantity of ``1Mi..memoryMibMax`` Mi.
-* :func:`ledger_sound` / :func:`ledger_problems` - whether / which fields of a Devices object whose numbers are out of range
-  (``remaining``/``allocated`` outside ``0..D``, a mode that is not one of rules/agent.yaml
+  * :func:`ledger_sound` / :func:`ledger_problems` - whether / which fields of a Devices object whose numbers
+  are out of range (``remaining``/``allocated`` outside ``0..D``, a mode that is not one of rules/agent.yaml
   ``ledger.modes``, slice and profile counts outside ``0..countMax``, memory outside
   ``0..memoryMibMax``). A Devices object with any problem counts in no view.
 
@@ -60,7 +61,8 @@ def read_memory(policy: Policy, value: str | None) -> str:
     return ""
 
 
-def count_problem(policy: Policy, node: str, key: str, value: str, reason: str, akey: str = "") -> FactProblem:
+def count_problem(policy: Policy, node: str, key: str, value: str, reason: str,
+                  akey: str = "") -> FactProblem:
     """The :class:`FactProblem` of a label :func:`read_count` or :func:`read_memory` refused (``akey``
     "" for the CPU count); the range named is the one of the key's suffix (count, cores, memory)."""
     limits = policy.node_facts.factChecks
@@ -73,7 +75,8 @@ def count_problem(policy: Policy, node: str, key: str, value: str, reason: str, 
     elif key.endswith(agent_rules(policy).suffixes.cores):
         low = 0
     return FactProblem(node=node, key=key, value=value,
-                       message=template.format(node=node, key=key, value=value, what=what, low=low, high=high))
+                       message=template.format(node=node, key=key, value=value, what=what, low=low,
+                                               high=high))
 
 
 def _ledger_modes(policy: Policy) -> set[int]:
@@ -100,7 +103,8 @@ def ledger_sound(policy: Policy, devices: dict) -> bool:
         for acc in group.get("accelerators") or []:
             status = acc.get("status") or {}
             physical = status.get("physicalSliced") or {}
-            for value in (acc.get("index"), (status.get("logicalSliced") or {}).get("count"), physical.get("count")):
+            for value in (acc.get("index"), (status.get("logicalSliced") or {}).get("count"),
+                          physical.get("count")):
                 if value is not None and (type(value) is not int or not 0 <= value <= cmax):
                     return False
             for prof in physical.get("profiles") or []:
@@ -114,8 +118,8 @@ def ledger_sound(policy: Policy, devices: dict) -> bool:
             mode = acc.get("mode")
             if mode is not None and (type(mode) is not int or mode not in modes):
                 return False
-            for value, high in ((acc.get("index"), cmax), (acc.get("remaining"), d), (acc.get("allocated"), d),
-                                (acc.get("allocatedSlices"), cmax)):
+            for value, high in ((acc.get("index"), cmax), (acc.get("remaining"), d),
+                                (acc.get("allocated"), d), (acc.get("allocatedSlices"), cmax)):
                 if value is not None and (type(value) is not int or not 0 <= value <= high):
                     return False
             for key in ("allocatedProfiles", "remainingProfiles"):
@@ -143,7 +147,8 @@ def ledger_problems(policy: Policy, devices: dict) -> list[FactProblem]:
         if value is None:
             return
         if type(value) is not int or not low <= value <= high:
-            out.append(FactProblem(node=node, key=path, value=str(value), message=limits.messages.ledger.format(
+            out.append(FactProblem(node=node, key=path, value=str(value),
+                                   message=limits.messages.ledger.format(
                 node=node, field=path, value=value, low=low, high=high)))
 
     cmax, mmax = limits.countMax, limits.memoryMibMax
@@ -155,12 +160,14 @@ def ledger_problems(policy: Policy, devices: dict) -> list[FactProblem]:
                 check(f"{at}.index", acc.get("index"), 0, cmax)
                 if side == "spec":
                     status = acc.get("status") or {}
-                    check(f"{at}.status.logicalSliced.count", (status.get("logicalSliced") or {}).get("count"), 0, cmax)
+                    check(f"{at}.status.logicalSliced.count",
+                          (status.get("logicalSliced") or {}).get("count"), 0, cmax)
                     physical = status.get("physicalSliced") or {}
                     check(f"{at}.status.physicalSliced.count", physical.get("count"), 0, cmax)
                     for pi, prof in enumerate(physical.get("profiles") or []):
                         check(f"{at}.status.physicalSliced.profiles[{pi}].count", prof.get("count"), 0, cmax)
-                        check(f"{at}.status.physicalSliced.profiles[{pi}].memoryMib", prof.get("memoryMib"), 0, mmax)
+                        check(f"{at}.status.physicalSliced.profiles[{pi}].memoryMib", prof.get("memoryMib"),
+                              0, mmax)
                     continue
                 mode = acc.get("mode")
                 if mode is not None and (type(mode) is not int or mode not in modes):

@@ -1,9 +1,10 @@
-"""The Devices ledger: allocation-annotation parsing and the rebuild rule (docs/agent.md "The Devices object and its ledger").
+"""The Devices ledger: allocation-annotation parsing and the rebuild rule (docs/agent.md "The Devices object
+and its ledger").
 
-:func:`rebuild_ledger` takes the Devices ``spec`` (docs/agent.md "The Devices object and its ledger") and the node's Pods (JSON dicts) and returns
-the ``status`` plus the Warning Events to record: ``InvalidAllocation`` on a Pod whose annotation is
-ignored, ``AllocationConflict`` on the Devices object for a skipped charge. Credits: D from
-rules/constants.yaml; modes, phases, event reasons and messages from rules/agent.yaml.
+:func:`rebuild_ledger` takes the Devices ``spec`` (docs/agent.md "The Devices object and its ledger") and the
+node's Pods (JSON dicts) and returns the ``status`` plus the Warning Events to record: ``InvalidAllocation``
+on a Pod whose annotation is ignored, ``AllocationConflict`` on the Devices object for a skipped charge.
+Credits: D from rules/constants.yaml; modes, phases, event reasons and messages from rules/agent.yaml.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class LedgerEvent:
 
 @dataclass
 class Charge:
-    """One validated accelerator entry of an allocation annotation (docs/agent.md "The Devices object and its ledger")."""
+    """One validated accelerator entry of an allocation annotation (docs/agent.md "The Devices object and its
+    ledger")."""
 
     container: str
     group: str
@@ -42,7 +44,8 @@ class Charge:
 
 
 class AllocationError(ValueError):
-    """An allocation annotation that must be ignored (docs/agent.md "The Devices object and its ledger"); the message is the Event message."""
+    """An allocation annotation that must be ignored (docs/agent.md "The Devices object and its ledger"); the
+    message is the Event message."""
 
 
 @dataclass
@@ -62,7 +65,8 @@ class _Slot:
 
 
 def _index_spec(spec: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Mapping[str, Any]]]:
-    return {(g["manufacturer"], g["id"]): {a["id"]: a for a in g["accelerators"]} for g in spec.get("groups", [])}
+    return {
+        (g["manufacturer"], g["id"]): {a["id"]: a for a in g["accelerators"]} for g in spec.get("groups", [])}
 
 
 def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: str) -> list[Charge]:
@@ -106,10 +110,10 @@ def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: s
 
 def _parse_entry(policy: Policy, a: Mapping[str, Any], container: str, gid: str, manu: str,
                  accs: Mapping[str, Any], bad) -> Charge:
-    """One accelerator entry of group ``gid`` (docs/agent.md "The Devices object and its ledger" charge table): a known accelerator, a mode the
-    table knows, the implied charge of exclusive and shared, a charge in 1..D for sliced and
-    partitioned, and a partition's profile and placements. Raises :class:`AllocationError`;
-    ``bad(error)`` builds the generic ``badEntry`` one."""
+    """One accelerator entry of group ``gid`` (docs/agent.md "The Devices object and its ledger" charge
+    table): a known accelerator, a mode the table knows, the implied charge of exclusive and shared, a charge
+    in 1..D for sliced and partitioned, and a partition's profile and placements. Raises
+    :class:`AllocationError`; ``bad(error)`` builds the generic ``badEntry`` one."""
     rules = agent_rules(policy)
     msg, modes = rules.ledger.messages, rules.ledger.modes
     credits = policy.constants.creditsPerAccelerator
@@ -154,8 +158,8 @@ def _free_placement(slot: _Slot, profile: str) -> tuple[int, int] | None:
 
 
 def remaining_profiles(profiles: Mapping[str, Mapping[str, Any]], used: set[int]) -> list[dict[str, Any]]:
-    """docs/agent.md "The Devices object and its ledger": per profile, the most pairwise non-overlapping legal placements in free slices
-    (greedy by ascending start), sorted by name, zero counts included."""
+    """docs/agent.md "The Devices object and its ledger": per profile, the most pairwise non-overlapping legal
+    placements in free slices (greedy by ascending start), sorted by name, zero counts included."""
     out = []
     for name in sorted(profiles):
         taken = set(used)
@@ -213,7 +217,8 @@ def _pod_order(pod: Mapping[str, Any]) -> tuple[str, str, str]:
 
 def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
                    pods: list[Mapping[str, Any]]) -> tuple[dict[str, Any], list[LedgerEvent]]:
-    """docs/agent.md "The Devices object and its ledger": rebuild ``status`` from the Pods on ``node``; returns ``(status, events)``.
+    """docs/agent.md "The Devices object and its ledger": rebuild ``status`` from the Pods on ``node``;
+    returns ``(status, events)``.
 
     Pods are visited oldest first (creationTimestamp, then namespace/name), containers by name, so a
     conflict always skips the later charge (:func:`_charge_pod`). Finished Pods
@@ -270,7 +275,8 @@ def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], slots: dict[
 
 def _status_entry(policy: Policy, slot: _Slot, a: Mapping[str, Any]) -> dict[str, Any]:
     """The ``status`` entry of one healthy accelerator: mode, allocated and remaining credits (zero
-    ones left out), slices, and a partitioned one's held and remaining profiles (docs/agent.md "The Devices object and its ledger")."""
+    ones left out), slices, and a partitioned one's held and remaining profiles (docs/agent.md "The Devices
+    object and its ledger")."""
     credits = policy.constants.creditsPerAccelerator
     entry: dict[str, Any] = {"id": a["id"], "index": a["index"], "mode": slot.mode}
     remaining = max(credits - slot.allocated, 0)

@@ -2,7 +2,8 @@
 
 Pure: every table comes from rules (``NodeFacts`` in rules/node-facts.yaml, ``NodeAgent`` in
 rules/agent.yaml, ``ManufacturerTable``). The only environment input, the group-ID memory switch
-(``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY``, docs/agent.md "Normalization"), is passed in by the caller as a bool.
+(``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY``, docs/agent.md "Normalization"), is passed in by the caller as a
+bool.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def agent_rules(policy: Policy) -> NodeAgentSpec:
 
 # --- CPU (docs/agent.md "Probe facts" and "Normalization") -----------------------------------------
 def cpu_vendor(policy: Policy, cpu: CpuFacts) -> str:
-    """docs/agent.md "Probe facts": vendor name from ``vendor_id`` (x86) or ``CPU implementer`` (arm64); "" when unknown."""
+    """docs/agent.md "Probe facts": vendor name from ``vendor_id`` (x86) or ``CPU implementer`` (arm64); ""
+    when unknown."""
     nf = policy.node_facts
     if cpu.vendorId:
         return nf.cpuVendors.get(cpu.vendorId, "")
@@ -30,14 +32,16 @@ def cpu_vendor(policy: Policy, cpu: CpuFacts) -> str:
 
 
 def cpu_manufacturer(policy: Policy, cpu: CpuFacts) -> str:
-    """docs/agent.md "Normalization" ``manu``: the vendor lower-cased; the generic sentinel when empty or unknown."""
+    """docs/agent.md "Normalization" ``manu``: the vendor lower-cased; the generic sentinel when empty or
+    unknown."""
     manu = cpu_vendor(policy, cpu).lower()
     unknown = {v.lower() for v in policy.node_facts.unknownVendors}
     return policy.manufacturer_table.genericSentinel if manu in unknown else manu
 
 
 def gkey(policy: Policy, cpu: CpuFacts) -> str:
-    """docs/agent.md "Normalization": the general (CPU) key, e.g. ``intel-xeon-platinum-8259cl``, ``amd-25-1``, ``generic``.
+    """docs/agent.md "Normalization": the general (CPU) key, e.g. ``intel-xeon-platinum-8259cl``,
+    ``amd-25-1``, ``generic``.
 
     Never empty. The slug budget is ``keyBudget - len(manu)`` (decision 13).
     """
@@ -54,7 +58,8 @@ def gkey(policy: Policy, cpu: CpuFacts) -> str:
 
 
 def cores_from_capacity(capacity_cpu: str | int | None) -> int:
-    """docs/agent.md "Probe facts": the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4); 0 when absent.
+    """docs/agent.md "Probe facts": the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4); 0 when
+    absent.
 
     Raises :class:`runtime.model.normalize.QuantityError` for a value that is not a quantity.
     """
@@ -65,8 +70,9 @@ def cores_from_capacity(capacity_cpu: str | int | None) -> int:
 
 # --- accelerators (docs/agent.md "Normalization") --------------------------------------------------
 def adjusted_memory_mib(policy: Policy, acc: AcceleratorFacts) -> int:
-    """docs/agent.md "Normalization": NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on; a DRA-published
-    accelerator says so itself (``eccReserved``: its driver row's GDDR products, docs/concepts/dra.md "The same GPUs give the same labels")."""
+    """docs/agent.md "Normalization": NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on; a
+    DRA-published accelerator says so itself (``eccReserved``: its driver row's GDDR products,
+    docs/concepts/dra.md "The same GPUs give the same labels")."""
     nf = policy.node_facts
     if acc.manufacturer not in agent_rules(policy).eccRuleManufacturers:
         return acc.memoryMib
@@ -79,7 +85,8 @@ def adjusted_memory_mib(policy: Policy, acc: AcceleratorFacts) -> int:
 
 
 def family(policy: Policy, manufacturer: str, major: int, minor: int) -> str:
-    """docs/agent.md "Normalization": product family from compute capability (``8.6`` -> ``Ampere``); "" when unknown."""
+    """docs/agent.md "Normalization": product family from compute capability (``8.6`` -> ``Ampere``); "" when
+    unknown."""
     if manufacturer not in agent_rules(policy).familyTableManufacturers:
         return ""
     for row in policy.node_facts.nvidiaFamilies:
@@ -104,7 +111,8 @@ def runtime_version(policy: Policy, cuda_driver_version: int) -> str:
 
 
 def memory_suffix(policy: Policy, mib: int) -> str:
-    """docs/agent.md "Normalization": group memory as a short suffix (``16384`` -> ``16g``; < 1024 -> ``1g``; 0 -> ``0g``)."""
+    """docs/agent.md "Normalization": group memory as a short suffix (``16384`` -> ``16g``; < 1024 -> ``1g``;
+    0 -> ``0g``)."""
     rule = agent_rules(policy).memorySuffix
     if mib <= 0:
         return rule.zero
@@ -117,7 +125,8 @@ def memory_suffix(policy: Policy, mib: int) -> str:
 
 
 def group_id(policy: Policy, manufacturer: str, name: str, mib: int, with_memory: bool) -> str:
-    """docs/agent.md "Normalization": ``NVIDIA A10G`` -> ``a10g``; with the memory switch ``Tesla T4`` -> ``tesla-t4-16g``."""
+    """docs/agent.md "Normalization": ``NVIDIA A10G`` -> ``a10g``; with the memory switch ``Tesla T4`` ->
+    ``tesla-t4-16g``."""
     budget = policy.node_facts.keyBudget - len(manufacturer)
     if with_memory:
         budget -= policy.node_facts.groupIdMemorySuffixBudget
@@ -145,9 +154,11 @@ def disambiguated_group_id(policy: Policy, manufacturer: str, name: str, mib: in
 
 @dataclass
 class AcceleratorGroup:
-    """Accelerators of one node with equal (manufacturer, name, adjusted memory MiB) (docs/agent.md "Probe facts").
+    """Accelerators of one node with equal (manufacturer, name, adjusted memory MiB) (docs/agent.md "Probe
+    facts").
 
-    ``memory`` is MiB after docs/agent.md "Normalization"; ``accelerators`` are sorted by index and include unhealthy ones.
+    ``memory`` is MiB after docs/agent.md "Normalization"; ``accelerators`` are sorted by index and include
+    unhealthy ones.
     """
 
     id: str
@@ -173,20 +184,22 @@ class AcceleratorGroup:
 
 def accelerator_groups(policy: Policy, accelerators: list[AcceleratorFacts],
                        with_memory: bool = False) -> list[AcceleratorGroup]:
-    """Group the node's accelerators (docs/agent.md "Probe facts") in canonical order (docs/agent.md "The Devices object and its ledger": manufacturer, lowest index, id).
+    """Group the node's accelerators (docs/agent.md "Probe facts") in canonical order (docs/agent.md "The
+    Devices object and its ledger": manufacturer, lowest index, id).
 
     Group IDs are unique per node (docs/node-facts-robustness.md "Device group IDs are unique per node"):
-    two groups that would share an ID both get the memory suffix (our choice for docs/agent.md "Normalization"'s open point);
-    groups still sharing one (memory that rounds to the same GiB, or long names whose slugs are cut to
-    the same characters) get :func:`disambiguated_group_id`. Raises ValueError naming the manufacturer
-    when it is not in the manufacturer table, and the groups when even that leaves two IDs equal
-    (rules/node-facts.yaml ``factChecks.messages.groupIdCollision``).
+    two groups that would share an ID both get the memory suffix (our choice for docs/agent.md
+    "Normalization"'s open point); groups still sharing one (memory that rounds to the same GiB, or long names
+    whose slugs are cut to the same characters) get :func:`disambiguated_group_id`. Raises ValueError naming
+    the manufacturer when it is not in the manufacturer table, and the groups when even that leaves two IDs
+    equal (rules/node-facts.yaml ``factChecks.messages.groupIdCollision``).
     """
     buckets: dict[tuple[str, str, int], list[AcceleratorFacts]] = {}
     for acc in accelerators:
         if acc.manufacturer not in policy.manufacturers:
             known = ", ".join(sorted(policy.manufacturers))
-            raise ValueError(f"accelerator {acc.uuid}: unknown manufacturer {acc.manufacturer!r} (known: {known})")
+            raise ValueError(
+                f"accelerator {acc.uuid}: unknown manufacturer {acc.manufacturer!r} (known: {known})")
         buckets.setdefault((acc.manufacturer, acc.name, adjusted_memory_mib(policy, acc)), []).append(acc)
     ids = {key: group_id(policy, key[0], key[1], key[2], with_memory) for key in buckets}
     if not with_memory:
@@ -212,7 +225,8 @@ def accelerator_groups(policy: Policy, accelerators: list[AcceleratorFacts],
         major, minor = first.computeCapability
         groups.append(AcceleratorGroup(
             id=ident, manufacturer=manu, name=name, memory=mib, cores=first.cores,
-            driver_version=first.driverVersion, runtime_version=runtime_version(policy, first.cudaDriverVersion),
+            driver_version=first.driverVersion,
+            runtime_version=runtime_version(policy, first.cudaDriverVersion),
             compute_capability=compute_capability(major, minor), family=family(policy, manu, major, minor),
             accelerators=members))
     groups.sort(key=lambda g: (g.manufacturer, g.accelerators[0].index, g.id))

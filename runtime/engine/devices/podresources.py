@@ -10,8 +10,8 @@ Input ``pod_resources`` is the PodResources v1 ``List`` answer as JSON-shaped di
 For every container's devices (docs/agent.md "The Devices object and its ledger"):
 
 * resource name -> family and ``<base>`` through :func:`runtime.model.resourcefamily.resource_family`
-  (docs/reference/controller.md "Pod accelerator requests"), ``<base>`` -> manufacturer (rules/manufacturers.yaml); keys of family
-  ``none`` or ``visibility`` are skipped;
+  (docs/reference/controller.md "Pod accelerator requests"), ``<base>`` -> manufacturer
+  (rules/manufacturers.yaml); keys of family ``none`` or ``visibility`` are skipped;
 * device ID -> accelerator of that manufacturer in the Devices ``spec``: the ID equals the accelerator
   ``id``, or starts with it followed by ``podResources.deviceIdSeparator`` (``::``); a MIG device UUID
   listed in the probe facts (``migDevices``) maps to its parent accelerator, profile and placement;
@@ -21,14 +21,15 @@ For every container's devices (docs/agent.md "The Devices object and its ledger"
 
 A partitioned device that is not a known MIG device takes its profile from the container's single
 ``<base>.partitioned.<kind>-<profile>`` request and no placement (the ledger then takes the lowest
-free legal placement, docs/reference/controller.md "Pod admission"). A device that cannot be mapped is ignored and reported as a
-Warning ``InvalidAllocation`` Event on the Pod (messages in rules/agent.yaml ``podResources.messages``).
+free legal placement, docs/reference/controller.md "Pod admission"). A device that cannot be mapped is ignored
+and reported as a Warning ``InvalidAllocation`` Event on the Pod (messages in rules/agent.yaml
+``podResources.messages``).
 
 Output per Pod: ``{container: [{id, manufacturer, accelerators: [{id, index, mode, allocated,
-[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}`` (docs/reference/controller.md "Pod admission"), groups in Devices-spec order,
-accelerators by index (then placement start), one entry per (container, accelerator) except one per
-partition instance. Pods without mapped devices, and PodResources entries naming a Pod the API does
-not list on the node, get nothing.
+[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}`` (docs/reference/controller.md "Pod admission"),
+groups in Devices-spec order, accelerators by index (then placement start), one entry per (container,
+accelerator) except one per partition instance. Pods without mapped devices, and PodResources entries naming a
+Pod the API does not list on the node, get nothing.
 """
 from __future__ import annotations
 
@@ -54,9 +55,11 @@ def pod_key(pod: Mapping[str, Any]) -> PodKey:
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
-def mig_device_index(policy: Policy, accelerators: Sequence[AcceleratorFacts]) -> dict[str, tuple[str, str, tuple[int, int] | None]]:
+def mig_device_index(policy: Policy, accelerators: Sequence[AcceleratorFacts]) -> dict[
+        str, tuple[str, str, tuple[int, int] | None]]:
     """``{MIG device uuid: (parent accelerator uuid, published profile name, (start, length) or None)}``
-    from the probe facts; devices whose profile has no publishable spelling (docs/agent.md "The Devices object and its ledger") are left out."""
+    from the probe facts; devices whose profile has no publishable spelling (docs/agent.md "The Devices object
+    and its ledger") are left out."""
     out: dict[str, tuple[str, str, tuple[int, int] | None]] = {}
     for acc in accelerators:
         for dev in acc.migDevices:
@@ -98,7 +101,8 @@ _Hit = tuple[int, Mapping[str, Any], Mapping[str, Any]]   # (group order, group 
 def _resolve(device: str, manufacturer: str, by_id: Mapping[tuple[str, str], _Hit],
              mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]],
              separator: str) -> tuple[_Hit | None, str, tuple[int, int] | None]:
-    """Device ID -> (accelerator hit or None, MIG profile or "", MIG placement or None) (docs/agent.md "The Devices object and its ledger")."""
+    """Device ID -> (accelerator hit or None, MIG profile or "", MIG placement or None) (docs/agent.md "The
+    Devices object and its ledger")."""
     if device in mig_devices:
         parent, profile, placement = mig_devices[device]
         return by_id.get((manufacturer, parent)), profile, placement
@@ -108,25 +112,29 @@ def _resolve(device: str, manufacturer: str, by_id: Mapping[tuple[str, str], _Hi
 
 
 def _groups(found: Mapping[tuple, tuple[Mapping[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Accelerator entries (keyed so that sorting gives spec order) -> docs/agent.md "The Devices object and its ledger" allocation groups."""
+    """Accelerator entries (keyed so that sorting gives spec order) -> docs/agent.md "The Devices object and
+    its ledger" allocation groups."""
     groups: list[dict[str, Any]] = []
     for sort_key in sorted(found):
         group, item = found[sort_key]
-        if not groups or (groups[-1]["id"], groups[-1]["manufacturer"]) != (group["id"], group["manufacturer"]):
+        if not groups or (groups[-1]["id"], groups[-1]["manufacturer"]) != (
+                group["id"], group["manufacturer"]):
             groups.append({"id": group["id"], "manufacturer": group["manufacturer"], "accelerators": []})
         groups[-1]["accelerators"].append(item)
     return groups
 
 
-def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any], pod_resources: Sequence[Mapping[str, Any]],
-                    pods: Sequence[Mapping[str, Any]], mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]]
+def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any],
+                    pod_resources: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                    mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]]
                     | None = None) -> tuple[dict[PodKey, dict[str, list[dict[str, Any]]]], list[LedgerEvent]]:
     """Map PodResources onto allocation annotations (see module docstring).
 
-    ``spec`` is the node's Devices ``spec`` (docs/agent.md "The Devices object and its ledger"); ``pods`` the Pods the API lists on the node (their
-    spec supplies the units requests); ``mig_devices`` from :func:`mig_device_index`. Returns
-    ``({(namespace, name): annotation document}, InvalidAllocation events)``. Never raises for bad
-    input data; every device that cannot be mapped yields one event (:class:`_DeviceMapper`).
+    ``spec`` is the node's Devices ``spec`` (docs/agent.md "The Devices object and its ledger"); ``pods`` the
+    Pods the API lists on the node (their spec supplies the units requests); ``mig_devices`` from
+    :func:`mig_device_index`. Returns ``({(namespace, name): annotation document}, InvalidAllocation
+    events)``. Never raises for bad input data; every device that cannot be mapped yields one event
+    (:class:`_DeviceMapper`).
     """
     mapper = _DeviceMapper(policy, node, spec, mig_devices or {})
     api_pods = {pod_key(p): p for p in pods}
@@ -167,8 +175,10 @@ class _DeviceMapper:
                 self.by_id[(g["manufacturer"], a["id"])] = (order, g, a)
         self.events: list[LedgerEvent] = []
 
-    def container_groups(self, key: PodKey, pod: Mapping[str, Any], ctr: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The docs/agent.md "The Devices object and its ledger" allocation groups of one PodResources container (spec order)."""
+    def container_groups(self, key: PodKey, pod: Mapping[str, Any],
+                         ctr: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The docs/agent.md "The Devices object and its ledger" allocation groups of one PodResources
+        container (spec order)."""
         cname = str(ctr.get("name", ""))
         requests = _container_requests(pod, cname)
         # (group order, accelerator index, placement start, accelerator id, instance) -> (group, entry)
@@ -186,8 +196,8 @@ class _DeviceMapper:
                     text = getattr(self.rules.podResources.messages, which).format(
                         container=cname, resource=resource, device=device, node=self.node,
                         manufacturer=self.manu_of_base[info["base"]]["id"], **fields)
-                    self.events.append(LedgerEvent("Pod", key[0], key[1], self.rules.ledger.events.invalidAllocation,
-                                                   text))
+                    self.events.append(LedgerEvent("Pod", key[0], key[1],
+                                                   self.rules.ledger.events.invalidAllocation, text))
 
                 hit = self.device_item(device, mode, info, requests, warn)
                 if hit is not None:
@@ -237,7 +247,8 @@ class _DeviceMapper:
 
 
 def annotation_text(doc: Mapping[str, Any]) -> str:
-    """The annotation value for ``doc``: compact JSON, keys in docs/agent.md "The Devices object and its ledger" order."""
+    """The annotation value for ``doc``: compact JSON, keys in docs/agent.md "The Devices object and its
+    ledger" order."""
     return json.dumps(doc, separators=(",", ":"))
 
 

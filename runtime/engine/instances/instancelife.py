@@ -1,4 +1,5 @@
-"""The Instance reconcile as a decision (docs/concepts/instances.md "Life cycle"): what to do next, not doing it.
+"""The Instance reconcile as a decision (docs/concepts/instances.md "Life cycle"): what to do next, not doing
+it.
 
 :func:`plan_instance` reads one Instance with its Pod, InstanceType and ClusterQueue and returns an
 :class:`InstancePlan`: ordered actions for the controller's applier plus the status to write. It is
@@ -46,10 +47,10 @@ class InstancePlan:
 def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, pod: dict | None,
                   instance_type: dict | None, queue: dict | None, pod_age_seconds: float = 0.0,
                   flavors: list[dict] | None = None) -> InstancePlan:
-    """Decide the next step for one Instance (docs/concepts/instances.md "Life cycle"). ``pod_age_seconds``: Pod creation minus Instance
-    creation, for the kubelet-refusal rebuild window (step 5). ``flavors``: the pool's ResourceFlavors
-    in queue order for a CPU-only Pod's flavor affinity (see :func:`render_pod`; None reads them from
-    ``snapshot``)."""
+    """Decide the next step for one Instance (docs/concepts/instances.md "Life cycle"). ``pod_age_seconds``:
+    Pod creation minus Instance creation, for the kubelet-refusal rebuild window (step 5). ``flavors``: the
+    pool's ResourceFlavors in queue order for a CPU-only Pod's flavor affinity (see :func:`render_pod`; None
+    reads them from ``snapshot``)."""
     rules = policy.ruleset.get("InstancePod").lifecycle
     finalizer = policy.key("instanceFinalizer")
     spec = instance.get("spec") or {}
@@ -69,7 +70,8 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
     if spec.get("stop"):                                                 # 3
         return _stop(plan, pod, old_status, rules.requeueSeconds)
     stop_policy = ((queue or {}).get("spec") or {}).get("stopPolicy")
-    if instance_type is None or is_deleting(instance_type) or stop_policy == "HoldAndDrain":   # 4, docs/concepts/instances.md "Life cycle"
+    # 4, docs/concepts/instances.md "Life cycle"
+    if instance_type is None or is_deleting(instance_type) or stop_policy == "HoldAndDrain":
         plan.actions.append((SET_STOP, True))
         return _stop(plan, pod, old_status, rules.requeueSeconds)
     if pod is not None and (pod.get("status") or {}).get("phase") == "Failed" and \
@@ -79,7 +81,8 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
         plan.requeue = max(int(pod_age_seconds), rules.requeueSeconds)
         return plan
     if pod is None:                                                      # 6
-        return _create(policy, settings, snapshot, plan, instance, instance_type, flavors, rules.requeueSeconds)
+        return _create(policy, settings, snapshot, plan, instance, instance_type, flavors,
+                       rules.requeueSeconds)
     _running(policy, snapshot, plan, instance, pod)                      # 7, 8
     _pin_message(policy, snapshot, plan, instance, instance_type, flavors)
     return plan
@@ -141,7 +144,8 @@ def _pin_message(policy: Policy, snapshot: Snapshot, plan: InstancePlan, instanc
         return
     node = snapshot.get("Node", node_name)
     if flavors is None:
-        flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)), snapshot.list("ResourceFlavor"))
+        flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)),
+                               snapshot.list("ResourceFlavor"))
     if node is None or not flavors or flavors_holding(labels_of(node), flavors):
         return
     message = policy.ruleset.get("InstancePod").nodePin.noFlavorMessage

@@ -1,4 +1,5 @@
-"""From an Instance to its Pod (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and "Persistent volumes"): pure rendering and phases.
+"""From an Instance to its Pod (docs/concepts/instances.md "Life cycle" and "The Instance's Pod" and
+"Persistent volumes"): pure rendering and phases.
 
 ``render_pod`` builds the Pod an Instance runs as, or says why none can be created yet (a claim that
 nothing binds); :mod:`.podstatus` reads the Instance status back from the Pod. Names, sizes, keys and
@@ -44,8 +45,8 @@ def _min_quantity(limit: str, candidate_bytes: int) -> str:
 
 
 def container_resources(policy: Policy, settings: Settings, instance: dict, instance_type: dict) -> dict:
-    """``resources`` of the workload container (docs/concepts/instances.md "The Instance's Pod"): limits, requests (scaled down with overcommit),
-    accelerator keys (requests = limits)."""
+    """``resources`` of the workload container (docs/concepts/instances.md "The Instance's Pod"): limits,
+    requests (scaled down with overcommit), accelerator keys (requests = limits)."""
     rules = _rules(policy)
     res = (instance.get("spec") or {}).get("resources") or {}
     it_spec = instance_type.get("spec") or {}
@@ -66,7 +67,8 @@ def container_resources(policy: Policy, settings: Settings, instance: dict, inst
             if key in limits:
                 gib = max(1, int(parse_quantity(limits[key]) // GI))
                 requests[key] = _min_quantity(limits[key], per_gi * MI * gib)
-    accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get("accelerator") not in (None, "") else 0
+    accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get(
+        "accelerator") not in (None, "") else 0
     if acceleratable and accelerator > 0:
         keys = _accelerator_keys(policy, rules, res, instance_type, accelerator)
         limits.update(keys)
@@ -74,7 +76,8 @@ def container_resources(policy: Policy, settings: Settings, instance: dict, inst
     return {"limits": limits, "requests": requests}
 
 
-def _accelerator_keys(policy: Policy, rules: InstancePodSpec, res: dict, instance_type: dict, accelerator: int) -> dict:
+def _accelerator_keys(policy: Policy, rules: InstancePodSpec, res: dict, instance_type: dict,
+                      accelerator: int) -> dict:
     detail = (instance_type.get("status") or {}).get("detail") or {}
     manufacturer = policy.manufacturers.get(detail.get("manufacturer", ""))
     if manufacturer is None:
@@ -89,7 +92,8 @@ def _accelerator_keys(policy: Policy, rules: InstancePodSpec, res: dict, instanc
     if logical > 0 and memory_pct > 0:
         return {keys["sliced"].format(**fmt): str(accelerator),
                 keys["memoryPercentage"].format(**fmt): str(memory_pct),
-                keys["coresPercentage"].format(**fmt): str(int(res.get("acceleratorSlicedCoresPercentage") or 0))}
+                keys["coresPercentage"].format(**fmt): str(
+                    int(res.get("acceleratorSlicedCoresPercentage") or 0))}
     return {manufacturer.base: str(accelerator)}
 
 
@@ -103,7 +107,8 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
     """One node-selector term per flavor, each requiring every ``spec.nodeLabels`` entry of that
     flavor (``{key, operator: In, values: [value]}`` in the flavor's label order): the placement Kueue
     would give a CPU-only Pod by merging its assigned flavor's nodeLabels, while Kueue does not charge
-    ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging"; operator from rules/instances/pod.yaml ``poolAffinity``)."""
+    ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging"; operator from
+    rules/instances/pod.yaml ``poolAffinity``)."""
     operator = _rules(policy).poolAffinity.operator
     terms = []
     for flavor in flavors:
@@ -116,14 +121,15 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
 
 def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, instance_type: dict,
                flavors: list[dict] | None = None) -> PodPlan:
-    """The Pod of ``instance`` (docs/concepts/instances.md "The Instance's Pod"), or why it cannot be created yet (docs/concepts/instances.md "Persistent volumes").
+    """The Pod of ``instance`` (docs/concepts/instances.md "The Instance's Pod"), or why it cannot be created
+    yet (docs/concepts/instances.md "Persistent volumes").
 
     ``snapshot`` supplies the pinned Node (its hostname label), RuntimeClasses and the claims'
     PVCs, PVs and StorageClasses. ``instance_type`` must carry ``status.entrance``.
 
-    CPU-only types while the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging",
-    rules/pools/kueue.yaml): the Pod gets a required node affinity with one term per flavor of the
-    pool (:func:`pool_affinity_terms`), crossed with any claim placement terms. ``flavors``: the
+    CPU-only types while the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's
+    resource charging", rules/pools/kueue.yaml): the Pod gets a required node affinity with one term per
+    flavor of the pool (:func:`pool_affinity_terms`), crossed with any claim placement terms. ``flavors``: the
     pool's ResourceFlavors in queue order (the controller passes the derived ones); None reads the
     type's ClusterQueue and its flavors from ``snapshot``. No flavor -> no Pod, ``blocked`` = rules/
     instances/pod.yaml ``poolAffinity.noFlavorsMessage``.
@@ -169,16 +175,17 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": meta["name"], "namespace": namespace, "labels": labels,
                         "ownerReferences": [{"apiVersion": instance.get("apiVersion", "worker.gpustack.ai/v1"),
-                                             "kind": "Instance", "name": meta["name"], "uid": meta.get("uid", ""),
-                                             "controller": True, "blockOwnerDeletion": True}]},
+                                             "kind": "Instance", "name": meta["name"],
+                                             "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True}]},
            "spec": pod_spec}
     return PodPlan(pod=pod)
 
 
 def _place(policy: Policy, snapshot: Snapshot, pod_spec: dict, spec: dict, instance_type: dict,
            affinity_terms: list[dict], flavors: list[dict] | None) -> None:
-    """``pod_spec``'s ``nodeSelector`` (the pin's one hostname entry, docs/concepts/instances.md "Pinned to a node") and ``affinity``: the
-    claim and pool terms, each with the pin's requirements appended (decision 24)."""
+    """``pod_spec``'s ``nodeSelector`` (the pin's one hostname entry, docs/concepts/instances.md "Pinned to a
+    node") and ``affinity``: the claim and pool terms, each with the pin's requirements appended (decision
+    24)."""
     pin: list[dict] = []
     if spec.get("nodeName"):
         node = snapshot.get("Node", spec["nodeName"])
@@ -186,7 +193,8 @@ def _place(policy: Policy, snapshot: Snapshot, pod_spec: dict, spec: dict, insta
         pod_spec["nodeSelector"] = {policy.key("hostname"): hostname or spec["nodeName"]}
         if node is not None:
             if flavors is None:
-                flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)), snapshot.list("ResourceFlavor"))
+                flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)),
+                                       snapshot.list("ResourceFlavor"))
             pin = pin_requirements(labels_of(node), flavors)
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
                                  {"nodeSelectorTerms": affinity_terms}}} if affinity_terms else None
@@ -201,12 +209,12 @@ def container_ports(pod: dict) -> list[dict]:
 
 
 def render_service(policy: Policy, instance: dict, pod: dict) -> dict | None:
-    """The Service of an Instance whose Pod has container ports (docs/concepts/instances.md "The Instance's Pod"), or None.
+    """The Service of an Instance whose Pod has container ports (docs/concepts/instances.md "The Instance's
+    Pod"), or None.
 
-    Same name and namespace as the Pod, type from rules/instances/pod.yaml ``service.type``
-    (``NodePort``), selector = the Pod's labels, one port per container port (its name, protocol,
-    ``port`` = ``targetPort`` = the container port), controlled by the Instance (ownerReference, so
-    it goes with the Instance).
+    Same name and namespace as the Pod, type from rules/instances/pod.yaml ``service.type`` (``NodePort``),
+    selector = the Pod's labels, one port per container port (its name, protocol, ``port`` = ``targetPort`` =
+    the container port), controlled by the Instance (ownerReference, so it goes with the Instance).
     """
     ports = container_ports(pod)
     if not ports:
@@ -217,9 +225,11 @@ def render_service(policy: Policy, instance: dict, pod: dict) -> dict | None:
             "metadata": {"name": pod_meta.get("name", meta["name"]),
                          "namespace": pod_meta.get("namespace") or meta.get("namespace") or "default",
                          "labels": dict(pod_meta.get("labels") or {}),
-                         "ownerReferences": [{"apiVersion": instance.get("apiVersion", "worker.gpustack.ai/v1"),
-                                              "kind": "Instance", "name": meta["name"], "uid": meta.get("uid", ""),
-                                              "controller": True, "blockOwnerDeletion": True}]},
+                         "ownerReferences": [{"apiVersion": instance.get(
+                             "apiVersion", "worker.gpustack.ai/v1"),
+                                              "kind": "Instance", "name": meta["name"],
+                                              "uid": meta.get("uid", ""), "controller": True,
+                                              "blockOwnerDeletion": True}]},
             "spec": {"type": _rules(policy).service.type,
                      "selector": dict(pod_meta.get("labels") or {}),
                      "ports": [{"name": p["name"], "protocol": p.get("protocol") or "TCP",
@@ -232,10 +242,12 @@ def _volumes(rules: InstancePodSpec, spec: dict) -> tuple[list[dict], list[dict]
     volumes: list[dict] = []
     ssh_key = (spec.get("sshPublicKey") or {}).get("name")
     if ssh_key:
-        volumes.append({"name": names.sshKeys, "secret": {"secretName": ssh_key, "defaultMode": names.sshKeysDefaultMode}})
+        volumes.append({"name": names.sshKeys,
+                        "secret": {"secretName": ssh_key, "defaultMode": names.sshKeysDefaultMode}})
     volume = spec.get("volume") or {}
     if "persistent" in volume:
-        volumes.append({"name": names.workspace, "persistentVolumeClaim": {"claimName": volume["persistent"]["name"]}})
+        volumes.append({"name": names.workspace,
+                        "persistentVolumeClaim": {"claimName": volume["persistent"]["name"]}})
     else:
         capacity = ((volume.get("ephemeral") or {}).get("capacity"))
         volumes.append({"name": names.workspace, "emptyDir": {"sizeLimit": capacity} if capacity else {}})
@@ -249,7 +261,8 @@ def _volumes(rules: InstancePodSpec, spec: dict) -> tuple[list[dict], list[dict]
         elif entry.get("secret"):
             source = {"secret": {"secretName": entry["secret"]["name"]}}
         else:
-            source = {"hostPath": {k: v for k, v in (entry.get("hostPath") or {}).items() if v not in (None, "")}}
+            source = {
+                "hostPath": {k: v for k, v in (entry.get("hostPath") or {}).items() if v not in (None, "")}}
         volumes.append({"name": name, **source})
         mount = {"name": name, "mountPath": entry["mountPath"]}
         if entry.get("readOnly"):
@@ -292,10 +305,12 @@ def _ssh_sidecar(policy, rules, settings, spec, instance_type, manufacturer) -> 
                "env": [{"name": rules.ssh.volumeMountEnv, "value": spec.get("volumeMount") or "/workspace"}],
                "volumeMounts": [{"name": rules.volumes.sshKeys, "mountPath": rules.volumes.sshKeysMountPath,
                                  "readOnly": True}]}
-    accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get("accelerator") not in (None, "") else 0
+    accelerator = int(math.ceil(parse_quantity(res["accelerator"]))) if res.get(
+        "accelerator") not in (None, "") else 0
     if (instance_type.get("spec") or {}).get("acceleratable") and accelerator > 0 and manufacturer:
         table = classifier_table(policy, policy.kueue.resourceKeysParams)   # the visibility keys' home
-        key = rules.resourceKeys["visibility"].format(manufacturer=manufacturer.id, visibilityPrefix=table["visibilityPrefix"],
+        key = rules.resourceKeys["visibility"].format(manufacturer=manufacturer.id,
+                                                      visibilityPrefix=table["visibilityPrefix"],
                                                       visibilitySuffix=table["visibilitySuffix"])
         sidecar["resources"] = {"limits": {key: str(accelerator)}, "requests": {key: str(accelerator)}}
     return sidecar
@@ -314,7 +329,8 @@ def _claim_names(spec: dict) -> list[str]:
 
 
 def _claim_placement(policy, settings, snapshot, namespace, spec) -> tuple[list[dict], str]:
-    """Node-affinity terms from bound claims' PVs, or the block message (docs/concepts/instances.md "Persistent volumes")."""
+    """Node-affinity terms from bound claims' PVs, or the block message (docs/concepts/instances.md
+    "Persistent volumes")."""
     placement = _rules(policy).placement
     if not settings.flag(placement.setting):
         return [], ""
@@ -326,7 +342,8 @@ def _claim_placement(policy, settings, snapshot, namespace, spec) -> tuple[list[
         phase = (pvc.get("status") or {}).get("phase") or "Pending"
         if phase == "Bound":
             pv = snapshot.get("PersistentVolume", (pvc.get("spec") or {}).get("volumeName", ""))
-            pv_terms = ((((pv or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms") or []
+            pv_terms = ((((pv or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get(
+                "nodeSelectorTerms") or []
             if pv_terms:
                 terms = _cross(terms, pv_terms)
             continue

@@ -1,4 +1,5 @@
-"""InstancePersistentVolume -> its PersistentVolumeClaim (docs/concepts/instances.md "Persistent volumes"): pure rendering.
+"""InstancePersistentVolume -> its PersistentVolumeClaim (docs/concepts/instances.md "Persistent volumes"):
+pure rendering.
 
 An InstancePersistentVolume (namespaced) stands for one PVC of the same name and namespace, created
 and controlled by the controller: ``storageClassName: <spec.type>``, ``accessModes:
@@ -15,10 +16,10 @@ from runtime.engine.snapshot import KNOWN_KINDS
 
 
 def render_claim(policy: Policy, ipv: dict) -> dict:
-    """The PersistentVolumeClaim of ``ipv`` (docs/concepts/instances.md "Persistent volumes"), with a controller ownerReference to it (so it goes
-    with the InstancePersistentVolume). ``spec.type`` absent gives no ``storageClassName`` (the
-    cluster's default class), ``spec.accessMode`` absent no ``accessModes`` (the API server then
-    refuses the claim, and the error names the field)."""
+    """The PersistentVolumeClaim of ``ipv`` (docs/concepts/instances.md "Persistent volumes"), with a
+    controller ownerReference to it (so it goes with the InstancePersistentVolume). ``spec.type`` absent gives
+    no ``storageClassName`` (the cluster's default class), ``spec.accessMode`` absent no ``accessModes`` (the
+    API server then refuses the claim, and the error names the field)."""
     meta = ipv["metadata"]
     spec = ipv.get("spec") or {}
     claim: dict = {"resources": {"requests": {"storage": str(
@@ -29,7 +30,8 @@ def render_claim(policy: Policy, ipv: dict) -> dict:
         claim["accessModes"] = [spec["accessMode"]]
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": meta["name"], "namespace": meta.get("namespace") or "default",
-                         "ownerReferences": [{"apiVersion": ipv.get("apiVersion", KNOWN_KINDS["InstancePersistentVolume"][0]),
+                         "ownerReferences": [{"apiVersion": ipv.get(
+                             "apiVersion", KNOWN_KINDS["InstancePersistentVolume"][0]),
                                               "kind": "InstancePersistentVolume", "name": meta["name"],
                                               "uid": meta.get("uid", ""), "controller": True,
                                               "blockOwnerDeletion": True}]},

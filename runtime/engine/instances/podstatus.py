@@ -1,4 +1,5 @@
-"""An Instance's status read back from its Pod, Service and Node (docs/concepts/instances.md "Instances" and "Life cycle").
+"""An Instance's status read back from its Pod, Service and Node (docs/concepts/instances.md "Instances" and
+"Life cycle").
 
 ``phase_from_pod`` reads the Instance phase from the Pod's conditions through the ``instance-phase``
 decision table; ``host_ips``, ``service_ports`` and ``allocations_from_pod`` fill the rest of the
@@ -12,8 +13,8 @@ from runtime.engine.policy import Policy
 
 
 def service_ports(service: dict | None) -> list[dict]:
-    """``Instance.status.ports`` (docs/concepts/instances.md "Instances"): ``[{port, protocol, name, nodePort}]`` of the Service, or
-    ``[]`` until every port has its ``nodePort``."""
+    """``Instance.status.ports`` (docs/concepts/instances.md "Instances"): ``[{port, protocol, name,
+    nodePort}]`` of the Service, or ``[]`` until every port has its ``nodePort``."""
     ports = ((service or {}).get("spec") or {}).get("ports") or []
     if not ports or any(not p.get("nodePort") for p in ports):
         return []
@@ -22,8 +23,8 @@ def service_ports(service: dict | None) -> list[dict]:
 
 
 def host_ips(policy: Policy, node: dict | None) -> list[dict]:
-    """``Instance.status.hostIPs`` (docs/concepts/instances.md "Instances"): the Node's addresses of the types in
-    ``service.hostAddressTypes`` (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
+    """``Instance.status.hostIPs`` (docs/concepts/instances.md "Instances"): the Node's addresses of the types
+    in ``service.hostAddressTypes`` (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
     addresses = ((node or {}).get("status") or {}).get("addresses") or []
     out: list[dict] = []
     for kind in policy.ruleset.get("InstancePod").service.hostAddressTypes:
@@ -35,7 +36,8 @@ def host_ips(policy: Policy, node: dict | None) -> list[dict]:
 
 
 def phase_from_pod(policy: Policy, pod: dict) -> dict:
-    """``{phase[, phaseMessage]}`` of an Instance whose Pod exists (docs/concepts/instances.md "Life cycle")."""
+    """``{phase[, phaseMessage]}`` of an Instance whose Pod exists (docs/concepts/instances.md "Life
+    cycle")."""
     conditions = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
 
     def cond(kind: str) -> dict:
@@ -46,17 +48,18 @@ def phase_from_pod(policy: Policy, pod: dict) -> dict:
              "scheduledMessage": scheduled.get("message") or scheduled.get("reason") or "",
              "initialized": cond("Initialized").get("status", "Unknown"),
              "initializedReason": cond("Initialized").get("reason") or "",
-             "ready": cond("Ready").get("status", "Unknown"), "readyReason": cond("Ready").get("reason") or ""}
+             "ready": cond("Ready").get("status", "Unknown"),
+             "readyReason": cond("Ready").get("reason") or ""}
     _, out = policy.decision_table("instance-phase").decide(facts)
     return {k: v for k, v in out.items() if v != ""}
 
 
 def allocations_from_pod(policy: Policy, pod: dict) -> list[dict]:
-    """``Instance.status.allocations`` (docs/concepts/instances.md "Instances"): the Pod's allocation annotation (docs/agent.md "The Devices object and its ledger",
-    key role ``allocation``), a JSON object container -> [group], with every container's groups
-    merged: one entry per (group ``id``, ``manufacturer``) in first-seen order, accelerators
-    concatenated in container order. An absent or unparsable annotation gives ``[]`` (the agent
-    reports a bad one as ``InvalidAllocation``; the Instance just shows none)."""
+    """``Instance.status.allocations`` (docs/concepts/instances.md "Instances"): the Pod's allocation
+    annotation (docs/agent.md "The Devices object and its ledger", key role ``allocation``), a JSON object
+    container -> [group], with every container's groups merged: one entry per (group ``id``, ``manufacturer``)
+    in first-seen order, accelerators concatenated in container order. An absent or unparsable annotation
+    gives ``[]`` (the agent reports a bad one as ``InvalidAllocation``; the Instance just shows none)."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(policy.key("allocation"))
     if not text:
         return []

@@ -1,16 +1,17 @@
 """One node's accelerators as the ledger reads them, and the per-accelerator predicates.
 
-A Devices object (docs/agent.md "The Devices object and its ledger") splits each accelerator in two: its capability in
-``spec.groups[].accelerators[]`` and its ledger row in ``status.groups[].accelerators[]`` (joined by
-manufacturer, group id and accelerator id). :func:`accelerators` joins them for the healthy
-accelerators; an accelerator with no ledger row yet reads as free (docs/concepts/four-views.md "The four views": mode 0,
-``remaining`` D, ``remainingProfiles`` = its capability counts).
+A Devices object (docs/agent.md "The Devices object and its ledger") splits each accelerator in two: its
+capability in ``spec.groups[].accelerators[]`` and its ledger row in ``status.groups[].accelerators[]``
+(joined by manufacturer, group id and accelerator id). :func:`accelerators` joins them for the healthy
+accelerators; an accelerator with no ledger row yet reads as free (docs/concepts/four-views.md "The four
+views": mode 0, ``remaining`` D, ``remainingProfiles`` = its capability counts).
 
 The predicates below are the single statement of the per-accelerator rules that three readers
-share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`, docs/concepts/four-views.md "The four views"), the fit labels
-(:mod:`runtime.engine.pools.fit`, docs/agent.md "Capacity and fit labels") and the ``gpustack-node-devices`` admission check
-(:mod:`runtime.engine.admissioncheck`, docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). Constants (D, the share) come from
-rules/constants.yaml; the mode numbers from rules/agent.yaml ``ledger.modes``.
+share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`, docs/concepts/four-views.md "The four
+views"), the fit labels (:mod:`runtime.engine.pools.fit`, docs/agent.md "Capacity and fit labels") and the
+``gpustack-node-devices`` admission check (:mod:`runtime.engine.admissioncheck`,
+docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). Constants (D, the share)
+come from rules/constants.yaml; the mode numbers from rules/agent.yaml ``ledger.modes``.
 """
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ class Accelerator:
     offered_profiles: tuple[str, ...] = ()
     remaining_profiles: dict[str, int] = field(default_factory=dict)
     allocated_profiles: dict[str, int] = field(default_factory=dict)
-    dra: bool = False   # published by a DRA driver (its capability's ``dra`` reference, docs/concepts/dra.md "Views per manufacturer")
+    # published by a DRA driver (its capability's ``dra`` reference, docs/concepts/dra.md "Views per
+    # manufacturer")
+    dra: bool = False
     views: tuple[str, ...] | None = None   # the capability's ``views``: the views offered, when not all
 
     @property
@@ -60,7 +63,8 @@ class Accelerator:
 
     @property
     def logically_sliceable(self) -> bool:
-        """``logicalSliced.count > 0`` and not partitioned (docs/agent.md "The Devices object and its ledger")."""
+        """``logicalSliced.count > 0`` and not partitioned (docs/agent.md "The Devices object and its
+        ledger")."""
         return self.logical_count > 0 and not self.partitioned
 
     @property
@@ -71,8 +75,9 @@ class Accelerator:
     @property
     def shareable(self) -> bool:
         """Whole-capable and served by the sharing device plugin: not a DRA-published accelerator,
-        which offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"), nor one whose capability's ``views``
-        leave the shared view out (its manufacturer's row, rules/manufacturers.yaml)."""
+        which offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"), nor one whose
+        capability's ``views`` leave the shared view out (its manufacturer's row,
+        rules/manufacturers.yaml)."""
         return self.whole_capable and not self.dra and (self.views is None or "shared" in self.views)
 
 
@@ -107,8 +112,9 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
     """The healthy accelerators of one Devices object, in spec order (groups, then accelerators).
 
     ``devices`` is the API object (``spec`` capability, ``status`` ledger). Unhealthy accelerators are
-    skipped (docs/agent.md "The Devices object and its ledger"). A Devices object with an out-of-range number yields nothing: it
-    counts in no view, no fit label and no admission check (decision 19, :func:`ledger_sound`).
+    skipped (docs/agent.md "The Devices object and its ledger"). A Devices object with an out-of-range number
+    yields nothing: it counts in no view, no fit label and no admission check (decision 19,
+    :func:`ledger_sound`).
     """
     if not ledger_sound(policy, devices):
         return
@@ -129,7 +135,8 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
             rem_profiles = {p["name"]: _int(p.get("count")) for p in profiles}
             alloc_profiles: dict[str, int] = {}
         else:
-            mode, remaining, slices = _int(row.get("mode")), _int(row.get("remaining")), _int(row.get("allocatedSlices"))
+            mode, remaining, slices = _int(row.get("mode")), _int(row.get("remaining")), _int(
+                row.get("allocatedSlices"))
             rem_profiles = {p["name"]: _int(p.get("count")) for p in row.get("remainingProfiles") or []}
             alloc_profiles = {p["name"]: _int(p.get("count")) for p in row.get("allocatedProfiles") or []}
         yield Accelerator(
@@ -144,20 +151,24 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
 
 # --- predicates ---------------------------------------------------------------------------------------
 def exclusive_free(policy: Policy, a: Accelerator) -> bool:
-    """A whole-capable accelerator with ``remaining ≥ D`` (docs/concepts/four-views.md "The four views" ``free``; docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"
-    exclusive row)."""
+    """A whole-capable accelerator with ``remaining ≥ D`` (docs/concepts/four-views.md "The four views"
+    ``free``; docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" exclusive
+    row)."""
     return a.whole_capable and a.remaining >= policy.constants.creditsPerAccelerator
 
 
 def takes_shares(policy: Policy, a: Accelerator) -> bool:
     """Shareable (whole-capable, not DRA-published) and free or held in Shared mode: its remaining
-    credits count as free shares (docs/concepts/four-views.md "The four views", docs/concepts/dra.md "Views per manufacturer")."""
+    credits count as free shares (docs/concepts/four-views.md "The four views", docs/concepts/dra.md "Views
+    per manufacturer")."""
     return a.shareable and (exclusive_free(policy, a) or a.mode == _modes(policy).shared)
 
 
 def has_free_share(policy: Policy, a: Accelerator) -> bool:
     """Shareable, mode None or Shared, ``remaining ≥`` one share (160,000): it can take one more
-    shared holder (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" shared row; docs/agent.md "Capacity and fit labels" ``shared-free-cards``; docs/concepts/dra.md "Views per manufacturer")."""
+    shared holder (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" shared row;
+    docs/agent.md "Capacity and fit labels" ``shared-free-cards``; docs/concepts/dra.md "Views per
+    manufacturer")."""
     modes = _modes(policy)
     return a.shareable and a.mode in (modes.none, modes.shared) and a.remaining >= policy.constants.share
 
@@ -170,18 +181,20 @@ def takes_slices(policy: Policy, a: Accelerator) -> bool:
 
 def has_free_slice(policy: Policy, a: Accelerator) -> bool:
     """Logically sliceable, mode None or Sliced, and ``allocatedSlices < logicalSliced.count``
-    (docs/agent.md "Capacity and fit labels" ``sliced-max-free-units``; docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" sliced row without the units test)."""
+    (docs/agent.md "Capacity and fit labels" ``sliced-max-free-units``; docs/concepts/pools-and-flavors.md
+    "The AdmissionCheck `gpustack-node-devices`" sliced row without the units test)."""
     modes = _modes(policy)
     return a.logically_sliceable and a.mode in (modes.none, modes.sliced) and a.allocated_slices < a.logical_count
 
 
 def holds_slice(policy: Policy, a: Accelerator, units: int) -> bool:
-    """:func:`has_free_slice` and ``remaining ≥ units`` (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" sliced row)."""
+    """:func:`has_free_slice` and ``remaining ≥ units`` (docs/concepts/pools-and-flavors.md "The
+    AdmissionCheck `gpustack-node-devices`" sliced row)."""
     return has_free_slice(policy, a) and a.remaining >= units
 
 
 def holds_partition(policy: Policy, a: Accelerator, profile: str) -> bool:
-    """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0`` (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" partition
-    row)."""
+    """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0``
+    (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" partition row)."""
     modes = _modes(policy)
     return a.partitioned and a.mode in (modes.none, modes.partitioned) and a.remaining_profiles.get(profile, 0) > 0

@@ -1,4 +1,5 @@
-"""The InstanceTypeFlavor catalog (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor"), computed from the derived ResourceFlavors.
+"""The InstanceTypeFlavor catalog (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor"),
+computed from the derived ResourceFlavors.
 
 Catalog names are CEL (rules/pools/derivation.yaml ``spec.catalog``). Identical specs under one
 name merge; two different specs under one name: the flavor first in name order wins.

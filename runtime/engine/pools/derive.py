@@ -1,13 +1,19 @@
 """Pool derivation: from a Snapshot to the DesiredState the controller would make the cluster hold.
 
 One pure function, :func:`derive`, serves the CLI (``get``/``derive``), the controller and tests.
-Spec: docs/concepts/pools-and-flavors.md "Pools and flavors" (whole file), docs/concepts/four-views.md "The four views", docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset". Order of work:
+Spec: docs/concepts/pools-and-flavors.md "Pools and flavors" (whole file), docs/concepts/four-views.md "The
+four views", docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset". Order of work:
 
 1. settings from the ``gpustack-settings`` Secret (rules/settings.yaml);
-2. Nodes with NodeFeature labels propagated; managed nodes contribute ResourceFlavors (docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset");
-3. derived InstanceTypes for pools that have none (create-only, docs/tasks/add-manufacturer-or-preset.md "Change a preset (and see the effect in a minute)"), defaulted as the webhook would;
-4. one ClusterQueue per InstanceType not being deleted, its LocalQueues, the AdmissionCheck (docs/concepts/pools-and-flavors.md "Queues and the entrance" and "The AdmissionCheck `gpustack-node-devices`");
-5. InstanceType status for every type (docs/concepts/pools-and-flavors.md "InstanceType status"), the InstanceTypeFlavor catalog (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor").
+   2. Nodes with NodeFeature labels propagated; managed nodes contribute ResourceFlavors
+   (docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset");
+   3. derived InstanceTypes for pools that have none (create-only, docs/tasks/add-manufacturer-or-preset.md
+   "Change a preset (and see the effect in a minute)"), defaulted as the webhook would;
+   4. one ClusterQueue per InstanceType not being deleted, its LocalQueues, the AdmissionCheck
+   (docs/concepts/pools-and-flavors.md "Queues and the entrance" and "The AdmissionCheck
+   `gpustack-node-devices`");
+   5. InstanceType status for every type (docs/concepts/pools-and-flavors.md "InstanceType status"), the
+   InstanceTypeFlavor catalog (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor").
 """
 from __future__ import annotations
 
@@ -39,21 +45,22 @@ class DesiredState:
     Lists are in name order. ``instance_types`` holds every InstanceType after the reconcile (the
     snapshot's, unchanged but for ``status``, plus the created ones); ``created_instance_types``
     names the derived ones this reconcile authors (create-only); ``enriched_instance_types`` the
-    existing ones whose empty descriptors the defaulting fills now that a flavor matches (docs/concepts/pools-and-flavors.md "InstanceType admission": the only update the controller makes to a type's spec). ``flavor_deletes`` are our
-    ResourceFlavors (``resource.gpustack.ai/type: nodes``) without contributors. ``devices`` are
-    the snapshot's Devices with the managed label mirrored from their Node; they share ``spec`` and
-    ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat them as
-    read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
-    docs/agent.md "Capacity and fit labels" are written on these only). ``node_flavors``: node name -> the ResourceFlavors it
-    contributes to (name order; nodes contributing none are absent), what the pool Events compare. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed
-    nodes without os/arch, ``.count`` labels that are not integers in range, ledgers out of range,
-    NodeFeatures not trusted (decision 20), unparsable settings). ``fact_problems``: the refused node
-    facts of decision 19 as data (node, key, value, message), for the audit; each is also a warning.
-    ``usable_accelerators``: node -> aKey -> healthy accelerators of its Devices, for the nodes whose
-    Devices count in the views; a device flavor's quota counts these, never more than its labels
-    (docs/concepts/pools-and-flavors.md, :func:`runtime.engine.pools.reach.usable_quota`).
-    ``shortfalls``: the contributing nodes whose labels count more accelerators than that
-    (:class:`runtime.engine.pools.reach.Shortfall`).
+    existing ones whose empty descriptors the defaulting fills now that a flavor matches
+    (docs/concepts/pools-and-flavors.md "InstanceType admission": the only update the controller makes to a
+    type's spec). ``flavor_deletes`` are our ResourceFlavors (``resource.gpustack.ai/type: nodes``) without
+    contributors. ``devices`` are the snapshot's Devices with the managed label mirrored from their Node; they
+    share ``spec`` and ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat
+    them as read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
+    docs/agent.md "Capacity and fit labels" are written on these only). ``node_flavors``: node name -> the
+    ResourceFlavors it contributes to (name order; nodes contributing none are absent), what the pool Events
+    compare. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed nodes without
+    os/arch, ``.count`` labels that are not integers in range, ledgers out of range, NodeFeatures not trusted
+    (decision 20), unparsable settings). ``fact_problems``: the refused node facts of decision 19 as data
+    (node, key, value, message), for the audit; each is also a warning. ``usable_accelerators``: node -> aKey
+    -> healthy accelerators of its Devices, for the nodes whose Devices count in the views; a device flavor's
+    quota counts these, never more than its labels (docs/concepts/pools-and-flavors.md,
+    :func:`runtime.engine.pools.reach.usable_quota`). ``shortfalls``: the contributing nodes whose labels
+    count more accelerators than that (:class:`runtime.engine.pools.reach.Shortfall`).
     ``flavor_accelerators``: device flavor -> (accelerators its labels count, accelerators its quota counts).
     """
 
@@ -126,8 +133,8 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     ``live=False`` (snapshot mode, the CLI and the seed replays): a queue without a Kueue status
     reads as Kueue would soon report it, ``Active``. ``live=True`` (the controller): the phase shows
     what Kueue reports now, so a queue without an ``Active`` condition, or one this reconcile
-    creates, reads ``Activating`` (docs/concepts/pools-and-flavors.md "InstanceType status"). ``settings_namespace``: see
-    :func:`runtime.engine.settings.settings_of`. ``memo``: a
+    creates, reads ``Activating`` (docs/concepts/pools-and-flavors.md "InstanceType status").
+    ``settings_namespace``: see :func:`runtime.engine.settings.settings_of`. ``memo``: a
     :class:`runtime.engine.pools.incremental.DeriveMemo` kept between calls (the controller's): the
     parts that depend on one node or one pool are reused while the objects they were computed from
     are the same; the result equals a derive without it.
@@ -145,10 +152,13 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     state.managed_nodes = [node.name for node in nodes if node.managed]
     for node in nodes:
         if node.managed and (not node.os or not node.arch):
-            state.warnings.append(f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no flavor")
+            state.warnings.append(
+                f"Node {node.name}: no {policy.key('os')}/{policy.key('arch')} label; it contributes no "
+                f"flavor")
         if node.managed:
             state.fact_problems.extend(node.problems)
-    plans, rendered, node_flavors = _flavors(policy, snapshot, nodes, settings.flag(policy.setting("mixedOnNode")), memo)
+    plans, rendered, node_flavors = _flavors(policy, snapshot, nodes,
+                                             settings.flag(policy.setting("mixedOnNode")), memo)
     state.resource_flavors = list(rendered.values())
     state.node_flavors = {name: list(flavors) for name, flavors in node_flavors.items()}
     flavor_type = policy.derivation.resourceTypes["flavor"]
@@ -176,8 +186,9 @@ def _nodes(policy: Policy, snapshot: Snapshot, settings_namespace: str | None,
 def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
              memo: DeriveMemo | None) -> tuple[dict[str, FlavorPlan], dict[str, dict], dict[str, list[str]]]:
     """(flavor name -> plan, flavor name -> rendered ResourceFlavor, node name -> its flavors in name
-    order) of the managed ``nodes`` (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"); with a memo, reused while the nodes and ``mixed``
-    are the same and the Devices ``spec`` of each flavor's first contributor (its notes read it) equal."""
+    order) of the managed ``nodes`` (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
+    contributes"); with a memo, reused while the nodes and ``mixed`` are the same and the Devices ``spec`` of
+    each flavor's first contributor (its notes read it) equal."""
     def compute():
         plans = plan_flavors(policy, snapshot, nodes, mixed, memo)
         node_flavors: dict[str, list[str]] = {}
@@ -185,10 +196,12 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
             for node_name in flavor.contributors:
                 node_flavors.setdefault(node_name, []).append(name)
         firsts = tuple(sorted({plan.contributors[0] for plan in plans.values()}))
-        return plans, {name: render_flavor(policy, plan) for name, plan in plans.items()}, node_flavors, firsts
+        return plans, {
+            name: render_flavor(policy, plan) for name, plan in plans.items()}, node_flavors, firsts
     if memo is None:
         return compute()[:3]
-    def key(firsts: tuple[str, ...]) -> tuple[tuple, tuple]:  # the specs by value: every event parses a new one
+    # the specs by value: every event parses a new one
+    def key(firsts: tuple[str, ...]) -> tuple[tuple, tuple]:
         devices = [snapshot.get("Devices", name) for name in firsts]
         return (nodes,), (mixed, firsts, tuple((d is None, (d or {}).get("spec")) for d in devices))
     # the first contributors are the last result's while the nodes are the same (else it is a miss anyway)
@@ -204,14 +217,18 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
 def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, plans: dict[str, FlavorPlan],
                     aware: bool) -> dict[str, dict]:
     """Every InstanceType by name: the snapshot's, the derived ones this pass creates (create-only,
-    docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name") and the enriched ones (docs/concepts/pools-and-flavors.md "InstanceType admission"); records the created and enriched names in ``state``."""
+    docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name") and the enriched ones
+    (docs/concepts/pools-and-flavors.md "InstanceType admission"); records the created and enriched names in
+    ``state``."""
     existing = {name_of(it): it for it in snapshot.list("InstanceType")}
     types = dict(existing)
     if state.settings.flag(policy.setting("derivedFromNode")):
         first_plan: dict[str, FlavorPlan] = {}
         for name, plan in plans.items():  # name order: the first flavor of a pool gives its preset
-            variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch, "aware": aware}
-            pool = (policy.derivation.pools.device if plan.kind == "device" else policy.derivation.pools.cpu).evaluate(variables)
+            variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch,
+                         "aware": aware}
+            pool = (
+                policy.derivation.pools.device if plan.kind == "device" else policy.derivation.pools.cpu).evaluate(variables)
             first_plan.setdefault(pool, plan)
         for pool, plan in first_plan.items():
             if pool in types:
@@ -220,7 +237,8 @@ def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, pla
             types[pool] = its.default_instance_type(policy, created, aware, state.resource_flavors)
             state.created_instance_types.append(pool)
 
-    # Types whose descriptors are still empty get the defaulting again once a flavor matches (docs/concepts/pools-and-flavors.md "InstanceType admission")
+    # Types whose descriptors are still empty get the defaulting again once a flavor matches
+    # (docs/concepts/pools-and-flavors.md "InstanceType admission")
     for name, it in existing.items():
         if its.needs_enrichment(it):
             defaulted = its.default_instance_type(policy, it, aware, state.resource_flavors)
@@ -248,7 +266,8 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
     state.shortfalls = reach.shortfalls(snapshot, device_plans, state.usable_accelerators)
     quotas = {name: reach.usable_quota(count, akey, nodes, state.usable_accelerators)
               for name, akey, count, nodes in device_plans}
-    state.flavor_accelerators = {name: (count * len(nodes), quotas[name]) for name, _, count, nodes in device_plans}
+    state.flavor_accelerators = {
+        name: (count * len(nodes), quotas[name]) for name, _, count, nodes in device_plans}
     pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
     for name in sorted(types):
         it = copy.deepcopy(types[name])
@@ -258,7 +277,8 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
         queue = None
         phase_message = ""
         if not is_deleting(it):
-            queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors, old_queue, quotas)
+            queue, phase_message = queues.cluster_queue(policy, settings, it, labels, flavors, old_queue,
+                                                        quotas)
             state.cluster_queues.append(queue)
             state.local_queues.extend(queues.local_queues(policy, queue, namespaces))
         queue_state = _queue_state(queue, old_queue, phase_message, live)
@@ -267,12 +287,16 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
         if memo is None:
             pool_devices = _select(selector, devices, by_label)
         else:
-            pool_devices = memo.keep("select", name, (None if selector is None else tuple(sorted(selector.items())),
-                                                      id(devices)), devices, partial(_select, selector, devices, by_label))
+            pool_devices = memo.keep("select", name,
+                                     (None if selector is None else tuple(sorted(selector.items())),
+                                                      id(devices)), devices,
+                                     partial(_select, selector, devices, by_label))
         if memo is None:
-            it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices, queue_state)
+            it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices,
+                                                    queue_state)
         else:
-            it["status"] = memo.status(it, queue, flavors, pool_devices, queue_state, settings.values, partial(
+            it["status"] = memo.status(it, queue, flavors, pool_devices, queue_state, settings.values,
+                                       partial(
                 its.instance_type_status, policy, settings, it, queue, flavors, pool_devices, queue_state))
         state.instance_types.append(it)
 

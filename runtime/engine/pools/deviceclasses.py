@@ -1,12 +1,14 @@
-"""The DeviceClasses accelpolicy derives for the DRA drivers of the rules (docs/concepts/dra.md "The ledger from claims"). Pure.
+"""The DeviceClasses accelpolicy derives for the DRA drivers of the rules (docs/concepts/dra.md "The ledger
+from claims"). Pure.
 
 One per ``DraDriver`` row, that is per (driver, manufacturer base key): named by rules/dra.yaml
 ``deviceClass.nameTemplate``, selecting the driver's whole accelerators with ``selectorTemplate``
 (Kubernetes CEL; ``allDevicesSelectorTemplate`` for a row whose ``kind`` is a constant, the row's
-``kind.selector`` for one whose kind is an expression), ``spec.extendedResourceName`` the manufacturer's ``<base>`` (rules/manufacturers.yaml),
-so a Pod asking for ``nvidia.com/gpu`` on a node without a device plugin is served one of them;
-labelled ``resource.gpustack.ai/type: deviceclasses`` (rules/pools/derivation.yaml ``resourceTypes``),
-which is how the controller knows the ones it owns (:func:`owned_device_class`).
+``kind.selector`` for one whose kind is an expression), ``spec.extendedResourceName`` the manufacturer's
+``<base>`` (rules/manufacturers.yaml), so a Pod asking for ``nvidia.com/gpu`` on a node without a device
+plugin is served one of them; labelled ``resource.gpustack.ai/type: deviceclasses``
+(rules/pools/derivation.yaml ``resourceTypes``), which is how the controller knows the ones it owns
+(:func:`owned_device_class`).
 
 :func:`device_class_mappings` is what Kueue needs when workloads request claims of these classes
 directly (its Configuration ``resources.deviceClassMappings``): per ``<base>``, the class names.
@@ -37,7 +39,8 @@ def device_classes(policy: Policy) -> list[dict[str, Any]]:
         out.append({
             "apiVersion": dc.apiVersion, "kind": "DeviceClass",
             "metadata": {"name": dc.nameTemplate.format(**fields),
-                         "labels": {policy.key("resourceType"): policy.derivation.resourceTypes[dc.resourceType]}},
+                         "labels": {
+                             policy.key("resourceType"): policy.derivation.resourceTypes[dc.resourceType]}},
             "spec": {"selectors": [{"cel": {"expression": selector}}],
                      "extendedResourceName": base},
         })
@@ -45,7 +48,8 @@ def device_classes(policy: Policy) -> list[dict[str, Any]]:
 
 
 def owned_device_class(policy: Policy, obj: dict) -> bool:
-    """Whether ``obj`` is a DeviceClass accelpolicy derived (its ownership label, docs/concepts/dra.md "The ledger from claims")."""
+    """Whether ``obj`` is a DeviceClass accelpolicy derived (its ownership label, docs/concepts/dra.md "The
+    ledger from claims")."""
     rules = dra_policy(policy)
     if rules is None:
         return False

@@ -5,8 +5,8 @@ ledgers (decision 19), the sound ones, the label index of the sound ones). With 
 in a :class:`DeviceSet` and, while the node problems are the same, updates them from the Devices
 that changed and those whose node's managed mark changed (by object identity, a C-speed pass over
 the maps): a ledger row (the usual event) replaces one object in the lists, a managed flip one
-object and its label index entries. An added or removed Devices, or one becoming refused or sound again, rebuilds
-them. The results equal the rebuilt ones (tests/engine/test_incremental_derive.py).
+object and its label index entries. An added or removed Devices, or one becoming refused or sound again,
+rebuilds them. The results equal the rebuilt ones (tests/engine/test_incremental_derive.py).
 """
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ class DeviceSet:
         self.devices, self.marks, self.problems, self.result = devices, marks, problems, result
         return result
 
-    def _patch(self, policy: Policy, devices: Mapping, marks, effective, memo: DeriveMemo) -> DeviceLists | None:
+    def _patch(self, policy: Policy, devices: Mapping, marks, effective,
+               memo: DeriveMemo) -> DeviceLists | None:
         """The last result with the Devices that changed (or whose node's managed mark did) replaced;
         None when a list would change shape (a Devices added or removed, one refused or sound again)."""
         every, refused, sound, index = self.result

@@ -1,4 +1,5 @@
-"""ResourceFlavor derivation (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"): contributions per managed node, grouped by name.
+"""ResourceFlavor derivation (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
+contributes"): contributions per managed node, grouped by name.
 
 Names and contribution conditions are CEL in rules/pools/derivation.yaml (``spec.flavors``); label
 keys come from rules/labels.yaml. Notes are taken from the first contributor in node-name order.
@@ -48,27 +49,31 @@ class FlavorPlan:
 
 def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixed: bool,
                  memo: "DeriveMemo | None" = None) -> dict[str, FlavorPlan]:
-    """Flavor name -> plan, from the managed nodes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes").
+    """Flavor name -> plan, from the managed nodes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what
+    each node contributes").
 
     ``memo``: a :class:`runtime.engine.pools.incremental.DeriveMemo` reusing each node's
     contributions and each flavor's notes while their inputs are the same objects (None: compute all).
     """
     plans: dict[str, FlavorPlan] = {}
     for node in nodes:  # name order
-        contributions = memo.contributions(policy, node, mixed) if memo else node_contributions(policy, node, mixed)
+        contributions = memo.contributions(policy, node, mixed) if memo else node_contributions(
+            policy, node, mixed)
         for name, kind, akey, count, labels in contributions:
             _contribute(plans, name, kind, node, node.gkey, akey, count, labels)
     by_name = {n.name: n for n in nodes}
     for plan in plans.values():
         first = by_name[plan.contributors[0]]
-        plan.notes = memo.notes(policy, snapshot, plan, first) if memo else flavor_notes(policy, snapshot, plan, first)
+        plan.notes = memo.notes(policy, snapshot, plan, first) if memo else flavor_notes(
+            policy, snapshot, plan, first)
     return dict(sorted(plans.items()))
 
 
 def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tuple[str, str, str, int, dict]]:
-    """What one node contributes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"): ``(flavor name, kind, aKey, per-node count,
-    spec.nodeLabels)`` for its CPU flavor and each accelerator flavor, per the CEL of
-    rules/pools/derivation.yaml ``spec.flavors``; [] for a node unmanaged or without gKey/os/arch."""
+    """What one node contributes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
+    contributes"): ``(flavor name, kind, aKey, per-node count, spec.nodeLabels)`` for its CPU flavor and each
+    accelerator flavor, per the CEL of rules/pools/derivation.yaml ``spec.flavors``; [] for a node unmanaged
+    or without gKey/os/arch."""
     if not node.managed or not node.gkey or not node.os or not node.arch:
         return []
     rules = policy.derivation.flavors
@@ -101,15 +106,17 @@ def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tupl
 def _contribute(plans, name, kind, node, gkey, akey, count, labels) -> None:
     plan = plans.get(name)
     if plan is None:
-        plan = plans[name] = FlavorPlan(name=name, kind=kind, gkey=gkey, akey=akey, os=node.os, arch=node.arch,
-                                        count=count, node_labels=dict(labels))
+        plan = plans[name] = FlavorPlan(name=name, kind=kind, gkey=gkey, akey=akey, os=node.os,
+                                        arch=node.arch, count=count, node_labels=dict(labels))
     plan.contributors.append(node.name)
 
 
 def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
-    """The ``note.gpustack.ai/*`` annotations of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes", from the first contributor."""
+    """The ``note.gpustack.ai/*`` annotations of docs/concepts/pools-and-flavors.md "ResourceFlavors: what
+    each node contributes", from the first contributor."""
     if plan.kind == "cpu":
-        notes = {"acceleratable": "false", "generalGroup": plan.gkey, "manufacturer": plan.gkey.split("-", 1)[0],
+        notes = {"acceleratable": "false", "generalGroup": plan.gkey,
+                 "manufacturer": plan.gkey.split("-", 1)[0],
                  "product": first.annotations.get(policy.key("cpuNameAnnotation"), ""),
                  "family": first.annotations.get(policy.key("cpuFamilyAnnotation"), "")}
     else:
@@ -117,7 +124,8 @@ def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: No
         manufacturer = policy.manufacturer_of_key(plan.akey)
         logical, physical = _slicing_capability(policy, snapshot, first.name, plan.akey, manufacturer)
         feature = {"logicalSliced": {"maxSize": logical,
-                                     "coresPercentageOvercommit": bool(manufacturer and manufacturer.coresOvercommit),
+                                     "coresPercentageOvercommit": bool(
+                                         manufacturer and manufacturer.coresOvercommit),
                                      "memoryPercentageStep": 1},
                    "physicalSliced": {"maxSize": physical}}
         notes = {"acceleratable": "true", "generalGroup": plan.gkey, "acceleratorGroup": plan.akey,
@@ -132,7 +140,8 @@ def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: No
 
 
 def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tuple[int, int]:
-    """(L, P) of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" from the first contributor's Devices object."""
+    """(L, P) of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" from the
+    first contributor's Devices object."""
     slices = manufacturer.logicalSlices if manufacturer else 0
     devices = snapshot.get("Devices", node_name)
     if devices is None:
@@ -151,7 +160,8 @@ def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tupl
 
 
 def render_flavor(policy: Policy, plan: FlavorPlan) -> dict:
-    """The ResourceFlavor object of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" (labels, notes, ``spec.nodeLabels`` only)."""
+    """The ResourceFlavor object of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
+    contributes" (labels, notes, ``spec.nodeLabels`` only)."""
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
     own_prefix = acc if plan.kind == "device" else general

@@ -1,4 +1,5 @@
-"""Four-view arithmetic (docs/concepts/four-views.md "The four views"): EX/SH/SL/PT over a pool's Devices ledgers.
+"""Four-view arithmetic (docs/concepts/four-views.md "The four views"): EX/SH/SL/PT over a pool's Devices
+ledgers.
 
 Inputs are Devices objects (``spec`` capability, ``status`` ledger) already selected for the pool
 and the pool's accelerator group (aKey). Constants come from rules/constants.yaml and the SH
@@ -50,9 +51,11 @@ class FourView:
     def render_status(self) -> dict:
         pt = self.pt.render()
         if self.allocated_profiles:
-            pt["allocatedProfiles"] = [{"name": k, "count": v} for k, v in sorted(self.allocated_profiles.items())]
+            pt["allocatedProfiles"] = [
+                {"name": k, "count": v} for k, v in sorted(self.allocated_profiles.items())]
         if self.remaining_profiles:
-            pt["remainingProfiles"] = [{"name": k, "count": v} for k, v in sorted(self.remaining_profiles.items())]
+            pt["remainingProfiles"] = [
+                {"name": k, "count": v} for k, v in sorted(self.remaining_profiles.items())]
         return {"accelerator": self.ex.render(), "acceleratorShared": self.sh.render(),
                 "acceleratorSliced": self.sl.render(), "acceleratorPartitioned": pt}
 
@@ -78,7 +81,8 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
                 _pt_pass(fv, a)
                 continue
             node_accs += 1
-            node_shareable += a.shareable   # a DRA-published accelerator offers no shares (docs/concepts/dra.md "Views per manufacturer")
+            # a DRA-published accelerator offers no shares (docs/concepts/dra.md "Views per manufacturer")
+            node_shareable += a.shareable
             if exclusive_free(policy, a):
                 node_excl += 1
             if takes_shares(policy, a):

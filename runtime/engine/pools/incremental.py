@@ -9,11 +9,14 @@ store      one entry per                            key (the facts it was comput
 ========== ======================================== ==================================================
 node       Node: effective labels, NodeView          the Node's ``metadata``, its trusted NodeFeatures'
                                                     ``spec`` (decision 20)
-flavors    Node: its flavor contributions (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes")     the node's NodeView, the ``mixedOnNode`` setting
-notes      ResourceFlavor: its notes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes")          the flavor, its first contributor's NodeView and
+flavors    Node: its flavor contributions (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
+contributes")     the node's NodeView, the ``mixedOnNode`` setting notes      ResourceFlavor: its notes
+(docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes")          the flavor, its
+first contributor's NodeView and
                                                     Devices ``spec``
 ledger     Devices: its refused numbers (decision 19) the Devices' name, ``spec`` and ``status``
-status     InstanceType: its status (docs/concepts/pools-and-flavors.md "InstanceType status")            its spec and deletion, queue name, flavors'
+status     InstanceType: its status (docs/concepts/pools-and-flavors.md "InstanceType status")            its
+spec and deletion, queue name, flavors'
                                                     counts, queue facts, settings, the pool's Devices
                                                     ``spec``/``status``
 select     InstanceType: its pool's Devices          its Devices selector, the sound Devices list
@@ -29,8 +32,8 @@ a :class:`runtime.engine.pools.deviceset.DeviceSet`, both updated from the objec
 pass reads again only those.
 
 Callers keep their own per-object results with :meth:`DeriveMemo.keep` (the controller's plan keeps
-each Node's fit label patch, docs/agent.md "Capacity and fit labels", by the Node's ``metadata`` and its Devices') and
-their own state updated from the changes with :meth:`DeriveMemo.state` (the plan's
+each Node's fit label patch, docs/agent.md "Capacity and fit labels", by the Node's ``metadata`` and its
+Devices') and their own state updated from the changes with :meth:`DeriveMemo.state` (the plan's
 ``FitLabelPatches``).
 
 Objects are keyed by identity: a snapshot's dicts are never mutated (:class:`Snapshot`), so the
@@ -200,10 +203,10 @@ class DeriveMemo:
     # -- pools -------------------------------------------------------------------------------------
     def status(self, it: dict, queue: dict | None, flavors: list, pool_devices: list[dict], queue_state: dict,
                settings_values, compute: Callable[[], dict]) -> dict:
-        """``compute()`` (one InstanceType's status, docs/concepts/pools-and-flavors.md "InstanceType status") unless every fact it reads is the
-        same as when it was last computed: the type's name, deletion and spec, its queue's name, its
-        flavors' counts and capacities, ``queue_state``, the settings and its Devices' ``spec`` and
-        ``status`` (by identity). A deep copy."""
+        """``compute()`` (one InstanceType's status, docs/concepts/pools-and-flavors.md "InstanceType status")
+        unless every fact it reads is the same as when it was last computed: the type's name, deletion and
+        spec, its queue's name, its flavors' counts and capacities, ``queue_state``, the settings and its
+        Devices' ``spec`` and ``status`` (by identity). A deep copy."""
         key = (is_deleting(it), _frozen(it.get("spec")), name_of(queue) if queue is not None else None,
                tuple((p.name, p.count, p.capacity) for p in flavors), _frozen(queue_state),
                _frozen(dict(settings_values)),

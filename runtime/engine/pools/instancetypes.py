@@ -1,7 +1,10 @@
 """InstanceTypes: schedule labels, pool selectors, defaulting, derived types, status.
 
-Sources: docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (labels and selectors), docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (derived types), docs/concepts/pools-and-flavors.md "InstanceType admission" (defaulting),
-docs/concepts/pools-and-flavors.md "InstanceType status" (status), docs/concepts/pools-and-flavors.md "Queues and the entrance" (entrance). Name patterns and presets come from rules/pools/*.yaml.
+Sources: docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (labels and
+selectors), docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (derived
+types), docs/concepts/pools-and-flavors.md "InstanceType admission" (defaulting),
+docs/concepts/pools-and-flavors.md "InstanceType status" (status), docs/concepts/pools-and-flavors.md "Queues
+and the entrance" (entrance). Name patterns and presets come from rules/pools/*.yaml.
 """
 from __future__ import annotations
 
@@ -21,12 +24,15 @@ from runtime.engine.snapshot import is_deleting, labels_of, name_of
 
 
 def entrance(policy: Policy, name: str) -> str:
-    """The LocalQueue name fronting pool ``name`` (docs/concepts/pools-and-flavors.md "Queues and the entrance"; CEL ``spec.entrance``)."""
-    return policy.derivation.entrance.evaluate({"name": name, "entrancePrefix": policy.derivation.entrancePrefix})
+    """The LocalQueue name fronting pool ``name`` (docs/concepts/pools-and-flavors.md "Queues and the
+    entrance"; CEL ``spec.entrance``)."""
+    return policy.derivation.entrance.evaluate({"name": name,
+                                                "entrancePrefix": policy.derivation.entrancePrefix})
 
 
 def schedule_labels(policy: Policy, spec: dict, aware: bool) -> dict[str, str]:
-    """PoolScheduleLabels of docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name", from an InstanceType spec and the awareness setting."""
+    """PoolScheduleLabels of docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one
+    name", from an InstanceType spec and the awareness setting."""
     acceleratable = bool(spec.get("acceleratable"))
     labels = {policy.key("acceleratable"): "true" if acceleratable else "false"}
     if spec.get("os"):
@@ -48,8 +54,8 @@ def _feature_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str,
 
 def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
     """Labels of a type whose spec lacks what names its pool (``os``, ``arch``; ``acceleratorGroup``
-    when acceleratable; validation requires them, docs/concepts/pools-and-flavors.md "InstanceType admission"): it selects nothing (read
-    as they are, a type without spec would name the CPU pool)."""
+    when acceleratable; validation requires them, docs/concepts/pools-and-flavors.md "InstanceType
+    admission"): it selects nothing (read as they are, a type without spec would name the CPU pool)."""
     if policy.key("os") not in queue_labels or policy.key("arch") not in queue_labels:
         return True
     return queue_labels.get(policy.key("acceleratable")) == "true" and \
@@ -57,8 +63,9 @@ def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
 
 
 def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's flavors (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"); None selects nothing (also for the labels
-    of a type whose spec lacks os, arch, or the acceleratorGroup of an acceleratable type)."""
+    """Label selector of the pool's flavors (docs/concepts/pools-and-flavors.md "Pools: InstanceType +
+    ClusterQueue of one name"); None selects nothing (also for the labels of a type whose spec lacks os, arch,
+    or the acceleratorGroup of an acceleratable type)."""
     if _incomplete(policy, queue_labels):
         return None
     selector = _feature_selector(policy, queue_labels)
@@ -72,8 +79,9 @@ def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, s
 
 
 def devices_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's Devices (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"); None when no feature key or the type's spec
-    is incomplete (see :func:`flavor_selector`)."""
+    """Label selector of the pool's Devices (docs/concepts/pools-and-flavors.md "Pools: InstanceType +
+    ClusterQueue of one name"); None when no feature key or the type's spec is incomplete (see
+    :func:`flavor_selector`)."""
     selector = _feature_selector(policy, queue_labels)
     if not selector or _incomplete(policy, queue_labels):
         return None
@@ -89,7 +97,8 @@ def matches(selector: dict[str, str] | None, labels: dict[str, str]) -> bool:
 
 
 def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Iterable[dict]) -> dict:
-    """The InstanceType defaulting of docs/concepts/pools-and-flavors.md "InstanceType admission" (a new dict; ``obj`` is not changed).
+    """The InstanceType defaulting of docs/concepts/pools-and-flavors.md "InstanceType admission" (a new dict;
+    ``obj`` is not changed).
 
     ``flavors``: the ResourceFlavor objects the cluster holds (name order is applied here).
     """
@@ -115,7 +124,8 @@ def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Itera
 
 
 def needs_enrichment(it: dict) -> bool:
-    """Whether an InstanceType's descriptors are still empty (docs/concepts/pools-and-flavors.md "InstanceType admission")."""
+    """Whether an InstanceType's descriptors are still empty (docs/concepts/pools-and-flavors.md "InstanceType
+    admission")."""
     spec = it.get("spec") or {}
     if is_deleting(it) or (spec.get("acceleratable") and not spec.get("acceleratorGroup")):
         return False
@@ -151,7 +161,8 @@ def _enrich(policy: Policy, spec: dict, labels: dict, aware: bool, flavors: Iter
 
 
 def derived_type(policy: Policy, name: str, plan, aware: bool) -> dict:
-    """The InstanceType the controller authors for a pool (docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name"), before defaulting.
+    """The InstanceType the controller authors for a pool (docs/concepts/pools-and-flavors.md "Pools:
+    InstanceType + ClusterQueue of one name"), before defaulting.
 
     ``plan``: the FlavorPlan of the pool's first flavor in name order (its notes give the preset
     inputs).
@@ -159,7 +170,8 @@ def derived_type(policy: Policy, name: str, plan, aware: bool) -> dict:
     spec: dict = {"acceleratable": plan.kind == "device"}
     if plan.kind == "device":
         spec["acceleratorGroup"] = plan.akey
-        spec["unitResources"] = presets.unit_for(policy, plan.akey.split("-", 1)[0], plan.notes.get("product", ""))
+        spec["unitResources"] = presets.unit_for(policy, plan.akey.split("-", 1)[0],
+                                                 plan.notes.get("product", ""))
     else:
         spec["unitResources"] = dict(policy.derivation.derivedType.cpuUnit)
     spec["generalGroup"] = policy.derivation.generalGroup.evaluate({"gKey": plan.gkey, "aware": aware})
@@ -201,7 +213,8 @@ def _sliced_detail(devices_list: list[dict], akey: str, spec: dict) -> dict:
     logical_out: dict = {"count": logical}
     if logical:
         logical_out["coresPercentageOvercommit"] = overcommit
-    return {"computeCapability": compute_capability, "slicedDetail": {"logical": logical_out, "physical": physical_out}}
+    return {"computeCapability": compute_capability,
+            "slicedDetail": {"logical": logical_out, "physical": physical_out}}
 
 
 def missing_fields(policy: Policy, spec: dict) -> list[str]:
@@ -267,17 +280,20 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     return status
 
 
-def _cpu_view(policy: Policy, settings: Settings, queue_flavors: list, queue_state: dict, drained: bool) -> dict:
-    """docs/concepts/pools-and-flavors.md "InstanceType status": capacity, remaining and onceMaxRequest in cores.
+def _cpu_view(policy: Policy, settings: Settings, queue_flavors: list, queue_state: dict,
+              drained: bool) -> dict:
+    """docs/concepts/pools-and-flavors.md "InstanceType status": capacity, remaining and onceMaxRequest in
+    cores.
 
     Reserved cores come from the ClusterQueue's ``flavorsReservation`` (``reservedCpuMillis``) while
-    Kueue charges ``cpu``; when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging",
-    rules/pools/kueue.yaml) Kueue reserves nothing, and they come from the pool's running Instance
-    Pods instead (``instancePodCpuMillis``: one CPU limit in millicores per Pod), with docs/concepts/pools-and-flavors.md "InstanceType status"'s
-    overcommit reading: with overcommit on, a Pod of ``c`` cores requested ``800m × ceil(c)`` (capped
-    at its limit) and docs/concepts/pools-and-flavors.md "InstanceType status" reads that back as ``ceil(c)`` cores, so each Pod counts ``ceil(limit)``;
-    with it off, requests equal limits and reserved = ceil(Σ limits). Per-core millis and the setting
-    come from rules/instances/pod.yaml ``overcommit``.
+    Kueue charges ``cpu``; when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md
+    "Kueue's resource charging", rules/pools/kueue.yaml) Kueue reserves nothing, and they come from the pool's
+    running Instance Pods instead (``instancePodCpuMillis``: one CPU limit in millicores per Pod), with
+    docs/concepts/pools-and-flavors.md "InstanceType status"'s overcommit reading: with overcommit on, a Pod
+    of ``c`` cores requested ``800m × ceil(c)`` (capped at its limit) and docs/concepts/pools-and-flavors.md
+    "InstanceType status" reads that back as ``ceil(c)`` cores, so each Pod counts ``ceil(limit)``; with it
+    off, requests equal limits and reserved = ceil(Σ limits). Per-core millis and the setting come from
+    rules/instances/pod.yaml ``overcommit``.
     """
     if drained:
         return {"capacity": 0, "onceMaxRequest": 0, "remaining": 0}
@@ -312,7 +328,8 @@ def reserved_cpu_millis(queue: dict | None) -> int:
 
 def running_instance_pod_cpu(policy: Policy, pods: Iterable[dict]) -> dict[str, list[int]]:
     """Queue entrance -> the CPU limits (millicores, one per Pod) of the running Instance Pods that
-    queue through it (docs/concepts/pools-and-flavors.md "Kueue's resource charging" fallback for the CPU view of docs/concepts/pools-and-flavors.md "InstanceType status").
+    queue through it (docs/concepts/pools-and-flavors.md "Kueue's resource charging" fallback for the CPU view
+    of docs/concepts/pools-and-flavors.md "InstanceType status").
 
     A Pod counts when it carries the queue label (rules/labels.yaml role ``queueName``), has an
     Instance as its controller owner, is bound (``spec.nodeName``) and not terminated (phase not

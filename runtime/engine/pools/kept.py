@@ -22,7 +22,8 @@ def as_kept(policy: Policy, kind: str, ours: dict, live: dict | None) -> dict:
     ``ours`` itself when nothing is added. Never mutates either object."""
     if not live:
         return ours
-    if kind == "ResourceFlavor" and (live.get("spec") or {}).get("nodeLabels") != (ours.get("spec") or {}).get("nodeLabels"):
+    if kind == "ResourceFlavor" and (live.get("spec") or {}).get("nodeLabels") != (
+            ours.get("spec") or {}).get("nodeLabels"):
         return ours
     live_meta = live.get("metadata") or {}
     meta = ours.get("metadata") or {}

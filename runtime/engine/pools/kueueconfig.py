@@ -1,4 +1,5 @@
-"""Kueue's resource charging (docs/concepts/pools-and-flavors.md "Kueue's resource charging"): the Configuration fragment and how Kueue applies it.
+"""Kueue's resource charging (docs/concepts/pools-and-flavors.md "Kueue's resource charging"): the
+Configuration fragment and how Kueue applies it.
 
 :func:`kueue_configuration` expands rules/pools/kueue.yaml over the manufacturer table into the
 ``resources`` part of Kueue's Configuration (``excludeResourcePrefixes``, ``transformations``).
@@ -33,12 +34,14 @@ def _fmt(m: Manufacturer) -> dict[str, str]:
 
 
 def credits_resource(policy: Policy, manufacturer: Manufacturer) -> str:
-    """``credits.gpustack.ai/<id>``: the accelerated ClusterQueues' covered resource (docs/concepts/pools-and-flavors.md "Queues and the entrance"),
-    from rules/labels.yaml ``prefixes.credits``."""
+    """``credits.gpustack.ai/<id>``: the accelerated ClusterQueues' covered resource
+    (docs/concepts/pools-and-flavors.md "Queues and the entrance"), from rules/labels.yaml
+    ``prefixes.credits``."""
     return policy.prefix("credits") + manufacturer.id
 
 
-def _excluded_prefixes(rules: KueueConfigurationSpec, table: dict, manufacturers: list[Manufacturer]) -> list[str]:
+def _excluded_prefixes(rules: KueueConfigurationSpec, table: dict,
+                       manufacturers: list[Manufacturer]) -> list[str]:
     """The global prefixes as written ({visibilityPrefix}: the classifier table's, its one home), then
     the per-manufacturer rows; a prefix listed twice is refused."""
     prefixes: list[str] = [p.format(visibilityPrefix=table["visibilityPrefix"])
@@ -51,7 +54,8 @@ def _excluded_prefixes(rules: KueueConfigurationSpec, table: dict, manufacturers
     seen: set[str] = set()
     for prefix in prefixes:
         if prefix in seen:
-            raise KueueConfigurationError(f"KueueConfiguration: excludeResourcePrefixes lists {prefix!r} twice")
+            raise KueueConfigurationError(
+                f"KueueConfiguration: excludeResourcePrefixes lists {prefix!r} twice")
         seen.add(prefix)
     return prefixes
 
@@ -84,8 +88,8 @@ def kueue_configuration(policy: Policy) -> dict:
     Kubernetes canonical (``1600k``, ``160k``, ``1``).
 
     Raises :class:`KueueConfigurationError` when a row's input does not classify into its declared
-    family (docs/reference/controller.md "Pod accelerator requests"), a credits expression is not a positive integer, or a prefix is
-    listed twice.
+    family (docs/reference/controller.md "Pod accelerator requests"), a credits expression is not a positive
+    integer, or a prefix is listed twice.
     """
     rules = _rules(policy)
     table = classifier_table(policy, rules.resourceKeysParams)
@@ -107,8 +111,8 @@ def kueue_configuration(policy: Policy) -> dict:
             for prefix in prefixes:
                 if key.startswith(prefix):
                     raise KueueConfigurationError(
-                        f"KueueConfiguration: transformations[{i}].input {key!r} is excluded by prefix {prefix!r} "
-                        f"(Kueue drops excluded keys before transforming)")
+                        f"KueueConfiguration: transformations[{i}].input {key!r} is excluded by prefix "
+                        f"{prefix!r} (Kueue drops excluded keys before transforming)")
             entry: dict[str, Any] = {"input": key, "strategy": row.strategy}
             if row.multiplyBy:
                 entry["multiplyBy"] = row.multiplyBy.format(**_fmt(m))
@@ -120,8 +124,9 @@ def kueue_configuration(policy: Policy) -> dict:
 
 
 def cpu_excluded(policy: Policy) -> bool:
-    """True when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging" fallback): CPU-only Instance
-    Pods carry their pool's flavor affinity and the CPU view counts Instance Pods."""
+    """True when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's
+    resource charging" fallback): CPU-only Instance Pods carry their pool's flavor affinity and the CPU view
+    counts Instance Pods."""
     return _rules(policy).cpu_excluded
 
 
@@ -209,4 +214,5 @@ def workload_requests(configuration: Mapping, pod: Mapping) -> dict[str, int]:
             if (mapping.get("strategy") or "Retain") == "Retain":
                 out[name] = quantity
         requests = out
-    return {name: int(math.ceil(q * 1000)) if name == "cpu" else _value(q) for name, q in sorted(requests.items())}
+    return {
+        name: int(math.ceil(q * 1000)) if name == "cpu" else _value(q) for name, q in sorted(requests.items())}

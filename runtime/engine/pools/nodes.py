@@ -1,4 +1,6 @@
-"""Node facts as pool derivation reads them (docs/agent.md "Labels, annotations and NodeFeatures" and "Normalization"; docs/concepts/pools-and-flavors.md "Pools and flavors" and "ResourceFlavors: what each node contributes").
+"""Node facts as pool derivation reads them (docs/agent.md "Labels, annotations and NodeFeatures" and
+"Normalization"; docs/concepts/pools-and-flavors.md "Pools and flavors" and "ResourceFlavors: what each node
+contributes").
 
 * Effective labels: where NodeFeatures name a node (label ``nfd.node.kubernetes.io/node-name``), the
   keys under the propagated prefixes are replaced by the union of their ``spec.labels`` — what NFD
@@ -77,8 +79,8 @@ def node_feature_judge(policy: Policy, namespace: str | None = None):
         if not any(str(k).startswith(prefixes) for k in ((nf.get("spec") or {}).get("labels") or {})):
             return node, False, None
         if ns != system:
-            return node, False, messages.foreignNodeFeature.format(namespace=ns, name=name, system=system, node=node,
-                                                                   prefixes=", ".join(prefixes))
+            return node, False, messages.foreignNodeFeature.format(namespace=ns, name=name, system=system,
+                                                                   node=node, prefixes=", ".join(prefixes))
         return node, False, messages.nodeFeatureName.format(namespace=ns, name=name, node=node,
                                                             expected=" or ".join(node + s for s in suffixes))
     return judge
@@ -110,13 +112,15 @@ def node_effective_labels(policy: Policy, node: dict, features) -> dict[str, str
     for nf in features:
         for key, value in ((nf.get("spec") or {}).get("labels") or {}).items():
             merged[key] = str(value)
-    labels = {k: v for k, v in labels.items() if not k.startswith(prefixes) or fit in k.split("/", 1)[0] + "/"}
+    labels = {
+        k: v for k, v in labels.items() if not k.startswith(prefixes) or fit in k.split("/", 1)[0] + "/"}
     labels.update(merged)
     return labels
 
 
 def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: dict[str, str]) -> NodeView:
-    """Parse one node's labels into a :class:`NodeView` (docs/concepts/pools-and-flavors.md "Pools and flavors")."""
+    """Parse one node's labels into a :class:`NodeView` (docs/concepts/pools-and-flavors.md "Pools and
+    flavors")."""
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
     gkey = None
@@ -127,7 +131,8 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
             continue
         if key.startswith(general):
             rest = key[len(general):]
-            if "." not in rest and (gkey is None or len(rest) > len(gkey) or (len(rest) == len(gkey) and rest < gkey)):
+            if "." not in rest and (
+                    gkey is None or len(rest) > len(gkey) or (len(rest) == len(gkey) and rest < gkey)):
                 gkey = rest
         elif key.startswith(acc):
             rest = key[len(acc):]
@@ -136,12 +141,14 @@ def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: di
             akeys[rest] = _count(policy, name, labels, f"{acc}{rest}{policy.suffix('count')}", rest, problems)
             if akeys[rest] and not _descriptors_sound(policy, name, labels, f"{acc}{rest}", rest, problems):
                 akeys[rest] = 0
-    cores = _count(policy, name, labels, f"{general}{gkey}{policy.suffix('count')}", "", problems) if gkey else 0
-    managed = bool(policy.derivation.managed.evaluate({"labels": labels, "managedKey": policy.key("managed")}))
+    cores = _count(policy, name, labels, f"{general}{gkey}{policy.suffix('count')}", "",
+                   problems) if gkey else 0
+    managed = bool(policy.derivation.managed.evaluate({"labels": labels,
+                                                       "managedKey": policy.key("managed")}))
     return NodeView(
         name=name, labels=labels, annotations=annotations, managed=managed, gkey=gkey, cores=cores,
-        os=labels.get(policy.key("os"), ""), arch=labels.get(policy.key("arch"), ""), akeys=dict(sorted(akeys.items())),
-        problems=tuple(sorted(problems, key=lambda p: p.key)),
+        os=labels.get(policy.key("os"), ""), arch=labels.get(policy.key("arch"), ""),
+        akeys=dict(sorted(akeys.items())), problems=tuple(sorted(problems, key=lambda p: p.key)),
     )
 
 

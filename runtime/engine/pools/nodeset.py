@@ -108,7 +108,8 @@ class NodeSet:
                 self.naming.setdefault(verdict[0], set()).add(key)
                 affected.add(verdict[0])
         for name in affected:
-            trusted = tuple(features[key] for key in sorted(self.naming.get(name, ())) if self.verdicts[key][1])
+            trusted = tuple(
+                features[key] for key in sorted(self.naming.get(name, ())) if self.verdicts[key][1])
             if trusted:
                 self.trusted[name] = trusted
             else:

@@ -1,8 +1,10 @@
-"""Unit-resource preset matching (docs/tasks/add-manufacturer-or-preset.md "A product without a preset"); the table is rules/pools/presets.yaml.
+"""Unit-resource preset matching (docs/tasks/add-manufacturer-or-preset.md "A product without a preset"); the
+table is rules/pools/presets.yaml.
 
 ``unit_for(policy, manufacturer, product)`` -> ``{"cpu": "8", "ram": "64Gi"}``;
 ``preset_miss(policy, manufacturer, product)`` -> why no preset matches ("" when one does), for the
-words ``explain`` and ``audit`` use when a derived type takes the fallback unit (docs/concepts/pools-and-flavors.md).
+words ``explain`` and ``audit`` use when a derived type takes the fallback unit
+(docs/concepts/pools-and-flavors.md).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ def match_tier(policy: Policy, manufacturer: str, product: str) -> str:
     """The tier name of (manufacturer, product); the fallback tier when nothing matches.
 
     A manufacturer that is not a detectable id (rules/manufacturers.yaml) always falls back, even if
-    the preset table lists it "for completeness" (docs/tasks/add-manufacturer-or-preset.md "Change a preset (and see the effect in a minute)", last section).
+    the preset table lists it "for completeness" (docs/tasks/add-manufacturer-or-preset.md "Change a preset
+    (and see the effect in a minute)", last section).
     """
     return _match(policy, manufacturer, product)[0] or policy.presets.fallbackTier
 

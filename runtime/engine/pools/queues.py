@@ -1,4 +1,5 @@
-"""Kueue objects of a pool: ClusterQueue, LocalQueues, the AdmissionCheck (docs/concepts/pools-and-flavors.md "Queues and the entrance" and "The AdmissionCheck `gpustack-node-devices`").
+"""Kueue objects of a pool: ClusterQueue, LocalQueues, the AdmissionCheck (docs/concepts/pools-and-flavors.md
+"Queues and the entrance" and "The AdmissionCheck `gpustack-node-devices`").
 
 Quota comes from flavors only (never from the InstanceType): accelerated queues cover
 ``credits.gpustack.ai/<manufacturer>`` at D per usable accelerator (the flavor's capacity, less what
@@ -26,7 +27,8 @@ def queue_labels(policy: Policy, it: dict, aware: bool) -> dict[str, str]:
 
 def queue_flavors(policy: Policy, labels: dict[str, str], plans: dict[str, FlavorPlan],
                   rendered: dict[str, dict]) -> list[FlavorPlan]:
-    """The pool's flavors: selector match, capacity > 0, by per-node count then name (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+    """The pool's flavors: selector match, capacity > 0, by per-node count then name
+    (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
     selector = flavor_selector(policy, labels)
     chosen = [plans[name] for name, flavor in rendered.items()
               if plans[name].capacity > 0 and matches(selector, flavor["metadata"]["labels"])]
@@ -42,7 +44,8 @@ def holds_reservations(queue: dict | None) -> bool:
 def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str, str],
                   flavors: list[FlavorPlan], old: dict | None = None,
                   usable: dict[str, int] | None = None) -> tuple[dict, str]:
-    """(ClusterQueue object, phaseMessage) for one InstanceType (docs/concepts/pools-and-flavors.md "Queues and the entrance").
+    """(ClusterQueue object, phaseMessage) for one InstanceType (docs/concepts/pools-and-flavors.md "Queues
+    and the entrance").
 
     ``usable``: device flavor name -> the accelerators its quota counts
     (:func:`runtime.engine.pools.reach.usable_quota`); a flavor not in it counts its capacity.
@@ -50,7 +53,8 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     ``old`` is the queue as the cluster holds it. When the pool lost every flavor while Workloads
     still hold reservations, the old groups are kept: with ``instance-type-drain-when-no-flavors``
     the queue goes ``HoldAndDrain`` (Kueue evicts, the Instances are stopped), otherwise it waits for
-    the reservations to clear; once none remains the groups are emptied (docs/concepts/pools-and-flavors.md "Queues and the entrance").
+    the reservations to clear; once none remains the groups are emptied (docs/concepts/pools-and-flavors.md
+    "Queues and the entrance").
     """
     spec_it = it.get("spec") or {}
     rules = policy.derivation.clusterQueue
@@ -71,7 +75,8 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     groups = []
     if flavors:
         groups.append({"coveredResources": [resource],
-                       "flavors": [{"name": plan.name, "resources": [{"name": resource, "nominalQuota": quota(plan)}]}
+                       "flavors": [{"name": plan.name,
+                                    "resources": [{"name": resource, "nominalQuota": quota(plan)}]}
                                    for plan in flavors]})
     spec["resourceGroups"] = groups
     old_spec = (old or {}).get("spec") or {}
@@ -83,14 +88,16 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     if is_deleting(it):
         spec["stopPolicy"] = "HoldAndDrain"
     if acceleratable and settings.flag(policy.setting("derivedFromNode")):
-        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": policy.derivation.admissionCheck.name}]}
+        spec["admissionChecksStrategy"] = {
+            "admissionChecks": [{"name": policy.derivation.admissionCheck.name}]}
     obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
            "metadata": {"name": name_of(it), "labels": labels}, "spec": spec}
     return obj, message
 
 
 def local_queues(policy: Policy, queue: dict, namespaces: list[str]) -> list[dict]:
-    """One LocalQueue per namespace, named by the entrance, owned by the ClusterQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+    """One LocalQueue per namespace, named by the entrance, owned by the ClusterQueue
+    (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
     name = name_of(queue)
     lq_name = entrance(policy, name)
     return [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
@@ -100,7 +107,8 @@ def local_queues(policy: Policy, queue: dict, namespaces: list[str]) -> list[dic
 
 
 def admission_check(policy: Policy) -> dict:
-    """The ``gpustack-node-devices`` AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
+    """The ``gpustack-node-devices`` AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck
+    `gpustack-node-devices`")."""
     ac = policy.derivation.admissionCheck
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
             "metadata": {"name": ac.name, "labels": dict(ac.labels)},

@@ -11,8 +11,8 @@ its accelerators unhealthy.
 * :func:`flavor_reach`: per derived ResourceFlavor, its contributors and, for each whose Node lacks a
   ``spec.nodeLabels`` pair, the pairs it lacks (:class:`FlavorReach`).
 * :func:`usable_accelerators`: per aKey, the healthy accelerators of one Devices object (what the four
-  views count, docs/concepts/four-views.md "The four views"); :func:`usable_quota` the accelerators a device flavor's quota
-  counts (spec: docs/concepts/pools-and-flavors.md, "Quota follows the usable accelerators").
+  views count, docs/concepts/four-views.md "The four views"); :func:`usable_quota` the accelerators a device
+  flavor's quota counts (spec: docs/concepts/pools-and-flavors.md, "Quota follows the usable accelerators").
 * :func:`shortfalls`: per contributing node and aKey whose labels count more accelerators than its
   Devices can use (:class:`Shortfall`).
 * :func:`pool_flavors`: per pool (InstanceType), the flavors its ClusterQueue names.

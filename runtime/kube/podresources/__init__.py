@@ -1,4 +1,5 @@
-"""Client of kubelet's PodResources v1 gRPC API over its unix socket (docs/agent.md "The Devices object and its ledger").
+"""Client of kubelet's PodResources v1 gRPC API over its unix socket (docs/agent.md "The Devices object and
+its ledger").
 
 The stubs ``api_pb2.py``/``api_pb2_grpc.py`` are generated from k8s.io/kubelet's
 ``pkg/apis/podresources/v1/api.proto`` (committed here as ``api.proto``) by ``make podresources-stubs``

@@ -18,7 +18,8 @@ from typing import Optional
 
 from runtime.rules.celtyping import BOOL, DYN, INF, INT, T, Bounds, sized
 
-_DYN_REFS = frozenset({"io.k8s.apimachinery.pkg.api.resource.Quantity", "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
+_DYN_REFS = frozenset({"io.k8s.apimachinery.pkg.api.resource.Quantity",
+                       "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
                        "io.k8s.apimachinery.pkg.runtime.RawExtension"})
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
@@ -26,7 +27,8 @@ _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 @functools.lru_cache(maxsize=1)
 def content() -> dict:
     """``objects.json``: ``{sources, kinds: {name: schema}, definitions: {name: schema}}``."""
-    return json.loads(importlib.resources.files(__name__).joinpath("objects.json").read_text(encoding="utf-8"))
+    return json.loads(
+        importlib.resources.files(__name__).joinpath("objects.json").read_text(encoding="utf-8"))
 
 
 def kind_names() -> dict[str, str]:

@@ -61,7 +61,8 @@ def slim(schema: dict) -> dict:
     """``schema`` with only the keys the type checker reads (see the module docstring)."""
     out = {k: schema[k] for k in KEEP if k in schema}
     if "$ref" in schema:
-        out["$ref"] = schema["$ref"][len(_DEF_PREFIX):] if schema["$ref"].startswith(_DEF_PREFIX) else schema["$ref"]
+        out["$ref"] = schema["$ref"][len(_DEF_PREFIX):] if schema["$ref"].startswith(
+            _DEF_PREFIX) else schema["$ref"]
     if "allOf" in schema and len(schema["allOf"]) == 1 and "$ref" in schema["allOf"][0]:
         out.update(slim(schema["allOf"][0]))
     if isinstance(schema.get("properties"), dict):
@@ -104,7 +105,8 @@ def crd_kinds(files) -> dict:
     """``{Kind.group: schema}`` of the served version of every CRD in ``files`` (the storage version)."""
     kinds = {}
     for path in sorted(files):
-        for doc in yaml.load_all(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        for doc in yaml.load_all(Path(path).read_text(),
+                                 Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]
@@ -124,7 +126,8 @@ def build() -> dict:
     ours = crd_kinds((ROOT / "crds").glob("*.yaml"))
     return {
         "generatedBy": "python -m runtime.rules.schemas.regenerate",
-        "sources": {"k8s.io/kubernetes": k8s_version, "sigs.k8s.io/kueue": kueue_version, "crds": "crds/*.yaml"},
+        "sources": {"k8s.io/kubernetes": k8s_version, "sigs.k8s.io/kueue": kueue_version,
+                    "crds": "crds/*.yaml"},
         "kinds": {**kinds, **kueue, **ours},
         "definitions": definitions,
     }
@@ -140,7 +143,8 @@ def main() -> int:
     try:
         text = render(build())
     except FileNotFoundError as exc:
-        print(f"regenerate: {exc.filename}: not found (go mod download in e2e/controlplane and e2e/crdsources)",
+        print(f"regenerate: {exc.filename}: not found (go mod download in e2e/controlplane and "
+              f"e2e/crdsources)",
               file=sys.stderr)
         return 1
     OUT.write_text(text)
