@@ -110,7 +110,8 @@ def _ref(obj: dict) -> str:
 
 
 def _error_text(outcome: Outcome) -> str:
-    return outcome.denial[2] if outcome.denial is not None else f"policy {outcome.policy}: a rule failed to evaluate"
+    return outcome.denial[2] if outcome.denial is not None \
+        else f"policy {outcome.policy}: a rule failed to evaluate"
 
 
 def _change(name: str, ref: str, before: Outcome, after: Outcome, source: str) -> Optional[VerdictChange]:
@@ -207,7 +208,8 @@ def cost_growth(serving: RuleSet, ruleset: RuleSet) -> Optional[list[str]]:
     if old is None or new is None:
         return None
     return [
-        f"{where}: {old.get(where, 0)} -> {cost}" for where, cost in sorted(new.items()) if cost > old.get(where, 0)]
+        f"{where}: {old.get(where, 0)} -> {cost}" for where, cost in sorted(new.items())
+        if cost > old.get(where, 0)]
 
 
 def reconciled(policy: Policy, snapshot: Snapshot) -> Snapshot:
@@ -218,7 +220,8 @@ def reconciled(policy: Policy, snapshot: Snapshot) -> Snapshot:
 
     state = derive(policy, snapshot)
     written = {
-        (o["kind"], (o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o for o in state.objects()}
+        (o["kind"], (o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o
+        for o in state.objects()}
     gone = {("ResourceFlavor", "", name) for name in state.flavor_deletes}
     kept = [o for o in snapshot if _key(o) not in written and _key(o) not in gone]
     return Snapshot.from_objects(kept + list(written.values()), origin="reconciled")

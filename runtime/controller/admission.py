@@ -287,7 +287,8 @@ class AdmissionServer:
             self.reload = WebhookRulesReload(self.state, self.paths, self.policy.ruleset.root, self._view_for,
                                              self.policy.ruleset, interval=self.watch_rules_seconds,
                                              gate=self._gate,
-                                             leader_verdict=self._leader_verdict if self.rules_configmap else None
+                                             leader_verdict=self._leader_verdict if self.rules_configmap
+                                             else None
                                              ).start()
         return self
 

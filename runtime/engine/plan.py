@@ -243,7 +243,8 @@ def _instance_type_status(policy: Policy, state: DesiredState, snapshot: Snapsho
             continue
         if (live.get("status") or {}) != it.get("status"):
             out.append(Action(Verb.APPLY_STATUS, "InstanceType", name, body=it, reason="status differs"))
-        if live is not None and is_deleting(live) and finalizer in (live["metadata"].get("finalizers") or []) \
+        if live is not None and is_deleting(live) \
+                and finalizer in (live["metadata"].get("finalizers") or []) \
                 and snapshot.get("ClusterQueue", name) is None:
             out.append(Action(Verb.REMOVE_FINALIZER, "InstanceType", name, body=live,
                               reason="its queue is gone"))

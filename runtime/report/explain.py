@@ -118,7 +118,8 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
             n.name for n in nodes if all(n.labels.get(k) == v for k, v in node_labels.items())]
     in_pool = sorted({n for names in members.values() for n in names})
     excluded = {
-        n.name: _excluded(policy, n, selector, desired.resource_flavors) for n in nodes if n.name not in in_pool}
+        n.name: _excluded(policy, n, selector, desired.resource_flavors) for n in nodes
+        if n.name not in in_pool}
     accel: dict[str, list[dict]] = {}
     if (it.get("spec") or {}).get("acceleratable"):
         for node in in_pool:

@@ -221,7 +221,8 @@ class RulesCache:
         """Remove the oldest entries beyond :data:`KEEP` (never ``keep``, the one just written)."""
         try:
             entries = [
-                (p.stat().st_mtime, p) for p in self.directory.glob(f"*{SUFFIX}") if not p.name.startswith(".")]
+                (p.stat().st_mtime, p) for p in self.directory.glob(f"*{SUFFIX}")
+                if not p.name.startswith(".")]
         except OSError:
             return
         entries.sort(reverse=True)

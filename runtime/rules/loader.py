@@ -287,7 +287,8 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
         data, problems = _read(path, display)
         files.append((path, display, data))
         unread.extend(problems)
-    key = store.key([(display, data) for _, display, data in files]) if store is not None and not unread else None
+    key = store.key([(display, data) for _, display, data in files]) if store is not None and not unread \
+        else None
     entry = store.load(key) if key is not None else None
     if entry is not None:
         try:

@@ -141,7 +141,8 @@ def _link_schema(doc, schema, path: str, constants) -> list[Problem]:
     every schema below it; a name that is no integer constant is a problem at ``<path>.maxLengthFrom``."""
     problems = []
     if schema.maxLengthFrom is not None:
-        value = getattr(constants, schema.maxLengthFrom) if schema.maxLengthFrom in type(constants).model_fields \
+        value = getattr(constants, schema.maxLengthFrom) \
+            if schema.maxLengthFrom in type(constants).model_fields \
             else None
         if type(value) is not int:
             problems.append(_problem(doc, f"{path}.maxLengthFrom", f"no number {schema.maxLengthFrom!r} in "

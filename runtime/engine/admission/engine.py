@@ -345,7 +345,8 @@ class AdmissionEngine:
                 error = FieldError(
                     reason=rule.reason,
                     field=str(self._eval(rule.fieldExpression, sub)) if rule.fieldExpression else rule.field,
-                    detail=str(self._eval(rule.messageExpression, sub)) if rule.messageExpression else rule.message,
+                    detail=str(self._eval(rule.messageExpression, sub)) if rule.messageExpression
+                    else rule.message,
                     value=self._eval(rule.value, sub) if rule.value is not None else MISSING,
                     rule=rule.name)
                 outcome.rules.append(rule.name)

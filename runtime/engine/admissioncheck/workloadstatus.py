@@ -58,7 +58,8 @@ def check_entry(policy: Policy, workload: Mapping) -> dict | None:
 def quota_reserved(workload: Mapping) -> bool:
     """Kueue holds quota for it: condition ``QuotaReserved`` True, ``status.admission`` set, and it is
     neither ``Evicted`` nor ``Finished`` (Kueue's own check controllers skip those too)."""
-    return bool((workload.get("status") or {}).get("admission")) and _condition_true(workload, QUOTA_RESERVED) \
+    return bool((workload.get("status") or {}).get("admission")) \
+        and _condition_true(workload, QUOTA_RESERVED) \
         and not _condition_true(workload, EVICTED) and not _condition_true(workload, FINISHED)
 
 

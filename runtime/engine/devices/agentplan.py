@@ -121,7 +121,8 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     name = meta["name"]
     node_labels = meta.get("labels") or {}
     capacity_now = (node.get("status") or {}).get("capacity") or {}
-    groups = accelerator_groups(policy, facts.accelerators, group_id_with_memory) if accelerators_known else []
+    groups = accelerator_groups(policy, facts.accelerators, group_id_with_memory) if accelerators_known \
+        else []
     worker_labels_now = ((worker_now or {}).get("spec") or {}).get("labels") or {}
     # unknown accelerators (probe failure): keep whatever cpu-only state the worker NodeFeature has
     has_accelerator = any(g.healthy for g in groups) if accelerators_known \

@@ -80,7 +80,8 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
         entry["views"] = views
     entry["status"] = {
         "unhealthy": not acc.healthy,
-        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 or acc.dra or "sliced" not in views
+        "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 or acc.dra
+                          or "sliced" not in views
                           else manu.logicalSlices,
                           "coresPercentageOvercommit": manu.coresOvercommit},
         "physicalSliced": physical,

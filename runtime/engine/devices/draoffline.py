@@ -114,7 +114,8 @@ def _cpu(policy: Policy, node: Mapping[str, Any], worker: Mapping[str, Any] | No
         general = policy.prefix("general")
         source = ((worker.get("spec") or {}).get("labels") or {}) if worker is not None else labels
         manus = [k[len(general):] for k, v in source.items()
-                 if k.startswith(general) and v == "true" and "-" not in k[len(general):] and "." not in k[len(general):]]
+                 if k.startswith(general) and v == "true" and "-" not in k[len(general):]
+                 and "." not in k[len(general):]]
         vendor = manus[0] if manus else ""
     by_vendor = {v.lower(): vendor_id for vendor_id, v in policy.node_facts.cpuVendors.items()}
     cpu = CpuFacts(vendorId=by_vendor.get(vendor.lower(), ""),

@@ -235,7 +235,8 @@ def _place(policy: Policy, reading: DraReading, wholes: list) -> None:
     kept = []
     for facts, index, ref in wholes:
         uuid = facts["uuid"]
-        twice = ("uuid", uuid) if uuid in seen else ("index", index) if index is not None and index in indexes else None
+        twice = ("uuid", uuid) if uuid in seen else ("index", index) if index is not None \
+            and index in indexes else None
         if twice:
             reading.warnings.append(dra_policy(policy).messages.unreadableDevice.format(
                 node=reading.node, driver=ref[0], device=f"{ref[1]}/{ref[2]}", field=twice[0],

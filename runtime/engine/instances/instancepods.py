@@ -349,7 +349,8 @@ def _claim_placement(policy, settings, snapshot, namespace, spec) -> tuple[list[
             continue
         class_name = (pvc.get("spec") or {}).get("storageClassName")
         sc = snapshot.get("StorageClass", class_name) if class_name else None
-        if sc and sc.get("volumeBindingMode") == "WaitForFirstConsumer" and sc.get("provisioner") != placement.noProvisioner:
+        if sc and sc.get("volumeBindingMode") == "WaitForFirstConsumer" \
+                and sc.get("provisioner") != placement.noProvisioner:
             continue
         return [], placement.unboundMessage.format(claim=claim, phase=phase)
     return terms, ""

@@ -55,5 +55,6 @@ def owns_claim(ipv: dict, pvc: dict) -> bool:
     """Whether ``pvc``'s controller ownerReference is ``ipv`` (same uid): only such a claim is the
     InstancePersistentVolume's; a same-named claim of someone else is left alone and not mirrored."""
     uid = (ipv.get("metadata") or {}).get("uid")
-    return any(ref.get("controller") and ref.get("kind") == "InstancePersistentVolume" and ref.get("uid") == uid
+    return any(ref.get("controller") and ref.get("kind") == "InstancePersistentVolume"
+               and ref.get("uid") == uid
                for ref in (pvc.get("metadata") or {}).get("ownerReferences") or [])

@@ -184,7 +184,8 @@ def has_free_slice(policy: Policy, a: Accelerator) -> bool:
     (docs/agent.md "Capacity and fit labels" ``sliced-max-free-units``; docs/concepts/pools-and-flavors.md
     "The AdmissionCheck `gpustack-node-devices`" sliced row without the units test)."""
     modes = _modes(policy)
-    return a.logically_sliceable and a.mode in (modes.none, modes.sliced) and a.allocated_slices < a.logical_count
+    return a.logically_sliceable and a.mode in (modes.none, modes.sliced) \
+        and a.allocated_slices < a.logical_count
 
 
 def holds_slice(policy: Policy, a: Accelerator, units: int) -> bool:
@@ -197,4 +198,5 @@ def holds_partition(policy: Policy, a: Accelerator, profile: str) -> bool:
     """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0``
     (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" partition row)."""
     modes = _modes(policy)
-    return a.partitioned and a.mode in (modes.none, modes.partitioned) and a.remaining_profiles.get(profile, 0) > 0
+    return a.partitioned and a.mode in (modes.none, modes.partitioned) \
+        and a.remaining_profiles.get(profile, 0) > 0

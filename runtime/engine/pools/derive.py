@@ -104,7 +104,8 @@ class DesiredState:
         keep = {(o["metadata"].get("namespace", ""), name_of(o)) for o in ours}
         deleted = set(self.flavor_deletes) if kind == "ResourceFlavor" else set()
         foreign = [o for o in snapshot.list(kind)
-                   if ((o["metadata"].get("namespace") or ""), name_of(o)) not in keep and name_of(o) not in deleted
+                   if ((o["metadata"].get("namespace") or ""), name_of(o)) not in keep
+                   and name_of(o) not in deleted
                    and not _owned(policy, o, kind)]
         merged = list(ours) + foreign
         return sorted(merged, key=lambda o: ((o["metadata"].get("namespace") or ""), name_of(o)))
@@ -163,7 +164,8 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     state.node_flavors = {name: list(flavors) for name, flavors in node_flavors.items()}
     flavor_type = policy.derivation.resourceTypes["flavor"]
     state.flavor_deletes = [name_of(f) for f in snapshot.list("ResourceFlavor")
-                            if labels_of(f).get(policy.key("resourceType")) == flavor_type and name_of(f) not in rendered]
+                            if labels_of(f).get(policy.key("resourceType")) == flavor_type
+                            and name_of(f) not in rendered]
 
     types = _instance_types(policy, snapshot, state, plans, aware)
     _queues_and_status(policy, snapshot, state, types, plans, rendered, effective, aware, live, memo)
@@ -228,7 +230,8 @@ def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, pla
             variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch,
                          "aware": aware}
             pool = (
-                policy.derivation.pools.device if plan.kind == "device" else policy.derivation.pools.cpu).evaluate(variables)
+                policy.derivation.pools.device if plan.kind == "device"
+                else policy.derivation.pools.cpu).evaluate(variables)
             first_plan.setdefault(pool, plan)
         for pool, plan in first_plan.items():
             if pool in types:

@@ -215,4 +215,5 @@ def workload_requests(configuration: Mapping, pod: Mapping) -> dict[str, int]:
                 out[name] = quantity
         requests = out
     return {
-        name: int(math.ceil(q * 1000)) if name == "cpu" else _value(q) for name, q in sorted(requests.items())}
+        name: int(math.ceil(q * 1000)) if name == "cpu" else _value(q)
+        for name, q in sorted(requests.items())}

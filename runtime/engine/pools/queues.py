@@ -84,7 +84,8 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
         spec["stopPolicy"] = "Hold"
     if not flavors and old_spec.get("resourceGroups") and holds_reservations(old):
         spec["resourceGroups"] = old_spec["resourceGroups"]
-        spec["stopPolicy"] = "HoldAndDrain" if settings.flag(policy.setting("drainWhenNoFlavors")) else old_spec.get("stopPolicy", spec["stopPolicy"])
+        spec["stopPolicy"] = "HoldAndDrain" if settings.flag(policy.setting("drainWhenNoFlavors")) \
+            else old_spec.get("stopPolicy", spec["stopPolicy"])
     if is_deleting(it):
         spec["stopPolicy"] = "HoldAndDrain"
     if acceleratable and settings.flag(policy.setting("derivedFromNode")):
