@@ -26,7 +26,8 @@ from typing import Any, Callable, Mapping
 from runtime.model.resourcefamily import resource_family
 
 Value = Callable[[Any, Mapping, str], int]
-"""(quantity, container, key) -> the integer value (docs/reference/controller.md "Pod accelerator requests" ``Value()``, rounded up)."""
+"""(quantity, container, key) -> the integer value (docs/reference/controller.md "Pod accelerator requests"
+``Value()``, rounded up)."""
 
 
 def _group(list_name: str, container: Mapping) -> str:

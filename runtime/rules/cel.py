@@ -42,7 +42,8 @@ import runtime as _runtime_pkg
 from runtime.model.cellimits import CelRuntimeLimits
 from runtime.rules import celfast, celfunctions
 from runtime.rules.celactivation import _Activation, _container, _Runner  # noqa: F401  (tests read them here)
-from runtime.rules.celbudget import DEFAULT_LIMITS, Budget, BudgetSlot, CelBudgetExceeded, CelEvalError, Deadline
+from runtime.rules.celbudget import DEFAULT_LIMITS, Budget, BudgetSlot, CelBudgetExceeded, CelEvalError, \
+    Deadline
 from runtime.rules.celvalues import from_cel, to_cel
 from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES, BoundedMemo, fingerprint
 

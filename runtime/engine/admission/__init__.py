@@ -8,7 +8,8 @@
 
 Pure: no I/O (import-linter contract).
 """
-from runtime.engine.admission.context import AdmissionView, admission_view, published_kinds, view_kinds, view_of_state
+from runtime.engine.admission.context import AdmissionView, admission_view, published_kinds, view_kinds, \
+    view_of_state
 from runtime.engine.admission.engine import AdmissionEngine, AdmissionRequest, DeadlineExceeded
 from runtime.engine.admission.review import BadReview, is_text, parse_review, review_for
 from runtime.engine.admission.verdict import FieldError, Outcome, bad_request, build_response

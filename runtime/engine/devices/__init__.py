@@ -8,14 +8,16 @@ allocations; :mod:`.podresources` maps kubelet PodResources to allocations; :mod
 manufacturer overrides from the environment; :mod:`.agentplan` puts them together (:func:`plan_node`).
 """
 from runtime.engine.devices.agentenv import apply_manufacturer_env, manufacturers_with_env
-from runtime.engine.devices.agentlabels import cpu_annotations, device_manager_labels, managed_value, worker_labels
+from runtime.engine.devices.agentlabels import cpu_annotations, device_manager_labels, managed_value, \
+    worker_labels
 from runtime.engine.devices.agentplan import AgentPlan, node_feature_name, plan_node
 from runtime.engine.devices.devicesobject import (devices_labels, devices_spec, is_healthy, is_partitioned,
                                                   node_capacity, profile_spelling)
 from runtime.engine.devices.ledger import LedgerEvent, parse_allocation, rebuild_ledger
 from runtime.engine.devices.nodefacts import (AcceleratorGroup, accelerator_groups, agent_rules,
                                               cores_from_capacity, gkey)
-from runtime.engine.devices.podresources import annotation_differs, annotation_text, mig_device_index, pod_allocations
+from runtime.engine.devices.podresources import annotation_differs, annotation_text, mig_device_index, \
+    pod_allocations
 
 __all__ = [
     "AcceleratorGroup", "AgentPlan", "LedgerEvent", "accelerator_groups", "agent_rules", "annotation_differs",

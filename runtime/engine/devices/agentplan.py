@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from runtime.engine.devices.agentlabels import cpu_annotations, device_manager_labels, managed_value, worker_labels
+from runtime.engine.devices.agentlabels import cpu_annotations, device_manager_labels, managed_value, \
+    worker_labels
 from runtime.engine.devices.devicesobject import devices_labels, devices_spec, node_capacity
 from runtime.engine.devices.ledger import LedgerEvent, rebuild_ledger
 from runtime.engine.devices.nodefacts import accelerator_groups, agent_rules, cores_from_capacity, gkey

@@ -110,7 +110,8 @@ def mib_field(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField)
     return int(amount // _MIB)
 
 
-def version_field(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField | None) -> tuple[int, int] | None:
+def version_field(row: DraDriverSpec, device: Mapping[str, Any],
+                  where: DeviceField | None) -> tuple[int, int] | None:
     """A version (``8.6.0``) -> (major, minor); None when not published."""
     if where is None:
         return None

@@ -7,7 +7,8 @@ finalizers); :mod:`.persistentvolumes` renders an InstancePersistentVolume's cla
 """
 from runtime.engine.instances.instancelife import (ADD_FINALIZER, CREATE_POD, CREATE_SERVICE, DELETE_POD,
                                                    REMOVE_FINALIZER, SET_STOP, InstanceAction, plan_instance)
-from runtime.engine.instances.instancepods import container_resources, pool_flavors, render_pod, render_service
+from runtime.engine.instances.instancepods import container_resources, pool_flavors, render_pod, \
+    render_service
 from runtime.engine.instances.podstatus import allocations_from_pod, host_ips, phase_from_pod
 from runtime.engine.instances.persistentvolumes import claim_status, owns_claim, render_claim
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.engine.pools.accelerators import Accelerator, accelerators, exclusive_free, takes_shares, takes_slices
+from runtime.engine.pools.accelerators import Accelerator, accelerators, exclusive_free, takes_shares, \
+    takes_slices
 from runtime.engine.policy import Policy
 
 
