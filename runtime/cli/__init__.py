@@ -37,12 +37,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "Run every AdmissionTests and DraDriverTests suite under RULES_DIR/tests; exit 1 when a case "
              "fails."),
     "webhook": ("webhook",
-                "Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, /metrics."),
+                "Serve every AdmissionPolicy of the rules at its own path, plus /healthz, /readyz, "
+                "/metrics."),
     "kueue-config": ("kueueconfig",
                      "Print Kueue's resource charging: excludeResourcePrefixes and transformations."),
     "lint": ("lint", "Check a rules directory without loading it: print every problem of every file."),
     "audit": ("audit",
-              "Judge every existing object with the admission rules and report drift from the derived state."),
+              "Judge every existing object with the admission rules and report drift from the derived "
+              "state."),
     "diff": ("diff", "Show what a rules edit changes before it goes live: pool objects, verdicts and costs."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
     "webhook-probe": ("probe",

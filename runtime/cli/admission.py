@@ -22,7 +22,8 @@ from runtime.webhook.server import check_tls, self_signed
 
 @click.command("admission")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount).")
+              help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster "
+                   "ServiceAccount).")
 @rules_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address the HTTPS server binds (0.0.0.0 in a Pod behind a Service).")

@@ -48,7 +48,8 @@ from runtime.cli.webhookopts import (Registration, follow_certificate, serve_web
 
 @click.command("controller")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount).")
+              help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster "
+                   "ServiceAccount).")
 @rules_option(log=True)
 @click.option("--once", is_flag=True, help="Reconcile once and exit (no leader election).")
 @click.option("--coalesce-seconds", type=click.FloatRange(min=0), default=0.2, show_default=True,

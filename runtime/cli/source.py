@@ -70,7 +70,8 @@ def source_options(func: Callable) -> Callable:
         click.option("--cluster", is_flag=True,
                      help="Read the live cluster and layer the --snapshot files over it (what-if objects)."),
         click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Kubeconfig of the live cluster (default: $KUBECONFIG, ~/.kube/config, in-cluster)."),
+                     help="Kubeconfig of the live cluster (default: $KUBECONFIG, ~/.kube/config, "
+                          "in-cluster)."),
         click.option("--context", default=None,
                      help="The kubeconfig context to use (default: its current one)."),
     )):
