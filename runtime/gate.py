@@ -168,7 +168,8 @@ def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine
         _, after = decide(engine, review, views["new"], name)
         request = review.get("request") or {}
         ref = (f"{request.get('operation', '')} {(request.get('kind') or {}).get('kind', '')} "
-               f"{request.get('namespace') + '/' if request.get('namespace') else ''}{request.get('name', '')}")
+               f"{request.get('namespace') + '/' if request.get('namespace') else ''}"
+               f"{request.get('name', '')}")
         before = decide(old_engine, review, views["old"], name)[1] if name in old_engine.policies else None
         if EVAL_ERROR in after.rules:
             if before is None or EVAL_ERROR not in before.rules:

@@ -128,8 +128,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
         for spec in sorted(server.engine.policies.values(), key=lambda s: s.path):
             logger.info(f"serving {spec.webhook} at https://{host}:{server.port}{spec.path}")
         if certificate is not None:
-            certificate.listeners.append(lambda data: reload_server_tls(server.server, certificate.paths["tls.crt"],
-                                                                        certificate.paths["tls.key"]))
+            certificate.listeners.append(lambda data: reload_server_tls(
+                server.server, certificate.paths["tls.crt"], certificate.paths["tls.key"]))
             certificate.start(stop)
         server.start()
         logger.info("admission ready: {} kinds listed, view built in {:.3f}s", len(server.cache.caches),

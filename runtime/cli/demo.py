@@ -137,7 +137,8 @@ def _progress(line: str) -> None:
 def run_live(policy, rules_dir: Path | None, steps_dir: Path, timeout: float) -> float:
     """The live walkthrough (module docstring); returns its wall seconds. Raises :class:`DemoFailed`."""
     w = harness("walkthrough")
-    Walkthrough, start_local_cluster, tables_equal = w.Walkthrough, w.start_local_cluster, w.tables_equal  # noqa: N806
+    Walkthrough, start_local_cluster, tables_equal = (  # noqa: N806
+        w.Walkthrough, w.start_local_cluster, w.tables_equal)
 
     from loguru import logger
     expected = _expected_tables(policy, steps_dir)

@@ -70,8 +70,9 @@ def admit(filename: str, operation: str, snapshots, cluster, kubeconfig, context
     obj = docs[0]
     request = parse_review(review_for(obj, operation, obj if operation == "UPDATE" else None))
     source = read_source(policy, ADMISSION, snapshots, kubeconfig, context, cluster, "explain admit")
-    info = explain_admission(policy, request, admission_view(policy, source.snapshot, live=source.live,
-                                                                 settings_namespace=source.settings_namespace))
+    info = explain_admission(policy, request,
+                             admission_view(policy, source.snapshot, live=source.live,
+                                            settings_namespace=source.settings_namespace))
     click.echo(json.dumps(info, indent=2, default=str) if output == "json" else render_admission(info))
     denied = any(p["verdict"] in ("invalid", "forbidden", "internal") for p in info["policies"])
     sys.exit(1 if denied else 0)

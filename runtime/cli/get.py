@@ -69,8 +69,8 @@ def command(kind: str, names: tuple[str, ...], snapshots: tuple[str, ...], clust
         click.echo(render(table, objects, wide=output == "wide", headers=not no_headers, marks=marks))
     elif output == "name":
         for obj in objects:
-            click.echo(f"{table.plural[:-1] if table.plural != 'devices' else 'devices'}.{_GROUPS[table.kind]}/"
-                       f"{obj['metadata']['name']}")
+            click.echo(f"{table.plural[:-1] if table.plural != 'devices' else 'devices'}."
+                       f"{_GROUPS[table.kind]}/{obj['metadata']['name']}")
     elif len(names) == 1 and objects:
         emit(objects, output, as_list=False)
     else:

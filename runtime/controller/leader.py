@@ -51,7 +51,8 @@ class LeaderElector:
             raise ValueError(f"renew deadline {renew_deadline_seconds}s must be below the lease duration "
                              f"{lease_seconds}s")
         self.session, self.name, self.namespace, self.identity = session, name, namespace, identity
-        self.lease_seconds, self.renew_seconds, self.retry_seconds = lease_seconds, renew_seconds, retry_seconds
+        self.lease_seconds, self.renew_seconds, self.retry_seconds = (lease_seconds, renew_seconds,
+                                                                      retry_seconds)
         self.renew_deadline_seconds, self.request_seconds = renew_deadline_seconds, request_seconds
         self.leading = False
         self._stop_renew = threading.Event()

@@ -52,7 +52,8 @@ def state_event(template: StateEvent, obj: Mapping, kind: str, now: datetime, **
     """The core/v1 Event of ``template`` (type, reason; message formatted with ``variables``) on
     ``obj`` of ``kind`` at ``now`` (aware datetime), reported by ``accelpolicy``; named
     ``<object>.<reason, lower case>.<now in microseconds, hex>``."""
-    name = f"{(obj.get('metadata') or {}).get('name')}.{template.reason.lower()}.{int(now.timestamp() * 1e6):x}"
+    name = (f"{(obj.get('metadata') or {}).get('name')}.{template.reason.lower()}."
+            f"{int(now.timestamp() * 1e6):x}")
     return event(involved(obj, kind), template.type, template.reason, template.message.format(**variables),
                  COMPONENT, now, name=name)
 

@@ -50,7 +50,8 @@ class ListForbidden(RuntimeError):
 
     def __init__(self, verb: str, resource: str, group: str, namespace: str | None, name: str | None,
                  message: str):
-        self.verb, self.resource, self.group, self.namespace, self.name = verb, resource, group, namespace, name
+        self.verb, self.resource, self.group, self.namespace, self.name = (verb, resource, group, namespace,
+                                                                           name)
         self.message = message
         super().__init__(message)
 

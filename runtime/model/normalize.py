@@ -166,7 +166,8 @@ _SUFFIX_SCALE = {
 }
 
 
-QUANTITY_FORMAT = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+QUANTITY_FORMAT = ("quantities must match the regular expression "
+                   "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
 
 
 class QuantityError(ValueError):

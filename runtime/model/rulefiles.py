@@ -14,7 +14,8 @@ from runtime.model.base import Expr, Strict  # every rule kind's base and the CE
 from runtime.model.manufacturers import (  # noqa: F401 - re-exported
     VIEWS, Manufacturer, ManufacturerMessages, ManufacturerTableSpec, ViewName)
 from runtime.model.reloadgate import ReloadGateSpec
-from runtime.model.stateevents import STATE_EVENT_VARIABLES, StateEvent, StateEvents  # noqa: F401 - re-exported
+from runtime.model.stateevents import (STATE_EVENT_VARIABLES, StateEvent,  # noqa: F401 - re-exported
+                                       StateEvents)
 from runtime.model.templates import IncompleteTypeSpec, Templates  # noqa: F401 - Templates re-exported
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"

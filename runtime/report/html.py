@@ -151,7 +151,8 @@ def render_page(policy: Policy, snapshot: Snapshot, results: list[Result],
                "<th>OBJECT</th><th>FIELD</th><th>MESSAGE</th></tr></thead><tbody>")
     for r in results:
         out.append(f"<tr data-result={r.result}><td class={r.result}>{r.result}</td><td>{_e(r.policy)}</td>"
-                   f"<td>{_e(r.rule)}</td><td>{_e(r.resource)}</td><td>{_e(r.field)}</td><td>{_e(r.message)}</td></tr>")
+                   f"<td>{_e(r.rule)}</td><td>{_e(r.resource)}</td><td>{_e(r.field)}</td>"
+                   f"<td>{_e(r.message)}</td></tr>")
     out.append("</tbody></table><h2>Pools</h2><div id=pools>")
     for group, types in pool_bars(policy, snapshot):
         out.append(f"<div class=group><h3>{_e(group)}</h3>")

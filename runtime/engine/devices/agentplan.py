@@ -18,8 +18,8 @@ from runtime.engine.devices.agentlabels import cpu_annotations, device_manager_l
 from runtime.engine.devices.devicesobject import devices_labels, devices_spec, node_capacity
 from runtime.engine.devices.ledger import LedgerEvent, rebuild_ledger
 from runtime.engine.devices.nodefacts import accelerator_groups, agent_rules, cores_from_capacity, gkey
-from runtime.engine.devices.podresources import annotation_differs, annotation_text, mig_device_index, pod_allocations, \
-    pod_key, with_annotations
+from runtime.engine.devices.podresources import annotation_differs, annotation_text, mig_device_index, \
+    pod_allocations, pod_key, with_annotations
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings
 from runtime.model.facts import NodeFactsDoc

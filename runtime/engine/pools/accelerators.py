@@ -93,7 +93,8 @@ def _modes(policy: Policy):
     return cache[0]
 
 
-def walk_devices(devices: dict, section: str = "spec", akey: str | None = None) -> Iterator[tuple[dict, dict]]:
+def walk_devices(devices: dict, section: str = "spec",
+                 akey: str | None = None) -> Iterator[tuple[dict, dict]]:
     """``(group, accelerator)`` of every accelerator of one Devices object, in order: groups, then
     accelerators; unhealthy ones included (``accelerator["status"]`` says so).
 

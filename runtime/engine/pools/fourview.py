@@ -74,7 +74,8 @@ def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
     share_sum = policy.fourview.sharedOnceMaxReading == "shareSum"
     fv = FourView()
     for devices in devices_list:
-        node_accs = node_shareable = node_excl = node_shares = node_share_accs = node_logical = node_sliced = 0
+        node_accs = node_shareable = node_excl = node_shares = node_share_accs = node_logical = \
+            node_sliced = 0
         for a in accelerators(policy, devices):
             if a.akey != akey:
                 continue
