@@ -135,7 +135,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             webhook_cert_check_seconds: float = 60.0, webhook_ca_configmap: str | None = None,
             webhook_owner_clusterrole: str | None = None, watch_rules_seconds: float = 2.0,
             audit_interval: str = "1h", log_level: str = "INFO", log_format: str = "text",
-            metrics_bind_address: str = "0", registration_only: bool = False, rules_configmap: str | None = None) -> None:
+            metrics_bind_address: str = "0", registration_only: bool = False,
+            rules_configmap: str | None = None) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -146,8 +147,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     --webhook-service. Registrations stay when the controller stops.
 
     Metrics (docs/reference/metrics.md): /metrics on --metrics-bind-address and, with --webhook-port,
-    on the webhook server too.
-    """
+    on the webhook server too."""
     configure_logging(log_level, log_format)
     webhook_opts = webhook_options(once, webhook_values(click.get_current_context().params))
     serving = webhook_opts is not None and not registration_only  # webhooks served in this process
@@ -161,8 +161,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
                             fit_coalesce_seconds=0.0 if once else None,
                             extra_kinds=view_kinds(policy) if serving else ())
     webhooks, stop_hooks = None, []
-    registration = (Registration(session, tls, service, webhook_url_base, serving_cert, webhook_owner_clusterrole)
-                    if registration_only else None)
+    registration = (Registration(session, tls, service, webhook_url_base, serving_cert,
+                                 webhook_owner_clusterrole) if registration_only else None)
     try:
         webhooks = serve_webhooks(controller, webhook_opts, tls, service) if serving else None
         follow_certificate(serving_cert, webhooks, stop, CaPublisher(session, policy, lease_namespace,

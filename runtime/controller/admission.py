@@ -299,7 +299,8 @@ class AdmissionServer:
         snapshot = self.cache.snapshot()
         return try_generation(serving, ruleset, None, reviews, engine=engine,
                               review_view=lambda policy: admission_view(
-                                  policy, snapshot, derive_state=False, settings_namespace=self.settings_namespace))
+                                  policy, snapshot, derive_state=False,
+                                  settings_namespace=self.settings_namespace))
 
     def _leader_verdict(self) -> str | None:
         """The rules ConfigMap's ``reloadGate.verdictAnnotation`` (``accepted:<fingerprint>`` or

@@ -173,10 +173,10 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     labels = {policy.key("queueName"): (instance_type.get("status") or {}).get("entrance", ""),
               policy.key("partOf"): meta.get("uid", "")}
     pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": meta["name"], "namespace": namespace, "labels": labels,
-                        "ownerReferences": [{"apiVersion": instance.get("apiVersion", "worker.gpustack.ai/v1"),
-                                             "kind": "Instance", "name": meta["name"],
-                                             "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True}]},
+           "metadata": {"name": meta["name"], "namespace": namespace, "labels": labels, "ownerReferences": [
+               {"apiVersion": instance.get("apiVersion", "worker.gpustack.ai/v1"), "kind": "Instance",
+                "name": meta["name"], "uid": meta.get("uid", ""), "controller": True,
+                "blockOwnerDeletion": True}]},
            "spec": pod_spec}
     return PodPlan(pod=pod)
 

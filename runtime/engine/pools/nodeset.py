@@ -84,8 +84,8 @@ class NodeSet:
         if nodes.keys() != self.nodes.keys():
             self.names = [key[1] for key in sorted(nodes)]
         order = [views[name] for name in self.names if name in views] if names else self.result[2]
-        self.nodes, self.features, self.effective, self.views, self.marks = (nodes, features, effective, views,
-                                                                             marks)
+        self.nodes, self.features, self.effective, self.views, self.marks = (nodes, features, effective,
+                                                                             views, marks)
         self.result = (warnings, effective, order)
         return self.result
 
