@@ -167,8 +167,8 @@ def offline_snapshot(policy: Policy, paths: tuple[str, ...]):
     from runtime.engine.devices.draoffline import with_dra_nodes
     try:
         return with_dra_nodes(policy, snapshot)[0]
-    # a DRA node's Node that the agent could not plan either (e.g. its capacity.cpu)
     except ValueError as exc:
+        # a DRA node's Node that the agent could not plan either (e.g. its capacity.cpu)
         fail(f"planning the nodes whose accelerators come from ResourceSlices: {exc}")
 
 

@@ -280,8 +280,8 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
     except KeyboardInterrupt:
         click.echo("interrupted; everything stopped and removed", err=True)
         sys.exit(130)
-    # a step not reached, a seed line that failed or hung
     except (DemoFailed, harness().LocalClusterError) as exc:
+        # a step not reached, a seed line that failed or hung
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     click.echo(f"live walkthrough done in {seconds:.0f}s", err=True)

@@ -293,8 +293,8 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
     if entry is not None:
         try:
             problems, ruleset = _assemble(root_path, files, _Compiler(entry.code), entry, None, types, costs)
-        # an entry whose checksum held but whose content does not rebuild
         except Exception as exc:  # noqa: BLE001
+            # an entry whose checksum held but whose content does not rebuild
             problems, ruleset = [RuleProblem(str(root_path), 0, "<cache>", repr(exc))], None
         if not problems:
             return problems, ruleset
