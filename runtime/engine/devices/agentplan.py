@@ -80,8 +80,8 @@ def _node_feature(policy: Policy, node: Mapping[str, Any], role: str, labels: di
 
 
 def _ledger(policy: Policy, facts: NodeFactsDoc, name: str, spec: dict[str, Any],
-            pods: list[Mapping[str, Any]], pod_resources: list[Mapping[str, Any]] | None) -> tuple[dict[
-                str, Any], list[LedgerEvent],
+            pods: list[Mapping[str, Any]],
+            pod_resources: list[Mapping[str, Any]] | None) -> tuple[dict[str, Any], list[LedgerEvent],
                                                                     list[dict[str, Any]]]:
     """The Devices ``status`` of node ``name`` (docs/agent.md "The Devices object and its ledger"), its
     Events, and the Pod annotation patches: with ``pod_resources`` the Pods' allocations are computed from it

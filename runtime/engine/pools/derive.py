@@ -292,8 +292,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
         else:
             pool_devices = memo.keep("select", name,
                                      (None if selector is None else tuple(sorted(selector.items())),
-                                                      id(devices)), devices,
-                                     partial(_select, selector, devices, by_label))
+                                      id(devices)), devices, partial(_select, selector, devices, by_label))
         if memo is None:
             it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices,
                                                     queue_state)
