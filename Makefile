@@ -20,8 +20,9 @@ $(BIN)/accelpolicy: pyproject.toml
 
 install: $(BIN)/accelpolicy  ## create .venv with the accelpolicy console script
 
-lint: install  ## layer contracts (import-linter)
+lint: install  ## layer contracts (import-linter), lines of runtime/ and probes/ at most 110 characters (ruff)
 	$(BIN)/lint-imports
+	$(BIN)/ruff check runtime probes
 
 docs: install  ## build the documentation site into site/ (mkdocs build --strict: a broken link or missing page fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site

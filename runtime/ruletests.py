@@ -45,6 +45,7 @@ from typing import Any, Iterator
 import yaml
 
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
+from runtime.engine.admission.verdict import rule_names
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR
 from runtime.rules.yamlsrc import safe_load_all
@@ -148,7 +149,8 @@ def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None =
 
 # The keys a case and its ``expect`` may hold (the module docstring): another is a misspelling that
 # would silently check nothing, so the suite is refused.
-CASE_KEYS = frozenset({"name", "operation", "useTemplate", "object", "oldObject", "user", "snapshot", "derive", "expect"})
+CASE_KEYS = frozenset({"name", "operation", "useTemplate", "object", "oldObject", "user", "snapshot",
+                       "derive", "expect"})
 EXPECT_KEYS = frozenset({"allowed", "code", "message", "reason", "patch", "rules"})
 
 
@@ -225,7 +227,8 @@ class Runner:
         if "patch" in exp:
             patch = json.loads(base64.b64decode(got["patch"])) if got.get("patch") else []
             if patch != exp["patch"]:
-                result.problems.append(f"patch:\n  want {json.dumps(exp['patch'])}\n  got  {json.dumps(patch)}")
+                result.problems.append(f"patch:\n  want {json.dumps(exp['patch'])}\n"
+                                       f"  got  {json.dumps(patch)}")
         if "rules" in exp:
             self._check_rules(case, exp["rules"], outcome.rules, result)
         return result
@@ -256,26 +259,6 @@ class Runner:
         """:meth:`run` for each case, in order."""
         for case in cases:
             yield self.run(case)
-
-
-def rule_names(policy: Policy) -> tuple[frozenset[str], dict[str, str]]:
-    """The names an admission outcome's ``rules`` may hold under ``policy`` (every validation, group
-    included; every mutation and ``mutation/denial``; the engine's ``shape``, ``rule-error`` and
-    ``budget-exceeded``), and each validation's former names mapped to its current name (``formerNames`` in the rule files)."""
-    from runtime.engine.admission.verdict import HALT_BUDGET
-    from runtime.model.admission import all_validations
-
-    names = {"shape", "rule-error", HALT_BUDGET}
-    former: dict[str, str] = {}
-    for doc in policy.ruleset.all("AdmissionPolicy"):
-        for v in all_validations(doc.spec.validations):
-            names.add(v.name)
-            former.update({old: v.name for old in v.formerNames})
-        for m in doc.spec.mutations:
-            names.add(m.name)
-            names.update(f"{m.name}/{d.name}" for d in m.denials)
-    names.discard("")
-    return frozenset(names), former
 
 
 # --- DRA driver rows (rules/dra.yaml, docs/concepts/dra.md "Two kinds of accelerator node") ----------
@@ -321,8 +304,8 @@ def load_dra_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | No
         for i, raw in enumerate(spec.get("cases") or []):
             if not isinstance(raw, dict) or "expect" not in raw or "name" not in raw \
                     or not isinstance(raw.get("slices"), list):
-                raise ValueError(f"{_where(path, spec, ('cases', i))}: cases[{i}] needs name, slices (a list) "
-                                 "and expect")
+                raise ValueError(f"{_where(path, spec, ('cases', i))}: cases[{i}] needs name, "
+                                 "slices (a list) and expect")
             cases.append(DraCase(suite=suite, name=str(raw["name"]), file=str(path),
                                  node=str(raw.get("node", spec.get("node", ""))), slices=raw["slices"],
                                  expect=raw["expect"]))
@@ -347,10 +330,12 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
     if "warnings" in exp:
         got_w = reading.warnings + reading.notes + reading.offers_nothing(policy)
         if got_w != exp["warnings"]:
-            result.problems.append(f"warnings:\n  want {json.dumps(exp['warnings'])}\n  got  {json.dumps(got_w)}")
+            result.problems.append(f"warnings:\n  want {json.dumps(exp['warnings'])}\n"
+                                   f"  got  {json.dumps(got_w)}")
     if "labels" in exp or "fourView" in exp:
         facts = parse_facts({"node": case.node, "accelerators": reading.accelerators}, case.file)
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case.node, "labels": {}}, "status": {}}
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case.node, "labels": {}},
+                "status": {}}
         plan = plan_node(policy, facts, node, resolve(policy.settings, {}))
         labels = (plan.device_manager or {}).get("spec", {}).get("labels", {})
         if "labels" in exp and labels != exp["labels"]:

@@ -154,7 +154,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     tls, service = webhook_tls(webhook_opts) if webhook_opts else (None, None)
     audit_seconds, policy = duration_seconds(audit_interval), load_policy(rules_dir)
     session, stop = _connect(kubeconfig), _stop_on_signals()
-    # --once is a single pass: fit labels are written in it rather than after their window (docs/agent.md "Capacity and fit labels")
+    # --once: fit labels are written in its pass, not after a window (docs/agent.md "Capacity and fit labels")
     serving_cert, tls = (serving_certificate(session, lease_namespace, service, stop, webhook_opts)
                          if webhook_opts and webhook_cert_secret else (None, tls))
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,

@@ -35,6 +35,8 @@ import gc
 import threading
 import time
 
+from loguru import logger
+
 HELD_THRESHOLD = 1 << 30  # generation-2 threshold while held: no full collection
 REFREEZE_AFTER = 5  # generation-1 collections since the last full one before tend() collects (CPython's own
 # full collection comes after 10: half that, so the loop's, between passes, normally comes first)
@@ -93,3 +95,18 @@ def tend() -> tuple[str, int, float] | None:
         gc.freeze()
         _whole, _added = gc.get_freeze_count(), 0  # get_freeze_count walks the whole list: here only
         return "whole", _whole, time.perf_counter() - t0
+
+
+def after_pass() -> None:
+    """What the controller's loop runs after each pass (with ``tune_gc``): :func:`settle` after the
+    first, :func:`tend` after each later one; logs what it froze or collected."""
+    if frozen := settle():
+        logger.info("garbage collector: {} objects of the caches and the first pass frozen", frozen)
+    elif (tended := tend()) is not None:
+        what, objects, seconds = tended
+        if what == "whole":
+            logger.info("garbage collector: every object collected once, {} frozen, in {:.3f}s",
+                        objects, seconds)
+        else:
+            logger.debug("garbage collector: the objects since the last freeze collected, {} survivors "
+                         "frozen, in {:.3f}s", objects, seconds)

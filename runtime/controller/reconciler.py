@@ -35,7 +35,6 @@ Typical use::
 """
 from __future__ import annotations
 
-import gc
 import os
 import threading
 import time
@@ -74,7 +73,7 @@ from runtime.model.rfc3339 import format_time
 # and "Persistent volumes": their Pods, the claims, volumes and classes of docs/concepts/instances.md
 # "Persistent volumes", RuntimeClasses of docs/concepts/instances.md "The Instance's Pod"), then Kueue
 # Workloads (the gpustack-node-devices answers, docs/concepts/pools-and-flavors.md "The AdmissionCheck
-# `gpustack-node-devices`"). The settings Secret and the Setting view are watched in the settings namespace only.
+# `gpustack-node-devices`"). The settings Secret and the Setting view: in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim",
@@ -112,7 +111,7 @@ class Controller(ActionWriter, PassSteps):
     alive frozen, and after each later pass what survived since frozen too (:mod:`runtime.controller.gcpolicy`
     ``tend``; the process's collector); ``clock``: the wall clock every timestamp the controller writes
     or judges by is read from (Events, the plan's ``now``, Workload check answers; aware UTC; default
-    :func:`runtime.controller.clock.utc_now`). Durations and requeue times use ``time.monotonic``, not this clock.
+    :func:`runtime.controller.clock.utc_now`). Durations and requeue times: ``time.monotonic``.
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
@@ -137,7 +136,8 @@ class Controller(ActionWriter, PassSteps):
         watched.append(WatchedKind("Secret", namespace=self.settings_namespace,
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
-        self.device_classes = DeviceClassFeature(session, clock=self.clock)   # docs/concepts/dra.md "The ledger from claims": watched where served
+        # docs/concepts/dra.md "The ledger from claims": watched where served
+        self.device_classes = DeviceClassFeature(session, clock=self.clock)
         if self.device_classes.served:
             watched.append(WatchedKind("DeviceClass"))
         self._dirty = threading.Event()
@@ -157,7 +157,7 @@ class Controller(ActionWriter, PassSteps):
         self.snapshots = CacheSnapshots(self.cache)  # each pass's snapshot, from the last one and the changes
         self._memo = DeriveMemo()  # incremental derive: per-node and per-pool results of the last pass
         self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
-        self.guard = StartGuard(policy, self.settings_namespace)  # no destructive step before the view is whole
+        self.guard = StartGuard(policy, self.settings_namespace)  # nothing destructive before a whole view
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -219,9 +219,11 @@ class Controller(ActionWriter, PassSteps):
                 if result is None:  # created meanwhile by someone else: add what is missing
                     return self.seed_settings()
             else:
-                self.applier.merge_patch("Secret", catalog.secretName, {"data": data}, self.settings_namespace)
+                self.applier.merge_patch("Secret", catalog.secretName, {"data": data},
+                                         self.settings_namespace)
         except KubeApiError as exc:
-            logger.warning("settings Secret {}/{} not seeded: {}", self.settings_namespace, catalog.secretName, exc)
+            logger.warning("settings Secret {}/{} not seeded: {}", self.settings_namespace,
+                           catalog.secretName, exc)
             return []
         return sorted(data)
 
@@ -237,10 +239,11 @@ class Controller(ActionWriter, PassSteps):
                 self._pass_policy = None
 
     def _reconcile(self, own: list[Write]) -> ReconcileResult:
-        """The pass of :meth:`reconcile`; ``own`` gathers its writes (on this thread and its fit label workers)."""
+        """The pass of :meth:`reconcile`; ``own`` gathers its writes (its thread's and fit label workers')."""
         t0, cpu0 = time.monotonic(), time.thread_time()
         snapshot = self._snapshot()
-        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace, memo=self._memo)
+        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace,
+                       memo=self._memo)
         self._report_invalid_settings(state, snapshot)
         self._pass = (snapshot, {})
         for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot, self.clock()):
@@ -277,22 +280,15 @@ class Controller(ActionWriter, PassSteps):
         summary = logger.bind(reconcile_seconds=round(result.seconds, 6), cpu_seconds=round(cpu, 6),
                               writes=len(result.writes), errors=len(result.errors))
         summary.info("reconcile: {} actions, {} deferred, {} writes, {} errors in {:.3f}s ({:.3f}s CPU)",
-                     len(actions), len(result.deferred), len(result.writes), len(result.errors), result.seconds, cpu)
-        if self.tune_gc and gcpolicy.settle():
-            logger.info("garbage collector: {} objects of the caches and the first pass frozen", gc.get_freeze_count())
-        elif self.tune_gc and (tended := gcpolicy.tend()) is not None:
-            what, objects, seconds = tended
-            if what == "whole":
-                logger.info("garbage collector: every object collected once, {} frozen, in {:.3f}s", objects, seconds)
-            else:
-                logger.debug("garbage collector: the objects since the last freeze collected, {} survivors frozen, "
-                             "in {:.3f}s", objects, seconds)
+                     len(actions), len(result.deferred), len(result.writes), len(result.errors),
+                     result.seconds, cpu)
+        if self.tune_gc:
+            gcpolicy.after_pass()
         return result
 
     def _record(self, result: ReconcileResult) -> None:
         """Append ``result`` to :attr:`reconciles`: the last ``KEPT_PASSES`` to ``2 * KEPT_PASSES``
-        passes, only the latest with its ``state``. Every pass used to be kept whole: at 10,000 nodes
-        about 8,000 objects a pass (each node's flavor list), a process growing without bound."""
+        passes, only the latest with its ``state`` (at 10,000 nodes a pass holds about 8,000 objects)."""
         if self.reconciles:
             self.reconciles[-1].state = None
         self.reconciles.append(result)
@@ -307,7 +303,8 @@ class Controller(ActionWriter, PassSteps):
         actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
         instances = plan_instances(self.policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:
-            logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone", key)
+            logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone",
+                           key)
         self._foreign = set(instances.foreign)
         actions += instances.actions
         actions += plan_persistent_volumes(self.policy, snapshot)

@@ -28,11 +28,13 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}
 th{background:#eee;cursor:pointer;user-select:none}
-.pass{color:#1a7f37}.fail{color:#c62828;font-weight:bold}.warn{color:#b26a00}.error{color:#6a1b9a;font-weight:bold}
+.pass{color:#1a7f37}.fail{color:#c62828;font-weight:bold}.warn{color:#b26a00}
+.error{color:#6a1b9a;font-weight:bold}
 .skip{color:#777}
 .counts span{display:inline-block;margin-right:1.2em;font-size:1.1em}
 .group{margin:.6em 0 1.2em}.type{margin:.3em 0 .6em 1em}
-.bar{display:inline-block;width:260px;height:14px;background:#e8f5e9;border:1px solid #9e9e9e;vertical-align:middle}
+.bar{display:inline-block;width:260px;height:14px;background:#e8f5e9;border:1px solid #9e9e9e;
+vertical-align:middle}
 .bar i{display:block;height:100%;background:#ef6c00}
 .bar.full i{background:#c62828}
 .view{display:inline-block;width:3em;font-family:monospace}

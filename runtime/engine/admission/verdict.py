@@ -14,7 +14,12 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+from runtime.model.admission import all_validations
+
+if TYPE_CHECKING:
+    from runtime.engine.policy import Policy
 
 MISSING = object()
 
@@ -190,3 +195,21 @@ def build_response(uid: str, outcome: Outcome) -> dict:
 def bad_request(uid: str, message: str) -> dict:
     """A well-formed denial for a review the server could read a uid from but not judge."""
     return build_response(uid, Outcome(policy="", denial=(400, "BadRequest", message)))
+
+
+def rule_names(policy: Policy) -> tuple[frozenset[str], dict[str, str]]:
+    """The names an admission outcome's ``rules`` may hold under ``policy`` (every validation, group
+    included; every mutation and ``mutation/denial``; the engine's ``shape``, ``rule-error`` and
+    ``budget-exceeded``), and each validation's former names mapped to its current name
+    (``formerNames`` in the rule files)."""
+    names = {"shape", "rule-error", HALT_BUDGET}
+    former: dict[str, str] = {}
+    for doc in policy.ruleset.all("AdmissionPolicy"):
+        for v in all_validations(doc.spec.validations):
+            names.add(v.name)
+            former.update({old: v.name for old in v.formerNames})
+        for m in doc.spec.mutations:
+            names.add(m.name)
+            names.update(f"{m.name}/{d.name}" for d in m.denials)
+    names.discard("")
+    return frozenset(names), former

@@ -150,10 +150,10 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
                          "ownerReferences": [owner_reference(node)]},
             "spec": spec, "status": status,
         }
-    # a DRA-published accelerator offers no sliced or partitioned view: no capacity key for it
-    # (docs/concepts/dra.md "Views per manufacturer")
+    # DRA accelerators: no sliced or partitioned view or key (docs/concepts/dra.md "Views per manufacturer")
     plugin_groups = [g for g, grp in zip(spec["groups"], groups) if not grp.accelerators[0].dra]
-    capacity = node_capacity(policy, {"groups": plugin_groups}, status, capacity_now) if accelerators_known else {}
+    capacity = node_capacity(policy, {"groups": plugin_groups}, status, capacity_now) \
+        if accelerators_known else {}
     node_patch: dict[str, Any] = {
         "apiVersion": node.get("apiVersion", "v1"), "kind": node.get("kind", "Node"),
         "metadata": {"name": name, "annotations": cpu_annotations(policy, facts.cpu)},

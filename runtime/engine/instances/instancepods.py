@@ -134,10 +134,9 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     type's ClusterQueue and its flavors from ``snapshot``. No flavor -> no Pod, ``blocked`` = rules/
     instances/pod.yaml ``poolAffinity.noFlavorsMessage``.
 
-    A pin (``spec.nodeName``) of a Node the snapshot holds also appends the pin's requirements
-    (:func:`runtime.model.nodepin.pin_requirements` over the pool's flavors) to every required
-    node-affinity term, so that Kueue assigns the flavor holding that Node, or none
-    (docs/concepts/instances.md, "Pinned to a node").
+    A pin (``spec.nodeName``) of a Node in the snapshot appends its requirements (over the pool's flavors,
+    :func:`runtime.model.nodepin.pin_requirements`) to every required node-affinity term: Kueue assigns
+    the flavor holding that Node, or none (docs/concepts/instances.md "Pinned to a node").
     """
     rules = _rules(policy)
     meta = instance["metadata"]
@@ -148,11 +147,12 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
     if blocked:
         return PodPlan(pod=None, blocked=blocked)
     if not it_spec.get("acceleratable") and cpu_excluded(policy):
+        pool = name_of(instance_type)
         if flavors is None:
-            flavors = pool_flavors(snapshot.get("ClusterQueue", name_of(instance_type)), snapshot.list("ResourceFlavor"))
+            flavors = pool_flavors(snapshot.get("ClusterQueue", pool), snapshot.list("ResourceFlavor"))
         pool_terms = pool_affinity_terms(policy, flavors)
         if not pool_terms:
-            return PodPlan(pod=None, blocked=rules.poolAffinity.noFlavorsMessage.format(pool=name_of(instance_type)))
+            return PodPlan(pod=None, blocked=rules.poolAffinity.noFlavorsMessage.format(pool=pool))
         affinity_terms = _cross(pool_terms, affinity_terms)
     pod_spec: dict = dict(rules.podSpec)
     if (spec.get("imagePullSecret") or {}).get("name"):
