@@ -51,9 +51,8 @@ class StateEvents(Strict):
                                                  "log); {root}, {generation}: the one that keeps serving, "
                                                  "{problems}: one per line")
     rulesVerdictsChanged: StateEvent = Field(description="on the rules ConfigMap (or the settings "
-                                                         "Namespace): the "
-                                             "verdicts a generation tried changes; {generation}, {count}, "
-                                             "{changes}")
+                                                         "Namespace): the verdicts a generation tried "
+                                                         "changes; {generation}, {count}, {changes}")
     auditFailed: StateEvent = Field(description="on the object the background audit newly finds failing; "
                                                 "{policy}, {rule} (- when none), {message}")
     flavorSelectsTooFewNodes: StateEvent = Field(description="on the InstanceType, when a flavor of its pool "
