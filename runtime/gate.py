@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from runtime.engine.admission import AdmissionEngine, AdmissionView, Outcome, admission_view, decide
+from runtime.engine.admission.verdict import RULE_ERROR
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.report.audit import audited_requests, check_results
@@ -36,7 +37,7 @@ from runtime.rules.loader import RuleSet, rule_problems
 from runtime.rules.reload import Trial, VerdictChange
 from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case, suite_documents
 
-EVAL_ERROR = "rule-error"   # the engine's rule name for an expression that failed to evaluate
+EVAL_ERROR = RULE_ERROR   # the engine's rule name for an expression that failed to evaluate
 
 
 def verdict_of(outcome: Outcome) -> str:

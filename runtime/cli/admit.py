@@ -13,6 +13,7 @@ import click
 from runtime.cli.common import engine_from, fail, policy_from, rules_cache_options
 from runtime.cli.source import ADMISSION, read_source, source_options
 from runtime.engine.admission import admission_view, decide, review_for
+from runtime.engine.admission.verdict import RULE_ERROR
 from runtime.engine.snapshot import SnapshotError
 from runtime.snapshots import read_objects
 
@@ -88,7 +89,7 @@ def command(filename, old, operation, snapshots, cluster, kubeconfig, context, n
         click.echo(json.dumps({**review, "response": answer["response"]}, indent=2))
     else:
         click.echo(render_text(review, answer))
-    if "rule-error" in outcome.rules:
+    if RULE_ERROR in outcome.rules:
         status = answer["response"].get("status") or {}
         click.echo(f"error: policy {outcome.policy}: a rule failed to evaluate"
                    + (f": {status.get('message')}" if status.get("message") else

@@ -22,7 +22,7 @@ from runtime.engine.admission.builtins import BUILTINS
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
 from runtime.engine.admission.halt import DeadlineExceeded, deadline_of, halted
-from runtime.engine.admission.verdict import MISSING, FieldError, Outcome, enforce
+from runtime.engine.admission.verdict import MISSING, RULE_ERROR, SHAPE, FieldError, Outcome, enforce
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
@@ -210,7 +210,7 @@ class AdmissionEngine:
             return outcome  # the stored object already has a deletionTimestamp (finalizers finishing)
         errors = self._shape_errors(spec, request)
         if errors:  # the rules cannot read this object: answer the shape errors alone
-            outcome.rules.append("shape")
+            outcome.rules.append(SHAPE)
             if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                 outcome.errors = errors
             return enforce(outcome, spec.enforcement)
@@ -223,7 +223,7 @@ class AdmissionEngine:
             halted(name, spec, scope.base, exc, outcome)
         except (CelEvalError, ValueError, KeyError, TypeError) as exc:
             outcome.errors, outcome.patch, outcome.mutated = [], [], None
-            outcome.rules.append("rule-error")
+            outcome.rules.append(RULE_ERROR)
             if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                 outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
         return enforce(outcome, spec.enforcement)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.engine.admission.verdict import FieldError
+from runtime.engine.admission.verdict import SHAPE, FieldError
 from runtime.model.admission import Schema
 from runtime.model.normalize import QUANTITY_FORMAT, is_quantity
 
@@ -71,17 +71,17 @@ def _walk(schema: Schema, value: Any, path: str, errors: list[FieldError], limit
         want = "integer,string" if schema.intOrString else schema.type
         where = path or "<root>"
         errors.append(FieldError(reason="Invalid", field=path, value=found,
-                                 detail=f'{where} in body must be of type {want}: "{found}"', rule="shape"))
+                                 detail=f'{where} in body must be of type {want}: "{found}"', rule=SHAPE))
         return
     if found == "string" and schema.maxLength is not None and len(value) > schema.maxLength:
-        errors.append(FieldError(reason="TooLong", field=path, rule="shape",
+        errors.append(FieldError(reason="TooLong", field=path, rule=SHAPE,
                                  detail=f"may not be more than {schema.maxLength} bytes"))
     elif found == "string" and schema.format == "quantity" and not is_quantity(value):
-        errors.append(FieldError(reason="Invalid", field=path, value=value, rule="shape",
+        errors.append(FieldError(reason="Invalid", field=path, value=value, rule=SHAPE,
                                  detail=QUANTITY_FORMAT))
     elif found == "array":
         if schema.maxItems is not None and len(value) > schema.maxItems:
-            errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule="shape",
+            errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule=SHAPE,
                                      detail=f"must have at most {schema.maxItems} items"))
             return
         if schema.items is not None:
@@ -89,7 +89,7 @@ def _walk(schema: Schema, value: Any, path: str, errors: list[FieldError], limit
                 _walk(schema.items, item, f"{path}[{i}]", errors, limit)
     elif found == "object":
         if schema.maxProperties is not None and len(value) > schema.maxProperties:
-            errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule="shape",
+            errors.append(FieldError(reason="TooMany", field=path, value=len(value), rule=SHAPE,
                                      detail=f"must have at most {schema.maxProperties} items"))
             return
         for key, sub in value.items():

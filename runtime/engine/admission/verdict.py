@@ -129,6 +129,8 @@ class Outcome:
 
 
 HALT_BUDGET = "budget-exceeded"   # a rule's CEL budget was spent (docs/rule-authoring.md "Run-time budget")
+SHAPE = "shape"            # the object failed its kind's schema before any rule ran
+RULE_ERROR = "rule-error"  # an expression failed to evaluate
 HALT_TIMEOUT = "timeout"          # the review's deadline passed
 
 
@@ -202,7 +204,7 @@ def rule_names(policy: Policy) -> tuple[frozenset[str], dict[str, str]]:
     included; every mutation and ``mutation/denial``; the engine's ``shape``, ``rule-error`` and
     ``budget-exceeded``), and each validation's former names mapped to its current name
     (``formerNames`` in the rule files)."""
-    names = {"shape", "rule-error", HALT_BUDGET}
+    names = {SHAPE, RULE_ERROR, HALT_BUDGET}
     former: dict[str, str] = {}
     for doc in policy.ruleset.all("AdmissionPolicy"):
         for v in all_validations(doc.spec.validations):
