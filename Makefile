@@ -59,11 +59,14 @@ components-manifests: install helm  ## Kueue's and NFD's own charts rendered wit
 
 # `make test` keeps the controller's kill/restart runs short (2); `make reliability` runs RUNS of them.
 RUNS ?= 10
+# The order of the test files in `make test`'s first pytest run (conftest.py): given, reversed or shuffled
+# (`make test ORDER=reversed`; shuffled takes --file-order-seed from PYTEST_ARGS or prints the one drawn).
+ORDER ?= given
 
 # The second pytest run is `make e2e-kind`'s walkthrough: skipped where docker or the kind images are missing,
 # a failure in CI (.ci/run builds the images and sets ACCELPOLICY_REQUIRE_KIND=1).
 test: install lint docs controlplane helm  ## everything: docs site, unit, rule suites, control plane, chart, e2e on the local control plane and on kind (2 kill/restart runs)
-	ACCELPOLICY_RELIABILITY_RUNS=$${ACCELPOLICY_RELIABILITY_RUNS:-2} $(BIN)/python -m pytest
+	ACCELPOLICY_RELIABILITY_RUNS=$${ACCELPOLICY_RELIABILITY_RUNS:-2} $(BIN)/python -m pytest --file-order=$(ORDER) $(PYTEST_ARGS)
 	$(KIND_WALKTHROUGH)
 
 reliability: install controlplane  ## the live controller killed and restarted: RUNS runs (default 10) vs a reference
