@@ -1,42 +1,62 @@
 """The controller's writes: one handler per plan :class:`~runtime.engine.plan.Verb` (the dispatch table).
 
-:class:`ActionWriter` is the part of :class:`runtime.controller.reconciler.Controller` that runs a
-planned :class:`~runtime.engine.plan.Action` through its :class:`runtime.kube.applier.Applier`:
-apply, status apply, the Workload check state (server-side apply as the check's
-``controllerName``), create (a LocalQueue with its ClusterQueue owner reference,
+:class:`ActionWriter` runs a planned :class:`~runtime.engine.plan.Action` through an
+:class:`runtime.kube.applier.Applier`: apply, status apply, the Workload check state (server-side apply
+as the check's ``controllerName``), create (a LocalQueue with its ClusterQueue owner reference,
 docs/concepts/pools-and-flavors.md "Queues and the entrance"), merge patch, delete, recreate, and the
-finalizers of :data:`FINALIZER_ROLES` (JSON patches guarded by a ``test`` op). A new Verb needs its handler in
-``_handlers`` here.
+finalizers of :data:`FINALIZER_ROLES` (JSON patches guarded by a ``test`` op); and it records Events.
+A new Verb needs its handler in ``_handlers`` here.
 """
 from __future__ import annotations
+
+from typing import Callable
+
+from loguru import logger
 
 from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import name_of
 from runtime.kube.applier import Applier
 from runtime.kube.clustercache import ClusterCache
+from runtime.kube.session import KubeApiError
 
 # Which finalizer (label-catalog key role) the controller keeps on each kind.
 FINALIZER_ROLES = {"InstanceType": "finalizer", "Instance": "instanceFinalizer"}
 
 
 class ActionWriter:
-    """Runs planned Actions; mixed into the Controller, whose ``applier``, ``cache`` and ``policy`` it uses.
+    """Runs planned Actions through ``applier``; ``cache`` gives the live objects a handler reads (the
+    ClusterQueue a LocalQueue is owned by, the object a recreate deletes); ``policy_source`` the rules
+    generation in force (the finalizer names, the check's field manager).
 
     A handler raises :class:`runtime.kube.session.KubeApiError` or ``RuntimeError`` on failure (the
     pass records it and retries); an unknown verb is a ``RuntimeError``.
     """
 
-    applier: Applier
-    cache: ClusterCache
-    policy: Policy
+    def __init__(self, applier: Applier, cache: ClusterCache, policy_source: Callable[[], Policy]):
+        self.applier = applier
+        self.cache = cache
+        self._policy_source = policy_source
 
-    def _execute(self, action: Action) -> None:
+    @property
+    def policy(self) -> Policy:
+        """The rules generation in force (the pass's while one runs)."""
+        return self._policy_source()
+
+    def execute(self, action: Action) -> None:
         """Run one planned write through the handler of its :class:`Verb` (the dispatch table)."""
         handler = self._handlers.get(action.verb)
         if handler is None:
             raise RuntimeError(f"unknown action verb {action.verb}")
         handler(self, action)
+
+    def create_event(self, event: dict) -> None:
+        """Record one Event; a refused write is logged, never raised (an Event never fails a pass)."""
+        try:
+            self.applier.create(event)
+        except KubeApiError as exc:
+            logger.warning("{} event on {} {}: {}", event["reason"], event["involvedObject"]["kind"],
+                           event["involvedObject"]["name"], exc)
 
     def _apply_check_state(self, action: Action) -> None:
         """Server-side apply of one Workload's check entry on its ``status`` subresource, field manager

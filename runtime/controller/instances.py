@@ -16,7 +16,7 @@ For every cached Instance, :func:`plan_instances` calls the engine's
   ``status.ports``) and the Pod's Node (``status.hostIPs``).
 
 and turns the :class:`~runtime.engine.instances.instancelife.InstancePlan` into :class:`Action` s for
-:meth:`runtime.controller.actions.ActionWriter._execute`:
+:meth:`runtime.controller.actions.ActionWriter.execute`:
 
 ======================  ===================================================================
 engine action           Action

@@ -1,30 +1,18 @@
 """The live controller: watch caches -> Snapshot -> derive() -> plan -> writes (docs/reference/controller.md).
 
-Level-triggered: every cache event marks the cluster dirty; the loop waits a short coalescing
-window, then reconciles the whole desired state from one snapshot. A reconcile's own writes come
-back as events and cause one more reconcile, which finds nothing to do (idempotence: the plan is
-empty when the cluster matches, see :mod:`runtime.engine.plan`). Settings live in the watched
-Secret, so a settings change re-triggers a reconcile without a restart (docs/concepts/settings.md "Settings").
+Level-triggered: every cache event marks the cluster dirty; the loop waits a short coalescing window,
+then reconciles the whole desired state from one snapshot. A pass's own writes come back as events and
+cause one more pass, which finds nothing to do (the plan is empty when the cluster matches,
+:mod:`runtime.engine.plan`). Settings live in the watched Secret (docs/concepts/settings.md "Settings").
 
-Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every Instance
-(:func:`runtime.controller.instances.plan_instances`, docs/concepts/instances.md "Life cycle" and "The
-Instance's Pod" and "Persistent volumes") and the Setting view
-(:func:`runtime.controller.settingsview.plan_settings`, docs/concepts/settings.md "Settings"), then the
-``gpustack-node-devices`` answers on Workloads (:mod:`runtime.controller.workloadchecks`,
-docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"; a ``Retry`` still holding
-quota is judged again after ``retryAfterSeconds``). An Instance that asks for a requeue (e.g. a Pod being
-deleted) gets another pass after that many seconds even without an event.
-
-Fit labels (docs/agent.md "Capacity and fit labels") have their own coalescing window (``fitCoalesceSeconds``
-of rules/labels.yaml, 3 s): the pass that first plans a fit label patch defers it, and the first pass
-at least that long after writes the patches planned then (a pass is requeued for that moment).
-``ReconcileResult.deferred`` lists the patches held back.
-
-The start guard (:mod:`runtime.controller.startguard`, docs/availability.md "The start guard"): until
-the view is whole (every cache listed and every Node's facts present, or ``startGuard.graceSeconds``
-of rules/pools/derivation.yaml after :meth:`Controller.run` began), a pass writes no destructive step
-(a delete, a stopped or shrunk ClusterQueue, an Instance's ``spec.stop``); those are ``deferred``
-too, and a pass is requeued for the grace period's end.
+Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every Instance and its volumes
+(:mod:`runtime.controller.instances`, docs/concepts/instances.md "Life cycle"), the Setting view
+(:mod:`runtime.controller.settingsview`), the ``gpustack-node-devices`` answers on Workloads
+(:mod:`runtime.controller.workloadchecks`, docs/concepts/pools-and-flavors.md "The AdmissionCheck
+`gpustack-node-devices`") and the DeviceClasses. A pass is also requeued without an event when an
+Instance, a Retry, the fit labels' window (docs/agent.md "Capacity and fit labels") or the start guard
+(docs/availability.md "The start guard") asks; what the window and the guard hold back is
+``ReconcileResult.deferred``.
 
 Typical use::
 
@@ -51,7 +39,8 @@ from runtime.controller.clock import Clock, utc_now
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
-from runtime.controller.passsteps import PassSteps
+from runtime.controller.passsteps import (FitLabelWindow, InvalidSettingReports, Pass, Requeue,
+                                          RulesGeneration, WarningsOnce, workload_check_step)
 from runtime.controller.reach import ReachWatch
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
@@ -68,12 +57,9 @@ from runtime.kube.clustercache import ClusterCache
 from runtime.kube.session import KubeApiError, Session
 from runtime.model.rfc3339 import format_time
 
-# What the pools depend on (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"
-# triggers), then what Instances depend on (docs/concepts/instances.md "Life cycle" and "The Instance's Pod"
-# and "Persistent volumes": their Pods, the claims, volumes and classes of docs/concepts/instances.md
-# "Persistent volumes", RuntimeClasses of docs/concepts/instances.md "The Instance's Pod"), then Kueue
-# Workloads (the gpustack-node-devices answers, docs/concepts/pools-and-flavors.md "The AdmissionCheck
-# `gpustack-node-devices`"). The settings Secret and the Setting view: in the settings namespace only.
+# What the pools depend on (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"),
+# what Instances depend on (docs/concepts/instances.md "The Instance's Pod" and "Persistent volumes"), Kueue
+# Workloads (the check answers); the settings Secret and the Setting view: in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim",
@@ -98,7 +84,7 @@ class ReconcileResult:
     state: DesiredState | None = None
 
 
-class Controller(ActionWriter, PassSteps):
+class Controller:
     """Keeps one cluster equal to ``derive(policy, snapshot)``.
 
     ``coalesce_seconds``: how long events are gathered before a reconcile; ``resync_seconds``: a
@@ -112,6 +98,11 @@ class Controller(ActionWriter, PassSteps):
     ``tend``; the process's collector); ``clock``: the wall clock every timestamp the controller writes
     or judges by is read from (Events, the plan's ``now``, Workload check answers; aware UTC; default
     :func:`runtime.controller.clock.utc_now`). Durations and requeue times: ``time.monotonic``.
+
+    Its collaborators, each with explicit inputs (:mod:`runtime.controller.passsteps`,
+    :mod:`runtime.controller.actions`): ``generation`` (the rules a pass reads, once), ``writer`` (runs
+    the planned Actions, records Events), ``guard`` (the start guard), ``requeue``, ``fit_window``, the
+    transition and reach Events; :attr:`last_pass` is the last pass's :class:`Pass`.
     """
 
     def __init__(self, session: Session, policy: Policy, coalesce_seconds: float = 0.2,
@@ -121,12 +112,10 @@ class Controller(ActionWriter, PassSteps):
         self.session = session
         self.clock = clock
         self.tune_gc = tune_gc
-        self._served = policy        # the rules generation the next pass reads (a reload assigns it)
-        self._pass_policy: Policy | None = None   # the one the pass in progress read, once
+        self.generation = RulesGeneration(policy)  # the rules a pass reads once (a reload assigns the next)
         self.coalesce_seconds = coalesce_seconds
-        self.fit_coalesce_seconds = policy.labels.fitCoalesceSeconds if fit_coalesce_seconds is None \
-            else fit_coalesce_seconds
-        self._fit_since: float | None = None  # monotonic time a fit label patch was first deferred
+        self.fit_window = FitLabelWindow(policy.labels.fitCoalesceSeconds if fit_coalesce_seconds is None
+                                         else fit_coalesce_seconds)
         self.resync_seconds = resync_seconds
         self.env = dict(os.environ if env is None else env)
         catalog = policy.settings
@@ -137,7 +126,7 @@ class Controller(ActionWriter, PassSteps):
                                    field_selector=f"metadata.name={catalog.secretName}"))
         watched.append(WatchedKind("Setting", namespace=self.settings_namespace))
         # docs/concepts/dra.md "The ledger from claims": watched where served
-        self.device_classes = DeviceClassFeature(session, clock=self.clock)
+        self.device_classes = DeviceClassFeature(session, clock=clock)
         if self.device_classes.served:
             watched.append(WatchedKind("DeviceClass"))
         self._dirty = threading.Event()
@@ -146,18 +135,30 @@ class Controller(ActionWriter, PassSteps):
         self.observers: list[Callable[[ReconcileResult], None]] = []  # told of every pass (metrics)
         self.cache = ClusterCache(session, watched, on_event=self._on_event, watch_timeout=watch_timeout)
         self.applier = Applier(session, policy, cache=self.cache, policy_source=lambda: self.policy)
+        self.writer = ActionWriter(self.applier, self.cache, lambda: self.policy)
         self.reconciles: list[ReconcileResult] = []
-        self._reported: set[tuple[str, str]] = set()
+        self.invalid_settings = InvalidSettingReports()
         self.transitions = TransitionEvents()  # the state-transition Events (docs/observability.md "Events")
         self.reach = ReachWatch()  # pools that cannot keep their promises: Events, metrics
-        self._pass: tuple[Snapshot | None, dict] = (None, {})  # this pass's snapshot and check verdicts
+        self.last_pass: Pass | None = None  # the last pass's generation, snapshot and check verdicts
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
-        self._warned: set[str] = set()  # derive warnings already logged
-        self._requeue_at: float | None = None  # monotonic time of the next pass an Instance asked for
+        self.warnings = WarningsOnce()
+        self.requeue = Requeue()  # a pass without an event: an Instance, a Retry, the fit window, the guard
         self.snapshots = CacheSnapshots(self.cache)  # each pass's snapshot, from the last one and the changes
         self._memo = DeriveMemo()  # incremental derive: per-node and per-pool results of the last pass
         self.fit_writer: FitLabelWriter | None = None  # run()'s: fit labels written outside the pass
         self.guard = StartGuard(policy, self.settings_namespace)  # nothing destructive before a whole view
+
+    # -- the rules generation --------------------------------------------------------------------------
+    @property
+    def policy(self) -> Policy:
+        """The rules generation in force: the pass's while one runs, else the newest assigned."""
+        return self.generation.current
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        """A reload: one assignment; the next pass reads it, a pass in progress keeps its own."""
+        self.generation.assign(policy)
 
     # -- events ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
@@ -174,7 +175,7 @@ class Controller(ActionWriter, PassSteps):
         """
         self.start_caches(sync_timeout)
         self.seed_settings()
-        self.device_classes.check(self.policy, self.settings_namespace, self._create_event)
+        self.device_classes.check(self.policy, self.settings_namespace, self.writer.create_event)
         return self
 
     def start_caches(self, sync_timeout: float = 60.0, until_pass: bool = True) -> "Controller":
@@ -232,42 +233,42 @@ class Controller(ActionWriter, PassSteps):
         """Derive from the cache and execute the plan; failures of single actions are collected
         in ``errors`` (and mark the cluster dirty for a retry), not raised."""
         with self.applier.recording() as own:  # this pass's writes, not the audit's or a reload's meanwhile
-            self._pass_policy = self._served   # the pass reads its rules generation once
-            try:
-                return self._reconcile(own)
-            finally:
-                self._pass_policy = None
+            with self.generation.pinned() as policy:  # the pass reads its rules generation once
+                return self._reconcile(policy, own)
 
-    def _reconcile(self, own: list[Write]) -> ReconcileResult:
-        """The pass of :meth:`reconcile`; ``own`` gathers its writes (its thread's and fit label workers')."""
+    def _reconcile(self, policy: Policy, own: list[Write]) -> ReconcileResult:
+        """The pass of :meth:`reconcile` on rules generation ``policy``; ``own`` gathers its writes (its
+        thread's and fit label workers')."""
         t0, cpu0 = time.monotonic(), time.thread_time()
         snapshot = self._snapshot()
-        state = derive(self.policy, snapshot, live=True, settings_namespace=self.settings_namespace,
+        state = derive(policy, snapshot, live=True, settings_namespace=self.settings_namespace,
                        memo=self._memo)
-        self._report_invalid_settings(state, snapshot)
-        self._pass = (snapshot, {})
-        for event in self.transitions.pool_events(self.policy, state.node_flavors, snapshot, self.clock()):
-            self._create_event(event)
-        for event in self.reach.update(self.policy, snapshot, state, self.clock()):
-            self._create_event(event)
-        self._log_warnings(state.warnings)
-        actions, deferred = self._planned(state, snapshot)
-        self.guard.policy = self.policy  # the pass's generation (a reload meanwhile waits for the next pass)
+        for event in self.invalid_settings.events(policy, state, snapshot, self.settings_namespace,
+                                                  self.clock()):
+            self.writer.create_event(event)
+        for event in self.transitions.pool_events(policy, state.node_flavors, snapshot, self.clock()):
+            self.writer.create_event(event)
+        for event in self.reach.update(policy, snapshot, state, self.clock()):
+            self.writer.create_event(event)
+        self.warnings.log(state.warnings)
+        actions, deferred, verdicts = self._planned(policy, state, snapshot)
+        current = self.last_pass = Pass(policy, snapshot, verdicts)
+        self.guard.policy = policy  # the pass's generation (a reload meanwhile waits for the next pass)
         actions, held = self.guard.hold(actions, snapshot, self.cache.never_synced())
         if (due := self.guard.due()) is not None:  # the grace period's end: a pass then
-            self._requeue(due)
+            self.requeue.ask(due)
         result = ReconcileResult(planned=actions, deferred=deferred + held, state=state)
         for action in actions:
             if action.kind != "Node":
-                self._run_action(action, result)
+                self._run_action(current, action, result)
         fit = [a for a in actions if a.kind == "Node"]  # independent one-Node patches: in parallel
         if self.fit_writer is not None:  # the loop's: written on its threads, this pass does not wait
             self.fit_writer.submit(fit, partial(snapshot.get, "Node"))
         elif len(fit) > 1:
             with ThreadPoolExecutor(min(FIT_LABEL_WORKERS, len(fit))) as pool:
-                list(pool.map(lambda a: self._run_recorded(own, a, result), fit))
+                list(pool.map(lambda a: self._run_recorded(own, current, a, result), fit))
         elif fit:
-            self._run_action(fit[0], result)
+            self._run_action(current, fit[0], result)
         if result.errors:
             self._dirty.set()
         result.writes = list(own)
@@ -295,57 +296,57 @@ class Controller(ActionWriter, PassSteps):
         if len(self.reconciles) > 2 * KEPT_PASSES:
             del self.reconciles[:-KEPT_PASSES]
 
-    def _planned(self, state, snapshot) -> tuple[list[Action], list[Action]]:
+    def _planned(self, policy: Policy, state: DesiredState, snapshot: Snapshot
+                 ) -> tuple[list[Action], list[Action], dict]:
         """This pass's actions (pools, Instances and their Pods, volumes, Settings, Workload checks,
-        DeviceClasses) and apart from them the fit labels still inside their window: ``(actions, deferred)``.
-        Sets the next requeue an Instance asks for."""
-        now = format_time(self.clock())
-        actions = plan(self.policy, state, snapshot, now=now, memo=self._memo)
-        instances = plan_instances(self.policy, state, snapshot)
+        DeviceClasses), apart from them the fit labels still inside their window, and the Workload check
+        verdicts: ``(actions, deferred, verdicts)``. Restarts :attr:`requeue` with the Instances' ask."""
+        now = self.clock()
+        actions = plan(policy, state, snapshot, now=format_time(now), memo=self._memo)
+        instances = plan_instances(policy, state, snapshot)
         for key in set(instances.foreign) - self._foreign:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone",
                            key)
         self._foreign = set(instances.foreign)
         actions += instances.actions
-        actions += plan_persistent_volumes(self.policy, snapshot)
+        actions += plan_persistent_volumes(policy, snapshot)
         if "Setting" in self.cache.caches:
-            actions += plan_settings(self.policy.settings, self.settings_namespace, snapshot)
-        self._requeue_at = time.monotonic() + instances.requeue if instances.requeue > 0 else None
-        actions += self._workload_check_actions(snapshot)
+            actions += plan_settings(policy.settings, self.settings_namespace, snapshot)
+        self.requeue.restart(time.monotonic() + instances.requeue if instances.requeue > 0 else None)
+        checks, verdicts = workload_check_step(policy, snapshot, now, self.settings_namespace, time.monotonic,
+                                               self.requeue)
+        actions += checks
         if self.device_classes.available:
-            actions += plan_device_classes(self.policy, snapshot)
+            actions += plan_device_classes(policy, snapshot)
         if self.fit_writer is not None:
             actions = self.fit_writer.fresh(actions, partial(snapshot.get, "Node"))
-        return self._hold_fit_labels(actions)
+        actions, deferred, due = self.fit_window.hold(actions, time.monotonic())
+        if due is not None:  # the window's end: a pass then
+            self.requeue.ask(due)
+        return actions, deferred, verdicts
 
-    def _run_recorded(self, own: list[Write], action: Action, result: ReconcileResult) -> None:
+    def _run_recorded(self, own: list[Write], current: Pass, action: Action, result: ReconcileResult) -> None:
         """:meth:`_run_action` on a worker thread, its writes recorded in the pass's ``own``."""
         with self.applier.recording(own):
-            self._run_action(action, result)
+            self._run_action(current, action, result)
 
-    def _run_action(self, action: Action, result: ReconcileResult) -> None:
+    def _run_action(self, current: Pass, action: Action, result: ReconcileResult) -> None:
+        """Write one Action of pass ``current``; a failure goes to ``result.errors`` (and the log), a
+        success may bring its transition Events."""
         try:
-            self._execute(action)
+            self.writer.execute(action)
         except (KubeApiError, RuntimeError) as exc:
             result.errors.append(f"{action.verb} {action.kind} {action.name}: {exc}")
             logger.warning("{} {} {}: {}", action.verb, action.kind, action.name, exc)
             return
         now = self.clock()
-        event = self.transitions.after_action(self.policy, action, self._pass[0], self._pass[1], now)
+        event = self.transitions.after_action(current.policy, action, current.snapshot, current.verdicts, now)
         if event is not None:
-            self._create_event(event)
-        loop = self.transitions.loop_event(self.policy, action, self._pass[0], self._pass[1], now)
+            self.writer.create_event(event)
+        loop = self.transitions.loop_event(current.policy, action, current.snapshot, current.verdicts, now)
         if loop is not None:
             logger.warning("{}", loop["message"])
-            self._create_event(loop)
-
-    def _create_event(self, event: dict) -> None:
-        """Record one Event; a refused write is logged, never fails the pass."""
-        try:
-            self.applier.create(event)
-        except KubeApiError as exc:
-            logger.warning("{} event on {} {}: {}", event["reason"], event["involvedObject"]["kind"],
-                           event["involvedObject"]["name"], exc)
+            self.writer.create_event(loop)
 
     def _snapshot(self) -> Snapshot:
         """Every cached object as an engine Snapshot of copies (the cache's dicts are shared), kept
@@ -366,7 +367,7 @@ class Controller(ActionWriter, PassSteps):
         patches are written by a :class:`FitLabelWriter` meanwhile (closed when the loop ends)."""
         self._dirty.set()
         self.guard.begin()  # leading starts: the start guard's grace period runs from here
-        self.fit_writer = FitLabelWriter(lambda action: self._execute(action), FIT_LABEL_WORKERS,
+        self.fit_writer = FitLabelWriter(self.writer.execute, FIT_LABEL_WORKERS,
                                          lambda _message: self._dirty.set())
         try:
             self._loop(stop)
@@ -379,7 +380,7 @@ class Controller(ActionWriter, PassSteps):
     def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             if not self._dirty.wait(timeout=min(self.resync_seconds, 0.25)):
-                due = self._requeue_at is not None and time.monotonic() >= self._requeue_at
+                due = self.requeue.is_due(time.monotonic())
                 if not due and time.monotonic() - self._last_run < self.resync_seconds:
                     continue
             if stop.wait(self.coalesce_seconds):

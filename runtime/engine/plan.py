@@ -44,7 +44,7 @@ from runtime.engine.snapshot import Snapshot, annotations_of, is_deleting, label
 
 
 class Verb(StrEnum):
-    """The controller's one action vocabulary; :meth:`runtime.controller.actions.ActionWriter._execute`
+    """The controller's one action vocabulary; :meth:`runtime.controller.actions.ActionWriter.execute`
     dispatches on it through a table (one handler per verb)."""
 
     APPLY = "apply"                        # server-side apply ``body``

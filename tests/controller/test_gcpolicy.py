@@ -129,7 +129,8 @@ def test_a_standby_serving_from_the_caches_is_settled_once_synced_and_held_again
 def test_a_term_that_ends_before_its_first_pass_leaves_the_collector_settled(collector):
     before = gc.get_threshold()
     holder = SimpleNamespace(tune_gc=True, cache=_Caches(), _dirty=threading.Event(), fit_writer=None,
-                             guard=SimpleNamespace(begin=lambda: None), _loop=lambda stop: None)
+                             writer=SimpleNamespace(execute=None), guard=SimpleNamespace(begin=lambda: None),
+                             _loop=lambda stop: None)
     Controller.start_caches(holder)                       # leading: held
     assert gcpolicy._saved is not None
     Controller.run(holder, threading.Event())             # the Lease lost before any pass

@@ -120,7 +120,7 @@ def test_a_start_without_facts_holds_every_destructive_step_until_they_arrive(re
         blind = controller.reconcile()
         held = sorted({(a.verb.value, a.kind) for a in blind.deferred})
         assert ("delete", "ResourceFlavor") in held and ("apply", "ClusterQueue") in held
-        assert not [a for a in blind.planned if destructive(a, controller._pass[0])]
+        assert not [a for a in blind.planned if destructive(a, controller.last_pass.snapshot)]
         assert [w for w in api.writes[writes:] if w[0] == "delete"] == []
         assert controller.guard.missing == ["node-a10g", "node-cpu", "node-t4-a", "node-t4-b"]
         assert controller.guard.due() == 1000.0 + POLICY.derivation.startGuard.graceSeconds
@@ -131,7 +131,7 @@ def test_a_start_without_facts_holds_every_destructive_step_until_they_arrive(re
         clock.now += 5
         settled = controller.reconcile()
         assert controller.guard.opened == "every cache listed and every Node's facts present"
-        assert settled.deferred == [] and [a for a in settled.planned if destructive(a, controller._pass[0])] == []
+        assert settled.deferred == [] and [a for a in settled.planned if destructive(a, controller.last_pass.snapshot)] == []
         controller.reconcile()
         assert _state(api) == before
     finally:

@@ -152,7 +152,7 @@ def test_fit_labels_follow_the_ledger(ctl, kubectl):
     assert _fit(ctl, kubectl, "node-a10g") == dict(zip(a10g, ("1600000", "1")))
     assert _fit(ctl, kubectl, "node-t4-b") == dict(zip(t4, ("1600000", "4")))
     assert _fit(ctl, kubectl, "node-cpu") == {}
-    ctl.fit_coalesce_seconds = 1.0  # the window (rules: 3 s), shortened for the test
+    ctl.fit_window.seconds = 1.0  # the window (rules: 3 s), shortened for the test
     try:
         _patch_ledger(ctl, kubectl, mode=3, allocated=320000, remaining=1280000, allocatedSlices=1)
         first = ctl.reconcile()
@@ -166,7 +166,7 @@ def test_fit_labels_follow_the_ledger(ctl, kubectl):
         idle = ctl.reconcile()
         assert idle.planned == [] and idle.deferred == [] and idle.writes == []
     finally:
-        ctl.fit_coalesce_seconds = 0
+        ctl.fit_window.seconds = 0
         _patch_ledger(ctl, kubectl)  # back to the seed's idle ledger for the tests below
         assert ctl.reconcile().errors == []
     assert _fit(ctl, kubectl, "node-a10g") == dict(zip(a10g, ("1600000", "1")))

@@ -72,7 +72,7 @@ def test_a_start_whose_node_features_arrive_after_the_first_pass_changes_nothing
         with loop_running(second):
             wait_for("the first pass", lambda: second.reconciles)
             blind = second.reconciles[0]
-            held = [a for a in blind.deferred if destructive(a, second._pass[0])]
+            held = [a for a in blind.deferred if destructive(a, second.last_pass.snapshot)]
             assert {(a.verb.value, a.kind) for a in held} >= {("delete", "ResourceFlavor"), ("apply", "ClusterQueue")}
             assert second.guard.missing == ["node-a10g", "node-cpu", "node-t4-a", "node-t4-b"]
             time.sleep(2)   # a while on the blind view: nothing destructive may be written meanwhile

@@ -38,7 +38,7 @@ EXTRA_KINDS = {"Lease": ("coordination.k8s.io/v1", True), "Event": ("v1", True),
 
 # Call sites whose object comes from a variable: (module, function, applier method, argument) -> kinds.
 OBJECT_KINDS = {
-    ("runtime/controller/reconciler.py", "_create_event", "create", "event"): ("Event",),
+    ("runtime/controller/actions.py", "create_event", "create", "event"): ("Event",),
     ("runtime/controller/webhooks.py", "sync", "apply", "desired"):
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
     ("runtime/controller/webhooks.py", "sync", "delete", "stale"):
@@ -186,7 +186,7 @@ def applier_calls() -> dict[str, list[tuple[str, str]]]:
 
 # -- the controller ---------------------------------------------------------------------------------------
 def _execute_dispatch() -> dict[str, list[str]]:
-    """``{Action verb: [Applier methods]}`` from ActionWriter._execute (and the helpers it calls)."""
+    """``{Action verb: [Applier methods]}`` from ActionWriter.execute (and the helpers it calls)."""
     rel = "runtime/controller/actions.py"
     tree = _tree(rel)
     consts = _module_consts(tree)
@@ -201,11 +201,11 @@ def _execute_dispatch() -> dict[str, list[str]]:
                     owner = ast.unparse(node.func.value)
                     if owner in ("applier", "self.applier"):
                         found.append(node.func.attr)
-                    elif owner == "self" and node.func.attr in methods and node.func.attr != "_execute":
+                    elif owner == "self" and node.func.attr in methods and node.func.attr != "execute":
                         found += applier_methods(methods[node.func.attr].body)
         return found
 
-    # _execute dispatches through the class's _handlers table: {Verb.X: handler method}
+    # execute dispatches through the class's _handlers table: {Verb.X: handler method}
     table = next(n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
                  and any(isinstance(t, ast.Name) and t.id == "_handlers" for t in n.targets))
     for key, value in zip(table.keys, table.values):
@@ -258,7 +258,7 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         tree = _tree(rel)
         consts = _module_consts(tree)
         for fname, fn in _functions(tree):
-            if fname in ("_execute", "_apply_check_state") or fname.startswith("_do_"):
+            if fname in ("execute", "_apply_check_state") or fname.startswith("_do_"):
                 continue  # reached through the Actions below
             for node in ast.walk(fn):
                 if not isinstance(node, ast.Call):

@@ -410,8 +410,8 @@ def test_rbac_names_pin_the_objects_the_code_addresses():
 
 def test_the_derivation_fails_on_a_call_it_cannot_read(monkeypatch):
     monkeypatch.setattr(rbacderive, "OBJECT_KINDS", {})
-    with pytest.raises(rbacderive.Underived, match=r"^runtime/controller/backgroundaudit\.py:\d+ \(run_once\): "
-                                                   r"applier\.apply\(body\)$"):
+    with pytest.raises(rbacderive.Underived, match=r"^runtime/controller/actions\.py:\d+ \(create_event\): "
+                                                   r"applier\.create\(event\)$"):
         rbacderive.controller_needs()
 
 
