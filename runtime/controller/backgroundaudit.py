@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Optional
 
 from loguru import logger
 from prometheus_client import CollectorRegistry, Gauge
 
-from runtime.kube.events import event
+from runtime.kube.events import CONTROLLER_COMPONENT, event
 from runtime.kube.session import KubeApiError
 from runtime.model.rulefiles import StateEvent
 from runtime.report.audit import audit
@@ -43,7 +43,7 @@ def failed_event(template: StateEvent, result: Result, now: datetime) -> dict:
     involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name,
                 "namespace": ref.namespace or None, "uid": ref.uid or None}
     message = template.message.format(policy=result.policy, rule=result.rule or "-", message=result.message)
-    return event(involved, template.type, template.reason, message[:1024], "accelpolicy", now,
+    return event(involved, template.type, template.reason, message[:1024], CONTROLLER_COMPONENT, now,
                  name=f"{ref.name}.audit.{int(now.timestamp() * 1000):x}")
 
 
@@ -120,7 +120,7 @@ class BackgroundAudit(Periodic):
                     logger.warning("audit report {} {}: {}", key[0], key[1] or "(cluster)", exc)
         failing = {
             (r.resource, r.policy, r.rule, r.field): r for r in results if r.result in ("fail", "error")}
-        now = datetime.now(timezone.utc)
+        now = self.controller.clock()
         template = self.controller.policy.derivation.events.auditFailed
         for key in sorted(set(failing) - self._failing, key=str):
             try:

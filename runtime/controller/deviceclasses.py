@@ -22,11 +22,10 @@ from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.pools.deviceclasses import device_classes, owned_device_class
 from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
-from runtime.kube.events import warning_event
+from runtime.kube.events import CONTROLLER_COMPONENT, warning_event
 from runtime.kube.session import KubeApiError, Session
 
 KIND = "DeviceClass"
-COMPONENT = "accelpolicy-controller"
 
 
 def plan_device_classes(policy: Policy, snapshot: Snapshot) -> list[Action]:
@@ -108,5 +107,5 @@ class DeviceClassFeature:
         involved = {"apiVersion": "v1", "kind": "Namespace", "name": system_namespace,
                     "namespace": system_namespace}
         if create_event is not None:
-            create_event(warning_event(involved, rules.events.featureMissing, message, COMPONENT,
+            create_event(warning_event(involved, rules.events.featureMissing, message, CONTROLLER_COMPONENT,
                                        self.clock()))

@@ -20,14 +20,11 @@ from typing import Callable
 
 from loguru import logger
 
+from runtime.controller.clock import Clock, utc_now
 from runtime.kube.session import KubeApiError, Session
 from runtime.model.rfc3339 import MICRO_TIME_FORMAT, TIME_FORMAT, format_micro_time
 
 LEASE_NAME = "gpustack-operator-worker"
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _parse(text: str | None) -> datetime | None:
@@ -46,7 +43,7 @@ class LeaderElector:
 
     def __init__(self, session: Session, name: str, namespace: str, identity: str,
                  lease_seconds: int = 15, renew_seconds: float = 5.0, retry_seconds: float = 2.0,
-                 renew_deadline_seconds: float = 10.0, request_seconds: float = 4.0):
+                 renew_deadline_seconds: float = 10.0, request_seconds: float = 4.0, clock: Clock = utc_now):
         if not renew_deadline_seconds < lease_seconds:
             raise ValueError(f"renew deadline {renew_deadline_seconds}s must be below the lease duration "
                              f"{lease_seconds}s")
@@ -54,6 +51,7 @@ class LeaderElector:
         self.lease_seconds, self.renew_seconds, self.retry_seconds = (lease_seconds, renew_seconds,
                                                                       retry_seconds)
         self.renew_deadline_seconds, self.request_seconds = renew_deadline_seconds, request_seconds
+        self.clock = clock  # the wall clock the Lease's acquire and renew times are written and judged by
         self.leading = False
         self._stop_renew = threading.Event()
 
@@ -64,7 +62,7 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         """One attempt; True when this identity holds the Lease afterwards."""
         collection, path = self._paths()
-        now = _now()
+        now = self.clock()
         try:
             lease = self.session.call("get", path, timeout=self.request_seconds)
         except KubeApiError as exc:

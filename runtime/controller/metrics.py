@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from runtime.controller.clock import utc_now
 from runtime.controller.reach import ReachCollector
 from runtime.engine.plan import Verb
 from runtime.kube.held import CacheBytesCollector
@@ -241,7 +242,7 @@ class ControllerMetrics:
         for state, seconds in check_answers(result.planned, result.writes,
                                             lambda n, ns: cache.get("Workload", n, ns) if cache else None,
                                             self.controller.clock() if self.controller is not None
-                                            else datetime.now(timezone.utc)):
+                                            else utc_now()):
             self.check_answers.labels(state).inc()
             if seconds is not None:
                 self.check_latency.labels(state).observe(max(seconds, 0.0))

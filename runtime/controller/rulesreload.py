@@ -22,7 +22,7 @@ server starts: a policy added with a new ``path`` needs a restart.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from runtime.engine.admission import AdmissionEngine
 from runtime.engine.policy import Policy
 from runtime.gate import try_generation
-from runtime.kube.events import event
+from runtime.kube.events import CONTROLLER_COMPONENT, event
 from runtime.kube.session import KubeApiError
 from runtime.rules.loader import RuleLoadError, RuleSet
 from runtime.rules.reload import RulesWatcher, Trial
@@ -46,7 +46,7 @@ def rules_event(namespace: str, reason: str, kind: str, message: str, now: datet
     involved = ({"apiVersion": "v1", "kind": "ConfigMap", "name": configmap,
                  "namespace": namespace} if configmap
                 else {"apiVersion": "v1", "kind": "Namespace", "name": namespace, "namespace": namespace})
-    return event(involved, kind, reason, message, "accelpolicy", now,
+    return event(involved, kind, reason, message, CONTROLLER_COMPONENT, now,
                  name=f"accelpolicy-rules.{int(now.timestamp() * 1000):x}")
 
 
@@ -86,7 +86,7 @@ class ControllerRulesReload:
         events = (ruleset or self.controller.policy.ruleset).get("PoolDerivation").events
         template = getattr(events, outcome)
         namespace, name = self.configmap or (self.controller.settings_namespace, None)
-        event = rules_event(namespace, template.reason, template.type, message, datetime.now(timezone.utc),
+        event = rules_event(namespace, template.reason, template.type, message, self.controller.clock(),
                             name)
         try:
             self.controller.applier.create(event)

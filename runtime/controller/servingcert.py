@@ -28,6 +28,7 @@ import datetime as _dt
 import ipaddress
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -38,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from loguru import logger
 
+from runtime.controller.clock import Clock, utc_now
 from runtime.kube.session import KubeApiError, Session
 from runtime.model.rfc3339 import format_time
 
@@ -51,10 +53,6 @@ ISSUER = "accelpolicy"
 def service_names(namespace: str, name: str) -> tuple[str, ...]:
     """The DNS names the API server uses for Service ``namespace/name`` (clientConfig.service)."""
     return (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", f"{name}.{namespace}", name)
-
-
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
 
 
 def _pem(cert: x509.Certificate) -> bytes:
@@ -116,7 +114,7 @@ def issue(names: tuple[str, ...], days: float, now: _dt.datetime | None = None,
     it stays valid for more than ``days + renew_days``; otherwise a new CA (``CA_LIFETIMES * days``)
     signs it and ``ca.crt`` lists the new CA first, then the previous CA while it is still valid.
     """
-    now = now or _now()
+    now = now or utc_now()
     old_cas = x509.load_pem_x509_certificates(previous[CA_KEY]) if previous and previous.get(CA_KEY) else []
     ca = ca_key = None
     if previous and previous.get(CA_PRIVATE_KEY) and old_cas:
@@ -139,7 +137,7 @@ def rotation_reason(data: dict[str, bytes], names: tuple[str, ...], days: float,
     names differing from ``names``, the leaf ending within ``renew_days`` days, the CA ending within
     ``days + renew_days`` days.
     """
-    now = now or _now()
+    now = now or utc_now()
     missing = [k for k in (CA_KEY, CERT_KEY, KEY_KEY, CA_PRIVATE_KEY) if not data.get(k)]
     if missing:
         return f"missing {', '.join(missing)}"
@@ -215,6 +213,7 @@ class ServingCertificate:
     on_leading: list[Callable[[], None]] = field(default_factory=list)   # run once this replica leads
     data: dict[str, bytes] = field(default_factory=dict)
     rotations: int = 0
+    clock: Clock = utc_now  # the wall clock validity is judged and certificates are issued by
 
     def __post_init__(self):
         self.directory = Path(self.directory)
@@ -251,7 +250,7 @@ class ServingCertificate:
     def _create(self) -> dict:
         try:
             created = self.session.call("post", self._collection,
-                                        body=self._body(issue(self.names, self.days)))
+                                        body=self._body(issue(self.names, self.days, self.clock())))
             logger.info("serving certificate: created Secret {}/{}", self.namespace, self.name)
             return created
         except KubeApiError as exc:
@@ -262,7 +261,7 @@ class ServingCertificate:
     def ensure(self, wait_seconds: float = 300.0, stop: threading.Event | None = None) -> dict[str, bytes]:
         """The Secret's data once usable (see the class docstring); files written."""
         stop = stop or threading.Event()
-        deadline = _now() + _dt.timedelta(seconds=wait_seconds)
+        deadline = time.monotonic() + wait_seconds
         while True:
             secret = self._read()
             if secret is None and self.manage:
@@ -270,7 +269,7 @@ class ServingCertificate:
             if secret is not None and all(self._decode(secret).get(k) for k in (CA_KEY, CERT_KEY, KEY_KEY)):
                 self._take(self._decode(secret))
                 return self.data
-            if _now() >= deadline or stop.wait(1.0):
+            if time.monotonic() >= deadline or stop.wait(1.0):
                 raise TimeoutError(f"Secret {self.namespace}/{self.name} with {CA_KEY}, {CERT_KEY} and "
                                    f"{KEY_KEY} did not appear within {wait_seconds:g}s")
 
@@ -295,9 +294,9 @@ class ServingCertificate:
         data = self._decode(secret)
         did = None
         if self.manage and self.leading.is_set():
-            reason = rotation_reason(data, self.names, self.days, self.renew_days)
+            reason = rotation_reason(data, self.names, self.days, self.renew_days, self.clock())
             if reason:
-                new = issue(self.names, self.days, previous=data, renew_days=self.renew_days)
+                new = issue(self.names, self.days, self.clock(), previous=data, renew_days=self.renew_days)
                 try:
                     secret = self.session.call("put", self._path,
                                                body=self._body(new, secret["metadata"]["resourceVersion"]))

@@ -16,7 +16,7 @@ import base64
 from datetime import datetime
 from typing import Mapping
 
-from runtime.kube.events import warning_event
+from runtime.kube.events import CONTROLLER_COMPONENT, warning_event
 from runtime.model.rulefiles import SettingCatalogSpec
 
 
@@ -53,5 +53,6 @@ def invalid_setting_event(catalog: SettingCatalogSpec, secret: Mapping, setting:
     involved = {"apiVersion": "v1", "kind": "Secret", "name": meta["name"],
                 "namespace": meta.get("namespace"), "uid": meta.get("uid")}
     return warning_event(involved, catalog.invalidEvent.reason,
-                         catalog.invalidEvent.message.format(setting=setting, value=value), "accelpolicy",
-                         now, name=f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}")
+                         catalog.invalidEvent.message.format(setting=setting, value=value),
+                         CONTROLLER_COMPONENT, now,
+                         name=f"{meta['name']}.{setting}.{int(now.timestamp() * 1000):x}")

@@ -34,10 +34,9 @@ from runtime.engine import admissioncheck as ac
 from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting
-from runtime.kube.events import event
+from runtime.kube.events import CONTROLLER_COMPONENT, event
 from runtime.model.rulefiles import StateEvent
 
-COMPONENT = "accelpolicy"
 
 
 def involved(obj: Mapping, kind: str) -> dict:
@@ -55,7 +54,7 @@ def state_event(template: StateEvent, obj: Mapping, kind: str, now: datetime, **
     name = (f"{(obj.get('metadata') or {}).get('name')}.{template.reason.lower()}."
             f"{int(now.timestamp() * 1e6):x}")
     return event(involved(obj, kind), template.type, template.reason, template.message.format(**variables),
-                 COMPONENT, now, name=name)
+                 CONTROLLER_COMPONENT, now, name=name)
 
 
 def pool_changes(before: Mapping[str, list[str]], after: Mapping[str, list[str]]

@@ -17,6 +17,9 @@ from typing import Any, Mapping
 from runtime.model.rfc3339 import format_time
 
 INVOLVED_FIELDS = ("apiVersion", "kind", "name", "namespace", "uid")
+# The controller's Events' source and reporting component (docs/observability.md "Events"); the agent's is
+# its own.
+CONTROLLER_COMPONENT = "accelpolicy"
 
 
 def warning_event(involved: Mapping[str, Any], reason: str, message: str, component: str, now: datetime,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.controller.clock import utc_now
 from runtime.controller.rulesreload import ControllerRulesReload
 from runtime.engine.admission import review_for
 from runtime.engine.policy import Policy
@@ -55,6 +56,7 @@ class Cache:
 
 class Controller:
     settings_namespace = "gpustack-system"
+    clock = staticmethod(utc_now)
 
     def __init__(self, policy, snapshot):
         self.policy, self.applier, self.cache, self.reconciles = policy, Applier(), Cache(snapshot), 0
