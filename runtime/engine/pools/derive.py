@@ -40,47 +40,38 @@ from runtime.engine.snapshot import Snapshot, is_deleting, labels_of, name_of
 
 @dataclass
 class DesiredState:
-    """What the cluster should hold after one reconcile of a snapshot.
+    """What the cluster should hold after one reconcile of a snapshot; lists in name order. The objects are
+    shared with the snapshot where nothing changed: treat them as read-only."""
 
-    Lists are in name order. ``instance_types`` holds every InstanceType after the reconcile (the
-    snapshot's, unchanged but for ``status``, plus the created ones); ``created_instance_types``
-    names the derived ones this reconcile authors (create-only); ``enriched_instance_types`` the
-    existing ones whose empty descriptors the defaulting fills now that a flavor matches
-    (docs/concepts/pools-and-flavors.md "InstanceType admission": the only update the controller makes to a
-    type's spec). ``flavor_deletes`` are our ResourceFlavors (``resource.gpustack.ai/type: nodes``) without
-    contributors. ``devices`` are the snapshot's Devices with the managed label mirrored from their Node; they
-    share ``spec`` and ``status`` (and, when nothing changed, the whole object) with the snapshot, so treat
-    them as read-only. ``managed_nodes`` names the Nodes managed per their effective labels (the fit labels of
-    docs/agent.md "Capacity and fit labels" are written on these only). ``node_flavors``: node name -> the
-    ResourceFlavors it contributes to (name order; nodes contributing none are absent), what the pool Events
-    compare. ``warnings`` explain input that was skipped or read as zero (unknown kinds, managed nodes without
-    os/arch, ``.count`` labels that are not integers in range, ledgers out of range, NodeFeatures not trusted
-    (decision 20), unparsable settings). ``fact_problems``: the refused node facts of decision 19 as data
-    (node, key, value, message), for the audit; each is also a warning. ``usable_accelerators``: node -> aKey
-    -> healthy accelerators of its Devices, for the nodes whose Devices count in the views; a device flavor's
-    quota counts these, never more than its labels (docs/concepts/pools-and-flavors.md,
-    :func:`runtime.engine.pools.reach.usable_quota`). ``shortfalls``: the contributing nodes whose labels
-    count more accelerators than that (:class:`runtime.engine.pools.reach.Shortfall`).
-    ``flavor_accelerators``: device flavor -> (accelerators its labels count, accelerators its quota counts).
-    """
-
-    settings: Settings
-    resource_flavors: list[dict] = field(default_factory=list)
-    flavor_deletes: list[str] = field(default_factory=list)
+    settings: Settings  # the settings in force (the settings Secret read, defaults where unset)
+    resource_flavors: list[dict] = field(default_factory=list)  # our ResourceFlavors, rendered
+    flavor_deletes: list[str] = field(default_factory=list)  # our flavors left without contributors
     cluster_queues: list[dict] = field(default_factory=list)
     local_queues: list[dict] = field(default_factory=list)
     admission_checks: list[dict] = field(default_factory=list)
+    # every InstanceType after the reconcile: the snapshot's (only ``status`` changed) and the created ones
     instance_types: list[dict] = field(default_factory=list)
-    created_instance_types: list[str] = field(default_factory=list)
+    created_instance_types: list[str] = field(default_factory=list)  # derived ones authored now (create-only)
+    # existing ones whose empty descriptors the defaulting fills now that a flavor matches: the only spec
+    # update the controller makes (docs/concepts/pools-and-flavors.md "InstanceType admission")
     enriched_instance_types: list[str] = field(default_factory=list)
     instance_type_flavors: list[dict] = field(default_factory=list)
-    devices: list[dict] = field(default_factory=list)
+    devices: list[dict] = field(default_factory=list)  # the snapshot's Devices, managed label from their Node
+    # Nodes managed by their effective labels: the only ones given fit labels (docs/agent.md "Capacity and
+    # fit labels")
     managed_nodes: list[str] = field(default_factory=list)
+    # node -> the ResourceFlavors it contributes to (name order; none: absent), what pool Events compare
     node_flavors: dict[str, list[str]] = field(default_factory=dict)
+    # input skipped or read as zero (unknown kinds, bad counts or ledgers, untrusted NodeFeatures, settings)
     warnings: list[str] = field(default_factory=list)
+    # refused node facts as data for the audit, each also a warning (docs/node-facts-robustness.md "A
+    # malformed fact costs only its node (decision 19)")
     fact_problems: list[FactProblem] = field(default_factory=list)
+    # node -> accelerator key -> healthy accelerators of its Devices (nodes whose Devices count); a device
+    # flavor's quota counts these, never more than its labels (runtime.engine.pools.reach.usable_quota)
     usable_accelerators: dict[str, dict[str, int]] = field(default_factory=dict)
-    shortfalls: list[reach.Shortfall] = field(default_factory=list)
+    shortfalls: list[reach.Shortfall] = field(default_factory=list)  # nodes whose labels count more than that
+    # device flavor -> (accelerators its labels count, accelerators its quota counts)
     flavor_accelerators: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
