@@ -226,7 +226,9 @@ class Walkthrough:
         return self
 
     def stop(self) -> None:
-        """Stop the stand-in, the agents and the controller; remove a temporary workdir. Idempotent."""
+        """Stop the stand-in, the agents and the controller; with :attr:`webhooks`, delete the webhook
+        configurations the controller registered (their server, this admission process, is gone: left,
+        they would refuse every write they match); remove a temporary workdir. Idempotent."""
         if self.plugin is not None:
             self.plugin.stop()
             self.plugin = None
@@ -237,8 +239,21 @@ class Walkthrough:
         if self._admission is not None:
             self._admission.stop(15)
             self._admission = None
+            self._delete_registrations()
         if self._own_workdir and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _delete_registrations(self) -> None:
+        """Delete the mutating and validating webhook configurations of the rules (a cluster already
+        stopped: nothing to delete)."""
+        from runtime.engine.admission.registration import registration_of
+        configurations = registration_of(self.policy).configurations
+        for kind, name in (("mutatingwebhookconfiguration", configurations.mutating),
+                           ("validatingwebhookconfiguration", configurations.validating)):
+            try:
+                self.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false", check=False)
+            except Exception as exc:  # noqa: BLE001 - the cluster may be gone already
+                self.progress(f"webhook configuration {name} not deleted: {exc}")
 
     # -- pieces ------------------------------------------------------------------------------------
     def _namespaces(self) -> None:

@@ -41,9 +41,16 @@ FIGURES: dict[str, list[float]] = {}
 
 
 def _clean(kubectl) -> None:
-    # InstanceTypes carry our finalizer: drop it so the delete completes without the controller.
+    """The shared control plane back to no pools: our kinds, the Nodes, the settings Secret, the Lease and
+    every Instance (any module may have left one) deleted, their finalizers dropped first so the deletes
+    complete without the controller."""
     for name in kubectl.stdout("get", "instancetypes", "-o", "name").split():
         kubectl("patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    for item in json.loads(kubectl.stdout("get", "instances.worker.gpustack.ai", "-A", "-o", "json"))["items"]:
+        if item["metadata"].get("finalizers"):
+            kubectl("patch", "instances.worker.gpustack.ai", item["metadata"]["name"], "-n",
+                    item["metadata"]["namespace"], "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    kubectl("delete", "instances.worker.gpustack.ai", "--all", "-A", "--wait=true")
     kubectl("delete", "localqueues.kueue.x-k8s.io", "--all", "-A", "--wait=true")
     kubectl("delete", "nodefeatures.nfd.k8s-sigs.io", "--all", "-A", "--wait=true")
     for kind in OUR_KINDS:

@@ -21,6 +21,21 @@ def _seed_params():
     return [pytest.param(o, id=o.path.stem) for o in seed_objects(d)]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _seed_objects_removed_after(control_plane):
+    """The seed objects this module applies are deleted when it ends (finalizers dropped first; the
+    namespaces stay): later modules on the shared control plane find only what they create."""
+    yield
+    kubectl = control_plane[1]
+    d = shared_dir()
+    for obj in reversed(seed_objects(d) if d is not None else []):
+        if obj.kind == "Namespace":
+            continue
+        where = [resource_of(obj.body), obj.name, *ns_args(obj.body)]
+        kubectl("patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+        kubectl("delete", *where, "--ignore-not-found", "--wait=true")
+
+
 def resource_of(body: dict) -> str:
     """kubectl resource argument for an object body: ``kind.version.group`` (``kind`` for core)."""
     api = body["apiVersion"]
