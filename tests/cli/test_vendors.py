@@ -85,7 +85,8 @@ def test_an_nvidia_device_plugin_node_keeps_every_view_and_writes_no_views(polic
 
 def _pod(tmp_path, limits: dict) -> str:
     path = tmp_path / "pod.yaml"
-    path.write_text(yaml.safe_dump(pod("trainer", "team-a", queue=QUEUE, image="habana/pytorch", limits=limits)))
+    trainer = pod("trainer", "team-a", queue=QUEUE, image="habana/pytorch", limits=limits)
+    path.write_text(yaml.safe_dump(trainer))
     return str(path)
 
 
