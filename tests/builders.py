@@ -1,7 +1,7 @@
-"""The shared builders of the unit tests' objects (docs/development/testing.md "Test layers"): a Pod and
-its containers as the API server serves them, each key present only when it is given, so a test names
-exactly what its object holds. A test whose object means something more (a DRA extended claim, an
-allocation annotation) keeps a thin local wrapper that calls these."""
+"""The shared builders of the unit tests' objects: a Pod and its containers as the API server serves
+them, each key present only when it is given, so a test names exactly what its object holds. A test
+whose object means something more (a DRA extended claim, an allocation annotation) keeps a thin local
+wrapper that calls these (docs/development/testing.md "Builders and the in-memory API")."""
 from __future__ import annotations
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

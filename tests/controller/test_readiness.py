@@ -18,8 +18,8 @@ from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
 from testing.localcluster.testing import wait_for
-from tests.controller.fakeapi import ScriptedApi
 from tests.builders import pod
+from tests.fakeapi import FakeApi
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
 
@@ -30,7 +30,7 @@ def webhooks():
     objects: dict[str, list[dict]] = {}
     for obj in snapshot:
         objects.setdefault(obj["kind"], []).append(obj)
-    api = ScriptedApi(objects)
+    api = FakeApi(objects)
     controller = Controller(api, Policy(load_rules()), env={})
     hooks = ControllerWebhooks(controller, WebhookTls(Path("unused"), Path("unused"), b""),
                                register_configurations=False)
