@@ -3,8 +3,8 @@
 (docs/development/testing.md "Builders and the in-memory API").
 
 Served kinds: ``kinds`` (kind -> ``(apiVersion, plural, namespaced)``; a kind not in it is not served, 404
-from ``ref``), or, when None, every kind, with its apiVersion from the snapshot's KNOWN_KINDS and the kind
-itself as its plural.
+from ``ref`` in the Session's words), or, when None, every kind, with its apiVersion from the snapshot's
+KNOWN_KINDS and the kind itself as its plural.
 
 Reads: a list answers every item of the kind (``page`` items a page, followed by ``continue``; all at once
 when None) with a new resourceVersion; a get by name answers the object or 404; every answer is a copy.
@@ -14,7 +14,9 @@ list answers 503; ``slow_lists``: kind -> seconds a list takes (``stop`` cuts it
 Writes change the stored objects, each with a new resourceVersion, as the API server does: a patch or an
 apply merges its body in (a JSON merge patch; a JSON patch leaves the object as it is), a PUT replaces
 the object (409 Conflict when its resourceVersion is not the stored one), a POST of an object that exists
-answers 409 AlreadyExists, a delete removes it. ``writes``: ``(method, path)`` of every write.
+answers 409 AlreadyExists, a delete removes it; a write with ``dryRun`` in its query answers what it
+would store and stores nothing. ``drops``: kind -> dotted field paths the server does not know (an older
+Kubernetes): left out of what it stores and answers. ``writes``: ``(method, path)`` of every write.
 
 Watches: one that idles 0.2 s and ends, or, for a kind in ``expire``, yields one 410 ``ERROR`` event.
 
@@ -31,7 +33,7 @@ import threading
 import time
 
 from runtime.engine.snapshot import KNOWN_KINDS
-from runtime.kube.session import KubeApiError, ResourceRef
+from runtime.kube.session import EXTRA_KINDS, KubeApiError, ResourceRef
 
 
 def merge(target, patch):
@@ -70,9 +72,10 @@ class FakeApi:
 
     def __init__(self, objects: dict[str, list[dict]] | None = None, *,
                  kinds: dict[str, tuple[str, str, bool]] | None = None, page: int | None = None,
-                 forbidden: tuple[str, ...] = (), lists: list[dict] | None = None,
-                 watches: list | None = None):
+                 forbidden: tuple[str, ...] = (), drops: dict[str, list[str]] | None = None,
+                 lists: list[dict] | None = None, watches: list | None = None):
         self.objects = objects if objects is not None else {}
+        self.drops = drops or {}
         self.kinds, self.page, self.forbidden = kinds, page, set(forbidden)
         self.lists = None if lists is None else list(lists)
         self.watches = None if watches is None else list(watches)
@@ -97,7 +100,9 @@ class FakeApi:
             api_version, namespaced = KNOWN_KINDS.get(kind, ("v1", False))
             return ResourceRef(kind, api_version, kind, namespaced)
         if kind not in self.kinds:
-            raise KubeApiError(404, "NotFound", f"the server does not serve {kind}")
+            api_version = EXTRA_KINDS.get(kind) or KNOWN_KINDS.get(kind, ("",))[0]
+            raise KubeApiError(404, "NotFound", f"the server does not serve {kind}"
+                                                + (f" ({api_version})" if api_version else ""))
         return ResourceRef(kind, *self.kinds[kind])
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
@@ -138,7 +143,7 @@ class FakeApi:
             return self._read(kind, namespace, name, query or {})
         self.writes.append((method, path))
         with self._lock:
-            return self._write(method, kind, namespace, name, body)
+            return self._write(method, kind, namespace, name, body, dry_run=bool((query or {}).get("dryRun")))
 
     def _read(self, kind, namespace, name, query):
         if name is not None:
@@ -159,11 +164,13 @@ class FakeApi:
             items = items[start:start + self.page]
         return {"apiVersion": self.ref(kind).api_version, "items": copy.deepcopy(items), "metadata": meta}
 
-    def _write(self, method, kind, namespace, name, body):
+    def _write(self, method, kind, namespace, name, body, dry_run=False):
         """A write on the stored objects (see the module docstring)."""
         items = self.objects.setdefault(kind, [])
         found = self.get(kind, name or (body or {}).get("metadata", {}).get("name", ""), namespace)
         if method == "delete":
+            if dry_run:
+                return copy.deepcopy(found or {})
             if found is not None:
                 items.remove(found)
             return found or {}
@@ -182,6 +189,9 @@ class FakeApi:
         obj["metadata"].setdefault("name", name)
         if namespace:
             obj["metadata"]["namespace"] = namespace
+        self._drop(kind, obj)
+        if dry_run:
+            return obj
         self.version += 1
         obj["metadata"].update(resourceVersion=str(self.version),
                                uid=obj["metadata"].get("uid") or f"uid-{kind}-{obj['metadata']['name']}")
@@ -189,6 +199,16 @@ class FakeApi:
             items.remove(found)
         items.append(obj)
         return copy.deepcopy(obj)
+
+    def _drop(self, kind: str, obj: dict) -> None:
+        """Take the fields of ``drops`` the server does not know out of ``obj``."""
+        for field in self.drops.get(kind, []):
+            *parents, last = field.split(".")
+            holder = obj
+            for key in parents:
+                holder = holder.get(key) if isinstance(holder, dict) else None
+            if isinstance(holder, dict):
+                holder.pop(last, None)
 
     def stream(self, path, query, timeout):
         self.watch_queries.append(dict(query))
