@@ -19,6 +19,7 @@ from runtime.rules.cel import Deadline
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
 from runtime.webhook.app import WebhookState, build_app
+from tests.builders import pod
 
 TEN = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"
 LOOP = (f"{TEN}.map(a, {TEN}.map(b, {TEN}.map(c, {TEN}.map(d, {TEN}.map(e, {TEN}.map(f, f * 2)))))).size() > 0")
@@ -60,9 +61,7 @@ def _rules(tmp_path: Path, cost_limit: int = 20000, failure_policy: str = "Fail"
 
 
 def _pod(name: str, probe: str | None) -> dict:
-    labels = {**QUEUE, "budget-probe": probe} if probe else dict(QUEUE)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels},
-            "spec": {"containers": [{"name": "main", "image": "x"}]}}
+    return pod(name, labels={**QUEUE, "budget-probe": probe} if probe else dict(QUEUE), image="x")
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,10 @@ from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
 from runtime.snapshots import load_snapshot
 from runtime.webhook.app import WebhookState, build_app
+from tests.builders import pod
 
 A10G_QUEUE = "gpustack-fnv64-c4680bb149644f1c"
-POD = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "two", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": A10G_QUEUE}},
-       "spec": {"containers": [{"name": "main", "image": "x",
-                                "resources": {"limits": {"nvidia.com/gpu": "1", "amd.com/gpu.shared": "1"}}}]}}
+POD = pod("two", queue=A10G_QUEUE, image="x", limits={"nvidia.com/gpu": "1", "amd.com/gpu.shared": "1"})
 MESSAGE = ('Pod "two" is invalid: spec: Forbidden: a Pod may request only one accelerator family, '
            'found [exclusive shared]')
 

@@ -19,6 +19,7 @@ from runtime.engine.ownership import owned
 from runtime.engine.policy import Policy
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
+from tests.builders import pod
 
 POLICY = Policy(load_rules())
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -152,17 +153,14 @@ def test_ownership_by_labels_and_stale_configurations():
 
 def test_excluded_namespaces_are_not_judged_offline_either():
     engine = AdmissionEngine(POLICY)
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "demo", "namespace": "gpustack-system",
-                        "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}},
-           "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1",
-                                                                             "nvidia.com/gpu.shared": "1"}}}]}}
-    request = review_for(pod)["request"]
+    excluded = pod("demo", "gpustack-system", queue="gpustack-fnv64-c4680bb149644f1c",
+                   limits={"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "1"})
+    request = review_for(excluded)["request"]
     from runtime.engine.admission.review import parse_review
     assert engine.matching(parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                          "request": request})) == []
-    pod["metadata"]["namespace"] = "default"
-    assert engine.matching(parse_review(review_for(pod))) == ["pods-mutation", "pods-validation"]
+    excluded["metadata"]["namespace"] = "default"
+    assert engine.matching(parse_review(review_for(excluded))) == ["pods-mutation", "pods-validation"]
 
 
 class _FakeCache:

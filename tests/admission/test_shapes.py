@@ -17,6 +17,7 @@ from runtime.engine.policy import Policy
 from runtime.model.admission import Schema
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
+from tests.builders import pod
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}
@@ -34,8 +35,7 @@ def judge():
 
 
 def _pod(spec: dict) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "labels": QUEUE},
-            "spec": spec}
+    return pod("p", labels=QUEUE, spec=spec)
 
 
 def _instance(**spec) -> dict:

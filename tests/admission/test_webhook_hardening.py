@@ -20,9 +20,9 @@ from runtime.snapshots import load_snapshot
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.server import ServerThread
 from testing.webhookload import held_seconds
+from tests.builders import pod
 
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo", "namespace": "default"},
-       "spec": {"containers": [{"name": "main", "image": "x"}]}}
+POD = pod(image="x")
 
 
 @pytest.fixture(scope="module")

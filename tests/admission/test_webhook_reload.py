@@ -21,6 +21,7 @@ from runtime.engine.admission import review_for
 from runtime.webhook.app import Generation, WebhookState
 from testing.localcluster.testing import wait_for
 from testing.localcluster.walkthrough import accelpolicy_argv
+from tests.builders import pod
 from tests.unit.test_rules_reload import _version
 
 SEED = "tests/fixtures/seed/common"
@@ -31,10 +32,8 @@ NEW = "a logical slice request is one accelerator in this cluster"
 
 def _pod() -> dict:
     """A Pod asking for two logical slices: denied by pods-validation sliced-single-accelerator."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "demo", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": A10G_QUEUE}},
-            "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {
-                "nvidia.com/gpu.sliced": "2", "nvidia.com/gpu.sliced.memory-percentage": "20"}}}]}}
+    return pod(queue=A10G_QUEUE, image="x",
+               limits={"nvidia.com/gpu.sliced": "2", "nvidia.com/gpu.sliced.memory-percentage": "20"})
 
 
 def _edit(old: str, new: str):

@@ -17,14 +17,13 @@ from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.server import ServerThread, self_signed
+from tests.builders import pod
 
 A10G_QUEUE = "gpustack-fnv64-c4680bb149644f1c"
 
 
 def _pod(limits: dict, name: str = "demo") -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": A10G_QUEUE}},
-            "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}}
+    return pod(name, queue=A10G_QUEUE, image="x", limits=limits)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from tests import builders
+
 ALLOCATED = "device.gpustack.ai/accelerator.allocated"
 A10G = "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575"
 H100 = "GPU-c1000000-0000-4000-8000-00000000000{}"
@@ -20,12 +22,12 @@ def entry(uuid, index, mode, allocated=None, profile=None, placements=None):
 
 
 def pod(name, groups=None, *, raw=None, phase="Running", created="2026-01-01T00:00:00Z", container="main"):
-    """A Pod on the node with ``{container: groups}`` as its annotation (or ``raw`` text)."""
+    """A Pod on the node with ``{container: groups}`` as its annotation (or ``raw`` text), without a spec:
+    the ledger reads only the annotation and the phase."""
     text = raw if raw is not None else json.dumps({container: groups})
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "demo", "creationTimestamp": created,
-                         "annotations": {ALLOCATED: text}},
-            "status": {"phase": phase}}
+    out = builders.pod(name, "demo", created=created, annotations={ALLOCATED: text}, phase=phase)
+    del out["spec"]
+    return out
 
 
 def group(gid, *entries, manufacturer="nvidia"):

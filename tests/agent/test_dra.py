@@ -17,6 +17,7 @@ from runtime.engine.devices.draclaims import claim_pod_resources
 from runtime.engine.devices.draslices import read_node
 from runtime.model.facts import parse_facts
 from tests.agent.conftest import facts, fixture_object, seed_node
+from tests.builders import container, pod
 from tests.seedfiles import FIXTURES
 
 DRA = FIXTURES / "dra"
@@ -315,16 +316,16 @@ def test_nvml_and_slices_give_the_a10g_node_the_same_labels_and_devices_but_core
 
 # --- the ledger from ResourceClaims (docs/concepts/dra.md "The ledger from claims") --------------------
 def _pod(name: str, phase: str = "Running", extended_claim: str | None = "demo-gpu-claim", uid: str = "") -> dict:
-    status = {"phase": phase}
+    """A Pod of node-a10g (containers sidecar and main) whose main container's nvidia.com/gpu is the
+    extended resource claim ``extended_claim`` (none when None)."""
+    status = {}
     if extended_claim:
         status["extendedResourceClaimStatus"] = {
             "resourceClaimName": extended_claim,
-            "requestMappings": [{"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "demo", "uid": uid or f"uid-{name}",
-                         "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"nodeName": "node-a10g", "containers": [{"name": "sidecar"}, {"name": "main"}]},
-            "status": status}
+            "requestMappings": [{"containerName": "main", "resourceName": "nvidia.com/gpu",
+                                 "requestName": "container-0-request-0"}]}
+    return pod(name, "demo", uid=uid or f"uid-{name}", created="2026-01-01T00:00:00Z", node="node-a10g",
+               containers=[container("sidecar"), container("main")], phase=phase, status=status)
 
 
 def _claim(name: str, pod: str, device: str = "gpu-0", pool: str = "node-a10g",

@@ -18,6 +18,7 @@ from loguru import logger
 from probes.fake import load_document, recorded
 from runtime.engine.devices.podresources import pod_allocations
 from runtime.kube.podresources import PodResourcesError, api_pb2, api_pb2_grpc, list_pod_resources
+from tests import builders
 from tests.agent.helpers import A10G, ALLOCATED, H100
 
 GID = "h100-80gb-hbm3"
@@ -73,12 +74,11 @@ def logs():
 
 def api_pod(name, requests=None, *, annotation=None, container="main", created="2026-01-01T00:00:00Z"):
     """A Running Pod as the API lists it, with the container's resource requests and an optional annotation."""
-    meta = {"name": name, "namespace": "demo", "creationTimestamp": created}
+    annotations = None
     if annotation is not None:
-        meta["annotations"] = {ALLOCATED: annotation if isinstance(annotation, str) else json.dumps(annotation)}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"containers": [{"name": container, "resources": {"requests": dict(requests or {})}}]},
-            "status": {"phase": "Running"}}
+        annotations = {ALLOCATED: annotation if isinstance(annotation, str) else json.dumps(annotation)}
+    return builders.pod(name, "demo", created=created, annotations=annotations, phase="Running",
+                        containers=[builders.container(container, requests=dict(requests or {}))])
 
 
 def h100_facts_with_mig_device() -> dict:

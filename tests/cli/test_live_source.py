@@ -1,10 +1,10 @@
 """The live-cluster source of the one-shot commands, without a cluster (docs/tasks/ask-the-cluster.md):
-the list-once reader against a recorded API server (pages, the settings Secret by name, managedFields
-stripped, a CRD not installed), the errors in Kubernetes' words, AGE and the drift column, completion.
+the list-once reader against the in-memory API of tests/fakeapi.py (pages, the settings Secret by name,
+managedFields stripped, a CRD not installed), the errors in Kubernetes' words, AGE and the drift column,
+completion.
 The same commands against a real API server: tests/controlplane/test_cli_live.py."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,45 +14,19 @@ from click.testing import CliRunner
 import runtime.cli.source as source
 from runtime.cli import main
 from runtime.kube.listing import ListForbidden, Needs, list_cluster
-from runtime.kube.session import KubeApiError, ResourceRef
 from runtime.report.tables import KINDS, age_of, drift, human_duration, render
 from testing.localcluster.testing import parse_table
+from tests.fakeapi import FakeApi
 
 SEED = "tests/fixtures/seed/common"
 PLURALS = {"Node": ("v1", "nodes", False), "Secret": ("v1", "secrets", True),
            "InstanceType": ("worker.gpustack.ai/v1", "instancetypes", False)}
 
 
-class FakeSession:
-    """Answers ``ref`` and ``call`` as the API server would for ``objects`` (kind -> items), ``page``
-    items a page; ``forbidden``: kinds a list of is refused; kinds absent from PLURALS are not served."""
-
-    def __init__(self, objects: dict[str, list[dict]], page: int = 2, forbidden: tuple[str, ...] = ()):
-        self.objects, self.page, self.forbidden, self.calls = objects, page, forbidden, []
-
-    def ref(self, kind):
-        if kind not in PLURALS:
-            raise KubeApiError(404, "NotFound", f"the server does not serve {kind}")
-        return ResourceRef(kind, *PLURALS[kind])
-
-    def call(self, method, path, query=None, **kw):
-        self.calls.append((method, path, dict(query or {})))
-        kind = next(k for k, (_, plural, _) in PLURALS.items() if f"/{plural}" in path)
-        if kind in self.forbidden:
-            plural = PLURALS[kind][1]
-            raise KubeApiError(403, "Forbidden", f'{plural} is forbidden: User "someone" cannot list resource '
-                                                 f'"{plural}" in API group "" at the cluster scope')
-        if kind == "Secret":
-            name = path.rsplit("/", 1)[1]
-            found = [o for o in self.objects.get("Secret", []) if o["metadata"]["name"] == name]
-            if not found:
-                raise KubeApiError(404, "NotFound", f'secrets "{name}" not found')
-            return found[0]
-        start = int((query or {}).get("continue") or 0)
-        items = self.objects.get(kind, [])[start:start + self.page]
-        more = start + self.page < len(self.objects.get(kind, []))
-        return {"apiVersion": PLURALS[kind][0], "items": [json.loads(json.dumps(i)) for i in items],
-                "metadata": {"continue": str(start + self.page)} if more else {}}
+def served(objects: dict[str, list[dict]], page: int = 2, forbidden: tuple[str, ...] = ()) -> FakeApi:
+    """The in-memory API serving ``objects`` (kind -> items) of the kinds in PLURALS, ``page`` items a
+    page; ``forbidden``: kinds a list of is refused."""
+    return FakeApi(objects, kinds=PLURALS, page=page, forbidden=forbidden)
 
 
 def node(name: str) -> dict:
@@ -62,7 +36,7 @@ def node(name: str) -> dict:
 def test_list_cluster_pages_each_kind_once_gets_the_settings_secret_by_name_and_strips_managed_fields():
     settings = {"metadata": {"name": "gpustack-settings", "namespace": "gpustack-system"}, "data": {}}
     other = {"metadata": {"name": "tls", "namespace": "gpustack-system"}, "data": {"key": "c2VjcmV0"}}
-    session = FakeSession({"Node": [node(f"n{i}") for i in range(5)], "Secret": [settings, other]})
+    session = served({"Node": [node(f"n{i}") for i in range(5)], "Secret": [settings, other]})
     read = list_cluster(session, Needs(("Node", "NodeFeature", "Secret"), ("gpustack-system", "gpustack-settings")))
     assert [o["metadata"]["name"] for o in read.objects] == ["n0", "n1", "n2", "n3", "n4", "gpustack-settings"]
     assert all("managedFields" not in o["metadata"] for o in read.objects)
@@ -77,7 +51,7 @@ def test_list_cluster_pages_each_kind_once_gets_the_settings_secret_by_name_and_
 
 def test_a_forbidden_list_names_the_verb_and_resource():
     with pytest.raises(ListForbidden) as caught:
-        list_cluster(FakeSession({}, forbidden=("Node",)), Needs(("Node",)))
+        list_cluster(served({}, forbidden=("Node",)), Needs(("Node",)))
     assert (caught.value.verb, caught.value.resource, caught.value.group, caught.value.namespace) == \
         ("list", "nodes", "", None)
     assert source.forbidden_message(caught.value) == (
@@ -93,14 +67,14 @@ def test_a_forbidden_list_names_the_verb_and_resource():
 
 @pytest.fixture
 def fake_cluster(monkeypatch):
-    """The seed fixture's objects served by a FakeSession to every command (``connect`` replaced)."""
+    """The seed fixture's objects served by the in-memory API to every command (``connect`` replaced)."""
     from runtime.snapshots import read_objects
 
     docs, _ = read_objects([SEED])
     by_kind: dict[str, list[dict]] = {}
     for doc in docs:
         by_kind.setdefault(doc["kind"], []).append(doc)
-    session = FakeSession(by_kind, page=3)
+    session = served(by_kind, page=3)
     monkeypatch.setattr(source, "connect_or_exit", lambda kubeconfig, context: session)
     monkeypatch.setitem(PLURALS, "NodeFeature", ("nfd.k8s-sigs.io/v1alpha1", "nodefeatures", True))
     monkeypatch.setitem(PLURALS, "Devices", ("worker.gpustack.ai/v1", "devices", False))
@@ -185,7 +159,7 @@ def test_completion_scripts_and_names_from_the_cluster(monkeypatch):
     import runtime.kube.session as session_module
     from runtime.cli.completion import names_of
 
-    fake = FakeSession({"InstanceType": [{"metadata": {"name": n}} for n in ("gpu-b", "cpu", "gpu-a")]})
+    fake = served({"InstanceType": [{"metadata": {"name": n}} for n in ("gpu-b", "cpu", "gpu-a")]})
     monkeypatch.setattr(session_module, "connect", lambda kubeconfig, context: fake)
     assert names_of("instype", "gpu", None, None) == ["gpu-a", "gpu-b"]
     assert names_of("nosuchkind", "", None, None) == []
@@ -218,7 +192,7 @@ def test_kubectl_runs_the_plugin_from_path():
 def test_completion_offers_the_clusters_names_through_clicks_protocol(monkeypatch):
     import runtime.kube.session as session_module
 
-    fake = FakeSession({"InstanceType": [{"metadata": {"name": n}} for n in ("gpu-b", "cpu")]})
+    fake = served({"InstanceType": [{"metadata": {"name": n}} for n in ("gpu-b", "cpu")]})
     monkeypatch.setattr(session_module, "connect", lambda kubeconfig, context: fake)
     monkeypatch.setenv("COMP_WORDS", "accelpolicy explain instancetype g")
     monkeypatch.setenv("COMP_CWORD", "3")

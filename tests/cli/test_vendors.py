@@ -15,6 +15,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.pools.deviceclasses import device_classes
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from tests.builders import pod
 from tests.seedfiles import FIXTURES, parse_table
 
 GAUDI = FIXTURES / "dra" / "gaudi"                               # node-gaudi and gaudi.intel.com's slice
@@ -83,11 +84,9 @@ def test_an_nvidia_device_plugin_node_keeps_every_view_and_writes_no_views(polic
 
 
 def _pod(tmp_path, limits: dict) -> str:
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "trainer", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
-           "spec": {"containers": [{"name": "main", "image": "habana/pytorch", "resources": {"limits": limits}}]}}
     path = tmp_path / "pod.yaml"
-    path.write_text(yaml.safe_dump(pod))
+    trainer = pod("trainer", "team-a", queue=QUEUE, image="habana/pytorch", limits=limits)
+    path.write_text(yaml.safe_dump(trainer))
     return str(path)
 
 

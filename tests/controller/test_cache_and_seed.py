@@ -1,5 +1,6 @@
-"""Watch-cache protocol (list, resume, bookmarks, 410 relist) against a scripted fake server, the
-settings seeding rules (docs/concepts/settings.md "Settings") and the leader Lease, without a real API server."""
+"""Watch-cache protocol (list, resume, bookmarks, 410 relist) against the in-memory API (tests/fakeapi.py)
+with scripted lists and watches, the settings seeding rules (docs/concepts/settings.md "Settings") and the
+leader Lease on the same in-memory API, without a real API server."""
 from __future__ import annotations
 
 import base64
@@ -11,52 +12,12 @@ import pytest
 from runtime.controller import settings_seed
 from runtime.controller.leader import LeaderElector
 from runtime.kube.cache import KindCache, WatchedKind
-from runtime.kube.session import KubeApiError, ResourceRef
+from runtime.kube.session import KubeApiError
+from tests.fakeapi import FakeApi
 
 
 def node(name, rv, **labels):
     return {"metadata": {"name": name, "resourceVersion": str(rv), "labels": labels}}
-
-
-class FakeStream:
-    def __init__(self, events):
-        self.events = events
-
-    def __iter__(self):
-        yield from self.events
-
-    def close(self):
-        pass
-
-    def abort(self):
-        pass
-
-
-class FakeSession:
-    """Lists and watch streams scripted per call; records the queries it was sent."""
-
-    def __init__(self, lists, watches):
-        self.lists, self.watches = list(lists), list(watches)
-        self.list_queries, self.watch_queries = [], []
-        self.done = threading.Event()
-
-    def ref(self, kind):
-        return ResourceRef(kind, "v1", "nodes", False)
-
-    def call(self, method, path, query=None, **_):
-        self.list_queries.append(query)
-        return self.lists.pop(0)
-
-    def stream(self, path, query, timeout):
-        self.watch_queries.append(dict(query))
-        if not self.watches:
-            self.done.set()
-            time.sleep(0.05)
-            raise KubeApiError(503, "ServiceUnavailable", "script ended")
-        item = self.watches.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return FakeStream(item)
 
 
 def run_cache(session, **kw):
@@ -70,7 +31,7 @@ def run_cache(session, **kw):
 
 
 def test_list_then_watch_resumes_from_bookmarks_and_relists_on_410():
-    session = FakeSession(
+    session = FakeApi(
         lists=[{"apiVersion": "v1", "metadata": {"resourceVersion": "10"}, "items": [node("a", 5), node("b", 7)]},
                {"apiVersion": "v1", "metadata": {"resourceVersion": "40"}, "items": [node("a", 5), node("c", 39)]}],
         watches=[
@@ -93,7 +54,7 @@ def test_list_then_watch_resumes_from_bookmarks_and_relists_on_410():
 
 
 def test_list_pages_are_followed():
-    session = FakeSession(
+    session = FakeApi(
         lists=[{"metadata": {"continue": "tok"}, "items": [node("a", 1)]},
                {"metadata": {"resourceVersion": "9"}, "items": [node("b", 2)]}],
         watches=[])
@@ -103,7 +64,7 @@ def test_list_pages_are_followed():
 
 
 def test_write_through_is_not_rolled_back_by_an_older_event():
-    session = FakeSession(lists=[{"metadata": {"resourceVersion": "1"}, "items": []}], watches=[])
+    session = FakeApi(lists=[{"metadata": {"resourceVersion": "1"}, "items": []}], watches=[])
     cache = KindCache(session, WatchedKind("Node"))
     cache.observe(node("a", 50, v="new"))
     cache._handle({"type": "MODIFIED", "object": node("a", 49, v="old")})
@@ -113,7 +74,7 @@ def test_write_through_is_not_rolled_back_by_an_older_event():
 
 
 def test_write_through_after_delete_event_does_not_resurrect():
-    session = FakeSession(lists=[{"metadata": {"resourceVersion": "1"}, "items": []}], watches=[])
+    session = FakeApi(lists=[{"metadata": {"resourceVersion": "1"}, "items": []}], watches=[])
     cache = KindCache(session, WatchedKind("Node"))
     cache.observe(node("a", 10))
     cache._handle({"type": "DELETED", "object": node("a", 12)})
@@ -158,53 +119,37 @@ def test_settings_namespace_env(policy):
 
 
 # -- leader Lease ---------------------------------------------------------------------------------------
-class LeaseServer:
-    """One Lease in memory with resourceVersion checks, as the API server does."""
+def lease_server() -> FakeApi:
+    """The in-memory API serving Leases (resourceVersion checked on PUT, as the API server does)."""
+    return FakeApi(kinds={"Lease": ("coordination.k8s.io/v1", "leases", True)})
 
-    def __init__(self):
-        self.lease = None
-        self.rv = 0
 
-    def ref(self, kind):
-        return ResourceRef("Lease", "coordination.k8s.io/v1", "leases", True)
-
-    def call(self, method, path, body=None, **_):
-        if method == "get":
-            if self.lease is None:
-                raise KubeApiError(404, "NotFound", "no lease")
-            import copy
-            return copy.deepcopy(self.lease)
-        if method == "post":
-            if self.lease is not None:
-                raise KubeApiError(409, "AlreadyExists", "exists")
-        if method == "put" and body["metadata"].get("resourceVersion") != str(self.rv):
-            raise KubeApiError(409, "Conflict", "stale")
-        self.rv += 1
-        body["metadata"]["resourceVersion"] = str(self.rv)
-        self.lease = body
-        return body
+def the_lease(server: FakeApi) -> dict:
+    """The one Lease the server holds (the stored object: a change to it is the server's)."""
+    (lease,) = server.objects["Lease"]
+    return lease
 
 
 def test_lease_is_exclusive_until_released_or_expired():
-    server = LeaseServer()
+    server = lease_server()
     a = LeaderElector(server, "gpustack-operator-worker", "gpustack-system", "a", lease_seconds=15)
     b = LeaderElector(server, "gpustack-operator-worker", "gpustack-system", "b", lease_seconds=15)
     assert a.try_acquire_or_renew() is True
     assert b.try_acquire_or_renew() is False
     assert a.try_acquire_or_renew() is True          # renewal
-    assert server.lease["spec"]["holderIdentity"] == "a"
+    assert the_lease(server)["spec"]["holderIdentity"] == "a"
     a.leading = True
     a.release()
-    assert server.lease["spec"]["holderIdentity"] == ""
+    assert the_lease(server)["spec"]["holderIdentity"] == ""
     assert b.try_acquire_or_renew() is True
-    assert server.lease["spec"]["leaseTransitions"] == 1
+    assert the_lease(server)["spec"]["leaseTransitions"] == 1
     # an expired holder is replaced
-    server.lease["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"
-    assert a.try_acquire_or_renew() is True and server.lease["spec"]["holderIdentity"] == "a"
+    the_lease(server)["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"
+    assert a.try_acquire_or_renew() is True and the_lease(server)["spec"]["holderIdentity"] == "a"
 
 
 def test_acquire_stops_when_asked():
-    server = LeaseServer()
+    server = lease_server()
     LeaderElector(server, "l", "ns", "other").try_acquire_or_renew()
     stop = threading.Event()
     stop.set()
@@ -224,7 +169,7 @@ def test_age_counts_from_when_the_watch_broke_until_current_again(monkeypatch):
     the objects held are served all along."""
     clock = [100.0]
     monkeypatch.setattr("runtime.kube.cache.time.monotonic", lambda: clock[0])
-    session = FakeSession(lists=[{"metadata": {"resourceVersion": "10"}, "items": [node("a", 5)]},
+    session = FakeApi(lists=[{"metadata": {"resourceVersion": "10"}, "items": [node("a", 5)]},
                                  {"metadata": {"resourceVersion": "40"}, "items": [node("a", 30)]}],
                           watches=[[{"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}]])
     cache = KindCache(session, WatchedKind("Node"))
@@ -252,7 +197,7 @@ def test_a_watch_request_answered_410_relists_like_an_expired_stream():
     lines = []
     sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
     try:
-        session = FakeSession(
+        session = FakeApi(
             lists=[{"metadata": {"resourceVersion": "10"}, "items": [node("a", 5)]},
                    {"metadata": {"resourceVersion": "40"}, "items": [node("a", 30)]}],
             watches=[KubeApiError(410, "Expired", "too old resource version: 10 (35)"),
@@ -269,7 +214,7 @@ def test_renewal_gives_up_before_the_lease_expires_and_leads_again_while_it_name
     """client-go's RenewDeadline (docs/availability.md "Availability: admission through faults, and a start that loses nothing"): renewal failing for the 10 s deadline calls on_lost while
     the Lease (15 s) is still ours, so nobody else can lead yet; once the API server answers again, the
     same identity leads at once; a deadline not below the duration is refused."""
-    server = LeaseServer()
+    server = lease_server()
     elector = LeaderElector(server, "l", "ns", "me", renew_seconds=0.05, renew_deadline_seconds=0.3,
                             lease_seconds=15)
     stop = threading.Event()
@@ -288,7 +233,7 @@ def test_renewal_gives_up_before_the_lease_expires_and_leads_again_while_it_name
     assert lost.wait(5.0)
     assert time.monotonic() - t0 < 2.0 and elector.leading is False
     down.clear()
-    assert server.lease["spec"]["holderIdentity"] == "me"
+    assert the_lease(server)["spec"]["holderIdentity"] == "me"
     other = LeaderElector(server, "l", "ns", "other")
     assert other.try_acquire_or_renew() is False      # not expired: still ours
     assert elector.acquire(stop) is True               # the same identity leads again at once

@@ -12,18 +12,15 @@ from runtime.controller.snapshots import CacheSnapshots
 from runtime.engine.snapshot import Snapshot, SnapshotError
 from runtime.kube.cache import KindCache, WatchedKind
 from runtime.kube.clustercache import ClusterCache
-from runtime.kube.session import ResourceRef
+from tests.fakeapi import FakeApi
 
 KINDS = {"Node": ("v1", "nodes", False), "Devices": ("worker.gpustack.ai/v1", "devices", False),
          "Pod": ("v1", "pods", True)}
 
 
-class NoServer:
-    """Enough of a Session for caches that are only written through (never started)."""
-
-    def ref(self, kind):
-        api_version, plural, namespaced = KINDS[kind]
-        return ResourceRef(kind, api_version, plural, namespaced)
+def no_server() -> FakeApi:
+    """The in-memory API serving KINDS, for caches that are only written through (never started)."""
+    return FakeApi(kinds=KINDS)
 
 
 def obj(kind: str, name: str, rv: int, namespace: str = "", **labels) -> dict:
@@ -34,7 +31,7 @@ def obj(kind: str, name: str, rv: int, namespace: str = "", **labels) -> dict:
 
 
 def test_changes_name_the_keys_touched_after_a_version_newest_first():
-    cache = KindCache(NoServer(), WatchedKind("Node"))
+    cache = KindCache(no_server(), WatchedKind("Node"))
     assert cache.changes(0) == (0, [])
     cache.observe(obj("Node", "a", 1))
     cache.observe(obj("Node", "b", 2))
@@ -51,7 +48,7 @@ def test_changes_name_the_keys_touched_after_a_version_newest_first():
 
 
 def test_changes_of_keys_long_gone_are_forgotten_and_read_as_unknown():
-    cache = KindCache(NoServer(), WatchedKind("Node"))
+    cache = KindCache(no_server(), WatchedKind("Node"))
     cache.observe(obj("Node", "kept", 1))
     version = cache.changes(0)[0]
     for i in range(1100):  # created and deleted: more gone keys than 2 x held + 1024
@@ -65,7 +62,7 @@ def test_changes_of_keys_long_gone_are_forgotten_and_read_as_unknown():
 
 @pytest.fixture
 def caches():
-    cluster = ClusterCache(NoServer(), [WatchedKind(kind) for kind in KINDS])
+    cluster = ClusterCache(no_server(), [WatchedKind(kind) for kind in KINDS])
     return cluster, CacheSnapshots(cluster)
 
 

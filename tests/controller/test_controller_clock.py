@@ -1,6 +1,6 @@
 """The controller reads the time from one injected clock: a Controller built with a fixed ``clock``
 stamps that time in what it writes (the AdmissionCheck's ``Active`` transition planned by the pool
-plan, the InvalidSetting Event of a pass step), on the scripted API of tests/controller/fakeapi.py."""
+plan, the InvalidSetting Event of a pass step), on the in-memory API of tests/fakeapi.py."""
 from __future__ import annotations
 
 import base64

@@ -11,6 +11,7 @@ from runtime.engine.ownership import owned
 from runtime.engine.plan import Verb
 from runtime.engine.pools.deviceclasses import device_class_mappings, device_classes
 from runtime.engine.snapshot import Snapshot
+from tests.fakeapi import FakeApi
 
 NVIDIA_CLASS = {
     "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
@@ -81,28 +82,12 @@ def test_a_class_being_deleted_is_recreated_only_once_gone(policy):
 
 
 # --- the feature check (runtime/controller/deviceclasses.py DeviceClassFeature) -----------------------
-class _Ref:
-    def path(self, namespace=None, name=None):
-        return "/apis/resource.k8s.io/v1/deviceclasses" + (f"/{name}" if name else "")
+DEVICE_CLASSES = {"DeviceClass": ("resource.k8s.io/v1", "deviceclasses", False)}
 
 
-class _Session:
-    """A session whose server serves DeviceClasses or not, and answers the dry-run create with ``answer``."""
-
-    def __init__(self, served=True, answer=None, error=None):
-        self.served, self.answer, self.error, self.calls = served, answer, error, []
-
-    def ref(self, kind):
-        from runtime.kube.session import KubeApiError
-        if not self.served:
-            raise KubeApiError(404, "NotFound", f"the server does not serve {kind} (resource.k8s.io/v1)")
-        return _Ref()
-
-    def call(self, method, path, body=None, query=None):
-        self.calls.append((method, path, query))
-        if self.error is not None:
-            raise self.error
-        return self.answer
+def _session(served=True, drops=None) -> FakeApi:
+    """The in-memory API serving DeviceClasses or not; ``drops``: the fields it does not know."""
+    return FakeApi(kinds=DEVICE_CLASSES if served else {}, drops=drops)
 
 
 MISSING = ("the cluster does not serve resource.k8s.io/v1 deviceclasses with spec.extendedResourceName (Kubernetes' "
@@ -118,15 +103,15 @@ def _check(policy, session):
 
 
 def test_a_server_keeping_the_field_takes_the_classes_after_a_dry_run(policy):
-    session = _Session(answer=NVIDIA_CLASS)
+    session = _session()
     feature, available, events = _check(policy, session)
     assert available and feature.served and events == []
     assert session.calls == [("post", "/apis/resource.k8s.io/v1/deviceclasses", {"dryRun": "All"})]
 
 
 @pytest.mark.parametrize("session, why", [
-    (_Session(served=False), "404 NotFound: the server does not serve DeviceClass (resource.k8s.io/v1)"),
-    (_Session(answer={**NVIDIA_CLASS, "spec": {"selectors": NVIDIA_CLASS["spec"]["selectors"]}}),
+    (_session(served=False), "404 NotFound: the server does not serve DeviceClass (resource.k8s.io/v1)"),
+    (_session(drops={"DeviceClass": ["spec.extendedResourceName"]}),
      "spec.extendedResourceName is dropped by the server"),
 ])
 def test_without_the_feature_a_warning_event_and_nothing_derived(policy, session, why):

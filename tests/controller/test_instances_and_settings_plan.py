@@ -14,6 +14,7 @@ from runtime.engine.pools.derive import derive
 from runtime.engine.instances.podstatus import allocations_from_pod
 from runtime.engine.snapshot import Snapshot
 from runtime.snapshots import load_snapshot
+from tests import builders
 from tests.seedfiles import FIXTURES
 
 FIN = "worker.gpustack.ai/instance"
@@ -38,11 +39,9 @@ def instance(**meta):
 
 
 def pod(owner=OWNER, **meta):
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "custom-demo", "namespace": "default", "uid": "p-1",
-                         "creationTimestamp": "2026-11-29T10:00:01Z",
-                         **({"ownerReferences": [owner]} if owner else {}), **meta},
-            "spec": {"containers": [{"name": "main", "image": "ubuntu:24.04"}]}}
+    """The Instance's Pod custom-demo, owned by ``owner`` (no ownerReferences when None)."""
+    return builders.pod("custom-demo", uid="p-1", created="2026-11-29T10:00:01Z", owner=owner or None,
+                        image="ubuntu:24.04", **meta)
 
 
 def planned(policy, base, *objects, drop_type=False):

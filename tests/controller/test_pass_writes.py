@@ -13,21 +13,21 @@ from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier, Write
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
-from tests.controller.fakeapi import ScriptedApi
+from tests.fakeapi import FakeApi
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
 REPORT = {"apiVersion": "openreports.io/v1alpha1", "kind": "ClusterReport", "metadata": {"name": "accelpolicy-audit"}}
 
 
-def seed_api() -> ScriptedApi:
+def seed_api() -> FakeApi:
     objects: dict[str, list[dict]] = {}
     for obj in load_snapshot([SEED]):
         objects.setdefault(obj["kind"], []).append(obj)
-    return ScriptedApi(objects)
+    return FakeApi(objects)
 
 
 def test_recording_keeps_the_writes_of_its_threads_only(policy):
-    api = ScriptedApi({})
+    api = FakeApi({})
     applier = Applier(api, policy)
     with applier.recording() as mine:
         applier.apply(REPORT)                                   # this thread: recorded

@@ -18,7 +18,8 @@ from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
 from testing.localcluster.testing import wait_for
-from tests.controller.fakeapi import ScriptedApi
+from tests.builders import pod
+from tests.fakeapi import FakeApi
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "common"
 
@@ -29,7 +30,7 @@ def webhooks():
     objects: dict[str, list[dict]] = {}
     for obj in snapshot:
         objects.setdefault(obj["kind"], []).append(obj)
-    api = ScriptedApi(objects)
+    api = FakeApi(objects)
     controller = Controller(api, Policy(load_rules()), env={})
     hooks = ControllerWebhooks(controller, WebhookTls(Path("unused"), Path("unused"), b""),
                                register_configurations=False)
@@ -63,10 +64,7 @@ def test_not_ready_until_synced_then_ready(webhooks):
 
 def _a10g_pod(name: str, queue: str = "gpustack-fnv64-c4680bb149644f1c") -> dict:
     """A review of a Pod asking for a whole A10G on the seed's A10G queue."""
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": queue}},
-           "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-    return review_for(pod, uid=f"u-{name}")
+    return review_for(pod(name, queue=queue, image="x", limits={"nvidia.com/gpu": "1"}), uid=f"u-{name}")
 
 
 def _stale_seconds(hooks, kind: str) -> float | None:
@@ -140,11 +138,8 @@ def test_not_ready_until_a_view_was_built_then_the_last_good_view_serves(webhook
 
 
 def _two_families(queue: str) -> dict:
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "two", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": queue}},
-           "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {
-               "nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"}}}]}}
-    return review_for(pod, uid="u-two")
+    two = pod("two", queue=queue, image="x", limits={"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"})
+    return review_for(two, uid="u-two")
 
 
 def test_a_hot_reload_swaps_the_engine_and_the_live_view_together(webhooks, tmp_path):

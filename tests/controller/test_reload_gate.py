@@ -19,15 +19,13 @@ from runtime.rules.reload import VerdictChange, fingerprint
 from runtime.snapshots import load_snapshot
 from runtime.webhook.app import WebhookState
 from runtime.webhook.sample import ReviewSample
+from tests.builders import pod
 
 SEED = ["tests/fixtures/seed/common", "tests/fixtures/audit/seed-cluster"]
 CONFIGMAP = ("gpustack-system", "accelpolicy-rules")
 RULE_1A = "      expression: size(variables.families) <= 1\n"
-TWO_FAMILIES = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "two", "namespace": "default",
-                             "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}},
-                "spec": {"containers": [{"name": "main", "image": "x", "resources": {
-                    "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"}}}]}}
+TWO_FAMILIES = pod("two", queue="gpustack-fnv64-c4680bb149644f1c", image="x",
+                   limits={"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"})
 EVAL_ERROR = "      expression: size(variables.families) <= 1 || object.metadata.labels['no-such-label'] == 'x'\n"
 RULE_1A_LINE = (DEFAULT_RULES_DIR / "admission" / "pods.yaml").read_text().splitlines(keepends=True).index(RULE_1A) + 1
 EVAL_TEXT = (f"policy pods-validation: rules/admission/pods.yaml:{RULE_1A_LINE} spec.validations[1].expression: evaluating "

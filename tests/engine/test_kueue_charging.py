@@ -18,6 +18,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
+from tests.builders import container, pod
 from tests.seedfiles import FIXTURES
 
 T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
@@ -98,13 +99,15 @@ def test_outputs_are_the_queues_covered_resource(policy):
 
 
 # --- Kueue's arithmetic (pkg/workload/workload.go) ------------------------------------------------------
-def _pod(*containers, init=(), overhead=None) -> dict:
-    spec: dict = {"containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]}
+def _pod(*resources, init=(), overhead=None) -> dict:
+    """A Pod ``p`` without a namespace whose containers ``c0, c1, ...`` hold ``resources``; ``init`` its
+    initContainers, ``overhead`` its spec.overhead."""
+    spec: dict = {"containers": [container(f"c{i}", resources=r) for i, r in enumerate(resources)]}
     if init:
         spec["initContainers"] = [dict(c) for c in init]
     if overhead:
         spec["overhead"] = overhead
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    return pod("p", namespace=None, spec=spec)
 
 
 def test_pod_requests_follow_the_sidecar_formula():

@@ -12,6 +12,7 @@ from runtime.engine.devices.podresources import annotation_text, pod_allocations
 from runtime.engine.policy import Policy
 from testing.localcluster.deviceplugin import AllocationRefused, advertised_tokens, choose_devices
 from runtime.rules.loader import load_rules
+from tests import builders
 from tests.seedfiles import FIXTURES
 
 POLICY = Policy(load_rules())
@@ -21,9 +22,8 @@ T4B = "GPU-3f6e8b21-90c4-4d7a-b5e2-1a9c8d7e6f0{}"
 
 
 def pod(node: str, requests: dict, name: str = "p") -> dict:
-    return {"metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"requests": requests,
-                                                                                     "limits": requests}}]}}
+    """A Pod on ``node`` whose main container requests and is limited to ``requests``."""
+    return builders.pod(name, node=node, requests=requests, limits=requests)
 
 
 def test_tokens_of_the_seed_nodes():

@@ -14,7 +14,7 @@ from runtime.engine.pools import derive
 from runtime.engine.snapshot import Snapshot
 from runtime.kube.cache import KindCache, WatchedKind
 from runtime.kube.held import CacheBytesCollector, held, held_bytes
-from tests.controller.test_cache_and_seed import FakeSession
+from tests.fakeapi import FakeApi
 
 
 def _served(obj: dict, rv: int = 1) -> dict:
@@ -76,7 +76,7 @@ def test_the_derivation_from_held_objects_is_the_derivation_from_served_ones(pol
 
 def test_a_kind_cache_holds_the_held_form_and_counts_its_bytes():
     nodes = [_served(o, rv=i + 1) for i, o in enumerate(generate(20)) if o["kind"] == "Node"]
-    session = FakeSession(lists=[{"apiVersion": "v1", "metadata": {"resourceVersion": "100"}, "items": nodes}],
+    session = FakeApi(lists=[{"apiVersion": "v1", "metadata": {"resourceVersion": "100"}, "items": nodes}],
                           watches=[])
     cache = KindCache(session, WatchedKind("Node"))
     cache._list()
