@@ -13,7 +13,7 @@ from runtime.controller.reconciler import Controller
 from runtime.controller.servingcert import CERT_KEY, issue, rotation_reason, service_names
 from runtime.engine.policy import Policy
 from runtime.rules.loader import load_rules
-from tests.controller.test_cache_and_seed import LeaseServer
+from tests.controller.test_cache_and_seed import lease_server, the_lease
 from tests.controller.test_pass_writes import seed_api
 
 FIXED = datetime(2031, 4, 5, 6, 7, 8, tzinfo=timezone.utc)
@@ -50,19 +50,19 @@ def test_the_default_clock_is_aware_utc():
 def test_the_lease_is_written_and_judged_by_the_electors_clock():
     """docs/availability.md "Losing the leader Lease": a Lease is taken over once ``leaseDurationSeconds`` have
     passed on the candidate's clock since the holder's ``renewTime``, and never sooner."""
-    server = LeaseServer()
+    server = lease_server()
     holder = LeaderElector(server, "gpustack-operator-worker", "gpustack-system", "a", lease_seconds=15,
                            clock=lambda: FIXED)
     assert holder.try_acquire_or_renew() is True
-    spec = server.lease["spec"]
+    spec = the_lease(server)["spec"]
     assert (spec["acquireTime"], spec["renewTime"]) == ("2031-04-05T06:07:08.000000Z",) * 2
     at_expiry = LeaderElector(server, "gpustack-operator-worker", "gpustack-system", "b", lease_seconds=15,
                               clock=lambda: FIXED + timedelta(seconds=15))
-    assert at_expiry.try_acquire_or_renew() is False and server.lease["spec"]["holderIdentity"] == "a"
+    assert at_expiry.try_acquire_or_renew() is False and the_lease(server)["spec"]["holderIdentity"] == "a"
     after = LeaderElector(server, "gpustack-operator-worker", "gpustack-system", "b", lease_seconds=15,
                           clock=lambda: FIXED + timedelta(seconds=16))
     assert after.try_acquire_or_renew() is True
-    assert (server.lease["spec"]["holderIdentity"], server.lease["spec"]["acquireTime"]) == (
+    assert (the_lease(server)["spec"]["holderIdentity"], the_lease(server)["spec"]["acquireTime"]) == (
         "b", "2031-04-05T06:07:24.000000Z")
 
 
