@@ -13,19 +13,9 @@ def container(name: str = "main", *, image: str | None = None, limits: dict | No
 
     ``resources`` is the whole resources object as given; otherwise it holds ``requests`` and ``limits``
     where given, and is left out when neither is."""
-    out: dict = {"name": name}
-    if image is not None:
-        out["image"] = image
-    if resources is None and (requests is not None or limits is not None):
-        resources = {}
-        if requests is not None:
-            resources["requests"] = requests
-        if limits is not None:
-            resources["limits"] = limits
-    if resources is not None:
-        out["resources"] = resources
-    out.update(fields)
-    return out
+    if resources is None:
+        resources = _given(requests=requests, limits=limits) or None
+    return {"name": name, **_given(image=image, resources=resources), **fields}
 
 
 def pod(name: str = "demo", namespace: str | None = "default", *, containers: list[dict] | None = None,
@@ -42,25 +32,21 @@ def pod(name: str = "demo", namespace: str | None = "default", *, containers: li
     spec: ``spec`` as given when given, else ``{"nodeName"?: node, "containers": containers}`` where
     ``containers`` defaults to one ``container("main", image=, limits=, requests=)``.
     status: ``{"phase"?: phase, **status}``, left out when both are None."""
-    meta: dict = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    if uid is not None:
-        meta["uid"] = uid
-    if created is not None:
-        meta["creationTimestamp"] = created
     if queue is not None or labels is not None:
-        meta["labels"] = {**({QUEUE_LABEL: queue} if queue is not None else {}), **(labels or {})}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    if owner is not None:
-        meta["ownerReferences"] = [owner]
-    meta.update(metadata)
+        labels = {**_given(**{QUEUE_LABEL: queue}), **(labels or {})}
+    meta = {"name": name, **_given(namespace=namespace, uid=uid, creationTimestamp=created, labels=labels,
+                                   annotations=annotations, ownerReferences=None if owner is None else [owner]),
+            **metadata}
     if spec is None:
         spec = {"nodeName": node} if node is not None else {}
         spec["containers"] = containers if containers is not None else [
             container("main", image=image, limits=limits, requests=requests)]
     out = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
     if phase is not None or status is not None:
-        out["status"] = {**({"phase": phase} if phase is not None else {}), **(status or {})}
+        out["status"] = {**_given(phase=phase), **(status or {})}
     return out
+
+
+def _given(**fields) -> dict:
+    """The ``fields`` that are not None, in their order."""
+    return {key: value for key, value in fields.items() if value is not None}
