@@ -136,9 +136,9 @@ def test_a_failing_rule_suite_is_refused(tmp_path):
           "'one family per Pod, found ['")
     assert reload.watcher.poll() is False
     suite = rules / "tests" / "admission" / "pods.yaml"
-    cases = ["pods-seed::§6 rule 1a: exclusive and sliced",
+    cases = ["pods-seed::one-accelerator-family: exclusive and sliced",
              "pods-seed::two families across containers; visibility and RDMA keys never claim"]
-    got = {"§6 rule 1a: exclusive and sliced": "exclusive sliced", cases[1].split("::")[1]: "exclusive shared"}
+    got = {"one-accelerator-family: exclusive and sliced": "exclusive sliced", cases[1].split("::")[1]: "exclusive shared"}
     problems = [f"suite: FAIL {case} ({suite}): message: want 'Pod \"demo\" is invalid: spec: Forbidden: a Pod may "
                 f"request only one accelerator family, found [{got[case.split('::')[1]]}]' got  'Pod \"demo\" is "
                 f"invalid: spec: Forbidden: one family per Pod, found [{got[case.split('::')[1]]}]'" for case in cases]
