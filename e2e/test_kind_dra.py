@@ -265,7 +265,7 @@ def test_derived_device_class_and_explain(dra, tmp_path):
     a10g = dra.cluster.stack.kind_node["node-a10g"]
     sources = out.split("accelerators from:\n", 1)[1].splitlines()
     assert f"  {dra.node}: ResourceSlices of gpu.nvidia.com ({dra.slice}): 1 whole accelerator(s), offering the " \
-           "exclusive view only (spec/dra.md §2)" in sources, out
+           "exclusive view only (see docs/concepts/dra.md)" in sources, out
     assert f"  {a10g}: NVML through the agent (NodeFeature {a10g}-gpustack-device-manager): a device-plugin node, " \
            "every view offered" in sources, out
     info = json.loads(run(*explain, "-o", "json").stdout)

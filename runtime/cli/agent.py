@@ -69,7 +69,8 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
               help="cluster-less dry run with --backend dra|auto: a file of ResourceSlice objects "
                    "(YAML/JSON, e.g. kubectl get resourceslices -o yaml)")
 @click.option("--allocation-source", type=click.Choice(ALLOCATION_SOURCES), default="auto", show_default=True,
-              help="where the ledger's allocations come from (spec/node-facts.md §7.5)")
+              help="where the ledger's allocations come from "
+                   "(docs/agent.md 'The Devices object and its ledger')")
 @click.option("--podresources-socket", default=None,
               help="kubelet PodResources socket [default: rules/agent.yaml podResources.socket]")
 @click.option("--node-capacity-cpu", default=None,

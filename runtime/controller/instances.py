@@ -106,7 +106,7 @@ _INSTANCE_WRITES = {
     InstanceAction.CREATE_POD: lambda name, ns, instance, pod, payload: Action(
         Verb.CREATE, "Pod", name, ns, body=payload, reason="no Pod yet"),
     InstanceAction.CREATE_SERVICE: lambda name, ns, instance, pod, payload: Action(
-        Verb.CREATE, "Service", name, ns, body=payload, reason="the Pod has container ports (§11.5)"),
+        Verb.CREATE, "Service", name, ns, body=payload, reason="the Pod has container ports"),
 }
 
 
@@ -173,7 +173,7 @@ def plan_persistent_volumes(policy: Policy, snapshot: Snapshot) -> list[Action]:
         if pvc is None:
             out.append(Action(Verb.CREATE, "PersistentVolumeClaim", name, namespace,
                               body=render_claim(policy, ipv),
-                              reason="the InstancePersistentVolume's claim (§13)"))
+                              reason="the InstancePersistentVolume's claim"))
             continue
         status = claim_status(pvc) if owns_claim(ipv, pvc) else {}
         if status and status != (ipv.get("status") or {}):

@@ -151,8 +151,8 @@ def test_a_mig_on_gpu_offers_nothing_and_says_why(policy, defaults):
     assert reading.partitioned[parent].product == "NVIDIA H100 80GB HBM3"
     assert reading.offers_nothing(policy) == [
         "gpu.nvidia.com publishes 3 partition device(s) of GPU-h100-0 (1g.10gb x2, 3g.40gb x1): partitions are not "
-        "offered through DRA in this release (spec/dra.md §2), and a GPU with partitions on is not allocatable "
-        "whole, so it offers nothing"]
+        "offered through DRA in this release, and a GPU with partitions on is not allocatable whole, so it "
+        "offers nothing (see docs/concepts/dra.md)"]
     plan = plan_node(policy, parse_facts({"node": "node-h100", "accelerators": reading.accelerators}),
                      seed_node("node-h100"), defaults)
     (group,) = plan.devices["spec"]["groups"]

@@ -17,8 +17,8 @@ A10G_DRA = str(FIXTURES / "dra" / "seed-a10g-dra")       # the seed, node-a10g's
 NEW_NODE = str(FIXTURES / "dra" / "new-node")            # a fifth node, DRA-only, before accelpolicy runs on it
 H100_MIG = str(FIXTURES / "dra" / "h100-mig")            # a DRA node with one MIG-on and one whole H100
 MIG_LINE = ("gpu.nvidia.com publishes 3 partition device(s) of GPU-c1000000-0000-4000-8000-000000000000 "
-            "(1g.10gb x2, 3g.40gb x1): partitions are not offered through DRA in this release (spec/dra.md §2), "
-            "and a GPU with partitions on is not allocatable whole, so it offers nothing")
+            "(1g.10gb x2, 3g.40gb x1): partitions are not offered through DRA in this release, "
+            "and a GPU with partitions on is not allocatable whole, so it offers nothing (see docs/concepts/dra.md)")
 
 
 def run(*args):
@@ -91,7 +91,7 @@ def test_explain_says_where_each_nodes_accelerators_come_from():
         "  node-a10g: NVML through the agent (NodeFeature node-a10g-gpustack-device-manager): a device-plugin node, "
         "every view offered",
         "  node-a10g-dra: ResourceSlices of gpu.nvidia.com (node-a10g-dra-gpu.nvidia.com-9qv2t): 1 whole "
-        "accelerator(s), offering the exclusive view only (spec/dra.md §2)",
+        "accelerator(s), offering the exclusive view only (see docs/concepts/dra.md)",
         "  node-cpu: no accelerator (no ResourceSlice of a configured driver, no NodeFeature "
         "node-cpu-gpustack-device-manager)",
         "  node-t4-a: NVML through the agent (NodeFeature node-t4-a-gpustack-device-manager): a device-plugin node, "
@@ -108,7 +108,7 @@ def test_explain_says_why_a_mig_on_gpu_offers_nothing():
            "  acceleratorPartitioned: 0/0/0\n" in result.stdout
     assert result.stdout.rstrip("\n").endswith(
         "accelerators from:\n  node-h100-dra: ResourceSlices of gpu.nvidia.com (node-h100-dra-gpu.nvidia.com-mq4rz): "
-        "1 whole accelerator(s), offering the exclusive view only (spec/dra.md §2)\n    " + MIG_LINE)
+        "1 whole accelerator(s), offering the exclusive view only (see docs/concepts/dra.md)\n    " + MIG_LINE)
     get = run("get", "instancetypes", "--snapshot", H100_MIG)
     assert get.stderr == f"warning: {MIG_LINE}\n"
     assert rows(get.stdout)["gpustack--nvidia-h100-80gb-hbm3-linux-amd64"]["ACCELERATOR(EX/SH/SL/PT)"] == "1/1 0/0 0/0 0/0"
