@@ -7,7 +7,7 @@ runs our agent per node (fake NVML backend, recorded facts), our controller (sub
 admission webhooks) and the device-plugin stand-in. Every step runs the seed's own ``kubectl`` lines
 (``Walkthrough.sh``) and waits for the seed's table, column-exact (AGE ignored; the listings the
 seed captured out of name order compared as sets). Step 4's custom type reads the entrance of its
-own name, ``gpustack-fnv64-d4c0e6cd72686015``, not the capture's stale hash (spec decision 3).
+own name, ``gpustack-fnv64-d4c0e6cd72686015``, not the capture's stale hash (decision 3).
 
 The steps are one story: the tests run in file order on one cluster, and each starts from the
 state the previous one leaves (as the seed does). For every step the seconds from the kubectl line

@@ -9,7 +9,7 @@ binaries from). Images: ``accelpolicy.local/kueue:<version>`` and
 Kueue's Configuration is the chart's default with accelpolicy's resource charging merged in
 (``accelpolicy kueue-config``: docs/concepts/pools-and-flavors.md "Kueue's resource charging") and the ``pod`` integration; NFD runs nfd-master only
 (no worker, gc or topology updater: the agent writes the NodeFeatures), accepting NodeFeatures from the
-system namespace only (spec decision 20: ``restrictions.nodeFeatureNamespaceSelector``).
+system namespace only (decision 20: ``restrictions.nodeFeatureNamespaceSelector``).
 
 Usage: python deploy/components/render.py OUTDIR   -> OUTDIR/kueue.yaml, OUTDIR/nfd.yaml
 Errors (no go, no helm, a module not found, a chart refusing its values) exit 2 with one message.

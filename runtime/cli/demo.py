@@ -13,7 +13,7 @@ Snapshot replay (``--snapshot``/``--offline``, or automatically with a message w
 are missing): each step's snapshot (tests/fixtures/seed/<step>/) through the same engine.
 
 Step 4's custom type shows the entrance of its own name (gpustack-fnv64-d4c0e6cd72686015); the
-seed's capture shows a stale hash of an older name (spec decision 3).
+seed's capture shows a stale hash of an older name (decision 3).
 """
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ def command(mode: str | None, steps_dir: Path, timeout: float, rules_dir: Path) 
     it), else replayed from snapshots; prints each step's `kubectl get instancetypes`.
 
     Step 4's custom type shows the entrance of its own name (gpustack-fnv64-d4c0e6cd72686015); the
-    seed's capture shows a stale hash of an older name (spec decision 3)."""
+    seed's capture shows a stale hash of an older name (decision 3)."""
     if mode != "snapshot" and harness() is None:
         click.echo(f"error: {NEEDS_CHECKOUT}; `accelpolicy demo --snapshot` replays the steps without a "
                    f"cluster",

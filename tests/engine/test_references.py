@@ -6,21 +6,19 @@ contract, in the form ``docs/concepts/pools-and-flavors.md "Queues and the entra
 of the same page joined with ``and "..."``), or give the reason in the code's own terms; history
 belongs in commit messages.
 
-Three checks, each failing with ``file:line`` of every offender:
+Four checks, each failing with ``file:line`` of every offender:
 
 * no ``issue N`` in any tracked text file;
-* no section sign (U+00A7) and no ``spec/<name>.md`` in comments, docstrings, rule-file comments and
-  Markdown prose (string literals are behaviour, user-visible messages or test names, and are left to
-  changes of their own);
-* every ``docs/<page>.md "Heading"`` citation names a heading of that page.
+* no section sign (U+00A7) and no ``spec/<name>.md`` in any tracked text file: comments, docstrings,
+  messages, help texts and rule-test names alike;
+* every ``docs/<page>.md "Heading"`` citation names a heading of that page;
+* every ``decision N`` names a decision of docs/reference/decisions.md (a ``## Decision N: ...`` heading).
 """
 from __future__ import annotations
 
 import functools
-import io
 import re
 import subprocess
-import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +27,9 @@ ISSUE = re.compile(r"\bissues?\s+#?[0-9]+", re.IGNORECASE)
 SECTION = re.compile("\u00a7|" r"\bspec/[a-z-]+\.md\b")
 CITATION = re.compile(r'(?<![\w/.-])(docs/[\w./-]+\.md) "([^"\n]+)"((?: and "[^"\n]+")*)')
 MORE = re.compile(r' and "([^"\n]+)"')
+DECISION = re.compile(r"\bdecisions?\s+([0-9]+(?:(?:,\s*|,?\s+and\s+)[0-9]+)*)", re.IGNORECASE)
+DECISIONS_PAGE = Path("docs/reference/decisions.md")
+DECISION_HEADING = re.compile(r"Decision ([0-9]+): ")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
 
@@ -80,65 +81,38 @@ def issue_references(repo: Path = REPO) -> list[str]:
     return found
 
 
-def prose_spans(path: Path, text: str) -> list[tuple[int, str]]:
-    """(first line, text) of the parts of ``path`` that are prose: Python comments and docstrings,
-    YAML comments, Markdown outside fenced code blocks; nothing of other files."""
-    if path.suffix == ".py":
-        spans, prev = [], None
-        try:
-            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-        except (tokenize.TokenError, SyntaxError):
-            return [(1, text)]
-        for i, tok in enumerate(tokens):
-            if tok.type == tokenize.COMMENT:
-                spans.append((tok.start[0], tok.string))
-            elif (tok.type == tokenize.STRING
-                  and (prev is None or prev.type in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT,
-                                                     tokenize.DEDENT, tokenize.ENCODING))
-                  and tokens[i + 1].type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.COMMENT)):
-                spans.append((tok.start[0], tok.string))
-            if tok.type not in (tokenize.NL, tokenize.COMMENT):
-                prev = tok
-        return spans
-    if path.suffix in (".yaml", ".yml"):
-        return [(n, comment) for n, line in enumerate(text.splitlines(), 1)
-                if (comment := yaml_comment(line))]
-    if path.suffix == ".md":
-        spans, fenced = [], False
-        for n, line in enumerate(text.splitlines(), 1):
-            if FENCE.match(line):
-                fenced = not fenced
-            elif not fenced:
-                spans.append((n, line))
-        return spans
-    return []
-
-
-def yaml_comment(line: str) -> str:
-    """The comment part of one YAML line ('' when none), quotes respected."""
-    quote = None
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "\"'" and (i == 0 or line[i - 1] in " :[{,-"):
-            quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
-            return line[i:]
-    return ""
-
-
 def section_references(repo: Path = REPO) -> list[str]:
-    """``file:line: text`` of every section sign or ``spec/<name>.md`` in prose (see :func:`prose_spans`)."""
+    """``file:line: text`` of every section sign or ``spec/<name>.md`` in a tracked text file (this
+    module's own examples left out)."""
     found = []
     for path, text in texts(repo):
-        if path.suffix not in (".py", ".yaml", ".yml", ".md"):
+        if path == Path(__file__).resolve():
             continue
-        for first, span in prose_spans(path, text):
-            for m in SECTION.finditer(span):
-                number = first + span.count("\n", 0, m.start())
-                line = span.splitlines()[span.count("\n", 0, m.start())]
-                found.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
+        lines = text.splitlines()
+        for number in sorted({line_of(text, m.start()) for m in SECTION.finditer(text)}):
+            found.append(f"{path.relative_to(repo)}:{number}: {lines[number - 1].strip()}")
+    return found
+
+
+def decisions(repo: Path = REPO) -> set[int]:
+    """The numbers of the ``Decision N: ...`` headings of docs/reference/decisions.md (empty without it)."""
+    page = repo / DECISIONS_PAGE
+    if not page.is_file():
+        return set()
+    return {int(m.group(1)) for h in headings(page) if (m := DECISION_HEADING.match(h))}
+
+
+def unknown_decisions(repo: Path = REPO) -> list[str]:
+    """``file:line: decision N`` of every citation of a decision that docs/reference/decisions.md does
+    not list (``decisions 19 and 20`` and ``decisions 3, 17 and 18`` cite each number)."""
+    known, found = decisions(repo), []
+    for path, text in texts(repo):
+        if path == Path(__file__).resolve():
+            continue
+        for m in DECISION.finditer(text):
+            for number in re.findall(r"[0-9]+", m.group(1)):
+                if int(number) not in known:
+                    found.append(f"{path.relative_to(repo)}:{line_of(text, m.start())}: decision {number}")
     return found
 
 
@@ -180,10 +154,16 @@ def test_no_issue_references():
                        + "\n".join(found))
 
 
-def test_no_section_references_in_prose():
+def test_no_section_references():
     found = section_references()
     assert not found, ("cite docs/<page>.md \"Heading\" instead of a numbered section of a file outside "
                        "the repository:\n" + "\n".join(found))
+
+
+def test_every_cited_decision_is_listed():
+    found = unknown_decisions()
+    assert not found, (f"a cited decision has no '## Decision N: ...' heading in {DECISIONS_PAGE}:\n"
+                       + "\n".join(found))
 
 
 def test_docs_citations_name_real_headings():
@@ -193,14 +173,19 @@ def test_docs_citations_name_real_headings():
 
 def test_the_checks_catch_what_they_forbid(tmp_path):
     """Each check reports a planted offender with its file and line (no git here: the walk is used)."""
-    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "reference").mkdir(parents=True)
     (tmp_path / "docs" / "page.md").write_text("# Page\n\n## Real heading\n\n```\n## not a heading\n```\n", encoding="utf-8")
+    (tmp_path / "docs" / "reference" / "decisions.md").write_text(
+        "# Design decisions\n\n## Decision 3: the entrance\n\n## Decision 17: reserved\n", encoding="utf-8")
     (tmp_path / "a.py").write_text('"""Module (docs/page.md "Real heading"), issue\n'
-                                   '12 aside."""\n'
-                                   "# pools.md \u00a74\n"
-                                   'X = "spec/pools.md \u00a74 in a message"  # docs/page.md "not a heading"\n',
+                                   '12 aside, decision 3."""\n'
+                                   "# pools.md \u00a74, decisions 3, 4 and 17\n"
+                                   'X = "spec/pools.md in a message"  # docs/page.md "not a heading"\n',
                                    encoding="utf-8")
-    (tmp_path / "b.yaml").write_text('key: "\u00a79 a test name"   # spec/dra.md\n', encoding="utf-8")
+    (tmp_path / "b.yaml").write_text('key: "\u00a79 a test name"   # spec decision 21\n', encoding="utf-8")
     assert issue_references(tmp_path) == ['a.py:1: """Module (docs/page.md "Real heading"), issue']
-    assert section_references(tmp_path) == ["a.py:3: # pools.md \u00a74", "b.yaml:1: # spec/dra.md"]
+    assert section_references(tmp_path) == ["a.py:3: # pools.md \u00a74, decisions 3, 4 and 17",
+                                            'a.py:4: X = "spec/pools.md in a message"  # docs/page.md "not a heading"',
+                                            'b.yaml:1: key: "\u00a79 a test name"   # spec decision 21']
     assert broken_citations(tmp_path) == ['a.py:4: docs/page.md has no heading "not a heading"']
+    assert unknown_decisions(tmp_path) == ["a.py:3: decision 4", "b.yaml:1: decision 21"]
