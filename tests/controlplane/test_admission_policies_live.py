@@ -16,6 +16,7 @@ builds), tried with each component's own credentials (docs/install.md "What the 
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import subprocess
 import time
@@ -33,6 +34,8 @@ from tests.controlplane.test_chart_live import ACCELPOLICY, RBAC_KINDS, REPO, _r
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean
 from tests.deploy.test_chart import render
 from testing.localcluster import Kubectl, LocalCluster
+from testing.localcluster.cluster import CONTROLLER_MANAGER_CONTROLLERS
+from testing.localcluster.testing import wait_for, with_crds
 from testing.rawapi import JSON_PATCH, Answer, RawClient
 
 NS = "gpustack-system"
@@ -145,16 +148,50 @@ def test_a_pod_bound_token_carries_the_node_claim(agent_kubectl):
     assert info["extra"]["authentication.kubernetes.io/pod-name"] == [AGENT_POD]
 
 
-def test_the_policies_type_check_clean(policies):
-    _, kubectl = policies
-    for name in ("accelpolicy-agent-node", "accelpolicy-controller-scope"):
-        deadline = time.monotonic() + 30
-        while True:
-            status = json.loads(kubectl.stdout("get", "validatingadmissionpolicy", name, "-o", "json")).get("status") or {}
-            if "typeChecking" in status or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert status.get("typeChecking", {}).get("expressionWarnings") in (None, []), status
+@pytest.fixture(scope="module")
+def managed_cluster():
+    """A control plane of its own with kube-controller-manager running the garbage collector and the
+    ValidatingAdmissionPolicy status controller (the session's runs no controller-manager), every CRD
+    Established."""
+    cluster, kubectl = with_crds(LocalCluster(
+        controller_manager=True,
+        controllers=CONTROLLER_MANAGER_CONTROLLERS + ("validatingadmissionpolicy-status-controller",)).start())
+    try:
+        yield cluster, kubectl
+    finally:
+        cluster.stop()
+
+
+def test_the_policies_type_check_clean(managed_cluster, tmp_path):
+    """kube-controller-manager type-checks each of the chart's policies against the schemas of the kinds
+    it matches (ours from their CRDs) and writes ``status.typeChecking``: no expression warnings. A copy
+    of each (``<name>-probe``, no binding) whose first validation reads a field no matched kind has
+    must get a warning: the checker did read the chart's matchConstraints (it skips versions ``*``)."""
+    _, kubectl = managed_cluster
+    policies = [d for d in render() if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert {"accelpolicy-agent-node", "accelpolicy-controller-scope"} <= {d["metadata"]["name"] for d in policies}
+    probes = copy.deepcopy(policies)
+    for probe in probes:
+        probe["metadata"]["name"] += "-probe"
+        probe["spec"]["validations"][0]["expression"] = "object.metadata.noSuchField == 'x'"
+    manifest = tmp_path / "policies.yaml"
+    manifest.write_text(yaml.safe_dump_all(policies + probes))
+    kubectl("apply", "-f", str(manifest))
+    try:
+        for policy in policies + probes:
+            name = policy["metadata"]["name"]
+            _, status = wait_for(lambda: json.loads(kubectl.stdout("get", "validatingadmissionpolicy", name, "-o",
+                                                                   "json")).get("status") or {},
+                                 lambda s: "typeChecking" in s, timeout=60,
+                                 what=f"status.typeChecking of ValidatingAdmissionPolicy {name}")
+            warnings = status["typeChecking"].get("expressionWarnings") or []
+            if policy in probes:
+                assert [w["fieldRef"] for w in warnings] == ["spec.validations[0].expression"], (name, status)
+                assert "undefined field 'noSuchField'" in warnings[0]["warning"], (name, status)
+            else:
+                assert warnings == [], (name, status)
+    finally:
+        kubectl("delete", "-f", str(manifest), "--ignore-not-found")
 
 
 def _node(name: str, status: bool = False) -> str:
@@ -397,16 +434,11 @@ def test_the_controller_writes_only_its_own_webhook_configurations(controller, p
         admin("delete", "validatingwebhookconfiguration", "other-product", "--ignore-not-found")
 
 
-def test_configurations_owned_by_a_clusterrole_go_with_it():
+def test_configurations_owned_by_a_clusterrole_go_with_it(managed_cluster):
     """The uninstall mechanism (docs/install.md): the registrar's configurations carry an ownerReference
     to the chart's ClusterRole; deleting that ClusterRole (what `helm uninstall` does, hooks or not) has the
-    garbage collector delete them, and the registrar, watching the owner, does not register them again.
-    A control plane of its own with kube-controller-manager's garbage collector (no components needed)."""
-    cluster = LocalCluster(controller_manager=True).start()
-    try:
-        _owner_goes(cluster, Kubectl(cluster.kubeconfig))
-    finally:
-        cluster.stop()
+    garbage collector delete them, and the registrar, watching the owner, does not register them again."""
+    _owner_goes(*managed_cluster)
 
 
 def _owner_goes(cluster, kubectl) -> None:

@@ -116,9 +116,11 @@ systemNamespace: {{ $derivation.systemNamespace | quote }}
 reservedNamespaces: {{ $derivation.reservedNamespaces | toJson }}
 nodeFeatureGroup: {{ regexReplaceAll "/[^/]*$" $agent.nodeFeature.apiVersion "" | quote }}
 nodeFeaturePlural: {{ $agent.nodeFeature.plural | quote }}
+nodeFeatureVersion: {{ regexReplaceAll "^.*/" $agent.nodeFeature.apiVersion "" | quote }}
 nodeFeatureSuffixes: {{ list $agent.nodeFeature.worker.nameSuffix $agent.nodeFeature.deviceManager.nameSuffix | toJson }}
 devicesGroup: {{ regexReplaceAll "/[^/]*$" $agent.devices.apiVersion "" | quote }}
 devicesPlural: {{ $agent.devices.plural | quote }}
+devicesVersion: {{ regexReplaceAll "^.*/" $agent.devices.apiVersion "" | quote }}
 nodeFeatureNodeLabel: {{ $labels.keys.nodeFeatureNode | quote }}
 nodeAnnotations: {{ list $labels.keys.cpuNameAnnotation $labels.keys.cpuFamilyAnnotation | toJson }}
 podAnnotations: {{ list $labels.keys.allocation | toJson }}
