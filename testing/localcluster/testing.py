@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -182,6 +183,14 @@ def get_json(kubectl: Kubectl, *args: str, managed_fields: bool = False) -> dict
     extra = ("--show-managed-fields",) if managed_fields else ()
     out = kubectl.stdout("get", *args, "-o", "json", *extra, check=False)
     return json.loads(out) if out.strip() else {}
+
+
+def set_setting(kubectl: Kubectl, settings: Any, name: str, value: str) -> None:
+    """Write the raw string ``value`` of setting ``name`` straight into the settings Secret, as an
+    administrator's direct patch does (seed step 5). ``settings``: the rules' settings store
+    (``Policy.settings``: its ``secretName`` in its ``namespace``)."""
+    kubectl("-n", settings.namespace, "patch", "secret", settings.secretName, "--type=merge",
+            "-p", json.dumps({"data": {name: base64.b64encode(value.encode()).decode()}}))
 
 
 def wait_for(fetch: Callable[[], Any], predicate: Callable[[Any], Any], timeout: float = 30.0,

@@ -18,7 +18,6 @@ the Events and passes of its own, so the tests pass in any order. The running lo
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import statistics
@@ -31,7 +30,7 @@ import yaml
 from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
-from testing.localcluster.testing import parse_table, wait_for
+from testing.localcluster.testing import parse_table, set_setting, wait_for
 from runtime.rules.loader import load_rules
 from tests.seedfiles import FIXTURES, seed_file, seed_table
 
@@ -388,11 +387,6 @@ def test_deleted_derived_type_loses_queue_then_finalizer_and_is_authored_again(r
         "(HoldAndDrain) and is deleted", "accelpolicy")]
 
 
-def _patch_setting(kubectl, key: str, value: str) -> None:
-    kubectl("-n", "gpustack-system", "patch", "secret", "gpustack-settings", "--type=merge",
-            "-p", json.dumps({"data": {key: base64.b64encode(value.encode()).decode()}}))
-
-
 def _settings_events(result) -> list:
     """The Events a pass wrote in the system namespace (the transition Events are on Nodes and types,
     in namespace default)."""
@@ -403,7 +397,7 @@ def test_unparsable_setting_reads_as_default_with_a_warning_event(running, kubec
     start = len(running.reconciles)
     before = {e["metadata"]["uid"] for e in json.loads(kubectl.stdout("get", "events", "-n", "gpustack-system",
                                                                       "-o", "json"))["items"]}
-    _patch_setting(kubectl, "instance-type-mixed-on-node", "maybe")
+    set_setting(kubectl, running.policy.settings, "instance-type-mixed-on-node", "maybe")
     try:
         deadline = time.monotonic() + 20
         events = []
@@ -421,14 +415,14 @@ def test_unparsable_setting_reads_as_default_with_a_warning_event(running, kubec
         assert [(a.verb, a.kind, a.name) for a in event_passes[0].planned] == [
             ("apply-status", "Setting", "instance-type-mixed-on-node")]
     finally:
-        _patch_setting(kubectl, "instance-type-mixed-on-node", "true")
+        set_setting(kubectl, running.policy.settings, "instance-type-mixed-on-node", "true")
         assert running.wait_idle(10)
 
 
 def test_settings_change_takes_effect_without_restart(running, kubectl):
     start = len(running.reconciles)
     step1 = without_phase(seed_rows("step1-instancetype.txt"))
-    _patch_setting(kubectl, "instance-type-aware-cpu-manufacturer", "true")
+    set_setting(kubectl, running.policy.settings, "instance-type-aware-cpu-manufacturer", "true")
     try:
         want = without_phase(seed_rows("step5-after-aware.txt"))
         seconds, _ = _wait_for(kubectl, lambda r: without_phase(r) == want)
@@ -449,7 +443,7 @@ def test_settings_change_takes_effect_without_restart(running, kubectl):
     finally:
         # back to step 1: the aware types are create-only (docs/reference/decisions.md "Decision 18: derived
         # InstanceTypes are create-only"), so the ones step 1 does not hold are deleted by hand
-        _patch_setting(kubectl, "instance-type-aware-cpu-manufacturer", "false")
+        set_setting(kubectl, running.policy.settings, "instance-type-aware-cpu-manufacturer", "false")
         catalog = sorted(map(sorted, (r.items() for r in seed_rows("step1-instancetypeflavor.txt"))))
         _wait_for(kubectl, lambda r: sorted(map(sorted, (row.items() for row in r))) == catalog,
                   kind="instancetypeflavors")

@@ -25,7 +25,7 @@ from testing.hooks import ObservedController as Controller
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
-from testing.localcluster.testing import get_json, wait_for
+from testing.localcluster.testing import get_json, set_setting, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
 from tests.engine.test_node_pin import PINNED_AFFINITY
 from tests.seedfiles import seed_object
@@ -82,11 +82,6 @@ def _clean_instances(kubectl) -> None:
     kubectl("delete", "pods", "--all", "-n", NS, "--wait=true")
     kubectl("delete", "settings", "--all", "-n", SYSTEM, "--wait=true")
     kubectl("delete", "instancetypes", "a10g-12c128g", "--ignore-not-found", "--wait=true")
-
-
-def _set_secret(kubectl, name: str, value: str) -> None:
-    kubectl("-n", SYSTEM, "patch", "secret", POLICY.settings.secretName, "--type=merge",
-            "-p", json.dumps({"data": {name: base64.b64encode(value.encode()).decode()}}))
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +321,7 @@ def test_setting_spec_value_is_written_to_the_secret(live, kubectl):
     assert got["status"]["value"] == "true"
     assert _secret_values(kubectl)[name] == "true"
     # a direct Secret write shows in status.value; spec.value stays and is not re-applied
-    _set_secret(kubectl, name, "false")
+    set_setting(kubectl, POLICY.settings, name, "false")
     _, got = _wait(lambda: _setting(kubectl, name), lambda s: s["status"]["value"] == "false", what="status.value")
     assert got["spec"] == {"value": "true"}
     assert got["status"]["observedGeneration"] == got["metadata"]["generation"]

@@ -24,7 +24,6 @@ The runs print ``[reliability] ...`` summary lines (``-s`` shows them) with the 
 """
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import os
@@ -48,7 +47,7 @@ from runtime.engine.pools import entrance
 from runtime.kube.session import MERGE_PATCH, KubeApiError, connect
 from testing.localcluster import install_crds
 from testing.localcluster.crds import openreports_crds
-from testing.localcluster.testing import parse_table
+from testing.localcluster.testing import parse_table, set_setting
 from runtime.rules.loader import load_rules
 from tests.controlplane.test_controller import loop_running
 from tests.seedfiles import FIXTURES, seed_file, seed_object, seed_table
@@ -294,10 +293,6 @@ def first_idle_after(ctl: ControllerProcess, t0: float, timeout: float = STEP_TI
 
 
 # -- the walkthrough ----------------------------------------------------------------------------------
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
 def _custom_demo() -> dict:
     doc = copy.deepcopy(seed_object("step4-instance-custom-demo.yaml"))
     doc["spec"]["resources"].update({"cpu": "12", "ram": "128Gi", "localStorage": "15Gi"})  # as the webhook
@@ -357,9 +352,8 @@ def walkthrough() -> list[Step]:
              _pod_on_queue(RIGHT_ENTRANCE, "step4-after-custom-type.txt")),
         Step("step4-delete-type", lambda kubectl: kubectl("delete", "instancetype", CUSTOM, "--wait=false"),
              _drained),
-        Step("step5-aware", lambda kubectl: kubectl(
-            "-n", SYSTEM, "patch", "secret", POLICY.settings.secretName, "--type=merge",
-            "-p", json.dumps({"data": {"instance-type-aware-cpu-manufacturer": _b64("true")}})),
+        Step("step5-aware", lambda kubectl: set_setting(
+            kubectl, POLICY.settings, "instance-type-aware-cpu-manufacturer", "true"),
              _table_is("step5-after-aware.txt")),
         Step("step5-repoint", lambda kubectl: kubectl(
             "-n", NS, "patch", "instance", "custom-demo", "--type=merge",
@@ -484,11 +478,6 @@ def _in_process_controller(kubeconfig) -> Controller:
     return controller.start()
 
 
-def _set_setting(kubectl, name: str, value: str) -> None:
-    kubectl("-n", SYSTEM, "patch", "secret", POLICY.settings.secretName, "--type=merge",
-            "-p", json.dumps({"data": {name: _b64(value)}}))
-
-
 def _events(session) -> list[tuple]:
     return sorted((e["metadata"]["namespace"], e["metadata"]["name"], e.get("reason"), e.get("count"))
                   for e in _list(session, "Event"))
@@ -518,7 +507,7 @@ def test_controller_resumes_after_an_apiserver_restart(control_plane, session):
             assert controller.wait_idle(60)
             assert without_phase(table_rows(kubectl)) == seed_rows("step1-instancetype.txt")
             # one Warning Event to see whether the restart repeats it (docs/concepts/settings.md "Settings")
-            _set_setting(kubectl, "instance-type-mixed-on-node", "maybe")
+            set_setting(kubectl, POLICY.settings, "instance-type-mixed-on-node", "maybe")
             wait_for("the InvalidSetting Event", lambda: [e for e in _events(session) if e[2] == "InvalidSetting"])
             assert controller.wait_idle(60)
             before = read_state(session)
@@ -570,7 +559,7 @@ def test_controller_resumes_after_an_apiserver_restart(control_plane, session):
             assert after[key]["metadata"]["uid"] == before[key]["metadata"]["uid"], key
     finally:
         controller.stop()
-        _set_setting(kubectl, "instance-type-mixed-on-node", "true")
+        set_setting(kubectl, POLICY.settings, "instance-type-mixed-on-node", "true")
     FIGURES["API-server restart (SIGTERM -> readyz), seconds"] = [restart_seconds]
     FIGURES["readyz -> every watch reopened, seconds"] = [resume_seconds]
     print(f"\n[reliability] API-server restart: {restart_seconds:.1f}s SIGTERM->readyz (old process gone after "
@@ -640,8 +629,7 @@ def test_administrator_instance_type_is_only_given_status(control_plane, session
                 "0/0 0/0 0/0 0/0"
             _patch_managed("true")(kubectl)
             for value in ("true", "false"):   # awareness on, then off again
-                kubectl("-n", SYSTEM, "patch", "secret", POLICY.settings.secretName, "--type=merge", "-p",
-                        json.dumps({"data": {"instance-type-aware-cpu-manufacturer": _b64(value)}}))
+                set_setting(kubectl, POLICY.settings, "instance-type-aware-cpu-manufacturer", value)
                 if value == "true":
                     wait_for("the aware table", lambda: [r for r in without_phase(table_rows(kubectl))
                                                          if r["NAME"] != CUSTOM] == seed_rows("step5-after-aware.txt"))

@@ -56,10 +56,11 @@ def read_text(path: Path) -> str | None:
 
 @functools.lru_cache(maxsize=4)
 def texts(repo: Path = REPO) -> list[tuple[Path, str]]:
-    """(path, text) of every tracked text file, read once per repository."""
+    """(path, text) of every tracked text file but this module (its examples are offenders on purpose),
+    read once per repository."""
     out = []
     for path in tracked_files(repo):
-        text = read_text(path)
+        text = None if path == Path(__file__).resolve() else read_text(path)
         if text is not None:
             out.append((path, text))
     return out
@@ -82,12 +83,9 @@ def issue_references(repo: Path = REPO) -> list[str]:
 
 
 def section_references(repo: Path = REPO) -> list[str]:
-    """``file:line: text`` of every section sign or ``spec/<name>.md`` in a tracked text file (this
-    module's own examples left out)."""
+    """``file:line: text`` of every section sign or ``spec/<name>.md`` in a tracked text file."""
     found = []
     for path, text in texts(repo):
-        if path == Path(__file__).resolve():
-            continue
         lines = text.splitlines()
         for number in sorted({line_of(text, m.start()) for m in SECTION.finditer(text)}):
             found.append(f"{path.relative_to(repo)}:{number}: {lines[number - 1].strip()}")
@@ -107,8 +105,6 @@ def unknown_decisions(repo: Path = REPO) -> list[str]:
     not list (``decisions 19 and 20`` and ``decisions 3, 17 and 18`` cite each number)."""
     known, found = decisions(repo), []
     for path, text in texts(repo):
-        if path == Path(__file__).resolve():
-            continue
         for m in DECISION.finditer(text):
             for number in re.findall(r"[0-9]+", m.group(1)):
                 if int(number) not in known:
@@ -131,8 +127,6 @@ def broken_citations(repo: Path = REPO) -> list[str]:
     """``file:line: docs/X.md "Heading"`` of every citation whose page or heading does not exist."""
     found, cache = [], {}
     for path, text in texts(repo):
-        if path == Path(__file__).resolve():
-            continue   # its own examples
         for m in CITATION.finditer(text):
             page = repo / m.group(1)
             if page not in cache:
