@@ -79,6 +79,7 @@ def test_default_render_has_exactly_these_objects():
         ("ClusterRole", "gpustack-operator-device-manager"), ("ClusterRole", "gpustack-operator-worker"),
         ("ClusterRoleBinding", "gpustack-operator-device-manager"),
         ("ClusterRoleBinding", "gpustack-operator-worker"), ("ClusterRole", "accelpolicy-viewer"),
+        ("ClusterRole", "accelpolicy-exception-granter"), ("ClusterRole", "accelpolicy-exception-reader"),
         ("ConfigMap", "accelpolicy-rules"),
         ("DaemonSet", "gpustack-operator-device-manager"), ("Deployment", "gpustack-operator-worker"),
         ("PodDisruptionBudget", "gpustack-operator-worker"),
