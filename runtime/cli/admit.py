@@ -36,12 +36,14 @@ def _read_object(path: str) -> dict:
 
 
 def render_text(review: dict, answer: dict) -> str:
-    """Human-readable verdict: request summary, status, and the decoded patch."""
+    """Human-readable verdict: request summary, status (and an allowed review's warnings: a PolicyException
+    that let it in), and the decoded patch."""
     req, resp = review["request"], answer["response"]
     lines = [f"request:  {req['operation']} {req['kind']['kind']} "
              f"{(req['namespace'] + '/') if req['namespace'] else ''}{req['name']} (uid {req['uid']})"]
     if resp["allowed"]:
         lines.append("verdict:  allowed")
+        lines += [f"warning:  {w}" for w in resp.get("warnings") or ()]
     else:
         status = resp.get("status") or {}
         lines.append(f"verdict:  denied ({status.get('code')} {status.get('reason')})")

@@ -78,7 +78,9 @@ class ExceptionEvents(Strict):
 
 
 class ExceptionPolicySpec(Strict):
-    """``kind: ExceptionPolicy``: see the module docstring."""
+    """``kind: ExceptionPolicy`` (rules/exceptions.yaml): the namespaces PolicyExceptions may live in, how far
+    ahead their expiry may be, how long the audit lists an expired one, and the words of the warning, the
+    audit's skip result and findings, and the Events (docs/concepts/exceptions.md "Governed exceptions")."""
 
     namespaces: list[str] = Field(min_length=1, description="the only namespaces a PolicyException may live "
                                                             "in (and apply from)")
