@@ -56,7 +56,7 @@ class Grant:
     validations: frozenset[str]
     namespaces: tuple[str, ...]
     names: tuple[str, ...]
-    selector: Optional[dict]
+    selector: Optional[dict] = field(compare=False)   # a dict: left out of the hash
     condition: str
     reason: str
     ticket: str
