@@ -38,8 +38,12 @@ def duration_seconds(text: str) -> int:
     return hours * 3600 + minutes * 60 + seconds
 
 
-def _variables_of(template: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+def known_variables(template: str, known: frozenset[str]) -> str:
+    """``template`` when every str.format field it names is in ``known``; else ValueError naming them."""
+    unknown = {name for _, name, _, _ in string.Formatter().parse(template) if name} - known
+    if unknown:
+        raise ValueError(f"unknown variables {sorted(unknown)} (known: {sorted(known)})")
+    return template
 
 
 class ExceptionFinding(Strict):
@@ -53,10 +57,7 @@ class ExceptionFinding(Strict):
     @field_validator("message")
     @classmethod
     def _known_variables(cls, value: str) -> str:
-        unknown = _variables_of(value) - FINDING_VARIABLES
-        if unknown:
-            raise ValueError(f"unknown variables {sorted(unknown)} (known: {sorted(FINDING_VARIABLES)})")
-        return value
+        return known_variables(value, FINDING_VARIABLES)
 
 
 class ExceptionAudit(Strict):
@@ -105,18 +106,15 @@ class ExceptionPolicySpec(Strict):
     @field_validator("warning", "skip")
     @classmethod
     def _grant_variables(cls, value: str) -> str:
-        unknown = _variables_of(value) - GRANT_VARIABLES
-        if unknown:
-            raise ValueError(f"unknown variables {sorted(unknown)} (known: {sorted(GRANT_VARIABLES)})")
-        return value
+        return known_variables(value, GRANT_VARIABLES)
 
     @model_validator(mode="after")
     def _event_variables(self) -> "ExceptionPolicySpec":
         for which in ("started", "ended"):
-            unknown = _variables_of(getattr(self.events, which).message) - FINDING_VARIABLES
-            if unknown:
-                raise ValueError(f"events.{which}.message: unknown variables {sorted(unknown)} "
-                                 f"(known: {sorted(FINDING_VARIABLES)})")
+            try:
+                known_variables(getattr(self.events, which).message, FINDING_VARIABLES)
+            except ValueError as exc:
+                raise ValueError(f"events.{which}.message: {exc}") from None
         return self
 
     @property

@@ -23,14 +23,8 @@ import yaml
 
 from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.exceptions import ExceptionStatus
-from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
-from runtime.engine.admission import view_kinds
-from runtime.kube.session import connect
-from runtime.webhook.server import self_signed
-from testing.hooks import ObservedController as Controller
 from testing.localcluster.testing import get_json, wait_for
-from tests.controlplane.test_controller import loop_running
-from tests.controlplane.test_webhooks_live import POLICY, sa_kubeconfig  # noqa: F401  (the module fixture)
+from tests.controlplane.test_webhooks_live import sa_kubeconfig, served  # noqa: F401  (module fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 ACCELPOLICY = Path(sys.executable).parent / "accelpolicy"
@@ -63,28 +57,6 @@ def _granter_roles() -> list[dict]:
     text = (REPO / "deploy/chart/templates/exceptions-rbac.yaml").read_text()
     kept = "\n".join(line for line in text.splitlines() if "{{" not in line)
     return [doc for doc in yaml.safe_load_all(kept) if doc]
-
-
-@pytest.fixture(scope="module")
-def served(sa_kubeconfig, tmp_path_factory):  # noqa: F811
-    """The controller with its webhooks served and registered, its loop running; the exceptions namespace."""
-    tmp = tmp_path_factory.mktemp("exceptions")
-    controller = Controller(connect(sa_kubeconfig), POLICY, coalesce_seconds=0.1, env={}, fit_coalesce_seconds=0,
-                            extra_kinds=view_kinds(POLICY))
-    paths = self_signed(tmp / "tls")
-    webhooks = ControllerWebhooks(controller, WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes()),
-                                  port=0)
-    webhooks.serve()
-    try:
-        controller.start()
-        webhooks.ready()
-        assert controller.reconcile().errors == []
-        webhooks.register()
-        with loop_running(controller):
-            yield webhooks
-    finally:
-        webhooks.stop()
-        controller.stop()
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +138,7 @@ def test_an_exception_lets_a_denied_pod_in_until_it_expires(served, namespace, s
 
 
 def test_only_the_granting_role_may_create_one_and_the_webhook_refuses_what_the_rules_do_not_allow(
-        served, namespace):
+        served, namespace):  # noqa: F811
     kubectl = namespace
     body = json.dumps(_exception(datetime.now(timezone.utc) + timedelta(hours=1)))
     refused = kubectl("--as=developer", "create", "-f", "-", input=body, check=False)
