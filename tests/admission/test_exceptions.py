@@ -410,3 +410,18 @@ def test_lint_flags_a_refused_exception_in_a_snapshot(tmp_path):
 
 def test_the_builtin_variables_the_static_checks_know_are_the_engines():
     assert conditioncheck.BUILTIN_VARIABLES == frozenset(VARIABLES)
+
+
+def test_the_type_checker_knows_cels_timestamp_and_duration_arithmetic():
+    """rules/admission/exceptions.yaml compares timestamp(expiresAt) with timestamp(request.time) + duration(max)."""
+    from runtime.rules import celnames, celtyping
+    from runtime.rules.celfunctions import SIGNATURES
+
+    def problems(source: str) -> list[str]:
+        scope = celtyping.Scope(roots={"a": celtyping.sized("string", 64)}, functions=SIGNATURES)
+        return [p.message for p in celtyping.check(source, celnames.parse(source), scope, "bool").problems]
+
+    assert problems("timestamp(a) <= timestamp(a) + duration('720h')") == []
+    assert problems("timestamp(a) - timestamp(a) < duration('1h') + duration('1m')") == []
+    assert problems("timestamp(a) + timestamp(a) == timestamp(a)") == [
+        "type mismatch: no '+' for (timestamp, timestamp) in 'timestamp(a) + timestamp(a)'"]
