@@ -13,6 +13,7 @@ itself, no watch event, is what ends it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -54,7 +55,8 @@ def _exception(expires: datetime) -> dict:
 def _granter_roles() -> list[dict]:
     """The chart's two exception ClusterRoles (deploy/chart/templates/exceptions-rbac.yaml) without the chart's
     template lines (its labels): the rules exactly as the chart ships them."""
-    text = (REPO / "deploy/chart/templates/exceptions-rbac.yaml").read_text()
+    text = re.sub(r"\{\{- /\*.*?\*/ -\}\}", "", (REPO / "deploy/chart/templates/exceptions-rbac.yaml").read_text(),
+                  flags=re.S)
     kept = "\n".join(line for line in text.splitlines() if "{{" not in line)
     return [doc for doc in yaml.safe_load_all(kept) if doc]
 
