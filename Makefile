@@ -122,7 +122,7 @@ kind-down:  ## delete kind cluster $(KIND_CLUSTER)
 # The seed walkthrough on a fresh kind cluster "accelpolicy-e2e" (pytest-kind, e2e/kind/stack.py): images loaded,
 # Kueue + nfd-master, `helm install` of deploy/chart, device-plugin stand-ins; skipped when docker/the node image
 # is missing unless ACCELPOLICY_REQUIRE_KIND=1 (CI). ACCELPOLICY_KIND_KEEP=1 keeps the cluster afterwards.
-KIND_WALKTHROUGH = $(BIN)/python -m pytest e2e/test_walkthrough.py e2e/test_kind_attacks.py e2e/test_kind_dra.py e2e/test_kind_upgrade.py e2e/test_kind_faults.py e2e/test_kind_uninstall.py --cluster=kind -m kind -p no:cacheprovider
+KIND_WALKTHROUGH = $(BIN)/python -m pytest e2e/test_walkthrough.py e2e/test_kind_attacks.py e2e/test_kind_exceptions.py e2e/test_kind_dra.py e2e/test_kind_upgrade.py e2e/test_kind_faults.py e2e/test_kind_uninstall.py --cluster=kind -m kind -p no:cacheprovider
 
 e2e-kind: install kind-images helm components-images  ## the seed walkthrough on kind with accelpolicy installed by its chart
 	ACCELPOLICY_REQUIRE_KIND=1 $(KIND_WALKTHROUGH)

@@ -35,7 +35,8 @@ SYSTEM = "gpustack-system"
 PAGE = REPO / "docs" / "install.md"
 BLOCK = re.compile(r"^<!-- e2e: (\S+) -->\n```bash\n(.*?)^```", re.M | re.S)
 OURS = ("devices.worker.gpustack.ai", "instancepersistentvolumes.worker.gpustack.ai", "instances.worker.gpustack.ai",
-        "instancetypeflavors.worker.gpustack.ai", "instancetypes.worker.gpustack.ai", "settings.gpustack.ai")
+        "instancetypeflavors.worker.gpustack.ai", "instancetypes.worker.gpustack.ai", "settings.gpustack.ai",
+        "policyexceptions.worker.gpustack.ai")
 CONFIGS = (("mutatingwebhookconfiguration", "gpustack-worker-mutation"),
            ("validatingwebhookconfiguration", "gpustack-worker-validation"))
 

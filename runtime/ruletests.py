@@ -18,6 +18,7 @@ A suite::
           oldObject: {...}                     # optional (merged onto objectTemplate too)
           user: system:serviceaccount:...      # optional request.userInfo.username
           snapshot: [...]                      # optional per-case override
+          now: 2026-12-07T12:00:00Z            # optional (or the suite's): the review's instant
           expect:
             allowed: false
             code: 422                          # optional
@@ -25,6 +26,7 @@ A suite::
             patch: [...]                       # optional; [] asserts "no patch"
             rules: [one-accelerator-family]    # optional: the rules the review hit, in order (the
                                                # `rule` label of the rule-hit metric); [] asserts none
+            warnings: [...]                    # optional: the review's warnings; [] asserts none
 
 A name in ``expect.rules`` that is a validation's former name (``formerNames`` in the rule files)
 is read as that validation's current name, with a deprecation warning on the case's result; a name
@@ -47,6 +49,7 @@ import yaml
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
 from runtime.engine.admission.verdict import rule_names
 from runtime.engine.policy import Policy
+from runtime.model.rfc3339 import as_instant
 from runtime.rules.loader import DEFAULT_RULES_DIR
 from runtime.rules.yamlsrc import safe_load_all
 from runtime.snapshots import load_snapshot
@@ -68,6 +71,7 @@ class Case:
     derive: bool
     expect: dict
     user: str = ""
+    now: datetime.datetime | None = None
 
     @property
     def id(self) -> str:
@@ -143,15 +147,23 @@ def load_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | None =
                 old_object=merge(template, old) if old is not None else None,
                 snapshot=tuple(raw.get("snapshot", spec.get("snapshot")) or ()),
                 derive=bool(raw.get("derive", spec.get("derive", True))),
-                expect=raw["expect"], user=str(raw.get("user", ""))))
+                expect=raw["expect"], user=str(raw.get("user", "")),
+                now=_instant(raw.get("now", spec.get("now")))))
     return cases
 
 
 # The keys a case and its ``expect`` may hold (the module docstring): another is a misspelling that
 # would silently check nothing, so the suite is refused.
 CASE_KEYS = frozenset({"name", "operation", "useTemplate", "object", "oldObject", "user", "snapshot",
-                       "derive", "expect"})
-EXPECT_KEYS = frozenset({"allowed", "code", "message", "reason", "patch", "rules"})
+                       "derive", "expect", "now"})
+EXPECT_KEYS = frozenset({"allowed", "code", "message", "reason", "patch", "rules", "warnings"})
+
+
+def _instant(value: Any) -> datetime.datetime | None:
+    """A case's ``now`` (the review's instant: PolicyExceptions, ``request.time``). Raises ValueError."""
+    if value is not None and as_instant(value) is None:
+        raise ValueError(f"now: {value!r} is not an RFC 3339 time")
+    return as_instant(value)
 
 
 def _known_keys(path: Path, spec: dict, index: int, mapping: dict, known: frozenset, below: tuple) -> None:
@@ -210,7 +222,7 @@ class Runner:
         review = review_for(case.object, case.operation, case.old_object, uid="rule-test")
         if case.user:
             review["request"]["userInfo"] = {"username": case.user}
-        response, outcome = decide(self.engine, review, self.view(case.snapshot, case.derive))
+        response, outcome = decide(self.engine, review, self.view(case.snapshot, case.derive), now=case.now)
         result = CaseResult(case=case, response=response)
         got = response["response"]
         exp = case.expect
@@ -231,6 +243,8 @@ class Runner:
                                        f"  got  {json.dumps(patch)}")
         if "rules" in exp:
             self._check_rules(case, exp["rules"], outcome.rules, result)
+        if "warnings" in exp and got.get("warnings", []) != exp["warnings"]:
+            result.problems.append(f"warnings:\n  want {exp['warnings']!r}\n  got  {got.get('warnings')!r}")
         return result
 
     def _check_rules(self, case: Case, want: Any, got: list[str], result: CaseResult) -> None:

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from runtime.cli.common import engine_from, fail, policy_from, rules_cache_options
+from runtime.cli.common import engine_from, fail, now_option, policy_from, rules_cache_options
 from runtime.cli.source import ADMISSION, read_source, source_options
 from runtime.engine.admission import admission_view, decide, review_for
 from runtime.engine.admission.verdict import RULE_ERROR
@@ -36,12 +36,14 @@ def _read_object(path: str) -> dict:
 
 
 def render_text(review: dict, answer: dict) -> str:
-    """Human-readable verdict: request summary, status, and the decoded patch."""
+    """Human-readable verdict: request summary, status (and an allowed review's warnings: a PolicyException
+    that let it in), and the decoded patch."""
     req, resp = review["request"], answer["response"]
     lines = [f"request:  {req['operation']} {req['kind']['kind']} "
              f"{(req['namespace'] + '/') if req['namespace'] else ''}{req['name']} (uid {req['uid']})"]
     if resp["allowed"]:
         lines.append("verdict:  allowed")
+        lines += [f"warning:  {w}" for w in resp.get("warnings") or ()]
     else:
         status = resp.get("status") or {}
         lines.append(f"verdict:  denied ({status.get('code')} {status.get('reason')})")
@@ -64,11 +66,13 @@ def render_text(review: dict, answer: dict) -> str:
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 @rules_cache_options
 @click.option("-o", "--output", type=click.Choice(["json", "text"]), default="json")
-def command(filename, old, operation, snapshots, cluster, kubeconfig, context, no_derive, rules, output):
+@now_option
+def command(filename, old, operation, snapshots, cluster, kubeconfig, context, no_derive, rules, output, now):
     """Judge one object as the admission webhooks would and print the AdmissionReview.
 
     Without --snapshot it judges against the live cluster. Admission sees the cluster after
-    derivation (e.g. the fronting InstanceType of a queue, with its status). Exit 0 allowed, 1 denied,
+    derivation (e.g. the fronting InstanceType of a queue, with its status), and the PolicyExceptions in
+    force at --now (an allowed-by-exception review carries a warning naming one). Exit 0 allowed, 1 denied,
     2 bad input or a rule that failed to evaluate (the review printed is the policy's failure-mode
     answer; stderr names the policy).
     """
@@ -84,7 +88,7 @@ def command(filename, old, operation, snapshots, cluster, kubeconfig, context, n
     view = admission_view(policy, source.snapshot, derive_state=not no_derive, live=source.live,
                           settings_namespace=source.settings_namespace)
     review = review_for(obj, operation, old_obj)
-    answer, outcome = decide(engine_from(policy), review, view)
+    answer, outcome = decide(engine_from(policy), review, view, now=now)
     if output == "json":
         click.echo(json.dumps({**review, "response": answer["response"]}, indent=2))
     else:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import bad_input_exits, emit, load_policy, rules_option
+from runtime.cli.common import bad_input_exits, emit, load_policy, now_option, rules_option
 from runtime.cli.source import AUDIT, read_source, source_options
 from runtime.report.audit import audit
 from runtime.report.results import reports, table
@@ -27,18 +27,20 @@ from runtime.report.results import reports, table
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml", "html"]), default="table",
               show_default=True)
 @click.option("--show-pass", is_flag=True, help="table: list pass and skip rows too")
+@now_option
 @bad_input_exits
 def command(snapshots: tuple[str, ...], cluster: bool, kubeconfig: Path | None, context: str | None,
-            rules_dir: Path, output: str, show_pass: bool) -> None:
+            rules_dir: Path, output: str, show_pass: bool, now) -> None:
     """Judge every existing object with the admission rules and report drift from the derived state.
 
     Results are pass, fail, warn, error or skip, each with its policy, rule, object, field and message.
     -o yaml prints openreports.io Report (one per namespace) and ClusterReport objects with summary
-    counts. Exit 0 when nothing fails, 1 when a result is fail or error, 2 on bad input.
+    counts. A rule a PolicyException lifts at --now is skip, naming the exception. Exit 0 when nothing
+    fails, 1 when a result is fail or error, 2 on bad input.
     """
     policy = load_policy(rules_dir)
     snapshot = read_source(policy, AUDIT, snapshots, kubeconfig, context, cluster, "audit").snapshot
-    results = audit(policy, snapshot)
+    results = audit(policy, snapshot, now=now)
     spec = policy.ruleset.get("AuditPolicy")
     if output == "table":
         click.echo(table(results, show_pass=show_pass))

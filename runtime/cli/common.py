@@ -196,3 +196,25 @@ def warn(messages) -> None:
 def warn_one(message: str) -> None:
     """Print ``warning: <message>`` on stderr."""
     click.echo(f"warning: {message}", err=True)
+
+
+def _parse_now(_ctx, _param, value: str | None):
+    from datetime import datetime, timezone
+
+    from runtime.model.rfc3339 import parse_time
+
+    if value is None:
+        return datetime.now(timezone.utc)
+    found = parse_time(value)
+    if found is None:
+        raise click.BadParameter(f"{value!r} is not an RFC 3339 time such as 2026-12-31T18:00:00Z")
+    return found
+
+
+def now_option(func: Callable) -> Callable:
+    """``--now TIME``: the instant PolicyExceptions are judged at (docs/concepts/exceptions.md; RFC 3339,
+    default: this machine's clock now); the command receives ``now``, an aware datetime. A bad time
+    exits 2."""
+    return click.option("--now", "now", default=None, metavar="TIME", callback=_parse_now,
+                        help="Judge PolicyExceptions as at TIME (RFC 3339, e.g. 2026-12-31T18:00:00Z; "
+                             "default: now).")(func)

@@ -35,6 +35,7 @@ from runtime.cli.observability import configure_logging, log_options, metrics_bi
 from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.metrics import ControllerMetrics
 from runtime.controller.backgroundaudit import BackgroundAudit
+from runtime.controller.exceptions import ExceptionStatus
 from runtime.controller.reconciler import Controller
 from runtime.controller.rulesreload import ControllerRulesReload
 from runtime.controller.cabundle import CaPublisher
@@ -335,6 +336,10 @@ def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, 
             workers["audit"] = BackgroundAudit(controller, audit_seconds, registry=registry)
         term_hooks.append(workers["audit"].start().stop)
         logger.info(f"auditing every {audit_interval}")
+    # PolicyExceptions' status and Events (docs/concepts/exceptions.md "Status and Events")
+    if "exceptions" not in workers:
+        workers["exceptions"] = ExceptionStatus(controller)
+    term_hooks.append(workers["exceptions"].start().stop)
 
 
 def _shut_down(stop_hooks: list, webhooks: ControllerWebhooks | None, controller: Controller) -> None:

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
+from runtime.cli.common import bad_input_exits, fail, load_policy, now_option, rules_option
 from runtime.cli.source import ADMISSION, EXPLAIN, read_source, source_options
 from runtime.engine.admission import admission_view, parse_review, review_for
 from runtime.report.explain import (ExplainError, explain_admission, explain_instance_type, pool_workloads,
@@ -59,10 +59,12 @@ def instancetype(name: str, snapshots, cluster, kubeconfig, context, rules_dir, 
 @source_options
 @rules_option
 @_OUTPUT
+@now_option
 @bad_input_exits
 def admit(filename: str, operation: str, snapshots, cluster, kubeconfig, context, rules_dir,
-          output: str) -> None:
-    """Every rule evaluated for one object: rule file:line, inputs, result. Exit 1 when denied."""
+          output: str, now) -> None:
+    """Every rule evaluated for one object: rule file:line, inputs, result; the rules a PolicyException
+    lifts at --now. Exit 1 when denied."""
     policy = load_policy(rules_dir)
     docs, _ = read_objects([filename])
     if len(docs) != 1 or not isinstance(docs[0], dict) or not docs[0].get("kind"):
@@ -72,7 +74,7 @@ def admit(filename: str, operation: str, snapshots, cluster, kubeconfig, context
     source = read_source(policy, ADMISSION, snapshots, kubeconfig, context, cluster, "explain admit")
     info = explain_admission(policy, request,
                              admission_view(policy, source.snapshot, live=source.live,
-                                            settings_namespace=source.settings_namespace))
+                                            settings_namespace=source.settings_namespace), now)
     click.echo(json.dumps(info, indent=2, default=str) if output == "json" else render_admission(info))
     denied = any(p["verdict"] in ("invalid", "forbidden", "internal") for p in info["policies"])
     sys.exit(1 if denied else 0)

@@ -4,7 +4,10 @@
 One line per problem, ``file:line:column field.path: message``, in file, line, column order: YAML,
 schema, CEL syntax (the parser's message, at the exact column), CEL names not declared in every
 branch, unknown params, lookups, variables, functions and settings. The loader refuses a rules
-directory on the same findings. Exit 0 clean, 1 findings, 2 unreadable directory.
+directory on the same findings. With ``--snapshot PATH``, also every PolicyException in PATH that the
+rules' validating policy for exceptions refuses at ``--now`` (docs/concepts/exceptions.md "What may be
+excepted"): ``PolicyException <namespace>/<name>: <field error>``. Exit 0 clean, 1 findings, 2 unreadable
+directory or snapshot.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.common import fail, rules_cache_options
+from runtime.cli.common import fail, now_option, rules_cache_options
 from runtime.rules.loader import rule_problems
 
 
@@ -24,8 +27,12 @@ from runtime.rules.loader import rule_problems
                    "file:line:col, field, text")
 @click.option("--types/--no-types", default=True, show_default=True,
               help="the CEL type and cost checks (off: names and syntax only, to measure what they cost)")
+@click.option("--snapshot", "snapshots", multiple=True, metavar="PATH",
+              help="also judge the PolicyExceptions in PATH (file, directory or -; repeatable) with these "
+                   "rules")
+@now_option
 @rules_cache_options
-def command(directory: Path, costs: int | None, types: bool) -> None:
+def command(directory: Path, costs: int | None, types: bool, snapshots: tuple[str, ...], now) -> None:
     """Check a rules directory without loading it: print every problem of every file.
 
     The first line names the directory read. Each problem reads FILE:LINE:COL FIELD.PATH: MESSAGE:
@@ -38,6 +45,8 @@ def command(directory: Path, costs: int | None, types: bool) -> None:
     found: list = []
     problems, _ = rule_problems(directory, cache=None if costs else True, types=types, costs=found)
     problems = [str(p) for p in problems] + _suite_problems(directory)
+    if snapshots and not problems:
+        problems += _exception_problems(directory, snapshots, now)
     if costs:
         for entry in sorted(found, key=lambda e: -e.cost)[:costs]:
             text = " ".join(entry.source.split())
@@ -50,6 +59,28 @@ def command(directory: Path, costs: int | None, types: bool) -> None:
                    f"{len({p.split(':', 1)[0] for p in problems})} file(s)", err=True)
         sys.exit(1)
     click.echo(f"{directory}: clean", err=True)
+
+
+def _exception_problems(directory: Path, snapshots: tuple[str, ...], now) -> list[str]:
+    """``PolicyException <namespace>/<name>: <error>`` for every refusal of the rules' policy for
+    PolicyExceptions (the webhook's, judged as a CREATE at ``now``) of each one in ``snapshots``."""
+    from runtime.cli.common import load_policy, snapshot_from
+    from runtime.engine.admission import AdmissionEngine, admission_view
+    from runtime.engine.admission.exceptions import EXCEPTION_KIND
+    from runtime.report.audit import audited_requests
+
+    policy = load_policy(directory)
+    snapshot = snapshot_from(snapshots)
+    engine = AdmissionEngine(policy)
+    view = admission_view(policy, snapshot, derive_state=False)
+    out = []
+    for name, obj, request in audited_requests(engine, snapshot):
+        if obj.get("kind") != EXCEPTION_KIND or request is None:
+            continue
+        outcome = engine.run(name, request, view, now=now)
+        errors = [e.render() for e in outcome.errors] + ([outcome.denial[2]] if outcome.denial else [])
+        out += [f"PolicyException {request.namespace}/{request.name}: {error}" for error in errors]
+    return out
 
 
 def _suite_problems(directory: Path) -> list[str]:

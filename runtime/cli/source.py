@@ -48,14 +48,15 @@ ADMISSION = ("Namespace", "Node", "Pod", "ConfigMap", "PersistentVolumeClaim", "
              "StorageClass", "RuntimeClass", "Service", "NodeFeature", "ResourceFlavor", "ClusterQueue",
              "LocalQueue", "AdmissionCheck", "Workload", "InstanceType", "InstanceTypeFlavor", "Instance",
              "Devices", "InstancePersistentVolume", "Setting", "ResourceSlice", "ResourceClaim",
-             "DeviceClass")
+             "DeviceClass", "PolicyException")
 #: ``audit`` and ``snapshot``: every kind accelpolicy reads (Secrets: the settings Secret only).
 AUDIT = ADMISSION
 
 #: What each kind's absence costs, for the warning naming a CRD that is not installed.
 WITHOUT = {"Workload": "no Workloads admitted or pending in the pools",
            "NodeFeature": "no node facts from NodeFeatures: nodes read with their own labels only",
-           "Devices": "no device ledgers: accelerator views count every accelerator free"}
+           "Devices": "no device ledgers: accelerator views count every accelerator free",
+           "PolicyException": "no PolicyExceptions: every rule judges as if none were granted"}
 VIEWER_ROLE = "accelpolicy-viewer"
 
 

@@ -91,7 +91,7 @@ class BackgroundAudit(Periodic):
         policy = self.controller.policy
         spec = policy.ruleset.get("AuditPolicy")
         snapshot = self.controller.cache.snapshot()
-        results = audit(policy, snapshot)
+        results = audit(policy, snapshot, now=self.controller.clock())
         counts = summary(results)
         for kind, count in counts.items():
             self.results_gauge.labels(kind).set(count)

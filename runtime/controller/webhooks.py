@@ -308,7 +308,7 @@ class ControllerWebhooks:
         self.controller.listeners.append(self.view.on_event)
         # answer a slow review ourselves, 2 s before the API server would give up on it
         self.state = WebhookState(max_body_bytes=self.max_body_bytes,
-                                  deadline_seconds=max(1.0, timeout - 2.0))
+                                  deadline_seconds=max(1.0, timeout - 2.0), clock=self.controller.clock)
         self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
 
     def serve(self) -> "ControllerWebhooks":

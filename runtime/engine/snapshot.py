@@ -34,6 +34,8 @@ KNOWN_KINDS: dict[str, tuple[str, bool]] = {
     "Devices": ("worker.gpustack.ai/v1", False),
     "InstancePersistentVolume": ("worker.gpustack.ai/v1", True),
     "Setting": ("gpustack.ai/v1", True),
+    # validations of an AdmissionPolicy lifted for the objects it matches (docs/concepts/exceptions.md)
+    "PolicyException": ("worker.gpustack.ai/v1", True),
     # Dynamic Resource Allocation (docs/concepts/dra.md "Accelerators from DRA drivers"): the slices a node's
     # accelerators may come from, the claims that charge them, the DeviceClasses the controller derives
     "ResourceSlice": ("resource.k8s.io/v1", False),

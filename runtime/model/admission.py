@@ -53,10 +53,20 @@ class Match(Strict):
 
 
 class Variable(Strict):
-    """A named CEL value, computed once per review (or once per ``forEach`` item)."""
+    """A named CEL value, computed once per review (or once per ``forEach`` item); or, with ``builtin``,
+    the value of a named engine function (``runtime.engine.admission.builtins.VARIABLES``: what CEL cannot
+    compute, e.g. the static check of a CEL expression an object carries)."""
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    expression: Expr
+    expression: Optional[Expr] = None
+    builtin: Optional[str] = Field(None, description="a named built-in value (runtime.engine.admission."
+                                                     "builtins.VARIABLES) instead of an expression")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Variable":
+        if (self.expression is None) == (self.builtin is None):
+            raise ValueError("a variable needs exactly one of expression, builtin")
+        return self
 
 
 class Lookup(Strict):
@@ -114,6 +124,10 @@ class Validation(Strict):
     messageExpression: Optional[Expr] = None
     value: Optional[Expr] = None
     alone: bool = False
+    exceptable: bool = Field(True, description="false: no PolicyException may lift this validation (or the "
+                                               "rules inside it): a host-access or privileged gate, a trust "
+                                               "boundary (docs/concepts/exceptions.md "
+                                               "\"What may be excepted\")")
     validations: list["Validation"] = []
 
     @model_validator(mode="after")

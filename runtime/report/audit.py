@@ -19,6 +19,9 @@
    accelerators than its Devices can use (:func:`runtime.report.reach.pool_findings`).
 6. Unit presets (rules/audit.yaml ``presets``): a derived accelerated InstanceType whose product no
    preset matches, so its unit is the fallback tier's (:func:`runtime.report.unitpreset.fallback_units`).
+7. Exceptions (rules/exceptions.yaml; docs/concepts/exceptions.md "In the audit"): a rule a PolicyException
+   lifts at ``now`` is ``skip`` naming it; exceptions expired lately and those matching nothing are listed
+   (:mod:`runtime.report.exceptions`).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.pools import DesiredState, derive
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.audit import AuditPolicySpec
+from runtime.report.exceptions import exception_results, lifted_results
 from runtime.report.reach import pool_findings
 from runtime.report.results import ObjectRef, Result, ordered
 from runtime.report.unitpreset import fallback_units
@@ -43,8 +47,10 @@ _DESIRED = {"ResourceFlavor": "resource_flavors", "ClusterQueue": "cluster_queue
 AUDIT_USER = {"username": "accelpolicy-audit"}
 
 
-def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = None) -> list[Result]:
-    """Every finding on ``snapshot`` in report order (see the module docstring).
+def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = None,
+          now=None) -> list[Result]:
+    """Every finding on ``snapshot`` in report order (see the module docstring), PolicyExceptions judged at
+    ``now`` (an aware datetime from the caller's clock; None: no exception applies).
 
     Raises KeyError when the rules hold no AuditPolicy, CelEvalError when a check fails to evaluate
     (the rule file is named).
@@ -53,7 +59,8 @@ def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = N
     engine = engine or AdmissionEngine(policy)
     view = admission_view(policy, snapshot)
     desired = derive(policy, snapshot)
-    results = admission_results(engine, view, snapshot, spec)
+    results = admission_results(engine, view, snapshot, spec, now)
+    results += exception_results(engine, view, now, audited_requests(engine, snapshot))
     results += drift_results(policy, snapshot, desired, spec)
     results += check_results(spec, snapshot, view.settings)
     results += ledger_results(policy, snapshot, spec)
@@ -86,6 +93,8 @@ def _outcome_results(name: str, outcome: Outcome, ref: ObjectRef, operation: str
     if outcome.would_deny:
         return [Result(name, last, "warn", ref, outcome.would_deny, "",
                        {**props, "enforcement": outcome.enforcement})]
+    if outcome.lifted:   # the lifted rules are skip results (runtime.report.exceptions), never pass
+        return []
     return [Result(name, "", "pass", ref, audit_spec.passMessage, "", props)]
 
 
@@ -107,15 +116,16 @@ def audited_requests(engine: AdmissionEngine, snapshot: Snapshot):
 
 
 def admission_results(engine: AdmissionEngine, view: AdmissionView, snapshot: Snapshot,
-                      audit_spec: AuditPolicySpec) -> list[Result]:
-    """Results of judging every matched existing object with every AdmissionPolicy."""
+                      audit_spec: AuditPolicySpec, now=None) -> list[Result]:
+    """Results of judging every matched existing object with every AdmissionPolicy at ``now``."""
     out: list[Result] = []
     for name, obj, request in audited_requests(engine, snapshot):
         if request is None:
             out.append(Result(name, "", "skip", ObjectRef.of(obj), audit_spec.skipMessage))
             continue
-        out.extend(_outcome_results(name, engine.run(name, request, view), ObjectRef.of(obj),
-                                    request.operation, audit_spec))
+        outcome, ref = engine.run(name, request, view, now=now), ObjectRef.of(obj)
+        out.extend(_outcome_results(name, outcome, ref, request.operation, audit_spec))
+        out.extend(lifted_results(engine, view, name, outcome, ref, request.operation))
     return out
 
 

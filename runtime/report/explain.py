@@ -254,10 +254,12 @@ class _TracingEngine(AdmissionEngine):
         return result
 
 
-def explain_admission(policy: Policy, request: AdmissionRequest, view: AdmissionView) -> dict:
-    """Every policy that matches ``request``: its verdict and each CEL evaluation in order.
+def explain_admission(policy: Policy, request: AdmissionRequest, view: AdmissionView, now=None) -> dict:
+    """Every policy that matches ``request`` at ``now`` (PolicyExceptions' instant): its verdict and each CEL
+    evaluation in order.
 
-    Returns ``{policies: [{policy, verdict, message, evaluations: [{where, expression, inputs, result}]}]}``;
+    Returns ``{policies: [{policy, verdict, message, evaluations: [{where, expression, inputs, result}],
+    lifted: [{rule, exception, expiresAt, reason}]}]}``;
     ``inputs`` lists the ``variables.*`` and ``item``/``request`` values the expression read (the object,
     params, lookups and settings are named by the expression itself).
     """
@@ -265,11 +267,13 @@ def explain_admission(policy: Policy, request: AdmissionRequest, view: Admission
     out = []
     for name in engine.matching(request):
         engine.trace = []
-        outcome = engine.run(name, request, view)
+        outcome = engine.run(name, request, view, now=now)
         status = status_of(outcome)
         out.append({"policy": name, "verdict": outcome.verdict(),
                     "message": (status or {}).get("message", outcome.would_deny),
-                    "patch": outcome.patch, "evaluations": engine.trace})
+                    "patch": outcome.patch, "evaluations": engine.trace,
+                    "lifted": [{"rule": rule, "exception": grant.ref, "expiresAt": grant.expires_at,
+                                "reason": grant.reason} for rule, grant in dict.fromkeys(outcome.lifted)]})
     return {"policies": out}
 
 
@@ -285,4 +289,6 @@ def render_admission(info: dict) -> str:
         for e in p["evaluations"]:
             inputs = ", ".join(f"{k}={short(v)}" for k, v in e["inputs"].items())
             lines.append(f"  {e['where']}: {short(e['result'])}" + (f"  <- {inputs}" if inputs else ""))
+        lines += [f"  lifted: {x['rule']} by PolicyException {x['exception']} until {x['expiresAt']}: "
+                  f"{x['reason']}" for x in p.get("lifted") or ()]
     return "\n".join(lines) or "no policy matches the object"

@@ -175,6 +175,8 @@ class _Checker(Calls):
             return (dyn(bounds.of(a) + bounds.of(b)) if op == "add" else DYN), 1
         if a.kind == b.kind and a.kind in NUMERIC:
             return T(a.kind, size=1), 1
+        if (a.kind, b.kind, op) in _TIME_ARITHMETIC:
+            return T(_TIME_ARITHMETIC[(a.kind, b.kind, op)], size=1), 1
         if op == "add" and a.kind == b.kind and a.kind in ("string", "bytes", "list"):
             size = bounds.of(a) + bounds.of(b)
             elem = join([a.elem or DYN, b.elem or DYN]) if a.kind == "list" else None
@@ -351,6 +353,11 @@ class _Checker(Calls):
         return self.call(node, method, rtype, [t for t, _ in found], rcost + sum(c for _, c in found))
 
 
+
+_TIME_ARITHMETIC = {  # CEL's overloads of + and - on timestamps and durations: (left, right, op) -> result
+    ("timestamp", "duration", "add"): "timestamp", ("duration", "timestamp", "add"): "timestamp",
+    ("timestamp", "duration", "sub"): "timestamp", ("timestamp", "timestamp", "sub"): "duration",
+    ("duration", "duration", "add"): "duration", ("duration", "duration", "sub"): "duration"}
 
 _HANDLERS: dict[str, Callable] = {
     "expr": _Checker.expr,

@@ -23,14 +23,14 @@ from runtime.model.admission import SHARED_PARAMS, AdmissionPolicySpec, Validati
 from runtime.model.cellimits import CelLimitsSpec
 from runtime.rules.vocabulary import VOCABULARY_PARAMS
 from runtime.model.rulefiles import Expr
-from runtime.rules import celnames, celtyping
+from runtime.rules import celnames, celtyping, conditioncheck
 from runtime.rules.celfunctions import SIGNATURES
 from runtime.rules.celtyping import DYN, T
 from runtime.rules.checktypes import ACTIVATION_TYPES, EXPECTED_TYPES, ExpressionCost, StaticReport
 from runtime.rules.checktypes import kind_type as _kind_type, shared_values as _shared_values
 from runtime.rules.yamlsrc import SourceDocument, dotted
 
-REQUEST_MEMBERS = frozenset({"operation", "namespace", "name", "user"})
+REQUEST_MEMBERS = frozenset({"operation", "namespace", "name", "user", "time"})
 ADMISSION_ROOTS = frozenset({"object", "oldObject", "request", "params", "settings", "lookups", "variables"})
 
 # (kind, dotted spec path pattern) -> the names bound when the engine evaluates that field.
@@ -226,7 +226,8 @@ class _PolicyScope:
         self.roots = {
             "object": obj, "oldObject": obj,
             "params": DYN if missing else celtyping.of_value(params, "params"),
-            "request": T("object", fields={"operation": name, "namespace": name, "name": name, "user": DYN}),
+            "request": T("object", fields={"operation": name, "namespace": name, "name": name, "user": DYN,
+                                           "time": celtyping.sized("string", 64)}),
             "settings": celtyping.sized("map", len(checker.settings or ()) or celtyping.INF, DYN),
         }
 
@@ -268,8 +269,8 @@ class _PolicyScope:
         """The policy variables in order, each seeing those before it; returns their types."""
         declared: dict[str, T] = {}
         for i, var in enumerate(spec.variables):
-            declared[var.name] = self.expression(("variables", i, "expression"), var.expression, declared,
-                                                 None)
+            declared[var.name] = self.builtin(("variables", i), var) if var.builtin else \
+                self.expression(("variables", i, "expression"), var.expression, declared, None)
         return declared
 
     def rule(self, path: tuple, r, visible: dict[str, T], item: Optional[T],
@@ -284,13 +285,21 @@ class _PolicyScope:
             inner_item = (each.elem or DYN) if each.kind == "list" else DYN
         local = dict(visible)
         for j, var in enumerate(r.variables):
-            local[var.name] = self.expression(path + ("variables", j, "expression"), var.expression, local,
-                                              inner_item)
+            local[var.name] = self.builtin(path + ("variables", j), var) if var.builtin else \
+                self.expression(path + ("variables", j, "expression"), var.expression, local, inner_item)
         for part, expect in parts.items():
             expr = getattr(r, part)
             if expr is not None:
                 self.expression(path + (part,), expr, local, inner_item, expect)
         return local, inner_item
+
+    def builtin(self, path: tuple, var) -> T:
+        """A ``builtin:`` variable: a name of ``conditioncheck.BUILTIN_VARIABLES``; its value a string."""
+        if var.builtin not in conditioncheck.BUILTIN_VARIABLES:
+            full, known = ("spec",) + path + ("builtin",), sorted(conditioncheck.BUILTIN_VARIABLES)
+            self.checker.problems.append(StaticProblem(self.file, self.doc.line_of(full), self.doc.column_of(
+                full), dotted(full), f"unknown builtin {var.builtin!r} (known: {', '.join(known)})"))
+        return celtyping.sized("string", celtyping.INF)
 
     def validation(self, path: tuple, v: Validation, visible: dict[str, T], item: Optional[T]) -> None:
         """One validation and, depth first, its nested validations."""

@@ -164,7 +164,36 @@ def controller_users(ruleset: RuleSetLike) -> list[str]:
 
 
 # the keys admission_params gives every policy
-VOCABULARY_PARAMS = ("labels", "derivation", "controllerUsers")
+VOCABULARY_PARAMS = ("labels", "derivation", "controllerUsers", "exceptions")
+
+
+def _leaves(validations, lifted: bool) -> list[tuple[str, bool]]:
+    """``(name, exceptable)`` of every validation that yields errors (not a group), in order; a rule inside
+    a group marked ``exceptable: false`` is not exceptable either."""
+    out: list[tuple[str, bool]] = []
+    for v in validations:
+        ok = lifted and v.exceptable
+        out += _leaves(v.validations, ok) if v.validations else [(v.name, ok)] if v.name else []
+    return out
+
+
+def exception_params(ruleset: RuleSetLike) -> dict:
+    """What a PolicyException may name (docs/concepts/exceptions.md "What may be excepted"): ``namespaces``
+    and ``maxDuration`` (a CEL duration, ``720h``) of rules/exceptions.yaml, and per validating
+    AdmissionPolicy its ``kind`` (objectKind), ``validations`` (every rule that yields errors) and
+    ``notExceptable`` (those marked ``exceptable: false``, or inside a group so marked). Without an
+    ExceptionPolicy document no namespace may hold one."""
+    found = ruleset.all("ExceptionPolicy")
+    spec = found[0].spec if len(found) == 1 else None
+    policies = {}
+    for doc in sorted(ruleset.all("AdmissionPolicy"), key=lambda d: d.name):
+        if doc.spec.type != "validating":
+            continue
+        leaves = _leaves(doc.spec.validations, True)
+        policies[doc.name] = {"kind": doc.spec.objectKind, "validations": [n for n, _ in leaves],
+                              "notExceptable": [n for n, ok in leaves if not ok]}
+    return {"namespaces": list(spec.namespaces) if spec else [],
+            "maxDuration": spec.maxDuration if spec else "0s", "policies": policies}
 
 
 def admission_params(ruleset: RuleSetLike) -> dict:
@@ -173,7 +202,7 @@ def admission_params(ruleset: RuleSetLike) -> dict:
     ``labels``: ``keys``, ``prefixes``, ``suffixes`` of rules/labels.yaml (role -> string);
     ``derivation``: ``systemNamespace``, ``reservedNamespaces``, ``entrancePrefix``,
     ``resourceTypes`` and ``settings`` (role -> setting name) of rules/pools/derivation.yaml;
-    ``controllerUsers``: :func:`controller_users`.
+    ``controllerUsers``: :func:`controller_users`; ``exceptions``: :func:`exception_params`.
     """
     labels = ruleset.get("LabelCatalog")
     derivation = ruleset.get("PoolDerivation")
@@ -188,4 +217,5 @@ def admission_params(ruleset: RuleSetLike) -> dict:
             "settings": dict(derivation.settings),
         },
         "controllerUsers": controller_users(ruleset),
+        "exceptions": exception_params(ruleset),
     }

@@ -37,6 +37,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -71,13 +72,18 @@ class WebhookMetrics:
     def __post_init__(self):
         self.reviews = Counter("accelpolicy_admission_reviews", "Admission reviews answered, by verdict: "
                                "allowed, patched, invalid, forbidden, internal, bad-request, warned, "
-                               "dryrun-denied, budget-exceeded (a rule's CEL budget spent), timeout (not "
+                               "dryrun-denied, excepted (allowed by a PolicyException), budget-exceeded (a "
+                               "rule's CEL budget spent), timeout (not "
                                "judged "
                                "within the deadline)", ["webhook", "verdict"], registry=self.registry)
         self.rules = Counter("accelpolicy_admission_rule_hits", "Rules that fired (denials, mutations)",
                              ["webhook", "rule"], registry=self.registry)
         self.latency = Histogram("accelpolicy_admission_review_seconds", "Time to answer one review",
                                  ["webhook"], buckets=_BUCKETS, registry=self.registry)
+        self.excepted = Counter("accelpolicy_admission_excepted_reviews", "Reviews a PolicyException let "
+                                "through, by policy, lifted rule and exception (namespace/name; "
+                                "docs/concepts/exceptions.md)", ["policy", "rule", "exception"],
+                                registry=self.registry)
         self.malformed = Counter("accelpolicy_admission_malformed_reviews", "Request bodies answered with a "
                                  "BadRequest denial without being judged, by reason: body-too-large, "
                                  "not-json, not-a-review (not an AdmissionReview v1 with a usable request)",
@@ -118,6 +124,9 @@ class WebhookMetrics:
                                f"{outcome.object_kind or 'object'} {obj or '-'}: {outcome.halt_detail}")
         for rule in outcome.rules:
             self.rules.labels(webhook, rule).inc()
+        if outcome.allowed:
+            for rule, grant in dict.fromkeys(outcome.lifted):
+                self.excepted.labels(outcome.policy, rule, grant.ref).inc()
         self.latency.labels(webhook).observe(seconds)
 
 
@@ -153,6 +162,8 @@ class WebhookState:
     view_error: Optional[str] = None  # the last failure to build the cluster view (/readyz 503 while set)
     # recent reviews, for the reload gate (in memory)
     sample: ReviewSample = field(default_factory=ReviewSample)
+    # the instant each review is judged at (PolicyExceptions' expiry): an aware UTC datetime
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     _pool: Optional[ThreadPoolExecutor] = field(default=None, repr=False)
     _pool_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -196,11 +207,11 @@ class WebhookState:
 
     def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None) -> tuple[dict, Outcome]:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
-        (:func:`runtime.engine.admission.decide` against the view of the generation served now);
-        ``cancel`` (an Event or a :class:`runtime.rules.cel.Deadline`) stops it (a ``timeout``
-        outcome). Raises what the engine raises."""
+        (:func:`runtime.engine.admission.decide` against the view of the generation served now, at
+        :attr:`clock`'s now); ``cancel`` (an Event or a :class:`runtime.rules.cel.Deadline`) stops it (a
+        ``timeout`` outcome). Raises what the engine raises."""
         served = self.served
-        return decide(served.engine, data, self._view_of(served), name, cancel=cancel)
+        return decide(served.engine, data, self._view_of(served), name, cancel=cancel, now=self.clock())
 
     def current_view(self) -> AdmissionView:
         """The view a review judges against (rebuilt by a live source when the cluster changed).

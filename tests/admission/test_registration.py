@@ -41,7 +41,7 @@ def test_two_configurations_named_by_the_registration_rule():
     assert [w["name"] for w in configs[1]["webhooks"]] == [
         "instances.validation.worker.gpustack.ai", "instancetypeflavors.validation.worker.gpustack.ai",
         "instancetypes.validation.worker.gpustack.ai", "pods.validation.worker.gpustack.ai",
-        "settings.validation.gpustack.ai"]
+        "policyexceptions.validation.worker.gpustack.ai", "settings.validation.gpustack.ai"]
 
 
 def test_pod_mutating_webhook_in_full():
@@ -74,6 +74,7 @@ def test_failure_policies_and_operations_follow_the_spec_table():
         "instancetypes.validation.worker.gpustack.ai": ("Fail", ["CREATE", "UPDATE"]),
         "instancetypeflavors.validation.worker.gpustack.ai": ("Fail", ["CREATE", "UPDATE", "DELETE"]),
         "settings.validation.gpustack.ai": ("Fail", ["CREATE", "UPDATE", "DELETE"]),
+        "policyexceptions.validation.worker.gpustack.ai": ("Fail", ["CREATE", "UPDATE"]),
     }
     assert hooks["workloads.mutation.worker.gpustack.ai"]["rules"][0]["apiVersions"] == ["v1beta2"]
     # only the Pod webhooks carry selectors; the Setting webhook must see gpustack-system
@@ -232,13 +233,15 @@ def test_missing_registration_rule_is_named_before_serving(tmp_path):
     from pathlib import Path
     from types import SimpleNamespace
 
+    from runtime.controller.clock import utc_now
     from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 
     rules = tmp_path / "rules"
     shutil.copytree("rules", rules)
     (rules / "admission" / "registration.yaml").unlink()
     policy = Policy(load_rules(rules))
-    controller = SimpleNamespace(policy=policy, cache=None, settings_namespace="gpustack-system", listeners=[])
+    controller = SimpleNamespace(policy=policy, cache=None, settings_namespace="gpustack-system", listeners=[],
+                                 clock=utc_now)
     tls = WebhookTls(Path("tls.crt"), Path("tls.key"), CA)
     with pytest.raises(KeyError, match="must hold exactly one WebhookRegistration, found 0"):
         ControllerWebhooks(controller, tls)

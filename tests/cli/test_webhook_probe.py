@@ -35,7 +35,7 @@ def test_every_webhook_answers_as_the_rules_say(tmp_path):
         server.stop()
     lines = result.output.splitlines()
     assert result.exit_code == 0, result.output
-    assert lines[-1] == "9 of 9 webhooks answered as the rules say"
+    assert lines[-1] == "10 of 10 webhooks answered as the rules say"
     assert [line.split()[1] for line in lines[:-1]] == sorted(
         s.webhook for s in AdmissionEngine(policy).policies.values())
     flavors = next(line for line in lines if "instancetypeflavors" in line)
@@ -60,7 +60,7 @@ def test_a_server_answering_otherwise_fails_the_probe(tmp_path):
         server.stop()
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[-1] == "8 of 9 webhooks answered as the rules say"
+    assert lines[-1] == "9 of 10 webhooks answered as the rules say"
     [failed] = [line for line in lines if line.startswith("FAIL")]
     assert failed.startswith("FAIL  instancetypeflavors.validation.worker.gpustack.ai (/validate-instancetypeflavors): "
                              'expected {"allowed": false, "code": 403, "message": "InstanceTypeFlavor objects are '

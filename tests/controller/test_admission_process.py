@@ -26,7 +26,7 @@ POLICY = Policy(load_rules())
 def test_it_watches_only_what_admission_reads():
     assert admission_watched(POLICY, "gpustack-system") == [
         WatchedKind("ClusterQueue"), WatchedKind("InstanceType"), WatchedKind("LocalQueue"), WatchedKind("Node"),
-        WatchedKind("ResourceFlavor"),
+        WatchedKind("PolicyException"), WatchedKind("ResourceFlavor"),
         WatchedKind("Secret", namespace="gpustack-system", field_selector="metadata.name=gpustack-settings")]
 
 

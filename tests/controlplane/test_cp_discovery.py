@@ -12,7 +12,8 @@ KUEUE_KINDS = ["resourceflavors", "clusterqueues", "localqueues", "admissionchec
 def test_api_resources_of_our_groups(kubectl):
     out = kubectl.stdout("api-resources", "--api-group=worker.gpustack.ai", "-o", "wide")
     rows = {ln.split()[0]: ln.split() for ln in out.splitlines()[1:]}
-    assert set(rows) == {"devices", "instancepersistentvolumes", "instances", "instancetypeflavors", "instancetypes"}
+    assert set(rows) == {"devices", "instancepersistentvolumes", "instances", "instancetypeflavors", "instancetypes",
+                         "policyexceptions"}
     assert rows["instancetypes"][1:5] == ["instype", "worker.gpustack.ai/v1", "false", "InstanceType"]
     assert rows["devices"][1:5] == ["devs", "worker.gpustack.ai/v1", "false", "Devices"]
     assert rows["instances"][1:5] == ["inst", "worker.gpustack.ai/v1", "true", "Instance"]

@@ -181,6 +181,9 @@ def test_configurations_are_rendered_from_the_rule_files(served, kubectl):
         "pods.validation.worker.gpustack.ai": ([""], ["v1"], ["pods"], ["CREATE"], "Fail", f"{base}/validate-pods"),
         "settings.validation.gpustack.ai": (["gpustack.ai"], ["v1"], ["settings"], ["CREATE", "UPDATE", "DELETE"],
                                             "Fail", f"{base}/validate-settings"),
+        "policyexceptions.validation.worker.gpustack.ai": (["worker.gpustack.ai"], ["v1"], ["policyexceptions"],
+                                                           ["CREATE", "UPDATE"], "Fail",
+                                                           f"{base}/validate-policyexceptions"),
     }
     for hook in mutating["webhooks"] + validating["webhooks"]:
         assert hook["clientConfig"]["caBundle"] == ca
@@ -388,7 +391,7 @@ def test_the_admission_process_serves_while_the_controller_only_registers(sa_kub
         procs["controller"].wait(30)
         _denied(_create(kubectl, _instance("priv-demo", privileged=True)), PRIVILEGED_KUBECTL)  # no controller
         text = logs["admission"].read_text()
-        assert "admission ready: 6 kinds listed" in text
+        assert "admission ready: 7 kinds listed" in text
         assert "Pod" not in re.findall(r"not watching (\w+)", text)
         procs["admission"].send_signal(signal.SIGTERM)
         assert procs["admission"].wait(30) == 0, logs["admission"].read_text()

@@ -48,6 +48,8 @@ OBJECT_KINDS = {
     ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(template, failing[key], now)"): ("Event",),
     ("runtime/controller/cabundle.py", "publish", "apply", "ca_configmap(self.namespace, self.name, ca_pem)"):
         ("ConfigMap",),
+    ("runtime/controller/exceptions.py", "_write", "apply_status", "body"): ("PolicyException",),
+    ("runtime/controller/exceptions.py", "_event", "create", "body"): ("Event",),
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
 SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",

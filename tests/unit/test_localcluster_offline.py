@@ -90,6 +90,7 @@ EXPECTED_NAMES = {
     "InstancePersistentVolume": ("worker.gpustack.ai", "Namespaced", "instancepersistentvolumes",
                                  "instancepersistentvolume", ["instpv"]),
     "Setting": ("gpustack.ai", "Namespaced", "settings", "setting", ["set"]),
+    "PolicyException": ("worker.gpustack.ai", "Namespaced", "policyexceptions", "policyexception", ["gpex"]),
 }
 EXPECTED_COLUMNS = {
     "InstanceType": [("Entrance", ".status.entrance", "string", 0),

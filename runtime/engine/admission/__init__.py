@@ -16,12 +16,14 @@ from runtime.engine.admission.verdict import FieldError, Outcome, bad_request, b
 
 
 def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | None = None,
-           cancel=None) -> tuple[dict, Outcome]:
+           cancel=None, now=None) -> tuple[dict, Outcome]:
     """One review body -> ``(AdmissionReview response, Outcome)``; never raises for bad input.
 
     ``policy`` None chains every matching policy (offline ``admit``); a name runs that one webhook
     (the HTTPS server: one path per webhook). A request the policy does not match is allowed.
     ``cancel`` (a :class:`threading.Event`) stops the evaluation with :class:`DeadlineExceeded`.
+    ``now`` (an aware datetime from the caller's clock) is the instant PolicyExceptions are judged at
+    (:mod:`runtime.engine.admission.exceptions`); None: none applies.
     """
     try:
         request = parse_review(body)
@@ -29,9 +31,9 @@ def decide(engine: AdmissionEngine, body, view: AdmissionView, policy: str | Non
         outcome = Outcome(policy=policy or "", denial=(400, "BadRequest", str(exc)))
         return bad_request(exc.uid or "", str(exc)), outcome
     if policy is None:
-        outcome = engine.admit(request, view, cancel)
+        outcome = engine.admit(request, view, cancel, now)
     elif engine.matches(engine.policies[policy], request):
-        outcome = engine.run(policy, request, view, cancel)
+        outcome = engine.run(policy, request, view, cancel, now)
     else:
         outcome = Outcome(policy=policy, name=request.name)
     return build_response(request.uid, outcome), outcome

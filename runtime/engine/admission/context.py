@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from runtime.engine.admission.exceptions import EXCEPTION_KIND
 from runtime.engine.policy import Policy
 from runtime.engine.settings import settings_of
 from runtime.engine.pools.derive import derive
@@ -67,8 +68,9 @@ DERIVED_KINDS = ("InstanceType", "ResourceFlavor", "ClusterQueue", "LocalQueue")
 
 def view_kinds(policy: Policy) -> frozenset[str]:
     """Every kind an admission view needs: what derivation reads plus each AdmissionPolicy's
-    ``lookups`` kinds. A live view need only be rebuilt after an event of one of these kinds."""
-    kinds = set(DERIVATION_KINDS)
+    ``lookups`` kinds and the PolicyExceptions (docs/concepts/exceptions.md). A live view need only be
+    rebuilt after an event of one of these kinds."""
+    kinds = set(DERIVATION_KINDS) | {EXCEPTION_KIND}
     for doc in policy.ruleset.all("AdmissionPolicy"):
         kinds.update(lookup.kind for lookup in doc.spec.lookups)
     return frozenset(kinds)
@@ -80,9 +82,9 @@ def published_kinds(policy: Policy) -> frozenset[str]:
     derived kinds as the cluster holds them (InstanceTypes with their status, ResourceFlavors,
     ClusterQueues, LocalQueues: what
     :func:`admission_view` would derive, once the controller reconciled), the settings Secret, and
-    each AdmissionPolicy's ``lookups`` kinds. No Devices, NodeFeatures or Namespaces: nothing is
-    derived from them here."""
-    kinds = set(DERIVED_KINDS) | {"Secret"}
+    each AdmissionPolicy's ``lookups`` kinds, and the PolicyExceptions. No Devices, NodeFeatures or
+    Namespaces: nothing is derived from them here."""
+    kinds = set(DERIVED_KINDS) | {"Secret", EXCEPTION_KIND}
     for doc in policy.ruleset.all("AdmissionPolicy"):
         kinds.update(lookup.kind for lookup in doc.spec.lookups)
     return frozenset(kinds)

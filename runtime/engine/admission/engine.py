@@ -18,13 +18,15 @@ from typing import Any, Optional
 from runtime.engine.admission.context import AdmissionView
 from runtime.engine.admission.memokeys import _digest, _refs, read_inputs  # noqa: F401  (_refs: explain)
 from runtime.engine.admission.memokeys import _key_of  # noqa: F401  (imported from here by tests)
-from runtime.engine.admission.builtins import BUILTINS
+from runtime.engine.admission.builtins import BUILTINS, VARIABLES
+from runtime.engine.admission.exceptions import conditions_of, exception_spec, lift
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
 from runtime.engine.admission.halt import DeadlineExceeded, deadline_of, halted
 from runtime.engine.admission.verdict import MISSING, RULE_ERROR, SHAPE, FieldError, Outcome, enforce
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
+from runtime.model.rfc3339 import format_time
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
 from runtime.rules.cel import CelBudgetExceeded, CelEvalError
@@ -109,6 +111,8 @@ class AdmissionEngine:
                 "booleans": list(policy.settings.booleanTrue) + list(policy.settings.booleanFalse),
             },
         }
+        self.exception_spec, self.exception_table = exception_spec(policy), shared["exceptions"]
+        self.conditions = conditions_of(policy)   # PolicyException match conditions (compiled once)
         self._memo = BoundedMemo(MEMO_ENTRIES, MEMO_BYTES)
         self._memo_lock = threading.Lock()
         self.policies: dict[str, AdmissionPolicySpec] = {}
@@ -160,7 +164,7 @@ class AdmissionEngine:
         return all(key in labels for key in m.labelsExist)
 
     # -- evaluation ----------------------------------------------------------------------------------
-    def admit(self, request: AdmissionRequest, view: AdmissionView, cancel=None) -> Outcome:
+    def admit(self, request: AdmissionRequest, view: AdmissionView, cancel=None, now=None) -> Outcome:
         """All matching policies, chained as kube-apiserver does; the first denial wins.
 
         The returned patch is the mutating policies' combined patch against the original object.
@@ -173,10 +177,12 @@ class AdmissionEngine:
         patches: list[dict] = []
         rules: list[str] = []
         warnings: list[str] = []
+        lifted: list = []
         for name in names:
-            outcome = self.run(name, current, view, cancel)
+            outcome = self.run(name, current, view, cancel, now)
             rules.extend(outcome.rules)
             warnings.extend(outcome.warnings)
+            lifted.extend(outcome.lifted)
             if not outcome.allowed:
                 outcome.rules, outcome.warnings = rules, warnings
                 return outcome
@@ -185,12 +191,15 @@ class AdmissionEngine:
                 current = AdmissionRequest(**{**current.__dict__, "object": outcome.mutated})
                 writes_outcome = outcome
         final = Outcome(policy=",".join(names), name=request.name, patch=patches,
-                        mutated=current.object if writes_outcome else None, warnings=warnings)
+                        mutated=current.object if writes_outcome else None, warnings=warnings, lifted=lifted)
         final.rules = rules
         return final
 
-    def run(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel=None) -> Outcome:
-        """Judge ``request`` with policy ``name``.
+    def run(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel=None,
+            now=None) -> Outcome:
+        """Judge ``request`` with policy ``name`` at ``now`` (an aware datetime, the caller's clock: the
+        PolicyExceptions in force then lift their rules' errors, and CEL reads it as ``request.time``;
+        None: no exception applies, ``request.time`` is "").
 
         ``cancel`` (a :class:`threading.Event` or a :class:`~runtime.rules.celbudget.Deadline`,
         optional) stops the evaluation once set or past (the webhook's per-review deadline): the
@@ -214,9 +223,10 @@ class AdmissionEngine:
             if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
                 outcome.errors = errors
             return enforce(outcome, spec.enforcement)
-        scope = self._scope(name, request, view, cancel)
+        scope = self._scope(name, request, view, cancel, now)
         try:
             self._judge(spec, scope, request, view, outcome)
+            lift(self, name, request, view, now, outcome)
         except _Stop as stop:
             _stopped(stop, outcome)
         except (CelBudgetExceeded, DeadlineExceeded) as exc:
@@ -241,13 +251,14 @@ class AdmissionEngine:
                                               "oldObject") if e.reason == "Invalid"]
         return errors
 
-    def _scope(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel) -> _Scope:
+    def _scope(self, name: str, request: AdmissionRequest, view: AdmissionView, cancel, now=None) -> _Scope:
         """The review's top scope: the names every expression of policy ``name`` may read, plus the
         engine's per-review state (``_view``, ``_inputs``, ``_cancel``); no variables yet."""
         base = {
             "object": request.object, "oldObject": request.old_object,
             "request": {"operation": request.operation, "namespace": request.namespace,
-                        "name": request.name, "user": request.user},
+                        "name": request.name, "user": request.user,
+                        "time": format_time(now) if now else ""},
             "params": self.params[name], "_view": view, "_inputs": {}, "_cancel": deadline_of(cancel),
             "_rule": "",
             # the view's own settings map (read only, converted once per view), a copy of any other mapping
@@ -319,7 +330,10 @@ class AdmissionEngine:
 
     def _variables(self, variables: list[Variable], scope: _Scope) -> None:
         for var in variables:
-            scope.variables[var.name] = self._eval(var.expression, scope)
+            base = scope.base
+            scope.variables[var.name] = VARIABLES[var.builtin](self.policy, base["object"], base["_view"],
+                                                               base["params"]) if var.builtin else \
+                self._eval(var.expression, scope)
 
     def _items(self, rule, scope: _Scope) -> list[_Scope]:
         if rule.forEach is None:

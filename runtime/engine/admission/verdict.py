@@ -88,7 +88,9 @@ class Outcome:
 
     ``errors`` non-empty -> 422 Invalid; ``denial`` ``(code, reason, message)`` -> that status;
     otherwise allowed with ``patch`` (JSONPatch operations, possibly empty). ``rules`` names the
-    rules that fired (metrics); ``mutated`` is the patched object (allowed mutations only).
+    rules that fired (metrics); ``mutated`` is the patched object (allowed mutations only);
+    ``lifted`` the ``(rule, Grant)`` pairs whose errors a PolicyException lifted
+    (:mod:`runtime.engine.admission.exceptions`).
     """
 
     policy: str
@@ -108,6 +110,7 @@ class Outcome:
     halt: str = ""          # a review stopped before its verdict: HALT_BUDGET or HALT_TIMEOUT
     halt_rule: str = ""     # the rule (or ``lookups.x`` / ``variables``) being judged when it stopped
     halt_detail: str = ""   # where and why (the expression's file:line field and the budget spent)
+    lifted: list = field(default_factory=list)   # (rule, Grant): errors a PolicyException lifted
 
     @property
     def allowed(self) -> bool:
@@ -115,8 +118,9 @@ class Outcome:
 
     def verdict(self) -> str:
         """``allowed``, ``patched``, ``invalid``, ``forbidden``, ``internal``, ``bad-request``, for a
-        denial a ``warn``/``dryrun`` policy let through ``warned`` / ``dryrun-denied``, and for a review
-        stopped before its verdict ``budget-exceeded`` / ``timeout`` (whatever was answered)."""
+        denial a ``warn``/``dryrun`` policy let through ``warned`` / ``dryrun-denied``, ``excepted`` when
+        every error was lifted by a PolicyException, and for a review stopped before its verdict
+        ``budget-exceeded`` / ``timeout`` (whatever was answered)."""
         if self.halt:
             return self.halt
         if self.would_deny:
@@ -125,6 +129,8 @@ class Outcome:
             return "invalid"
         if self.denial is not None:
             return {403: "forbidden", 500: "internal", 400: "bad-request"}.get(self.denial[0], "denied")
+        if self.lifted:
+            return "excepted"
         return "patched" if self.patch else "allowed"
 
 
