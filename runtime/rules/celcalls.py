@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from runtime.rules.celbudget import call_cost
 from runtime.rules.celtype import BOOL, DYN, INF, SIZED, T, dyn, parse_type, sized, standard
 
 
@@ -51,7 +52,8 @@ class Calls:
         return self.custom(node, name, signature, everything, cost)
 
     def custom(self, node, name: str, signature: tuple, args: list[T], cost: float) -> tuple[T, float]:
-        """A custom function by its declared ``(arguments, result, result size, cost per element)``."""
+        """A custom function by its declared ``(arguments, result, result size, cost per element)``; its
+        cost :func:`runtime.rules.celbudget.call_cost` of its arguments' sizes."""
         params, result, size_rule, per_element = signature
         bounds = self.scope.bounds
         if len(params) != len(args):
@@ -70,5 +72,4 @@ class Calls:
             out = T(out.kind, elem=out.elem, size=min(sizes[int(size_rule[3:])], out.size))
         elif isinstance(size_rule, (int, float)):
             out = T(out.kind, elem=out.elem, size=size_rule)
-        scanned = sum(sizes) if per_element else 0
-        return out, cost + 1 + per_element * scanned
+        return out, cost + call_cost(per_element, sizes)

@@ -21,8 +21,9 @@ The same namespaces carry the run-time budget (:mod:`runtime.rules.celbudget`): 
 macros (``evaluation.macro_map``, ``macro_filter``, ``macro_all``, ``macro_exists``,
 ``macro_exists_one``) read their source in steps of ``checkEvery`` iterations and charge each step to
 the budget of the evaluation running on the thread (:class:`~runtime.rules.celbudget.BudgetSlot`),
-and the globals' ``operator`` is a namespace whose ``add`` charges and checks the strings and lists it
-builds. Without a budget in the slot they are cel-python's own.
+the globals' ``operator`` is a namespace whose ``add`` charges and checks the strings and lists it
+builds, and ``evaluation.operator_in`` (CEL ``in``) charges a list's length before it looks. Without a
+budget in the slot they are cel-python's own.
 
 Nothing in cel-python is changed: its modules, classes and functions are the ones it ships, for
 every other caller and thread. Only code executed with these globals (:mod:`runtime.rules.cel`'s
@@ -98,6 +99,19 @@ def operator_in(item: Any, container: Any) -> Any:
         except TypeError as ex:
             result_value = _CELEvalError("no such overload", ex.__class__, ex.args)
     return result_value
+
+
+def _counted_in(slot: Any) -> Any:
+    """:func:`operator_in` charging the thread's budget, before it looks, one unit plus one per element
+    of a list (its price in the static checks: the loop is linear in the list)."""
+    def counted_in(item: Any, container: Any) -> Any:
+        budget = slot.budget
+        if budget is not None and isinstance(container, list):
+            budget.charge(1 + len(container))
+        return operator_in(item, container)
+
+    counted_in.__name__ = counted_in.__qualname__ = "operator_in"
+    return counted_in
 
 
 def function_size(container: Any) -> Any:
@@ -191,6 +205,7 @@ def program_globals(evaluation_globals: dict, slot: Optional[Any] = None) -> dic
     if slot is not None:
         for name in _MACROS:
             setattr(evaluation, name, _counted(getattr(_celeval, name), slot))
+        evaluation.operator_in = _counted_in(slot)
         out["operator"] = types.SimpleNamespace(**{**vars(operator), "add": _checked_add(slot)})
     celtypes = types.SimpleNamespace(**vars(_celtypes))
     celtypes.IntType = cel_int

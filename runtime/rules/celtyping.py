@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import lark
 
+from runtime.model import regex
 from runtime.rules import celnames
 from runtime.rules.celcalls import Calls
 from runtime.rules.celtype import (BOOL, DOUBLE, DYN, INF, INT, NULL, NUMERIC, SIZED, SYMBOLS, Bounds, T,
@@ -35,6 +36,11 @@ from runtime.rules.celtype import (BOOL, DOUBLE, DYN, INF, INT, NULL, NUMERIC, S
 
 __all__ = ["BOOL", "DYN", "INF", "INT", "Bounds", "Result", "Scope", "T", "TypeProblem", "check", "dyn",
            "of_value", "sized"]
+
+# function name -> the argument that is a regular expression (0-based, the receiver of a method call
+# counted as argument 0): CEL's ``matches(text, pattern)`` and ``text.matches(pattern)``
+PATTERNS = {"matches": 1}
+
 
 @dataclass
 class Scope:
@@ -200,7 +206,7 @@ class _Checker(Calls):
         kind = token.type
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
             text = celnames.string_value(token)
-            return sized("string", len(text if text is not None else str(token))), 0
+            return T("string", size=len(text if text is not None else str(token)), value=text), 0
         return {"INT_LIT": INT, "UINT_LIT": T("uint", size=1), "FLOAT_LIT": DOUBLE, "BOOL_LIT": BOOL,
                 "NULL_LIT": NULL, "BYTES_LIT": sized("bytes", len(str(token)))}.get(kind, DYN), 0
 
@@ -312,6 +318,8 @@ class _Checker(Calls):
                 self.in_has -= 1
             return BOOL, 1 + sum(c for _, c in found)
         found = [self.visit(a, bound) for a in args]
+        if name in PATTERNS and len(args) > PATTERNS[name]:
+            self.pattern(args[PATTERNS[name]], found[PATTERNS[name]][0])
         result = self.call(node, name, None, [t for t, _ in found], sum(c for _, c in found))
         if name == "dig" and len(args) == 3 and found[0][0].kind == "object":
             return self.dig(args[1], found[0][0], found[2][0]) or result[0], result[1]
@@ -348,7 +356,20 @@ class _Checker(Calls):
         if method in celnames.MACROS and variable is not None and len(args) in (2, 3):
             return self.comprehension(node, method, rtype, rcost, str(variable), args[1:], bound)
         found = [self.visit(a, bound) for a in args]
+        if method in PATTERNS and len(args) >= PATTERNS[method]:
+            self.pattern(args[PATTERNS[method] - 1], found[PATTERNS[method] - 1][0])
         return self.call(node, method, rtype, [t for t, _ in found], rcost + sum(c for _, c in found))
+
+    def pattern(self, node: Any, found: T) -> None:
+        """A regex argument whose text is known before any review (a literal, a params value):
+        compiled by RE2 here, a finding when RE2 refuses it (docs/rule-authoring.md "Regular
+        expressions"); a pattern built at run time is compiled when the review runs."""
+        if found.kind != "string" or found.value is None:
+            return
+        why = regex.problem(found.value)
+        if why:
+            literal = celnames._string_literal(node) is not None
+            self.problem(node, why if literal else f"{self.text(node)}: {why}")
 
 
 
