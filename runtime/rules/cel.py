@@ -131,7 +131,7 @@ class CelRuntime:
         sys.setrecursionlimit(self.recursion_limit)
         self.counting = counting
         self.slot = BudgetSlot()
-        package = celpricing.priced_runtime(self.slot) if counting else _runtime_pkg  # custom functions priced
+        package = celpricing.priced_runtime(self.slot) if counting else _runtime_pkg  # functions priced
         self._template = celfast.program_globals({**_celeval.__dict__, "runtime": package},
                                                  self.slot if counting else None)
         self._threads = threading.local()
