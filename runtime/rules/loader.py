@@ -29,6 +29,7 @@ from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
 from runtime.rules.cel import CelCompileError, program_from_code, transpile
 from runtime.rules.vocabulary import link
+from runtime.rules.tablechecks import missing_tables, table_problems
 from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems  # noqa: F401 - re-exported
 from runtime.rules.loadlimits import byte_problems, length_problems, loading_limits, read_bounded, yaml_limits
 from runtime.rules.yamlsrc import SourceDocument, YamlLimits, YamlSourceError, dotted, load_documents
@@ -345,6 +346,7 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
 
         report = static_checks(validated, compiler.parsed, types, complete=not problems)
         problems.extend(length_problems(validated, limits))
+        problems.extend(table_problems(validated))
         problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in report.problems)
         if costs is not None:
             costs.extend(report.costs)
@@ -354,6 +356,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
         for kind in REQUIRED_KINDS:
             if not any(k == kind for k, _ in ruleset.documents):
                 problems.append(RuleProblem(str(root_path), 0, "<directory>", f"no rule file of kind {kind}"))
+        tables = {name for kind, name in ruleset.documents if kind == "DecisionTable"}
+        problems.extend(missing_tables(str(root_path), tables))
     if not problems:  # fields left to their vocabulary home (runtime/rules/vocabulary.py)
         problems.extend(RuleProblem(*problem) for problem in link(ruleset))
     return problems, ruleset
