@@ -91,14 +91,16 @@ class CelBudgetExceeded(CelEvalError):
 class Deadline:
     """When an admission review must be answered: ``at`` (time.monotonic() seconds; None: none) and
     ``cancel`` (set by the webhook when it answered without waiting); ``seconds`` is the deadline
-    named in messages."""
+    named in messages; ``running``: the rule whose expression the review's evaluation runs now (set by
+    the engine), what a timeout names."""
 
-    __slots__ = ("at", "cancel", "seconds")
+    __slots__ = ("at", "cancel", "seconds", "running")
 
     def __init__(self, seconds: Optional[float] = None, cancel: Optional[threading.Event] = None):
         self.seconds = seconds
         self.at = None if seconds is None else time.monotonic() + seconds
         self.cancel = cancel
+        self.running = ""
 
     def passed(self) -> bool:
         """True once the review was cancelled or its time is up."""
