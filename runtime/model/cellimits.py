@@ -32,25 +32,22 @@ class RuleLoadingLimits(Strict):
     The defaults hold the shipped rules many times over; ``le`` is each field's ceiling, so the limits an
     edit states can be raised that far and no further (a ConfigMap holds at most 1 MiB in all)."""
 
-    maxFileBytes: int = Field(256 * 1024, gt=0, le=1024 * 1024,
-                              description="bytes of one rule file (at most 1048576)")
+    maxFileBytes: int = Field(256 * 1024, gt=0, le=1024 * 1024, description="bytes of one rule file")
     maxTotalBytes: int = Field(1024 * 1024, gt=0, le=8 * 1024 * 1024,
-                               description="bytes of all the rule files together (at most 8388608)")
+                               description="bytes of all the rule files together")
     maxNodes: int = Field(100_000, gt=0, le=500_000,
                           description="YAML values (maps, lists, scalars) of all the rule files together "
                                       "after alias expansion: an alias counts every value its anchor holds, "
-                                      "each time (at most 500000)")
+                                      "each time")
     maxAliases: int = Field(1_000, gt=0, le=100_000,
-                            description="YAML alias references (*name) in all the rule files together "
-                                        "(at most 100000)")
-    maxDepth: int = Field(64, gt=0, le=256,
-                          description="levels of YAML nesting after alias expansion (at most 256)")
+                            description="YAML alias references (*name) in all the rule files together")
+    maxDepth: int = Field(64, gt=0, le=256, description="levels of YAML nesting after alias expansion")
     maxMessageLength: int = Field(4096, gt=0, le=65_536,
                                   description="characters of a message or message template of the rules (a "
-                                              "field named message or ...Message; at most 65536)")
+                                              "field named message or ...Message)")
     maxTemplateLength: int = Field(4096, gt=0, le=65_536,
                                    description="characters of a name or selector template (a field named "
-                                               "...Template; at most 65536)")
+                                               "...Template)")
 
     @classmethod
     def ceiling(cls) -> "RuleLoadingLimits":

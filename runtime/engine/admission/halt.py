@@ -67,7 +67,7 @@ def failed(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, out
     """``outcome`` (in place) of a review of policy ``name`` whose rule failed to evaluate (a missing key,
     no overload, a pattern RE2 refuses): verdict ``rule-error``, whatever the policy answers (``Fail``:
     500 InternalError naming the policy and the error; ``Ignore``: allowed), with the rule, the error's
-    class (:func:`error_class`) and the error for the log line (docs/observability.md)."""
+    class (:func:`error_class`) and the error for the log line (docs/observability.md "Rule errors")."""
     outcome.errors, outcome.patch, outcome.mutated = [], [], None
     outcome.rules.append(RULE_ERROR)
     outcome.halt, outcome.halt_rule = RULE_ERROR, base.get("_rule", "")
