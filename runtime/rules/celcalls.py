@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from runtime.model import regex
+from runtime.rules import celnames
 from runtime.rules.celbudget import call_cost
 from runtime.rules.celtype import BOOL, DYN, INF, SIZED, T, dyn, parse_type, sized, standard
+
+
+# function name -> the argument that is a regular expression (0-based, the receiver of a method call
+# counted as argument 0): CEL's ``matches(text, pattern)`` and ``text.matches(pattern)``
+PATTERNS = {"matches": 1}
 
 
 class Calls:
@@ -73,3 +80,14 @@ class Calls:
         elif isinstance(size_rule, (int, float)):
             out = T(out.kind, elem=out.elem, size=size_rule)
         return out, cost + call_cost(per_element, sizes)
+
+    def pattern(self, node, found: T) -> None:
+        """A regex argument whose text is known before any review (a literal, a params value):
+        compiled by RE2 here, a finding when RE2 refuses it (docs/rule-authoring.md "Regular
+        expressions"); a pattern built at run time is compiled when the review runs."""
+        if found.kind != "string" or found.value is None:
+            return
+        why = regex.problem(found.value)
+        if why:
+            literal = celnames._string_literal(node) is not None
+            self.problem(node, why if literal else f"{self.text(node)}: {why}")

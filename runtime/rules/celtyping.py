@@ -28,19 +28,13 @@ from typing import Any, Callable, Mapping, Optional
 
 import lark
 
-from runtime.model import regex
 from runtime.rules import celnames
-from runtime.rules.celcalls import Calls
+from runtime.rules.celcalls import PATTERNS, Calls
 from runtime.rules.celtype import (BOOL, DOUBLE, DYN, INF, INT, NULL, NUMERIC, SIZED, SYMBOLS, Bounds, T,
                                    TypeProblem, dyn, join, of_value, parse_type, sized, standard, tenth)
 
 __all__ = ["BOOL", "DYN", "INF", "INT", "Bounds", "Result", "Scope", "T", "TypeProblem", "check", "dyn",
            "of_value", "sized"]
-
-# function name -> the argument that is a regular expression (0-based, the receiver of a method call
-# counted as argument 0): CEL's ``matches(text, pattern)`` and ``text.matches(pattern)``
-PATTERNS = {"matches": 1}
-
 
 @dataclass
 class Scope:
@@ -359,17 +353,6 @@ class _Checker(Calls):
         if method in PATTERNS and len(args) >= PATTERNS[method]:
             self.pattern(args[PATTERNS[method] - 1], found[PATTERNS[method] - 1][0])
         return self.call(node, method, rtype, [t for t, _ in found], rcost + sum(c for _, c in found))
-
-    def pattern(self, node: Any, found: T) -> None:
-        """A regex argument whose text is known before any review (a literal, a params value):
-        compiled by RE2 here, a finding when RE2 refuses it (docs/rule-authoring.md "Regular
-        expressions"); a pattern built at run time is compiled when the review runs."""
-        if found.kind != "string" or found.value is None:
-            return
-        why = regex.problem(found.value)
-        if why:
-            literal = celnames._string_literal(node) is not None
-            self.problem(node, why if literal else f"{self.text(node)}: {why}")
 
 
 

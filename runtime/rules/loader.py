@@ -188,11 +188,10 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
                cached: Optional[list[tuple]] = None, packed: Optional[dict] = None,
                bounds: tuple = (YamlLimits(), None),
                ) -> tuple[list[RuleFile], list[RuleProblem], list[RuleFile]]:
-    """``(documents, problems, validated)``: ``validated`` holds every document whose schema held
-    (even in a file with problems), for the static checks. ``data`` is the file's bytes when already
-    read; ``cached`` its documents from the compiled-rules cache (``(value, line, lines, spans)``);
-    ``packed``, when given, receives the parsed documents for the cache (display name -> bytes);
-    ``bounds``: the YAML limits and the count (``[values, aliases]``) of the directory so far."""
+    """``(documents, problems, validated)``: ``validated`` holds every document whose schema held (even in a
+    file with problems), for the static checks. ``data``: the file's bytes when read; ``cached`` its documents
+    from the compiled-rules cache (``(value, line, lines, spans)``); ``packed`` receives the parsed documents
+    for the cache; ``bounds``: the YAML limits and the directory's count so far (``[values, aliases]``)."""
     file = display or str(path)
     problems: list[RuleProblem] = []
     if data is None:
