@@ -5,6 +5,7 @@ fuzz over table edits finds no traceback and no table that lints clean and then 
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from runtime.engine.instances.podstatus import phase_from_pod
 from runtime.engine.policy import Policy
 from runtime.engine.pools.derive import derive
 from runtime.model.decisiontables import INSTANCE_TYPE_PHASES, TABLES
-from runtime.rules.loader import load_file, load_rules
+from runtime.rules.loader import load_file, load_rules, rule_problems
 from runtime.rules.tablechecks import table_problems
 from runtime.snapshots import load_snapshot
 
@@ -32,54 +33,38 @@ def _line(file: str, text: str) -> int:
     return source[:source.index(text)].count("\n") + 1
 
 
-def test_an_unquoted_true_is_a_type_finding_at_its_cell(edited_rules):
-    old = 'when: {queue: "True"}'
-    assert edited_rules(PHASE, old, "when: {queue: True}") == [
-        f"{PHASE}:{_line(PHASE, old)}:21 spec.rows[5].when.queue: type mismatch: fact 'queue' is a string, true "
-        'is a bool: quote it, "True"']
+FACTS = "deleting, stopPolicy, reserved, queue, queueMessage, incomplete, incompleteMessage"
+EDITS = {   # what: (old, new, column, the finding after file:line:column)
+    "an unquoted True": ('when: {queue: "True"}', "when: {queue: True}", 21,
+                         "spec.rows[5].when.queue: type mismatch: fact 'queue' is a string, true is a bool: quote "
+                         'it, "True"'),
+    "a misspelt output": ("then: {phase: Active}", "then: {phse: Active}", 20,
+                          "spec.rows[5].then.phse: unknown output 'phse' (the InstanceType status (controller) reads "
+                          "phase, phaseMessage)"),
+    "an unknown fact in a row": ("when: {stopPolicy: Hold}", "when: {stopPolcy: Hold}", 25,
+                                 f"spec.rows[4].when.stopPolcy: unknown fact 'stopPolcy' (facts: {FACTS})"),
+    "a declared fact the reader does not give": (
+        "facts: [deleting, stopPolicy,", "facts: [deleting, stopPolicy, paused,", 33,
+        f"spec.facts[2]: unknown fact 'paused': the InstanceType status (controller) gives {FACTS}"),
+    "a value its fact never takes": ('when: {queue: "False"}', 'when: {queue: "Flase"}', 21,
+                                     "spec.rows[6].when.queue: fact 'queue' is one of \"True\", \"False\", "
+                                     '"Unknown", "Missing": "Flase" is none of them (this row never matches)'),
+    "a phase the CRD refuses": ("then: {phase: Activating}", "then: {phase: Activatin}", 21,
+                                "spec.rows[7].then.phase: output 'phase' is one of \"Active\", \"Inactive\", "
+                                '"Draining", "Activating": "Activatin" is none of them'),
+    "a copy of an undeclared fact": ("phaseMessage: $queueMessage", "phaseMessage: $queueMesage", 45,
+                                     "spec.rows[6].then.phaseMessage: unknown fact 'queueMesage' in '$queueMesage' "
+                                     f"(facts: {FACTS})"),
+    "a table no component reads": ("  name: instancetype-phase", "  name: instancetype-phases", 9,
+                                   "metadata.name: no component reads a DecisionTable named 'instancetype-phases' "
+                                   "(read: instance-phase, instancetype-phase)"),
+}
 
 
-def test_a_misspelt_output_is_a_finding(edited_rules):
-    old = "then: {phase: Active}"
-    assert edited_rules(PHASE, old, "then: {phse: Active}") == [
-        f"{PHASE}:{_line(PHASE, old)}:20 spec.rows[5].then.phse: unknown output 'phse' (the InstanceType status "
-        "(controller) reads phase, phaseMessage)"]
-
-
-def test_an_unknown_fact_in_a_row_is_a_finding(edited_rules):
-    old = "when: {stopPolicy: Hold}"
-    found = edited_rules(PHASE, old, "when: {stopPolcy: Hold}")
-    assert found == [f"{PHASE}:{_line(PHASE, old)}:25 spec.rows[4].when.stopPolcy: unknown fact 'stopPolcy' "
-                     "(facts: deleting, stopPolicy, reserved, queue, queueMessage, incomplete, incompleteMessage)"]
-
-
-def test_a_declared_fact_the_reader_does_not_give_is_a_finding(edited_rules):
-    old = "facts: [deleting, stopPolicy,"
-    found = edited_rules(PHASE, old, "facts: [deleting, stopPolicy, paused,")
-    assert found == [f"{PHASE}:{_line(PHASE, old)}:33 spec.facts[2]: unknown fact 'paused': the InstanceType "
-                     "status (controller) gives deleting, stopPolicy, reserved, queue, queueMessage, incomplete, "
-                     "incompleteMessage"]
-
-
-def test_a_value_its_fact_never_takes_is_a_finding(edited_rules):
-    old = 'when: {queue: "False"}'
-    assert edited_rules(PHASE, old, 'when: {queue: "Flase"}') == [
-        f"{PHASE}:{_line(PHASE, old)}:21 spec.rows[6].when.queue: fact 'queue' is one of \"True\", \"False\", "
-        '"Unknown", "Missing": "Flase" is none of them (this row never matches)']
-
-
-def test_a_phase_the_crd_refuses_is_a_finding(edited_rules):
-    old = "then: {phase: Activating}"
-    assert edited_rules(PHASE, old, "then: {phase: Activatin}") == [
-        f"{PHASE}:{_line(PHASE, old)}:21 spec.rows[7].then.phase: output 'phase' is one of \"Active\", "
-        '"Inactive", "Draining", "Activating": "Activatin" is none of them']
-
-
-def test_a_copy_of_an_undeclared_fact_is_a_finding(edited_rules):
-    old = "phaseMessage: $queueMessage"
-    assert edited_rules(PHASE, old, "phaseMessage: $queueMesage") == [
-        f"{PHASE}:{_line(PHASE, old)}:45 spec.rows[6].then.phaseMessage: unknown fact 'queueMesage' in "
-        "'$queueMesage' (facts: deleting, stopPolicy, reserved, queue, queueMessage, incomplete, incompleteMessage)"]
+@pytest.mark.parametrize("what", list(EDITS))
+def test_a_broken_cell_is_one_finding_at_its_file_line_column(edited_rules, what):
+    old, new, column, finding = EDITS[what]
+    assert edited_rules(PHASE, old, new) == [f"{PHASE}:{_line(PHASE, old.strip())}:{column} {finding}"]
 
 
 def test_rows_that_leave_some_facts_unmatched_are_a_finding(edited_rules):
@@ -90,10 +75,13 @@ def test_rows_that_leave_some_facts_unmatched_are_a_finding(edited_rules):
         "with when: {}"]
 
 
-def test_a_table_no_one_reads_and_a_table_missing(edited_rules):
-    found = edited_rules(PHASE, "  name: instancetype-phase", "  name: instancetype-phases")
-    assert found == [f"{PHASE}:{_line(PHASE, 'name: instancetype-phase')}:9 metadata.name: no component reads a "
-                     "DecisionTable named 'instancetype-phases' (read: instance-phase, instancetype-phase)"]
+def test_a_table_a_component_reads_missing_is_a_finding(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules, ignore=shutil.ignore_patterns("tests"))
+    (rules / "pools" / "phase.yaml").unlink()
+    assert [str(p) for p in rule_problems(rules, cache=None)[0]] == [
+        f"{rules}:0:0 <directory>: no DecisionTable named 'instancetype-phase': the InstanceType status "
+        "(controller) reads it"]
 
 
 def test_the_instancetype_phases_are_the_crds():
@@ -134,7 +122,6 @@ BAD_TABLE = ("when: {stopPolicy: HoldAndDrain, reserved: true}", "when: {stopPol
 def test_every_command_answers_a_bad_table_with_its_finding(tmp_path, command):
     """An unknown fact (the commands printed a Python traceback): each command names the cell."""
     rules = tmp_path / "rules"
-    import shutil
     shutil.copytree(ROOT / "rules", rules)
     phase = rules / "pools" / "phase.yaml"
     phase.write_text(phase.read_text().replace(*BAD_TABLE, 1))
