@@ -305,7 +305,9 @@ def load_documents(text: str, limits: YamlLimits = YamlLimits(),
         raise
 
 
-def _documents(text: str, composer: type, limits: YamlLimits, counted: list[int]) -> list[SourceDocument]:
+def _documents(text: str, composer: type, limits: YamlLimits = YamlLimits(),
+               counted: Optional[list[int]] = None) -> list[SourceDocument]:
+    counted = [0, 0] if counted is None else counted
     try:
         loader = composer(text)
         docs = []
