@@ -16,6 +16,8 @@ and ``celtypes`` namespaces holding every attribute of the real modules except t
 - ``evaluation.operator_in``: the same loop without its ``typing.cast(Iterable[Result], ...)``
   (a generic alias subscripted per call) and its debug lines.
 - ``evaluation.function_size``: ``size()`` returning the fast ``IntType``, without its debug line.
+- ``celtypes.DurationType``: ``duration()`` with a string matched by RE2 first (:func:`duration`):
+  cel-python's own pattern backtracks on a string that is no duration.
 
 The same namespaces carry the run-time budget (:mod:`runtime.rules.celbudget`): the comprehension
 macros (``evaluation.macro_map``, ``macro_filter``, ``macro_all``, ``macro_exists``,
@@ -43,6 +45,8 @@ from typing import Any, Optional
 import celpy
 import celpy.celtypes as _celtypes
 import celpy.evaluation as _celeval
+
+from runtime.model import regex
 
 PINNED = "0.5.0"  # the cel-python release whose helpers the fast paths below reproduce
 
@@ -112,6 +116,20 @@ def _counted_in(slot: Any) -> Any:
 
     counted_in.__name__ = counted_in.__qualname__ = "operator_in"
     return counted_in
+
+
+# cel-python 0.5.0's own duration pattern (celtypes.DurationType): its Python ``re`` backtracks (a
+# 24-character non-duration takes seconds), RE2 answers it in linear time
+_DURATION = r"^[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+$"
+
+
+def duration(value: Any, *args: Any) -> Any:
+    """``celtypes.DurationType(value)`` (CEL ``duration()``) with a string first matched by RE2 against
+    cel-python's own pattern: one that does not match is cel-python's ``ValueError`` at once, never its
+    backtracking (docs/rule-authoring.md "Regular expressions")."""
+    if isinstance(value, str) and not regex.search(_DURATION, value):
+        raise ValueError(f"Invalid duration {value!r}")
+    return _celtypes.DurationType(value, *args)
 
 
 def function_size(container: Any) -> Any:
@@ -209,6 +227,7 @@ def program_globals(evaluation_globals: dict, slot: Optional[Any] = None) -> dic
         out["operator"] = types.SimpleNamespace(**{**vars(operator), "add": _checked_add(slot)})
     celtypes = types.SimpleNamespace(**vars(_celtypes))
     celtypes.IntType = cel_int
+    celtypes.DurationType = duration
     package = types.SimpleNamespace(**vars(celpy))
     package.evaluation = evaluation
     package.celtypes = celtypes

@@ -138,3 +138,13 @@ def test_a_regex_over_a_long_text_the_budget_cannot_pay_is_never_started():
     with pytest.raises(cel.CelBudgetExceeded) as stopped:
         expr.evaluate({"v": "a" * 100_000, "p": "a+b"}, memo=False)
     assert (stopped.value.reason, stopped.value.cost) == ("cost", 1 + 10_000 * 1)
+
+
+def test_duration_of_a_long_non_duration_answers_at_once():
+    """cel-python parses ``duration()`` with a Python regex that backtracks (24 characters took 3.7 s,
+    each one more doubles it); it is matched by RE2 first, the answer cel-python's own."""
+    assert _evaluate("duration(v) > duration('1s')", v="1h30m") is True
+    with pytest.raises(cel.CelEvalError) as failed:
+        _evaluate("duration(v) > duration('1s')", v="a" * 62 + "!")
+    assert str(failed.value) == ("test: evaluating \"duration(v) > duration('1s')\": return error for overflow: "
+                                 f"Invalid duration StringType('{'a' * 62}!')")
