@@ -16,41 +16,20 @@ import pytest
 import yaml
 
 import benchmarks.loadgen as loadgen
-from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
-from runtime.engine.admission import view_kinds
 from runtime.engine.policy import Policy
-from runtime.kube.session import connect
 from runtime.rules.loader import load_rules
-from runtime.webhook.server import self_signed
-from testing.hooks import ObservedController as Controller
 from tests.admission.test_regex_load import _rules
-from tests.controlplane.test_controller import loop_running
-from tests.controlplane.test_webhooks_live import A10G_ENTRANCE, NS, sa_kubeconfig  # noqa: F401 (a fixture)
+from tests.controlplane.test_webhooks_live import A10G_ENTRANCE, NS, sa_kubeconfig, serving  # noqa: F401
 
 LABELLED = 5
 
 
 @pytest.fixture(scope="module")
 def served(sa_kubeconfig, tmp_path_factory):  # noqa: F811
-    """The controller's caches, webhook server and registrar for the copied rules, its loop running."""
+    """The controller for the copied rules, its webhooks registered, its loop running; the CA's path."""
     tmp = tmp_path_factory.mktemp("regex")
-    policy = Policy(load_rules(_rules(tmp)))
-    controller = Controller(connect(sa_kubeconfig), policy, coalesce_seconds=0.1, env={}, fit_coalesce_seconds=0,
-                            extra_kinds=view_kinds(policy))
-    paths = self_signed(tmp / "tls")
-    webhooks = ControllerWebhooks(controller, WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes()),
-                                  port=0)
-    webhooks.serve()
-    try:
-        controller.start()
-        webhooks.ready()
-        assert controller.reconcile().errors == []
-        webhooks.register()
-        with loop_running(controller):
-            yield webhooks, paths["ca"]
-    finally:
-        webhooks.stop()
-        controller.stop()
+    with serving(sa_kubeconfig, Policy(load_rules(_rules(tmp))), tmp) as webhooks:
+        yield webhooks, tmp / "tls" / "ca.crt"
 
 
 class Prober(threading.Thread):
