@@ -40,6 +40,7 @@ import base64
 import copy
 import datetime
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -326,6 +327,17 @@ def load_dra_cases(rules_dir: Path | str, documents: list[tuple[Path, Any]] | No
     return cases
 
 
+def as_shipped(policy: Policy, texts: list[str]) -> list[str]:
+    """``texts`` with the rule files they name spelled as the suites spell them, ``rules/<file>``, whatever
+    the rules directory under test is called: a copy (``cp -r rules /tmp/my-rules``,
+    docs/tasks/edit-a-rule.md) passes its own suites."""
+    name = Path(policy.ruleset.root).name
+    if name == "rules":
+        return texts
+    folder = re.compile(r"(?<![\w./-])" + re.escape(name) + "/")
+    return [folder.sub("rules/", text) for text in texts]
+
+
 def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
     """Read ``case.slices`` for ``case.node`` with ``policy``'s DRA rows and compare with ``expect``."""
     from runtime.engine.devices.agentplan import plan_node
@@ -342,7 +354,7 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
         if len(got) != len(want) or any({k: g.get(k) for k in w} != w for g, w in zip(got, want)):
             result.problems.append(f"accelerators:\n  want {json.dumps(want)}\n  got  {json.dumps(got)}")
     if "warnings" in exp:
-        got_w = reading.warnings + reading.notes + reading.offers_nothing(policy)
+        got_w = as_shipped(policy, reading.warnings + reading.notes + reading.offers_nothing(policy))
         if got_w != exp["warnings"]:
             result.problems.append(f"warnings:\n  want {json.dumps(exp['warnings'])}\n"
                                    f"  got  {json.dumps(got_w)}")

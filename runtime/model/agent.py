@@ -6,12 +6,12 @@ Registered into :data:`runtime.model.rulefiles.SPEC_MODELS` at import time.
 """
 from __future__ import annotations
 
-import re
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from runtime.model import rulefiles
+from runtime.model.regex import Pattern
 from runtime.model.rulefiles import Strict
 
 
@@ -56,16 +56,11 @@ class AgentSettingNames(Strict):
 
 
 class Rewrite(Strict):
-    """A regular-expression rewrite of a text (Python ``re.sub`` syntax); the pattern must compile."""
+    """A regular-expression rewrite of a text: every match of the RE2 ``pattern`` replaced by
+    ``replacement`` (``\\1`` names a group; :func:`runtime.model.regex.sub`); the pattern must compile."""
 
-    pattern: str
+    pattern: Pattern
     replacement: str
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        re.compile(value)
-        return value
 
 
 class ProfileRewrite(Rewrite):
@@ -165,7 +160,7 @@ class NodeAgentSpec(Strict):
     memorySuffix: MemorySuffixSpec
     runtimeVersionDivisors: list[int] = Field(min_length=2, max_length=2)
     profileRewrites: list[ProfileRewrite] = []
-    profileSegmentPattern: str
+    profileSegmentPattern: Pattern
     capacity: CapacityKeys
     ledger: LedgerSpec
     podResources: PodResourcesSpec

@@ -1,7 +1,11 @@
 """The ``CelLimits`` rule kind (rules/cel.yaml): what a CEL expression of the rules may cost.
 
-Two sections, one per time a limit applies:
+Three sections, one per time a limit applies:
 
+- ``loading``: what the rule files may hold, checked as they are read, before a value is built
+  (docs/rule-authoring.md "Bounded loading"): bytes per file and in all, YAML values after alias
+  expansion, alias references, nesting, message and template length. Each field has a ceiling
+  (``le``) an edit cannot raise it past.
 - ``static``: read by the static checks (:mod:`runtime.rules.checks`, docs/rule-authoring.md "What
   lint checks"): an expression whose worst-case cost estimate is over ``maxExpressionCost`` refuses
   the rules set at lint, load and reload.
@@ -21,6 +25,36 @@ from runtime.model.base import Strict
 DEFAULT_EXPRESSION_COST = 10_000_000
 DEFAULT_LIST_SIZE = 32
 DEFAULT_STRING_SIZE = 4096
+
+
+class RuleLoadingLimits(Strict):
+    """What the rule files of one rules directory may hold (docs/rule-authoring.md "Bounded loading").
+    The defaults hold the shipped rules many times over; ``le`` is each field's ceiling, so the limits an
+    edit states can be raised that far and no further (a ConfigMap holds at most 1 MiB in all)."""
+
+    maxFileBytes: int = Field(256 * 1024, gt=0, le=1024 * 1024, description="bytes of one rule file")
+    maxTotalBytes: int = Field(1024 * 1024, gt=0, le=8 * 1024 * 1024,
+                               description="bytes of all the rule files together")
+    maxNodes: int = Field(100_000, gt=0, le=500_000,
+                          description="YAML values (maps, lists, scalars) of all the rule files together "
+                                      "after alias expansion: an alias counts every value its anchor holds, "
+                                      "each time")
+    maxAliases: int = Field(1_000, gt=0, le=100_000,
+                            description="YAML alias references (*name) in all the rule files together")
+    maxDepth: int = Field(64, gt=0, le=256, description="levels of YAML nesting after alias expansion")
+    maxMessageLength: int = Field(4096, gt=0, le=65_536,
+                                  description="characters of a message or message template of the rules (a "
+                                              "field named message or ...Message)")
+    maxTemplateLength: int = Field(4096, gt=0, le=65_536,
+                                   description="characters of a name or selector template (a field named "
+                                               "...Template)")
+
+    @classmethod
+    def ceiling(cls) -> "RuleLoadingLimits":
+        """Every limit at its ceiling: what a rules directory is read under until its own limits are
+        known."""
+        return cls(**{name: next(m.le for m in info.metadata if hasattr(m, "le"))
+                      for name, info in cls.model_fields.items()})
 
 
 class CelStaticLimits(Strict):
@@ -53,9 +87,12 @@ class CelRuntimeLimits(Strict):
 
 
 class CelLimitsSpec(Strict):
-    """rules/cel.yaml: limits on what CEL expressions may cost (``static``: at lint, load and reload;
-    ``runtime``: at evaluation)."""
+    """rules/cel.yaml: limits on what the rule files may hold (``loading``: as they are read) and what CEL
+    expressions may cost (``static``: at lint, load and reload; ``runtime``: at evaluation)."""
 
+    loading: RuleLoadingLimits = Field(RuleLoadingLimits(), description="what the rule files may hold, "
+                                       "checked before a value is built (docs/rule-authoring.md \"Bounded "
+                                       "loading\")")
     static: CelStaticLimits = Field(CelStaticLimits(), description="the worst-case cost estimates every "
                                     "expression must stay within (docs/rule-authoring.md \"What lint "
                                     "checks\")")

@@ -11,6 +11,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Iterable, Sequence
 
+from runtime.model import regex
+
 _SEPARATORS = "-_."
 
 
@@ -22,13 +24,13 @@ def strip_cruft(name: str, cruft: "CruftRules") -> str:
     for token in cruft.delete_tokens:
         text = text.replace(token, "")
     if cruft.leading_pattern:
-        text = re.sub(cruft.leading_pattern, "", text)
+        text = regex.sub(cruft.leading_pattern, "", text)
     text = text.strip()
     for suffix in cruft.trailing_suffixes:
         if text.endswith(suffix):
             text = text[: -len(suffix)]
     if cruft.trailing_pattern:
-        text = re.sub(cruft.trailing_pattern, "", text)
+        text = regex.sub(cruft.trailing_pattern, "", text)
     return text
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from runtime.model.base import Expr, Strict  # every rule kind's base and the CEL text type (re-exported)
 from runtime.model.manufacturers import (  # noqa: F401 - re-exported
     VIEWS, Manufacturer, ManufacturerMessages, ManufacturerTableSpec, ViewName)
+from runtime.model.regex import Pattern
 from runtime.model.reloadgate import ReloadGateSpec
 from runtime.model.stateevents import (STATE_EVENT_VARIABLES, StateEvent,  # noqa: F401 - re-exported
                                        StateEvents)
@@ -62,9 +63,9 @@ class LabelCatalogSpec(Strict):
 class CruftSpec(Strict):
     cutAt: str = ""
     deleteTokens: list[str] = []
-    leadingPattern: str = ""
+    leadingPattern: Pattern = ""
     trailingSuffixes: list[str] = []
-    trailingPattern: str = ""
+    trailingPattern: Pattern = ""
 
 
 class FamilyRow(Strict):

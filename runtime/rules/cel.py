@@ -40,7 +40,7 @@ import celpy.evaluation as _celeval
 
 import runtime as _runtime_pkg
 from runtime.model.cellimits import CelRuntimeLimits
-from runtime.rules import celfast, celfunctions
+from runtime.rules import celfast, celfunctions, celpricing
 from runtime.rules.celactivation import _Activation, _container, _Runner  # noqa: F401  (tests read them here)
 from runtime.rules.celbudget import DEFAULT_LIMITS, Budget, BudgetSlot, CelBudgetExceeded, CelEvalError, \
     Deadline
@@ -131,7 +131,8 @@ class CelRuntime:
         sys.setrecursionlimit(self.recursion_limit)
         self.counting = counting
         self.slot = BudgetSlot()
-        self._template = celfast.program_globals({**_celeval.__dict__, "runtime": _runtime_pkg},
+        package = celpricing.priced_runtime(self.slot) if counting else _runtime_pkg  # functions priced
+        self._template = celfast.program_globals({**_celeval.__dict__, "runtime": package},
                                                  self.slot if counting else None)
         self._threads = threading.local()
         self.base = _Activation(annotations=dict(celpy.googleapis), functions=celfunctions.FUNCTIONS)

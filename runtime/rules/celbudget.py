@@ -22,15 +22,35 @@ than the evaluator's recursion limit). It is an exception cel-python's error val
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 _yield = time.sleep  # time.sleep(0) releases the interpreter lock: a thread waiting for it runs
 
 from runtime.model.cellimits import CelRuntimeLimits
 
 DEFAULT_LIMITS = CelRuntimeLimits()   # Kubernetes' defaults (rules/cel.yaml may set others)
+
+
+def _ceil(value: float) -> float:
+    return value if math.isinf(value) else math.ceil(value)
+
+
+def call_cost(per_element, sizes: Sequence[float]) -> float:
+    """The price of one call of a custom function, the same at lint (``sizes``: its arguments' worst-case
+    sizes, :mod:`runtime.rules.celcalls`) and at run time (their lengths, :mod:`runtime.rules.celpricing`):
+    1, plus ``per_element`` (a signature's cost per element: a number) times the sum of ``sizes``; for
+    ``"regex"`` (CEL ``matches(text, pattern)``) Kubernetes' price of a regex match, a tenth of the text's
+    length times a quarter of the pattern's, each rounded up; for ``"sort"`` n times log2 n of the first
+    argument's n elements (docs/rule-authoring.md "Run-time budget")."""
+    if per_element == "regex":
+        return 1 + _ceil(sizes[0] / 10) * _ceil(sizes[1] / 4)
+    if per_element == "sort":
+        n = sizes[0]
+        return 1 + (n if math.isinf(n) else n * math.ceil(math.log2(n + 1)))
+    return 1 + (per_element * sum(sizes) if per_element else 0)
 
 
 class CelEvalError(RuntimeError):
@@ -71,14 +91,16 @@ class CelBudgetExceeded(CelEvalError):
 class Deadline:
     """When an admission review must be answered: ``at`` (time.monotonic() seconds; None: none) and
     ``cancel`` (set by the webhook when it answered without waiting); ``seconds`` is the deadline
-    named in messages."""
+    named in messages; ``running``: the rule whose expression the review's evaluation runs now (set by
+    the engine), what a timeout names."""
 
-    __slots__ = ("at", "cancel", "seconds")
+    __slots__ = ("at", "cancel", "seconds", "running")
 
     def __init__(self, seconds: Optional[float] = None, cancel: Optional[threading.Event] = None):
         self.seconds = seconds
         self.at = None if seconds is None else time.monotonic() + seconds
         self.cancel = cancel
+        self.running = ""
 
     def passed(self) -> bool:
         """True once the review was cancelled or its time is up."""
@@ -108,8 +130,17 @@ class Budget:
         cost limit and the deadline; every ``checkEvery`` iterations let other threads run. Raises
         :class:`CelBudgetExceeded`."""
         self.iterations += iterations
+        self._spend(iterations, cost)
+
+    def charge(self, cost: float) -> None:
+        """Charge one call of a custom function or one ``in`` costing ``cost`` units (its price,
+        :func:`call_cost`) before it runs; check the cost limit and the deadline; every ``checkEvery``
+        calls let other threads run. Raises :class:`CelBudgetExceeded`."""
+        self._spend(1, cost)
+
+    def _spend(self, steps: int, cost: float) -> None:
         self.cost += cost
-        self._unyielded += iterations
+        self._unyielded += steps
         if self._unyielded >= self.every:
             self._unyielded = 0
             _yield(0)
@@ -119,15 +150,20 @@ class Budget:
         if deadline is not None and deadline.passed():
             raise CelBudgetExceeded("deadline", deadline.seconds or 0, "", self)
 
-    def built(self, value) -> None:
-        """Charge a string, bytes or list that ``+`` built (one unit per 10 characters or elements)
-        and check its size. Raises :class:`CelBudgetExceeded`."""
-        size = len(value)
-        if isinstance(value, list):
+    def ahead(self, is_list: bool, size: int) -> None:
+        """Check, before it is built, that a list (``is_list``) or string of ``size`` elements or
+        characters fits ``maxListSize`` / ``maxStringSize``. Raises :class:`CelBudgetExceeded`."""
+        if is_list:
             if size > self.max_list:
                 raise CelBudgetExceeded("list-size", self.max_list, "maxListSize", self)
         elif size > self.max_string:
             raise CelBudgetExceeded("string-size", self.max_string, "maxStringSize", self)
+
+    def built(self, value) -> None:
+        """Charge a string, bytes or list that ``+`` or a custom function built (one unit per 10
+        characters or elements) and check its size. Raises :class:`CelBudgetExceeded`."""
+        size = len(value)
+        self.ahead(isinstance(value, list), size)
         self.cost += size / 10
         if self.cost > self.limit:
             raise CelBudgetExceeded("cost", self.limit, "costLimit", self)

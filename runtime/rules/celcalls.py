@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from runtime.model import regex
+from runtime.rules import celnames
+from runtime.rules.celbudget import call_cost
 from runtime.rules.celtype import BOOL, DYN, INF, SIZED, T, dyn, parse_type, sized, standard
+
+
+# function name -> the argument that is a regular expression (0-based, the receiver of a method call
+# counted as argument 0): CEL's ``matches(text, pattern)`` and ``text.matches(pattern)``
+PATTERNS = {"matches": 1}
 
 
 class Calls:
@@ -51,7 +59,8 @@ class Calls:
         return self.custom(node, name, signature, everything, cost)
 
     def custom(self, node, name: str, signature: tuple, args: list[T], cost: float) -> tuple[T, float]:
-        """A custom function by its declared ``(arguments, result, result size, cost per element)``."""
+        """A custom function by its declared ``(arguments, result, result size, cost per element)``; its
+        cost :func:`runtime.rules.celbudget.call_cost` of its arguments' sizes."""
         params, result, size_rule, per_element = signature
         bounds = self.scope.bounds
         if len(params) != len(args):
@@ -70,5 +79,15 @@ class Calls:
             out = T(out.kind, elem=out.elem, size=min(sizes[int(size_rule[3:])], out.size))
         elif isinstance(size_rule, (int, float)):
             out = T(out.kind, elem=out.elem, size=size_rule)
-        scanned = sum(sizes) if per_element else 0
-        return out, cost + 1 + per_element * scanned
+        return out, cost + call_cost(per_element, sizes)
+
+    def pattern(self, node, found: T) -> None:
+        """A regex argument whose text is known before any review (a literal, a params value):
+        compiled by RE2 here, a finding when RE2 refuses it (docs/rule-authoring.md "Regular
+        expressions"); a pattern built at run time is compiled when the review runs."""
+        if found.kind != "string" or found.value is None:
+            return
+        why = regex.problem(found.value)
+        if why:
+            literal = celnames._string_literal(node) is not None
+            self.problem(node, why if literal else f"{self.text(node)}: {why}")

@@ -16,13 +16,16 @@ and ``celtypes`` namespaces holding every attribute of the real modules except t
 - ``evaluation.operator_in``: the same loop without its ``typing.cast(Iterable[Result], ...)``
   (a generic alias subscripted per call) and its debug lines.
 - ``evaluation.function_size``: ``size()`` returning the fast ``IntType``, without its debug line.
+- ``celtypes.DurationType``: ``duration()`` with a string matched by RE2 first (:func:`duration`):
+  cel-python's own pattern backtracks on a string that is no duration.
 
 The same namespaces carry the run-time budget (:mod:`runtime.rules.celbudget`): the comprehension
 macros (``evaluation.macro_map``, ``macro_filter``, ``macro_all``, ``macro_exists``,
 ``macro_exists_one``) read their source in steps of ``checkEvery`` iterations and charge each step to
 the budget of the evaluation running on the thread (:class:`~runtime.rules.celbudget.BudgetSlot`),
-and the globals' ``operator`` is a namespace whose ``add`` charges and checks the strings and lists it
-builds. Without a budget in the slot they are cel-python's own.
+the globals' ``operator`` is a namespace whose ``add`` charges and checks the strings and lists it
+builds, and ``evaluation.operator_in`` (CEL ``in``) charges a list's length before it looks. Without a
+budget in the slot they are cel-python's own.
 
 Nothing in cel-python is changed: its modules, classes and functions are the ones it ships, for
 every other caller and thread. Only code executed with these globals (:mod:`runtime.rules.cel`'s
@@ -42,6 +45,8 @@ from typing import Any, Optional
 import celpy
 import celpy.celtypes as _celtypes
 import celpy.evaluation as _celeval
+
+from runtime.model import regex
 
 PINNED = "0.5.0"  # the cel-python release whose helpers the fast paths below reproduce
 
@@ -98,6 +103,33 @@ def operator_in(item: Any, container: Any) -> Any:
         except TypeError as ex:
             result_value = _CELEvalError("no such overload", ex.__class__, ex.args)
     return result_value
+
+
+def _counted_in(slot: Any) -> Any:
+    """:func:`operator_in` charging the thread's budget, before it looks, one unit plus one per element
+    of a list (its price in the static checks: the loop is linear in the list)."""
+    def counted_in(item: Any, container: Any) -> Any:
+        budget = slot.budget
+        if budget is not None and isinstance(container, list):
+            budget.charge(1 + len(container))
+        return operator_in(item, container)
+
+    counted_in.__name__ = counted_in.__qualname__ = "operator_in"
+    return counted_in
+
+
+# cel-python 0.5.0's own duration pattern (celtypes.DurationType): its Python ``re`` backtracks (a
+# 24-character non-duration takes seconds), RE2 answers it in linear time
+_DURATION = r"^[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+$"
+
+
+def duration(value: Any, *args: Any) -> Any:
+    """``celtypes.DurationType(value)`` (CEL ``duration()``) with a string first matched by RE2 against
+    cel-python's own pattern: one that does not match is cel-python's ``ValueError`` at once, never its
+    backtracking (docs/rule-authoring.md "Regular expressions")."""
+    if isinstance(value, str) and not regex.search(_DURATION, value):
+        raise ValueError(f"Invalid duration {value!r}")
+    return _celtypes.DurationType(value, *args)
 
 
 def function_size(container: Any) -> Any:
@@ -191,9 +223,11 @@ def program_globals(evaluation_globals: dict, slot: Optional[Any] = None) -> dic
     if slot is not None:
         for name in _MACROS:
             setattr(evaluation, name, _counted(getattr(_celeval, name), slot))
+        evaluation.operator_in = _counted_in(slot)
         out["operator"] = types.SimpleNamespace(**{**vars(operator), "add": _checked_add(slot)})
     celtypes = types.SimpleNamespace(**vars(_celtypes))
     celtypes.IntType = cel_int
+    celtypes.DurationType = duration
     package = types.SimpleNamespace(**vars(celpy))
     package.evaluation = evaluation
     package.celtypes = celtypes

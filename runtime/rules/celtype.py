@@ -17,13 +17,15 @@ class T:
     """A CEL type: ``kind`` (``dyn``, ``int``, ``uint``, ``double``, ``string``, ``bool``, ``bytes``,
     ``null``, ``list``, ``map``, ``object``, ``type``); ``elem``: a list's element or a map's value;
     ``fields``: an object's fields (reading another is a finding); ``size``: the most characters,
-    elements or entries it can hold; ``name``: how findings name the value (``params.labels.keys``)."""
+    elements or entries it can hold; ``name``: how findings name the value (``params.labels.keys``);
+    ``value``: a string's text when known before any review (a literal, a rule file's value)."""
 
     kind: str
     elem: Optional["T"] = None
     fields: Optional[Mapping[str, "T"]] = None
     size: float = INF
     name: str = ""
+    value: Optional[str] = None
 
     def describe(self) -> str:
         """The CEL spelling: ``string``, ``list(int)``, ``map(string, dyn)``."""
@@ -105,7 +107,7 @@ def of_value(value: Any, name: str = "") -> T:
     if isinstance(value, float):
         return DOUBLE
     if isinstance(value, str):
-        return sized("string", len(value))
+        return T("string", size=len(value), value=value)
     if isinstance(value, Mapping):
         fields = {str(k): of_value(v, f"{name}.{k}") for k, v in value.items()}
         return T("object", fields=fields, size=len(fields), name=name)

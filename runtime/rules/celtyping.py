@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Optional
 import lark
 
 from runtime.rules import celnames
-from runtime.rules.celcalls import Calls
+from runtime.rules.celcalls import PATTERNS, Calls
 from runtime.rules.celtype import (BOOL, DOUBLE, DYN, INF, INT, NULL, NUMERIC, SIZED, SYMBOLS, Bounds, T,
                                    TypeProblem, dyn, join, of_value, parse_type, sized, standard, tenth)
 
@@ -202,7 +202,7 @@ class _Checker(Calls):
         kind = token.type
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
             text = celnames.string_value(token)
-            return sized("string", len(text if text is not None else str(token))), 0
+            return T("string", size=len(text if text is not None else str(token)), value=text), 0
         return {"INT_LIT": INT, "UINT_LIT": T("uint", size=1), "FLOAT_LIT": DOUBLE, "BOOL_LIT": BOOL,
                 "NULL_LIT": NULL, "BYTES_LIT": sized("bytes", len(str(token)))}.get(kind, DYN), 0
 
@@ -314,6 +314,8 @@ class _Checker(Calls):
                 self.in_has -= 1
             return BOOL, 1 + sum(c for _, c in found)
         found = [self.visit(a, bound) for a in args]
+        if name in PATTERNS and len(args) > PATTERNS[name]:
+            self.pattern(args[PATTERNS[name]], found[PATTERNS[name]][0])
         result = self.call(node, name, None, [t for t, _ in found], sum(c for _, c in found))
         if name == "dig" and len(args) == 3 and found[0][0].kind == "object":
             return self.dig(args[1], found[0][0], found[2][0]) or result[0], result[1]
@@ -350,6 +352,8 @@ class _Checker(Calls):
         if method in celnames.MACROS and variable is not None and len(args) in (2, 3):
             return self.comprehension(node, method, rtype, rcost, str(variable), args[1:], bound)
         found = [self.visit(a, bound) for a in args]
+        if method in PATTERNS and len(args) >= PATTERNS[method]:
+            self.pattern(args[PATTERNS[method] - 1], found[PATTERNS[method] - 1][0])
         return self.call(node, method, rtype, [t for t, _ in found], rcost + sum(c for _, c in found))
 
 

@@ -117,6 +117,7 @@ class _Checker:
         self.costs: list[ExpressionCost] = []
         self.shared: dict = {}
         self.complete = True
+        self.sized = True   # False while params a policy borrows are missing: its sizes are guesses
 
     def expression(self, file: str, doc: SourceDocument, path: tuple, expr: Expr,
                    names: Optional[celnames.Names], scope: Optional[celtyping.Scope] = None,
@@ -144,7 +145,7 @@ class _Checker:
                 self.record(file, doc, full, source, found)
         line, column = doc.position_in(full, 0)
         self.costs.append(ExpressionCost(file, line, column, dotted(full), result.cost, source))
-        if result.cost > self.limits.maxExpressionCost:
+        if result.cost > self.limits.maxExpressionCost and self.sized:
             self.problems.append(StaticProblem(
                 file, line, column, dotted(full),
                 f"worst-case cost estimate {_number(result.cost)} is over maxExpressionCost "
@@ -325,6 +326,7 @@ class _PolicyScope:
 def _admission(checker: _Checker, file: str, doc: SourceDocument, spec: AdmissionPolicySpec) -> None:
     """One AdmissionPolicy's static checks: lookups, variables, validations, then mutations."""
     scope = _PolicyScope(checker, file, doc, spec)
+    checker.sized = "params" in scope.members   # a borrowed table missing: no cost finding on guessed sizes
     scope.check_lookups(spec)
     declared = scope.check_variables(spec)
     for i, v in enumerate(spec.validations):
@@ -383,6 +385,7 @@ def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = 
 def _other(checker: _Checker, doc: Any, settings: Optional[frozenset[str]]) -> None:
     """The expressions of a document of another kind than AdmissionPolicy: the names of
     :data:`ACTIVATIONS` (dyn, but ``constants``), the types of :data:`EXPECTED_TYPES`."""
+    checker.sized = True
     constants = celtyping.of_value(checker.shared.get("constants"), "constants") \
         if "constants" in checker.shared else DYN
     for path, expr in ((p, v) for p, v in _leaves(doc.spec, ()) if isinstance(v, Expr)):

@@ -24,12 +24,15 @@ from typing import Any, Iterator, Optional
 from pydantic import BaseModel, ValidationError
 
 from runtime.model import rulefiles
+from runtime.model.cellimits import RuleLoadingLimits
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
 from runtime.rules.cel import CelCompileError, program_from_code, transpile
 from runtime.rules.vocabulary import link
+from runtime.rules.tablechecks import missing_tables, table_problems
 from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems  # noqa: F401 - re-exported
-from runtime.rules.yamlsrc import SourceDocument, YamlSourceError, dotted, load_documents
+from runtime.rules.loadlimits import byte_problems, length_problems, loading_limits, read_bounded, yaml_limits
+from runtime.rules.yamlsrc import SourceDocument, YamlLimits, YamlSourceError, dotted, load_documents
 
 
 def installed_rules_dir() -> Path:
@@ -181,24 +184,18 @@ def load_file(path: Path, display: str | None = None) -> tuple[list[RuleFile], l
     return docs, problems
 
 
-def _read(path: Path, file: str) -> tuple[Optional[bytes], list[RuleProblem]]:
-    try:
-        return path.read_bytes(), []
-    except OSError as exc:
-        return None, [RuleProblem(file, 0, "<file>", f"cannot read: {exc.strerror or exc}")]
-
-
 def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optional[bytes] = None,
-               cached: Optional[list[tuple]] = None,
-               packed: Optional[dict] = None) -> tuple[list[RuleFile], list[RuleProblem], list[RuleFile]]:
-    """``(documents, problems, validated)``: ``validated`` holds every document whose schema held
-    (even in a file with problems), for the static checks. ``data`` is the file's bytes when already
-    read; ``cached`` its documents from the compiled-rules cache (``(value, line, lines, spans)``);
-    ``packed``, when given, receives the parsed documents for the cache (display name -> bytes)."""
+               cached: Optional[list[tuple]] = None, packed: Optional[dict] = None,
+               bounds: tuple = (YamlLimits(), None),
+               ) -> tuple[list[RuleFile], list[RuleProblem], list[RuleFile]]:
+    """``(documents, problems, validated)``: ``validated`` holds every document whose schema held (even in a
+    file with problems), for the static checks. ``data``: the file's bytes when read; ``cached`` its documents
+    from the compiled-rules cache (``(value, line, lines, spans)``); ``packed`` receives the parsed documents
+    for the cache; ``bounds``: the YAML limits and the directory's count so far (``[values, aliases]``)."""
     file = display or str(path)
     problems: list[RuleProblem] = []
     if data is None:
-        data, problems = _read(path, file)
+        data, problems = read_bounded(path, file)
         if data is None:
             return [], problems, []
     try:  # as Path.read_text: UTF-8, universal newlines
@@ -210,7 +207,7 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
                 for value, line, lines, spans in cached]
     else:
         try:
-            docs = load_documents(text)
+            docs = load_documents(text, *bounds)
         except YamlSourceError as exc:
             return [], [RuleProblem(file, exc.line, "<document>", str(exc), exc.column)], []
         if packed is not None:
@@ -284,9 +281,13 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
     unread: list[RuleProblem] = []
     for path in iter_rule_files(root_path):
         display = str(path.relative_to(root_path.parent)) if root_path.parent != path else str(path)
-        data, problems = _read(path, display)
+        data, problems = read_bounded(path, display)
         files.append((path, display, data))
         unread.extend(problems)
+    limits = loading_limits(files)   # docs/rule-authoring.md "Bounded loading"
+    over, refused = byte_problems(root_path, files, limits)
+    unread.extend(over)
+    files = [(path, display, None if display in refused else data) for path, display, data in files]
     key = store.key([(display, data) for _, display, data in files]) if store is not None and not unread \
         else None
     entry = store.load(key) if key is not None else None
@@ -301,7 +302,7 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
         store.damaged(entry.path or store.path(key), "does not rebuild these rules")
     compiler = _Compiler()
     packed: Optional[dict] = {} if key is not None else None
-    problems, ruleset = _assemble(root_path, files, compiler, None, packed, types, costs)
+    problems, ruleset = _assemble(root_path, files, compiler, None, packed, types, costs, (limits, unread))
     if key is not None and not problems and types:
         store.save(key, packed, compiler.code)
     return problems, ruleset
@@ -309,20 +310,24 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
 
 def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], compiler: _Compiler,
               entry: "compiledcache.Entry | None", packed: Optional[dict] = None, types: bool = True,
-              costs: Optional[list] = None) -> tuple[list[RuleProblem], RuleSet]:
-    """Load ``files`` (path, display name, bytes or None when unreadable) into a RuleSet and find every
+              costs: Optional[list] = None,
+              read: tuple = (RuleLoadingLimits(), ())) -> tuple[list[RuleProblem], RuleSet]:
+    """Load ``files`` (path, display name, bytes or None when not read) into a RuleSet and find every
     problem; ``entry``: the compiled-rules cache's entry for these files (their documents and code; the
     static checks, which its rules passed when it was written, are then not run again); ``packed``
-    receives each file's parsed documents for a new entry."""
-    problems: list[RuleProblem] = []
+    receives each file's parsed documents for a new entry; ``read``: the loading limits and the problems
+    of reading the files (why a file's bytes are None)."""
+    limits, unread = read
+    problems: list[RuleProblem] = list(unread)
     ruleset = RuleSet(root=str(root_path))
     validated: list[RuleFile] = []
+    bounds = (yaml_limits(limits), [0, 0])
     for path, display, data in files:
         if data is None:
-            problems.extend(_read(path, display)[1])
             continue
         docs, file_problems, checked = _load_file(path, display, compiler, data,
-                                                  None if entry is None else entry.documents(display), packed)
+                                                  None if entry is None else entry.documents(display), packed,
+                                                  bounds)
         validated.extend(checked)
         problems.extend(file_problems)
         for doc in docs:
@@ -339,6 +344,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
         from runtime.rules.checks import static_checks  # not imported by a load from the cache
 
         report = static_checks(validated, compiler.parsed, types, complete=not problems)
+        problems.extend(length_problems(validated, limits))
+        problems.extend(table_problems(validated))
         problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in report.problems)
         if costs is not None:
             costs.extend(report.costs)
@@ -348,6 +355,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
         for kind in REQUIRED_KINDS:
             if not any(k == kind for k, _ in ruleset.documents):
                 problems.append(RuleProblem(str(root_path), 0, "<directory>", f"no rule file of kind {kind}"))
+        tables = {name for kind, name in ruleset.documents if kind == "DecisionTable"}
+        problems.extend(missing_tables(str(root_path), tables))
     if not problems:  # fields left to their vocabulary home (runtime/rules/vocabulary.py)
         problems.extend(RuleProblem(*problem) for problem in link(ruleset))
     return problems, ruleset

@@ -10,20 +10,87 @@ use keys and list indexes: ``("spec", "rules", 3, "expression")``; :func:`dotted
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
+from runtime.model.cellimits import RuleLoadingLimits
 from runtime.model.errors import field_path
+
+_DEFAULTS = RuleLoadingLimits()   # rules/cel.yaml loading: what a text is counted against by default
 
 
 class YamlSourceError(ValueError):
-    """The text is not YAML; ``line`` is 1-based (0 when unknown)."""
+    """The text is not YAML, or expands past its :class:`YamlLimits`; ``line`` is 1-based (0 when unknown)."""
 
     def __init__(self, message: str, line: int = 0, column: int = 0):
         super().__init__(message)
         self.line = line
         self.column = column
+
+
+@dataclass(frozen=True)
+class YamlLimits:
+    """What YAML documents may expand to, counted on the composed nodes before any value is built
+    (docs/rule-authoring.md "Bounded loading"): ``nodes`` after alias expansion (an alias ``*a`` counts
+    every node its anchor holds, each time) and ``aliases`` (alias references), both over all the texts
+    counted together, and ``depth`` (levels of nesting after expansion); ``setting``: how a finding names
+    where they are set."""
+
+    nodes: int = _DEFAULTS.maxNodes
+    aliases: int = _DEFAULTS.maxAliases
+    depth: int = _DEFAULTS.maxDepth
+    setting: str = "rules/cel.yaml loading"
+
+
+def _children(node: yaml.Node) -> list:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _over(node: yaml.Node, what: str) -> YamlSourceError:
+    return YamlSourceError(what, node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def measure(root: yaml.Node, limits: YamlLimits, counted: list[int]) -> None:
+    """Count the composed document ``root`` against ``limits`` without building it: ``counted`` (``[nodes,
+    aliases]`` counted so far) grows by its nodes after alias expansion and its alias references.
+    Each distinct node is visited once (an alias reuses its anchor's count), with an explicit stack, so a
+    601-byte text of nested aliases that expands to millions of values is counted in microseconds.
+    Raises :class:`YamlSourceError` at the node where a limit is passed, and at a recursive alias."""
+    sizes: dict[int, tuple[int, int]] = {}   # id(node) -> (nodes, height) after expansion
+    path: set[int] = set()
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, finished = stack.pop()
+        ident = id(node)
+        if finished:
+            parts = [sizes[id(child)] for child in _children(node)]
+            sizes[ident] = (1 + sum(n for n, _ in parts), 1 + max((h for _, h in parts), default=0))
+            path.discard(ident)
+            continue
+        if ident in path:
+            raise _over(node, "an alias refers to a node that holds it (a recursive alias)")
+        if ident in sizes:   # a second reference: an alias
+            counted[1] += 1
+            if counted[1] > limits.aliases:
+                raise _over(node, f"more than {limits.aliases} alias references "
+                                  f"({limits.setting}.maxAliases)")
+            if depth + sizes[ident][1] - 1 > limits.depth:
+                raise _over(node, f"this alias nests deeper than {limits.depth} levels "
+                                  f"({limits.setting}.maxDepth)")
+            continue
+        if depth > limits.depth:
+            raise _over(node, f"nested deeper than {limits.depth} levels ({limits.setting}.maxDepth)")
+        path.add(ident)
+        stack.append((node, depth, True))
+        stack.extend((child, depth + 1, False) for child in reversed(_children(node)))
+    before, counted[0] = counted[0], counted[0] + sizes[id(root)][0]
+    if counted[0] > limits.nodes:
+        raise _over(root, f"this document expands to {sizes[id(root)][0]} values after its aliases, more "
+                          f"than {limits.setting}.maxNodes ({limits.nodes} in all the files, {before} before "
+                          "it): an alias (*name) repeats everything its anchor (&name) holds")
 
 
 @dataclass
@@ -212,20 +279,35 @@ def _plain(node: yaml.Node, loader: Any, built: dict, refuse_duplicates: bool) -
     return value
 
 
-def load_documents(text: str) -> list[SourceDocument]:
-    """Parse a multi-document YAML text; empty documents are skipped.
+def load_documents(text: str, limits: YamlLimits = YamlLimits(),
+                   counted: Optional[list[int]] = None) -> list[SourceDocument]:
+    """Parse a multi-document YAML text; empty documents are skipped. Each document is counted against
+    ``limits`` (:func:`measure`) before its values are built; ``counted`` (``[values, aliases]``) carries
+    the count across the texts of one rules directory (default: this text alone).
 
     Raises :class:`YamlSourceError` with the failing line.
     """
+    counted = [0, 0] if counted is None else counted
+    before = list(counted)
     try:
-        return _documents(text, _COMPOSER)
+        return _documents(text, _COMPOSER, limits, counted)
     except yaml.YAMLError:
+        counted[:] = before
         if _COMPOSER is yaml.SafeLoader:
             raise
-    return _documents(text, yaml.SafeLoader)  # libyaml refused it: PyYAML's own words for the error
+    except YamlSourceError:
+        counted[:] = before   # a refused text builds nothing: the next is counted without it
+        raise
+    try:
+        return _documents(text, yaml.SafeLoader, limits, counted)  # libyaml refused it: PyYAML's own words
+    except YamlSourceError:
+        counted[:] = before
+        raise
 
 
-def _documents(text: str, composer: type) -> list[SourceDocument]:
+def _documents(text: str, composer: type, limits: YamlLimits = YamlLimits(),
+               counted: Optional[list[int]] = None) -> list[SourceDocument]:
+    counted = [0, 0] if counted is None else counted
     try:
         loader = composer(text)
         docs = []
@@ -234,6 +316,7 @@ def _documents(text: str, composer: type) -> list[SourceDocument]:
                 node = loader.get_node()
                 if node is None:
                     continue
+                measure(node, limits, counted)
                 lines: dict[tuple, int] = {}
                 spans: dict[tuple, tuple[int, int, int]] = {}
                 value = _build(node, (), lines, spans, text)

@@ -22,9 +22,10 @@ The engine runs off the event loop, in a pool of ``workers`` threads (default: t
 one, at the next budget check (every ``checkEvery`` comprehension iterations, rules/cel.yaml), so the
 worker is free again within milliseconds. A review whose CEL budget was spent is answered per its
 policy's failure mode (``Fail``: ``500 InternalError`` alone, naming the policy, rule and the budget
-spent; ``Ignore``: allowed). Both are counted with their own verdict (``timeout``,
-``budget-exceeded``) and logged at WARNING naming the policy, rule and object (at most one line per
-webhook and verdict every 10 s, the next saying how many were not logged).
+spent; ``Ignore``: allowed), and so is a review whose rule failed to evaluate. Each is counted with its
+own verdict (``timeout``, ``budget-exceeded``, ``rule-error``) and logged at WARNING naming the policy,
+the rule that was running and the object (at most one line every 10 s per webhook and verdict, and for
+a rule error per webhook, policy, rule and error class; the next line says how many were not logged).
 A client that disconnects mid-body costs one DEBUG log line.
 """
 from __future__ import annotations
@@ -50,7 +51,7 @@ from starlette.routing import Route
 from runtime.webhook.sample import ReviewSample
 from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response,
                                       decide, is_text)
-from runtime.engine.admission.verdict import HALT_TIMEOUT, timeout_denial
+from runtime.engine.admission.verdict import HALT_TIMEOUT, RULE_ERROR, timeout_denial
 from runtime.rules.cel import Deadline
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
@@ -73,9 +74,9 @@ class WebhookMetrics:
         self.reviews = Counter("accelpolicy_admission_reviews", "Admission reviews answered, by verdict: "
                                "allowed, patched, invalid, forbidden, internal, bad-request, warned, "
                                "dryrun-denied, excepted (allowed by a PolicyException), budget-exceeded (a "
-                               "rule's CEL budget spent), timeout (not "
-                               "judged "
-                               "within the deadline)", ["webhook", "verdict"], registry=self.registry)
+                               "rule's CEL budget spent), timeout (not judged within the deadline), rule-error "
+                               "(a rule failed to evaluate; under failurePolicy Ignore the review was allowed)",
+                               ["webhook", "verdict"], registry=self.registry)
         self.rules = Counter("accelpolicy_admission_rule_hits", "Rules that fired (denials, mutations)",
                              ["webhook", "rule"], registry=self.registry)
         self.latency = Histogram("accelpolicy_admission_review_seconds", "Time to answer one review",
@@ -118,8 +119,12 @@ class WebhookMetrics:
         self.reviews.labels(webhook, outcome.verdict()).inc()
         if outcome.halt:
             obj = f"{outcome.namespace}/{outcome.name}" if outcome.namespace else outcome.name
-            self._warn_limited(webhook, outcome.halt,
-                               f"webhook {webhook}: review stopped ({outcome.halt}): policy "
+            # a rule error: one line per policy, rule and error class; a budget or deadline: per verdict
+            key = outcome.halt if outcome.halt != RULE_ERROR else \
+                f"{RULE_ERROR} {outcome.policy} {outcome.halt_rule} {outcome.halt_class}"
+            cls = f" {outcome.halt_class}" if outcome.halt == RULE_ERROR else ""
+            self._warn_limited(webhook, key,
+                               f"webhook {webhook}: review stopped ({outcome.halt}{cls}): policy "
                                f"{outcome.policy}, rule {outcome.halt_rule or '-'}, "
                                f"{outcome.object_kind or 'object'} {obj or '-'}: {outcome.halt_detail}")
         for rule in outcome.rules:
@@ -281,6 +286,7 @@ async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
         cancel.set()
         uid = _uid_of(data)
         outcome = Outcome(policy=name, denial=timeout_denial(name, state.deadline_seconds), halt=HALT_TIMEOUT,
+                          halt_rule=deadline.running,   # the rule whose expression runs at the deadline
                           halt_detail="answered at the deadline; the evaluation stops at its next budget "
                                       "check",
                           **_object_of(data))

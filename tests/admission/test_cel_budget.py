@@ -166,9 +166,10 @@ def test_the_webhook_counts_a_timeout_as_timeout_not_denied(tmp_path, view, capl
     logged = [r.getMessage() for r in caplog.records if "review stopped" in r.getMessage()]
     head = "webhook pods-validation: review stopped (timeout): policy pods-validation, rule "
     line = _line_of(tmp_path / "rules", "== 'loop' ?")
-    # who notices first: the engine's own deadline inside the comprehension, or the server's wait
+    # who notices first: the engine's own deadline inside the comprehension, or the server's wait; either
+    # names the rule whose expression was running
     assert logged in ([f"{head}budget-probe, Pod default/slow: rules/admission/pods.yaml:{line} "
                        "spec.validations[0].expression: deadline passed"],
-                      [f"{head}-, Pod default/slow: answered at the deadline; the evaluation stops at its next "
-                       "budget check"])
+                      [f"{head}budget-probe, Pod default/slow: answered at the deadline; the evaluation stops at "
+                       "its next budget check"])
     state.close()

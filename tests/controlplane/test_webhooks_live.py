@@ -13,6 +13,7 @@ the shared cluster are not judged by a server that is gone.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import os
@@ -104,12 +105,12 @@ def sa_kubeconfig(control_plane, tmp_path_factory):
     kubectl("-n", SYSTEM, "delete", "serviceaccount", SA, "--ignore-not-found")
 
 
-@pytest.fixture(scope="module")
-def served(sa_kubeconfig, tmp_path_factory):
-    """The controller's caches, webhook server and registrar in this process; its loop running."""
-    tmp = tmp_path_factory.mktemp("webhooks")
-    controller = Controller(connect(sa_kubeconfig), POLICY, coalesce_seconds=0.1,
-                            env={}, fit_coalesce_seconds=0, extra_kinds=view_kinds(POLICY))
+@contextlib.contextmanager
+def serving(kubeconfig: str, policy: Policy, tmp: Path):
+    """The controller for ``policy`` (caches, webhook server, registrar) in this process as ``kubeconfig``'s
+    identity, its webhooks registered and its loop running: yields the webhooks; stops both after."""
+    controller = Controller(connect(kubeconfig), policy, coalesce_seconds=0.1,
+                            env={}, fit_coalesce_seconds=0, extra_kinds=view_kinds(policy))
     paths = self_signed(tmp / "tls")
     webhooks = ControllerWebhooks(controller, WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes()),
                                   port=0)
@@ -124,12 +125,22 @@ def served(sa_kubeconfig, tmp_path_factory):
     finally:
         webhooks.stop()
         controller.stop()
-        FIGURES["live view rebuild (snapshot of the view kinds + derive), seconds"] = webhooks.view.rebuild_seconds
-        FIGURES["reconcile pass, seconds (the alternative: a view per reconcile)"] = [
-            r.seconds for r in controller.reconciles]
-        for key, values in FIGURES.items():
-            print(f"\n[webhook figure] {key}: {', '.join(f'{v:.3f}' for v in values)}"
-                  + (f" (median {statistics.median(values):.3f})" if len(values) > 1 else ""))
+
+
+@pytest.fixture(scope="module")
+def served(sa_kubeconfig, tmp_path_factory):
+    """The controller's caches, webhook server and registrar in this process; its loop running."""
+    with serving(sa_kubeconfig, POLICY, tmp_path_factory.mktemp("webhooks")) as webhooks:
+        try:
+            yield webhooks
+        finally:
+            FIGURES["live view rebuild (snapshot of the view kinds + derive), seconds"] = \
+                webhooks.view.rebuild_seconds
+            FIGURES["reconcile pass, seconds (the alternative: a view per reconcile)"] = [
+                r.seconds for r in webhooks.controller.reconciles]
+    for key, values in FIGURES.items():
+        print(f"\n[webhook figure] {key}: {', '.join(f'{v:.3f}' for v in values)}"
+              + (f" (median {statistics.median(values):.3f})" if len(values) > 1 else ""))
 
 
 def _instance(name: str, **spec) -> dict:

@@ -157,3 +157,46 @@ def test_an_uncounted_runtime_is_cel_python_without_the_budget():
     assert uncounted.globals()["celpy"].evaluation.macro_map is __import__("celpy").evaluation.macro_map
     with pytest.raises(RuntimeError, match="a CEL runtime is in use already"):
         cel.install_runtime(uncounted)
+
+
+def test_a_flatten_whose_result_would_pass_the_list_limit_is_stopped_before_it_builds():
+    """1,000 references to one 1,000-element list: flatten would build 10^6 elements; it is stopped
+    having spent what its arguments cost, before building anything."""
+    with pytest.raises(cel.CelBudgetExceeded) as stopped:
+        _expr("flatten(xs.map(x, ys)).size()").evaluate({"xs": list(range(1000)), "ys": list(range(1000))},
+                                                       memo=False)
+    assert (stopped.value.reason, stopped.value.limit) == ("list-size", 100_000)
+
+
+def test_a_join_whose_result_would_pass_the_string_limit_is_stopped_before_it_builds():
+    with pytest.raises(cel.CelBudgetExceeded) as stopped:
+        _expr("join(xs.map(x, s), '')", maxStringSize=1 << 20).evaluate(
+            {"xs": list(range(1000)), "s": "x" * 2000}, memo=False)
+    assert (stopped.value.reason, stopped.value.limit) == ("string-size", 1 << 20)
+
+
+def test_in_over_a_list_is_charged_its_length_before_it_looks():
+    """100 iterations of ``x in ys`` over 10,000 elements: each ``in`` costs 10,001 units; the 100th
+    passes a 1,000,000-unit budget (a comprehension step of 100 iterations is charged after them)."""
+    with pytest.raises(cel.CelBudgetExceeded) as stopped:
+        _expr("xs.all(x, x in ys)").evaluate({"xs": list(range(1000)), "ys": list(range(-10_000, 0))},
+                                             memo=False)
+    assert (stopped.value.reason, stopped.value.cost) == ("cost", 100 * 10_001)
+
+
+def test_a_sort_is_charged_n_log_n_before_it_runs():
+    with pytest.raises(cel.CelBudgetExceeded) as stopped:
+        _expr("size(sortedUnique(ys))", costLimit=100_000).evaluate({"ys": [str(i) for i in range(10_000)]},
+                                                                    memo=False)
+    assert stopped.value.cost == 1 + 10_000 * 14
+    assert _expr("sortedUnique(ys)", costLimit=100_000).evaluate({"ys": ["b", "a", "b"]}, memo=False) == ["a", "b"]
+
+
+def test_custom_functions_answer_the_same_with_and_without_the_budget():
+    """The priced wrappers change what is charged, never the answer."""
+    source = "sortedUnique(flatten([xs, ['z']])) + [join(xs, '-'), lowerAscii('AbC'), fnv64a('x')]"
+    counted = cel.compile_expression(source, "t").evaluate({"xs": ["b", "a"]}, memo=False)
+    runtime = cel.CelRuntime(counting=False)
+    uncounted = cel.CelExpression(source, "t", cel._Program(cel.transpile(cel.environment().compile(source)),
+                                                            runtime)).evaluate({"xs": ["b", "a"]}, memo=False)
+    assert counted == uncounted == ["a", "b", "z", "b-a", "abc", cel.celfunctions.fnv64a("x")]

@@ -75,5 +75,8 @@ def test_programs_use_the_fast_helpers_and_answer_the_same():
     context = {"xs": cel.to_cel(["a", "b"])}
     assert cel._Program(code).evaluate(context) is not None
     fast = cel.cel_runtime().globals()["celpy"]
-    assert fast.celtypes.IntType is celfast.cel_int and fast.evaluation.operator_in is celfast.operator_in
+    assert fast.celtypes.IntType is celfast.cel_int
+    assert fast.evaluation.operator_in.__code__ is celfast._counted_in(None).__code__   # charges, then looks
+    uncounted = cel.CelRuntime(counting=False).globals()["celpy"]
+    assert uncounted.evaluation.operator_in is celfast.operator_in
     assert cel.compile_expression("size(xs) == 2 && 'a' in xs", "t").evaluate({"xs": ["a", "b"]}) is True

@@ -22,7 +22,7 @@ from runtime.engine.admission.builtins import BUILTINS, VARIABLES
 from runtime.engine.admission.exceptions import conditions_of, exception_spec, lift
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
-from runtime.engine.admission.halt import DeadlineExceeded, deadline_of, halted
+from runtime.engine.admission.halt import DeadlineExceeded, deadline_of, failed, halted
 from runtime.engine.admission.verdict import MISSING, RULE_ERROR, SHAPE, FieldError, Outcome, enforce
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
@@ -232,10 +232,7 @@ class AdmissionEngine:
         except (CelBudgetExceeded, DeadlineExceeded) as exc:
             halted(name, spec, scope.base, exc, outcome)
         except (CelEvalError, ValueError, KeyError, TypeError) as exc:
-            outcome.errors, outcome.patch, outcome.mutated = [], [], None
-            outcome.rules.append(RULE_ERROR)
-            if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
-                outcome.denial = (500, "InternalError", f"policy {name}: {exc}")
+            failed(name, spec, scope.base, exc, outcome)
         return enforce(outcome, spec.enforcement)
 
     def _shape_errors(self, spec: AdmissionPolicySpec, request: AdmissionRequest) -> list[FieldError]:
@@ -301,8 +298,10 @@ class AdmissionEngine:
         """
         base = scope.base
         deadline = base.get("_cancel")
-        if deadline is not None and deadline.passed():
-            raise DeadlineExceeded()
+        if deadline is not None:
+            if deadline.passed():
+                raise DeadlineExceeded()
+            deadline.running = base["_rule"]   # what a timeout names: the rule whose expression runs
         read, k = read_inputs(expr, scope.variables, None if scope.item is MISSING else scope.item, base,
                               self._params_keys, self._params_cel)
         if k is not None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from runtime.engine.admission.verdict import HALT_BUDGET, HALT_TIMEOUT, Outcome, timeout_denial
+from runtime.engine.admission.verdict import HALT_BUDGET, HALT_TIMEOUT, RULE_ERROR, Outcome, timeout_denial
 from runtime.model.admission import AdmissionPolicySpec
-from runtime.rules.cel import Deadline
+from runtime.rules.cel import CelEvalError, Deadline
 
 
 class DeadlineExceeded(Exception):
@@ -32,6 +32,8 @@ def halted(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, out
     outcome.errors, outcome.patch, outcome.mutated = [], [], None
     outcome.halt_rule = rule = base.get("_rule", "")
     deadline = base.get("_cancel")
+    if isinstance(exc, DeadlineExceeded) and deadline is not None and deadline.running:
+        outcome.halt_rule = deadline.running   # between expressions: the rule whose expression spent the time
     if isinstance(exc, DeadlineExceeded) or getattr(exc, "reason", "") == "deadline":
         outcome.halt = HALT_TIMEOUT
         seconds = (deadline.seconds if deadline is not None else None) or 0
@@ -39,7 +41,36 @@ def halted(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, out
         outcome.denial = timeout_denial(name, seconds)
         return
     outcome.halt = HALT_BUDGET
+    outcome.halt_class = exc.reason
     outcome.halt_detail = f"{exc.where}: {exc}"
     outcome.rules.append(HALT_BUDGET)
     if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
         outcome.denial = (500, "InternalError", f"policy {name}, rule {rule or '-'}: {exc}")
+
+
+def error_class(exc: BaseException) -> str:
+    """The class of a rule's run-time error, for its log line and the rate limit of those lines: the Python
+    exception cel-python reports inside a :class:`~runtime.rules.cel.CelEvalError` (``KeyError``: a key
+    or member missing, ``TypeError``: no overload for these types, ``ValueError``, ``ZeroDivisionError``),
+    else the exception's own class."""
+    args = getattr(exc.__cause__, "args", ()) if isinstance(exc, CelEvalError) else ()
+    for _ in range(8):   # cel-python nests (message, class, args) in its error values
+        if len(args) < 2 or not isinstance(args[1], type):
+            break
+        if not issubclass(args[1], Exception) or args[1].__name__ != "CELEvalError":
+            return args[1].__name__
+        args = args[2] if isinstance(args[2], tuple) else ()
+    return type(exc).__name__
+
+
+def failed(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, outcome: Outcome) -> None:
+    """``outcome`` (in place) of a review of policy ``name`` whose rule failed to evaluate (a missing key,
+    no overload, a pattern RE2 refuses): verdict ``rule-error``, whatever the policy answers (``Fail``:
+    500 InternalError naming the policy and the error; ``Ignore``: allowed), with the rule, the error's
+    class (:func:`error_class`) and the error for the log line (docs/observability.md "Rule errors")."""
+    outcome.errors, outcome.patch, outcome.mutated = [], [], None
+    outcome.rules.append(RULE_ERROR)
+    outcome.halt, outcome.halt_rule = RULE_ERROR, base.get("_rule", "")
+    outcome.halt_class, outcome.halt_detail = error_class(exc), str(exc)
+    if spec.failurePolicy == "Fail":  # an Ignore webhook (the Workload fit pin) never denies
+        outcome.denial = (500, "InternalError", f"policy {name}: {exc}")

@@ -107,8 +107,9 @@ class Outcome:
     would_deny: str = ""
     warnings: list[str] = field(default_factory=list)
     namespace: str = ""
-    halt: str = ""          # a review stopped before its verdict: HALT_BUDGET or HALT_TIMEOUT
+    halt: str = ""          # a review stopped before its verdict: HALT_BUDGET, HALT_TIMEOUT or RULE_ERROR
     halt_rule: str = ""     # the rule (or ``lookups.x`` / ``variables``) being judged when it stopped
+    halt_class: str = ""    # what stopped it: a rule error's class (KeyError...), a budget's reason (cost...)
     halt_detail: str = ""   # where and why (the expression's file:line field and the budget spent)
     lifted: list = field(default_factory=list)   # (rule, Grant): errors a PolicyException lifted
 
@@ -120,7 +121,8 @@ class Outcome:
         """``allowed``, ``patched``, ``invalid``, ``forbidden``, ``internal``, ``bad-request``, for a
         denial a ``warn``/``dryrun`` policy let through ``warned`` / ``dryrun-denied``, ``excepted`` when
         every error was lifted by a PolicyException, and for a review stopped before its verdict
-        ``budget-exceeded`` / ``timeout`` (whatever was answered)."""
+        ``budget-exceeded`` / ``timeout`` / ``rule-error`` (a rule failed to evaluate), whatever was
+        answered (under ``failurePolicy: Ignore``: allowed)."""
         if self.halt:
             return self.halt
         if self.would_deny:

@@ -7,13 +7,13 @@ canonical quantity strings (``1600k``, ``12800``).
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from runtime.engine.devices.nodefacts import AcceleratorGroup, agent_rules
 from runtime.engine.devices.views import offered_views
 from runtime.model.normalize import format_decimal_quantity, format_memory_mib, parse_quantity
 from runtime.engine.policy import Policy
+from runtime.model import regex
 from runtime.model.facts import AcceleratorFacts, PartitionProfile
 
 
@@ -28,8 +28,8 @@ def profile_spelling(policy: Policy, manufacturer: str, vendor_name: str) -> str
     rules = agent_rules(policy)
     for rewrite in rules.profileRewrites:
         if rewrite.manufacturer == manufacturer:
-            name = re.sub(rewrite.pattern, rewrite.replacement, name)
-    return name if re.fullmatch(rules.profileSegmentPattern, name) else None
+            name = regex.sub(rewrite.pattern, rewrite.replacement, name)
+    return name if regex.fullmatch(rules.profileSegmentPattern, name) else None
 
 
 def published_profiles(policy: Policy, acc: AcceleratorFacts) -> list[dict[str, Any]]:

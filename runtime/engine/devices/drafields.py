@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from runtime.model import regex
 from runtime.model.dra import DeviceField, DraDriverSpec
 from runtime.model.normalize import QuantityError, parse_quantity
 
@@ -79,7 +80,7 @@ def field_text(row: DraDriverSpec, device: Mapping[str, Any], where: DeviceField
 
 def rewritten(row: DraDriverSpec, fact: str, text: str) -> str:
     for rewrite in row.rewrites.get(fact, []):
-        text = re.sub(rewrite.pattern, rewrite.replacement, text)
+        text = regex.sub(rewrite.pattern, rewrite.replacement, text)
     return text
 
 
