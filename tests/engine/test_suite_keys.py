@@ -28,7 +28,7 @@ def test_a_misspelt_expect_key_is_refused_with_its_line(misspelt):
     with pytest.raises(ValueError) as refused:
         ruletests.load_cases(misspelt)
     assert str(refused.value) == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
-                                  "(known: allowed, code, message, patch, reason, rules)")
+                                  "(known: allowed, code, message, patch, reason, rules, warnings)")
 
 
 def test_lint_reads_the_suites_and_names_the_directory(misspelt):
@@ -36,7 +36,7 @@ def test_lint_reads_the_suites_and_names_the_directory(misspelt):
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == f"reading rules from {misspelt}"
     assert result.stdout == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
-                             "(known: allowed, code, message, patch, reason, rules)\n")
+                             "(known: allowed, code, message, patch, reason, rules, warnings)\n")
 
 
 def test_minus_v_names_the_rules_directory_read():
@@ -75,4 +75,4 @@ def test_a_misspelt_key_in_a_later_suite_of_the_file_is_placed_in_that_suite(tmp
     with pytest.raises(ValueError) as refused:
         ruletests.load_cases(copy)
     assert str(refused.value) == (f"{suite}:{at + 2}:17: cases[0].expect.allowd: unknown key "
-                                  "(known: allowed, code, message, patch, reason, rules)")
+                                  "(known: allowed, code, message, patch, reason, rules, warnings)")
