@@ -126,7 +126,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
         else []
     worker_labels_now = ((worker_now or {}).get("spec") or {}).get("labels") or {}
     # unknown accelerators (probe failure): keep whatever cpu-only state the worker NodeFeature has
-    has_accelerator = any(g.healthy for g in groups) if accelerators_known \
+    has_accelerator = bool(groups) if accelerators_known \
         else policy.key("cpuOnly") not in worker_labels_now
     managed = managed_value(policy, worker_labels_now, node_labels, settings)
     cores = cores_from_capacity(capacity_now.get("cpu"))

@@ -110,8 +110,7 @@ def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, An
 def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: str,
                    groups: list[AcceleratorGroup]) -> dict[str, str]:
     """docs/agent.md "The Devices object and its ledger": os and arch and the managed key copied from the Node
-    (each only when present), ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group with a healthy
-    accelerator."""
+    (each only when present), ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group, healthy or not (decision 26)."""
     true = agent_rules(policy).trueValue
     labels: dict[str, str] = {}
     for role in ("os", "arch", "managed"):
@@ -120,8 +119,7 @@ def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: s
             labels[key] = node_labels[key]
     labels[f"{policy.prefix('general')}{gkey_value}"] = true
     for g in groups:
-        if g.healthy:
-            labels[f"{policy.prefix('acceleratable')}{g.akey}"] = true
+        labels[f"{policy.prefix('acceleratable')}{g.akey}"] = true
     return labels
 
 
