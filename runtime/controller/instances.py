@@ -43,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from runtime.engine.admissioncheck import RETRY, check_entry
 from runtime.engine.ownership import owned_by_instance
 from runtime.engine.plan import Action, Verb
 from runtime.engine.pools import DesiredState
@@ -117,6 +118,7 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
     api_version = KNOWN_KINDS["Instance"][0]
     desired_queues = {name_of(q): q for q in state.cluster_queues}
     flavors_of: dict[str, list[dict]] = {}   # type name -> its pool's ResourceFlavors (desired, queue order)
+    retries = check_retries(policy, snapshot)
     for instance in snapshot.list("Instance"):
         meta = instance["metadata"]
         name, namespace = meta["name"], meta.get("namespace") or "default"
@@ -131,7 +133,8 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
         if type_name not in flavors_of:
             flavors_of[type_name] = pool_flavors(desired_queues.get(type_name), state.resource_flavors)
         decided = plan_instance(policy, state.settings, snapshot, instance, pod, instance_type, queue,
-                                pod_age_seconds(instance, pod), flavors=flavors_of[type_name])
+                                pod_age_seconds(instance, pod), flavors=flavors_of[type_name],
+                                check_message=retries.get((namespace, name), "") if pod is not None else "")
         first: list[Action] = []
         rest: list[Action] = []
         for verb, payload in decided.actions:
@@ -152,6 +155,22 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
         if decided.requeue > 0:
             requeues.append(decided.requeue)
     out.requeue = float(min(requeues)) if requeues else 0.0
+    return out
+
+
+def check_retries(policy: Policy, snapshot: Snapshot) -> dict[tuple[str, str], str]:
+    """(namespace, Pod name) -> the node-devices check's message, for each Workload of a Pod (Kueue's Pod
+    integration: its owner) whose check entry is ``Retry`` (docs/concepts/out-of-service.md "Cordoned and
+    tainted nodes": a Pending Instance says why)."""
+    out: dict[tuple[str, str], str] = {}
+    for workload in snapshot.list("Workload"):
+        entry = check_entry(policy, workload)
+        if entry is None or entry.get("state") != RETRY:
+            continue
+        meta = workload.get("metadata") or {}
+        for owner in meta.get("ownerReferences") or []:
+            if owner.get("kind") == "Pod":
+                out[(meta.get("namespace") or "", owner.get("name", ""))] = entry.get("message") or ""
     return out
 
 

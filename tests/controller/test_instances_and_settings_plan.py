@@ -88,6 +88,30 @@ def test_unchanged_status_is_not_written_again(policy, base):
     assert planned(policy, base, inst, pod()).actions == []
 
 
+def test_a_pending_instance_says_why_the_node_devices_check_holds_it_back(policy, base):
+    """docs/concepts/out-of-service.md "Cordoned and tainted nodes": the check's Retry message on the Pod's
+    Workload becomes the phaseMessage while the Pod waits."""
+    retry = "no node of flavor f can hold the request now: node node-a10g is cordoned"
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "pod-custom-demo-1a2b3", "namespace": "default", "uid": "w-1",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "custom-demo",
+                                                  "uid": "p-1", "controller": True}]},
+                "spec": {"queueName": "q", "podSets": []},
+                "status": {"admissionChecks": [{"name": "gpustack-node-devices", "state": "Retry",
+                                                "message": retry, "lastTransitionTime": "2026-11-29T10:00:02Z"}]}}
+    gated = pod()
+    gated["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+         "message": "Scheduling is blocked due to non-empty scheduling gates"}]}
+    out = planned(policy, base, instance(), gated, workload)
+    assert [a.body["status"] for a in out.actions if a.verb == "apply-status"] == [
+        {"phase": "Pending", "phaseMessage": retry}]
+    workload["status"]["admissionChecks"][0]["state"] = "Ready"
+    out = planned(policy, base, instance(), gated, workload)
+    assert [a.body["status"] for a in out.actions if a.verb == "apply-status"] == [
+        {"phase": "Pending", "phaseMessage": "Scheduling is blocked due to non-empty scheduling gates"}]
+
+
 def test_allocations_merge_containers_by_group(policy):
     acc = lambda i, n: {"id": f"GPU-{i}", "index": i, "mode": 3, "allocated": n}  # noqa: E731
     text = json.dumps({"main": [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [acc(0, 5)]},
