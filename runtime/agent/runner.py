@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -21,10 +22,12 @@ from loguru import logger
 from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
-from runtime.agent.cluster import NodeCluster
+from runtime.agent.cluster import MaintenanceUnreadable, NodeCluster
 from runtime.agent.dra import BACKEND as DRA_BACKEND
 from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_feature_name, plan_node
 from runtime.engine.devices.draclaims import claim_pod_resources
+from runtime.engine.devices.health import Transition, health_events, judge
+from runtime.engine.devices.maintenance import in_force
 from runtime.engine.devices.draslices import dra_policy
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
@@ -56,7 +59,8 @@ class NodeAgent:
     def __init__(self, policy: Policy, backend: AcceleratorBackend, node_name: str, *, session: Any = None,
                  node: Mapping[str, Any] | None = None, cpuinfo: str = CPUINFO,
                  allocation_source: str = "auto", group_id_with_memory: bool = False,
-                 namespace: str | None = None, podresources_socket: str | None = None):
+                 namespace: str | None = None, podresources_socket: str | None = None,
+                 clock: Callable[[], datetime] | None = None):
         self.policy = policy
         self.rules = agent_rules(policy)
         self.backend = backend
@@ -83,6 +87,10 @@ class NodeAgent:
         resolve_allocation_source(allocation_source, self.podresources_socket)   # validates the choice
         self.allocation_choice = allocation_source
         self.log = OnceLog()
+        # the wall clock maintenance expiries and health clean periods are judged by (aware UTC)
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.wake_at: datetime | None = None   # the next maintenance expiry or clean-period end
+        self._last_devices: dict | None = None   # the last plan's Devices (health history without a cluster)
         self._seen_accelerators = False
         self._recorded_events: set[tuple[str, str, str, str]] = set()
 
@@ -219,14 +227,57 @@ class NodeAgent:
             settings = self._settings()
             node = dict(self.node or {"metadata": {"name": self.node_name}})
             pod_resources = None
+        maintenance = self._maintenance(facts) if known else {}
+        health, moves = self._health(facts) if known else ({}, [])
         plan = plan_node(self.policy, facts, node, settings, worker_now=worker_now, pods=pods,
                          accelerators_known=known, group_id_with_memory=self.group_id_with_memory,
-                         namespace=self.namespace, pod_resources=pod_resources)
+                         namespace=self.namespace, pod_resources=pod_resources, maintenance=maintenance,
+                         health=health)
+        plan.health_transitions = moves
+        plan.events += health_events(self.policy, self.node_name, moves)
+        if known:
+            self._last_devices = plan.devices   # the history of the next judgement without a cluster
         if self.dra:
             reason = dra_policy(self.policy).events.unreadableDevice
             plan.events += [
                 LedgerEvent("Node", "", self.node_name, reason, w) for w in self.backend.reading.warnings]
         return plan
+
+    def _maintenance(self, facts: NodeFactsDoc) -> dict[str, dict]:
+        """Accelerator UUID -> the AcceleratorMaintenance entry in force on it now
+        (docs/concepts/out-of-service.md "Maintenance"); sets :attr:`wake_at` to the earliest expiry ahead,
+        so the accelerator returns at its expiry without anyone acting. While the objects cannot be read
+        (no CRD, RBAC) nothing is in maintenance, logged once."""
+        self.wake_at = None
+        if self.cluster is None:
+            return {}
+        try:
+            objects = self.cluster.maintenances()
+            self.log.ok("maintenance")
+        except MaintenanceUnreadable as exc:
+            kind = self.rules.maintenance.kind
+            self.log.problem("maintenance", f"cannot read {kind} objects, none applied: {exc}", "WARNING")
+            return {}
+        found, self.wake_at = in_force(objects, self.node_name,
+                                       [(a.uuid, a.index) for a in facts.accelerators], self.clock())
+        return found
+
+    def _health(self, facts: NodeFactsDoc) -> tuple[dict[str, dict], list[Transition]]:
+        """Each accelerator's health record judged now by rules/health.yaml against the history its Devices
+        carries (docs/concepts/out-of-service.md "Health"), and this pass's transitions; a clean period's end
+        ahead brings :attr:`wake_at` forward."""
+        devices = self.cluster.devices() if self.cluster is not None else self._last_devices
+        records, moves, wake = judge(self.policy, facts.accelerators, devices, self.clock())
+        if wake is not None and (self.wake_at is None or wake < self.wake_at):
+            self.wake_at = wake
+        return records, moves
+
+    def wait_seconds(self, interval: float) -> float:
+        """How long the loop waits for a watch event before the next pass: ``interval``, or less when a
+        maintenance expiry or a clean period's end (:attr:`wake_at`) comes first."""
+        if self.wake_at is None:
+            return interval
+        return max(0.05, min(interval, (self.wake_at - self.clock()).total_seconds() + 0.05))
 
     # -- apply -------------------------------------------------------------------------------------
     def apply(self, plan: AgentPlan) -> list[str]:
@@ -322,8 +373,9 @@ class NodeAgent:
                 # node (decision 19)")
                 if ev.kind == "Node":
                     involved["uid"] = node_uid
-            logger.warning("{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
-            self.cluster.warn(involved, ev.reason, ev.message, COMPONENT)
+            level = "WARNING" if ev.type == "Warning" else "INFO"
+            logger.log(level, "{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
+            self.cluster.warn(involved, ev.reason, ev.message, COMPONENT, ev.type)
 
     # -- loop --------------------------------------------------------------------------------------
     def use_policy(self, policy: Policy) -> None:
@@ -375,9 +427,9 @@ class NodeAgent:
                 self.wake.clear()
                 self.reconcile()
                 if watch:
-                    self.wake.wait(interval)
+                    self.wake.wait(self.wait_seconds(interval))
                 else:
-                    stop.wait(interval)
+                    stop.wait(self.wait_seconds(interval))
         finally:
             self.close()
 

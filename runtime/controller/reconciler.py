@@ -9,7 +9,8 @@ Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every I
 (:mod:`runtime.controller.instances`, docs/concepts/instances.md "Life cycle"), the Setting view
 (:mod:`runtime.controller.settingsview`), the ``gpustack-node-devices`` answers on Workloads
 (:mod:`runtime.controller.workloadchecks`, docs/concepts/pools-and-flavors.md "The AdmissionCheck
-`gpustack-node-devices`") and the DeviceClasses. A pass is also requeued without an event when an
+`gpustack-node-devices`"), the AcceleratorMaintenance status (:mod:`runtime.controller.maintenance`) and the
+DeviceClasses. A pass is also requeued without an event when an
 Instance, a Retry, the fit labels' window (docs/agent.md "Capacity and fit labels") or the start guard
 (docs/availability.md "The start guard") asks; what the window and the guard hold back is
 ``ReconcileResult.deferred``.
@@ -39,6 +40,7 @@ from runtime.controller.clock import Clock, utc_now
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
+from runtime.controller.maintenance import plan_maintenance
 from runtime.controller.passsteps import (FitLabelWindow, InvalidSettingReports, Pass, Requeue,
                                           RulesGeneration, WarningsOnce, workload_check_step)
 from runtime.controller.reach import ReachWatch
@@ -60,7 +62,8 @@ from runtime.model.rfc3339 import format_time
 # What the pools depend on (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"),
 # what Instances depend on (docs/concepts/instances.md "The Instance's Pod" and "Persistent volumes"), Kueue
 # Workloads (the check answers); the settings Secret and the Setting view: in the settings namespace only.
-WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
+WATCHED = ("Node", "NodeFeature", "Devices", "AcceleratorMaintenance", "Namespace", "ResourceFlavor",
+           "ClusterQueue", "LocalQueue",
            "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim",
            "PersistentVolume", "StorageClass", "RuntimeClass",
@@ -316,6 +319,10 @@ class Controller:
         checks, verdicts = workload_check_step(policy, snapshot, now, self.settings_namespace, time.monotonic,
                                                self.requeue)
         actions += checks
+        maintenance = plan_maintenance(policy, snapshot, now)
+        actions += maintenance.actions
+        if maintenance.requeue is not None:  # an expiry ahead: its status changes then
+            self.requeue.ask(time.monotonic() + maintenance.requeue)
         if self.device_classes.available:
             actions += plan_device_classes(policy, snapshot)
         if self.fit_writer is not None:

@@ -101,9 +101,12 @@ class UnusableSpec(_Templates):
 class WhySpec(_Templates):
     """Why a node's Devices can use fewer accelerators than its labels count, per Devices state."""
 
-    VARIABLES: ClassVar[dict[str, set[str]]] = {"present": {"unhealthy"}, "missing": set(), "refused": set()}
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"present": {"unhealthy"}, "maintenance": {"maintenance"},
+                                                "missing": set(), "refused": set()}
     present: str = Field(min_length=1,
                          description="the Devices object counts; {unhealthy}: accelerators marked unhealthy")
+    maintenance: str = Field("{maintenance} in maintenance", min_length=1,
+                             description="added when some are in maintenance; {maintenance}: how many")
     missing: str = Field(min_length=1, description="no Devices object for the node")
     refused: str = Field(min_length=1, description="its Devices count in no view (decision 19)")
 

@@ -39,6 +39,8 @@ class AgentPlan:
     # Pod metadata patches {apiVersion, kind, metadata: {name, namespace, annotations: {allocation key:
     # JSON}}}: PodResources source only, only Pods whose annotation differs, by namespace/name
     pod_patches: list[dict[str, Any]] = field(default_factory=list)
+    # health transitions of this pass (runtime/engine/devices/health.py): Events and the agent's metric
+    health_transitions: list[Any] = field(default_factory=list)
 
     def objects(self) -> list[dict[str, Any]]:
         """Everything the agent would write, in write order (for ``--dry-run -o yaml``)."""
@@ -106,14 +108,20 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
               worker_now: Mapping[str, Any] | None = None, pods: list[Mapping[str, Any]] | None = None,
               accelerators_known: bool = True, group_id_with_memory: bool = False,
               namespace: str | None = None,
-              pod_resources: list[Mapping[str, Any]] | None = None) -> AgentPlan:
+              pod_resources: list[Mapping[str, Any]] | None = None,
+              maintenance: Mapping[str, Mapping[str, Any]] | None = None,
+              health: Mapping[str, Mapping[str, Any]] | None = None) -> AgentPlan:
     """Compute the node's desired objects (see module docstring).
 
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
     ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
     ``List`` as dicts, docs/agent.md "The Devices object and its ledger") given: the Pods' allocation
     annotations are computed from it (runtime/engine/devices/podresources.py), the differing ones land in
-    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. Raises ValueError
+    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. ``maintenance`` /
+    ``health``: accelerator UUID -> the AcceleratorMaintenance entry in force on it / its health record
+    (runtime/engine/devices/maintenance.py, runtime/engine/devices/health.py; the caller resolved both at its
+    time): such an accelerator is marked in the Devices spec and leaves the ledger and the capacity keys,
+    never the labels (docs/concepts/out-of-service.md). Raises ValueError
     for an unknown accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """
     rules = agent_rules(policy)
@@ -141,7 +149,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
         dm_labels = device_manager_labels(policy, groups)
         if dm_labels:
             device_manager = _node_feature(policy, node, "deviceManager", dm_labels, ns)
-        spec = devices_spec(policy, groups)
+        spec = devices_spec(policy, groups, maintenance, health)
         status, events, pod_patches = _ledger(policy, facts, name, spec, list(pods or []), pod_resources)
         devices = {
             "apiVersion": rules.devices.apiVersion, "kind": rules.devices.kind,

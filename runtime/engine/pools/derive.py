@@ -308,7 +308,7 @@ def _usable(devices: list[dict], memo: DeriveMemo | None) -> dict[str, dict[str,
         spec = obj.get("spec")
         compute = partial(reach.usable_accelerators, obj)
         counts = compute() if memo is None else memo.keep("usable", name_of(obj), id(spec), spec, compute)
-        out[name_of(obj)] = {akey: healthy for akey, (healthy, _) in counts.items()}
+        out[name_of(obj)] = {akey: counts[0] for akey, counts in counts.items()}
     return out
 
 

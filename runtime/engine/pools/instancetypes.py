@@ -193,7 +193,7 @@ def _sliced_detail(devices_list: list[dict], akey: str, spec: dict) -> dict:
         if not compute_capability and group.get("computeCapability"):
             compute_capability = group["computeCapability"]
         status = accel.get("status") or {}
-        if status.get("unhealthy"):
+        if status.get("unhealthy") or status.get("maintenance"):
             continue
         p = status.get("physicalSliced") or {}
         if int(p.get("count") or 0) > 0:
