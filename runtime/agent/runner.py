@@ -26,7 +26,7 @@ from runtime.agent.cluster import MaintenanceUnreadable, NodeCluster
 from runtime.agent.dra import BACKEND as DRA_BACKEND
 from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_feature_name, plan_node
 from runtime.engine.devices.draclaims import claim_pod_resources
-from runtime.engine.devices.health import Transition, health_events, judge
+from runtime.engine.devices.health import Transition, health_events, health_rules, judge
 from runtime.engine.devices.maintenance import in_force
 from runtime.engine.devices.draslices import dra_policy
 from runtime.engine.policy import Policy
@@ -422,6 +422,7 @@ class NodeAgent:
         events), and at least every ``interval`` seconds (the probe has no change events), until
         ``stop`` is set; the watches stop with the loop."""
         stop = stop or threading.Event()
+        self.start_events()
         try:
             while not stop.is_set():
                 self.wake.clear()
@@ -433,8 +434,20 @@ class NodeAgent:
         finally:
             self.close()
 
+    def start_events(self) -> bool:
+        """Start the backend's XID event thread where it has one (NVML: probes/nvmlevents.py; the wait is
+        rules/health.yaml ``nvml.waitMilliseconds``); whether it runs."""
+        start = getattr(self.backend, "start_events", None)
+        rules = health_rules(self.policy)
+        if start is None or rules is None:
+            return False
+        return bool(start(rules.nvml.waitMilliseconds))
+
     def close(self) -> None:
-        """Stop the cluster view's watches (when there is a cluster)."""
+        """Stop the backend's XID event thread and the cluster view's watches (when there is a cluster)."""
+        stop = getattr(self.backend, "stop_events", None)
+        if stop is not None:
+            stop()
         if self.cluster is not None:
             self.cluster.stop()
 
