@@ -166,3 +166,22 @@ def test_a_lost_device_returns_after_the_clean_period_too(agent):
     assert _status(a.reconcile(dry_run=True), 0)["unhealthy"] is True
     clock.at(601)
     assert _status(a.reconcile(dry_run=True), 0)["unhealthy"] is False
+
+
+def test_each_transition_counts_in_the_agents_metric(agent):
+    from prometheus_client import generate_latest
+
+    from runtime.agent.metrics import AgentMetrics
+    a, backend, clock = agent
+    metrics = AgentMetrics().bind(a)
+    backend.inject(T4B[2], xid=79)
+    a.reconcile(dry_run=True)
+    clock.at(1)
+    a.reconcile(dry_run=True)
+    clock.at(601)
+    a.reconcile(dry_run=True)
+    text = generate_latest(metrics.registry).decode()
+    for to in ("unhealthy", "healthy"):
+        assert (f'accelpolicy_agent_accelerator_health_transitions_total{{accelerator="{T4B[2]}",node="node-t4-b",'
+                f'rule="fatal-xid",to="{to}"}} 1.0') in text
+    assert f'accelpolicy_agent_accelerator_healthy{{accelerator="{T4B[2]}",group="tesla-t4",node="node-t4-b"}} 1.0' in text
