@@ -19,6 +19,9 @@
    accelerators than its Devices can use (:func:`runtime.report.reach.pool_findings`).
 6. Unit presets (rules/audit.yaml ``presets``): a derived accelerated InstanceType whose product no
    preset matches, so its unit is the fallback tier's (:func:`runtime.report.unitpreset.fallback_units`).
+7. Accelerators out of service (rules/audit.yaml ``outOfService``; docs/concepts/out-of-service.md): each
+   unhealthy or maintenance accelerator with the Pods still on it, each closed node
+   (:func:`runtime.report.outofservice.out_of_service_results`).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from runtime.engine.policy import Policy
 from runtime.engine.pools import DesiredState, derive
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.audit import AuditPolicySpec
+from runtime.report.outofservice import out_of_service_results
 from runtime.report.reach import pool_findings
 from runtime.report.results import ObjectRef, Result, ordered
 from runtime.report.unitpreset import fallback_units
@@ -60,6 +64,7 @@ def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = N
     results += reach_results(policy, snapshot, desired, spec)
     results += retry_loop_results(policy, snapshot, spec)
     results += preset_results(policy, desired, spec)
+    results += out_of_service_results(policy, snapshot, desired)
     return ordered(results)
 
 
