@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -22,12 +22,12 @@ from loguru import logger
 from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
-from runtime.agent.cluster import MaintenanceUnreadable, NodeCluster
+from runtime.agent.cluster import NodeCluster
+from runtime.agent.events import COMPONENT, EventRecorder
+from runtime.agent.outofservice import OutOfService, start_events, stop_events
 from runtime.agent.dra import BACKEND as DRA_BACKEND
 from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_feature_name, plan_node
 from runtime.engine.devices.draclaims import claim_pod_resources
-from runtime.engine.devices.health import Transition, health_events, health_rules, judge
-from runtime.engine.devices.maintenance import in_force
 from runtime.engine.devices.draslices import dra_policy
 from runtime.engine.policy import Policy
 from runtime.engine.settings import Settings, decode_secret_data, resolve
@@ -37,7 +37,6 @@ from runtime.kube.session import KubeApiError
 from runtime.model.facts import CpuFacts, FactsError, NodeFactsDoc, parse_facts
 
 ALLOCATION_SOURCES = ("auto", "podresources", "annotation")
-COMPONENT = "accelpolicy-agent"
 
 
 def resolve_allocation_source(choice: str, socket: str) -> str:
@@ -87,12 +86,10 @@ class NodeAgent:
         resolve_allocation_source(allocation_source, self.podresources_socket)   # validates the choice
         self.allocation_choice = allocation_source
         self.log = OnceLog()
-        # the wall clock maintenance expiries and health clean periods are judged by (aware UTC)
-        self.clock = clock or (lambda: datetime.now(timezone.utc))
-        self.wake_at: datetime | None = None   # the next maintenance expiry or clean-period end
-        self._last_devices: dict | None = None   # the last plan's Devices (health history without a cluster)
+        # maintenance, health and when to look again at ``clock`` (docs/concepts/out-of-service.md)
+        self.service = OutOfService(node_name, self.log, clock)
         self._seen_accelerators = False
-        self._recorded_events: set[tuple[str, str, str, str]] = set()
+        self.events = EventRecorder()   # each Event of a plan once per process
 
     @property
     def dra(self) -> bool:
@@ -227,57 +224,17 @@ class NodeAgent:
             settings = self._settings()
             node = dict(self.node or {"metadata": {"name": self.node_name}})
             pod_resources = None
-        maintenance = self._maintenance(facts) if known else {}
-        health, moves = self._health(facts) if known else ({}, [])
+        maintenance, health, moves = self.service.resolve(self.policy, self.cluster, facts, known)
         plan = plan_node(self.policy, facts, node, settings, worker_now=worker_now, pods=pods,
                          accelerators_known=known, group_id_with_memory=self.group_id_with_memory,
                          namespace=self.namespace, pod_resources=pod_resources, maintenance=maintenance,
                          health=health)
-        plan.health_transitions = moves
-        plan.events += health_events(self.policy, self.node_name, moves)
-        if known:
-            self._last_devices = plan.devices   # the history of the next judgement without a cluster
+        self.service.finish(self.policy, plan, moves)
         if self.dra:
             reason = dra_policy(self.policy).events.unreadableDevice
             plan.events += [
                 LedgerEvent("Node", "", self.node_name, reason, w) for w in self.backend.reading.warnings]
         return plan
-
-    def _maintenance(self, facts: NodeFactsDoc) -> dict[str, dict]:
-        """Accelerator UUID -> the AcceleratorMaintenance entry in force on it now
-        (docs/concepts/out-of-service.md "Maintenance"); sets :attr:`wake_at` to the earliest expiry ahead,
-        so the accelerator returns at its expiry without anyone acting. While the objects cannot be read
-        (no CRD, RBAC) nothing is in maintenance, logged once."""
-        self.wake_at = None
-        if self.cluster is None:
-            return {}
-        try:
-            objects = self.cluster.maintenances()
-            self.log.ok("maintenance")
-        except MaintenanceUnreadable as exc:
-            kind = self.rules.maintenance.kind
-            self.log.problem("maintenance", f"cannot read {kind} objects, none applied: {exc}", "WARNING")
-            return {}
-        found, self.wake_at = in_force(objects, self.node_name,
-                                       [(a.uuid, a.index) for a in facts.accelerators], self.clock())
-        return found
-
-    def _health(self, facts: NodeFactsDoc) -> tuple[dict[str, dict], list[Transition]]:
-        """Each accelerator's health record judged now by rules/health.yaml against the history its Devices
-        carries (docs/concepts/out-of-service.md "Health"), and this pass's transitions; a clean period's end
-        ahead brings :attr:`wake_at` forward."""
-        devices = self.cluster.devices() if self.cluster is not None else self._last_devices
-        records, moves, wake = judge(self.policy, facts.accelerators, devices, self.clock())
-        if wake is not None and (self.wake_at is None or wake < self.wake_at):
-            self.wake_at = wake
-        return records, moves
-
-    def wait_seconds(self, interval: float) -> float:
-        """How long the loop waits for a watch event before the next pass: ``interval``, or less when a
-        maintenance expiry or a clean period's end (:attr:`wake_at`) comes first."""
-        if self.wake_at is None:
-            return interval
-        return max(0.05, min(interval, (self.wake_at - self.clock()).total_seconds() + 0.05))
 
     # -- apply -------------------------------------------------------------------------------------
     def apply(self, plan: AgentPlan) -> list[str]:
@@ -290,7 +247,8 @@ class NodeAgent:
             self.cluster.patch_pod_annotations(meta["namespace"], meta["name"], meta["annotations"])
             done.append(f"annotated Pod {meta['namespace']}/{meta['name']}")
         done += self._apply_devices(plan, node)
-        self._record_events(plan, (node.get("metadata") or {}).get("uid", ""))
+        node_uid = (node.get("metadata") or {}).get("uid", "")
+        self.events.record(self.cluster, self.rules.devices, plan, node_uid)
         return done
 
     def _apply_node_features(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
@@ -357,26 +315,6 @@ class NodeAgent:
                 done.append(f"deleted Devices {self.node_name}")
         return done
 
-    def _record_events(self, plan: AgentPlan, node_uid: str) -> None:
-        """Record each ledger Event once per process (a rebuild repeats them every tick)."""
-        dv = self.rules.devices
-        for ev in plan.events:
-            key = (ev.kind, ev.namespace, ev.name, ev.message)
-            if key in self._recorded_events:
-                continue
-            self._recorded_events.add(key)
-            if ev.kind == dv.kind:
-                involved = {"apiVersion": dv.apiVersion, "kind": dv.kind, "name": ev.name}
-            else:
-                involved = {"apiVersion": "v1", "kind": ev.kind, "name": ev.name, "namespace": ev.namespace}
-                # an unreadable DRA device (docs/node-facts-robustness.md "A malformed fact costs only its
-                # node (decision 19)")
-                if ev.kind == "Node":
-                    involved["uid"] = node_uid
-            level = "WARNING" if ev.type == "Warning" else "INFO"
-            logger.log(level, "{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
-            self.cluster.warn(involved, ev.reason, ev.message, COMPONENT, ev.type)
-
     # -- loop --------------------------------------------------------------------------------------
     def use_policy(self, policy: Policy) -> None:
         """A reloaded rules generation (the chart's mounted ConfigMap changed): the next pass plans and
@@ -422,32 +360,21 @@ class NodeAgent:
         events), and at least every ``interval`` seconds (the probe has no change events), until
         ``stop`` is set; the watches stop with the loop."""
         stop = stop or threading.Event()
-        self.start_events()
+        start_events(self.policy, self.backend)
         try:
             while not stop.is_set():
                 self.wake.clear()
                 self.reconcile()
                 if watch:
-                    self.wake.wait(self.wait_seconds(interval))
+                    self.wake.wait(self.service.wait_seconds(interval))
                 else:
-                    stop.wait(self.wait_seconds(interval))
+                    stop.wait(self.service.wait_seconds(interval))
         finally:
             self.close()
 
-    def start_events(self) -> bool:
-        """Start the backend's XID event thread where it has one (NVML: probes/nvmlevents.py; the wait is
-        rules/health.yaml ``nvml.waitMilliseconds``); whether it runs."""
-        start = getattr(self.backend, "start_events", None)
-        rules = health_rules(self.policy)
-        if start is None or rules is None:
-            return False
-        return bool(start(rules.nvml.waitMilliseconds))
-
     def close(self) -> None:
         """Stop the backend's XID event thread and the cluster view's watches (when there is a cluster)."""
-        stop = getattr(self.backend, "stop_events", None)
-        if stop is not None:
-            stop()
+        stop_events(self.backend)
         if self.cluster is not None:
             self.cluster.stop()
 

@@ -7,7 +7,8 @@ each with explicit inputs and the state it keeps between passes:
 * :class:`WarningsOnce`: derive warnings logged once while they last;
 * :class:`InvalidSettingReports`: the InvalidSetting Events (docs/concepts/settings.md "Settings");
 * :func:`workload_check_step`: the Workload check answers (docs/concepts/pools-and-flavors.md "The
-  AdmissionCheck `gpustack-node-devices`");
+  AdmissionCheck `gpustack-node-devices`"); :func:`maintenance_step`: the AcceleratorMaintenance status
+  (docs/concepts/out-of-service.md "Maintenance");
 * :class:`Pass`: what one pass read (its generation, its snapshot, the check verdicts), handed to the
   steps that run its actions.
 
@@ -24,6 +25,7 @@ from typing import Callable, Iterator
 from loguru import logger
 
 from runtime.controller.settings_seed import invalid_setting_event
+from runtime.controller.maintenance import plan_maintenance
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.plan import Action
 from runtime.engine.policy import Policy
@@ -167,3 +169,13 @@ def workload_check_step(policy: Policy, snapshot: Snapshot, now: datetime, names
     if checks.requeue is not None:
         requeue.ask(monotonic() + checks.requeue)
     return checks.actions, checks.verdicts
+
+
+def maintenance_step(policy: Policy, snapshot: Snapshot, now: datetime, monotonic: Callable[[], float],
+                     requeue: Requeue) -> list[Action]:
+    """The AcceleratorMaintenance status writes (:mod:`runtime.controller.maintenance`); the next expiry asks
+    ``requeue`` for a pass then (its status changes without an event)."""
+    plan = plan_maintenance(policy, snapshot, now)
+    if plan.requeue is not None:
+        requeue.ask(monotonic() + plan.requeue)
+    return plan.actions

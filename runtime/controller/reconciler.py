@@ -9,9 +9,9 @@ Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every I
 (:mod:`runtime.controller.instances`, docs/concepts/instances.md "Life cycle"), the Setting view
 (:mod:`runtime.controller.settingsview`), the ``gpustack-node-devices`` answers on Workloads
 (:mod:`runtime.controller.workloadchecks`, docs/concepts/pools-and-flavors.md "The AdmissionCheck
-`gpustack-node-devices`"), the AcceleratorMaintenance status (:mod:`runtime.controller.maintenance`) and the
-DeviceClasses. A pass is also requeued without an event when an
-Instance, a Retry, the fit labels' window (docs/agent.md "Capacity and fit labels") or the start guard
+`gpustack-node-devices`"), the AcceleratorMaintenance status (:mod:`runtime.controller.maintenance`), the
+DeviceClasses. A pass is also requeued without an event when an Instance, a Retry, a maintenance expiry,
+the fit labels' window (docs/agent.md "Capacity and fit labels") or the start guard
 (docs/availability.md "The start guard") asks; what the window and the guard hold back is
 ``ReconcileResult.deferred``.
 
@@ -40,9 +40,9 @@ from runtime.controller.clock import Clock, utc_now
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
 from runtime.controller.instances import plan_instances, plan_persistent_volumes
-from runtime.controller.maintenance import plan_maintenance
 from runtime.controller.passsteps import (FitLabelWindow, InvalidSettingReports, Pass, Requeue,
-                                          RulesGeneration, WarningsOnce, workload_check_step)
+                                          RulesGeneration, WarningsOnce, maintenance_step,
+                                          workload_check_step)
 from runtime.controller.reach import ReachWatch
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
@@ -63,11 +63,9 @@ from runtime.model.rfc3339 import format_time
 # what Instances depend on (docs/concepts/instances.md "The Instance's Pod" and "Persistent volumes"), Kueue
 # Workloads (the check answers); the settings Secret and the Setting view: in the settings namespace only.
 WATCHED = ("Node", "NodeFeature", "Devices", "AcceleratorMaintenance", "Namespace", "ResourceFlavor",
-           "ClusterQueue", "LocalQueue",
-           "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
+           "ClusterQueue", "LocalQueue", "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim",
-           "PersistentVolume", "StorageClass", "RuntimeClass",
-           "Workload")
+           "PersistentVolume", "StorageClass", "RuntimeClass", "Workload")
 # Fit label patches (one per Node) are sent this many at a time (619 Nodes one by one took 5 s).
 FIT_LABEL_WORKERS = 8
 KEPT_PASSES = 500  # results kept in Controller.reconciles (tests, debugging): the last 500 to 1,000
@@ -318,11 +316,7 @@ class Controller:
         self.requeue.restart(time.monotonic() + instances.requeue if instances.requeue > 0 else None)
         checks, verdicts = workload_check_step(policy, snapshot, now, self.settings_namespace, time.monotonic,
                                                self.requeue)
-        actions += checks
-        maintenance = plan_maintenance(policy, snapshot, now)
-        actions += maintenance.actions
-        if maintenance.requeue is not None:  # an expiry ahead: its status changes then
-            self.requeue.ask(time.monotonic() + maintenance.requeue)
+        actions += checks + maintenance_step(policy, snapshot, now, time.monotonic, self.requeue)
         if self.device_classes.available:
             actions += plan_device_classes(policy, snapshot)
         if self.fit_writer is not None:

@@ -28,6 +28,9 @@ class _Cluster:
             raise self.error
         return self.objects
 
+    def devices(self):
+        return None
+
 
 def test_the_agent_wakes_at_the_maintenance_expiry_and_applies_none_it_cannot_read(policy):
     from datetime import datetime, timedelta, timezone
@@ -40,12 +43,15 @@ def test_the_agent_wakes_at_the_maintenance_expiry_and_applies_none_it_cannot_re
 
     now = datetime(2026, 11, 29, 21, 0, 0, tzinfo=timezone.utc)
     agent = NodeAgent(policy, RecordedBackend(recorded("node-a10g")), "node-a10g", clock=lambda: now)
-    agent.cluster = _Cluster([maintenance("m", "node-a10g", now + timedelta(seconds=12), ["0"])])
-    assert list(agent._maintenance(facts("node-a10g"))) == ["GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575"]
-    assert agent.wake_at == now + timedelta(seconds=12)
-    assert agent.wait_seconds(30.0) == pytest.approx(12.05)
-    assert agent.wait_seconds(5.0) == 5.0
-    agent.cluster = _Cluster(error=MaintenanceUnreadable("not listed: the server could not find the resource"))
-    assert agent._maintenance(facts("node-a10g")) == {} and agent.wake_at is None
+    service = agent.service
+    cluster = _Cluster([maintenance("m", "node-a10g", now + timedelta(seconds=12), ["0"])])
+    found, health, moves = service.resolve(policy, cluster, facts("node-a10g"))
+    assert (list(found), health, moves) == (["GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575"], {}, [])
+    assert service.wake_at == now + timedelta(seconds=12)
+    assert service.wait_seconds(30.0) == pytest.approx(12.05)
+    assert service.wait_seconds(5.0) == 5.0
+    cluster = _Cluster(error=MaintenanceUnreadable("not listed: the server could not find the resource"))
+    assert service.maintenance(policy, cluster, facts("node-a10g")) == {}
     assert not agent.log.healthy("maintenance")
-    assert agent.wait_seconds(30.0) == 30.0
+    assert service.resolve(policy, cluster, facts("node-a10g"), known=False) == ({}, {}, [])
+    assert service.wake_at is None and service.wait_seconds(30.0) == 30.0

@@ -77,7 +77,7 @@ def test_a_fatal_xid_makes_a_device_unhealthy_until_its_clean_period_ends(agent)
     clock.at(30)
     plan = a.reconcile(dry_run=True)
     assert _status(plan, 2)["unhealthy"] is True and _status(plan, 2)["health"]["until"] == stamp(630)
-    assert plan.events == [] and a.wake_at == T0 + timedelta(seconds=630)
+    assert plan.events == [] and a.service.wake_at == T0 + timedelta(seconds=630)
     clock.at(629)
     assert _status(a.reconcile(dry_run=True), 2)["unhealthy"] is True
     clock.at(630)

@@ -117,11 +117,9 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
     ``List`` as dicts, docs/agent.md "The Devices object and its ledger") given: the Pods' allocation
     annotations are computed from it (runtime/engine/devices/podresources.py), the differing ones land in
-    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. ``maintenance`` /
-    ``health``: accelerator UUID -> the AcceleratorMaintenance entry in force on it / its health record
-    (runtime/engine/devices/maintenance.py, runtime/engine/devices/health.py; the caller resolved both at its
-    time): such an accelerator is marked in the Devices spec and leaves the ledger and the capacity keys,
-    never the labels (docs/concepts/out-of-service.md). Raises ValueError
+    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. ``maintenance``,
+    ``health``: UUID -> the maintenance entry in force / health record the caller resolved at its time
+    (docs/concepts/out-of-service.md; :func:`devices_spec`). Raises ValueError
     for an unknown accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """
     rules = agent_rules(policy)
@@ -162,11 +160,18 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     plugin_groups = [g for g, grp in zip(spec["groups"], groups) if not grp.accelerators[0].dra]
     capacity = node_capacity(policy, {"groups": plugin_groups}, status, capacity_now) \
         if accelerators_known else {}
-    node_patch: dict[str, Any] = {
+    return AgentPlan(worker=worker, device_manager=device_manager, devices=devices, events=events,
+                     node_patch=_node_patch(policy, node, facts, capacity),
+                     accelerators_known=accelerators_known, pod_patches=pod_patches)
+
+
+def _node_patch(policy: Policy, node: Mapping[str, Any], facts: NodeFactsDoc,
+                capacity: dict) -> dict[str, Any]:
+    """The Node patch: the CPU annotations, and the capacity keys as capacity and allocatable."""
+    patch: dict[str, Any] = {
         "apiVersion": node.get("apiVersion", "v1"), "kind": node.get("kind", "Node"),
-        "metadata": {"name": name, "annotations": cpu_annotations(policy, facts.cpu)},
+        "metadata": {"name": node["metadata"]["name"], "annotations": cpu_annotations(policy, facts.cpu)},
     }
     if capacity:
-        node_patch["status"] = {"capacity": dict(capacity), "allocatable": dict(capacity)}
-    return AgentPlan(worker=worker, device_manager=device_manager, node_patch=node_patch, devices=devices,
-                     events=events, accelerators_known=accelerators_known, pod_patches=pod_patches)
+        patch["status"] = {"capacity": dict(capacity), "allocatable": dict(capacity)}
+    return patch
