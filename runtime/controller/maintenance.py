@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from runtime.engine.devices.maintenance import maintenance_status, next_expiry
-from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
-from runtime.engine.snapshot import Snapshot, name_of
+from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, name_of
 
+KIND = "AcceleratorMaintenance"   # rules/agent.yaml maintenance.kind, as the watch caches know it
 
 @dataclass
 class MaintenancePlan:
@@ -31,8 +31,7 @@ class MaintenancePlan:
 
 def plan_maintenance(policy: Policy, snapshot: Snapshot, now: datetime) -> MaintenancePlan:
     """The AcceleratorMaintenance status writes for ``snapshot`` at ``now`` (aware datetime)."""
-    kind = agent_rules(policy).maintenance
-    objects = snapshot.list(kind.kind)
+    objects = snapshot.list(KIND)
     out = MaintenancePlan()
     pods_by_node: dict[str, list[dict]] = {}
     for pod in snapshot.list("Pod"):
@@ -43,9 +42,9 @@ def plan_maintenance(policy: Policy, snapshot: Snapshot, now: datetime) -> Maint
         status = maintenance_status(policy, obj, devices, pods_by_node.get(node, []), now)
         if status == (obj.get("status") or {}):
             continue
-        body = {"apiVersion": kind.apiVersion, "kind": kind.kind, "metadata": {"name": name_of(obj)},
+        body = {"apiVersion": KNOWN_KINDS[KIND][0], "kind": KIND, "metadata": {"name": name_of(obj)},
                 "status": status}
-        out.actions.append(Action(Verb.APPLY_STATUS, kind.kind, name_of(obj), "", body=body,
+        out.actions.append(Action(Verb.APPLY_STATUS, KIND, name_of(obj), "", body=body,
                                   reason=f"{status['state']}: {status.get('message', '')}"))
     ahead = next_expiry(objects, now)
     if ahead is not None:
