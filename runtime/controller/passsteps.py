@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 from loguru import logger
 
 from runtime.controller.settings_seed import invalid_setting_event
+from runtime.controller.instances import RetryMessages
 from runtime.controller.maintenance import plan_maintenance
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.plan import Action
@@ -160,10 +161,14 @@ class InvalidSettingReports:
 
 
 def workload_check_step(policy: Policy, snapshot: Snapshot, now: datetime, namespace: str,
-                        monotonic: Callable[[], float], requeue: Requeue) -> tuple[list[Action], dict]:
+                        monotonic: Callable[[], float], requeue: Requeue,
+                        retries: RetryMessages | None = None) -> tuple[list[Action], dict]:
     """The Workload check answers (:mod:`runtime.controller.workloadchecks`): ``(actions, verdicts)``; a
-    Retry waiting for its re-evaluation asks ``requeue`` for that moment, and each error is logged."""
+    Retry waiting for its re-evaluation asks ``requeue`` for that moment, and each error is logged.
+    ``retries`` remembers each Retry for the Instance it holds back."""
     checks = plan_workload_checks(policy, snapshot, now, namespace)
+    if retries is not None:
+        retries.update(snapshot, checks.verdicts)
     for error in checks.errors:
         logger.warning("admission check {}: {}", policy.derivation.admissionCheck.name, error)
     if checks.requeue is not None:

@@ -39,7 +39,7 @@ from runtime.controller.actions import ActionWriter
 from runtime.controller.clock import Clock, utc_now
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
-from runtime.controller.instances import plan_instances, plan_persistent_volumes
+from runtime.controller.instances import RetryMessages, plan_instances, plan_persistent_volumes
 from runtime.controller.passsteps import (FitLabelWindow, InvalidSettingReports, Pass, Requeue,
                                           RulesGeneration, WarningsOnce, maintenance_step,
                                           workload_check_step)
@@ -143,6 +143,7 @@ class Controller:
         self.reach = ReachWatch()  # pools that cannot keep their promises: Events, metrics
         self.last_pass: Pass | None = None  # the last pass's generation, snapshot and check verdicts
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
+        self.retry_messages = RetryMessages()  # the check's last Retry per Pod: a waiting Instance's message
         self.warnings = WarningsOnce()
         self.requeue = Requeue()  # a pass without an event: an Instance, a Retry, the fit window, the guard
         self.snapshots = CacheSnapshots(self.cache)  # each pass's snapshot, from the last one and the changes
@@ -304,7 +305,7 @@ class Controller:
         verdicts: ``(actions, deferred, verdicts)``. Restarts :attr:`requeue` with the Instances' ask."""
         now = self.clock()
         actions = plan(policy, state, snapshot, now=format_time(now), memo=self._memo)
-        instances = plan_instances(policy, state, snapshot)
+        instances = plan_instances(policy, state, snapshot, self.retry_messages.by_pod)
         for key in set(instances.foreign) - self._foreign:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone",
                            key)
@@ -315,7 +316,7 @@ class Controller:
             actions += plan_settings(policy.settings, self.settings_namespace, snapshot)
         self.requeue.restart(time.monotonic() + instances.requeue if instances.requeue > 0 else None)
         checks, verdicts = workload_check_step(policy, snapshot, now, self.settings_namespace, time.monotonic,
-                                               self.requeue)
+                                               self.requeue, self.retry_messages)
         actions += checks + maintenance_step(policy, snapshot, now, time.monotonic, self.requeue)
         if self.device_classes.available:
             actions += plan_device_classes(policy, snapshot)

@@ -196,3 +196,33 @@ def test_only_pods_an_instance_controls_count_as_ours(policy):
     assert not owned(policy, pod(owner={**OWNER, "controller": False}))
     assert not owned(policy, pod(owner={**OWNER, "kind": "ReplicaSet", "apiVersion": "apps/v1"}))
     assert not owned(policy, pod(owner={**OWNER, "apiVersion": "example.com/v1"}))
+
+
+def test_the_retry_message_outlives_kueues_reset_to_pending(policy, base):
+    """Kueue resets a Retry to Pending when it evicts (``Reset to Pending after eviction. Previously:
+    Retry``): the controller remembers the message for the Pod until the check answers Ready."""
+    from runtime.controller.instances import RetryMessages
+    from runtime.engine.admissioncheck import Verdict
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "pod-custom-demo-1a2b3", "namespace": "default", "uid": "w-1",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "custom-demo", "uid": "p-1"}]},
+                "spec": {"queueName": "q", "podSets": []},
+                "status": {"admissionChecks": [{"name": "gpustack-node-devices", "state": "Pending",
+                                                "message": "Reset to Pending after eviction. Previously: Retry"}]}}
+    retry = "no node of flavor f can hold the request now: node node-a10g is cordoned"
+    remembered = RetryMessages()
+    snap = Snapshot.from_objects(list(base) + [workload])
+    remembered.update(snap, {("default", "pod-custom-demo-1a2b3"): Verdict("Retry", retry)})
+    assert remembered.by_pod == {("default", "custom-demo"): retry}
+    gated = pod()
+    gated["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated", "message": "gated"}]}
+    state = derive(policy, Snapshot.from_objects(list(base) + [instance(), gated, workload]))
+    out = plan_instances(policy, state, Snapshot.from_objects(list(base) + [instance(), gated, workload]), remembered.by_pod)
+    assert [a.body["status"] for a in out.actions if a.verb == "apply-status"] == [
+        {"phase": "Pending", "phaseMessage": retry}]
+    remembered.update(snap, {("default", "pod-custom-demo-1a2b3"): Verdict("Ready", "node node-a10g can hold the request")})
+    assert remembered.by_pod == {}
+    remembered.update(snap, {("default", "pod-custom-demo-1a2b3"): Verdict("Retry", retry)})
+    remembered.update(Snapshot.from_objects(list(base)), {})            # the Workload is gone
+    assert remembered.by_pod == {}
