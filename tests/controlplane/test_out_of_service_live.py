@@ -160,7 +160,7 @@ def test_a_failed_t4_under_a_running_instance_moves_views_and_quota_only_and_rec
     assert pod["spec"]["nodeName"] == "node-t4-b"
     held = [a["id"] for g in json.loads(pod["metadata"]["annotations"][ALLOCATION])["main"] for a in g["accelerators"]]
     assert len(held) == 3
-    _wait(lambda: _row(walk, T4_POOL), lambda r: r == "1/2 20/20 100/200 0/0", "the T4 row with the Instance")
+    _wait(lambda: _row(walk, T4_POOL), lambda r: r == "1/2 10/20 100/200 0/0", "the T4 row with the Instance")
     flavors, usage = _flavors(walk), _wait(lambda: _usage(walk, T4_POOL), lambda u: u.get(T4_4D) == "4800k",
                                            "Kueue's usage of the 4d flavor")
     assert _quota(walk, T4_POOL) == {T4_1D: "1600k", T4_4D: "6400k"} and _capacity(walk, T4_POOL) == "5"
@@ -179,8 +179,12 @@ def test_a_failed_t4_under_a_running_instance_moves_views_and_quota_only_and_rec
     assert f"accelerator {failed} " in conflict[0][0] and "is unhealthy" in conflict[0][0]
     time.sleep(6)   # three more agent passes: the Event is not repeated
     assert _events(walk, "AllocationConflict") == [(conflict[0][0], 1)]
-    assert [m for m, _ in _events(walk, "AcceleratorUnhealthy")] == [
-        m for m, _ in _events(walk, "AcceleratorUnhealthy") if f"{failed}" in m and "xid 79 (rule fatal-xid)" in m]
+    index = next(a["index"] for a in yaml.safe_load((walk.facts / "node-t4-b.yaml").read_text())["accelerators"]
+                 if a["uuid"] == failed)
+    [(unhealthy, count)] = _events(walk, "AcceleratorUnhealthy")
+    assert unhealthy.startswith(f"accelerator {failed} (index {index}) of node node-t4-b is unhealthy: xid 79 (rule "
+                                "fatal-xid); out of service until at least ") and count == 1
+    assert unhealthy.endswith(" (failure 1 in the repeat window)")
 
     _set_health(walk, "node-t4-b", failed, None)   # the XID is read no more: the clean period starts
     until = _wait(lambda: _accelerator(walk, "node-t4-b", failed).get("status", {}).get("health", {}).get("until"),
