@@ -316,7 +316,7 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
     """Read ``case.slices`` for ``case.node`` with ``policy``'s DRA rows and compare with ``expect``."""
     from runtime.engine.devices.agentplan import plan_node
     from runtime.engine.devices.draslices import read_node
-    from runtime.engine.devices.health import judge
+    from runtime.engine.devices.health import as_read
     from runtime.engine.settings import resolve
     from runtime.model.facts import parse_facts
 
@@ -338,9 +338,8 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case.node, "labels": {}},
                 "status": {}}
         # the health rules judge the facts as the agent would on its first reading (no history)
-        health, _, _ = judge(policy, facts.accelerators, None,
-                             datetime.datetime.fromtimestamp(0, datetime.timezone.utc))
-        plan = plan_node(policy, facts, node, resolve(policy.settings, {}), health=health)
+        plan = plan_node(policy, facts, node, resolve(policy.settings, {}),
+                         health=as_read(policy, facts.accelerators, None))
         labels = (plan.device_manager or {}).get("spec", {}).get("labels", {})
         if "labels" in exp and labels != exp["labels"]:
             result.problems.append(f"labels:\n  want {json.dumps(exp['labels'], sort_keys=True)}\n"

@@ -151,6 +151,28 @@ def judge(policy: Policy, accelerators: Iterable[AcceleratorFacts], devices: Map
     return records, moves, wake
 
 
+def as_read(policy: Policy, accelerators: Iterable[AcceleratorFacts],
+            devices: Mapping | None) -> dict[str, dict]:
+    """The health records of a reading without a clock (offline planning of a DRA node, the rule suites):
+    the record the node's Devices already carries for an accelerator, as it says (its ``unhealthy``); else,
+    when a rule's fact holds, a first failure (unhealthy, no ``until`` yet)."""
+    rules = health_rules(policy)
+    if rules is None:
+        return {}
+    groups = ((devices or {}).get("spec") or {}).get("groups") or []
+    history = {str(a.get("id")): a.get("status") or {} for g in groups for a in g.get("accelerators") or []}
+    out: dict[str, dict] = {}
+    for acc in accelerators:
+        status = history.get(acc.uuid, {})
+        if status.get("health"):
+            out[acc.uuid] = {**status["health"], "unhealthy": bool(status.get("unhealthy"))}
+            continue
+        hit = matching_rule(rules, acc)
+        if hit is not None:
+            out[acc.uuid] = {"fact": hit[1], "rule": hit[0].name, "strikes": 1, "unhealthy": True}
+    return out
+
+
 def health_events(policy: Policy, node: str, moves: Iterable[Transition]) -> list[LedgerEvent]:
     """One Event on the node's Devices per transition, naming the accelerator, the fact and the rule
     (rules/health.yaml ``events``: Warning going out, Normal coming back)."""
