@@ -33,6 +33,8 @@ def plan_maintenance(policy: Policy, snapshot: Snapshot, now: datetime) -> Maint
     """The AcceleratorMaintenance status writes for ``snapshot`` at ``now`` (aware datetime)."""
     objects = snapshot.list(KIND)
     out = MaintenancePlan()
+    if not objects:
+        return out
     pods_by_node: dict[str, list[dict]] = {}
     for pod in snapshot.list("Pod"):
         pods_by_node.setdefault((pod.get("spec") or {}).get("nodeName") or "", []).append(pod)
