@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from testing.localcluster import LocalCluster, MissingBinariesError
-from testing.localcluster.testing import FULL_COMPONENTS, with_crds
+from testing.localcluster.testing import FULL_COMPONENTS, wait_for, with_crds
 from testing.localcluster.walkthrough import RECORDED_FACTS, Walkthrough
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,13 +43,8 @@ CLEAN_SECONDS = 12
 
 
 def _wait(fetch, predicate, what: str, timeout: float = TIMEOUT):
-    t0, value = time.monotonic(), None
-    while time.monotonic() - t0 < timeout:
-        value = fetch()
-        if predicate(value):
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not reached in {timeout:.0f}s; last: {json.dumps(value, default=str)[:3000]}")
+    """The value once ``predicate`` holds (each fetch runs kubectl: polled every half second)."""
+    return wait_for(fetch, predicate, timeout, what, interval=0.5)[1]
 
 
 @pytest.fixture(scope="module")
