@@ -5,7 +5,10 @@ Selected with ``--backend fake --facts FILE`` or ``ACCELPOLICY_NVML_BACKEND=fake
 ``ACCELPOLICY_RECORDED_FACTS=FILE`` (see :func:`probes.backend.select_backend`). Recorded documents
 for the seed nodes and the spec's MIG layouts live in ``probes/recorded/``. For failure tests,
 :meth:`RecordedBackend.fail` makes the next probes raise like NVML would, :meth:`lose` marks a
-device as fallen off the bus, :meth:`recover` undoes both.
+device as fallen off the bus, :meth:`inject` adds health facts to a device (an XID event read once, an
+ECC counter, a pending row remap: docs/concepts/out-of-service.md "Health"), :meth:`recover` undoes them.
+A document read from a file is read again when the file changes (its modification time), so a test can
+inject facts into an agent running in another process by rewriting the file (an accelerator's ``health``).
 """
 from __future__ import annotations
 
@@ -61,8 +64,12 @@ class RecordedBackend:
         self.source = str(path) if path is not None else "<document>"
         parse_facts(document, self.source)  # FactsError naming file and field: a wrong shape is not "no GPUs"
         self.document = document
+        self._path = Path(path) if path is not None else None
+        self._stamp = self._path.stat().st_mtime_ns if self._path is not None else None
         self._failure: ProbeError | None = None
         self._lost: set[str] = set()
+        self._health: dict[str, dict[str, Any]] = {}   # uuid -> injected health facts
+        self._events: dict[str, list[int]] = {}        # uuid -> XIDs read once (events)
 
     @property
     def node(self) -> str:
@@ -74,14 +81,37 @@ class RecordedBackend:
         return dict(cpu) if isinstance(cpu, dict) else None
 
     def accelerators(self) -> list[dict[str, Any]]:
-        """The recorded accelerators, lost devices marked unhealthy; raises an injected failure."""
+        """The recorded accelerators (the file read again when it changed), lost devices marked unhealthy,
+        injected health facts and XID events added (each event read once); raises an injected failure, or a
+        ``ProbeError`` naming the file when a changed file does not read."""
         if self._failure is not None:
             raise self._failure
+        self._reload()
         out = copy.deepcopy(self.document.get("accelerators") or [])
         for acc in out:
-            if isinstance(acc, dict) and acc.get("uuid") in self._lost:
+            if not isinstance(acc, dict):
+                continue
+            uuid = acc.get("uuid")
+            if uuid in self._lost:
                 acc["healthy"] = False
+            if uuid in self._health or uuid in self._events:
+                health = acc.setdefault("health", {})
+                health.update(self._health.get(uuid, {}))
+                health["xids"] = list(health.get("xids") or []) + self._events.pop(uuid, [])
         return out
+
+    def _reload(self) -> None:
+        if self._path is None:
+            return
+        try:
+            stamp = self._path.stat().st_mtime_ns
+            if stamp == self._stamp:
+                return
+            document = load_document(self._path)
+            parse_facts(document, self.source)
+        except (OSError, ValueError) as exc:
+            raise ProbeError("driver", f"recorded facts {self._path}: {exc}", exc) from exc
+        self.document, self._stamp = document, stamp
 
     # -- failure injection ------------------------------------------------------------------------
     def fail(self, kind: str = "driver", message: str = "NVML_ERROR_DRIVER_NOT_LOADED") -> None:
@@ -92,6 +122,17 @@ class RecordedBackend:
         """Report device ``uuid`` as fallen off the bus (``healthy: false``) until :meth:`recover`."""
         self._lost.add(uuid)
 
+    def inject(self, uuid: str, xid: int | None = None, **facts: Any) -> None:
+        """Add health facts to device ``uuid`` until :meth:`recover`: ``xid`` an XID event read by the next
+        probe only; ``facts`` kept (``eccUncorrectableVolatile=2``, ``remappedRowsPending=True``, ...: the
+        fields of runtime/model/facts.py ``HealthFacts``)."""
+        if xid is not None:
+            self._events.setdefault(uuid, []).append(int(xid))
+        if facts:
+            self._health.setdefault(uuid, {}).update(facts)
+
     def recover(self) -> None:
         self._failure = None
         self._lost.clear()
+        self._health.clear()
+        self._events.clear()

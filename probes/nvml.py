@@ -7,7 +7,10 @@ this module imports on machines without the NVIDIA library; a missing library ra
 that fails after enumeration (e.g. ``NVML_ERROR_GPU_IS_LOST``) is reported with ``healthy: false``.
 A MIG-enabled device also reports its existing MIG devices (``migDevices``: UUID, profile, placement),
 which the agent uses to map kubelet PodResources device IDs (docs/agent.md "The Devices object and its
-ledger").
+ledger"). Health facts (``health``, docs/concepts/out-of-service.md "Health"): the volatile uncorrectable ECC
+count, pending retired pages, pending and failed row remaps (each left out where the GPU does not support
+it), and the critical XIDs the event thread (:mod:`probes.nvmlevents`, :meth:`NvmlBackend.start_events`)
+read since the last probe; rules/health.yaml judges them.
 """
 from __future__ import annotations
 
@@ -35,6 +38,28 @@ class NvmlBackend:
 
     def __init__(self, module: Any = None):
         self._module = module
+        self.events = None   # probes.nvmlevents.XidEvents once start_events() ran
+
+    def start_events(self, wait_ms: int = 1000) -> bool:
+        """Start the agent's own XID event thread (:class:`probes.nvmlevents.XidEvents`); False when it
+        cannot (no NVML, no event set: logged), the probe then reads no XID."""
+        from probes.nvmlevents import XidEvents
+
+        try:
+            nv = self._nvml()
+        except ProbeError as exc:
+            logger.info("NVML critical XID events not read: {}", exc)
+            return False
+        self.events = XidEvents(nv, wait_ms)
+        started = self.events.start()
+        if not started:
+            logger.warning("NVML critical XID events not read: {}", self.events.error)
+        return started
+
+    def stop_events(self) -> None:
+        """Stop the XID event thread (when started)."""
+        if self.events is not None:
+            self.events.stop()
 
     def _nvml(self) -> Any:
         if self._module is None:
@@ -66,9 +91,12 @@ class NvmlBackend:
             except Exception as exc:
                 raise ProbeError("driver", f"NVML system query failed: {exc}", exc) from exc
             out = []
+            xids = self.events.drain() if self.events is not None else {}
             for index in range(count):
                 device = self._device(nv, index, driver, cuda)
                 if device is not None:
+                    if xids.get(device["uuid"]):
+                        device.setdefault("health", {})["xids"] = xids[device["uuid"]]
                     out.append(device)
             return out
         finally:
@@ -103,6 +131,9 @@ class NvmlBackend:
                 facts["migProfiles"] = self._profiles(nv, handle, infos)
                 facts["migDevices"] = self._mig_devices(nv, handle, uuid,
                                                         {int(i.id): _text(i.name) for i in infos})
+            health = self._health(nv, handle)
+            if health:
+                facts["health"] = health
         except Exception as exc:
             logger.warning("NVML device {} ({}): probe failed, reported unhealthy: {}", index, uuid, exc)
             facts["healthy"] = False
@@ -118,6 +149,27 @@ class NvmlBackend:
             if type(exc).__name__ == "NVMLError_NotSupported":
                 return default
             raise
+
+    @staticmethod
+    def _health(nv: Any, handle: Any) -> dict[str, Any]:
+        """The health counters this device supports (docs/concepts/out-of-service.md "Health"): volatile
+        uncorrectable ECC errors, pending retired pages, pending and failed row remaps. One that does not read
+        (not supported, or failing) is left out: the rules then have no fact of it."""
+        out: dict[str, Any] = {}
+        reads = (("eccUncorrectableVolatile", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
+                     handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))),
+                 ("retiredPagesPending", lambda: bool(nv.nvmlDeviceGetRetiredPagesPendingStatus(handle))))
+        for name, read in reads:
+            try:
+                out[name] = read()
+            except Exception:  # NVML_ERROR_NOT_SUPPORTED (no ECC, no page retirement on Ampere+), or absent
+                continue
+        try:
+            _, _, pending, failure = nv.nvmlDeviceGetRemappedRows(handle)
+            out["remappedRowsPending"], out["remappedRowsFailure"] = bool(pending), bool(failure)
+        except Exception:  # before Ampere: no row remapper
+            pass
+        return out
 
     @staticmethod
     def _memory_mib(nv: Any, handle: Any) -> int:

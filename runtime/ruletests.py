@@ -342,6 +342,7 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
     """Read ``case.slices`` for ``case.node`` with ``policy``'s DRA rows and compare with ``expect``."""
     from runtime.engine.devices.agentplan import plan_node
     from runtime.engine.devices.draslices import read_node
+    from runtime.engine.devices.health import as_read
     from runtime.engine.settings import resolve
     from runtime.model.facts import parse_facts
 
@@ -362,7 +363,9 @@ def run_dra_case(policy: Policy, case: DraCase) -> CaseResult:
         facts = parse_facts({"node": case.node, "accelerators": reading.accelerators}, case.file)
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": case.node, "labels": {}},
                 "status": {}}
-        plan = plan_node(policy, facts, node, resolve(policy.settings, {}))
+        # the health rules judge the facts as the agent would on its first reading (no history)
+        plan = plan_node(policy, facts, node, resolve(policy.settings, {}),
+                         health=as_read(policy, facts.accelerators, None))
         labels = (plan.device_manager or {}).get("spec", {}).get("labels", {})
         if "labels" in exp and labels != exp["labels"]:
             result.problems.append(f"labels:\n  want {json.dumps(exp['labels'], sort_keys=True)}\n"

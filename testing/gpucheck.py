@@ -4,8 +4,12 @@ with ``nvidia-smi`` (docs/observability.md "Real NVML: `make gpu-check`"), then 
 Compared per GPU: count (``nvidia-smi -L``), UUID, product name, memory (MiB), driver version, CUDA
 version (the ``nvidia-smi`` banner), MIG mode and, with MIG on, the profile names
 (``nvidia-smi mig -lgip``); and that the Devices object the agent would publish names the same GPUs,
-product, driver and CUDA version. Exit 0: equal, or skipped (no NVIDIA driver here: the reason is
-printed); 1: a difference (each printed); 2: bad arguments. ``--record FILE`` writes the probed facts
+product, driver and CUDA version. Health (docs/concepts/out-of-service.md "Health"): the agent's XID event
+thread registers the critical-XID event set on every GPU and waits on it once, and the probe reads the
+volatile uncorrectable ECC count (where ECC is on) and the row-remap counters (compute capability 8.0 and
+later); each GPU's facts are printed, and a GPU the set could not register or whose counters did not read is a
+difference. Exit 0: equal, or skipped (no NVIDIA driver here: the reason is printed); 1: a difference (each
+printed); 2: bad arguments. ``--record FILE`` writes the probed facts
 as a recorded-facts document (probes/recorded/ format).
 
     python -m testing.gpucheck [--node NAME] [--record probes/recorded/<node>.yaml]
@@ -87,6 +91,44 @@ def compare_devices(devices: dict | None, gpus: list[dict], banner: str) -> list
     return out
 
 
+def health_problems(facts: list[dict], registered: list[str], unregistered: dict[str, str],
+                    error: str | None) -> tuple[list[str], list[str]]:
+    """(one line per GPU: its health facts and whether its critical XIDs are registered; the differences:
+    the event set did not start, a GPU not registered, an ECC count missing where ECC is on, row-remap
+    counters missing on compute capability 8.0 or later)."""
+    lines, problems = [], []
+    if error:
+        problems.append(f"XID event set: {error}")
+    for fact in sorted(facts, key=lambda f: f["index"]):
+        health = fact.get("health") or {}
+        shown = " ".join(f"{k}={health[k]}" for k in ("eccUncorrectableVolatile", "retiredPagesPending",
+                                                      "remappedRowsPending", "remappedRowsFailure") if k in health)
+        lines.append(f"GPU {fact['index']} health: {shown or '(no counter read)'}; critical XID events "
+                     f"{'registered' if fact['uuid'] in registered else 'not registered'}")
+        if fact["uuid"] in unregistered:
+            problems.append(f"GPU {fact['index']} XID events not registered: {unregistered[fact['uuid']]}")
+        elif not error and fact["uuid"] not in registered:
+            problems.append(f"GPU {fact['index']} XID events not registered")
+        if fact.get("eccEnabled") and "eccUncorrectableVolatile" not in health:
+            problems.append(f"GPU {fact['index']} ECC is on, its uncorrectable ECC count did not read")
+        if tuple(fact.get("computeCapability") or (0, 0)) >= (8, 0) and "remappedRowsPending" not in health:
+            problems.append(f"GPU {fact['index']} row-remap counters did not read (compute capability >= 8.0)")
+    return lines, problems
+
+
+def event_check(nv=None, wait_ms: int = 200) -> tuple[list[str], dict[str, str], str | None]:
+    """Start the agent's XID event thread (probes/nvmlevents.py) on this machine's NVML, wait once, stop:
+    (UUIDs registered, UUID -> why not, the error when it could not start)."""
+    import importlib
+
+    from probes.nvmlevents import XidEvents
+
+    events = XidEvents(nv if nv is not None else importlib.import_module("pynvml"), wait_ms)
+    events.start()
+    events.stop()
+    return list(events.registered), dict(events.unregistered), events.error
+
+
 def _smi(*args: str) -> str:
     return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, check=True, timeout=60).stdout
 
@@ -127,9 +169,13 @@ def run(node: str, record: str | None) -> int:
     plan = agent.reconcile(dry_run=True)
     problems = compare_facts(facts, gpus, listing, banner, profiles)
     problems += compare_devices(plan.devices if plan else None, gpus, banner)
+    health_lines, health = health_problems(facts, *event_check())
+    problems += health
     for gpu in gpus:
         print(f"GPU {gpu['index']} {gpu['uuid']} {gpu['name']} {gpu['memory.total']} MiB driver "
               f"{gpu['driver_version']} MIG {gpu['mig.mode.current']}")
+    for line in health_lines:
+        print(line)
     print(generate_latest(metrics.registry).decode(), end="")
     if record:
         doc = {"node": node, "cpu": read_cpu(), "accelerators": facts}

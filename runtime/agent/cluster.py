@@ -6,7 +6,8 @@ The agent connects, watches and writes with the same parts as the controller
 * one :class:`runtime.kube.session.Session` (:func:`runtime.kube.session.connect`, the one kubeconfig
   loader);
 * one :class:`runtime.kube.clustercache.ClusterCache` of what the agent depends on (:func:`node_watches`): its
-  Node, the Pods bound to it, its NodeFeatures, its Devices and the settings Secret. Every watch event
+  Node, the Pods bound to it, its NodeFeatures, its Devices, the AcceleratorMaintenance objects naming it and
+  the settings Secret. Every watch event
   wakes the agent's loop; every read of a pass comes from the cache;
 * one :class:`runtime.kube.applier.Applier` (field manager :data:`FIELD_MANAGER`) whose answers are
   written through to the cache, so the next pass sees them before their watch events arrive.
@@ -28,7 +29,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.applier import Applier
 from runtime.kube.cache import WatchedKind
 from runtime.kube.clustercache import ClusterCache
-from runtime.kube.events import warning_event
+from runtime.kube.events import event as make_event
 from runtime.kube.session import KubeApiError, Session, connect
 
 FIELD_MANAGER = "accelpolicy-agent"
@@ -42,14 +43,19 @@ class SettingsUnreadable(RuntimeError):
     """The settings Secret's watch has not listed (forbidden, or no answer yet)."""
 
 
+class MaintenanceUnreadable(RuntimeError):
+    """The AcceleratorMaintenance watch has not listed (no CRD, forbidden, or no answer yet)."""
+
+
 def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str,
                  dra: bool = False) -> list[WatchedKind]:
     """What the agent reacts to (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object
     and its ledger"): its Node and Devices (by name), the Pods bound to it (``spec.nodeName``), its
-    NodeFeatures in ``namespace`` (label ``nodeFeatureNode``) and the settings Secret in
-    ``settings_namespace``; with ``dra`` (the ``dra`` backend, docs/concepts/dra.md "Accelerators from DRA
-    drivers") also the ResourceSlices naming the node (``spec.nodeName``) and every ResourceClaim (a claim has
-    no node to select on; its allocation names the node's devices)."""
+    NodeFeatures in ``namespace`` (label ``nodeFeatureNode``), the AcceleratorMaintenance objects naming it
+    (their selectable ``nodeField``, read only: docs/concepts/out-of-service.md "Maintenance") and the
+    settings Secret in ``settings_namespace``; with ``dra`` (the ``dra`` backend, docs/concepts/dra.md
+    "Accelerators from DRA drivers") also the ResourceSlices naming the node (``spec.nodeName``) and every
+    ResourceClaim (a claim has no node to select on; its allocation names the node's devices)."""
     rules = agent_rules(policy)
     extra = [WatchedKind("ResourceSlice", field_selector=f"spec.nodeName={node}"),
              WatchedKind("ResourceClaim")] if dra else []
@@ -59,6 +65,7 @@ def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: 
         WatchedKind(rules.nodeFeature.kind, namespace=namespace,
                     label_selector=f"{policy.key('nodeFeatureNode')}={node}"),
         WatchedKind(rules.devices.kind, field_selector=f"metadata.name={node}"),
+        WatchedKind(rules.maintenance.kind, field_selector=f"{rules.maintenance.nodeField}={node}"),
         WatchedKind("Secret", namespace=settings_namespace,
                     field_selector=f"metadata.name={policy.settings.secretName}"),
     ]
@@ -99,15 +106,17 @@ class NodeCluster:
         first = not self.cache.started
         self.cache.start()
         deadline = time.monotonic() + sync_timeout
+        optional = ("Secret", self.rules.maintenance.kind)
         missing = [kind for kind, cache in self.cache.caches.items()
-                   if kind != "Secret" and not cache.synced.wait(max(0.0, deadline - time.monotonic()))]
+                   if kind not in optional and not cache.synced.wait(max(0.0, deadline - time.monotonic()))]
         if missing:
             why = "; ".join(
                 f"{kind}: {self.cache[kind].last_error}" for kind in missing if self.cache[kind].last_error)
             raise TimeoutError(f"watch caches not synced after {sync_timeout:g}s: {', '.join(missing)}"
                                + (f" ({why})" if why else ""))
         if first:
-            self.cache["Secret"].synced.wait(settings_wait)
+            for kind in optional:
+                self.cache[kind].synced.wait(settings_wait)
         return self
 
     def stop(self) -> None:
@@ -141,6 +150,15 @@ class NodeCluster:
     def resource_claims(self) -> list[dict[str, Any]]:
         """Every ResourceClaim, all namespaces (the ``dra`` backend's watch; empty without it)."""
         return list(self.cache["ResourceClaim"].objects()) if "ResourceClaim" in self.cache.caches else []
+
+    def maintenances(self) -> list[dict[str, Any]]:
+        """The AcceleratorMaintenance objects naming this node. Raises :class:`MaintenanceUnreadable` while
+        their watch has not listed (the CRD is not installed, RBAC refuses it), naming why."""
+        kind = self.rules.maintenance.kind
+        cache = self.cache[kind]
+        if not cache.synced.is_set():
+            raise MaintenanceUnreadable(f"not listed: {cache.last_error or 'no answer yet'}")
+        return list(cache.objects())
 
     def settings_secret(self) -> dict[str, Any] | None:
         """The settings Secret (``data`` still base64), or None when missing. Raises
@@ -183,11 +201,12 @@ class NodeCluster:
         """Merge-patch only the given annotation keys onto the Pod ``namespace``/``name``."""
         self.applier.merge_patch("Pod", name, {"metadata": {"annotations": dict(annotations)}}, namespace)
 
-    def warn(self, involved: Mapping[str, Any], reason: str, message: str, component: str) -> None:
-        """Record a Warning Event on ``involved`` (``apiVersion``, ``kind``, ``name``, optional
-        ``namespace``, ``uid``); a refused Event is logged, never raised."""
-        event = warning_event(involved, reason, message, component,
-                              datetime.datetime.now(datetime.timezone.utc))
+    def warn(self, involved: Mapping[str, Any], reason: str, message: str, component: str,
+             type_: str = "Warning") -> None:
+        """Record an Event (``type_``: Warning, or Normal for a recovery) on ``involved`` (``apiVersion``,
+        ``kind``, ``name``, optional ``namespace``, ``uid``); a refused Event is logged, never raised."""
+        event = make_event(involved, type_, reason, message, component,
+                           datetime.datetime.now(datetime.timezone.utc))
         try:
             self.applier.create(event)
         except KubeApiError as exc:

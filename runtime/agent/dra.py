@@ -160,6 +160,16 @@ class AutoBackend:
         """The recorded CPU when the fallback is a recorded document, else None (/proc/cpuinfo)."""
         return self.fallback.cpu()
 
+    def start_events(self, wait_ms: int) -> bool:
+        """The fallback's XID event thread, when it is NVML (probes/nvmlevents.py)."""
+        start = getattr(self.fallback, "start_events", None)
+        return bool(start(wait_ms)) if start is not None else False
+
+    def stop_events(self) -> None:
+        stop = getattr(self.fallback, "stop_events", None)
+        if stop is not None:
+            stop()
+
     def accelerators(self) -> list[dict[str, Any]]:
         """The accelerators of the backend in use, after switching to ``dra`` when slices appeared."""
         if self.active is not self.dra:

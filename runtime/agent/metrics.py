@@ -4,7 +4,8 @@ port (:func:`runtime.agent.health.serve_health`, ``/metrics``).
 Per accelerator of the last plan's Devices object (labels ``node``, ``group``, ``accelerator``: the
 node's name, the accelerator group id and the accelerator's id as published; bounded by the
 node's accelerators): the ledger's ``mode`` and ``remaining`` credits (docs/agent.md "The Devices object and
-its ledger", ``status.groups[].accelerators[]``) and health (``spec`` ``status.unhealthy``). Per pass: the
+its ledger", ``status.groups[].accelerators[]``) and health (``spec`` ``status.unhealthy``); each health
+transition (docs/concepts/out-of-service.md "Health": the accelerator, the rule, out or back). Per pass: the
 probe's duration, and errors of each probe and of the kubelet PodResources read (one per failing pass, ERROR
 level only: a CPU node without the NVIDIA library or ``auto`` without the socket is no error).
 """
@@ -83,6 +84,10 @@ class AgentMetrics:
                                     "(cpu, accelerator, facts)", ["probe"], registry=self.registry)
         self.podresources_errors = Counter("accelpolicy_agent_podresources_errors", "Passes whose kubelet "
                                            "PodResources read failed", registry=self.registry)
+        self.health_transitions = Counter(
+            "accelpolicy_agent_accelerator_health_transitions", "Accelerators judged unhealthy or back in "
+            "service by a rule of rules/health.yaml", ["node", "accelerator", "rule", "to"],
+            registry=self.registry)
 
     def bind(self, agent) -> "AgentMetrics":
         """Observe ``agent`` (a :class:`runtime.agent.runner.NodeAgent`): its passes and problems."""
@@ -97,6 +102,8 @@ class AgentMetrics:
         self.probe_seconds.observe(probe_seconds)
         if plan is not None and plan.accelerators_known:
             self.devices = plan.devices
+        for move in (plan.health_transitions if plan is not None else []):
+            self.health_transitions.labels(self.node, move.uuid, move.rule, move.to).inc()
 
     def problem(self, topic: str, level: str) -> None:
         """A problem the agent logged (or would have: it logs each once) under ``topic``."""

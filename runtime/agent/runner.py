@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -22,6 +23,8 @@ from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
 from runtime.agent.cluster import NodeCluster
+from runtime.agent.events import COMPONENT, EventRecorder
+from runtime.agent.outofservice import OutOfService, start_events, stop_events
 from runtime.agent.dra import BACKEND as DRA_BACKEND
 from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_feature_name, plan_node
 from runtime.engine.devices.draclaims import claim_pod_resources
@@ -34,7 +37,6 @@ from runtime.kube.session import KubeApiError
 from runtime.model.facts import CpuFacts, FactsError, NodeFactsDoc, parse_facts
 
 ALLOCATION_SOURCES = ("auto", "podresources", "annotation")
-COMPONENT = "accelpolicy-agent"
 
 
 def resolve_allocation_source(choice: str, socket: str) -> str:
@@ -56,7 +58,8 @@ class NodeAgent:
     def __init__(self, policy: Policy, backend: AcceleratorBackend, node_name: str, *, session: Any = None,
                  node: Mapping[str, Any] | None = None, cpuinfo: str = CPUINFO,
                  allocation_source: str = "auto", group_id_with_memory: bool = False,
-                 namespace: str | None = None, podresources_socket: str | None = None):
+                 namespace: str | None = None, podresources_socket: str | None = None,
+                 clock: Callable[[], datetime] | None = None):
         self.policy = policy
         self.rules = agent_rules(policy)
         self.backend = backend
@@ -83,8 +86,10 @@ class NodeAgent:
         resolve_allocation_source(allocation_source, self.podresources_socket)   # validates the choice
         self.allocation_choice = allocation_source
         self.log = OnceLog()
+        # maintenance, health and when to look again at ``clock`` (docs/concepts/out-of-service.md)
+        self.service = OutOfService(node_name, self.log, clock)
         self._seen_accelerators = False
-        self._recorded_events: set[tuple[str, str, str, str]] = set()
+        self.events = EventRecorder()   # each Event of a plan once per process
 
     @property
     def dra(self) -> bool:
@@ -219,9 +224,12 @@ class NodeAgent:
             settings = self._settings()
             node = dict(self.node or {"metadata": {"name": self.node_name}})
             pod_resources = None
+        maintenance, health, moves = self.service.resolve(self.policy, self.cluster, facts, known)
         plan = plan_node(self.policy, facts, node, settings, worker_now=worker_now, pods=pods,
                          accelerators_known=known, group_id_with_memory=self.group_id_with_memory,
-                         namespace=self.namespace, pod_resources=pod_resources)
+                         namespace=self.namespace, pod_resources=pod_resources, maintenance=maintenance,
+                         health=health)
+        self.service.finish(self.policy, plan, moves)
         if self.dra:
             reason = dra_policy(self.policy).events.unreadableDevice
             plan.events += [
@@ -239,7 +247,8 @@ class NodeAgent:
             self.cluster.patch_pod_annotations(meta["namespace"], meta["name"], meta["annotations"])
             done.append(f"annotated Pod {meta['namespace']}/{meta['name']}")
         done += self._apply_devices(plan, node)
-        self._record_events(plan, (node.get("metadata") or {}).get("uid", ""))
+        node_uid = (node.get("metadata") or {}).get("uid", "")
+        self.events.record(self.cluster, self.rules.devices, plan, node_uid)
         return done
 
     def _apply_node_features(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
@@ -306,25 +315,6 @@ class NodeAgent:
                 done.append(f"deleted Devices {self.node_name}")
         return done
 
-    def _record_events(self, plan: AgentPlan, node_uid: str) -> None:
-        """Record each ledger Event once per process (a rebuild repeats them every tick)."""
-        dv = self.rules.devices
-        for ev in plan.events:
-            key = (ev.kind, ev.namespace, ev.name, ev.message)
-            if key in self._recorded_events:
-                continue
-            self._recorded_events.add(key)
-            if ev.kind == dv.kind:
-                involved = {"apiVersion": dv.apiVersion, "kind": dv.kind, "name": ev.name}
-            else:
-                involved = {"apiVersion": "v1", "kind": ev.kind, "name": ev.name, "namespace": ev.namespace}
-                # an unreadable DRA device (docs/node-facts-robustness.md "A malformed fact costs only its
-                # node (decision 19)")
-                if ev.kind == "Node":
-                    involved["uid"] = node_uid
-            logger.warning("{} {}/{}: {}: {}", ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
-            self.cluster.warn(involved, ev.reason, ev.message, COMPONENT)
-
     # -- loop --------------------------------------------------------------------------------------
     def use_policy(self, policy: Policy) -> None:
         """A reloaded rules generation (the chart's mounted ConfigMap changed): the next pass plans and
@@ -370,19 +360,21 @@ class NodeAgent:
         events), and at least every ``interval`` seconds (the probe has no change events), until
         ``stop`` is set; the watches stop with the loop."""
         stop = stop or threading.Event()
+        start_events(self.policy, self.backend)
         try:
             while not stop.is_set():
                 self.wake.clear()
                 self.reconcile()
                 if watch:
-                    self.wake.wait(interval)
+                    self.wake.wait(self.service.wait_seconds(interval))
                 else:
-                    stop.wait(interval)
+                    stop.wait(self.service.wait_seconds(interval))
         finally:
             self.close()
 
     def close(self) -> None:
-        """Stop the cluster view's watches (when there is a cluster)."""
+        """Stop the backend's XID event thread and the cluster view's watches (when there is a cluster)."""
+        stop_events(self.backend)
         if self.cluster is not None:
             self.cluster.stop()
 

@@ -49,14 +49,16 @@ ADMISSION = ("Namespace", "Node", "Pod", "ConfigMap", "PersistentVolumeClaim", "
              "LocalQueue", "AdmissionCheck", "Workload", "InstanceType", "InstanceTypeFlavor", "Instance",
              "Devices", "InstancePersistentVolume", "Setting", "ResourceSlice", "ResourceClaim",
              "DeviceClass", "PolicyException")
-#: ``audit`` and ``snapshot``: every kind accelpolicy reads (Secrets: the settings Secret only).
-AUDIT = ADMISSION
+#: ``audit`` and ``snapshot``: every kind accelpolicy reads (Secrets: the settings Secret only), and the
+#: AcceleratorMaintenance objects (docs/concepts/out-of-service.md "Maintenance").
+AUDIT = ADMISSION + ("AcceleratorMaintenance",)
 
 #: What each kind's absence costs, for the warning naming a CRD that is not installed.
 WITHOUT = {"Workload": "no Workloads admitted or pending in the pools",
            "NodeFeature": "no node facts from NodeFeatures: nodes read with their own labels only",
            "Devices": "no device ledgers: accelerator views count every accelerator free",
-           "PolicyException": "no PolicyExceptions: every rule judges as if none were granted"}
+           "PolicyException": "no PolicyExceptions: every rule judges as if none were granted",
+           "AcceleratorMaintenance": "no AcceleratorMaintenance objects: none is reported"}
 VIEWER_ROLE = "accelpolicy-viewer"
 
 

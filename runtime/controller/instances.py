@@ -43,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from runtime.engine.admissioncheck import RETRY, check_entry
 from runtime.engine.ownership import owned_by_instance
 from runtime.engine.plan import Action, Verb
 from runtime.engine.pools import DesiredState
@@ -110,13 +111,17 @@ _INSTANCE_WRITES = {
 }
 
 
-def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> InstanceActions:
-    """Actions bringing every Instance of ``snapshot`` one step further (see the module docstring)."""
+def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot,
+                   remembered: dict[tuple[str, str], str] | None = None) -> InstanceActions:
+    """Actions bringing every Instance of ``snapshot`` one step further (see the module docstring).
+    ``remembered``: the check's last Retry message per Pod (:class:`RetryMessages`), beside those the
+    snapshot's Workloads still carry."""
     out = InstanceActions()
     requeues = []
     api_version = KNOWN_KINDS["Instance"][0]
     desired_queues = {name_of(q): q for q in state.cluster_queues}
     flavors_of: dict[str, list[dict]] = {}   # type name -> its pool's ResourceFlavors (desired, queue order)
+    retries = {**(remembered or {}), **check_retries(policy, snapshot)}
     for instance in snapshot.list("Instance"):
         meta = instance["metadata"]
         name, namespace = meta["name"], meta.get("namespace") or "default"
@@ -131,7 +136,8 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
         if type_name not in flavors_of:
             flavors_of[type_name] = pool_flavors(desired_queues.get(type_name), state.resource_flavors)
         decided = plan_instance(policy, state.settings, snapshot, instance, pod, instance_type, queue,
-                                pod_age_seconds(instance, pod), flavors=flavors_of[type_name])
+                                pod_age_seconds(instance, pod), flavors=flavors_of[type_name],
+                                check_message=retries.get((namespace, name), "") if pod is not None else "")
         first: list[Action] = []
         rest: list[Action] = []
         for verb, payload in decided.actions:
@@ -153,6 +159,50 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot) -> I
             requeues.append(decided.requeue)
     out.requeue = float(min(requeues)) if requeues else 0.0
     return out
+
+
+def check_retries(policy: Policy, snapshot: Snapshot) -> dict[tuple[str, str], str]:
+    """(namespace, Pod name) -> the node-devices check's message, for each Workload of a Pod (Kueue's Pod
+    integration: its owner) whose check entry is ``Retry`` (docs/concepts/out-of-service.md "Cordoned and
+    tainted nodes": a Pending Instance says why)."""
+    out: dict[tuple[str, str], str] = {}
+    for workload in snapshot.list("Workload"):
+        entry = check_entry(policy, workload)
+        if entry is None or entry.get("state") != RETRY:
+            continue
+        meta = workload.get("metadata") or {}
+        for owner in meta.get("ownerReferences") or []:
+            if owner.get("kind") == "Pod":
+                out[(meta.get("namespace") or "", owner.get("name", ""))] = entry.get("message") or ""
+    return out
+
+
+def _owner_pods(workload: dict) -> list[tuple[str, str]]:
+    meta = workload.get("metadata") or {}
+    return [(meta.get("namespace") or "", o.get("name", "")) for o in meta.get("ownerReferences") or []
+            if o.get("kind") == "Pod"]
+
+
+class RetryMessages:
+    """The node-devices check's last Retry message per Pod (its Workload's owner), kept until the check
+    answers Ready or the Workload is gone: Kueue resets a Retry to Pending at once when it evicts, so the
+    snapshot alone would lose it by the next pass (docs/concepts/out-of-service.md "Cordoned and tainted
+    nodes": a waiting Instance says why)."""
+
+    def __init__(self) -> None:
+        self.by_pod: dict[tuple[str, str], str] = {}
+
+    def update(self, snapshot: Snapshot, verdicts: dict) -> None:
+        """This pass's ``verdicts`` (``(namespace, Workload name)`` -> Verdict) over ``snapshot``."""
+        for (namespace, name), verdict in verdicts.items():
+            workload = snapshot.get("Workload", name, namespace) or {}
+            for pod in _owner_pods(workload):
+                if verdict.state == RETRY:
+                    self.by_pod[pod] = verdict.message
+                else:
+                    self.by_pod.pop(pod, None)
+        alive = {pod for workload in snapshot.list("Workload") for pod in _owner_pods(workload)}
+        self.by_pod = {pod: message for pod, message in self.by_pod.items() if pod in alive}
 
 
 def plan_persistent_volumes(policy: Policy, snapshot: Snapshot) -> list[Action]:

@@ -7,7 +7,8 @@ each with explicit inputs and the state it keeps between passes:
 * :class:`WarningsOnce`: derive warnings logged once while they last;
 * :class:`InvalidSettingReports`: the InvalidSetting Events (docs/concepts/settings.md "Settings");
 * :func:`workload_check_step`: the Workload check answers (docs/concepts/pools-and-flavors.md "The
-  AdmissionCheck `gpustack-node-devices`");
+  AdmissionCheck `gpustack-node-devices`"); :func:`maintenance_step`: the AcceleratorMaintenance status
+  (docs/concepts/out-of-service.md "Maintenance");
 * :class:`Pass`: what one pass read (its generation, its snapshot, the check verdicts), handed to the
   steps that run its actions.
 
@@ -24,6 +25,8 @@ from typing import Callable, Iterator
 from loguru import logger
 
 from runtime.controller.settings_seed import invalid_setting_event
+from runtime.controller.instances import RetryMessages
+from runtime.controller.maintenance import plan_maintenance
 from runtime.controller.workloadchecks import plan_workload_checks
 from runtime.engine.plan import Action
 from runtime.engine.policy import Policy
@@ -158,12 +161,26 @@ class InvalidSettingReports:
 
 
 def workload_check_step(policy: Policy, snapshot: Snapshot, now: datetime, namespace: str,
-                        monotonic: Callable[[], float], requeue: Requeue) -> tuple[list[Action], dict]:
+                        monotonic: Callable[[], float], requeue: Requeue,
+                        retries: RetryMessages | None = None) -> tuple[list[Action], dict]:
     """The Workload check answers (:mod:`runtime.controller.workloadchecks`): ``(actions, verdicts)``; a
-    Retry waiting for its re-evaluation asks ``requeue`` for that moment, and each error is logged."""
+    Retry waiting for its re-evaluation asks ``requeue`` for that moment, and each error is logged.
+    ``retries`` remembers each Retry for the Instance it holds back."""
     checks = plan_workload_checks(policy, snapshot, now, namespace)
+    if retries is not None:
+        retries.update(snapshot, checks.verdicts)
     for error in checks.errors:
         logger.warning("admission check {}: {}", policy.derivation.admissionCheck.name, error)
     if checks.requeue is not None:
         requeue.ask(monotonic() + checks.requeue)
     return checks.actions, checks.verdicts
+
+
+def maintenance_step(policy: Policy, snapshot: Snapshot, now: datetime, monotonic: Callable[[], float],
+                     requeue: Requeue) -> list[Action]:
+    """The AcceleratorMaintenance status writes (:mod:`runtime.controller.maintenance`); the next expiry asks
+    ``requeue`` for a pass then (its status changes without an event)."""
+    plan = plan_maintenance(policy, snapshot, now)
+    if plan.requeue is not None:
+        requeue.ask(monotonic() + plan.requeue)
+    return plan.actions

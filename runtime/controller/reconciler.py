@@ -9,8 +9,9 @@ Each pass plans, in order: the pools (:func:`runtime.engine.plan.plan`), every I
 (:mod:`runtime.controller.instances`, docs/concepts/instances.md "Life cycle"), the Setting view
 (:mod:`runtime.controller.settingsview`), the ``gpustack-node-devices`` answers on Workloads
 (:mod:`runtime.controller.workloadchecks`, docs/concepts/pools-and-flavors.md "The AdmissionCheck
-`gpustack-node-devices`") and the DeviceClasses. A pass is also requeued without an event when an
-Instance, a Retry, the fit labels' window (docs/agent.md "Capacity and fit labels") or the start guard
+`gpustack-node-devices`"), the AcceleratorMaintenance status (:mod:`runtime.controller.maintenance`), the
+DeviceClasses. A pass is also requeued without an event when an Instance, a Retry, a maintenance expiry,
+the fit labels' window (docs/agent.md "Capacity and fit labels") or the start guard
 (docs/availability.md "The start guard") asks; what the window and the guard hold back is
 ``ReconcileResult.deferred``.
 
@@ -38,9 +39,10 @@ from runtime.controller.actions import ActionWriter
 from runtime.controller.clock import Clock, utc_now
 from runtime.controller.deviceclasses import DeviceClassFeature, plan_device_classes
 from runtime.controller.fitlabels import FitLabelWriter
-from runtime.controller.instances import plan_instances, plan_persistent_volumes
+from runtime.controller.instances import RetryMessages, plan_instances, plan_persistent_volumes
 from runtime.controller.passsteps import (FitLabelWindow, InvalidSettingReports, Pass, Requeue,
-                                          RulesGeneration, WarningsOnce, workload_check_step)
+                                          RulesGeneration, WarningsOnce, maintenance_step,
+                                          workload_check_step)
 from runtime.controller.reach import ReachWatch
 from runtime.controller.settingsview import plan_settings
 from runtime.controller.snapshots import CacheSnapshots
@@ -60,8 +62,8 @@ from runtime.model.rfc3339 import format_time
 # What the pools depend on (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes"),
 # what Instances depend on (docs/concepts/instances.md "The Instance's Pod" and "Persistent volumes"), Kueue
 # Workloads (the check answers); the settings Secret and the Setting view: in the settings namespace only.
-WATCHED = ("Node", "NodeFeature", "Devices", "Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue",
-           "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
+WATCHED = ("Node", "NodeFeature", "Devices", "AcceleratorMaintenance", "Namespace", "ResourceFlavor",
+           "ClusterQueue", "LocalQueue", "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim",
            "PersistentVolume", "StorageClass", "RuntimeClass",
            "Workload", "PolicyException")
@@ -142,6 +144,7 @@ class Controller:
         self.reach = ReachWatch()  # pools that cannot keep their promises: Events, metrics
         self.last_pass: Pass | None = None  # the last pass's generation, snapshot and check verdicts
         self._foreign: set[str] = set()  # Instances reported for a same-named Pod not theirs
+        self.retry_messages = RetryMessages()  # the check's last Retry per Pod: a waiting Instance's message
         self.warnings = WarningsOnce()
         self.requeue = Requeue()  # a pass without an event: an Instance, a Retry, the fit window, the guard
         self.snapshots = CacheSnapshots(self.cache)  # each pass's snapshot, from the last one and the changes
@@ -303,7 +306,7 @@ class Controller:
         verdicts: ``(actions, deferred, verdicts)``. Restarts :attr:`requeue` with the Instances' ask."""
         now = self.clock()
         actions = plan(policy, state, snapshot, now=format_time(now), memo=self._memo)
-        instances = plan_instances(policy, state, snapshot)
+        instances = plan_instances(policy, state, snapshot, self.retry_messages.by_pod)
         for key in set(instances.foreign) - self._foreign:
             logger.warning("Instance {}: a Pod of that name exists and is not the Instance's; left alone",
                            key)
@@ -314,8 +317,8 @@ class Controller:
             actions += plan_settings(policy.settings, self.settings_namespace, snapshot)
         self.requeue.restart(time.monotonic() + instances.requeue if instances.requeue > 0 else None)
         checks, verdicts = workload_check_step(policy, snapshot, now, self.settings_namespace, time.monotonic,
-                                               self.requeue)
-        actions += checks
+                                               self.requeue, self.retry_messages)
+        actions += checks + maintenance_step(policy, snapshot, now, time.monotonic, self.requeue)
         if self.device_classes.available:
             actions += plan_device_classes(policy, snapshot)
         if self.fit_writer is not None:

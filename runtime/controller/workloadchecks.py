@@ -10,7 +10,10 @@ one ``apply-check-state`` :class:`Action` per Workload whose entry must change:
   ``retryAfterSeconds`` (rules/pools/derivation.yaml, 30 s) while the quota is still held (a real
   Kueue evicts a Retry at once and resets the check to ``Pending``; without it the controller looks
   again itself);
-* the verdict is :func:`runtime.engine.admissioncheck.check_workload`'s; the write is
+* the verdict is :func:`runtime.engine.admissioncheck.check_workload`'s, against the nodes less what
+  the check promised and is not started yet (:func:`runtime.engine.admissioncheck.promised`, charged oldest
+  first) and less what earlier Ready answers of this pass placed (docs/concepts/out-of-service.md
+  "Promises"); the write is
   :func:`runtime.engine.admissioncheck.check_state_apply`'s body, planned only when the entry
   differs, so a second reconcile plans nothing;
 * ``requeue``: seconds until the youngest ``Retry`` falls due (None when none waits), so the
@@ -60,7 +63,7 @@ def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime,
             out.requeue = due if out.requeue is None else min(out.requeue, due)
             continue
         if nodes is None:
-            nodes = ac.managed_nodes(policy, snapshot, namespace)
+            nodes = _promised_nodes(policy, snapshot, now, namespace)
         try:
             verdict = ac.check_workload(policy, snapshot, workload, nodes)
         except ac.AdmissionCheckError as exc:
@@ -68,6 +71,8 @@ def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime,
             continue
         key = ((workload.get("metadata") or {}).get("namespace") or "", name_of(workload))
         out.verdicts[key] = verdict
+        if verdict.state == ac.READY:
+            ac.charge(policy, snapshot, nodes, workload, verdict)
         if verdict.state == ac.RETRY:
             out.requeue = retry if out.requeue is None else min(out.requeue, retry)
         body = ac.check_state_apply(policy, workload, verdict, now)
@@ -75,3 +80,18 @@ def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime,
             out.actions.append(Action(VERB, "Workload", key[1], key[0], body=body,
                                       reason=f"{object_ref(workload)}: {verdict.state}: {verdict.message}"))
     return out
+
+
+def _promised_nodes(policy: Policy, snapshot: Snapshot, now: datetime, namespace: str | None):
+    """The managed nodes less what the check promised and is not started yet: each promised Workload
+    placed again, oldest answer first, and what it places charged (docs/concepts/out-of-service.md
+    "Promises"). A promise that no longer fits (its node filled meanwhile) holds nothing."""
+    nodes = ac.managed_nodes(policy, snapshot, namespace)
+    for workload in ac.promised(policy, snapshot, now):
+        try:
+            verdict = ac.check_workload(policy, snapshot, workload, nodes)
+        except ac.AdmissionCheckError:
+            continue
+        if verdict.state == ac.READY:
+            ac.charge(policy, snapshot, nodes, workload, verdict)
+    return nodes

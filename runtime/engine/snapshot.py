@@ -32,6 +32,7 @@ KNOWN_KINDS: dict[str, tuple[str, bool]] = {
     "InstanceTypeFlavor": ("worker.gpustack.ai/v1", False),
     "Instance": ("worker.gpustack.ai/v1", True),
     "Devices": ("worker.gpustack.ai/v1", False),
+    "AcceleratorMaintenance": ("worker.gpustack.ai/v1", False),
     "InstancePersistentVolume": ("worker.gpustack.ai/v1", True),
     "Setting": ("gpustack.ai/v1", True),
     # validations of an AdmissionPolicy lifted for the objects it matches (docs/concepts/exceptions.md)
@@ -58,6 +59,8 @@ DEVICES_SHAPE: dict = {
     "spec": {"groups": [{"id": str, "manufacturer": str, "accelerators": [{
         "id": str, "index": int,
         "status": {"unhealthy": bool, "logicalSliced": {"count": int, "coresPercentageOvercommit": bool},
+                   "maintenance": {"name": str, "reason": str, "owner": str, "expiry": str},
+                   "health": {"fact": str, "rule": str, "lastFailure": str, "until": str, "strikes": int},
                    "physicalSliced": {"count": int, "profiles": [
                        {"name": Required(str), "count": int, "memoryMib": int}]}}}]}]},
     "status": {"groups": [{"id": str, "manufacturer": str, "accelerators": [{
@@ -153,6 +156,8 @@ def _status_fits(status) -> bool:
     if status is None:
         return True
     if not isinstance(status, dict) or not _fits(status.get("unhealthy"), bool):
+        return False
+    if not all(status.get(key) is None or isinstance(status[key], dict) for key in ("maintenance", "health")):
         return False
     logical, physical = status.get("logicalSliced"), status.get("physicalSliced")
     if logical is not None and not (isinstance(logical, dict) and _fits(logical.get("count"), int)

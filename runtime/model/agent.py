@@ -141,6 +141,23 @@ class ManufacturerEnvSpec(Strict):
     fields: dict[Literal["base", "runtimeName", "pciVendor", "partitionKind"], str]
 
 
+class MaintenanceMessages(Strict):
+    """The AcceleratorMaintenance status messages the controller writes (str.format)."""
+
+    inForce: str = Field(min_length=1, description="{devices}, {node}, {expiry}, {pods}")
+    expired: str = Field(min_length=1, description="{expiry}")
+    unmatched: str = Field(min_length=1, description="{node}, {wanted}")
+    invalid: str = Field(min_length=1, description="{field}, {error}")
+
+
+class MaintenanceSpec(ObjectKindSpec):
+    """The AcceleratorMaintenance kind (docs/concepts/out-of-service.md "Maintenance"): where it lives, the
+    field the agent selects its node's objects by, and the controller's status words."""
+
+    nodeField: str = Field("spec.node", description="the CRD's selectable field naming the node")
+    messages: MaintenanceMessages
+
+
 class NodeAgentSpec(Strict):
     """spec of rules/agent.yaml; field meanings are commented there."""
 
@@ -148,6 +165,7 @@ class NodeAgentSpec(Strict):
     namespaceEnv: str
     nodeFeature: NodeFeatureSpec
     devices: ObjectKindSpec
+    maintenance: MaintenanceSpec
     suffixes: Optional[LabelSuffixes] = Field(None,
                                               description="filled at load from rules/labels.yaml suffixes")
     trueValue: str

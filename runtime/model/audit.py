@@ -101,9 +101,12 @@ class UnusableSpec(_Templates):
 class WhySpec(_Templates):
     """Why a node's Devices can use fewer accelerators than its labels count, per Devices state."""
 
-    VARIABLES: ClassVar[dict[str, set[str]]] = {"present": {"unhealthy"}, "missing": set(), "refused": set()}
+    VARIABLES: ClassVar[dict[str, set[str]]] = {"present": {"unhealthy"}, "maintenance": {"maintenance"},
+                                                "missing": set(), "refused": set()}
     present: str = Field(min_length=1,
                          description="the Devices object counts; {unhealthy}: accelerators marked unhealthy")
+    maintenance: str = Field("{maintenance} in maintenance", min_length=1,
+                             description="added when some are in maintenance; {maintenance}: how many")
     missing: str = Field(min_length=1, description="no Devices object for the node")
     refused: str = Field(min_length=1, description="its Devices count in no view (decision 19)")
 
@@ -153,6 +156,28 @@ class PresetFallbackSpec(_Templates):
     why: PresetWhy
 
 
+_ACC = {"node", "accelerator", "index", "group", "pods"}
+
+
+class OutOfServiceSpec(_Templates):
+    """Accelerators out of service, per node (docs/concepts/out-of-service.md): the finding of each reason
+    (``audit``, one per accelerator or closed node) and the line ``explain instancetype`` prints. ``{pods}``:
+    the Pods still holding the accelerator (``noPods`` when none)."""
+
+    VARIABLES: ClassVar[dict[str, set[str]]] = {
+        "unhealthy": _ACC | {"fact", "rule", "until"},
+        "maintenance": _ACC | {"name", "reason", "owner", "expiry"},
+        "closed": {"node", "why", "count"}, "cleanUntil": {"until"}, "stillFailing": set(), "noPods": set()}
+    policy: str = Field(min_length=1)
+    unhealthy: Finding = Field(description="a health rule took it out")
+    maintenance: Finding = Field(description="an AcceleratorMaintenance in force on it")
+    closed: Finding = Field(description="its node takes no new Pod (cordon, taint): {why}, {count} "
+                                        "accelerators")
+    cleanUntil: str = Field(min_length=1, description="{until} of unhealthy: its clean period ends then")
+    stillFailing: str = Field(min_length=1, description="{until} of unhealthy while the fact is still read")
+    noPods: str = Field(min_length=1, description="{pods} when no Pod holds it")
+
+
 class AuditPolicySpec(Strict):
     """``kind: AuditPolicy``: see the module docstring. ``source`` fills each result's ``source`` and
     ``reportName`` the Report/ClusterReport ``metadata.name``."""
@@ -167,6 +192,7 @@ class AuditPolicySpec(Strict):
     reach: ReachSpec
     retryLoop: RetryLoopSpec
     presets: PresetFallbackSpec
+    outOfService: Optional[OutOfServiceSpec] = Field(None, description="absent: not reported")
 
 
 rulefiles.SPEC_MODELS["AuditPolicy"] = AuditPolicySpec

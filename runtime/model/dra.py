@@ -97,6 +97,10 @@ class DeviceKind(Strict):
         return self
 
 
+HealthFact = Literal["xid", "eccUncorrectableVolatile", "retiredPagesPending", "remappedRowsPending",
+                     "remappedRowsFailure", "lost"]
+
+
 class DraDriverSpec(Strict):
     """spec of one ``DraDriver`` document; field meanings are commented in rules/dra.yaml."""
 
@@ -118,6 +122,11 @@ class DraDriverSpec(Strict):
     productMemory: dict[str, str] = Field(
         {}, description="product name (the name fact, after rewrites) -> its memory (a quantity, e.g. 96Gi), "
                         "for a device that publishes none")
+    healthTaints: dict[str, HealthFact] = Field(
+        {}, description="device taint key -> the health fact it reports, judged by rules/health.yaml as "
+                        "NVML's (docs/concepts/out-of-service.md \"Health\"): xid and "
+                        "eccUncorrectableVolatile read the taint's value as the number; such a taint "
+                        "does not make the device unhealthy by its effect")
 
     @model_validator(mode="after")
     def _partition_needs_fields(self) -> "DraDriverSpec":

@@ -8,6 +8,8 @@ Shape (YAML or JSON; units in the field names)::
       - {manufacturer: nvidia, uuid: GPU-..., index: 0, minor: 0, name: NVIDIA A10G, memoryMib: 23028,
          memoryBusWidth: 384, eccEnabled: true, computeCapability: [8, 6], cores: 10240,
          driverVersion: 580.159.03, cudaDriverVersion: 13000, migEnabled: false, healthy: true,
+         [health: {xids: [79], eccUncorrectableVolatile: 0, retiredPagesPending: false,
+                   remappedRowsPending: false, remappedRowsFailure: false}]
          [eccReserved: true, dra: {driver: gpu.nvidia.com, pool: node-a10g, device: gpu-0}]  # DRA only
          migProfiles: [{name: MIG 1g.10gb, memoryMib: 10240, computeSlices: 1, memorySlices: 1,
                         count: 7, placements: [{start: 0, length: 1}, ...]}],
@@ -83,6 +85,17 @@ class DraDevice(_Facts):
     device: str = Field(min_length=1)
 
 
+class HealthFacts(_Facts):
+    """What the probe read about an accelerator's health (docs/concepts/out-of-service.md "Health"):
+    rules/health.yaml judges it. Absent counters were not readable (NVML_ERROR_NOT_SUPPORTED)."""
+
+    xids: list[int] = Field([], description="critical XID events read since the last pass")
+    eccUncorrectableVolatile: Optional[int] = Field(None, ge=0)
+    retiredPagesPending: Optional[bool] = None
+    remappedRowsPending: Optional[bool] = None
+    remappedRowsFailure: Optional[bool] = None
+
+
 class AcceleratorFacts(_Facts):
     """docs/agent.md "Probe facts": one accelerator. memoryMib is the raw total (before the ECC rule of
     docs/agent.md "Normalization")."""
@@ -103,6 +116,9 @@ class AcceleratorFacts(_Facts):
     migProfiles: list[PartitionProfile] = []
     migDevices: list[MigDevice] = Field([], description="existing MIG devices (absent when unknown)")
     healthy: bool = True
+    health: Optional[HealthFacts] = Field(
+        None, description="health facts rules/health.yaml judges; absent: none read (the device counts as "
+                          "healthy unless lost)")
     eccReserved: Optional[bool] = Field(
         None, description="whether 1/16 of memoryMib is ECC's, when the probe knows it without bus width and "
                           "ECC mode (the DRA driver row's GDDR products, docs/concepts/dra.md); None: the "

@@ -182,6 +182,35 @@ class AdmissionCheckSpec(Strict):
     retryLoopAfter: int = Field(3, gt=1,
                                 description="Retry answers on one flavor in a row after which a loop "
                                                        "is reported (events.workloadRetryLoop)")
+    promiseSeconds: int = Field(300, gt=0,
+                                description="how long a Workload answered Ready whose Pod has not started "
+                                            "is subtracted from its node's free accelerators (docs/concepts/"
+                                            "out-of-service.md \"Promises\")")
+
+
+class ClosedNodeMessages(Strict):
+    """How a closed node's reason reads (``explain``, ``audit``, the check's Retry): str.format."""
+
+    cordoned: str = Field(min_length=1, description="spec.unschedulable; {node}")
+    tainted: str = Field(min_length=1, description="an untolerated taint; {node}, {key}, {value}, {effect}")
+
+
+class ClosedNodesSpec(Strict):
+    """Which Nodes take no new Pod of a pool (docs/concepts/out-of-service.md "Cordoned and tainted
+    nodes"): they keep their flavors, capacity and quota, offer nothing as remaining or once-max in any
+    view, and the node-devices check places nothing on them."""
+
+    unschedulable: bool = Field(True, description="a Node with spec.unschedulable (kubectl cordon) is closed")
+    unschedulableTaint: str = Field("node.kubernetes.io/unschedulable",
+                                    description="the taint a cordon adds; a Pod tolerating it "
+                                                "(NoSchedule) is not kept off a cordoned Node")
+    taintEffects: list[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
+        ["NoSchedule", "NoExecute"], description="a taint with one of these effects that is not tolerated "
+                                                 "closes the Node")
+    tolerations: list[dict[str, Any]] = Field(
+        [], description="tolerations (the Pod API's shape) every Instance Pod is taken to have: a taint they "
+                        "tolerate closes no Node for the views; the check adds each Workload's own")
+    messages: ClosedNodeMessages
 
 
 class ClusterQueueSpec(Strict):
@@ -234,6 +263,7 @@ class PoolDerivationSpec(Strict):
     incompleteType: IncompleteTypeSpec
     clusterQueue: ClusterQueueSpec
     admissionCheck: AdmissionCheckSpec
+    closedNodes: ClosedNodesSpec
     resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]
     events: StateEvents
     startGuard: StartGuardSpec

@@ -22,6 +22,9 @@
 7. Exceptions (rules/exceptions.yaml; docs/concepts/exceptions.md "In the audit"): a rule a PolicyException
    lifts at ``now`` is ``skip`` naming it; exceptions expired lately and those matching nothing are listed
    (:mod:`runtime.report.exceptions`).
+8. Accelerators out of service (rules/audit.yaml ``outOfService``; docs/concepts/out-of-service.md): each
+   unhealthy or maintenance accelerator with the Pods still on it, each closed node
+   (:func:`runtime.report.outofservice.out_of_service_results`).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from runtime.engine.pools import DesiredState, derive
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.audit import AuditPolicySpec
 from runtime.report.exceptions import exception_results, lifted_results
+from runtime.report.outofservice import out_of_service_results
 from runtime.report.reach import pool_findings
 from runtime.report.results import ObjectRef, Result, ordered
 from runtime.report.unitpreset import fallback_units
@@ -67,6 +71,7 @@ def audit(policy: Policy, snapshot: Snapshot, engine: AdmissionEngine | None = N
     results += reach_results(policy, snapshot, desired, spec)
     results += retry_loop_results(policy, snapshot, spec)
     results += preset_results(policy, desired, spec)
+    results += out_of_service_results(policy, snapshot, desired)
     return ordered(results)
 
 

@@ -25,6 +25,7 @@ from runtime.engine.pools import accelerators, derive, flavor_selector, matches,
 from runtime.engine.snapshot import Snapshot, labels_of, name_of
 from runtime.model.rulefiles import Expr
 from runtime.report import reach
+from runtime.report.outofservice import out_of_service
 from runtime.report.unitpreset import fallback_units
 from runtime.report.drasource import accelerator_sources, render_sources
 from runtime.rules.yamlsrc import dotted
@@ -136,6 +137,8 @@ def explain_instance_type(policy: Policy, snapshot: Snapshot, name: str, *, live
             # docs/concepts/dra.md "Accelerators from DRA drivers"
             "sources": accelerator_sources(policy, snapshot, in_pool + sorted(excluded)),
             "reach": reach.node_lines(policy, snapshot, desired, reach.flavor_names(desired, name)),
+            # docs/concepts/out-of-service.md: the pool's accelerators out of service, its closed nodes
+            "outOfService": [row.message for row in out_of_service(policy, snapshot, desired, in_pool)],
             "credits": {"perAccelerator": policy.constants.creditsPerAccelerator,
                         "perShare": policy.constants.share}}
 
@@ -163,6 +166,9 @@ def render_instance_type(info: dict) -> str:
         for row in rows:
             lines.append(f"  {node} {row['group']}/{row['id']}: mode {row['mode']}, ledger remaining "
                          f"{row['remaining']}, allocated slices {row['allocatedSlices']}")
+    if info.get("outOfService"):
+        lines.append("out of service:")
+        lines += [f"  {line}" for line in info["outOfService"]]
     lines += render_sources(info.get("sources") or {})
     # Kueue's Workloads of the pool (none: no lines, as from a snapshot without any)
     if info.get("workloads"):

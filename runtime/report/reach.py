@@ -63,7 +63,11 @@ def missing_text(spec: ReachSpec, reach: FlavorReach) -> str:
 def why_text(spec: ReachSpec, shortfall: Shortfall) -> str:
     """Why the node's Devices can use fewer accelerators than its labels count (``reach.why``)."""
     if shortfall.devices == "present":
-        return spec.why.present.format(unhealthy=shortfall.unhealthy)
+        parts = [spec.why.present.format(unhealthy=shortfall.unhealthy)] \
+            if shortfall.unhealthy or not shortfall.maintenance else []
+        if shortfall.maintenance:
+            parts.append(spec.why.maintenance.format(maintenance=shortfall.maintenance))
+        return ", ".join(parts)
     return spec.why.missing if shortfall.devices == "missing" else spec.why.refused
 
 

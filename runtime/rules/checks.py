@@ -46,7 +46,7 @@ ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
     ("PoolDerivation", "entrance", frozenset({"name", "entrancePrefix"})),
     ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", frozenset({"count", "max"})),
     ("PoolDerivation", "admissionCheck.readyMessage", frozenset({"node", "nodes", "podSet"})),
-    ("PoolDerivation", "admissionCheck.retryMessage", frozenset({"flavor", "podSet"})),
+    ("PoolDerivation", "admissionCheck.retryMessage", frozenset({"flavor", "podSet", "closed"})),
     ("InstancePod", "portName", frozenset({"port", "protocol"})),
     ("KueueConfiguration", "transformations[*].credits", frozenset({"constants"})),
     ("AuditPolicy", "checks[*].*", frozenset({"object", "settings"})),

@@ -14,7 +14,7 @@ from runtime.rules.celtyping import DYN, T
 # others are dyn. ``constants`` is typed from rules/constants.yaml.
 ACTIVATION_TYPES = {
     "gKey": "string", "aKey": "string", "os": "string", "arch": "string", "name": "string",
-    "entrancePrefix": "string", "managedKey": "string",
+    "entrancePrefix": "string", "managedKey": "string", "closed": "string",
     "count": "int", "max": "int", "mixed": "bool", "hasAccelerators": "bool", "aware": "bool",
 }
 

@@ -194,8 +194,9 @@ def set_setting(kubectl: Kubectl, settings: Any, name: str, value: str) -> None:
 
 
 def wait_for(fetch: Callable[[], Any], predicate: Callable[[Any], Any], timeout: float = 30.0,
-             what: str = "condition") -> tuple[float, Any]:
-    """Poll ``fetch()`` every 50 ms until ``predicate(value)``; returns ``(seconds waited, value)``.
+             what: str = "condition", interval: float = 0.05) -> tuple[float, Any]:
+    """Poll ``fetch()`` every ``interval`` seconds (50 ms; more where each fetch runs kubectl) until
+    ``predicate(value)``; returns ``(seconds waited, value)``.
 
     Raises AssertionError naming ``what``, the timeout and the last value (2,000 characters) when
     the predicate never holds: live tests wait on the cluster, they never sleep a fixed time.
@@ -206,7 +207,7 @@ def wait_for(fetch: Callable[[], Any], predicate: Callable[[Any], Any], timeout:
         value = fetch()
         if predicate(value):
             return time.monotonic() - t0, value
-        time.sleep(0.05)
+        time.sleep(interval)
     try:
         shown = json.dumps(value)
     except (TypeError, ValueError):

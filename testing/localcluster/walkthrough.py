@@ -152,7 +152,9 @@ class Walkthrough:
     (loaded from ``rules_dir`` when not given), ``webhooks``
     (``None``: serve them when the controller can), ``progress`` (called with one line per slow
     part), ``agent_interval`` (seconds between the agents' unconditional passes; they also react to
-    watched changes), ``coalesce_seconds`` (the controller's event window).
+    watched changes), ``coalesce_seconds`` (the controller's event window), ``facts_dir`` (where the agents'
+    recorded facts ``<node>.yaml`` are read, default probes/recorded/: a copy lets a test change a node's
+    facts, which its agent reads again when the file changes).
 
     After :meth:`start`: :attr:`kubectl`, :attr:`plugin` (the device-plugin stand-in),
     :attr:`webhooks` (bool). :meth:`stop` ends every process and thread it started, also after a
@@ -167,7 +169,7 @@ class Walkthrough:
 
     def __init__(self, kubeconfig: Path, *, workdir: Path | None = None, rules_dir: Path | None = None,
                  policy=None, webhooks: bool | None = None, progress: Callable[[str], None] | None = None,
-                 agent_interval: float = 30.0, coalesce_seconds: float = 0.2):
+                 agent_interval: float = 30.0, coalesce_seconds: float = 0.2, facts_dir: Path | None = None):
         from runtime.engine.policy import Policy
         from runtime.rules.loader import load_rules
 
@@ -183,6 +185,7 @@ class Walkthrough:
         self.progress = progress or (lambda line: None)
         self.agent_interval = agent_interval
         self.coalesce_seconds = coalesce_seconds
+        self.facts_dir = Path(facts_dir) if facts_dir else RECORDED_FACTS
         self.plugin = None
         self._controller: ChildProcess | None = None
         self._controller_starts = 0
@@ -263,7 +266,7 @@ class Walkthrough:
 
     def _agent_argv(self, node: SeedNode, once: bool = False) -> list[str]:
         return accelpolicy_argv() + ["agent", "--node", node.name, "--kubeconfig", str(self.kubeconfig),
-                                     "--backend", "fake", "--facts", str(node.facts),
+                                     "--backend", "fake", "--facts", str(self.facts_dir / node.facts.name),
                                      "--allocation-source", "annotation", "--interval", str(self.agent_interval),
                                      *self._rules_args(), *(["--once"] if once else [])]
 

@@ -135,9 +135,24 @@ def test_a_uuid_or_an_index_published_twice_costs_only_the_second_device(policy)
 def test_a_taint_that_keeps_pods_away_marks_the_device_unhealthy(policy, effect, healthy):
     device = gpu("gpu-0", "GPU-x", taints=None)
     device["attributes"].pop("taints")
-    device["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": effect}]
+    device["taints"] = [{"key": "example.com/fan-failure", "value": "1", "effect": effect}]
     (acc,) = read_node(policy, "n", [slice_of("n", [device])]).accelerators
     assert acc["healthy"] is healthy
+
+
+@pytest.mark.parametrize("taint, healthy, health", [
+    ({"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"}, True, {"xids": [79]}),
+    ({"key": "gpu.nvidia.com/xid", "value": "13", "effect": "NoSchedule"}, True, {"xids": [13]}),
+    ({"key": "gpu.nvidia.com/gpu-lost", "effect": "NoExecute"}, False, None),
+])
+def test_health_taints_are_facts_the_health_rules_judge(policy, taint, healthy, health):
+    """rules/dra.yaml healthTaints (docs/concepts/out-of-service.md "Health"): the XID taint is read as the
+    XID (rules/health.yaml decides: 79 is fatal, 13 an application's), gpu-lost as a lost device."""
+    device = gpu("gpu-0", "GPU-x", taints=None)
+    device["attributes"].pop("taints")
+    device["taints"] = [taint]
+    (acc,) = read_node(policy, "n", [slice_of("n", [device])]).accelerators
+    assert (acc["healthy"], acc.get("health")) == (healthy, health)
 
 
 def test_a_mig_on_gpu_offers_nothing_and_says_why(policy, defaults):

@@ -21,7 +21,8 @@ AMD = FIXTURES / "dra" / "amd"
 def test_the_nvidia_suite_is_present():
     assert [c.id for c in CASES if c.suite == "nvidia"] == [
         "nvidia::the seed's A10G reads as NVML's facts and labels, .cores aside",
-        "nvidia::four T4s with a tainted one give node-t4-b's labels but the count of the healthy three",
+        "nvidia::four T4s with an XID-tainted one give node-t4-b's labels, the count of all four (decision 26); "
+        "rules/health.yaml takes the XID 79 one out",
         "nvidia::a MIG-on H100 offers nothing, a device that does not parse costs only itself"]
 
 

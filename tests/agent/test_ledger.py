@@ -125,7 +125,7 @@ def test_unhealthy_accelerator_is_left_out_and_charges_conflict(policy, defaults
     assert [a["index"] for a in p.devices["status"]["groups"][0]["accelerators"]] == [0, 2, 3]
     assert p.devices["spec"]["groups"][0]["accelerators"][1]["status"]["unhealthy"] is True
     assert "is unhealthy" in p.events[0].message
-    assert p.device_manager["spec"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"] == "3"
+    assert p.device_manager["spec"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"] == "4"  # installed (decision 26)
     assert p.node_patch["status"]["capacity"]["nvidia.com/gpu.sliced.units"] == "4800k"
 
 

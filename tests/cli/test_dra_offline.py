@@ -156,3 +156,22 @@ def test_explain_names_the_devices_of_a_node_whose_nodefeature_the_snapshot_lack
                          "--snapshot", str(tmp_path), "-o", "json").stdout)
     assert {n: s["source"] for n, s in info["sources"].items()} == \
         {"node-a10g": "plugin", "node-cpu": "none", "node-t4-a": "plugin", "node-t4-b": "plugin"}
+
+
+def test_an_xid_tainted_dra_device_is_judged_by_the_health_rules_offline_too(tmp_path):
+    """docs/concepts/out-of-service.md "Health": node-a10g's A10G published with the driver's XID taint (rules/dra.yaml
+    healthTaints): an XID of the fatal list takes it out of the views, an application XID does not; its labels
+    and flavor stay (decision 26)."""
+    import shutil
+    import yaml
+    for xid, row in (("79", "0/0 0/0 0/0 0/0"), ("13", "1/1 0/0 0/0 0/0")):
+        snap = tmp_path / xid
+        shutil.copytree(A10G_DRA, snap)
+        path = snap / "node-a10g-resourceslice.yaml"
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        docs[0]["spec"]["devices"][0]["taints"] = [{"key": "gpu.nvidia.com/xid", "value": xid, "effect": "NoExecute"}]
+        path.write_text(yaml.safe_dump_all(docs))
+        got = rows(run("get", "instancetypes", "--snapshot", str(snap)).stdout)
+        assert got["gpustack--nvidia-a10g-linux-amd64"]["ACCELERATOR(EX/SH/SL/PT)"] == row, xid
+        flavors = run("get", "resourceflavors", "--snapshot", str(snap), "--no-headers").stdout.split()[0::2]
+        assert "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d" in flavors

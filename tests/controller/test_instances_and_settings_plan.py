@@ -88,6 +88,30 @@ def test_unchanged_status_is_not_written_again(policy, base):
     assert planned(policy, base, inst, pod()).actions == []
 
 
+def test_a_pending_instance_says_why_the_node_devices_check_holds_it_back(policy, base):
+    """docs/concepts/out-of-service.md "Cordoned and tainted nodes": the check's Retry message on the Pod's
+    Workload becomes the phaseMessage while the Pod waits."""
+    retry = "no node of flavor f can hold the request now: node node-a10g is cordoned"
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "pod-custom-demo-1a2b3", "namespace": "default", "uid": "w-1",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "custom-demo",
+                                                  "uid": "p-1", "controller": True}]},
+                "spec": {"queueName": "q", "podSets": []},
+                "status": {"admissionChecks": [{"name": "gpustack-node-devices", "state": "Retry",
+                                                "message": retry, "lastTransitionTime": "2026-11-29T10:00:02Z"}]}}
+    gated = pod()
+    gated["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+         "message": "Scheduling is blocked due to non-empty scheduling gates"}]}
+    out = planned(policy, base, instance(), gated, workload)
+    assert [a.body["status"] for a in out.actions if a.verb == "apply-status"] == [
+        {"phase": "Pending", "phaseMessage": retry}]
+    workload["status"]["admissionChecks"][0]["state"] = "Ready"
+    out = planned(policy, base, instance(), gated, workload)
+    assert [a.body["status"] for a in out.actions if a.verb == "apply-status"] == [
+        {"phase": "Pending", "phaseMessage": "Scheduling is blocked due to non-empty scheduling gates"}]
+
+
 def test_allocations_merge_containers_by_group(policy):
     acc = lambda i, n: {"id": f"GPU-{i}", "index": i, "mode": 3, "allocated": n}  # noqa: E731
     text = json.dumps({"main": [{"id": "a10g", "manufacturer": "nvidia", "accelerators": [acc(0, 5)]},
@@ -172,3 +196,33 @@ def test_only_pods_an_instance_controls_count_as_ours(policy):
     assert not owned(policy, pod(owner={**OWNER, "controller": False}))
     assert not owned(policy, pod(owner={**OWNER, "kind": "ReplicaSet", "apiVersion": "apps/v1"}))
     assert not owned(policy, pod(owner={**OWNER, "apiVersion": "example.com/v1"}))
+
+
+def test_the_retry_message_outlives_kueues_reset_to_pending(policy, base):
+    """Kueue resets a Retry to Pending when it evicts (``Reset to Pending after eviction. Previously:
+    Retry``): the controller remembers the message for the Pod until the check answers Ready."""
+    from runtime.controller.instances import RetryMessages
+    from runtime.engine.admissioncheck import Verdict
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "pod-custom-demo-1a2b3", "namespace": "default", "uid": "w-1",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "custom-demo", "uid": "p-1"}]},
+                "spec": {"queueName": "q", "podSets": []},
+                "status": {"admissionChecks": [{"name": "gpustack-node-devices", "state": "Pending",
+                                                "message": "Reset to Pending after eviction. Previously: Retry"}]}}
+    retry = "no node of flavor f can hold the request now: node node-a10g is cordoned"
+    remembered = RetryMessages()
+    snap = Snapshot.from_objects(list(base) + [workload])
+    remembered.update(snap, {("default", "pod-custom-demo-1a2b3"): Verdict("Retry", retry)})
+    assert remembered.by_pod == {("default", "custom-demo"): retry}
+    gated = pod()
+    gated["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated", "message": "gated"}]}
+    state = derive(policy, Snapshot.from_objects(list(base) + [instance(), gated, workload]))
+    out = plan_instances(policy, state, Snapshot.from_objects(list(base) + [instance(), gated, workload]), remembered.by_pod)
+    assert [a.body["status"] for a in out.actions if a.verb == "apply-status"] == [
+        {"phase": "Pending", "phaseMessage": retry}]
+    remembered.update(snap, {("default", "pod-custom-demo-1a2b3"): Verdict("Ready", "node node-a10g can hold the request")})
+    assert remembered.by_pod == {}
+    remembered.update(snap, {("default", "pod-custom-demo-1a2b3"): Verdict("Retry", retry)})
+    remembered.update(Snapshot.from_objects(list(base)), {})            # the Workload is gone
+    assert remembered.by_pod == {}

@@ -34,6 +34,8 @@ def test_only_pending_workloads_with_quota_are_answered(policy):
     no_quota = _named(pending, "no-quota")
     del no_quota["status"]["admission"]
     answered = _named(workload(A10G_FLAVOR, {"nvidia.com/gpu": "1"}, check_state="Ready"), "answered")
+    # answered longer ago than promiseSeconds: it holds nothing any more (docs/concepts/out-of-service.md)
+    answered["status"]["admissionChecks"][0]["lastTransitionTime"] = "2026-11-29T20:50:00Z"
     other_check = _named(pending, "other-check")
     other_check["status"]["admissionChecks"][0]["name"] = "dws-prov"
     plan = plan_workload_checks(policy, _with(policy, [pending, no_quota, answered, other_check]), NOW)

@@ -229,6 +229,30 @@ def test_the_agent_writes_its_own_nodes_objects_only(agent, policies):
     assert agent.create("/apis/worker.gpustack.ai/v1/devices", mine, dry_run=True).allowed
 
 
+def test_the_agent_reads_its_nodes_maintenance_objects_and_writes_none(agent, policies):
+    """docs/concepts/out-of-service.md "Maintenance": the agent lists the AcceleratorMaintenance objects naming its
+    node (read only, the chart's RBAC); creating, changing, deleting one, or writing its status, is refused even
+    for its own node."""
+    _, admin = policies
+    path = "/apis/worker.gpustack.ai/v1/acceleratormaintenances"
+    obj = {"apiVersion": "worker.gpustack.ai/v1", "kind": "AcceleratorMaintenance", "metadata": {"name": "rbac-probe"},
+           "spec": {"node": NODE, "reason": "probe", "owner": "test", "expiry": "2099-01-01T00:00:00Z"}}
+    admin("apply", "-f", "-", input=json.dumps(obj))
+    try:
+        listed = agent.request("GET", f"{path}?fieldSelector=spec.node%3D{NODE}")
+        assert listed.allowed, f"{listed.status} {listed.message}"
+        assert [o["metadata"]["name"] for o in listed.body["items"]] == ["rbac-probe"]
+        forbidden = 'acceleratormaintenances.worker.gpustack.ai'
+        for answer in (agent.create(path, {**obj, "metadata": {"name": "by-the-agent"}}, dry_run=True),
+                       agent.patch(f"{path}/rbac-probe", {"spec": {"expiry": "2000-01-01T00:00:00Z"}}, dry_run=True),
+                       agent.patch(f"{path}/rbac-probe/status", {"status": {"state": "Expired"}}, dry_run=True),
+                       agent.delete(f"{path}/rbac-probe", dry_run=True)):
+            assert answer.status == 403 and forbidden in answer.message and "forbidden" in answer.message, \
+                f"{answer.status} {answer.message}"
+    finally:
+        admin("delete", "acceleratormaintenances.worker.gpustack.ai", "rbac-probe", "--ignore-not-found")
+
+
 def test_the_agent_changes_only_the_fields_it_owns(agent, policies):
     _, admin = policies
     assert agent.patch(_node(NODE), {"metadata": {"annotations": {"feature.gpustack.ai/cpu-name": "probe"}}}).allowed

@@ -192,6 +192,12 @@ def test_retry_is_judged_again_after_the_retry_delay(control_plane, live, kubect
             "Retry", f"no node of flavor {FLAVOR} can hold the request now", 3)
         with loop_running(controller):
             _a10g_ledger(kubectl, {"mode": 0, "remaining": 1600000})
+            # the first test's Workload was answered Ready and its Pod never started: it holds the freed A10G
+            # (docs/concepts/out-of-service.md "Promises"), so the Retry is judged again and stays a Retry
+            time.sleep(8)   # more than two 3 s delays: without the promise it would read Ready by now
+            assert _check(_get(kubectl, "workload", "pod-whole-held", "-n", NS))["state"] == "Retry"
+            assert controller.last_pass.verdicts[(NS, "pod-whole-held")].state == "Retry"
+            kubectl("delete", "workload", "pod-whole-1", "-n", NS, "--wait=true")   # the promise ends
             waited, wl = _wait(lambda: _get(kubectl, "workload", "pod-whole-held", "-n", NS),
                                lambda w: _check(w).get("state") == "Ready", what="Retry -> Ready")
             FIGURES.setdefault("ledger freed -> Retry re-judged Ready (delay 3 s), seconds", []).append(waited)

@@ -156,21 +156,32 @@ def test_driver_failure_keeps_cpu_facts_logs_once_and_recovers(make_agent, live,
     assert sum("accelerator probe: recovered" in line for line in logs) == 1
 
 
-def test_gpu_off_the_bus_is_unhealthy_then_returns(make_agent, live):
+def test_gpu_off_the_bus_is_unhealthy_then_returns_after_its_clean_period(make_agent, live):
+    """docs/concepts/out-of-service.md "Health": a lost GPU leaves the ledger and the capacity keys, never its
+    labels (decision 26); back on the bus, it counts again after rules/health.yaml's clean period (the
+    agent's clock moved on by the test)."""
+    from datetime import datetime, timedelta, timezone
     kubectl, _ = live
-    agent, backend = make_agent()
+    clock = {"now": datetime(2026, 11, 29, 21, 0, 0, tzinfo=timezone.utc)}
+    agent, backend = make_agent(clock=lambda: clock["now"])
     agent.reconcile()
     backend.lose(A10G)
     agent.reconcile()
     now = devices(kubectl, "node-a10g")
     assert now["spec"]["groups"][0]["accelerators"][0]["status"]["unhealthy"] is True
+    assert now["spec"]["groups"][0]["accelerators"][0]["status"]["health"]["rule"] == "lost"
     assert now["status"]["groups"][0]["accelerators"] == []
-    assert device_manager(kubectl, "node-a10g") == {}        # no healthy accelerator: no device-manager labels
+    labels = device_manager(kubectl, "node-a10g")["spec"]["labels"]
+    assert labels["acceleratable.feature.gpustack.ai/nvidia-a10g.count"] == "1"    # installed, not healthy
     assert server(kubectl, "node", "node-a10g")["status"]["capacity"]["nvidia.com/gpu.sliced.units"] == "0"
     backend.recover()
+    clock["now"] += timedelta(seconds=1)
+    agent.reconcile()                       # the clean period starts
+    assert devices(kubectl, "node-a10g")["spec"]["groups"][0]["accelerators"][0]["status"]["unhealthy"] is True
+    clock["now"] += timedelta(seconds=agent.policy.ruleset.get("AcceleratorHealth").cleanSeconds)
     agent.reconcile()
     assert devices(kubectl, "node-a10g")["spec"]["groups"][0]["accelerators"][0]["status"]["unhealthy"] is False
-    assert device_manager(kubectl, "node-a10g")["spec"]["labels"]
+    assert server(kubectl, "node", "node-a10g")["status"]["capacity"]["nvidia.com/gpu.sliced.units"] == "1600k"
 
 
 def test_missing_library_on_a_cpu_node_means_no_accelerators(make_agent, live, logs):

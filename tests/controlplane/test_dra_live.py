@@ -213,7 +213,7 @@ def test_the_agent_reads_its_slice_and_charges_the_claim_of_its_pod(dra_node):
         {"id": A10G, "index": 0, "mode": 0, "remaining": 1600000}]
 
 
-def test_a_tainted_device_turns_unhealthy_and_leaves_the_labels(dra_node):
+def test_a_tainted_device_turns_unhealthy_and_keeps_the_labels(dra_node):
     kubectl, agent = dra_node
     assert agent.reconcile() is not None
     kubectl("patch", "resourceslice", SLICE_NAME, "--type=json", "-p", json.dumps(
@@ -224,7 +224,11 @@ def test_a_tainted_device_turns_unhealthy_and_leaves_the_labels(dra_node):
     assert agent.reconcile() is not None
     (acc,) = devices(kubectl, "node-a10g")["spec"]["groups"][0]["accelerators"]
     assert acc["status"]["unhealthy"] is True
-    assert device_manager(kubectl, "node-a10g") == {}   # no healthy accelerator: the NodeFeature is gone
+    # the driver's XID taint is a health fact (rules/dra.yaml healthTaints) judged by rules/health.yaml
+    assert (acc["status"]["health"]["fact"], acc["status"]["health"]["rule"]) == ("xid 79", "fatal-xid")
+    # the labels stay: .count counts the accelerators installed (decision 26)
+    assert device_manager(kubectl, "node-a10g")["spec"]["labels"][
+        "acceleratable.feature.gpustack.ai/nvidia-a10g.count"] == "1"
 
 
 # --- what the chart's RBAC lets each component do with DRA objects, and what it refuses --------------

@@ -91,6 +91,9 @@ EXPECTED_NAMES = {
                                  "instancepersistentvolume", ["instpv"]),
     "Setting": ("gpustack.ai", "Namespaced", "settings", "setting", ["set"]),
     "PolicyException": ("worker.gpustack.ai", "Namespaced", "policyexceptions", "policyexception", ["gpex"]),
+    # docs/concepts/out-of-service.md "Maintenance"
+    "AcceleratorMaintenance": ("worker.gpustack.ai", "Cluster", "acceleratormaintenances", "acceleratormaintenance",
+                               ["accmaint"]),
 }
 EXPECTED_COLUMNS = {
     "InstanceType": [("Entrance", ".status.entrance", "string", 0),
@@ -108,6 +111,10 @@ EXPECTED_COLUMNS = {
                            ("Cores", ".spec.cores", "string", 0),
                            ("Sliceable", ".spec.sliceable", "boolean", 0)],
     "Devices": [("Age", ".metadata.creationTimestamp", "date", 1)],
+    "AcceleratorMaintenance": [("Node", ".spec.node", "string", 0), ("Devices", ".status.devices", "string", 0),
+                               ("Reason", ".spec.reason", "string", 0), ("Owner", ".spec.owner", "string", 0),
+                               ("Expiry", ".spec.expiry", "string", 0), ("State", ".status.state", "string", 0),
+                               ("Age", ".metadata.creationTimestamp", "date", 1)],
 }
 
 

@@ -92,6 +92,46 @@ def seconds_until_due(policy: Policy, workload: Mapping, now: datetime) -> float
     return None
 
 
+def pod_state(policy: Policy, snapshot, workload: Mapping) -> str:
+    """Where the Pod that owns ``workload`` (Kueue's Pod integration) stands: ``started`` (its allocation is
+    recorded, the annotation the ledger charges, docs/agent.md "The Devices object and its ledger", or it
+    runs or ran), ``waiting``, ``gone`` (the owner Pod is not in ``snapshot``) or ``none`` (no owner Pod is
+    named, e.g. a Job's Workload)."""
+    meta = workload.get("metadata") or {}
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
+    if not owners:
+        return "none"
+    pods = [p for p in (snapshot.get("Pod", o.get("name", ""), meta.get("namespace") or "") for o in owners)
+            if p is not None]
+    if not pods:
+        return "gone"
+    for pod in pods:
+        if policy.key("allocation") in ((pod.get("metadata") or {}).get("annotations") or {}) or \
+                (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+            return "started"
+    return "waiting"
+
+
+def promised(policy: Policy, snapshot, now: datetime) -> list[Mapping]:
+    """The Workloads this check promised a node that still wait for it (docs/concepts/out-of-service.md
+    "Promises"), oldest answer first: entry ``Ready``, Kueue still holds their quota (not evicted, not
+    finished), answered less than ``promiseSeconds`` before ``now``, and their Pod neither started nor gone
+    (a Workload no Pod owns counts until that bound)."""
+    bound = policy.derivation.admissionCheck.promiseSeconds
+    out = []
+    for workload in snapshot.list("Workload"):
+        entry = check_entry(policy, workload)
+        if entry is None or entry.get("state") != READY or not quota_reserved(workload):
+            continue
+        since = parse_time(entry.get("lastTransitionTime"))
+        if since is None or now.timestamp() - since.timestamp() >= bound:
+            continue
+        if pod_state(policy, snapshot, workload) in ("started", "gone"):
+            continue
+        out.append((since.timestamp(), name_of(workload), workload))
+    return [w for _, _, w in sorted(out, key=lambda t: t[:2])]
+
+
 # --- the status write -----------------------------------------------------------------------------------
 def check_state_apply(policy: Policy, workload: Mapping, verdict: Verdict, now: datetime) -> dict | None:
     """The server-side apply body for the Workload's ``status`` subresource, or None when the entry

@@ -59,8 +59,12 @@ def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None
 
 
 def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """docs/agent.md "Labels, annotations and NodeFeatures" device-manager keys for the groups with at least
-    one healthy accelerator.
+    """docs/agent.md "Labels, annotations and NodeFeatures" device-manager keys for every group.
+
+    ``.count`` counts the accelerators installed in the group, healthy or not, in maintenance or not
+    (decision 26): the flavor a node contributes is named by it, and a failed or withdrawn accelerator moves
+    only the views, the usable quota and the ledger (docs/concepts/pools-and-flavors.md "Quota follows the
+    usable accelerators").
 
     Every value passes SanitizeLabelValue (docs/agent.md "Normalization"); ``.family``, ``.comcap``,
     ``.driver-version`` and ``.runtime-version`` are omitted when empty; ``.cores`` is written even when 0,
@@ -72,9 +76,6 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
     acc = policy.prefix("acceleratable")
     raw: dict[str, str] = {}
     for group in groups:
-        healthy = group.healthy
-        if not healthy:
-            continue
         manu = f"{acc}{group.manufacturer}"
         raw.setdefault(manu, rules.trueValue)
         if group.driver_version:
@@ -83,7 +84,7 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
             raw.setdefault(f"{manu}{sfx.runtimeVersion}", group.runtime_version)
         base = f"{acc}{group.akey}"
         raw[base] = rules.trueValue
-        raw[f"{base}{sfx.count}"] = str(len(healthy))
+        raw[f"{base}{sfx.count}"] = str(len(group.accelerators))
         raw[f"{base}{sfx.memory}"] = format_memory_mib(group.memory)
         if not group.accelerators[0].dra:
             raw[f"{base}{sfx.cores}"] = str(group.cores)

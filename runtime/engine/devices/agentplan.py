@@ -39,6 +39,8 @@ class AgentPlan:
     # Pod metadata patches {apiVersion, kind, metadata: {name, namespace, annotations: {allocation key:
     # JSON}}}: PodResources source only, only Pods whose annotation differs, by namespace/name
     pod_patches: list[dict[str, Any]] = field(default_factory=list)
+    # health transitions of this pass (runtime/engine/devices/health.py): Events and the agent's metric
+    health_transitions: list[Any] = field(default_factory=list)
 
     def objects(self) -> list[dict[str, Any]]:
         """Everything the agent would write, in write order (for ``--dry-run -o yaml``)."""
@@ -106,14 +108,18 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
               worker_now: Mapping[str, Any] | None = None, pods: list[Mapping[str, Any]] | None = None,
               accelerators_known: bool = True, group_id_with_memory: bool = False,
               namespace: str | None = None,
-              pod_resources: list[Mapping[str, Any]] | None = None) -> AgentPlan:
+              pod_resources: list[Mapping[str, Any]] | None = None,
+              maintenance: Mapping[str, Mapping[str, Any]] | None = None,
+              health: Mapping[str, Mapping[str, Any]] | None = None) -> AgentPlan:
     """Compute the node's desired objects (see module docstring).
 
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
     ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
     ``List`` as dicts, docs/agent.md "The Devices object and its ledger") given: the Pods' allocation
     annotations are computed from it (runtime/engine/devices/podresources.py), the differing ones land in
-    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. Raises ValueError
+    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. ``maintenance``,
+    ``health``: UUID -> the maintenance entry in force / health record the caller resolved at its time
+    (docs/concepts/out-of-service.md; :func:`devices_spec`). Raises ValueError
     for an unknown accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """
     rules = agent_rules(policy)
@@ -126,7 +132,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
         else []
     worker_labels_now = ((worker_now or {}).get("spec") or {}).get("labels") or {}
     # unknown accelerators (probe failure): keep whatever cpu-only state the worker NodeFeature has
-    has_accelerator = any(g.healthy for g in groups) if accelerators_known \
+    has_accelerator = bool(groups) if accelerators_known \
         else policy.key("cpuOnly") not in worker_labels_now
     managed = managed_value(policy, worker_labels_now, node_labels, settings)
     cores = cores_from_capacity(capacity_now.get("cpu"))
@@ -141,7 +147,7 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
         dm_labels = device_manager_labels(policy, groups)
         if dm_labels:
             device_manager = _node_feature(policy, node, "deviceManager", dm_labels, ns)
-        spec = devices_spec(policy, groups)
+        spec = devices_spec(policy, groups, maintenance, health)
         status, events, pod_patches = _ledger(policy, facts, name, spec, list(pods or []), pod_resources)
         devices = {
             "apiVersion": rules.devices.apiVersion, "kind": rules.devices.kind,
@@ -154,11 +160,18 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     plugin_groups = [g for g, grp in zip(spec["groups"], groups) if not grp.accelerators[0].dra]
     capacity = node_capacity(policy, {"groups": plugin_groups}, status, capacity_now) \
         if accelerators_known else {}
-    node_patch: dict[str, Any] = {
+    return AgentPlan(worker=worker, device_manager=device_manager, devices=devices, events=events,
+                     node_patch=_node_patch(policy, node, facts, capacity),
+                     accelerators_known=accelerators_known, pod_patches=pod_patches)
+
+
+def _node_patch(policy: Policy, node: Mapping[str, Any], facts: NodeFactsDoc,
+                capacity: dict) -> dict[str, Any]:
+    """The Node patch: the CPU annotations, and the capacity keys as capacity and allocatable."""
+    patch: dict[str, Any] = {
         "apiVersion": node.get("apiVersion", "v1"), "kind": node.get("kind", "Node"),
-        "metadata": {"name": name, "annotations": cpu_annotations(policy, facts.cpu)},
+        "metadata": {"name": node["metadata"]["name"], "annotations": cpu_annotations(policy, facts.cpu)},
     }
     if capacity:
-        node_patch["status"] = {"capacity": dict(capacity), "allocatable": dict(capacity)}
-    return AgentPlan(worker=worker, device_manager=device_manager, node_patch=node_patch, devices=devices,
-                     events=events, accelerators_known=accelerators_known, pod_patches=pod_patches)
+        patch["status"] = {"capacity": dict(capacity), "allocatable": dict(capacity)}
+    return patch

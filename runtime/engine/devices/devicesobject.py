@@ -56,13 +56,16 @@ def _profile_entry(name: str, prof: PartitionProfile) -> dict[str, Any]:
 
 
 # --- spec (docs/agent.md "The Devices object and its ledger") ----------------------------------------
-def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
+def accelerator_spec(policy: Policy, acc: AcceleratorFacts, maintenance: Mapping[str, Any] | None = None,
+                     health: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One ``spec.groups[].accelerators[]`` entry. An accelerator a DRA driver published offers the
     exclusive view only (docs/concepts/dra.md "Views per manufacturer"): no logical slices, no partitions, and
     its ``dra`` reference (driver, pool, device) tells the readers so (no shares either). A view its
     manufacturer's row does not offer (:func:`runtime.engine.devices.views.offered_views`) has no entry
     either: no logical slices, no partitions, and for the shared view (which has no entry of its own)
-    ``views``, the views offered, is written."""
+    ``views``, the views offered, is written. ``maintenance``: the AcceleratorMaintenance entry in force on
+    it; ``health``: its health record, whose ``unhealthy`` (judged by rules/health.yaml) takes it out as a
+    lost device does (docs/concepts/out-of-service.md)."""
     manu = policy.manufacturers[acc.manufacturer]
     views = offered_views(policy, acc)
     profiles = [] if acc.dra or "partitioned" not in views else published_profiles(policy, acc)
@@ -78,20 +81,28 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts) -> dict[str, Any]:
         entry["dra"] = acc.dra.model_dump()
     elif "shared" not in views and physical["count"] == 0:   # whole-capable, yet no shares (its row's views)
         entry["views"] = views
+    record = dict(health or {})
+    judged_out = bool(record.pop("unhealthy", False))
     entry["status"] = {
-        "unhealthy": not acc.healthy,
+        "unhealthy": not acc.healthy or judged_out,
         "logicalSliced": {"count": 0 if acc.migEnabled or physical["count"] > 0 or acc.dra
                           or "sliced" not in views
                           else manu.logicalSlices,
                           "coresPercentageOvercommit": manu.coresOvercommit},
         "physicalSliced": physical,
     }
+    if record:
+        entry["status"]["health"] = record
+    if maintenance:
+        entry["status"]["maintenance"] = dict(maintenance)
     return entry
 
 
-def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, Any]:
+def devices_spec(policy: Policy, groups: list[AcceleratorGroup], maintenance: Mapping[str, Any] | None = None,
+                 health: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """docs/agent.md "The Devices object and its ledger" ``spec``: ``{"groups": [...]}`` in canonical order;
-    empty strings and 0 cores omitted."""
+    empty strings and 0 cores omitted. ``maintenance`` / ``health``: accelerator UUID -> its maintenance
+    entry / health record (:func:`accelerator_spec`)."""
     out = []
     for g in groups:
         entry: dict[str, Any] = {"id": g.id, "manufacturer": g.manufacturer, "name": g.name,
@@ -102,7 +113,8 @@ def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, An
                              ("computeCapability", g.compute_capability), ("family", g.family)):
             if value:
                 entry[field] = value
-        entry["accelerators"] = [accelerator_spec(policy, a) for a in g.accelerators]
+        entry["accelerators"] = [accelerator_spec(policy, a, (maintenance or {}).get(a.uuid),
+                                                  (health or {}).get(a.uuid)) for a in g.accelerators]
         out.append(entry)
     return {"groups": out}
 
@@ -110,8 +122,8 @@ def devices_spec(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, An
 def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: str,
                    groups: list[AcceleratorGroup]) -> dict[str, str]:
     """docs/agent.md "The Devices object and its ledger": os and arch and the managed key copied from the Node
-    (each only when present), ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group with a healthy
-    accelerator."""
+    (each only when present), ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group, healthy or
+    not (decision 26)."""
     true = agent_rules(policy).trueValue
     labels: dict[str, str] = {}
     for role in ("os", "arch", "managed"):
@@ -120,8 +132,7 @@ def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: s
             labels[key] = node_labels[key]
     labels[f"{policy.prefix('general')}{gkey_value}"] = true
     for g in groups:
-        if g.healthy:
-            labels[f"{policy.prefix('acceleratable')}{g.akey}"] = true
+        labels[f"{policy.prefix('acceleratable')}{g.akey}"] = true
     return labels
 
 
@@ -138,6 +149,22 @@ def is_logically_sliceable(acc_spec: Mapping[str, Any]) -> bool:
 
 def is_healthy(acc_spec: Mapping[str, Any]) -> bool:
     return not acc_spec["status"]["unhealthy"]
+
+
+def out_of_service(acc_spec: Mapping[str, Any]) -> str | None:
+    """Why an accelerator (a ``spec`` entry) is out of service: ``unhealthy``, ``maintenance`` or None
+    (docs/concepts/out-of-service.md). Out of service, it counts in no view, no quota, no capacity key and no
+    ledger row; its labels stay (decision 26)."""
+    status = acc_spec.get("status") or {}
+    if status.get("unhealthy"):
+        return "unhealthy"
+    if status.get("maintenance"):
+        return "maintenance"
+    return None
+
+
+def in_service(acc_spec: Mapping[str, Any]) -> bool:
+    return out_of_service(acc_spec) is None
 
 
 # --- node capacity (docs/agent.md "Capacity and fit labels") -------------------------------------------
@@ -161,7 +188,7 @@ def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mappin
         manu = policy.manufacturers[manu_id]
         base = manu.base
         accs = [(g, a) for g in spec["groups"] if g["manufacturer"] == manu_id for a in g["accelerators"]
-                if is_healthy(a)]
+                if in_service(a)]
         sliceable = [(g, a) for g, a in accs if is_logically_sliceable(a)]
         # no key for a view the manufacturer never offers (rules/manufacturers.yaml)
         if not manu.offers("sliced"):

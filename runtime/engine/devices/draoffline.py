@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from runtime.engine.devices.agentplan import node_feature_name, plan_node
+from runtime.engine.devices.health import as_read
 from runtime.engine.devices.draclaims import claim_pod_resources
 from runtime.engine.devices.draslices import DraReading, dra_drivers, dra_policy, orphan_slices, read_node
 from runtime.engine.devices.nodefacts import agent_rules, gkey
@@ -73,7 +74,8 @@ def with_dra_nodes(policy: Policy, snapshot: Snapshot) -> tuple[Snapshot, dict[s
         pods = [p for p in snapshot.list("Pod") if (p.get("spec") or {}).get("nodeName") == name]
         plan = plan_node(policy, facts, node, settings, worker_now=worker, pods=pods,
                          pod_resources=claim_pod_resources(policy, reading, snapshot.list("ResourceClaim"),
-                                                           pods))
+                                                           pods),
+                         health=as_read(policy, facts.accelerators, snapshot.get("Devices", name)))
         dm_key = (rules.namespace, node_feature_name(policy, name, "deviceManager"))
         nf = index.setdefault("NodeFeature", {})
         nf.pop(dm_key, None)

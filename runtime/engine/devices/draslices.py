@@ -193,6 +193,11 @@ def _whole(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> tup
         "memoryMib": _memory(policy, row, device, product),
         "eccReserved": row.is_gddr(product), "healthy": _healthy(policy, row, device),
     }
+    health = _health(row, device)
+    if health.pop("lost", False):
+        facts["healthy"] = False
+    if health:
+        facts["health"] = health
     index = int_field(row, device, f.index)
     minor = int_field(row, device, f.minor)
     if minor is not None:
@@ -277,11 +282,34 @@ def _memory(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any], produ
         product=product, row=doc.name, file=doc.file))
 
 
+def _health(row: DraDriverSpec, device: Mapping[str, Any]) -> dict[str, Any]:
+    """The health facts the row's ``healthTaints`` read from the device's taints
+    (docs/concepts/out-of-service.md "Health"): ``xids`` and ``eccUncorrectableVolatile`` from the taint's
+    value (a value that is not a number is read as XID 0 / count 1: the fact still holds), the flags and
+    ``lost`` set."""
+    out: dict[str, Any] = {}
+    for taint in device.get("taints") or []:
+        fact = row.healthTaints.get(taint.get("key")) if isinstance(taint, Mapping) else None
+        if fact is None:
+            continue
+        value = str(taint.get("value") or "")
+        number = int(value) if value.isdigit() else None
+        if fact == "xid":
+            out.setdefault("xids", []).append(number if number is not None else 0)
+        elif fact == "eccUncorrectableVolatile":
+            out[fact] = number if number is not None else 1
+        else:
+            out[fact] = True
+    return out
+
+
 def _healthy(policy: Policy, row: DraDriverSpec, device: Mapping[str, Any]) -> bool:
     """False when a taint's effect is one of ``unhealthyTaintEffects`` (docs/concepts/dra.md "Two kinds of
-    accelerator node"), or the row's ``healthy`` boolean attribute is published false."""
+    accelerator node") and its key is not one of the row's ``healthTaints`` (those are facts the health rules
+    judge), or the row's ``healthy`` boolean attribute is published false."""
     effects = set(dra_policy(policy).unhealthyTaintEffects)
-    if any(isinstance(t, Mapping) and t.get("effect") in effects for t in device.get("taints") or []):
+    if any(isinstance(t, Mapping) and t.get("effect") in effects and t.get("key") not in row.healthTaints
+           for t in device.get("taints") or []):
         return False
     where = row.facts.healthy
     raw = raw_value(row, device, where) if where is not None else None

@@ -12,20 +12,22 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from runtime.engine.devices.devicesobject import is_healthy, is_partitioned
+from runtime.engine.devices.devicesobject import in_service, is_healthy, is_partitioned, out_of_service
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.policy import Policy
 
 
 @dataclass(frozen=True)
 class LedgerEvent:
-    """A Warning Event to record: on ``kind`` (``Pod`` or ``Devices``) ``namespace``/``name``."""
+    """An Event to record (``type``: Warning unless said): on ``kind`` (``Pod``, ``Devices`` or ``Node``)
+    ``namespace``/``name``."""
 
     kind: str
     namespace: str
     name: str
     reason: str
     message: str
+    type: str = "Warning"
 
 
 @dataclass
@@ -222,8 +224,10 @@ def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
 
     Pods are visited oldest first (creationTimestamp, then namespace/name), containers by name, so a
     conflict always skips the later charge (:func:`_charge_pod`). Finished Pods
-    (``Succeeded``/``Failed``) hold nothing. Unhealthy accelerators are left out of ``status``
-    (:func:`_status_entry`).
+    (``Succeeded``/``Failed``) hold nothing. Accelerators out of service (unhealthy, in maintenance) are
+    left out of ``status`` (:func:`_status_entry`); a charge on an unhealthy one is a conflict, one on an
+    accelerator in maintenance is not (the Pod was there first and is never evicted by us) and is left out
+    with it.
     """
     led = agent_rules(policy).ledger
     slots: dict[tuple[str, str, str], _Slot] = {}
@@ -242,7 +246,7 @@ def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
     status_groups = []
     for g in spec.get("groups", []):
         entries = [_status_entry(policy, slots[(g["manufacturer"], g["id"], a["id"])], a)
-                   for a in g["accelerators"] if is_healthy(a)]
+                   for a in g["accelerators"] if in_service(a)]
         status_groups.append({"id": g["id"], "manufacturer": g["manufacturer"], "accelerators": entries})
     return {"groups": status_groups}, events
 
@@ -261,6 +265,8 @@ def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], slots: dict[
     events = []
     for charge in charges:
         slot = slots[(charge.manufacturer, charge.group, charge.accelerator)]
+        if out_of_service(slot.spec) == "maintenance":
+            continue
         problem = _conflict(slot, charge, policy)
         if problem is not None:
             which, extra = problem

@@ -112,10 +112,10 @@ def walk_devices(devices: dict, section: str = "spec",
 def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
     """The healthy accelerators of one Devices object, in spec order (groups, then accelerators).
 
-    ``devices`` is the API object (``spec`` capability, ``status`` ledger). Unhealthy accelerators are
-    skipped (docs/agent.md "The Devices object and its ledger"). A Devices object with an out-of-range number
-    yields nothing: it counts in no view, no fit label and no admission check (decision 19,
-    :func:`ledger_sound`).
+    ``devices`` is the API object (``spec`` capability, ``status`` ledger). Accelerators out of service
+    (unhealthy, in maintenance) are skipped (docs/concepts/out-of-service.md). A Devices object with an
+    out-of-range number yields nothing: it counts in no view, no fit label and no admission check
+    (decision 19, :func:`ledger_sound`).
     """
     if not ledger_sound(policy, devices):
         return
@@ -126,7 +126,7 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
     for group, accel in walk_devices(devices):
         manu, gid = group.get("manufacturer"), group.get("id")
         status = accel.get("status") or {}
-        if status.get("unhealthy"):
+        if status.get("unhealthy") or status.get("maintenance"):
             continue
         physical = status.get("physicalSliced") or {}
         profiles = physical.get("profiles") or []

@@ -27,6 +27,7 @@ from runtime.engine.pools import queues
 from runtime.engine.pools import reach
 from runtime.engine.pools.flavors import FlavorPlan, plan_flavors, render_flavor
 from runtime.engine.pools.instancetypes import devices_selector, matches
+from runtime.engine.pools.closednodes import closed_nodes
 from runtime.engine.pools.deviceset import read_devices
 from runtime.engine.pools.incremental import DeriveMemo
 from runtime.engine.pools.kept import as_kept
@@ -73,6 +74,9 @@ class DesiredState:
     shortfalls: list[reach.Shortfall] = field(default_factory=list)  # nodes whose labels count more than that
     # device flavor -> (accelerators its labels count, accelerators its quota counts)
     flavor_accelerators: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # node -> why it takes no new Pod (docs/concepts/out-of-service.md "Cordoned and tainted nodes"): its
+    # accelerators count as capacity and quota, never as remaining or once-max
+    closed_nodes: dict[str, str] = field(default_factory=dict)
 
     def view(self, policy: Policy, kind: str, snapshot: Snapshot) -> list[dict]:
         """What ``kubectl get <kind>`` lists once this state is applied to ``snapshot``'s cluster:
@@ -263,6 +267,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
     state.flavor_accelerators = {
         name: (count * len(nodes), quotas[name]) for name, _, count, nodes in device_plans}
     pod_cpu = its.running_instance_pod_cpu(policy, snapshot.list("Pod"))
+    state.closed_nodes = closed_nodes(policy, snapshot)
     for name in sorted(types):
         it = copy.deepcopy(types[name])
         labels = queues.queue_labels(policy, it, aware)
@@ -284,13 +289,14 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
             pool_devices = memo.keep("select", name,
                                      (None if selector is None else tuple(sorted(selector.items())),
                                       id(devices)), devices, partial(_select, selector, devices, by_label))
+        closed = {n: state.closed_nodes[n] for n in map(name_of, pool_devices) if n in state.closed_nodes}
         if memo is None:
             it["status"] = its.instance_type_status(policy, settings, it, queue, flavors, pool_devices,
-                                                    queue_state)
+                                                    queue_state, closed)
         else:
             it["status"] = memo.status(it, queue, flavors, pool_devices, queue_state, settings.values,
-                                       partial(
-                its.instance_type_status, policy, settings, it, queue, flavors, pool_devices, queue_state))
+                                       partial(its.instance_type_status, policy, settings, it, queue,
+                                               flavors, pool_devices, queue_state, closed), closed)
         state.instance_types.append(it)
 
 
@@ -302,7 +308,7 @@ def _usable(devices: list[dict], memo: DeriveMemo | None) -> dict[str, dict[str,
         spec = obj.get("spec")
         compute = partial(reach.usable_accelerators, obj)
         counts = compute() if memo is None else memo.keep("usable", name_of(obj), id(spec), spec, compute)
-        out[name_of(obj)] = {akey: healthy for akey, (healthy, _) in counts.items()}
+        out[name_of(obj)] = {akey: counts[0] for akey, counts in counts.items()}
     return out
 
 

@@ -8,10 +8,12 @@ onceMaxRequest reading from rules/pools/fourview.yaml. All divisions are integer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from runtime.engine.pools.accelerators import Accelerator, accelerators, exclusive_free, takes_shares, \
     takes_slices
 from runtime.engine.policy import Policy
+from runtime.engine.snapshot import name_of
 
 
 @dataclass
@@ -61,67 +63,91 @@ class FourView:
                 "acceleratorSliced": self.sl.render(), "acceleratorPartitioned": pt}
 
 
-def compute(policy: Policy, devices_list: list[dict], akey: str) -> FourView:
+def compute(policy: Policy, devices_list: list[dict], akey: str,
+            closed: Mapping[str, str] | None = None) -> FourView:
     """The four views of one pool: ``devices_list`` = its selected Devices (one per node).
 
     Per-accelerator tests (free, takes shares, takes slices) are the shared predicates of
-    :mod:`runtime.engine.pools.accelerators`.
+    :mod:`runtime.engine.pools.accelerators`. ``closed``: node name -> why it takes no new Pod
+    (:mod:`runtime.engine.pools.closednodes`): such a node's accelerators count as capacity, never as
+    remaining or once-max (docs/concepts/out-of-service.md "Cordoned and tainted nodes").
     """
-    share = policy.constants.share
-    pct = policy.constants.pct
-    per_acc_shares = policy.constants.sharesPerAccelerator
-    per_acc_pct = policy.constants.percentPerAccelerator
-    share_sum = policy.fourview.sharedOnceMaxReading == "shareSum"
     fv = FourView()
     for devices in devices_list:
-        node_accs = node_shareable = node_excl = node_shares = node_share_accs = node_logical = \
-            node_sliced = 0
-        for a in accelerators(policy, devices):
-            if a.akey != akey:
-                continue
-            if a.partitioned:
-                _pt_pass(fv, a)
-                continue
-            node_accs += 1
-            # a DRA-published accelerator offers no shares (docs/concepts/dra.md "Views per manufacturer")
-            node_shareable += a.shareable
-            if exclusive_free(policy, a):
-                node_excl += 1
-            if takes_shares(policy, a):
-                node_shares += a.remaining // share
-                if a.remaining >= share:
-                    node_share_accs += 1
-            if not a.logically_sliceable:
-                continue
-            node_logical += 1
-            if takes_slices(policy, a):
-                p = a.remaining // pct
-                node_sliced += p
-                fv.sl.once_max = max(fv.sl.once_max, p)
-        fv.ex.capacity += node_accs
-        fv.ex.remaining += node_excl
-        fv.ex.once_max = max(fv.ex.once_max, node_excl)
-        fv.sh.capacity += node_shareable * per_acc_shares
-        fv.sh.remaining += node_shares
-        fv.sh.once_max = max(fv.sh.once_max, node_shares if share_sum else node_share_accs)
-        fv.sl.capacity += node_logical * per_acc_pct
-        fv.sl.remaining += node_sliced
+        node = _node_views(policy, fv, devices, akey, bool(closed) and name_of(devices) in closed)
+        fv.ex.capacity += node.accs
+        fv.ex.remaining += node.excl
+        fv.ex.once_max = max(fv.ex.once_max, node.excl)
+        fv.sh.capacity += node.shareable * policy.constants.sharesPerAccelerator
+        fv.sh.remaining += node.shares
+        share_sum = policy.fourview.sharedOnceMaxReading == "shareSum"
+        fv.sh.once_max = max(fv.sh.once_max, node.shares if share_sum else node.share_accs)
+        fv.sl.capacity += node.logical * policy.constants.percentPerAccelerator
+        fv.sl.remaining += node.sliced
+        fv.sl.once_max = max(fv.sl.once_max, node.sliced_once)
     return fv
 
 
-def _pt_pass(fv: FourView, a: Accelerator) -> None:
+@dataclass
+class _Node:
+    """One node's part of the views (accelerators of the pool's aKey, unpartitioned)."""
+
+    accs: int = 0
+    shareable: int = 0
+    excl: int = 0
+    shares: int = 0
+    share_accs: int = 0
+    logical: int = 0
+    sliced: int = 0
+    sliced_once: int = 0
+
+
+def _node_views(policy: Policy, fv: FourView, devices: dict, akey: str, closed: bool) -> _Node:
+    """One node's counts; partitioned accelerators go to ``fv``'s PT view directly. A ``closed`` node
+    counts its capacity only."""
+    share = policy.constants.share
+    node = _Node()
+    for a in accelerators(policy, devices):
+        if a.akey != akey:
+            continue
+        if a.partitioned:
+            _pt_pass(fv, a, closed)
+            continue
+        node.accs += 1
+        # a DRA-published accelerator offers no shares (docs/concepts/dra.md "Views per manufacturer")
+        node.shareable += a.shareable
+        if a.logically_sliceable:
+            node.logical += 1
+        if closed:
+            continue
+        if exclusive_free(policy, a):
+            node.excl += 1
+        if takes_shares(policy, a):
+            node.shares += a.remaining // share
+            if a.remaining >= share:
+                node.share_accs += 1
+        if a.logically_sliceable and takes_slices(policy, a):
+            p = a.remaining // policy.constants.pct
+            node.sliced += p
+            node.sliced_once = max(node.sliced_once, p)
+    return node
+
+
+def _pt_pass(fv: FourView, a: Accelerator, closed: bool = False) -> None:
     fv.pt.capacity += a.physical_count
+    for name in a.offered_profiles:
+        fv.remaining_profiles.setdefault(name, 0)
+    for name, count in a.allocated_profiles.items():
+        if count > 0:
+            fv.allocated_profiles[name] = fv.allocated_profiles.get(name, 0) + count
+    if closed:
+        return
     acc_rem = max(a.remaining_profiles.values(), default=0)
     fv.pt.remaining += acc_rem
     if acc_rem > 0:
         fv.pt.once_max = 1
-    for name in a.offered_profiles:
-        fv.remaining_profiles.setdefault(name, 0)
     for name, count in a.remaining_profiles.items():
         fv.remaining_profiles[name] = fv.remaining_profiles.get(name, 0) + count
-    for name, count in a.allocated_profiles.items():
-        if count > 0:
-            fv.allocated_profiles[name] = fv.allocated_profiles.get(name, 0) + count
 
 
 def zeros() -> FourView:

@@ -193,7 +193,7 @@ def _sliced_detail(devices_list: list[dict], akey: str, spec: dict) -> dict:
         if not compute_capability and group.get("computeCapability"):
             compute_capability = group["computeCapability"]
         status = accel.get("status") or {}
-        if status.get("unhealthy"):
+        if status.get("unhealthy") or status.get("maintenance"):
             continue
         p = status.get("physicalSliced") or {}
         if int(p.get("count") or 0) > 0:
@@ -226,11 +226,14 @@ def missing_fields(policy: Policy, spec: dict) -> list[str]:
 
 
 def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: dict | None,
-                         queue_flavors: list, devices_list: list[dict], queue_state: dict) -> dict:
+                         queue_flavors: list, devices_list: list[dict], queue_state: dict,
+                         closed: dict[str, str] | None = None) -> dict:
     """``status`` of one InstanceType (docs/concepts/pools-and-flavors.md "InstanceType status").
 
     ``queue``: its desired ClusterQueue (None when the type is being deleted and the queue is gone);
     ``queue_flavors``: FlavorPlans in the queue; ``devices_list``: the pool's Devices (node order);
+    ``closed``: node name -> why it takes no new Pod (docs/concepts/out-of-service.md "Cordoned and
+    tainted nodes"): its accelerators count as capacity only;
     ``queue_state``: {"stopPolicy", "reserved" (bool), "reservedCpuMillis" (int),
     "instancePodCpuMillis" (list of int, see :func:`running_instance_pod_cpu`), "active"
     ("True"/"False"/"Unknown"/"Missing"), "message"}.
@@ -254,7 +257,7 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     if queue is not None:
         status["entrance"] = entrance(policy, name_of(queue))
     if acceleratable and not drained:
-        views = fourview.compute(policy, devices_list, spec.get("acceleratorGroup") or "")
+        views = fourview.compute(policy, devices_list, spec.get("acceleratorGroup") or "", closed)
     else:
         views = fourview.zeros()
     status.update(views.render_status())

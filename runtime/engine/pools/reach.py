@@ -51,9 +51,10 @@ class FlavorReach:
 class Shortfall:
     """A contributing node whose labels count more accelerators of ``akey`` than its Devices can use.
 
-    ``labelled``: the per-node count of the flavor (``<aKey>.count``); ``usable``: the healthy
-    accelerators of the group in its Devices; ``unhealthy``: those marked unhealthy; ``devices``:
-    ``present``, ``missing`` (no Devices object) or ``refused`` (a fact of decision 19: counts in no view).
+    ``labelled``: the per-node count of the flavor (``<aKey>.count``); ``usable``: the accelerators of the
+    group in service in its Devices; ``unhealthy``: those marked unhealthy; ``devices``: ``present``,
+    ``missing`` (no Devices object) or ``refused`` (a fact of decision 19: counts in no view);
+    ``maintenance``: those in maintenance (docs/concepts/out-of-service.md "Maintenance").
     """
 
     node: str
@@ -63,6 +64,7 @@ class Shortfall:
     usable: int
     unhealthy: int
     devices: str
+    maintenance: int = 0
 
 
 def contributors(node_flavors: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
@@ -98,13 +100,15 @@ def flavor_reach(snapshot: Snapshot, flavors: Iterable[dict],
     return out
 
 
-def usable_accelerators(devices: dict) -> dict[str, tuple[int, int]]:
-    """aKey -> (healthy, unhealthy) accelerators of one Devices object's capability (``spec``)."""
+def usable_accelerators(devices: dict) -> dict[str, tuple[int, int, int]]:
+    """aKey -> (in service, unhealthy, in maintenance) accelerators of one Devices object's capability
+    (``spec``; docs/concepts/out-of-service.md)."""
     out: dict[str, list[int]] = {}
     for group, accel in walk_devices(devices):
-        counts = out.setdefault(f"{group.get('manufacturer')}-{group.get('id')}", [0, 0])
-        counts[1 if (accel.get("status") or {}).get("unhealthy") else 0] += 1
-    return {akey: (healthy, unhealthy) for akey, (healthy, unhealthy) in out.items()}
+        counts = out.setdefault(f"{group.get('manufacturer')}-{group.get('id')}", [0, 0, 0])
+        status = accel.get("status") or {}
+        counts[1 if status.get("unhealthy") else 2 if status.get("maintenance") else 0] += 1
+    return {akey: tuple(counts) for akey, counts in out.items()}
 
 
 def usable_quota(count: int, akey: str, nodes: Iterable[str], usable: Mapping[str, Mapping[str, int]]) -> int:
@@ -127,8 +131,9 @@ def shortfalls(snapshot: Snapshot, device_flavors: Iterable[tuple[str, str, int,
                 continue
             devices = snapshot.get("Devices", node)
             state = "missing" if devices is None else ("present" if node in usable else "refused")
-            unhealthy = usable_accelerators(devices).get(akey, (0, 0))[1] if devices is not None else 0
-            out.append(Shortfall(node, akey, flavor, count, healthy, unhealthy, state))
+            _, unhealthy, maintenance = usable_accelerators(devices).get(akey, (0, 0, 0)) \
+                if devices is not None else (0, 0, 0)
+            out.append(Shortfall(node, akey, flavor, count, healthy, unhealthy, state, maintenance))
     return sorted(out, key=lambda s: (s.node, s.flavor))
 
 
