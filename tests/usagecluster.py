@@ -1,0 +1,71 @@
+"""The seed's four nodes (tests/fixtures/seed/step1) with Pods that hold accelerators through their
+allocation annotations, for the usage tests (docs/tasks/report-usage.md "What is charged").
+
+``node-a10g``: one A10G; ``node-t4-a``: one T4; ``node-t4-b``: four T4s. A Pod is built by
+:func:`holder` from ``(node, accelerator index, mode, allocated)`` charges.
+"""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from runtime.engine.pools.derive import derive
+from runtime.engine.pools.usage import usage_rates
+from runtime.engine.snapshot import Snapshot
+from tests.builders import pod
+from tests.seedfiles import FIXTURES
+
+BASE = FIXTURES / "seed" / "step1" / "base"
+A10G_POOL = "gpustack--nvidia-a10g-linux-amd64"
+T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
+A10G_FLAVOR = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d"
+T4A_FLAVOR = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d"
+T4B_FLAVOR = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-4d"
+A10G, T4 = "NVIDIA-A10G", "Tesla-T4"
+GROUPS = {"node-a10g": "a10g", "node-t4-a": "tesla-t4", "node-t4-b": "tesla-t4"}
+
+
+def base_objects() -> list[dict]:
+    """Every object of the seed's step 1 (Nodes, NodeFeatures, Devices, Namespaces, settings)."""
+    return [doc for path in sorted(BASE.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def accelerator_ids() -> dict[str, list[str]]:
+    """node -> its accelerators' ids, in index order."""
+    return {d["metadata"]["name"]: [a["id"] for g in d["spec"]["groups"] for a in g["accelerators"]]
+            for d in base_objects() if d["kind"] == "Devices"}
+
+
+def holder(policy, name: str, namespace: str, node: str, charges: list[tuple[int, int, int | None]],
+           queue: str | None = None, created: str = "2026-01-01T00:00:00Z", phase: str = "Running") -> dict:
+    """A Pod on ``node`` whose container ``main`` holds ``charges``: ``(accelerator index, mode,
+    allocated credits or None for the mode's implied charge)``."""
+    ids = accelerator_ids()[node]
+    entries = [{"id": ids[i], "index": i, "mode": mode, **({"allocated": credits} if credits is not None else {})}
+               for i, mode, credits in charges]
+    allocation = {"main": [{"id": GROUPS[node], "manufacturer": "nvidia", "accelerators": entries}]}
+    return pod(name, namespace, node=node, queue=queue, created=created, phase=phase,
+               annotations={policy.key("allocation"): json.dumps(allocation)})
+
+
+def snapshot_with(objects: list[dict], base: list[dict] | None = None) -> Snapshot:
+    """The seed (or ``base``) plus ``objects``."""
+    return Snapshot.from_objects((base_objects() if base is None else base) + objects)
+
+
+def rates_of(policy, objects: list[dict], by_node: bool = False, base: list[dict] | None = None):
+    """(snapshot, derived state, UsageRates) of the seed (or ``base``) plus ``objects``."""
+    snapshot = snapshot_with(objects, base)
+    state = derive(policy, snapshot)
+    return snapshot, state, usage_rates(policy, snapshot, state.node_flavors, state.resource_flavors,
+                                        state.cluster_queues, by_node=by_node)
+
+
+def by_pool(table: dict[tuple, float], pool_index: int, view_index: int | None = None) -> dict[tuple, float]:
+    """Sum a rates table by its pool label (and view label when given)."""
+    out: dict[tuple, float] = {}
+    for labels, value in table.items():
+        key = (labels[pool_index],) + ((labels[view_index],) if view_index is not None else ())
+        out[key] = out.get(key, 0.0) + value
+    return out
