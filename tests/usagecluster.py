@@ -2,16 +2,22 @@
 allocation annotations, for the usage tests (docs/tasks/report-usage.md "What is charged").
 
 ``node-a10g``: one A10G; ``node-t4-a``: one T4; ``node-t4-b``: four T4s. A Pod is built by
-:func:`holder` from ``(node, accelerator index, mode, allocated)`` charges.
+:func:`holder` from ``(node, accelerator index, mode, allocated)`` charges. :class:`Scraped` keeps what
+a Prometheus scraping a :class:`runtime.controller.usage.UsageMeter` every 15 s of a :class:`Clock`
+would hold, and reports a window of it as `accelpolicy usage --snapshot` does.
 """
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import yaml
 
+from runtime.controller.usage import FAMILIES, UsageMeter
 from runtime.engine.pools.derive import derive
 from runtime.engine.pools.usage import usage_rates
+from runtime.report.usage import build_report
+from runtime.report.usagesource import SnapshotSource, Window
 from runtime.engine.snapshot import Snapshot
 from tests.builders import pod
 from tests.seedfiles import FIXTURES
@@ -69,3 +75,52 @@ def by_pool(table: dict[tuple, float], pool_index: int, view_index: int | None =
         key = (labels[pool_index],) + ((labels[view_index],) if view_index is not None else ())
         out[key] = out.get(key, 0.0) + value
     return out
+
+
+EPOCH = 1_780_000_000.0   # the test clock's 0, as a Unix time
+SCRAPE = 15.0
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Scraped:
+    """The samples of every scrape: (family, sorted label pairs) -> [(unix time, value)]."""
+
+    def __init__(self):
+        self.series: dict[tuple, list[tuple[float, float]]] = {}
+
+    def scrape(self, meter: UsageMeter, clock: Clock) -> None:
+        for family in meter.collect():
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                self.series.setdefault(key, []).append((EPOCH + clock.now, sample.value))
+
+    def run(self, meter: UsageMeter, clock: Clock, until: float) -> None:
+        """Scrape every 15 s from now to ``until`` (both included when on the grid)."""
+        while clock.now <= until + 1e-9:
+            self.scrape(meter, clock)
+            clock.now += SCRAPE
+        clock.now -= SCRAPE
+
+    def openmetrics(self) -> str:
+        by_family: dict[str, list[str]] = {f: [] for f in FAMILIES}
+        for (name, labels), points in sorted(self.series.items()):
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            by_family[name.removesuffix("_total")] += [f"{name}{{{text}}} {v} {t}" for t, v in points]
+        out = []
+        for family in FAMILIES:
+            out += [f"# TYPE {family} counter", *by_family[family]]
+        return "\n".join(out + ["# EOF"]) + "\n"
+
+    def report(self, tmp_path, start: float, end: float):
+        path = tmp_path / "usage.om"
+        path.write_text(self.openmetrics())
+        window = Window(datetime.fromtimestamp(EPOCH + start, timezone.utc),
+                        datetime.fromtimestamp(EPOCH + end, timezone.utc))
+        return build_report(SnapshotSource(path), window)

@@ -43,7 +43,8 @@ CAPACITY_LABELS = ("pool", "resourceflavor", "product", "view", "state")
 RESERVED_LABELS = ("clusterqueue", "namespace")
 USABLE, OUT_OF_SERVICE = "usable", "outOfService"   # the ``state`` of capacity and idle
 # The counter family of each rate (runtime.controller.usage exports them, runtime.report.usage reads them).
-FAMILIES = {"charged": "accelpolicy_accelerator_charged_seconds", "idle": "accelpolicy_accelerator_idle_seconds",
+FAMILIES = {"charged": "accelpolicy_accelerator_charged_seconds",
+            "idle": "accelpolicy_accelerator_idle_seconds",
             "capacity": "accelpolicy_accelerator_capacity_seconds",
             "reserved": "accelpolicy_clusterqueue_reserved_seconds"}
 
