@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 import yaml
 
 from runtime.controller.usage import FAMILIES, UsageMeter
+from runtime.kube.cache import KindCache, WatchedKind
 from runtime.engine.pools.derive import derive
 from runtime.engine.pools.usage import usage_rates
 from runtime.report.usage import build_report
@@ -66,6 +67,21 @@ def rates_of(policy, objects: list[dict], by_node: bool = False, base: list[dict
     state = derive(policy, snapshot)
     return snapshot, state, usage_rates(policy, snapshot, state.node_flavors, state.resource_flavors,
                                         state.cluster_queues, by_node=by_node)
+
+
+def caches_of(objects: list[dict]) -> dict[str, KindCache]:
+    """Watch caches (no server) holding ``objects``, of every kind the controller watches that usage reads."""
+    caches = {kind: KindCache(None, WatchedKind(kind)) for kind in ("Devices", "Node", "Pod", "LocalQueue", "Workload")}
+    for obj in objects:
+        if obj["kind"] in caches:
+            caches[obj["kind"]].observe(obj)
+    return caches
+
+
+def observe(meter: UsageMeter, policy, objects: list[dict], base: list[dict] | None = None) -> None:
+    """One pass of the controller over the seed (or ``base``) plus ``objects``, told to ``meter``."""
+    everything = (base_objects() if base is None else base) + objects
+    meter.observe(policy, derive(policy, Snapshot.from_objects(everything)), caches_of(everything))
 
 
 def by_pool(table: dict[tuple, float], pool_index: int, view_index: int | None = None) -> dict[tuple, float]:

@@ -242,7 +242,7 @@ class ControllerMetrics:
         self.reconcile_seconds.observe(result.seconds)
         last = getattr(self.controller, "last_pass", None)
         if result.state is not None and last is not None:
-            self.usage.observe(last.policy, last.snapshot, result.state)
+            self.usage.observe(last.policy, result.state, self.controller.cache.caches)
         if result.errors:
             self.reconcile_errors.inc(len(result.errors))
         cache = self.controller.cache if self.controller is not None else None

@@ -1,7 +1,8 @@
 """The accelerator-seconds counters of showback (docs/tasks/report-usage.md "The counters").
 
 After every reconcile pass the controller (the leader; it sees every Devices object and every Pod) reads
-what each accelerator is charged for now (:func:`runtime.engine.pools.usage.usage_rates`). A
+what each accelerator is charged for now (:func:`runtime.engine.pools.usage.usage_rates`, kept up to
+date from the changes by :class:`runtime.controller.usagetracker.UsageTracker`). A
 :class:`UsageMeter` holds those rates and adds ``rate × seconds`` to each counter at every pass and at
 every scrape, so a counter stands for the accelerators held since the process began to count:
 
@@ -14,8 +15,9 @@ every scrape, so a counter stands for the accelerators held since the process be
 monotonic clock. Counters start at 0 with the process and stop while it does not lead (:meth:`pause`):
 Prometheus' ``increase()`` and ``rate()`` read a restart as a counter reset and add what came before,
 so a report over a window loses only the time no replica counted (from the last scrape of the old
-leader to the first pass of the new one). A series whose rate has been 0 for ``retain_seconds`` is
-dropped (Prometheus marks it stale), so only the label sets seen lately are held.
+leader to the first pass of the new one). A series whose labels no accelerator or Workload holds any
+more stops counting and is dropped ``retain_seconds`` later (Prometheus marks it stale), so only the
+label sets seen lately are held.
 """
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ from loguru import logger
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from runtime.controller.usagetracker import UsageTracker
 from runtime.engine.pools.usage import CAPACITY_LABELS, CHARGED_LABELS, FAMILIES as NAMES, RESERVED_LABELS, \
-    UsageRates, usage_rates
+    UsageRates
 
 RETAIN_SECONDS = 3600.0
 # family -> (UsageRates attribute, labels, help)
@@ -56,62 +59,74 @@ FAMILIES = {
 
 class UsageMeter(Collector):
     """The counters of the module docstring. :meth:`observe` after each pass; registered in the
-    controller's registry. ``clock``: monotonic seconds; ``by_node``: the rates carry the node."""
+    controller's registry. ``clock``: monotonic seconds; ``by_node``: the rates carry the node.
+
+    Each series is ``[seconds at since, since, rate, gone at]``: a rate change folds what it counted
+    into the value, so a pass touches only the series whose rate changed and a scrape reads every
+    series once. A series gone from the rates counts no more and is dropped ``retain_seconds`` later.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, by_node: bool = False,
                  retain_seconds: float = RETAIN_SECONDS):
         self.clock, self.by_node, self.retain_seconds = clock, by_node, retain_seconds
         self._lock = threading.Lock()
-        self._rates = UsageRates()
-        self._since: float | None = None   # when the totals were last brought up to date
-        self._totals: dict[str, dict[tuple, float]] = {f: {} for f in FAMILIES}
-        self._last_held: dict[str, dict[tuple, float]] = {f: {} for f in FAMILIES}
+        self.tracker = UsageTracker(by_node)   # the rates, from what changed (the pass thread's)
+        self._series: dict[str, dict[tuple, list]] = {attr: {} for attr, _, _ in FAMILIES.values()}
 
-    def observe(self, policy, snapshot, state) -> None:
-        """Count up to now at the old rates, then take the rates of one pass (its rules ``policy``,
-        ``snapshot`` and derived ``state``). A pass that cannot be read keeps the old rates."""
+    def observe(self, policy, state, caches) -> None:
+        """Count up to now at the old rates, then take the rates after one pass: its rules ``policy``,
+        its derived ``state`` and the watch ``caches`` (kind -> KindCache) it read. A pass whose
+        objects cannot be read keeps the old rates."""
         try:
-            rates = usage_rates(policy, snapshot, state.node_flavors, state.resource_flavors,
-                                state.cluster_queues, by_node=self.by_node)
+            full, changed = self.tracker.update(policy, state, caches)
         except Exception as exc:  # noqa: BLE001 - a bad object must not stop the counting
             logger.warning("usage counters keep the previous rates: {}", exc)
+            self.tracker = UsageTracker(self.by_node)   # read everything again next time
             return
-        self.update(rates)
+        self.apply(changed, full)
 
     def update(self, rates: UsageRates) -> None:
-        """Count up to now at the old rates; count at ``rates`` from now on."""
+        """Count at ``rates`` from now on, every other series gone."""
+        self.apply({(which, labels): value for which in self._series
+                    for labels, value in getattr(rates, which).items()}, full=True)
+
+    def apply(self, changed: dict[tuple[str, tuple], float | None], full: bool = False) -> None:
+        """Count up to now, then at the new rate of each ``(table, labels)`` of ``changed`` (None: gone);
+        ``full``: a series ``changed`` leaves out is gone."""
         with self._lock:
             now = self.clock()
-            self._accrue(now)
-            self._rates, self._since = rates, now
+            if full:
+                for which, table in self._series.items():
+                    for labels in table:
+                        changed.setdefault((which, labels), None)
+            for (which, labels), rate in changed.items():
+                series = self._series[which].get(labels)
+                if series is None:
+                    if rate is not None:
+                        self._series[which][labels] = [0.0, now, rate, None]
+                    continue
+                series[0] += series[2] * max(now - series[1], 0.0)
+                series[1], series[2], series[3] = now, rate or 0.0, now if rate is None else None
 
     def pause(self) -> None:
-        """Stop counting (the Lease lost, the term over): up to now at the old rates, nothing after."""
-        self.update(UsageRates())
-
-    def _accrue(self, now: float) -> None:
-        if self._since is None:
-            return
-        elapsed = max(now - self._since, 0.0)
-        self._since = now
-        for family, (attr, _labels, _help) in FAMILIES.items():
-            totals, held = self._totals[family], self._last_held[family]
-            rates = getattr(self._rates, attr)
-            for labels, rate in rates.items():
-                totals[labels] = totals.get(labels, 0.0) + rate * elapsed
-                if rate > 0:
-                    held[labels] = now
-                else:
-                    held.setdefault(labels, now)
-            for labels in [k for k, t in held.items() if k not in rates and now - t > self.retain_seconds]:
-                del held[labels]
-                totals.pop(labels, None)
+        """Stop counting (the Lease lost, the term over): every series gone from now on; the next pass
+        reads everything again."""
+        self.apply({}, full=True)
+        self.tracker = UsageTracker(self.by_node)
 
     def totals(self) -> dict[str, dict[tuple, float]]:
-        """Every counter now: family -> label values -> seconds (a copy)."""
+        """Every counter now: family -> label values -> seconds; drops the series gone for longer
+        than ``retain_seconds``."""
         with self._lock:
-            self._accrue(self.clock())
-            return {family: dict(values) for family, values in self._totals.items()}
+            now = self.clock()
+            out = {}
+            for family, (which, _labels, _help) in FAMILIES.items():
+                table = self._series[which]
+                for labels in [k for k, s in table.items()
+                               if s[3] is not None and now - s[3] > self.retain_seconds]:
+                    del table[labels]
+                out[family] = {labels: s[0] + s[2] * max(now - s[1], 0.0) for labels, s in table.items()}
+            return out
 
     def describe(self):
         return list(self._families().values())

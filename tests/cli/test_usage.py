@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from runtime.cli import main
 from runtime.controller.usage import UsageMeter
 from runtime.report.usagesource import extrapolated_increase
-from tests.usagecluster import A10G_POOL, EPOCH, T4_POOL, Clock, Scraped, holder, rates_of
+from tests.usagecluster import A10G_POOL, EPOCH, T4_POOL, Clock, Scraped, holder, observe
 
 
 def _iso(seconds: float) -> str:
@@ -38,8 +38,7 @@ def snapshot_file(policy, tmp_path_factory):
             holder(policy, "whole", "team-b", "node-t4-b", [(0, 1, None)], queue="q"), queue, workload]
     clock, scraped = Clock(), Scraped()
     meter = UsageMeter(clock=clock)
-    snapshot, state, _ = rates_of(policy, pods)
-    meter.observe(policy, snapshot, state)
+    observe(meter, policy, pods)
     scraped.run(meter, clock, 3600)
     path = tmp_path_factory.mktemp("usage") / "usage.om"
     path.write_text(scraped.openmetrics())

@@ -13,12 +13,12 @@ from runtime.controller.metrics import ControllerMetrics
 from runtime.controller.reconciler import ReconcileResult
 from runtime.controller.usage import UsageMeter
 from runtime.engine.pools.usage import UsageRates
-from tests.usagecluster import A10G, A10G_POOL, SCRAPE, T4, T4_POOL, Clock, Scraped, holder, rates_of
+from tests.usagecluster import (A10G, A10G_POOL, SCRAPE, T4, T4_POOL, Clock, Scraped, base_objects, caches_of, holder,
+                                observe, rates_of)
 
 def _meter(policy, objects, clock) -> UsageMeter:
     meter = UsageMeter(clock=clock)
-    snapshot, state, _ = rates_of(policy, objects)
-    meter.observe(policy, snapshot, state)
+    observe(meter, policy, objects)
     return meter
 
 
@@ -59,10 +59,8 @@ def test_charged_plus_idle_is_installed_in_every_pool_at_every_scrape(policy, tm
     clock, scraped = Clock(), Scraped()
     meter = _meter(policy, _quarters(policy)[:3], clock)
     scraped.run(meter, clock, 600)
-    snapshot, state, _ = rates_of(policy, _quarters(policy)[:3] + [
-        holder(policy, "whole", "team-c", "node-t4-a", [(0, 1, None)])])
     clock.now += 7.0   # a pass between two scrapes changes the rates
-    meter.observe(policy, snapshot, state)
+    observe(meter, policy, _quarters(policy)[:3] + [holder(policy, "whole", "team-c", "node-t4-a", [(0, 1, None)])])
     clock.now += SCRAPE - 7.0
     scraped.run(meter, clock, 1200)
     times = sorted({t for points in scraped.series.values() for t, _ in points})
@@ -126,7 +124,7 @@ def test_a_pass_that_cannot_be_read_keeps_the_rates(policy):
     clock = Clock()
     meter = UsageMeter(clock=clock)
     meter.update(UsageRates(capacity={("p", "f", "x", "none", "usable"): 2.0}))
-    meter.observe(policy, None, SimpleNamespace(node_flavors={}, resource_flavors=[], cluster_queues=[]))
+    meter.observe(policy, None, {})   # no state to read
     clock.now = 10.0
     assert meter.totals()["accelpolicy_accelerator_capacity_seconds"] == {("p", "f", "x", "none", "usable"): 20.0}
 
@@ -134,7 +132,8 @@ def test_a_pass_that_cannot_be_read_keeps_the_rates(policy):
 def test_the_controller_metrics_count_each_pass(policy):
     clock = Clock()
     snapshot, state, _ = rates_of(policy, _quarters(policy))
-    controller = SimpleNamespace(cache=SimpleNamespace(caches={}), applier=SimpleNamespace(writes=[]), observers=[],
+    caches = caches_of(base_objects() + _quarters(policy))
+    controller = SimpleNamespace(cache=SimpleNamespace(caches=caches), applier=SimpleNamespace(writes=[]), observers=[],
                                  last_pass=SimpleNamespace(policy=policy, snapshot=snapshot), clock=lambda: None)
     metrics = ControllerMetrics(CollectorRegistry()).bind(controller)
     metrics.usage.clock = clock

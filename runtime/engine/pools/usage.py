@@ -24,7 +24,9 @@ rules/labels.yaml), ``""`` without one.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterable, Mapping
 
 from runtime.engine.devices.devicesobject import is_healthy, is_partitioned
@@ -42,6 +44,7 @@ CHARGED_LABELS = ("namespace", "pool", "resourceflavor", "product", "view", "clu
 CAPACITY_LABELS = ("pool", "resourceflavor", "product", "view", "state")
 RESERVED_LABELS = ("clusterqueue", "namespace")
 USABLE, OUT_OF_SERVICE = "usable", "outOfService"   # the ``state`` of capacity and idle
+WHICH = ("charged", "idle", "capacity", "reserved")   # the tables of UsageRates
 # The counter family of each rate (runtime.controller.usage exports them, runtime.report.usage reads them).
 FAMILIES = {"charged": "accelpolicy_accelerator_charged_seconds",
             "idle": "accelpolicy_accelerator_idle_seconds",
@@ -67,6 +70,9 @@ class UsageRates:
         table = getattr(self, which)
         table[labels] = table.get(labels, 0.0) + accelerators
 
+    def copy(self) -> "UsageRates":
+        return UsageRates(*(dict(getattr(self, which)) for which in WHICH))
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -77,35 +83,83 @@ class Placement:
     product: str
 
 
+class RateTotals:
+    """Rates kept as the sum of parts, each part owned by one object (a node's Devices, a Workload):
+    :meth:`replace` swaps one owner's part and sums again only the labels it touches, each as
+    ``math.fsum`` of its owners' values (the same total in any order). :attr:`rates` are the totals."""
+
+    def __init__(self):
+        self.parts: dict[tuple, UsageRates] = {}
+        self.owners: dict[str, dict[tuple, dict[tuple, float]]] = {w: {} for w in WHICH}
+        self.rates = UsageRates()
+
+    def replace(self, owner: tuple, part: UsageRates | None) -> set[tuple[str, tuple]]:
+        """``owner``'s part is ``part`` from now on (None: it has none); returns the ``(table, labels)``
+        whose total it may have changed (a label no owner holds any more leaves :attr:`rates`)."""
+        touched = set()
+        for which_part, keep in ((self.parts.pop(owner, None), False), (part, True)):
+            if which_part is None:
+                continue
+            for which in WHICH:
+                owners = self.owners[which]
+                for labels, value in getattr(which_part, which).items():
+                    if keep:
+                        owners.setdefault(labels, {})[owner] = value
+                    else:
+                        owners[labels].pop(owner, None)
+                    touched.add((which, labels))
+        if part is not None:
+            self.parts[owner] = part
+        for which, labels in touched:
+            values, table = self.owners[which].get(labels), getattr(self.rates, which)
+            if values:
+                table[labels] = math.fsum(values.values())
+            else:
+                self.owners[which].pop(labels, None)
+                table.pop(labels, None)
+        return touched
+
+
 def usage_rates(policy: Policy, snapshot: Snapshot, node_flavors: Mapping[str, list[str]],
                 resource_flavors: Iterable[dict], cluster_queues: Iterable[dict],
                 by_node: bool = False) -> UsageRates:
     """The rates of module docstring, from ``snapshot`` (Devices, Pods, Nodes, LocalQueues, Workloads)
     and the derived ``node_flavors``, ``resource_flavors`` and ``cluster_queues`` (a
     :class:`runtime.engine.pools.derive.DesiredState`'s). ``by_node``: the node name ends the label
-    values of charged, idle and capacity."""
-    placements = _Placements(policy, snapshot, node_flavors, resource_flavors, cluster_queues)
-    queues = {(obj["metadata"].get("namespace", ""), name_of(obj)): str((obj.get("spec") or {}).get(
-        "clusterQueue", "")) for obj in snapshot.list("LocalQueue")}
+    values of charged, idle and capacity. The controller keeps the same totals up to date from the
+    changes alone (:mod:`runtime.controller.usagetracker`)."""
+    placements = Placements(policy, partial(snapshot.get, "Node"), node_flavors, resource_flavors,
+                            cluster_queues)
+    queues = local_queues(snapshot.list("LocalQueue"))
+    key = policy.key("allocation")
     pods: dict[str, list[dict]] = {}
     for pod in snapshot.list("Pod"):
         node = (pod.get("spec") or {}).get("nodeName")
-        if node:
+        if node and key in ((pod.get("metadata") or {}).get("annotations") or {}):
             pods.setdefault(node, []).append(pod)
-    rates = UsageRates()
+    totals = RateTotals()
     for devices in snapshot.list("Devices"):
         node = name_of(devices)
-        node_rates(policy, rates, devices, pods.get(node, []), placements.of(node), queues,
-                   (node,) if by_node else ())
-    reserved_rates(policy, rates, snapshot.list("Workload"))
-    return rates
+        totals.replace(("Devices", node), node_part(policy, devices, pods.get(node, []), placements.of(node),
+                                                    queues, (node,) if by_node else ()))
+    for wl in snapshot.list("Workload"):
+        totals.replace(("Workload", wl["metadata"].get("namespace", ""), name_of(wl)),
+                       workload_part(policy, wl))
+    return totals.rates
 
 
-class _Placements:
-    """``of(node)(akey)``: the :class:`Placement` of a node's accelerator group (module docstring)."""
+def local_queues(objects: Iterable[dict]) -> dict[tuple[str, str], str]:
+    """(namespace, LocalQueue) -> its ClusterQueue."""
+    return {(obj["metadata"].get("namespace", ""), name_of(obj)): str((obj.get("spec") or {}).get(
+        "clusterQueue", "")) for obj in objects}
 
-    def __init__(self, policy, snapshot, node_flavors, resource_flavors, cluster_queues):
-        self.policy, self.snapshot, self.node_flavors = policy, snapshot, node_flavors
+
+class Placements:
+    """``of(node)(akey)``: the :class:`Placement` of a node's accelerator group (module docstring);
+    ``node_of(name)``: the Node object (its product labels)."""
+
+    def __init__(self, policy, node_of, node_flavors, resource_flavors, cluster_queues):
+        self.policy, self.node_of, self.node_flavors = policy, node_of, node_flavors
         self.labels = {name_of(f): labels_of(f) for f in resource_flavors}
         self.pools: dict[str, str] = {}
         for queue in sorted(cluster_queues, key=name_of, reverse=True):   # the first in name order wins
@@ -115,7 +169,7 @@ class _Placements:
 
     def of(self, node: str):
         acc = self.policy.prefix("acceleratable")
-        node_obj = self.snapshot.get("Node", node)
+        node_obj = self.node_of(node)
         node_labels = labels_of(node_obj) if node_obj is not None else {}
         flavors = self.node_flavors.get(node) or []
 
@@ -124,6 +178,18 @@ class _Placements:
             product = node_labels.get(f"{acc}{akey}{self.policy.suffix('product')}", "")
             return Placement(self.pools.get(flavor, ""), flavor, product)
         return place
+
+
+def node_part(policy: Policy, devices: dict, pods: list[dict], place, queues: Mapping[tuple[str, str], str],
+              tail: tuple[str, ...] = ()) -> UsageRates:
+    """One node's rates (:func:`node_rates`) on their own; a Devices object too malformed to walk has
+    none."""
+    part = UsageRates()
+    try:
+        node_rates(policy, part, devices, pods, place, queues, tail)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return UsageRates()
+    return part
 
 
 def node_rates(policy: Policy, rates: UsageRates, devices: dict, pods: list[dict], place,
@@ -184,28 +250,27 @@ def _held_on(replay: LedgerReplay, key: tuple[str, str, str]) -> Iterable[tuple[
             if (charge.manufacturer, charge.group, charge.accelerator) == key)
 
 
-def reserved_rates(policy: Policy, rates: UsageRates, workloads: Iterable[dict]) -> None:
-    """Add the quota each admitted Kueue Workload holds: Σ of its ``status.admission.podSetAssignments[]
+def workload_part(policy: Policy, wl: dict) -> UsageRates:
+    """The quota one admitted Kueue Workload holds: Σ of its ``status.admission.podSetAssignments[]
     .resourceUsage`` under the credits prefix (rules/labels.yaml) / D, by its ClusterQueue and namespace,
     while its ``QuotaReserved`` condition is True and its ``Finished`` condition is not."""
-    prefix = policy.prefix("credits")
-    d = policy.constants.creditsPerAccelerator
-    for wl in workloads:
-        status = wl.get("status") or {}
-        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []
-                      if isinstance(c, dict)}
-        admission = status.get("admission") or {}
-        if conditions.get("QuotaReserved") != "True" or conditions.get("Finished") == "True" \
-                or not admission.get("clusterQueue"):
-            continue
-        credits = 0
-        for assignment in admission.get("podSetAssignments") or []:
-            for resource, quantity in (assignment.get("resourceUsage") or {}).items():
-                if resource.startswith(prefix):
-                    try:
-                        credits += parse_quantity(quantity)
-                    except QuantityError:
-                        continue
-        if credits:
-            rates.add("reserved", (str(admission["clusterQueue"]), wl["metadata"].get("namespace", "")),
-                      float(credits) / d)
+    part = UsageRates()
+    status = wl.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []
+                  if isinstance(c, dict)}
+    admission = status.get("admission") or {}
+    if conditions.get("QuotaReserved") != "True" or conditions.get("Finished") == "True" \
+            or not admission.get("clusterQueue"):
+        return part
+    prefix, credits = policy.prefix("credits"), 0
+    for assignment in admission.get("podSetAssignments") or []:
+        for resource, quantity in (assignment.get("resourceUsage") or {}).items():
+            if resource.startswith(prefix):
+                try:
+                    credits += parse_quantity(quantity)
+                except QuantityError:
+                    continue
+    if credits:
+        part.add("reserved", (str(admission["clusterQueue"]), wl["metadata"].get("namespace", "")),
+                 float(credits) / policy.constants.creditsPerAccelerator)
+    return part
