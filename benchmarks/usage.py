@@ -45,7 +45,6 @@ from runtime.controller.usage import FAMILIES, UsageMeter  # noqa: E402
 from runtime.controller.usagetracker import UsageTracker  # noqa: E402
 from runtime.kube.cache import KindCache, WatchedKind  # noqa: E402
 from runtime.engine.pools.derive import derive  # noqa: E402
-from runtime.engine.pools.usage import usage_rates  # noqa: E402
 from runtime.engine.policy import Policy  # noqa: E402
 from runtime.engine.snapshot import Snapshot  # noqa: E402
 from runtime.report.usage import build_report  # noqa: E402
@@ -149,32 +148,35 @@ def export_cost(policy: Policy, nodes: int, runs: int) -> None:
 
 
 def fleet_samples(policy: Policy, nodes: int, days: int, step: int, end: float, path: Path) -> int:
-    """Run a meter over ``days`` (a sample every ``step`` s, Pods drawn again each day) ending at
-    ``end`` (Unix seconds) and write the samples as OpenMetrics; returns how many."""
-    clock = [0.0]
-    meter = UsageMeter(clock=lambda: clock[0])
-    start = end - days * 86400
-    series: dict[tuple, list[str]] = {}
+    """The counters of a ``nodes``-node fleet over ``days`` ending at ``end`` (Unix seconds), a sample every
+    ``step`` s, written as OpenMetrics (one series after another); returns how many samples. Each day's
+    Pods are drawn again and its rates are the tracker's (:class:`UsageTracker`); a counter grows at its
+    day's rate, as the meter's does between passes."""
     objects = generate(nodes, 11)
-    per_day = 86400 // step
+    daily: list[dict[tuple[str, tuple], float]] = []
     for day in range(days):
         everything = objects + holders(policy, objects, random.Random(day))
-        meter.observe(policy, derive(policy, Snapshot.from_objects(everything)), caches_of(everything))
-        for i in range(per_day):
-            clock[0] = (day * per_day + i) * step
-            stamp = start + clock[0]
-            for family in meter.collect():
-                for s in family.samples:
-                    labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-                    series.setdefault((s.name, labels), []).append(f"{s.value:.6f} {stamp:.0f}")
-    lines, count = [], 0
-    for family in FAMILIES:
-        lines.append(f"# TYPE {family} counter")
-        for (name, labels), points in series.items():
-            if name == f"{family}_total":
-                lines += [f"{name}{{{labels}}} {p}" for p in points]
-                count += len(points)
-    path.write_text("\n".join(lines + ["# EOF"]) + "\n")
+        tracker = UsageTracker()
+        tracker.update(policy, derive(policy, Snapshot.from_objects(everything)), caches_of(everything))
+        rates = tracker.totals.rates
+        daily.append({(which, labels): value for which in ("charged", "idle", "capacity", "reserved")
+                      for labels, value in getattr(rates, which).items()})
+    names = {attr: (family, labels) for family, (attr, labels, _help) in FAMILIES.items()}
+    start, per_day, count = end - days * 86400, 86400 // step, 0
+    with path.open("w") as out:
+        for attr, (family, label_names) in names.items():
+            out.write(f"# TYPE {family} counter\n")
+            for which, labels in sorted({key for rates in daily for key in rates if key[0] == attr}):
+                text = ",".join(f'{k}="{v}"' for k, v in sorted(zip(label_names, labels)))
+                value = 0.0
+                for day, rates in enumerate(daily):
+                    rate = rates.get((which, labels), 0.0)
+                    for i in range(per_day):
+                        stamp = start + (day * per_day + i) * step
+                        out.write(f"{family}_total{{{text}}} {value + rate * i * step:.3f} {stamp:.0f}\n")
+                    value += rate * per_day * step
+                    count += per_day
+        out.write("# EOF\n")
     return count
 
 

@@ -117,12 +117,12 @@ class Scraped:
                 key = (sample.name, tuple(sorted(sample.labels.items())))
                 self.series.setdefault(key, []).append((EPOCH + clock.now, sample.value))
 
-    def run(self, meter: UsageMeter, clock: Clock, until: float) -> None:
-        """Scrape every 15 s from now to ``until`` (both included when on the grid)."""
+    def run(self, meter: UsageMeter, clock: Clock, until: float, every: float = SCRAPE) -> None:
+        """Scrape every ``every`` s (15) from now to ``until`` (both included when on the grid)."""
         while clock.now <= until + 1e-9:
             self.scrape(meter, clock)
-            clock.now += SCRAPE
-        clock.now -= SCRAPE
+            clock.now += every
+        clock.now -= every
 
     def openmetrics(self) -> str:
         by_family: dict[str, list[str]] = {f: [] for f in FAMILIES}
@@ -140,3 +140,26 @@ class Scraped:
         window = Window(datetime.fromtimestamp(EPOCH + start, timezone.utc),
                         datetime.fromtimestamp(EPOCH + end, timezone.utc))
         return build_report(SnapshotSource(path), window)
+
+
+SEED_HOUR = FIXTURES / "usage" / "seed-hour.om"   # docs/tasks/report-usage.md "Run accelpolicy usage"
+
+
+def seed_hour(policy) -> str:
+    """An hour of the seed, scraped every minute from EPOCH (2026-05-28T20:26:40Z): team-a holds a 25 %
+    slice of the A10G; team-b a whole T4 through the T4 pool's ClusterQueue (its LocalQueue ``q``),
+    whose admitted Workload holds two accelerators of quota (:data:`SEED_HOUR` holds this text)."""
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "q", "namespace": "team-b"}, "spec": {"clusterQueue": T4_POOL}}
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "w", "namespace": "team-b"},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}], "admission": {
+                    "clusterQueue": T4_POOL, "podSetAssignments": [
+                        {"name": "main", "resourceUsage": {"credits.gpustack.ai/nvidia": "3200k"}}]}}}
+    pods = [holder(policy, "slice", "team-a", "node-a10g", [(0, 3, 400_000)]),
+            holder(policy, "whole", "team-b", "node-t4-b", [(0, 1, None)], queue="q"), queue, workload]
+    clock, scraped = Clock(), Scraped()
+    meter = UsageMeter(clock=clock)
+    observe(meter, policy, pods)
+    scraped.run(meter, clock, 3600, every=60)
+    return scraped.openmetrics()

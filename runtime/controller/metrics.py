@@ -13,8 +13,9 @@ Two sources, so no number is derived twice:
   the Workload's quota reservation, the API writes by kind and verb (the applier's write log, read
   forward at each scrape) and whether this replica leads.
 
-Labels stay bounded: InstanceType, ClusterQueue and kind names, views and verbs; never a Pod or
-Node name.
+Labels stay bounded: InstanceType, ClusterQueue and kind names, views and verbs, and on the usage
+counters the namespaces charged; never a Pod name, a Node name only with ``usage_by_node``
+(docs/tasks/report-usage.md "Cost and cardinality").
 """
 from __future__ import annotations
 

@@ -15,9 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from runtime.cli import main
-from runtime.controller.usage import UsageMeter
 from runtime.report.usagesource import extrapolated_increase
-from tests.usagecluster import A10G_POOL, EPOCH, T4_POOL, Clock, Scraped, holder, observe
+from tests.usagecluster import A10G_POOL, EPOCH, SEED_HOUR, T4_POOL, seed_hour
 
 
 def _iso(seconds: float) -> str:
@@ -25,24 +24,15 @@ def _iso(seconds: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def snapshot_file(policy, tmp_path_factory):
-    """An hour of the seed: team-a holds a 25 % slice of the A10G, team-b a whole T4 through the T4
-    pool's ClusterQueue, whose admitted Workload holds two accelerators of quota."""
-    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-             "metadata": {"name": "q", "namespace": "team-b"}, "spec": {"clusterQueue": T4_POOL}}
-    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "w", "namespace": "team-b"},
-                "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}], "admission": {
-                    "clusterQueue": T4_POOL, "podSetAssignments": [
-                        {"name": "main", "resourceUsage": {"credits.gpustack.ai/nvidia": "3200k"}}]}}}
-    pods = [holder(policy, "slice", "team-a", "node-a10g", [(0, 3, 400_000)]),
-            holder(policy, "whole", "team-b", "node-t4-b", [(0, 1, None)], queue="q"), queue, workload]
-    clock, scraped = Clock(), Scraped()
-    meter = UsageMeter(clock=clock)
-    observe(meter, policy, pods)
-    scraped.run(meter, clock, 3600)
-    path = tmp_path_factory.mktemp("usage") / "usage.om"
-    path.write_text(scraped.openmetrics())
-    return path
+def snapshot_file():
+    """tests/fixtures/usage/seed-hour.om (tests/usagecluster.py ``seed_hour``): an hour of the seed in which
+    team-a holds a 25 % slice of the A10G and team-b a whole T4 through the T4 pool's ClusterQueue, whose
+    admitted Workload holds two accelerators of quota."""
+    return SEED_HOUR
+
+
+def test_the_fixture_is_what_the_meter_exports(policy):
+    assert SEED_HOUR.read_text() == seed_hour(policy)
 
 
 def _run(*args):
