@@ -27,7 +27,6 @@ import argparse
 import json
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,8 @@ from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 from benchmarks.derive import generate  # noqa: E402
 from runtime.controller.usage import FAMILIES, UsageMeter  # noqa: E402
 from runtime.controller.usagetracker import UsageTracker  # noqa: E402
-from runtime.kube.cache import KindCache, WatchedKind  # noqa: E402
+from testing.caches import caches_of  # noqa: E402
+from testing.localcluster.processes import free_port  # noqa: E402
 from runtime.engine.pools.derive import derive  # noqa: E402
 from runtime.engine.policy import Policy  # noqa: E402
 from runtime.engine.snapshot import Snapshot  # noqa: E402
@@ -97,16 +97,7 @@ def _median(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def caches_of(objects: list[dict]) -> dict[str, KindCache]:
-    """Watch caches (no server) holding ``objects``, as the controller's hold them."""
-    caches = {kind: KindCache(None, WatchedKind(kind)) for kind in ("Devices", "Node", "Pod", "LocalQueue", "Workload")}
-    for obj in objects:
-        if obj["kind"] in caches:
-            caches[obj["kind"]].observe(obj)
-    return caches
-
-
-def touch(caches: dict[str, KindCache], nodes: int) -> None:
+def touch(caches: dict, nodes: int) -> None:
     """The Pods of ``nodes`` accelerated nodes replaced by new objects (a new resourceVersion)."""
     touched = set(sorted(name for _, name in caches["Devices"].keys())[:nodes])
     for pod in caches["Pod"].objects():
@@ -180,12 +171,6 @@ def fleet_samples(policy: Policy, nodes: int, days: int, step: int, end: float, 
     return count
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def usage_time(policy: Policy, nodes: int, days: int, step: int, runs: int) -> None:
     if not (shutil.which("promtool") and shutil.which("prometheus")):
         print("usage over Prometheus: left out, promtool/prometheus not installed (apt-get install prometheus)")
@@ -201,7 +186,7 @@ def usage_time(policy: Policy, nodes: int, days: int, step: int, runs: int) -> N
         t2 = time.perf_counter()
         print(f"{nodes} nodes over {days} days, a sample every {step} s: {count} samples "
               f"(generated in {t1 - t0:.0f} s, backfilled by promtool in {t2 - t1:.0f} s)")
-        port = _free_port()
+        port = free_port()
         prom = subprocess.Popen(["prometheus", f"--config.file={_config(work)}", f"--storage.tsdb.path={work / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=400d",
                                  "--query.max-samples=200000000"],

@@ -14,12 +14,12 @@ from datetime import datetime, timezone
 import yaml
 
 from runtime.controller.usage import FAMILIES, UsageMeter
-from runtime.kube.cache import KindCache, WatchedKind
 from runtime.engine.pools.derive import derive
 from runtime.engine.pools.usage import usage_rates
 from runtime.report.usage import build_report
 from runtime.report.usagesource import SnapshotSource, Window
 from runtime.engine.snapshot import Snapshot
+from testing.caches import caches_of
 from tests.builders import pod
 from tests.seedfiles import FIXTURES
 
@@ -67,15 +67,6 @@ def rates_of(policy, objects: list[dict], by_node: bool = False, base: list[dict
     state = derive(policy, snapshot)
     return snapshot, state, usage_rates(policy, snapshot, state.node_flavors, state.resource_flavors,
                                         state.cluster_queues, by_node=by_node)
-
-
-def caches_of(objects: list[dict]) -> dict[str, KindCache]:
-    """Watch caches (no server) holding ``objects``, of every kind the controller watches that usage reads."""
-    caches = {kind: KindCache(None, WatchedKind(kind)) for kind in ("Devices", "Node", "Pod", "LocalQueue", "Workload")}
-    for obj in objects:
-        if obj["kind"] in caches:
-            caches[obj["kind"]].observe(obj)
-    return caches
 
 
 def observe(meter: UsageMeter, policy, objects: list[dict], base: list[dict] | None = None) -> None:
