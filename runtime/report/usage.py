@@ -4,7 +4,8 @@
 Sections, each from one question to the source (:mod:`runtime.report.usagesource`):
 
 * **charged**: accelerator-hours by namespace, pool, product and view
-  (``accelpolicy_accelerator_charged_seconds``);
+  (``accelpolicy_accelerator_charged_seconds``, asked once by those labels and the admitting
+  ClusterQueue: it serves the fairness section too);
 * **pools**: per pool and product, the installed hours (``..._capacity_seconds``), the hours charged
   in it, the idle hours (``..._idle_seconds``) and, of them, the hours out of service; a **total**
   line over the fleet, where installed = charged + idle (the residual, when counters started or
@@ -103,7 +104,9 @@ def build_report(source, window: Window) -> UsageReport:
                           f"{window.end.isoformat()}: {FAMILIES['capacity']}_total has fewer than two "
                           f"samples in the window (is the controller scraped, and was it leading then?)")
     idle = source.increases(FAMILIES["idle"], ("pool", "product", "state"), window)
-    charged = source.increases(FAMILIES["charged"], ("namespace", "pool", "product", "view"), window)
+    by_queue = source.increases(FAMILIES["charged"], ("namespace", "pool", "product", "view", "clusterqueue"),
+                                window)   # one query of the largest counter serves both sections
+    charged = _sum(by_queue, lambda k: k[:4])
     report = UsageReport(window)
     report.charged = sorted(ChargeRow(_name(ns), _name(pool), product, view, s / HOUR)
                             for (ns, pool, product, view), s in charged.items())
@@ -121,14 +124,19 @@ def build_report(source, window: Window) -> UsageReport:
     figures = ("installed", "charged", "idle", "oos")
     report.pools = [PoolRow(_name(name), product, *(r[k] / HOUR for k in figures))
                     for (name, product), r in sorted(pools.items())]
-    report.queues = _queues(source, window)
+    report.queues = _queues(source, window, _sum(by_queue, lambda k: (k[4], k[0])))
     return report
 
 
-def _queues(source, window: Window) -> list[QueueRow]:
-    by = ("clusterqueue", "namespace")
-    reserved = source.increases(FAMILIES["reserved"], by, window)
-    charged = source.increases(FAMILIES["charged"], by, window)
+def _sum(values: dict[tuple, float], key) -> dict[tuple, float]:
+    out: dict[tuple, float] = {}
+    for labels, value in values.items():
+        out[key(labels)] = out.get(key(labels), 0.0) + value
+    return out
+
+
+def _queues(source, window: Window, charged: dict[tuple, float]) -> list[QueueRow]:
+    reserved = source.increases(FAMILIES["reserved"], ("clusterqueue", "namespace"), window)
     return [QueueRow(_name(q), _name(ns), reserved.get((q, ns), 0.0) / HOUR, charged.get((q, ns), 0.0) / HOUR)
             for q, ns in sorted(set(reserved) | set(charged))]
 

@@ -166,7 +166,7 @@ def prometheus():
     server.server_close()
 
 
-def test_prometheus_is_asked_one_promql_query_per_figure(prometheus):
+def test_prometheus_is_asked_one_promql_query_per_counter(prometheus):
     def query(family, by):
         return f"sum by ({', '.join(by)}) (increase({family}_total[3600s]))"
     capacity = ("pool", "product", "state")
@@ -175,18 +175,21 @@ def test_prometheus_is_asked_one_promql_query_per_figure(prometheus):
             {"metric": {"pool": A10G_POOL, "product": "NVIDIA-A10G", "state": "usable"}, "value": [0, "3600"]}],
         query("accelpolicy_accelerator_idle_seconds", capacity): [
             {"metric": {"pool": A10G_POOL, "product": "NVIDIA-A10G", "state": "usable"}, "value": [0, "2700"]}],
-        query("accelpolicy_accelerator_charged_seconds", ("namespace", "pool", "product", "view")): [
-            {"metric": {"namespace": "team-a", "pool": A10G_POOL, "product": "NVIDIA-A10G", "view": "sliced"},
-             "value": [0, "900"]}],
-        query("accelpolicy_clusterqueue_reserved_seconds", ("clusterqueue", "namespace")): [],
-        query("accelpolicy_accelerator_charged_seconds", ("clusterqueue", "namespace")): []}
+        query("accelpolicy_accelerator_charged_seconds", ("namespace", "pool", "product", "view", "clusterqueue")): [
+            {"metric": {"namespace": "team-a", "pool": A10G_POOL, "product": "NVIDIA-A10G", "view": "sliced",
+                        "clusterqueue": A10G_POOL}, "value": [0, "900"]}],
+        query("accelpolicy_clusterqueue_reserved_seconds", ("clusterqueue", "namespace")): [
+            {"metric": {"clusterqueue": A10G_POOL, "namespace": "team-a"}, "value": [0, "1800"]}]}
     code, out, err = _run("--prometheus", prometheus, "--from", "2026-05-01T00:00:00Z", "--to",
                           "2026-05-01T01:00:00+00:00", "-o", "json")
     assert (code, err) == (0, "")
-    assert json.loads(out)["charged"] == [{"namespace": "team-a", "pool": A10G_POOL, "product": "NVIDIA-A10G",
-                                           "view": "sliced", "hours": 0.25}]
+    doc = json.loads(out)
+    assert doc["charged"] == [{"namespace": "team-a", "pool": A10G_POOL, "product": "NVIDIA-A10G", "view": "sliced",
+                               "hours": 0.25}]
+    assert doc["fairness"] == [{"clusterqueue": A10G_POOL, "namespace": "team-a", "reserved": 0.5, "charged": 0.25,
+                                "unused": 0.25}]
     assert {a["time"] for a in _Prometheus.asked} == {"1777597200.000"}
-    assert len(_Prometheus.asked) == 5
+    assert sorted(a["query"] for a in _Prometheus.asked) == sorted(_Prometheus.answers)   # one query per figure
 
 
 def test_prometheus_errors_are_named(prometheus):
