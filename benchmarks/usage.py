@@ -13,13 +13,14 @@ Part 2, ``accelpolicy usage`` over 30 days of a 1,000-node fleet: the meter of a
 run on a test clock for ``--days`` with a sample every ``--step`` (the Pods drawn again every day), the
 samples written as OpenMetrics and backfilled with ``promtool tsdb create-blocks-from openmetrics``
 into a fresh TSDB, which a ``prometheus`` (Debian's package) serves on 127.0.0.1 only. Timed: the
-whole report (:func:`runtime.report.usage.build_report` over :class:`PrometheusSource`: five queries),
+whole report (:func:`runtime.report.usage.build_report` over :class:`PrometheusSource`: four queries),
 ``accelpolicy usage --prometheus`` as a command (start-up included), and the floor, one plain PromQL
 ``sum by (namespace, pool, product, view) (increase(...[30d]))`` query of the same data. Part 2 is left
 out, saying why, when ``promtool``/``prometheus`` are not installed.
 
 Usage: ``.venv/bin/python benchmarks/usage.py [--nodes 10000] [--runs 5] [--fleet 1000] [--days 30]
-[--step 300] [--skip-prometheus]``
+[--step 900] [--skip-counters] [--skip-prometheus] [--keep DIR]``; Prometheus runs with block
+compaction off (min = max block duration) so no compaction of the backfilled blocks runs while it is timed.
 """
 from __future__ import annotations
 
@@ -138,11 +139,12 @@ def export_cost(policy: Policy, nodes: int, runs: int) -> None:
                                                         for f, n in series.items()))
 
 
-def fleet_samples(policy: Policy, nodes: int, days: int, step: int, end: float, path: Path) -> int:
-    """The counters of a ``nodes``-node fleet over ``days`` ending at ``end`` (Unix seconds), a sample every
-    ``step`` s, written as OpenMetrics (one series after another); returns how many samples. Each day's
+def fleet_samples(policy: Policy, nodes: int, days: int, step: int, end: float, work: Path) -> tuple[list[Path], int]:
+    """The counters of a ``nodes``-node fleet over ``days`` ending at ``end`` (Unix seconds, on a 2-hour
+    boundary), a sample every ``step`` s, as one OpenMetrics file per day in ``work`` (promtool reads a
+    file once per 2-hour block it writes: one file per day keeps that to the day's twelve). Each day's
     Pods are drawn again and its rates are the tracker's (:class:`UsageTracker`); a counter grows at its
-    day's rate, as the meter's does between passes."""
+    day's rate, as the meter's does between passes. Returns the files and the number of series."""
     objects = generate(nodes, 11)
     daily: list[dict[tuple[str, tuple], float]] = []
     for day in range(days):
@@ -152,43 +154,56 @@ def fleet_samples(policy: Policy, nodes: int, days: int, step: int, end: float, 
         rates = tracker.totals.rates
         daily.append({(which, labels): value for which in ("charged", "idle", "capacity", "reserved")
                       for labels, value in getattr(rates, which).items()})
-    names = {attr: (family, labels) for family, (attr, labels, _help) in FAMILIES.items()}
-    start, per_day, count = end - days * 86400, 86400 // step, 0
-    with path.open("w") as out:
-        for attr, (family, label_names) in names.items():
-            out.write(f"# TYPE {family} counter\n")
-            for which, labels in sorted({key for rates in daily for key in rates if key[0] == attr}):
-                text = ",".join(f'{k}="{v}"' for k, v in sorted(zip(label_names, labels)))
-                value = 0.0
-                for day, rates in enumerate(daily):
-                    rate = rates.get((which, labels), 0.0)
+    start, per_day = end - days * 86400, 86400 // step
+    keys = sorted({key for rates in daily for key in rates})
+    value = dict.fromkeys(keys, 0.0)
+    files = []
+    for day, rates in enumerate(daily):
+        path = work / f"fleet-{day:02d}.om"
+        with path.open("w") as out:
+            for family, (attr, label_names, _help) in FAMILIES.items():
+                out.write(f"# TYPE {family} counter\n")
+                for which, labels in (k for k in keys if k[0] == attr):
+                    text = ",".join(f'{k}="{v}"' for k, v in sorted(zip(label_names, labels)))
+                    rate, base = rates.get((which, labels), 0.0), value[(which, labels)]
                     for i in range(per_day):
                         stamp = start + (day * per_day + i) * step
-                        out.write(f"{family}_total{{{text}}} {value + rate * i * step:.3f} {stamp:.0f}\n")
-                    value += rate * per_day * step
-                    count += per_day
-        out.write("# EOF\n")
-    return count
+                        out.write(f"{family}_total{{{text}}} {base + rate * i * step:.3f} {stamp:.0f}\n")
+                    value[(which, labels)] = base + rate * per_day * step
+            out.write("# EOF\n")
+        files.append(path)
+    return files, len(keys)
 
 
-def usage_time(policy: Policy, nodes: int, days: int, step: int, runs: int) -> None:
+def usage_time(policy: Policy, nodes: int, days: int, step: int, runs: int, keep: Path | None) -> None:
     if not (shutil.which("promtool") and shutil.which("prometheus")):
         print("usage over Prometheus: left out, promtool/prometheus not installed (apt-get install prometheus)")
         return
     with tempfile.TemporaryDirectory(prefix="usage-bench-") as tmp:
-        work = Path(tmp)
-        end = time.time() - 3 * 3600   # before the head block Prometheus keeps
-        t0 = time.perf_counter()
-        count = fleet_samples(policy, nodes, days, step, end, work / "fleet.om")
-        t1 = time.perf_counter()
-        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(work / "fleet.om"),
-                        str(work / "tsdb")], check=True, stdout=subprocess.DEVNULL)
-        t2 = time.perf_counter()
-        print(f"{nodes} nodes over {days} days, a sample every {step} s: {count} samples "
-              f"(generated in {t1 - t0:.0f} s, backfilled by promtool in {t2 - t1:.0f} s)")
+        work = keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        stamp = work / "end"
+        if stamp.exists():   # --keep: the fleet backfilled by an earlier run
+            end = float(stamp.read_text())
+            print(f"{nodes} nodes over {days} days: the TSDB kept in {work}")
+        else:
+            end = (time.time() - 3 * 3600) // 7200 * 7200   # before the head block Prometheus keeps
+            t0 = time.perf_counter()
+            files, series = fleet_samples(policy, nodes, days, step, end, work)
+            t1 = time.perf_counter()
+            for path in files:
+                subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(path),
+                                str(work / "tsdb")], check=True, stdout=subprocess.DEVNULL)
+                path.unlink()
+            stamp.write_text(str(end))
+            print(f"{nodes} nodes over {days} days, a sample every {step} s: {series} series, "
+                  f"{series * days * 86400 // step} samples (generated in {t1 - t0:.0f} s, backfilled by promtool "
+                  f"in {time.perf_counter() - t1:.0f} s)")
         port = free_port()
+        # min = max block duration: no compaction starts while the queries are timed
         prom = subprocess.Popen(["prometheus", f"--config.file={_config(work)}", f"--storage.tsdb.path={work / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=400d",
+                                 "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h",
                                  "--query.max-samples=200000000"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -226,7 +241,7 @@ def _report(url: str, end: float, days: int, runs: int) -> None:
                                              stdout=subprocess.DEVNULL), runs)
     built = build_report(source, window)
     print(f"  plain PromQL increase() by namespace, pool, product, view: {floor * 1000:.0f} ms (floor)")
-    print(f"  the usage report (5 queries): {report * 1000:.0f} ms ({report / floor:.1f}x the floor); "
+    print(f"  the usage report (4 queries): {report * 1000:.0f} ms ({report / floor:.1f}x the floor); "
           f"`accelpolicy usage` as a command: {command * 1000:.0f} ms ({command / floor:.1f}x)")
     print(f"  report: {len(built.charged)} charged rows, {len(built.pools)} pools, "
           f"{built.total().installed:.0f} installed accelerator-hours, idle share {built.total().idle_share:.1%}")
@@ -238,13 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--fleet", type=int, default=1000)
     parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--step", type=int, default=300, help="seconds between two samples of the fleet")
+    parser.add_argument("--step", type=int, default=900, help="seconds between two samples of the fleet")
     parser.add_argument("--skip-prometheus", action="store_true")
+    parser.add_argument("--skip-counters", action="store_true", help="part 2 only")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the backfilled TSDB in this folder, and reuse it when it is there")
     args = parser.parse_args(argv)
     policy = Policy(load_rules())
-    export_cost(policy, args.nodes, args.runs)
+    if not args.skip_counters:
+        export_cost(policy, args.nodes, args.runs)
     if not args.skip_prometheus:
-        usage_time(policy, args.fleet, args.days, args.step, args.runs)
+        usage_time(policy, args.fleet, args.days, args.step, args.runs, args.keep)
     return 0
 
 
