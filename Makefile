@@ -87,7 +87,7 @@ gpu-check: install  ## the agent's real NVML backend in a dry run vs nvidia-smi,
 SCALE_NODES ?= 1000
 SCALE_LARGE ?= 10000
 
-bench: install  ## benchmarks (figures, not pass/fail): CLI start-up vs the floor, derive, webhook under load, one review's profile, admission check, metrics scrape, live scale (SCALE_NODES, SCALE_LARGE) and Instances through the API server
+bench: install  ## benchmarks (figures, not pass/fail): CLI start-up vs the floor, derive, webhook under load, one review's profile, admission check, metrics scrape, live scale (SCALE_NODES, SCALE_LARGE), Instances through the API server and showback (usage counters per pass, `usage` over 30 days)
 	$(BIN)/python benchmarks/cli.py --cold
 	$(BIN)/python benchmarks/derive.py
 	$(BIN)/python benchmarks/webhook.py
@@ -98,6 +98,7 @@ bench: install  ## benchmarks (figures, not pass/fail): CLI start-up vs the floo
 	$(BIN)/python benchmarks/scale.py --nodes $(SCALE_NODES),$(SCALE_LARGE)
 	$(BIN)/python benchmarks/instances_live.py --nodes $(SCALE_NODES)
 	$(BIN)/python benchmarks/reconcile_cpu.py --nodes $(SCALE_NODES)
+	$(BIN)/python benchmarks/usage.py --nodes $(SCALE_LARGE) --fleet $(SCALE_NODES) --days 30 --step 900
 
 podresources-stubs: install  ## regenerate runtime/kube/podresources/api_pb2*.py from k8s.io/kubelet api.proto (Go proxy)
 	$(BIN)/pip install --quiet -e '.[codegen]'

@@ -190,6 +190,14 @@ def _metric_modules() -> list[str]:
     return sorted(names)
 
 
+def _parameters(cls) -> set[str]:
+    """The parameter names of ``cls``'s constructor (none known for a built-in one, e.g. an exception's)."""
+    try:
+        return set(inspect.signature(cls).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
 def _registries(module) -> list:
     from prometheus_client import CollectorRegistry
 
@@ -199,7 +207,7 @@ def _registries(module) -> list:
             found.append(value)
         elif inspect.isclass(value) and value.__module__ == module.__name__:
             fields = {f.name for f in dataclasses.fields(value)} if dataclasses.is_dataclass(value) else set()
-            if "registry" in fields or "registry" in inspect.signature(value).parameters:
+            if "registry" in fields or "registry" in _parameters(value):
                 try:
                     instance = value()
                 except TypeError:

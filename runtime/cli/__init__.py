@@ -55,6 +55,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                    "Print the shell completion script for bash or zsh (eval it in the shell's rc file)."),
     "node-cleanup": ("nodecleanup",
                      "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),
+    "usage": ("usage",
+              "Print accelerator-hours by namespace, pool, product and view, idle hours per pool, and quota "
+              "held vs used per ClusterQueue."),
 }
 
 

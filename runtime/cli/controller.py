@@ -123,6 +123,9 @@ from runtime.cli.webhookopts import (Registration, follow_certificate, serve_web
               help="Register the webhook configurations as owned by ClusterRole NAME (an ownerReference): "
                    "the garbage collector deletes them when it is deleted (the chart's, at `helm "
                    "uninstall`), and while it is missing nothing is registered.")
+@click.option("--usage-by-node", is_flag=True,
+              help="Label the accelerator-seconds counters with the node too (one series per node and view: "
+                   "docs/tasks/report-usage.md \"The counters\").")
 @metrics_bind_option
 @log_options
 @bad_input_exits
@@ -137,7 +140,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
             webhook_owner_clusterrole: str | None = None, watch_rules_seconds: float = 2.0,
             audit_interval: str = "1h", log_level: str = "INFO", log_format: str = "text",
             metrics_bind_address: str = "0", registration_only: bool = False,
-            rules_configmap: str | None = None) -> None:
+            rules_configmap: str | None = None, usage_by_node: bool = False) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
@@ -168,7 +171,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
         webhooks = serve_webhooks(controller, webhook_opts, tls, service) if serving else None
         follow_certificate(serving_cert, webhooks, stop, CaPublisher(session, policy, lease_namespace,
                                                                       webhook_ca_configmap))
-        registry, metrics = _controller_metrics(controller, webhooks)
+        registry, metrics = _controller_metrics(controller, webhooks, usage_by_node)
         if once:
             _reconcile_once(controller)
         _serve_metrics(metrics_bind_address, registry, stop_hooks)
@@ -223,12 +226,12 @@ def _reconcile_once(controller: Controller) -> None:
     sys.exit(1 if result.errors else 0)
 
 
-def _controller_metrics(controller: Controller, webhooks: ControllerWebhooks | None
-                        ) -> tuple[CollectorRegistry, ControllerMetrics]:
+def _controller_metrics(controller: Controller, webhooks: ControllerWebhooks | None,
+                        usage_by_node: bool = False) -> tuple[CollectorRegistry, ControllerMetrics]:
     """The one registry (the webhook server's when it serves ``/metrics``, else a new one) and the
-    controller's metrics bound to ``controller``."""
+    controller's metrics bound to ``controller`` (``usage_by_node``: the usage counters' node label)."""
     registry = webhooks.state.metrics.registry if webhooks else CollectorRegistry()
-    return registry, ControllerMetrics(registry).bind(controller)
+    return registry, ControllerMetrics(registry, usage_by_node=usage_by_node).bind(controller)
 
 
 def _serve_metrics(bind_address: str, registry: CollectorRegistry, stop_hooks: list) -> None:
@@ -283,7 +286,8 @@ def _lead(elector: LeaderElector, stop: threading.Event, term: _Term, serving_ce
     if not elector.acquire(stop):
         return False
     metrics.leader.set(1)
-    elector.keep_renewing(on_lost=lambda: (metrics.leader.set(0), term.lost()))
+    # a replica counts usage only while it leads (docs/tasks/report-usage.md "The counters")
+    elector.keep_renewing(on_lost=lambda: (metrics.leader.set(0), metrics.usage.pause(), term.lost()))
     logger.info("leading; reconciling")
     if serving_cert is not None:
         serving_cert.leading.set()
@@ -305,6 +309,7 @@ def _end_term(term_hooks: list, webhooks: ControllerWebhooks | None, serving_cer
     if serving_cert is not None:
         serving_cert.leading.clear()
     metrics.leader.set(0)
+    metrics.usage.pause()
 
 
 def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, registry: CollectorRegistry,

@@ -13,8 +13,9 @@ Two sources, so no number is derived twice:
   the Workload's quota reservation, the API writes by kind and verb (the applier's write log, read
   forward at each scrape) and whether this replica leads.
 
-Labels stay bounded: InstanceType, ClusterQueue and kind names, views and verbs; never a Pod or
-Node name.
+Labels stay bounded: InstanceType, ClusterQueue and kind names, views and verbs, and on the usage
+counters the namespaces charged; never a Pod name, a Node name only with ``usage_by_node``
+(docs/tasks/report-usage.md "Cost and cardinality").
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from runtime.controller.clock import utc_now
 from runtime.controller.reach import ReachCollector
+from runtime.controller.usage import UsageMeter
 from runtime.engine.plan import Verb
 from runtime.kube.held import CacheBytesCollector
 from runtime.model.rfc3339 import TIME_FORMAT
@@ -194,10 +196,11 @@ class ControllerMetrics:
 
     ``writes`` counts the applier's writes by kind and verb, read forward from its write log at each
     scrape (every write of this process: reconciles, Events, reports); ``leader`` is 1 while this
-    replica holds the Lease.
+    replica holds the Lease. ``usage`` holds the accelerator-seconds counters
+    (:mod:`runtime.controller.usage`), taken from each pass; ``usage_by_node`` adds the node label to them.
     """
 
-    def __init__(self, registry: Optional[CollectorRegistry] = None):
+    def __init__(self, registry: Optional[CollectorRegistry] = None, usage_by_node: bool = False):
         self.registry = registry or CollectorRegistry()
         self.controller = None
         self._counted = 0
@@ -207,6 +210,8 @@ class ControllerMetrics:
         self.registry.register(
             CacheBytesCollector(lambda: self.controller.cache.caches if self.controller else None))
         self.registry.register(ReachCollector(lambda: getattr(self.controller, "reach", None)))  # pool reach
+        self.usage = UsageMeter(by_node=usage_by_node)
+        self.registry.register(self.usage)
         self.reconcile_seconds = Histogram("accelpolicy_reconcile_seconds", "Time one reconcile pass took",
                                            buckets=RECONCILE_BUCKETS, registry=self.registry)
         self.reconcile_errors = Counter("accelpolicy_reconcile_errors",
@@ -236,6 +241,9 @@ class ControllerMetrics:
     def observe(self, result) -> None:
         """Record one reconcile (a :class:`runtime.controller.reconciler.ReconcileResult`)."""
         self.reconcile_seconds.observe(result.seconds)
+        last = getattr(self.controller, "last_pass", None)
+        if result.state is not None and last is not None:
+            self.usage.observe(last.policy, result.state, self.controller.cache.caches)
         if result.errors:
             self.reconcile_errors.inc(len(result.errors))
         cache = self.controller.cache if self.controller is not None else None

@@ -41,7 +41,8 @@ vertical-align:middle}
 .num{font-family:monospace;margin-left:.5em}
 """
 
-_JS = """
+# Click a header of a ``table.sortable`` to sort by it (also the usage report's, runtime/report/usagehtml.py).
+SORT_JS = """
 function cellValue(row, i){return row.children[i].textContent;}
 document.querySelectorAll('table.sortable th').forEach(function(th){
   var i = Array.prototype.indexOf.call(th.parentNode.children, th);
@@ -52,12 +53,14 @@ document.querySelectorAll('table.sortable th').forEach(function(th){
     th.dataset.order = asc ? 'asc' : 'desc';
     var rows = Array.prototype.slice.call(body.rows);
     rows.sort(function(a, b){
-      var x = cellValue(a, i), y = cellValue(b, i);
-      return asc ? x.localeCompare(y) : y.localeCompare(x);
+      var x = cellValue(a, i), y = cellValue(b, i), numeric = {numeric: true};
+      return asc ? x.localeCompare(y, undefined, numeric) : y.localeCompare(x, undefined, numeric);
     });
     rows.forEach(function(r){body.appendChild(r);});
   });
 });
+"""
+_JS = SORT_JS + """
 function applyFilter(){
   var text = document.getElementById('filter').value.toLowerCase();
   var kind = document.getElementById('kind').value;

@@ -30,13 +30,18 @@ def _panels() -> list[dict]:
 
 
 def expected_unit(expr: str, series: dict) -> str:
-    """The unit a query's values have: seconds for a quantile or a plain ``_seconds`` gauge, events per
-    second for a rate of a counter (or of a histogram's count), else a plain number (views, credits,
-    counts, modes, 0/1 flags)."""
+    """The unit a query's values have: seconds for a quantile or a plain ``_seconds`` gauge or an increase of
+    a ``_seconds`` counter, a plain number for the rate of a ``_seconds`` counter (accelerator-seconds per
+    second: accelerators) and a share for one such rate over another, events per second for a rate of any
+    other counter (or of a histogram's count), else a plain number (views, credits, counts, modes, 0/1
+    flags)."""
     names = [m.group(1) for m in METRIC.finditer(expr)]
-    family = series[names[0]][0]
+    family, kind = series[names[0]][0], series[names[0]][1]
     if "histogram_quantile(" in expr:
         return "s" if family.endswith("_seconds") else "none"
+    if re.search(r"\brate\(", expr) and kind == "counter" and family.endswith("_seconds"):
+        # seconds per second: accelerators in use; one over another, a share
+        return "percentunit" if " / " in expr else "none"
     if re.search(r"\brate\(", expr):
         return "ops"
     return "s" if family.endswith("_seconds") else "none"
@@ -72,6 +77,11 @@ def test_the_unit_rule_tells_seconds_from_rates_and_numbers():
                          series) == "s"
     assert expected_unit("sum(rate(accelpolicy_api_writes_total[5m]))", series) == "ops"
     assert expected_unit('accelpolicy_instancetype_remaining{view="sl"}', series) == "none"
+    charged = "accelpolicy_accelerator_charged_seconds_total"
+    assert expected_unit(f"sum(increase({charged}[1h]))", series) == "s"
+    assert expected_unit(f"sum(rate({charged}[5m]))", series) == "none"
+    assert expected_unit(f"sum(rate({charged}[5m])) / sum(rate(accelpolicy_accelerator_capacity_seconds_total[5m]))",
+                         series) == "percentunit"
 
 
 def test_the_dashboard_covers_the_issue_panels():
@@ -79,7 +89,9 @@ def test_the_dashboard_covers_the_issue_panels():
     for family in ("accelpolicy_instancetype_capacity", "accelpolicy_instancetype_remaining",
                    "accelpolicy_admission_review_seconds_bucket", "accelpolicy_admission_rule_hits_total",
                    "accelpolicy_reconcile_seconds_bucket", "accelpolicy_agent_ledger_remaining_credits",
-                   "accelpolicy_admissioncheck_answers_total"):
+                   "accelpolicy_admissioncheck_answers_total", "accelpolicy_accelerator_charged_seconds_total",
+                   "accelpolicy_accelerator_idle_seconds_total", "accelpolicy_accelerator_capacity_seconds_total",
+                   "accelpolicy_clusterqueue_reserved_seconds_total"):
         assert family in exprs
 
 
@@ -103,7 +115,8 @@ def test_chart_ships_the_dashboard_and_monitors_only_behind_their_flags():
     controller = objects[("PodMonitor", "gpustack-operator-worker")]   # the controller's own metrics
     deployment = objects[("Deployment", "gpustack-operator-worker")]
     assert [p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]] == ["metrics"]
-    assert controller["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert controller["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s",
+                                                           "honorLabels": True}]   # the usage counters' namespace
     assert controller["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     pods = objects[("PodMonitor", "gpustack-operator-device-manager")]
     daemonset = objects[("DaemonSet", "gpustack-operator-device-manager")]

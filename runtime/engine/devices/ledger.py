@@ -217,24 +217,29 @@ def _pod_order(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     return (str(meta.get("creationTimestamp") or ""), meta.get("namespace", ""), meta.get("name", ""))
 
 
-def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
-                   pods: list[Mapping[str, Any]]) -> tuple[dict[str, Any], list[LedgerEvent]]:
-    """docs/agent.md "The Devices object and its ledger": rebuild ``status`` from the Pods on ``node``;
-    returns ``(status, events)``.
+@dataclass
+class LedgerReplay:
+    """The ledger rule run over one node's Pods (:func:`replay_ledger`): ``slots`` per
+    ``(manufacturer, group id, accelerator id)``, the Warning ``events``, and ``held``: every charge
+    the ledger holds, as ``(Pod metadata, Charge)`` in the order they landed."""
 
-    Pods are visited oldest first (creationTimestamp, then namespace/name), containers by name, so a
+    slots: dict[tuple[str, str, str], _Slot]
+    events: list[LedgerEvent] = field(default_factory=list)
+    held: list[tuple[Mapping[str, Any], Charge]] = field(default_factory=list)
+
+
+def replay_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
+                  pods: list[Mapping[str, Any]]) -> LedgerReplay:
+    """docs/agent.md "The Devices object and its ledger": charge the Pods on ``node`` onto the accelerators
+    of ``spec``, oldest Pod first (creationTimestamp, then namespace/name), containers by name, so a
     conflict always skips the later charge (:func:`_charge_pod`). Finished Pods
-    (``Succeeded``/``Failed``) hold nothing. Accelerators out of service (unhealthy, in maintenance) are
-    left out of ``status`` (:func:`_status_entry`); a charge on an unhealthy one is a conflict, one on an
+    (``Succeeded``/``Failed``) hold nothing. A charge on an unhealthy accelerator is a conflict, one on an
     accelerator in maintenance is not (the Pod was there first and is never evicted by us) and is left out
-    with it.
-    """
+    with it. What :func:`rebuild_ledger` writes and what the controller's usage counters charge to each Pod
+    (docs/tasks/report-usage.md "What is charged")."""
     led = agent_rules(policy).ledger
-    slots: dict[tuple[str, str, str], _Slot] = {}
-    for g in spec.get("groups", []):
-        for a in g["accelerators"]:
-            slots[(g["manufacturer"], g["id"], a["id"])] = _Slot(spec=a)
-    events: list[LedgerEvent] = []
+    replay = LedgerReplay(slots={(g["manufacturer"], g["id"], a["id"]): _Slot(spec=a)
+                                 for g in spec.get("groups", []) for a in g["accelerators"]})
     key = policy.key("allocation")
     for pod in sorted(pods, key=_pod_order):
         meta = pod.get("metadata") or {}
@@ -242,20 +247,30 @@ def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
             continue
         text = (meta.get("annotations") or {}).get(key)
         if text is not None:
-            events += _charge_pod(policy, node, spec, slots, meta, text)
+            replay.events += _charge_pod(policy, node, spec, replay, meta, text)
+    return replay
+
+
+def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
+                   pods: list[Mapping[str, Any]]) -> tuple[dict[str, Any], list[LedgerEvent]]:
+    """docs/agent.md "The Devices object and its ledger": rebuild ``status`` from the Pods on ``node``
+    (:func:`replay_ledger`); returns ``(status, events)``. Accelerators out of service (unhealthy, in
+    maintenance) are left out of ``status`` (:func:`_status_entry`).
+    """
+    replay = replay_ledger(policy, node, spec, pods)
     status_groups = []
     for g in spec.get("groups", []):
-        entries = [_status_entry(policy, slots[(g["manufacturer"], g["id"], a["id"])], a)
+        entries = [_status_entry(policy, replay.slots[(g["manufacturer"], g["id"], a["id"])], a)
                    for a in g["accelerators"] if in_service(a)]
         status_groups.append({"id": g["id"], "manufacturer": g["manufacturer"], "accelerators": entries})
-    return {"groups": status_groups}, events
+    return {"groups": status_groups}, replay.events
 
 
-def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], slots: dict[tuple[str, str, str], _Slot],
+def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], replay: LedgerReplay,
                 meta: Mapping[str, Any], text: str) -> list[LedgerEvent]:
-    """Charge one Pod's allocation annotation ``text`` onto ``slots``; returns its Events: one
-    ``InvalidAllocation`` on the Pod when the annotation is ignored, an ``AllocationConflict`` on the
-    Devices object (named ``node``) for each charge skipped."""
+    """Charge one Pod's allocation annotation ``text`` onto ``replay.slots`` (each landed charge appended
+    to ``replay.held``); returns its Events: one ``InvalidAllocation`` on the Pod when the annotation is
+    ignored, an ``AllocationConflict`` on the Devices object (named ``node``) for each charge skipped."""
     led = agent_rules(policy).ledger
     ns, name = meta.get("namespace", ""), meta.get("name", "")
     try:
@@ -264,7 +279,7 @@ def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], slots: dict[
         return [LedgerEvent("Pod", ns, name, led.events.invalidAllocation, str(exc))]
     events = []
     for charge in charges:
-        slot = slots[(charge.manufacturer, charge.group, charge.accelerator)]
+        slot = replay.slots[(charge.manufacturer, charge.group, charge.accelerator)]
         if out_of_service(slot.spec) == "maintenance":
             continue
         problem = _conflict(slot, charge, policy)
@@ -276,6 +291,7 @@ def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], slots: dict[
             events.append(LedgerEvent("Devices", "", node, led.events.allocationConflict, message))
             continue
         _apply(slot, charge, policy)
+        replay.held.append((meta, charge))
     return events
 
 

@@ -17,8 +17,12 @@ from runtime.model.facts import AcceleratorFacts, CpuFacts
 
 
 def agent_rules(policy: Policy) -> NodeAgentSpec:
-    """The ``NodeAgent`` rule document (rules/agent.yaml)."""
-    return policy.ruleset.get("NodeAgent")
+    """The ``NodeAgent`` rule document (rules/agent.yaml), looked up once per Policy (the ledger rule asks
+    for it several times per charge)."""
+    found = policy.__dict__.get("_agent_rules")
+    if found is None:
+        found = policy.__dict__["_agent_rules"] = policy.ruleset.get("NodeAgent")
+    return found
 
 
 # --- CPU (docs/agent.md "Probe facts" and "Normalization") -----------------------------------------
