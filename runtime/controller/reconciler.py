@@ -65,8 +65,7 @@ from runtime.model.rfc3339 import format_time
 WATCHED = ("Node", "NodeFeature", "Devices", "AcceleratorMaintenance", "Namespace", "ResourceFlavor",
            "ClusterQueue", "LocalQueue", "AdmissionCheck", "InstanceType", "InstanceTypeFlavor",
            "Instance", "Pod", "Service", "InstancePersistentVolume", "PersistentVolumeClaim",
-           "PersistentVolume", "StorageClass", "RuntimeClass",
-           "Workload", "PolicyException")
+           "PersistentVolume", "StorageClass", "RuntimeClass", "Workload", "PolicyException")
 # Fit label patches (one per Node) are sent this many at a time (619 Nodes one by one took 5 s).
 FIT_LABEL_WORKERS = 8
 KEPT_PASSES = 500  # results kept in Controller.reconciles (tests, debugging): the last 500 to 1,000
