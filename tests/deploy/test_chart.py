@@ -312,7 +312,7 @@ def test_crds_are_templates_from_crds_without_a_copy_kept_on_uninstall():
     assert link.is_symlink() and link.resolve() == (REPO / "crds").resolve()
     rendered = {d["metadata"]["name"]: d for d in render() if d["kind"] == "CustomResourceDefinition"}
     expected = _crds()
-    assert len(expected) == 7 and sorted(rendered) == sorted(expected)
+    assert len(expected) == 8 and sorted(rendered) == sorted(expected)
     for name, crd in rendered.items():
         meta = crd["metadata"]
         assert meta["annotations"] == {"helm.sh/resource-policy": "keep"}
