@@ -62,9 +62,11 @@ from runtime.webhook.server import check_tls, self_signed
                    "(a broken set is refused, the working one keeps serving); 0: never.")
 @click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
-              help="The ConfigMap (in --namespace) the rules directory is mounted from: a changed set this "
-                   "replica accepts serves once the controller's leader recorded the same verdict on it (or "
-                   "after the rules' reloadGate.followSeconds without one; docs/rule-authoring.md).")
+              help="The ConfigMap (in --namespace) the rules directory is mounted from: a changed set serves "
+                   "here only once the controller's leader recorded on it that it accepted (or an operator "
+                   "approved) that generation; until then the generation in force keeps serving "
+                   "(docs/rule-authoring.md 'How a rules change goes live'). Without it the replica decides "
+                   "alone.")
 @click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a request may take to arrive whole (headers and body) before the connection is "
                    "closed.")

@@ -88,12 +88,19 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
               help="With --rules: poll the directory this often and plan with a changed set from the next "
                    "pass on, once it lints and compiles (a broken set is refused and logged; the working one "
                    "stays); the generation in force is the accelpolicy_rules_generation metric. 0: never.")
+@click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
+              help="With --rules: the ConfigMap (in --rules-namespace) the rules are mounted from: a changed "
+                   "set is planned with only once the controller's leader recorded there that it accepted it "
+                   "(docs/rule-authoring.md 'How a rules change goes live').")
+@click.option("--rules-namespace", default="gpustack-system", show_default=True,
+              envvar="KUBERNETES_POD_NAMESPACE",
+              help="Namespace of --rules-configmap.")
 @rules_cache_options(log=True)
 @log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source,
             podresources_socket, node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir,
             resourceslices=None, health_port=None, log_level="INFO", log_format="text",
-            watch_rules_seconds=2.0) -> None:
+            watch_rules_seconds=2.0, rules_configmap=None, rules_namespace="gpustack-system") -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     configure_logging(log_level, log_format)
     try:
@@ -148,46 +155,31 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
             raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
         logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
     if rules_dir and watch_rules_seconds > 0:
-        _watch_rules(agent, rules_dir, watch_rules_seconds, registry)
+        _watch_rules(agent, rules_dir, watch_rules_seconds, registry,
+                     (rules_namespace, rules_configmap) if rules_configmap else None)
     agent.run(interval)
 
 
-def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry):
-    """Reload ``rules_dir`` live (runtime.rules.reload.RulesWatcher): each set that loads becomes the
-    agent's policy from its next pass on (the manufacturer env overrides applied again) once it passes the
-    rule suites beside it (the reload gate's part an agent can run); a refused one is logged with its
-    problems. ``accelpolicy_rules_generation`` and ``accelpolicy_rules_reload_failures_total`` go into
-    ``registry`` (the agent's /metrics) when given. Returns the started
-    :class:`runtime.rules.reload.RulesWatcher`."""
-    from runtime.gate import suite_problems
-    from runtime.rules.reload import RulesWatcher
-    from runtime.webhook.reload import ReloadMetrics
+def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry, configmap=None):
+    """Reload ``rules_dir`` live (:class:`runtime.reload.holder.RulesHolder` with an
+    :class:`runtime.reload.hosts.AgentHost`): a set that loads and passes the rule suites beside it (the
+    part of the reload gate an agent can run) becomes the agent's policy from its next pass on (the
+    manufacturer env overrides applied again). With ``configmap`` (``(namespace, name)`` of the rules
+    ConfigMap, --rules-configmap) only once the verdict the controller's leader recorded there accepted that
+    generation (read at most every 15 s), else at once. ``accelpolicy_rules_generation`` and the refusal
+    counters go into ``registry`` (the agent's /metrics) when given. Returns the started holder."""
+    from runtime.reload.board import Board
+    from runtime.reload.holder import RulesHolder
+    from runtime.reload.hosts import AgentHost
 
-    metrics = ReloadMetrics(registry)
-    metrics.generation.set(agent.policy.ruleset.generation)
-
-    def swap(ruleset) -> bool:
-        policy = Policy(ruleset)
-        problems = suite_problems(policy) if policy.derivation.reloadGate.suites else []
-        if problems:  # the reload gate: the rule suites (the agent has no reviews to replay)
-            metrics.refusal("suite")
-            logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
-                         agent.policy.ruleset.generation, "\n".join(f"suite: {p}" for p in problems))
-            return False
-        apply_manufacturer_env(policy, os.environ)
-        agent.use_policy(policy)
-        metrics.generation.set(ruleset.generation)
-        logger.info("rules reloaded from {}: generation {}", rules_dir, ruleset.generation)
-        return True
-
-    def refused(exc: RuleLoadError) -> None:
-        metrics.refusal("lint")
-        logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
-                     agent.policy.ruleset.generation, exc)
-
-    watcher = RulesWatcher(rules_dir, swap, refused, interval=seconds, initial=agent.policy.ruleset).start()
+    session = agent.cluster.session if agent.cluster is not None else None
+    board = Board(session, *configmap, keys=lambda: agent.policy.ruleset.get("ReloadGate").annotations,
+                  min_seconds=15.0) if configmap and session is not None else None
+    holder = RulesHolder(AgentHost(agent, apply_manufacturer_env), rules_dir, agent.policy.ruleset,
+                         board=board, decides=lambda: board is None, registry=registry,
+                         interval=seconds).start()
     logger.info("watching {} for rule changes every {:g}s", rules_dir, seconds)
-    return watcher
+    return holder
 
 
 def _backend(policy: Policy, name: str | None, facts: str | None, slices_file: str | None, node: str,

@@ -36,7 +36,9 @@ from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.metrics import ControllerMetrics
 from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.reconciler import Controller
-from runtime.controller.rulesreload import ControllerRulesReload
+from runtime.reload.board import Board
+from runtime.reload.holder import RulesHolder
+from runtime.reload.hosts import ControllerHost
 from runtime.controller.cabundle import CaPublisher
 from runtime.controller.servingcert import ServingCertificate
 from runtime.controller.webhooks import ControllerWebhooks
@@ -326,8 +328,8 @@ def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, 
             logger.info(f"registered {desired['kind']} {desired['metadata']['name']}")
     if watch_rules_seconds > 0:
         if "reload" not in workers:
-            workers["reload"] = ControllerRulesReload(controller, rules_dir, webhooks, registry=registry,
-                                                      interval=watch_rules_seconds, configmap=rules_configmap)
+            workers["reload"] = rules_holder(controller, rules_dir, webhooks, registry, watch_rules_seconds,
+                                             rules_configmap, registration)
         term_hooks.append(workers["reload"].start().stop)
         logger.info(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s")
     if audit_seconds > 0:
@@ -335,6 +337,30 @@ def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, 
             workers["audit"] = BackgroundAudit(controller, audit_seconds, registry=registry)
         term_hooks.append(workers["audit"].start().stop)
         logger.info(f"auditing every {audit_interval}")
+
+
+def rules_holder(controller: Controller, rules_dir: Path, webhooks: ControllerWebhooks | None,
+                 registry: CollectorRegistry | None, interval: float,
+                 rules_configmap: tuple[str, str] | None = None,
+                 registration: Registration | None = None) -> RulesHolder:
+    """The leader's rules holder (docs/rule-authoring.md "How a rules change goes live"): it decides each
+    generation, records the verdict on the rules ConfigMap (``rules_configmap``: ``(namespace, name)``;
+    None: it decides alone, its Events on the settings Namespace), asks the admission replicas
+    (``registration``, --webhook-registration-only) for their own trials, and nudges the registrar after
+    each install. Its report is served at ``/generation`` by this process's webhooks, when served."""
+    host = ControllerHost(controller, webhooks, rules_configmap)
+    board = Board(controller.session, *rules_configmap,
+                  keys=lambda: controller.policy.ruleset.get("ReloadGate").annotations,
+                  applier=controller.applier) if rules_configmap else None
+    holder = RulesHolder(host, rules_dir, controller.policy.ruleset, board=board,
+                         replicas=registration.reports() if registration is not None else None,
+                         events=host.events, registry=registry, interval=interval)
+    if webhooks is not None:
+        webhooks.state.report = holder.report
+        host.on_install.append(lambda: webhooks.registrar.poke() if webhooks.registrar is not None else None)
+    if registration is not None:
+        host.on_install.append(lambda: registration.registrar.poke() if registration.registrar else None)
+    return holder
 
 
 def _shut_down(stop_hooks: list, webhooks: ControllerWebhooks | None, controller: Controller) -> None:

@@ -9,10 +9,14 @@ webhook").
   that fails keeps the last good view in service until an event lets one succeed (docs/availability.md
   "Serving while a watch cache relists").
 * :class:`WebhookRegistrar`: keeps the Mutating/ValidatingWebhookConfigurations of
-  :func:`runtime.engine.admission.registration.webhook_configurations` in the cluster: its own watch
-  of both kinds, server-side apply (field manager ``accelpolicy``) when a configuration is missing
-  or drifted (e.g. someone edits ``caBundle``), deletion of configurations accelpolicy owns that the
-  rules no longer name. A same-named configuration without the ownership labels is left alone and
+  :func:`runtime.engine.admission.registration.webhook_configurations` in the cluster, both ways: the
+  webhooks of the rules generation in force whose paths the serving replicas serve, and no other. Its
+  own watch of both kinds, server-side apply (field manager ``accelpolicy``) when a configuration is
+  missing or drifted (e.g. someone edits ``caBundle``), the whole webhook list written over when a
+  configuration holds a webhook no replica serves (a path a generation dropped: never left behind),
+  deletion of configurations accelpolicy owns that the rules no longer name. A path a new generation
+  adds is registered only once every serving replica serves it (``served``; docs/rule-authoring.md "How
+  a rules change goes live"). A same-named configuration without the ownership labels is left alone and
   reported. Nothing is deleted when the controller stops: the registrations stay (a restart
   re-applies them with its CA bundle). With an owner (``--webhook-owner-clusterrole``, the chart's
   ClusterRole) each configuration carries an ownerReference to it, so the garbage collector deletes
@@ -28,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from loguru import logger
 
@@ -123,18 +128,25 @@ class WebhookRegistrar:
     """Keeps the webhook configurations rendered for ``client`` current (see the module docstring).
 
     ``start()`` watches both configuration kinds, applies once and then keeps them in a daemon
-    thread (after every event, and every ``resync_seconds``); ``sync()`` is one pass and returns what
-    it did (``apply <Kind> <name>``, ``delete <Kind> <name>``); ``errors`` collects failures and
-    foreign objects (one line each).
+    thread (after every event, every :meth:`poke`, and every ``resync_seconds``; every ``poll_seconds``
+    while a path of the rules is not served yet); ``sync()`` is one pass and returns what it did
+    (``apply <Kind> <name>``, ``delete <Kind> <name>``); ``errors`` collects failures and foreign objects
+    (one line each). ``policy_of()``: the rules generation in force (default ``policy`` for good);
+    ``served()``: the webhook paths every serving replica serves (None, or no ``served``: unknown, every
+    path of the rules).
     """
 
     def __init__(self, session: Session, policy: Policy, client: ClientConfig, resync_seconds: float = 300.0,
-                 owner: str | None = None):
+                 owner: str | None = None, policy_of: Callable[[], Policy] | None = None,
+                 served: Callable[[], set[str] | None] | None = None, poll_seconds: float = 2.0):
         self.policy = policy
+        self.policy_of = policy_of or (lambda: policy)
+        self.served = served or (lambda: None)
         self.client = client
         self.owner = owner   # the name of the ClusterRole that owns the configurations, or None
-        self.desired = [] if owner else webhook_configurations(policy, client)
-        self.resync_seconds = resync_seconds
+        self.desired = [] if owner else webhook_configurations(policy, client, paths=self.served())
+        self.complete = True   # every path of the rules registered (else polled)
+        self.resync_seconds, self.poll_seconds = resync_seconds, poll_seconds
         self._dirty = threading.Event()
         watched = [WatchedKind(k) for k in KINDS.values()]
         if owner:
@@ -164,20 +176,26 @@ class WebhookRegistrar:
     def retarget(self, client: ClientConfig) -> None:
         """Register ``client`` from now on (e.g. a rotated CA bundle); the next pass applies it."""
         self.client = client
-        self.desired = webhook_configurations(self.policy, client) if not self.owner else self.desired
+        self.desired = webhook_configurations(self.policy, client, paths=self.served()) if not self.owner \
+            else self.desired
+        self._dirty.set()
+
+    def poke(self) -> None:
+        """Sync soon (a new rules generation is in force)."""
         self._dirty.set()
 
     def _render(self) -> bool:
         """Set :attr:`desired` for this pass; False when the owner is gone (nothing may be applied)."""
-        if not self.owner:
-            self.desired = webhook_configurations(self.policy, self.client)
-            return True
-        owner = self.cache.get(OWNER_KIND, self.owner)
-        if owner is None:
+        self.policy = self.applier.policy = self.policy_of()
+        served = self.served()
+        paths = {spec.path for spec in (d.spec for d in self.policy.ruleset.all("AdmissionPolicy"))}
+        self.complete = served is None or paths <= served
+        owner = self.cache.get(OWNER_KIND, self.owner) if self.owner else None
+        if self.owner and owner is None:
             self._error(f"{OWNER_KIND} {self.owner}, the configurations' owner, is gone (an uninstall?): "
                         "nothing is registered while it is missing")
             return False
-        self.desired = webhook_configurations(self.policy, self.client, owner)
+        self.desired = webhook_configurations(self.policy, self.client, owner, paths=served)
         return True
 
     def stop(self) -> None:
@@ -199,7 +217,7 @@ class WebhookRegistrar:
             live = self.cache.get(kind, name)
             if live is not None and not owned_configuration(self.policy, live):
                 self._error(f"{kind} {name} exists without the labels "
-                            f"{self.desired[0]['metadata']['labels']} "
+                            f"{dict(registration_of(self.policy).labels)} "
                             "of rules/admission/registration.yaml: not ours, left alone")
                 continue
             paths = drift(live, desired)
@@ -207,6 +225,8 @@ class WebhookRegistrar:
                 continue
             try:
                 self.applier.apply(desired)
+                if any(p.endswith("(extra)") for p in paths):   # one no replica serves: the list written over
+                    self.applier.merge_patch(kind, name, {"webhooks": desired["webhooks"]})
             except KubeApiError as exc:
                 if raise_errors:
                     raise
@@ -233,7 +253,7 @@ class WebhookRegistrar:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._dirty.wait(self.resync_seconds)
+            self._dirty.wait(self.resync_seconds if self.complete else self.poll_seconds)
             if self._stop.is_set():
                 break
             self._dirty.clear()
@@ -373,9 +393,14 @@ class ControllerWebhooks:
         if warning:
             logger.warning("webhook registration: {}", warning)
         self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
-                                          self.client_config(),
-                                          owner=self.owner_clusterrole).start(sync_timeout)
+                                          self.client_config(), owner=self.owner_clusterrole,
+                                          policy_of=lambda: self.controller.policy,
+                                          served=self.served_paths).start(sync_timeout)
         return self.registrar
+
+    def served_paths(self) -> set[str]:
+        """The webhook paths this server serves now (its engine's)."""
+        return {spec.path for spec in self.engine.policies.values()}
 
     def use_ca(self, ca_pem: bytes) -> None:
         """A new CA bundle verifies the serving certificate: register it as ``caBundle`` from now on."""

@@ -11,3 +11,4 @@ from runtime.model import admission  # noqa: F401,E402
 from runtime.model import audit  # noqa: F401,E402  (kind AuditPolicy)
 from runtime.model import dra  # noqa: F401,E402  (kinds DraDriver, DraPolicy)
 from runtime.model import cellimits  # noqa: F401,E402  (kind CelLimits)
+from runtime.model import reloadgate  # noqa: F401,E402  (kind ReloadGate)
