@@ -45,7 +45,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("audit",
               "Judge every existing object with the admission rules and report drift from the derived "
               "state."),
-    "diff": ("diff", "Show what a rules edit changes before it goes live: pool objects, verdicts and costs."),
+    "diff": ("diff", "Show what a rules edit changes before it goes live: pools, work, verdicts and costs."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
     "webhook-probe": ("probe",
                       "Send one admission review to each webhook of the rules and check each verdict."),
@@ -55,6 +55,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                    "Print the shell completion script for bash or zsh (eval it in the shell's rc file)."),
     "node-cleanup": ("nodecleanup",
                      "Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."),
+    "approve": ("approve", "Let the held rules generation GENERATION (its content hash id) serve."),
 }
 
 

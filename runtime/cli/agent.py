@@ -142,22 +142,27 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     if dry_run or once:
         _one_pass(agent, dry_run, output)
         return
-    registry = None
-    if health_port is not None:
-        from runtime.agent.health import PassClock, serve_health
-        from runtime.agent.metrics import AgentMetrics
-        clock = PassClock(stale_seconds=3 * interval + 60)
-        agent.on_pass = clock.passed
-        registry = AgentMetrics().bind(agent).registry
-        try:
-            server = serve_health(clock, port=health_port, metrics=registry)
-        except OSError as exc:
-            raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
-        logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
+    registry = _serve_health(agent, health_port, interval) if health_port is not None else None
     if rules_dir and watch_rules_seconds > 0:
         _watch_rules(agent, rules_dir, watch_rules_seconds, registry,
                      (rules_namespace, rules_configmap) if rules_configmap else None)
     agent.run(interval)
+
+
+def _serve_health(agent: NodeAgent, port: int, interval: float):
+    """/healthz, /readyz and /metrics on ``port`` (``--health-port``); returns the metrics registry. A port
+    that cannot be bound is a usage error."""
+    from runtime.agent.health import PassClock, serve_health
+    from runtime.agent.metrics import AgentMetrics
+    clock = PassClock(stale_seconds=3 * interval + 60)
+    agent.on_pass = clock.passed
+    registry = AgentMetrics().bind(agent).registry
+    try:
+        server = serve_health(clock, port=port, metrics=registry)
+    except OSError as exc:
+        raise click.UsageError(f"--health-port {port}: {exc.strerror or exc}") from None
+    logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
+    return registry
 
 
 def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry, configmap=None):

@@ -19,7 +19,8 @@ from runtime.cli.common import fail
 from runtime.controller.cabundle import CaPublisher
 from runtime.controller.reconciler import Controller
 from runtime.controller.servingcert import ServingCertificate, reload_server_tls, service_names
-from runtime.controller.webhooks import ControllerWebhooks, WebhookRegistrar, WebhookTls
+from runtime.controller.registrar import WebhookRegistrar
+from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission.registration import ClientConfig
 from runtime.kube.session import KubeApiError
 from runtime.reload.replicas import ReplicaReports, service_endpoints, url_endpoints

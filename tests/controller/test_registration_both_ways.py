@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from runtime.controller.webhooks import WebhookRegistrar
+from runtime.controller.registrar import WebhookRegistrar
 from runtime.engine.admission.registration import ClientConfig, drift, webhook_configurations
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules

@@ -88,13 +88,7 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     emptied_by = (((old or {}).get("metadata") or {}).get("annotations") or {}).get(
         policy.key("queueEmptiedByRules"))
     if not flavors and old_spec.get("resourceGroups") and (holds_reservations(old) or emptied_by):
-        spec["resourceGroups"] = old_spec["resourceGroups"]
-        if emptied_by:
-            spec["stopPolicy"] = "Hold"
-        elif settings.flag(policy.setting("drainWhenNoFlavors")):
-            spec["stopPolicy"] = "HoldAndDrain"
-        else:
-            spec["stopPolicy"] = old_spec.get("stopPolicy", spec["stopPolicy"])
+        _keep_without_flavors(policy, settings, spec, old_spec, bool(emptied_by))
     if is_deleting(it):
         spec["stopPolicy"] = "HoldAndDrain"
     if acceleratable and settings.flag(policy.setting("derivedFromNode")):
@@ -105,6 +99,20 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     if emptied_by and not flavors:
         obj["metadata"]["annotations"] = {policy.key("queueEmptiedByRules"): emptied_by}
     return obj, message
+
+
+def _keep_without_flavors(policy: Policy, settings: Settings, spec: dict, old_spec: dict,
+                          emptied: bool) -> None:
+    """A pool without flavors whose queue still counts: its old groups are kept, under ``Hold`` when a rules
+    generation ``emptied`` it, else ``HoldAndDrain`` (``instance-type-drain-when-no-flavors``) or its old
+    stop policy (see :func:`cluster_queue`)."""
+    spec["resourceGroups"] = old_spec["resourceGroups"]
+    if emptied:
+        spec["stopPolicy"] = "Hold"
+    elif settings.flag(policy.setting("drainWhenNoFlavors")):
+        spec["stopPolicy"] = "HoldAndDrain"
+    else:
+        spec["stopPolicy"] = old_spec.get("stopPolicy", spec["stopPolicy"])
 
 
 def local_queues(policy: Policy, queue: dict, namespaces: list[str]) -> list[dict]:
