@@ -91,9 +91,30 @@ class RulesHolder:
         return generation_id(self.digest)
 
     def start(self) -> "RulesHolder":
-        """Start polling (a daemon thread; nothing when the interval is 0); returns self."""
+        """Start polling (a daemon thread; nothing when the interval is 0); returns self. The decider first
+        records the generation it starts with when the rules ConfigMap names none (a first install)."""
+        if self.board is not None and self._deciding():
+            self._first_record()
         self.watcher.start()
         return self
+
+    def _first_record(self) -> None:
+        """A ConfigMap without a verdict gets ``accepted:<id>`` of the generation in force; one whose verdict
+        refused or holds the very generation this process started with (a restart while it was held: the
+        generation that served before is not kept across restarts) says so in the log."""
+        try:
+            configmap = self.board.read()
+        except KubeApiError as exc:
+            logger.warning("rules ConfigMap {}/{}: {}", self.board.namespace, self.board.name, exc)
+            return
+        verdict = self.board.verdict(configmap)
+        if verdict is None and configmap:
+            self.board.record(Verdict("accepted", self.id), [f"generation {self.id} in force (accepted)"],
+                              serving=self.id)
+        elif verdict is not None and verdict.generation == self.id and not verdict.served:
+            logger.error("rules generation {} is {} on the rules ConfigMap, but it is what the mounted rules "
+                         "hold now and this process started with them: approve it or put the rules that "
+                         "served back", self.id, verdict.outcome)
 
     def stop(self) -> None:
         self.watcher.stop()

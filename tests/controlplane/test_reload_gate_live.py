@@ -15,13 +15,13 @@ from pathlib import Path
 
 import httpx
 
-from runtime.controller.rulesreload import ControllerRulesReload
+from runtime.cli.controller import rules_holder
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission import review_for, view_kinds
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
-from runtime.rules.reload import fingerprint
+from runtime.reload.watcher import content_hash, generation_id
 from runtime.webhook.server import self_signed
 from testing.hooks import ObservedController as Controller
 from tests.controller.test_reload_gate import EVAL_ERROR, EVAL_TEXT, RULE_1A, TWO_FAMILIES, _edit
@@ -103,19 +103,19 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
     try:
         controller.start()
         webhooks.ready()
-        reload = ControllerRulesReload(controller, rules, webhooks, interval=0.2,
-                                       configmap=(SYSTEM, CONFIGMAP)).start()
+        reload = rules_holder(controller, rules, webhooks, None, 0.2, (SYSTEM, CONFIGMAP)).start()
         reviewer.start()
         _wait(lambda: reviewer.answered >= 20)                         # before
-        first = controller.policy.ruleset.generation
-        metric = lambda name, **labels: reload.registry.get_sample_value(name, labels or None)  # noqa: E731
+        first = reload.id
+        metric = lambda name, **labels: reload.metrics.registry.get_sample_value(name, labels or None)  # noqa: E731
 
         # 1. a YAML error
         _swap(tmp_path, rules, "v2", lambda d: (d / "admission" / "broken.yaml").write_text("kind: [\n"))
         _wait(lambda: metric("accelpolicy_rules_refused_total", reason="lint") == 1.0)
         refused = _wait(lambda: _events(kubectl, "RulesRefused"))
         assert (refused[0]["type"], refused[0]["message"]) == ("Warning", (
-            f"rules in {rules} refused; generation {first} keeps serving:\nrules/admission/broken.yaml:2:1 <document>: "
+            f"rules generation {generation_id(content_hash(rules))} in {rules} refused; generation {first} keeps "
+            "serving:\nrules/admission/broken.yaml:2:1 <document>: "
             "not valid YAML: expected the node content, but found '<stream end>'"))
 
         # 1b. a string + int message and a misspelt params key: both lint findings, in one refusal
@@ -126,13 +126,13 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         _wait(lambda: metric("accelpolicy_rules_refused_total", reason="lint") == 2.0)
         typed = _wait(lambda: [e["message"] for e in _events(kubectl, "RulesRefused") if "mismatch" in e["message"]])
         assert typed[0].splitlines() == [
-            f"rules in {rules} refused; generation {first} keeps serving:",
+            f"rules generation {generation_id(content_hash(rules))} in {rules} refused; generation {first} keeps serving:",
             f"{at(PLUS_OLD)}:31 spec.mutations[0].denials[0].messageExpression: type mismatch: no '+' for "
             "(string, int) in \"'at most ' + params.constants.maxNameLength\"",
             f"{at(KEY_OLD)}:56 spec.mutations[1].denials[0].expression: params.constants has no field or key "
             "'percentPerAccelerato' (known: creditsPerAccelerator, maxNameLength, percentPerAccelerator, "
             "sharesPerAccelerator) in 'params.constants.percentPerAccelerato'"]
-        assert controller.policy.ruleset.generation == first
+        assert reload.id == first
 
         # 2. an evaluation error on the reviews answered recently (no existing Pod meets it)
         def eval_error(d: Path) -> None:
@@ -142,10 +142,10 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         messages = _wait(lambda: [e["message"] for e in _events(kubectl, "RulesRefused")
                                   if "replay-review" in e["message"]])
         assert messages[0].splitlines()[:2] == [
-            f"rules in {rules} refused; generation {first} keeps serving:",
+            f"rules generation {generation_id(content_hash(rules))} in {rules} refused; generation {first} keeps serving:",
             f"replay-review: a review answered recently (CREATE Pod default/two, webhook pods-validation): {EVAL_TEXT}"]
-        assert controller.policy.ruleset.generation == first
-        assert metric("accelpolicy_rules_generation") == first
+        assert reload.id == first
+        assert metric("accelpolicy_rules_generation", generation=first) == 1.0
         seen = reviewer.answered
         _wait(lambda: reviewer.answered >= seen + 20)                  # during: the old rules answer
         assert set(reviewer.allowed) == {False}
@@ -154,9 +154,10 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         def allow_two(d: Path) -> None:
             _edit(d / "admission" / "pods.yaml", EVAL_ERROR, "      expression: size(variables.families) <= 2\n")
         _swap(tmp_path, rules, "v4", allow_two)
-        _wait(lambda: controller.policy.ruleset.generation > first)
-        generation = controller.policy.ruleset.generation
-        assert metric("accelpolicy_rules_generation") == generation
+        _wait(lambda: reload.id != first)
+        generation = reload.id
+        assert generation == generation_id(content_hash(rules))
+        assert metric("accelpolicy_rules_generation", generation=generation) == 1.0
         changed = _wait(lambda: _events(kubectl, "RulesVerdictsChanged"))
         assert changed[0]["message"] == (f"rules generation {generation} changes 1 verdict(s):\n"
                                          "pods-validation/one-accelerator-family CREATE Pod default/two (a recent review): "
@@ -164,7 +165,7 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         assert _wait(lambda: _events(kubectl, "RulesReloaded"))
         annotations = json.loads(kubectl.stdout("-n", SYSTEM, "get", "configmap", CONFIGMAP, "-o", "json"))[
             "metadata"]["annotations"]
-        assert annotations["rules.accelpolicy.dev/verdict"] == f"accepted:{fingerprint(rules)}"
+        assert annotations["rules.accelpolicy.dev/verdict"] == f"accepted:{generation}"
         _wait(lambda: reviewer.allowed[-1] is True)                    # after: the new rules answer
         seen = reviewer.answered
         _wait(lambda: reviewer.answered >= seen + 20)
