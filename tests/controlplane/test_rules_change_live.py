@@ -187,7 +187,7 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
         assert f"replica: 127.0.0.1:{replica.port}: replay-review: a review answered recently" in status
         assert holder.id == first and replica.reload.id == first
         assert hooks(kubectl) == registered
-        assert httpx.post(f"{url}/validate-pods-copy", verify=str(tls["ca"]),
+        assert httpx.post(f"{url}/validate-pods-copy", verify=ssl.create_default_context(cafile=str(tls["ca"])),
                           json=review_for(ONE_FAMILY, uid="x")).status_code == 404
         swap(tmp_path, rules, "v2r")                                   # the revert: v1's content again
         wait_for(lambda: verdict(kubectl), lambda v: v == f"accepted:{first}", timeout=60, what="the revert")
