@@ -188,17 +188,28 @@ def _replay_objects(serving: Policy, policy: Policy, old_engine: AdmissionEngine
             continue
         after = engine.run(name, request, view)
         before = old_engine.run(name, request, old_view) if name in old_engine.policies else None
-        if EVAL_ERROR in after.rules:
-            # an error the serving rules have too is not new
-            if before is None or EVAL_ERROR not in before.rules:
-                errors.append(f"{_ref(obj)}: {_error_text(after)}")
-            continue
-        if before is not None:
-            counted[0] += 1
-        change = _change(name, _ref(obj), before, after, "object") if before is not None else None
-        if change is not None:
-            changes.append(change)
+        if not _compare(name, _ref(obj), before, after, "object", changes, counted):
+            errors.append(f"{_ref(obj)}: {_error_text(after)}")
     return Trial("replay-object", errors, changes) if errors else None
+
+
+def _compare(name: str, ref: str, before: Optional[Outcome], after: Outcome, source: str, changes: list,
+             counted: list[int]) -> bool:
+    """Record one object's (``source`` ``object``) or review's (``review``) two outcomes: False when the
+    new generation failed to evaluate on it and the serving one did not (an error the serving rules make
+    too is not new), else True, its verdict change (if any) in ``changes`` and counted in ``counted``
+    (objects, reviews, reviews newly denied)."""
+    if EVAL_ERROR in after.rules:
+        return before is not None and EVAL_ERROR in before.rules
+    if before is None:
+        return True
+    counted[0 if source == "object" else 1] += 1
+    change = _change(name, ref, before, after, source)
+    if change is not None and source == "review" and change.newly_denied:
+        counted[2] += 1
+    if change is not None and change not in changes:
+        changes.append(change)
+    return True
 
 
 def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine, engine: AdmissionEngine,
@@ -223,15 +234,6 @@ def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine
                f"{request.get('namespace') + '/' if request.get('namespace') else ''}"
                f"{request.get('name', '')}")
         before = decide(old_engine, review, views["old"], name)[1] if name in old_engine.policies else None
-        if EVAL_ERROR in after.rules:
-            if before is None or EVAL_ERROR not in before.rules:
-                errors.append(f"a review answered recently ({ref}, webhook {name}): {_error_text(after)}")
-            continue
-        if before is not None:
-            counted[1] += 1
-        change = _change(name, ref, before, after, "review") if before is not None else None
-        if change is not None and change.newly_denied:
-            counted[2] += 1
-        if change is not None and change not in changes:
-            changes.append(change)
+        if not _compare(name, ref, before, after, "review", changes, counted):
+            errors.append(f"a review answered recently ({ref}, webhook {name}): {_error_text(after)}")
     return Trial("replay-review", errors, changes) if errors else None

@@ -138,14 +138,7 @@ def test_a_new_policy_path_is_served_after_a_reload_and_a_dropped_one_is_not(ser
     review = review_for(_pod(), uid="u")
     assert server.client.post(f"{server.base}/validate-pods-copy", json=review).status_code == 404
 
-    def add_copy(target: Path) -> None:
-        text = (target / "admission" / "pods.yaml").read_text()
-        start = text.index("kind: AdmissionPolicy\nmetadata:\n  name: pods-validation")
-        end = text.find("\n---", start)
-        copy = text[start:end if end > 0 else None].replace("name: pods-validation", "name: pods-validation-copy", 1)
-        copy = copy.replace("path: /validate-pods", "path: /validate-pods-copy", 1).replace(
-            "webhook: pods.validation.worker.gpustack.ai", "webhook: pods-copy.validation.worker.gpustack.ai", 1)
-        (target / "admission" / "pods-copy.yaml").write_text("apiVersion: rules.accelpolicy.dev/v1alpha1\n" + copy)
+    from tests.controller.test_registration_both_ways import add_copy
     _version(server.mount, "2026_12_01_00_01_00.2", add_copy)
     answer = wait_for(lambda: server.client.post(f"{server.base}/validate-pods-copy", json=review),
                       lambda r: r.status_code == 200, what="the new path served")[1]

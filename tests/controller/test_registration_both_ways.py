@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -23,10 +24,9 @@ POLICY = Policy(load_rules())
 PHANTOM = "pods-copy.validation.worker.gpustack.ai"
 
 
-def with_copy(tmp_path) -> Policy:
-    """The shipped rules plus pods-validation copied under a new path (/validate-pods-copy)."""
-    rules = tmp_path / "rules"
-    shutil.copytree(DEFAULT_RULES_DIR, rules, ignore=shutil.ignore_patterns("tests"))
+def add_copy(rules: Path) -> None:
+    """pods-validation copied, in ``rules``, under a new name, path (/validate-pods-copy) and webhook
+    (:data:`PHANTOM`): a new policy at a new path."""
     text = (rules / "admission" / "pods.yaml").read_text()
     start = text.index("kind: AdmissionPolicy\nmetadata:\n  name: pods-validation")
     end = text.find("\n---", start)
@@ -34,6 +34,13 @@ def with_copy(tmp_path) -> Policy:
     policy = policy.replace("path: /validate-pods", "path: /validate-pods-copy", 1).replace(
         "webhook: pods.validation.worker.gpustack.ai", f"webhook: {PHANTOM}", 1)
     (rules / "admission" / "pods-copy.yaml").write_text("apiVersion: rules.accelpolicy.dev/v1alpha1\n" + policy)
+
+
+def with_copy(tmp_path) -> Policy:
+    """The shipped rules plus :func:`add_copy`."""
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules, ignore=shutil.ignore_patterns("tests"))
+    add_copy(rules)
     return Policy(load_rules(rules))
 
 

@@ -38,26 +38,30 @@ SYSTEM, CONFIGMAP = "gpustack-system", "accelpolicy-rules"
 
 
 class Reviewer(threading.Thread):
-    """Sends one pods-validation review after another; counts answers and failures (not HTTP 200, not a
-    well-formed AdmissionReview with the uid, or an InternalError/Timeout answer) and the verdicts."""
+    """Sends one pods-validation review after another, of ``pods`` in turn; counts answers and failures (not
+    HTTP 200, not a well-formed AdmissionReview with the uid, or an InternalError/Timeout answer) and the
+    verdicts (``allowed`` in order; ``last``: the latest per Pod name)."""
 
-    def __init__(self, url: str, ca: Path):
+    def __init__(self, url: str, ca: Path, pods: tuple = (TWO_FAMILIES,)):
         super().__init__(daemon=True)
         self.url, self.client = url, httpx.Client(verify=ssl.create_default_context(cafile=str(ca)), timeout=10)
-        self.answered, self.failed, self.allowed = 0, [], []
+        self.pods = pods
+        self.answered, self.failed, self.allowed, self.last = 0, [], [], {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         i = 0
         while not self.stop.is_set():
             i += 1
+            pod = self.pods[i % len(self.pods)]
             try:
-                resp = self.client.post(self.url, json=review_for(TWO_FAMILIES, uid=f"u-{i}"))
+                resp = self.client.post(self.url, json=review_for(pod, uid=f"u-{i}"))
                 answer = resp.json()["response"]
                 if resp.status_code != 200 or answer["uid"] != f"u-{i}" or \
                         (answer.get("status") or {}).get("reason") in ("InternalError", "Timeout"):
                     self.failed.append((resp.status_code, answer.get("status")))
                 self.allowed.append(answer["allowed"])
+                self.last[pod["metadata"]["name"]] = answer["allowed"]
                 self.answered += 1
             except Exception as exc:  # noqa: BLE001 - counted
                 self.failed.append(repr(exc))
@@ -81,16 +85,23 @@ def _events(kubectl, reason: str) -> list[dict]:
     return [e for e in items if e["involvedObject"]["kind"] == "ConfigMap"]
 
 
-def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_goes_live(control_plane, tmp_path):
-    cluster, kubectl = control_plane
+def seed_with_rules_configmap(kubectl, tmp_path: Path) -> Path:
+    """The seed cluster, a new rules ConfigMap (annotations only), and the rules directory: a symlink to a copy
+    of the shipped rules without tests/ (as the chart mounts them), ``tmp_path/v1``; returns the link."""
     rules = tmp_path / "rules"
     shutil.copytree(DEFAULT_RULES_DIR, tmp_path / "v1")
-    shutil.rmtree(tmp_path / "v1" / "tests")          # as the chart mounts it
+    shutil.rmtree(tmp_path / "v1" / "tests")
     rules.symlink_to(tmp_path / "v1")
     _clean(kubectl)
     _apply_seed_cluster(kubectl)
     kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, "--ignore-not-found")
     kubectl("-n", SYSTEM, "create", "configmap", CONFIGMAP, "--from-literal=note=the rules")
+    return rules
+
+
+def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_goes_live(control_plane, tmp_path):
+    cluster, kubectl = control_plane
+    rules = seed_with_rules_configmap(kubectl, tmp_path)
     policy = Policy(load_rules(rules))
     controller = Controller(connect(cluster.kubeconfig), policy, coalesce_seconds=0.1, env={},
                             fit_coalesce_seconds=0, extra_kinds=view_kinds(policy))

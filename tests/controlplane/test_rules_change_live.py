@@ -39,49 +39,21 @@ from runtime.engine.admission import review_for, view_kinds
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.reload.watcher import content_hash, generation_id
-from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from runtime.rules.loader import load_rules
 from runtime.webhook.server import self_signed
 from testing.hooks import ObservedController as Controller
 from testing.localcluster.testing import service_account_kubeconfig, wait_for
+from tests.controller.test_registration_both_ways import PHANTOM, add_copy
 from tests.controller.test_reload_gate import EVAL_ERROR, ONE_FAMILY, RULE_1A, TWO_FAMILIES, _edit
-from tests.controller.test_registration_both_ways import PHANTOM
-from tests.controlplane.test_controller import _apply_seed_cluster, _clean
+from tests.controlplane.test_controller import _clean
+from tests.controlplane.test_reload_gate_live import CONFIGMAP, SYSTEM, Reviewer, seed_with_rules_configmap
 
-SYSTEM, CONFIGMAP = "gpustack-system", "accelpolicy-rules"
 A10G = "gpustack--nvidia-a10g-linux-amd64"
 MARK = "schedule.gpustack.ai/emptied-by-rules"
 INSTANCE = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance",
             "metadata": {"name": "steady", "namespace": "default"},
             "spec": {"type": A10G, "image": "ubuntu:24.04", "command": ["sleep", "86400"],
                      "resources": {"accelerator": "1"}, "volume": {"ephemeral": {"capacity": "1Gi"}}}}
-
-
-class Reviewer(threading.Thread):
-    """Sends pods-validation reviews (one allowed, one denied, in turn) until stopped; records every failure
-    (not HTTP 200, not the uid, or an InternalError/Timeout answer) and the last verdict of each."""
-
-    def __init__(self, url: str, ca: Path):
-        super().__init__(daemon=True)
-        self.url, self.client = url, httpx.Client(verify=ssl.create_default_context(cafile=str(ca)), timeout=10)
-        self.answered, self.failed, self.last = 0, [], {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop.is_set():
-            i += 1
-            pod = ONE_FAMILY if i % 2 else TWO_FAMILIES
-            try:
-                resp = self.client.post(self.url, json=review_for(pod, uid=f"u-{i}"))
-                answer = resp.json()["response"]
-                if resp.status_code != 200 or answer["uid"] != f"u-{i}" or \
-                        (answer.get("status") or {}).get("reason") in ("InternalError", "Timeout"):
-                    self.failed.append((resp.status_code, answer.get("status")))
-                self.last[pod["metadata"]["name"]] = answer["allowed"]
-                self.answered += 1
-            except Exception as exc:  # noqa: BLE001 - counted
-                self.failed.append(repr(exc))
-            time.sleep(0.03)
 
 
 def swap(tmp: Path, rules: Path, version: str, edit=None, base: Path | None = None) -> str:
@@ -115,13 +87,7 @@ def hooks(kubectl) -> dict[str, list[str]]:
 
 def with_new_path(d: Path) -> None:
     """pods-validation copied under /validate-pods-copy, and its rule 1a failing on the recent reviews."""
-    text = (d / "admission" / "pods.yaml").read_text()
-    start = text.index("kind: AdmissionPolicy\nmetadata:\n  name: pods-validation")
-    end = text.find("\n---", start)
-    copy = text[start:end if end > 0 else None].replace("name: pods-validation", "name: pods-validation-copy", 1)
-    copy = copy.replace("path: /validate-pods", "path: /validate-pods-copy", 1).replace(
-        "webhook: pods.validation.worker.gpustack.ai", f"webhook: {PHANTOM}", 1)
-    (d / "admission" / "pods-copy.yaml").write_text("apiVersion: rules.accelpolicy.dev/v1alpha1\n" + copy)
+    add_copy(d)
     _edit(d / "admission" / "pods.yaml", RULE_1A, EVAL_ERROR)
 
 
@@ -136,16 +102,21 @@ def pools(kubectl) -> dict:
             "phaseMessage": it["status"].get("phaseMessage")}
 
 
+def settled(kubectl) -> dict:
+    """:func:`pools` once it reads the same twice, 2 s apart (the controller's passes done)."""
+    last: list = [None]
+
+    def again():
+        now, previous = pools(kubectl), last[0]
+        last[0] = now
+        time.sleep(2)
+        return now == previous and now
+    return wait_for(again, bool, timeout=60, what="the pools settled")[1]
+
+
 def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_no_work(control_plane, tmp_path):
     cluster, kubectl = control_plane
-    rules = tmp_path / "rules"
-    shutil.copytree(DEFAULT_RULES_DIR, tmp_path / "v1")
-    shutil.rmtree(tmp_path / "v1" / "tests")          # as the chart mounts it
-    rules.symlink_to(tmp_path / "v1")
-    _clean(kubectl)
-    _apply_seed_cluster(kubectl)
-    kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, "--ignore-not-found")
-    kubectl("-n", SYSTEM, "create", "configmap", CONFIGMAP, "--from-literal=note=the rules")
+    rules = seed_with_rules_configmap(kubectl, tmp_path)
     policy = Policy(load_rules(rules))
     derivation = policy.derivation
     identity = service_account_kubeconfig(kubectl, cluster.kubeconfig, derivation.systemNamespace,
@@ -175,7 +146,7 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
         kubectl("apply", "-f", "-", input=json.dumps(INSTANCE))             # through the replica's webhooks
         wait_for(lambda: kubectl.stdout("get", "pods", "-n", "default", "-o", "name"),
                  lambda out: "pod/steady" in out, timeout=60, what="the Instance's Pod")
-        reviewer = Reviewer(f"{url}/validate-pods", tls["ca"])
+        reviewer = Reviewer(f"{url}/validate-pods", tls["ca"], (ONE_FAMILY, TWO_FAMILIES))   # one allowed, one denied
         reviewer.start()
         wait_for(lambda: reviewer.answered, lambda n: n >= 40, timeout=30, what="reviews before")
         first = holder.id
@@ -194,7 +165,7 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
         assert hooks(kubectl) == registered
 
         # 2. pool-emptying edits: held, the pools untouched
-        before = pools(kubectl)
+        before = settled(kubectl)
         assert before["stopPolicy"] == "None" and before["accelerator"] != "0/0 0/0 0/0 0/0"
         misspelt = swap(tmp_path, rules, "v3", lambda d: _edit(d / "labels.yaml", "    managed: gpustack.ai/managed\n",
                                                                "    managed: gpustack.ai/manged\n"))
@@ -235,9 +206,7 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
         # its revert (the parent): never held, the pools back without a manual step
         swap(tmp_path, rules, "v7")
         wait_for(lambda: verdict(kubectl), lambda v: v == f"accepted:{first}", timeout=60, what="the revert")
-        back = wait_for(lambda: pools(kubectl), lambda p: p["mark"] is None and p["stopPolicy"] == "None",
-                        timeout=60, what="the pools back")[1]
-        assert back == before
+        wait_for(lambda: pools(kubectl), lambda p: p == before, timeout=60, what="the pools back as they were")
         instance = json.loads(kubectl.stdout("get", "instances.worker.gpustack.ai", "steady", "-o", "json"))
         assert not (instance.get("spec") or {}).get("stop")                # never stopped
         seen = reviewer.answered
