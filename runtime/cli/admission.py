@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from loguru import logger
 
-from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
+from runtime.cli.common import bad_input_exits, fail, policy_and_session, rules_option, rules_read
 from runtime.cli.controller import _connect, _stop_on_signals
 from runtime.cli.observability import configure_logging, log_options
 from runtime.controller.admission import DEFAULT_REFRESH_SECONDS, AdmissionServer
@@ -109,8 +109,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
     _tls_choice(cert, key, self_signed_dir, cert_secret, cert_dir)
     if cert or key:
         _check_files(cert, key)   # before connecting: bad input is a usage error
-    policy = load_policy(rules_dir)
-    session = _connect(kubeconfig)
+    policy, session = policy_and_session(rules_dir, lambda: _connect(kubeconfig), namespace, rules_configmap)
     stop = _stop_on_signals()
     certificate, cert, key = _serving_files(session, namespace, cert_secret, cert_dir, cert_check_seconds,
                                             self_signed_dir, cert, key, stop)
@@ -121,7 +120,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
                              max_body_bytes=max_body_bytes, deadline_seconds=deadline_seconds,
                              workers=workers, read_timeout=read_timeout, max_connections=max_connections,
                              watch_rules_seconds=watch_rules_seconds,
-                             rules_configmap=(namespace, rules_configmap) if rules_configmap else None)
+                             rules_configmap=(namespace, rules_configmap) if rules_configmap else None,
+                             rules_dir=rules_read(rules_dir))
     try:
         server.serve()
     except OSError as exc:

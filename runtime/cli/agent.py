@@ -25,7 +25,7 @@ from runtime.agent.dra import (AUTO, BACKEND as DRA, AutoBackend, DraBackend, au
                               describe, publishes_for, slices_from_file)
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
-from runtime.cli.common import fail, rules_cache_options, rules_read
+from runtime.cli.common import fail, rules_cache_options, rules_read, starting_policy
 from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
@@ -129,6 +129,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         fail(f"recorded facts refused:\n{exc}")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if session is not None and rules_dir and rules_configmap:   # the generation in force (a serving copy)
+        policy = _starting(rules_dir, session, rules_namespace, rules_configmap)
     recorded_node = getattr(probe, "node", "") if probe.name == "fake" else ""
     if recorded_node and recorded_node != node_name:
         raise click.UsageError(
@@ -147,6 +149,19 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         _watch_rules(agent, rules_dir, watch_rules_seconds, registry,
                      (rules_namespace, rules_configmap) if rules_configmap else None)
     agent.run(interval)
+
+
+def _starting(rules_dir: str, session, namespace: str, configmap: str) -> Policy:
+    """The rules the agent plans with from its start: :func:`runtime.cli.common.starting_policy` (the serving
+    copy when the mounted rules are not in force), the manufacturer env overrides applied; broken rules exit
+    2."""
+    try:
+        policy = starting_policy(rules_dir, session, namespace, configmap)
+    except RuleLoadError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    apply_manufacturer_env(policy, os.environ)
+    return policy
 
 
 def _serve_health(agent: NodeAgent, port: int, interval: float):

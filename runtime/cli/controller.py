@@ -30,7 +30,7 @@ import click
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
+from runtime.cli.common import bad_input_exits, fail, policy_and_session, rules_option
 from runtime.cli.observability import configure_logging, log_options, metrics_bind_option, serve_metrics
 from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.metrics import ControllerMetrics
@@ -154,13 +154,13 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     webhook_opts = webhook_options(once, webhook_values(click.get_current_context().params))
     serving = webhook_opts is not None and not registration_only  # webhooks served in this process
     tls, service = webhook_tls(webhook_opts) if webhook_opts else (None, None)
-    audit_seconds, policy = duration_seconds(audit_interval), load_policy(rules_dir)
-    session, stop = _connect(kubeconfig), _stop_on_signals()
-    # --once: fit labels are written in its pass, not after a window (docs/agent.md "Capacity and fit labels")
+    audit_seconds, stop = duration_seconds(audit_interval), _stop_on_signals()
+    policy, session = policy_and_session(rules_dir, lambda: _connect(kubeconfig), lease_namespace,
+                                         rules_configmap)
     serving_cert, tls = (serving_certificate(session, lease_namespace, service, stop, webhook_opts)
                          if webhook_opts and webhook_cert_secret else (None, tls))
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
-                            fit_coalesce_seconds=0.0 if once else None,
+                            fit_coalesce_seconds=0.0 if once else None,  # --once: fit labels in its pass
                             extra_kinds=view_kinds(policy) if serving else ())
     webhooks, stop_hooks = None, []
     registration = (Registration(session, tls, service, webhook_url_base, serving_cert,

@@ -241,6 +241,7 @@ class AdmissionServer:
     max_connections: int = 512
     watch_rules_seconds: float = 2.0
     rules_configmap: tuple[str, str] | None = None   # (namespace, name): the leader's verdict is followed
+    rules_dir: Path | None = None   # the directory watched (default: the policy's; not a serving copy's)
     cache: ClusterCache = field(init=False)
     server: ServerThread | None = field(init=False, default=None)
 
@@ -287,7 +288,8 @@ class AdmissionServer:
             board = Board(self.session, *self.rules_configmap,
                           keys=lambda: self.policy.ruleset.get("ReloadGate").annotations) \
                 if self.rules_configmap else None
-            self.reload = RulesHolder(AdmissionHost(self), self.policy.ruleset.root, self.policy.ruleset,
+            self.reload = RulesHolder(AdmissionHost(self), self.rules_dir or self.policy.ruleset.root,
+                                      self.policy.ruleset,
                                       board=board, decides=lambda: board is None,
                                       registry=self.state.metrics.registry,
                                       interval=self.watch_rules_seconds).start()

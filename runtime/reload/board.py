@@ -15,18 +15,29 @@ component only reads. The keys are the ``annotations`` of rules/reload.yaml:
 
 Reads go through :meth:`Board.read` (at most once per ``min_seconds``: an agent on every node reads it
 rarely).
+
+**The serving copy.** The mounted rules are whatever the ConfigMap holds now, a held or refused edit
+included; the generation that serves is kept apart, in the ConfigMap ``<name>-serving`` (the rule files,
+one key per file, ``/`` written ``__`` as the chart writes them; its ``serving`` annotation names the
+generation), written by the leader whenever a generation goes live (:meth:`Board.save_serving`). A process
+that starts while the mounted rules are not the generation in force starts on that copy
+(:meth:`Board.load_serving`, :func:`runtime.reload.holder.starting_rules`) and follows the verdict on the
+mounted ones like any change: a restart never serves what the verdict holds or refused.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 from loguru import logger
 
 from runtime.kube.session import KubeApiError
+from runtime.rules.loader import iter_rule_files
 
 OUTCOMES = ("accepted", "refused", "held", "approved")
+SERVING_SUFFIX = "-serving"   # the serving copy's name: the rules ConfigMap's and this
 SERVED = ("accepted", "approved")
 MAX_STATUS_LINES = 10
 
@@ -138,6 +149,42 @@ class Board:
             self._last = None
         except KubeApiError as exc:
             logger.warning("rules verdict on ConfigMap {}/{}: {}", self.namespace, self.name, exc)
+
+    @property
+    def serving_name(self) -> str:
+        return self.name + SERVING_SUFFIX
+
+    def save_serving(self, root: Path, generation: str) -> None:
+        """The leader: the rule files under ``root`` (the generation ``generation`` that now serves) into the
+        serving copy (server-side apply); a failure is logged (the next install writes it again)."""
+        data = {str(p.relative_to(root)).replace("/", "__"): p.read_text()
+                for p in iter_rule_files(Path(root))}
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": self.serving_name, "namespace": self.namespace,
+                             "annotations": {self.keys().serving: generation}}, "data": data}
+        if self.applier is None:
+            return
+        try:
+            self.applier.apply(body)
+        except KubeApiError as exc:
+            logger.warning("rules serving copy ConfigMap {}/{}: {}", self.namespace, self.serving_name, exc)
+
+    def load_serving(self, into: Path) -> Optional[str]:
+        """The serving copy's files written under ``into``; returns the generation it names, or None when
+        there is no copy (or it cannot be read: logged)."""
+        try:
+            path = self.session.ref("ConfigMap").path(namespace=self.namespace, name=self.serving_name)
+            copy = self.session.call("get", path)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                logger.warning("rules serving copy ConfigMap {}/{}: {}", self.namespace, self.serving_name,
+                               exc)
+            return None
+        for key, text in (copy.get("data") or {}).items():
+            path = Path(into) / key.replace("__", "/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        return ((copy.get("metadata") or {}).get("annotations") or {}).get(self.keys().serving)
 
     def approve_command(self, generation: str) -> str:
         """The command that approves ``generation``."""

@@ -63,7 +63,9 @@ class RulesHolder:
     """The rules generation in force for ``host`` (module docstring).
 
     ``root``: the rules directory; ``initial``: the RuleSet the host serves now (``digest``: its content
-    hash, default the directory's); ``board``: the rules ConfigMap (None: this process decides alone);
+    hash, default that of the directory it was loaded from: the serving copy, :func:`starting_rules`, when
+    the mounted rules are not the generation in force); ``board``: the rules ConfigMap (None: this process
+    decides alone);
     ``decides()``: whether this process decides (the leader); ``replicas``: the serving replicas to ask
     (None: none apart from this process); ``events(outcome, message, templates, generation)``: records an
     Event (the decider's); ``registry``: where the metrics go; ``interval``: seconds between polls.
@@ -77,13 +79,13 @@ class RulesHolder:
         self.events, self.clock = events, clock
         self.metrics = ReloadMetrics(registry)
         self.serving = initial
-        self.digest = digest if digest is not None else content_hash(Path(root))
+        self.digest = digest if digest is not None else content_hash(Path(initial.root))
         self.pending: Optional[Candidate] = None
         self.last_trial: Optional[Trial] = None
         self.tried: Optional[Candidate] = None   # the latest candidate, whatever became of it
         self.metrics.serving(self.id)
         self.watcher = RulesWatcher(root, self._swap, self._refused, interval=interval, initial=initial,
-                                    on_idle=self.settle)
+                                    on_idle=self.settle, seen=self.digest)
 
     @property
     def id(self) -> str:
@@ -111,6 +113,9 @@ class RulesHolder:
         if verdict is None and configmap:
             self.board.record(Verdict("accepted", self.id), [f"generation {self.id} in force (accepted)"],
                               serving=self.id)
+        serving = self.board.annotations(configmap).get(self.gate().annotations.serving)
+        if configmap and serving in (None, self.id):
+            self.board.save_serving(Path(self.serving.root), self.id)
         elif verdict is not None and verdict.generation == self.id and not verdict.served:
             logger.error("rules generation {} is {} on the rules ConfigMap, but it is what the mounted rules "
                          "hold now and this process started with them: approve it or put the rules that "
@@ -248,8 +253,9 @@ class RulesHolder:
         if not self._records():
             return
         status = [f"generation {self.id} in force ({outcome})"]
-        self.board.record(Verdict(outcome, self.id), status, serving=self.id, parent=parent) \
-            if self.board is not None else None
+        if self.board is not None:
+            self.board.record(Verdict(outcome, self.id), status, serving=self.id, parent=parent)
+            self.board.save_serving(Path(self.serving.root), self.id)
         if approval is not None:
             self._event("approved", reload_message(self.serving, "approved", generation=self.id,
                                                    by=approval.by, at=approval.at))
@@ -320,6 +326,37 @@ class RulesHolder:
                             "problems": list(trial.problems[:10]), "reviews": trial.reviews,
                             "deniedReviews": trial.denied_reviews}
         return out
+
+
+def starting_rules(root: Path | str, board: Optional[Board], workdir: Path | str) -> RuleSet:
+    """The rules a process starts with (module docstring): the mounted ones under ``root``, unless the rules
+    ConfigMap (``board``) says another generation serves (its ``serving`` annotation) and the verdict has
+    not let the mounted one through: then the serving copy (:meth:`Board.load_serving`, written under
+    ``workdir``). Raises :class:`RuleLoadError` when the rules chosen do not load. Without a board: the
+    mounted ones."""
+    from runtime.rules.loader import load_rules
+
+    mounted = generation_id(content_hash(Path(root)))
+    if board is not None:
+        try:
+            configmap = board.read()
+        except KubeApiError as exc:
+            logger.warning("rules ConfigMap {}/{}: {}: starting on the mounted rules", board.namespace,
+                           board.name, exc)
+            configmap = {}
+        serving = board.annotations(configmap).get(board.keys().serving)
+        verdict = board.verdict(configmap)
+        let_through = verdict is not None and verdict.served and verdict.generation == mounted
+        if serving and serving != mounted and not let_through:
+            copy = Path(workdir) / "serving-rules"
+            if board.load_serving(copy) == serving:
+                logger.warning("the mounted rules (generation {}) are not in force ({}): starting on the "
+                               "generation in force, {}", mounted, verdict or "no verdict", serving)
+                return load_rules(copy)
+            logger.error("the mounted rules (generation {}) are not in force ({}) and the serving copy of "
+                         "generation {} is missing: starting on the mounted rules", mounted,
+                         verdict or "no verdict", serving)
+    return load_rules(root)
 
 
 def _with_votes(trial: Trial, votes: dict[str, dict]) -> Trial:

@@ -103,20 +103,23 @@ class Periodic:
 class RulesWatcher(Periodic):
     """Poll ``root`` every ``interval`` seconds; see the module docstring.
 
-    ``current`` is the RuleSet in force (``initial``, or loaded at construction). ``reloads`` and
+    ``current`` is the RuleSet in force (``initial``, or loaded at construction); ``seen``: its content
+    hash when it was loaded from elsewhere (the serving copy): the directory's differing content is then a
+    change at the first poll. ``reloads`` and
     ``failures`` count outcomes; ``last_error`` is the latest refusal (None after a success);
     ``last_seconds`` how long the latest load took.
     """
 
     def __init__(self, root: Path | str, on_swap: Callable[[RuleSet], None],
                  on_refused: Callable[[RuleLoadError], None] | None = None, interval: float = 2.0,
-                 initial: Optional[RuleSet] = None, on_idle: Callable[[], None] | None = None):
+                 initial: Optional[RuleSet] = None, on_idle: Callable[[], None] | None = None,
+                 seen: Optional[str] = None):
         self.root = Path(root)
         self.on_idle = on_idle
         self.on_swap = on_swap
         self.on_refused = on_refused or (lambda exc: None)
         self.interval = interval
-        self._seen = content_hash(self.root)
+        self._seen = content_hash(self.root) if seen is None else seen   # of ``initial`` (another copy)
         self.current = initial if initial is not None else load_rules(self.root)
         self.reloads = 0
         self.failures = 0

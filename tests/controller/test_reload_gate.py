@@ -342,3 +342,36 @@ def test_the_review_sample_is_bounded_by_count_and_bytes():
     assert [r["uid"] for _, r in sample.reviews()] == [4, 5]
     sample.resize(0, 0)
     assert sample.reviews() == [] and sample.bytes == 0
+
+
+def test_a_restart_while_a_generation_is_held_starts_on_the_generation_in_force(gate, tmp_path):
+    """The leader keeps a copy of the generation in force (the ConfigMap ``<name>-serving``); a process that
+    starts while the mounted rules are held (or refused, or not decided) starts on that copy and follows the
+    verdict on the mounted ones like any change: a restart never serves a held generation."""
+    from runtime.reload.holder import starting_rules
+
+    holder, controller, _, api, rules = gate
+    _edit(rules / "constants.yaml", "sharesPerAccelerator: 10 ", "sharesPerAccelerator: 20 ")
+    assert holder.watcher.poll() is True
+    serving = holder.id
+    copy = api.get("ConfigMap", CONFIGMAP[1] + "-serving", CONFIGMAP[0])
+    assert copy["metadata"]["annotations"] == {"rules.accelpolicy.dev/serving": serving}
+    assert copy["data"]["constants.yaml"] == (rules / "constants.yaml").read_text()
+    _edit(rules / "labels.yaml", "    managed: gpustack.ai/managed\n", "    managed: gpustack.ai/manged\n")
+    assert holder.watcher.poll() is False and annotations(api)[VERDICT] == f"held:{holder.pending.id}"
+    held = holder.pending.id
+    # a restart now: the mounted rules are the held generation
+    board = Board(api, *CONFIGMAP, keys=lambda: controller.policy.ruleset.get("ReloadGate").annotations)
+    started = starting_rules(rules, board, tmp_path / "work")
+    assert generation_id(content_hash(Path(started.root))) == serving != held
+    assert started.get("Constants").sharesPerAccelerator == 20
+    assert started.get("LabelCatalog").keys["managed"] == "gpustack.ai/managed"
+    follower = RulesHolder(ControllerHost(controller), rules, started, board=board, decides=lambda: False,
+                           interval=0)
+    assert follower.id == serving
+    assert follower.watcher.poll() is False and follower.pending.id == held
+    assert follower.pending.state == "held" and follower.serving is started
+    api.get("ConfigMap", CONFIGMAP[1], CONFIGMAP[0])["metadata"]["annotations"][VERDICT] = f"refused:{held}"  # still
+    assert generation_id(content_hash(Path(starting_rules(rules, board, tmp_path / "again").root))) == serving
+    api.get("ConfigMap", CONFIGMAP[1], CONFIGMAP[0])["metadata"]["annotations"][VERDICT] = f"approved:{held}"
+    assert Path(starting_rules(rules, board, tmp_path / "third").root) == rules   # let through: the mounted

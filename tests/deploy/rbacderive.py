@@ -48,6 +48,7 @@ OBJECT_KINDS = {
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
     ("runtime/controller/backgroundaudit.py", "run_once", "apply", "body"): ("Report", "ClusterReport"),
     ("runtime/reload/report.py", "record_event", "create", "body"): ("Event",),
+    ("runtime/reload/board.py", "save_serving", "apply", "body"): ("ConfigMap",),
     ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(template, failing[key], now)"): ("Event",),
     ("runtime/controller/cabundle.py", "publish", "apply", "ca_configmap(self.namespace, self.name, ca_pem)"):
         ("ConfigMap",),
