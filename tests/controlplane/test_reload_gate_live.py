@@ -94,7 +94,7 @@ def seed_with_rules_configmap(kubectl, tmp_path: Path) -> Path:
     rules.symlink_to(tmp_path / "v1")
     _clean(kubectl)
     _apply_seed_cluster(kubectl)
-    kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, "--ignore-not-found")
+    kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, f"{CONFIGMAP}-serving", "--ignore-not-found")
     kubectl("-n", SYSTEM, "create", "configmap", CONFIGMAP, "--from-literal=note=the rules")
     return rules
 
@@ -188,5 +188,5 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
             reload.stop()
         webhooks.stop()
         controller.stop()
-        kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, "--ignore-not-found")
+        kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, f"{CONFIGMAP}-serving", "--ignore-not-found")
         _clean(kubectl)

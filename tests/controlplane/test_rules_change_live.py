@@ -228,6 +228,6 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
         for kind, name in (("mutatingwebhookconfiguration", "gpustack-worker-mutation"),
                            ("validatingwebhookconfiguration", "gpustack-worker-validation")):
             kubectl("delete", kind, name, "--ignore-not-found")
-        kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, "--ignore-not-found")
+        kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, f"{CONFIGMAP}-serving", "--ignore-not-found")
         _clean(kubectl)
 
