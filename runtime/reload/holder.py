@@ -101,9 +101,10 @@ class RulesHolder:
         return self
 
     def _first_record(self) -> None:
-        """A ConfigMap without a verdict gets ``accepted:<id>`` of the generation in force; one whose verdict
-        refused or holds the very generation this process started with (a restart while it was held: the
-        generation that served before is not kept across restarts) says so in the log."""
+        """A ConfigMap without a verdict gets ``accepted:<id>`` of the generation in force, and the serving
+        copy its files (:meth:`Board.save_serving`) unless another generation serves; one whose verdict
+        refused or holds the very generation this process started with (a restart while it was held, the
+        serving copy missing: :func:`starting_rules` could only start on the mounted rules) says so."""
         try:
             configmap = self.board.read()
         except KubeApiError as exc:
@@ -250,7 +251,7 @@ class RulesHolder:
         message = reload_message(self.serving, "reloaded", generation=self.id, root=self.serving.root,
                                  seconds=self.watcher.last_seconds)
         logger.info(message)
-        if not self._records():
+        if not self._deciding():
             return
         status = [f"generation {self.id} in force ({outcome})"]
         if self.board is not None:
@@ -300,9 +301,6 @@ class RulesHolder:
         logger.warning(message)
         if self._deciding():
             self._event("verdictsChanged", message, candidate.id)
-
-    def _records(self) -> bool:
-        return self._deciding()
 
     def _event(self, outcome: str, message: str, generation: Optional[str] = None) -> None:
         if self.events is not None and self._deciding():
