@@ -30,7 +30,7 @@ from runtime.engine.snapshot import Snapshot  # noqa: E402
 from runtime.report.audit import audit  # noqa: E402
 from runtime.report.results import summary  # noqa: E402
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules  # noqa: E402
-from runtime.rules.reload import RulesWatcher  # noqa: E402
+from runtime.reload.watcher import RulesWatcher  # noqa: E402
 from runtime.snapshots import load_snapshot  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ accelpolicy does even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
 Then the rules: how long ``load_rules`` of the shipped rules takes in a fresh process without and
 with the cache (what ``accelpolicy controller`` does at start), and a hot reload
-(:class:`runtime.rules.reload.RulesWatcher`) to an edited set first seen (compiled) and to a set the
+(:class:`runtime.reload.watcher.RulesWatcher`) to an edited set first seen (compiled) and to a set the
 cache holds (goal: <= 0.3 s with the cache warm).
 
 Usage: ``.venv/bin/python benchmarks/cli.py [--runs 5] [--cold] [--rules-only] [--json]`` (``make bench``).
@@ -83,7 +83,7 @@ HOT_RELOAD = """
 import json, shutil, sys, time
 from pathlib import Path
 from runtime.rules.loader import DEFAULT_RULES_DIR
-from runtime.rules.reload import RulesWatcher
+from runtime.reload.watcher import RulesWatcher
 root = Path(sys.argv[1]) / "rules"
 shutil.copytree(DEFAULT_RULES_DIR, root, ignore=shutil.ignore_patterns("tests", "__pycache__", "*.py", "*.md"))
 constants = root / "constants.yaml"

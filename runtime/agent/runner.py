@@ -30,6 +30,7 @@ from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_fea
 from runtime.engine.devices.draclaims import claim_pod_resources
 from runtime.engine.devices.draslices import dra_policy
 from runtime.engine.policy import Policy
+from runtime.reload.watcher import content_hash, generation_id
 from runtime.engine.settings import Settings, decode_secret_data, resolve
 from runtime.kube.podresources import PodResourcesError, list_pod_resources
 from runtime.agent.oncelog import OnceLog
@@ -332,7 +333,8 @@ class NodeAgent:
         if self.cluster is not None:
             self.cluster.policy, self.cluster.rules = policy, self.rules
             self.cluster.applier.policy = policy
-        logger.info("rules generation {} in force", policy.ruleset.generation)
+        logger.info("rules generation {} planned with from this pass on",
+                    generation_id(content_hash(Path(policy.ruleset.root))))
 
     def reconcile(self, dry_run: bool = False) -> AgentPlan | None:
         """One pass. Never raises for cluster or probe trouble: logs once and returns None."""

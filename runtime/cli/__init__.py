@@ -45,7 +45,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("audit",
               "Judge every existing object with the admission rules and report drift from the derived "
               "state."),
-    "diff": ("diff", "Show what a rules edit changes before it goes live: pool objects, verdicts and costs."),
+    "diff": ("diff", "Show what a rules edit changes before it goes live: pools, work, verdicts and costs."),
     "explain": ("explain", "Explain a pool (instancetype) or an admission decision (admit)."),
     "webhook-probe": ("probe",
                       "Send one admission review to each webhook of the rules and check each verdict."),
@@ -58,6 +58,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "usage": ("usage",
               "Print accelerator-hours by namespace, pool, product and view, idle hours per pool, and quota "
               "held vs used per ClusterQueue."),
+    "approve": ("approve", "Let the held rules generation GENERATION (its content hash id) serve."),
 }
 
 

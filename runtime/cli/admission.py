@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from loguru import logger
 
-from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
+from runtime.cli.common import bad_input_exits, fail, policy_and_session, rules_option, rules_read
 from runtime.cli.controller import _connect, _stop_on_signals
 from runtime.cli.observability import configure_logging, log_options
 from runtime.controller.admission import DEFAULT_REFRESH_SECONDS, AdmissionServer
@@ -62,9 +62,11 @@ from runtime.webhook.server import check_tls, self_signed
                    "(a broken set is refused, the working one keeps serving); 0: never.")
 @click.option("--max-body-bytes", default=3 * 1024 * 1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
-              help="The ConfigMap (in --namespace) the rules directory is mounted from: a changed set this "
-                   "replica accepts serves once the controller's leader recorded the same verdict on it (or "
-                   "after the rules' reloadGate.followSeconds without one; docs/rule-authoring.md).")
+              help="The ConfigMap (in --namespace) the rules directory is mounted from: a changed set serves "
+                   "here only once the controller's leader recorded on it that it accepted (or an operator "
+                   "approved) that generation; until then the generation in force keeps serving "
+                   "(docs/rule-authoring.md 'How a rules change goes live'). Without it the replica decides "
+                   "alone.")
 @click.option("--read-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a request may take to arrive whole (headers and body) before the connection is "
                    "closed.")
@@ -107,8 +109,7 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
     _tls_choice(cert, key, self_signed_dir, cert_secret, cert_dir)
     if cert or key:
         _check_files(cert, key)   # before connecting: bad input is a usage error
-    policy = load_policy(rules_dir)
-    session = _connect(kubeconfig)
+    policy, session = policy_and_session(rules_dir, lambda: _connect(kubeconfig), namespace, rules_configmap)
     stop = _stop_on_signals()
     certificate, cert, key = _serving_files(session, namespace, cert_secret, cert_dir, cert_check_seconds,
                                             self_signed_dir, cert, key, stop)
@@ -119,7 +120,8 @@ def command(kubeconfig: Path | None, rules_dir: Path, host: str, port: int, cert
                              max_body_bytes=max_body_bytes, deadline_seconds=deadline_seconds,
                              workers=workers, read_timeout=read_timeout, max_connections=max_connections,
                              watch_rules_seconds=watch_rules_seconds,
-                             rules_configmap=(namespace, rules_configmap) if rules_configmap else None)
+                             rules_configmap=(namespace, rules_configmap) if rules_configmap else None,
+                             rules_dir=rules_read(rules_dir))
     try:
         server.serve()
     except OSError as exc:

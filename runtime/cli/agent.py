@@ -25,7 +25,7 @@ from runtime.agent.dra import (AUTO, BACKEND as DRA, AutoBackend, DraBackend, au
                               describe, publishes_for, slices_from_file)
 from probes.cpu import CPUINFO
 from runtime.agent.runner import ALLOCATION_SOURCES, NodeAgent
-from runtime.cli.common import fail, rules_cache_options, rules_read
+from runtime.cli.common import fail, rules_cache_options, rules_read, starting_policy
 from runtime.cli.observability import configure_logging, log_options
 from runtime.engine.devices import agent_rules, apply_manufacturer_env
 from runtime.engine.policy import Policy
@@ -88,12 +88,19 @@ def offline_node(policy: Policy, name: str, cpu: str, labels: tuple[str, ...]) -
               help="With --rules: poll the directory this often and plan with a changed set from the next "
                    "pass on, once it lints and compiles (a broken set is refused and logged; the working one "
                    "stays); the generation in force is the accelpolicy_rules_generation metric. 0: never.")
+@click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
+              help="With --rules: the ConfigMap (in --rules-namespace) the rules are mounted from: a changed "
+                   "set is planned with only once the controller's leader recorded there that it accepted it "
+                   "(docs/rule-authoring.md 'How a rules change goes live').")
+@click.option("--rules-namespace", default="gpustack-system", show_default=True,
+              envvar="KUBERNETES_POD_NAMESPACE",
+              help="Namespace of --rules-configmap.")
 @rules_cache_options(log=True)
 @log_options
 def command(node_name, kubeconfig, once, dry_run, output, backend, facts, allocation_source,
             podresources_socket, node_capacity_cpu, node_labels, cpuinfo, interval, rules_dir,
             resourceslices=None, health_port=None, log_level="INFO", log_format="text",
-            watch_rules_seconds=2.0) -> None:
+            watch_rules_seconds=2.0, rules_configmap=None, rules_namespace="gpustack-system") -> None:
     """Publish this node's facts: NodeFeatures, CPU annotations, capacity keys, Devices and its ledger."""
     configure_logging(log_level, log_format)
     try:
@@ -122,6 +129,8 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
         fail(f"recorded facts refused:\n{exc}")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if session is not None and rules_dir and rules_configmap:   # the generation in force (a serving copy)
+        policy = _starting(rules_dir, session, rules_namespace, rules_configmap)
     recorded_node = getattr(probe, "node", "") if probe.name == "fake" else ""
     if recorded_node and recorded_node != node_name:
         raise click.UsageError(
@@ -135,59 +144,62 @@ def command(node_name, kubeconfig, once, dry_run, output, backend, facts, alloca
     if dry_run or once:
         _one_pass(agent, dry_run, output)
         return
-    registry = None
-    if health_port is not None:
-        from runtime.agent.health import PassClock, serve_health
-        from runtime.agent.metrics import AgentMetrics
-        clock = PassClock(stale_seconds=3 * interval + 60)
-        agent.on_pass = clock.passed
-        registry = AgentMetrics().bind(agent).registry
-        try:
-            server = serve_health(clock, port=health_port, metrics=registry)
-        except OSError as exc:
-            raise click.UsageError(f"--health-port {health_port}: {exc.strerror or exc}") from None
-        logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
+    registry = _serve_health(agent, health_port, interval) if health_port is not None else None
     if rules_dir and watch_rules_seconds > 0:
-        _watch_rules(agent, rules_dir, watch_rules_seconds, registry)
+        _watch_rules(agent, rules_dir, watch_rules_seconds, registry,
+                     (rules_namespace, rules_configmap) if rules_configmap else None)
     agent.run(interval)
 
 
-def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry):
-    """Reload ``rules_dir`` live (runtime.rules.reload.RulesWatcher): each set that loads becomes the
-    agent's policy from its next pass on (the manufacturer env overrides applied again) once it passes the
-    rule suites beside it (the reload gate's part an agent can run); a refused one is logged with its
-    problems. ``accelpolicy_rules_generation`` and ``accelpolicy_rules_reload_failures_total`` go into
-    ``registry`` (the agent's /metrics) when given. Returns the started
-    :class:`runtime.rules.reload.RulesWatcher`."""
-    from runtime.gate import suite_problems
-    from runtime.rules.reload import RulesWatcher
-    from runtime.webhook.reload import ReloadMetrics
+def _starting(rules_dir: str, session, namespace: str, configmap: str) -> Policy:
+    """The rules the agent plans with from its start: :func:`runtime.cli.common.starting_policy` (the serving
+    copy when the mounted rules are not in force), the manufacturer env overrides applied; broken rules exit
+    2."""
+    try:
+        policy = starting_policy(rules_dir, session, namespace, configmap)
+    except RuleLoadError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    apply_manufacturer_env(policy, os.environ)
+    return policy
 
-    metrics = ReloadMetrics(registry)
-    metrics.generation.set(agent.policy.ruleset.generation)
 
-    def swap(ruleset) -> bool:
-        policy = Policy(ruleset)
-        problems = suite_problems(policy) if policy.derivation.reloadGate.suites else []
-        if problems:  # the reload gate: the rule suites (the agent has no reviews to replay)
-            metrics.refusal("suite")
-            logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
-                         agent.policy.ruleset.generation, "\n".join(f"suite: {p}" for p in problems))
-            return False
-        apply_manufacturer_env(policy, os.environ)
-        agent.use_policy(policy)
-        metrics.generation.set(ruleset.generation)
-        logger.info("rules reloaded from {}: generation {}", rules_dir, ruleset.generation)
-        return True
+def _serve_health(agent: NodeAgent, port: int, interval: float):
+    """/healthz, /readyz and /metrics on ``port`` (``--health-port``); returns the metrics registry. A port
+    that cannot be bound is a usage error."""
+    from runtime.agent.health import PassClock, serve_health
+    from runtime.agent.metrics import AgentMetrics
+    clock = PassClock(stale_seconds=3 * interval + 60)
+    agent.on_pass = clock.passed
+    registry = AgentMetrics().bind(agent).registry
+    try:
+        server = serve_health(clock, port=port, metrics=registry)
+    except OSError as exc:
+        raise click.UsageError(f"--health-port {port}: {exc.strerror or exc}") from None
+    logger.info("serving /healthz, /readyz and /metrics on port {}", server.server_address[1])
+    return registry
 
-    def refused(exc: RuleLoadError) -> None:
-        metrics.refusal("lint")
-        logger.error("rules in {} refused, generation {} stays in force:\n{}", rules_dir,
-                     agent.policy.ruleset.generation, exc)
 
-    watcher = RulesWatcher(rules_dir, swap, refused, interval=seconds, initial=agent.policy.ruleset).start()
+def _watch_rules(agent: NodeAgent, rules_dir: str, seconds: float, registry, configmap=None):
+    """Reload ``rules_dir`` live (:class:`runtime.reload.holder.RulesHolder` with an
+    :class:`runtime.reload.hosts.AgentHost`): a set that loads and passes the rule suites beside it (the
+    part of the reload gate an agent can run) becomes the agent's policy from its next pass on (the
+    manufacturer env overrides applied again). With ``configmap`` (``(namespace, name)`` of the rules
+    ConfigMap, --rules-configmap) only once the verdict the controller's leader recorded there accepted that
+    generation (read at most every 15 s), else at once. ``accelpolicy_rules_generation`` and the refusal
+    counters go into ``registry`` (the agent's /metrics) when given. Returns the started holder."""
+    from runtime.reload.board import Board
+    from runtime.reload.holder import RulesHolder
+    from runtime.reload.hosts import AgentHost
+
+    session = agent.cluster.session if agent.cluster is not None else None
+    board = Board(session, *configmap, keys=lambda: agent.policy.ruleset.get("ReloadGate").annotations,
+                  min_seconds=15.0) if configmap and session is not None else None
+    holder = RulesHolder(AgentHost(agent, apply_manufacturer_env), rules_dir, agent.policy.ruleset,
+                         board=board, decides=lambda: board is None, registry=registry,
+                         interval=seconds).start()
     logger.info("watching {} for rule changes every {:g}s", rules_dir, seconds)
-    return watcher
+    return holder
 
 
 def _backend(policy: Policy, name: str | None, facts: str | None, slices_file: str | None, node: str,

@@ -123,6 +123,40 @@ def load_policy(rules_dir: Path | str | None) -> "Policy":
     return Policy(load_rules(rules_read(rules_dir)))
 
 
+def starting_policy(rules_dir: Path | str | None, session, namespace: str, configmap: str | None) -> "Policy":
+    """:func:`load_policy`, or with the rules ConfigMap ``namespace``/``configmap`` the generation in force
+    (:func:`runtime.reload.holder.starting_rules`: the serving copy when the mounted rules are held, refused
+    or not decided yet; docs/rule-authoring.md "How a rules change goes live"). RuleLoadError when the rules
+    chosen do not load."""
+    import tempfile
+
+    from runtime.engine.policy import Policy
+    from runtime.model.reloadgate import ReloadAnnotations
+    from runtime.reload.board import Board
+    from runtime.reload.holder import starting_rules
+    from runtime.rules.loader import RuleLoadError, load_rules
+
+    root = rules_read(rules_dir)
+    if not configmap:
+        return Policy(load_rules(root))
+    try:   # the annotations' keys: the mounted rules' (a broken set: the shipped keys)
+        keys = load_rules(root).get("ReloadGate").annotations
+    except RuleLoadError:
+        keys = ReloadAnnotations()
+    board = Board(session, namespace, configmap, keys=lambda: keys)
+    return Policy(starting_rules(root, board, tempfile.mkdtemp(prefix="accelpolicy-serving-rules-")))
+
+
+def policy_and_session(rules_dir: Path | str | None, connect: Callable[[], object], namespace: str,
+                       configmap: str | None) -> tuple["Policy", object]:
+    """``(policy, session)`` of a process that serves or decides rules: without the rules ConfigMap the
+    rules load first (bad input before connecting), then ``connect()``; with it, connected first, then
+    :func:`starting_policy`."""
+    policy = None if configmap else load_policy(rules_dir)
+    session = connect()
+    return policy or starting_policy(rules_dir, session, namespace, configmap), session
+
+
 def policy_from(rules: Path | str | None) -> "Policy":
     """:func:`load_policy`; a broken rule file exits 2 listing every problem."""
     from runtime.rules.loader import RuleLoadError

@@ -30,14 +30,16 @@ import click
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from runtime.cli.common import bad_input_exits, fail, load_policy, rules_option
+from runtime.cli.common import bad_input_exits, fail, policy_and_session, rules_option
 from runtime.cli.observability import configure_logging, log_options, metrics_bind_option, serve_metrics
 from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.metrics import ControllerMetrics
 from runtime.controller.backgroundaudit import BackgroundAudit
 from runtime.controller.exceptions import ExceptionStatus
 from runtime.controller.reconciler import Controller
-from runtime.controller.rulesreload import ControllerRulesReload
+from runtime.reload.board import Board
+from runtime.reload.holder import RulesHolder
+from runtime.reload.hosts import ControllerHost
 from runtime.controller.cabundle import CaPublisher
 from runtime.controller.servingcert import ServingCertificate
 from runtime.controller.webhooks import ControllerWebhooks
@@ -156,13 +158,13 @@ def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_secon
     webhook_opts = webhook_options(once, webhook_values(click.get_current_context().params))
     serving = webhook_opts is not None and not registration_only  # webhooks served in this process
     tls, service = webhook_tls(webhook_opts) if webhook_opts else (None, None)
-    audit_seconds, policy = duration_seconds(audit_interval), load_policy(rules_dir)
-    session, stop = _connect(kubeconfig), _stop_on_signals()
-    # --once: fit labels are written in its pass, not after a window (docs/agent.md "Capacity and fit labels")
+    audit_seconds, stop = duration_seconds(audit_interval), _stop_on_signals()
+    policy, session = policy_and_session(rules_dir, lambda: _connect(kubeconfig), lease_namespace,
+                                         rules_configmap)
     serving_cert, tls = (serving_certificate(session, lease_namespace, service, stop, webhook_opts)
                          if webhook_opts and webhook_cert_secret else (None, tls))
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
-                            fit_coalesce_seconds=0.0 if once else None,
+                            fit_coalesce_seconds=0.0 if once else None,  # --once: fit labels in its pass
                             extra_kinds=view_kinds(policy) if serving else ())
     webhooks, stop_hooks = None, []
     registration = (Registration(session, tls, service, webhook_url_base, serving_cert,
@@ -332,8 +334,8 @@ def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, 
             logger.info(f"registered {desired['kind']} {desired['metadata']['name']}")
     if watch_rules_seconds > 0:
         if "reload" not in workers:
-            workers["reload"] = ControllerRulesReload(controller, rules_dir, webhooks, registry=registry,
-                                                      interval=watch_rules_seconds, configmap=rules_configmap)
+            workers["reload"] = rules_holder(controller, rules_dir, webhooks, registry, watch_rules_seconds,
+                                             rules_configmap, registration)
         term_hooks.append(workers["reload"].start().stop)
         logger.info(f"watching {rules_dir} for rule changes every {watch_rules_seconds:g}s")
     if audit_seconds > 0:
@@ -345,6 +347,30 @@ def _start_leading(controller: Controller, webhooks: ControllerWebhooks | None, 
     if "exceptions" not in workers:
         workers["exceptions"] = ExceptionStatus(controller)
     term_hooks.append(workers["exceptions"].start().stop)
+
+
+def rules_holder(controller: Controller, rules_dir: Path, webhooks: ControllerWebhooks | None,
+                 registry: CollectorRegistry | None, interval: float,
+                 rules_configmap: tuple[str, str] | None = None,
+                 registration: Registration | None = None) -> RulesHolder:
+    """The leader's rules holder (docs/rule-authoring.md "How a rules change goes live"): it decides each
+    generation, records the verdict on the rules ConfigMap (``rules_configmap``: ``(namespace, name)``;
+    None: it decides alone, its Events on the settings Namespace), asks the admission replicas
+    (``registration``, --webhook-registration-only) for their own trials, and nudges the registrar after
+    each install. Its report is served at ``/generation`` by this process's webhooks, when served."""
+    host = ControllerHost(controller, webhooks, rules_configmap)
+    board = Board(controller.session, *rules_configmap,
+                  keys=lambda: controller.policy.ruleset.get("ReloadGate").annotations,
+                  applier=controller.applier) if rules_configmap else None
+    holder = RulesHolder(host, rules_dir, controller.policy.ruleset, board=board,
+                         replicas=registration.reports() if registration is not None else None,
+                         events=host.events, registry=registry, interval=interval)
+    if webhooks is not None:
+        webhooks.state.report = holder.report
+        host.on_install.append(lambda: webhooks.registrar.poke() if webhooks.registrar is not None else None)
+    if registration is not None:
+        host.on_install.append(lambda: registration.registrar.poke() if registration.registrar else None)
+    return holder
 
 
 def _shut_down(stop_hooks: list, webhooks: ControllerWebhooks | None, controller: Controller) -> None:

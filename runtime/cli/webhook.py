@@ -58,8 +58,9 @@ def webhook_command(state_class: type | None = None) -> click.Command:
         from the next review on; a mounted ConfigMap's symlink swap counts as one change.
         """
         configure_logging(log_level, log_format)
+        from runtime.reload.holder import RulesHolder
+        from runtime.reload.hosts import WebhookHost
         from runtime.webhook.app import WebhookState, build_app
-        from runtime.webhook.reload import WebhookRulesReload
         from runtime.webhook.server import bind, serve
 
         cert, key = _tls_files(cert, key, self_signed_dir)
@@ -80,13 +81,11 @@ def webhook_command(state_class: type | None = None) -> click.Command:
         port = sock.getsockname()[1]
         for name, spec in sorted(engine.policies.items()):
             logger.info(f"serving {spec.webhook} at https://{host}:{port}{spec.path}")
-        from runtime.gate import try_generation
-
-        def gate(serving, ruleset, engine, reviews):  # the --snapshot objects and the recent reviews
-            return try_generation(serving, ruleset, cluster, reviews, engine=engine)
-
-        reload = WebhookRulesReload(state, paths, policy.ruleset.root, lambda p: admission_view(p, cluster),
-                                    policy.ruleset, interval=watch_rules_seconds, gate=gate).start()
+        # no cluster: it decides alone, on its --snapshot objects and its recent reviews
+        reload = RulesHolder(WebhookHost(state, cluster, lambda p: admission_view(p, cluster)),
+                             policy.ruleset.root, policy.ruleset, registry=state.metrics.registry,
+                             interval=watch_rules_seconds).start()
+        state.report = reload.report
         if watch_rules_seconds > 0:
             logger.info(f"watching {policy.ruleset.root} for rule changes every {watch_rules_seconds:g}s")
         try:

@@ -19,9 +19,11 @@ from runtime.cli.common import fail
 from runtime.controller.cabundle import CaPublisher
 from runtime.controller.reconciler import Controller
 from runtime.controller.servingcert import ServingCertificate, reload_server_tls, service_names
-from runtime.controller.webhooks import ControllerWebhooks, WebhookRegistrar, WebhookTls
+from runtime.controller.registrar import WebhookRegistrar
+from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission.registration import ClientConfig
 from runtime.kube.session import KubeApiError
+from runtime.reload.replicas import ReplicaReports, service_endpoints, url_endpoints
 from runtime.webhook.server import check_tls, self_signed
 
 
@@ -98,12 +100,22 @@ class Registration:
     url_base: str | None
     serving_cert: ServingCertificate | None
     owner: str | None = None   # --webhook-owner-clusterrole
+    registrar: WebhookRegistrar | None = None   # this term's, once registering
 
     def client(self) -> ClientConfig:
         ca = self.serving_cert.data["ca.crt"] if self.serving_cert is not None else self.tls.ca_pem
         if self.service is not None:
             return ClientConfig(ca_pem=ca, service=self.service)
         return ClientConfig(ca_pem=ca, url_base=self.url_base)
+
+    def reports(self) -> ReplicaReports:
+        """The admission replicas' own reports (``/generation``): at the URL base, or each endpoint of the
+        Service."""
+        if self.service is not None:
+            namespace, name, port = self.service
+            return ReplicaReports(lambda: service_endpoints(self.session, namespace, name, port),
+                                  lambda: self.client().ca_pem)
+        return ReplicaReports(lambda: url_endpoints(self.url_base), lambda: self.client().ca_pem)
 
     def readyz_url(self) -> str:
         """Where the admission replicas answer ``/readyz`` (through the Service, or at the URL base)."""
@@ -146,9 +158,11 @@ class Registration:
                                self.readyz_url())
             if stop.is_set():
                 return
-            registrar = WebhookRegistrar(self.session, controller.policy, self.client(),
-                                         owner=self.owner).start()
+            registrar = WebhookRegistrar(self.session, controller.policy, self.client(), owner=self.owner,
+                                         policy_of=lambda: controller.policy,
+                                         served=self.reports().served_paths).start()
             holder.append(registrar)
+            self.registrar = registrar
             if self.serving_cert is not None:
                 listeners.append(lambda data: registrar.retarget(self.client()))
                 self.serving_cert.listeners.append(listeners[-1])
@@ -162,6 +176,7 @@ class Registration:
             thread.join(10.0)
             for registrar in holder:
                 registrar.stop()
+            self.registrar = None
             for listener in listeners:
                 if self.serving_cert is not None and listener in self.serving_cert.listeners:
                     self.serving_cert.listeners.remove(listener)

@@ -37,13 +37,12 @@ from runtime.controller.snapshots import CacheSnapshots
 from runtime.controller.webhooks import view_failed, view_not_ready_reason
 from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, published_kinds
 from runtime.engine.policy import Policy
-from runtime.gate import try_generation
 from runtime.kube.cache import WatchedKind
 from runtime.kube.clustercache import ClusterCache
-from runtime.kube.session import KubeApiError
-from runtime.rules.reload import Trial
+from runtime.reload.board import Board
+from runtime.reload.holder import RulesHolder
+from runtime.reload.hosts import AdmissionHost
 from runtime.webhook.app import WebhookState, build_app
-from runtime.webhook.reload import WebhookRulesReload
 from runtime.webhook.server import ServerThread
 
 DEFAULT_REFRESH_SECONDS = 0.0  # rebuild as soon as an event arrives (a rebuild costs the changes)
@@ -219,11 +218,12 @@ class AdmissionServer:
     Use: ``serve()`` (reviews answered "not ready; retry" and ``/readyz`` 503 until ready), ``start()``
     (caches listed, first view built, builder and reload running), ``wait(stop)``, ``stop()``.
     ``cert``/``key``: the serving files (reloaded with :meth:`reload_tls`). A changed rules set that
-    loads is tried by the reload gate on the reviews this replica answered recently, judged against the
-    published objects (:meth:`_gate`; the controller's leader replays the existing objects); with
-    ``rules_configmap`` (``(namespace, name)``, ``--rules-configmap``) the replica then follows the
-    verdict the leader recorded on that ConfigMap (:meth:`_leader_verdict`; docs/rule-authoring.md "How
-    replicas agree").
+    loads is tried on the reviews this replica answered recently, judged against the published objects
+    (:class:`runtime.reload.hosts.AdmissionHost`; the controller's leader replays the existing objects and
+    reads this replica's trial at ``/generation``); with ``rules_configmap`` (``(namespace, name)``,
+    ``--rules-configmap``) the replica serves a generation only once the verdict the leader recorded on
+    that ConfigMap accepted it (:class:`runtime.reload.holder.RulesHolder`; docs/rule-authoring.md "How a
+    rules change goes live"); without one it decides alone.
     """
 
     session: object
@@ -241,6 +241,7 @@ class AdmissionServer:
     max_connections: int = 512
     watch_rules_seconds: float = 2.0
     rules_configmap: tuple[str, str] | None = None   # (namespace, name): the leader's verdict is followed
+    rules_dir: Path | None = None   # the directory watched (default: the policy's; not a serving copy's)
     cache: ClusterCache = field(init=False)
     server: ServerThread | None = field(init=False, default=None)
 
@@ -255,7 +256,7 @@ class AdmissionServer:
         self.paths = {spec.path: name for name, spec in self.engine.policies.items()}
         self.app = build_app(self.state, self.paths)
         self.view_metrics = AdmissionMetrics(self.state.metrics.registry, self).view
-        self.reload: WebhookRulesReload | None = None
+        self.reload: RulesHolder | None = None
 
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
         self.view.on_event(kind, event_type, obj)  # the view in service (a reload replaces it)
@@ -284,40 +285,18 @@ class AdmissionServer:
         self.state.set_ready(self.engine, self.view)
         self.state.ready_check = lambda: view_not_ready_reason(self.cache, self.view)
         if self.watch_rules_seconds > 0:
-            self.reload = WebhookRulesReload(self.state, self.paths, self.policy.ruleset.root, self._view_for,
-                                             self.policy.ruleset, interval=self.watch_rules_seconds,
-                                             gate=self._gate,
-                                             leader_verdict=self._leader_verdict if self.rules_configmap
-                                             else None
-                                             ).start()
+            board = Board(self.session, *self.rules_configmap,
+                          keys=lambda: self.policy.ruleset.get("ReloadGate").annotations) \
+                if self.rules_configmap else None
+            self.reload = RulesHolder(AdmissionHost(self), self.rules_dir or self.policy.ruleset.root,
+                                      self.policy.ruleset,
+                                      board=board, decides=lambda: board is None,
+                                      registry=self.state.metrics.registry,
+                                      interval=self.watch_rules_seconds).start()
+            self.state.report = self.reload.report
         return self
 
-    def _gate(self, serving: Policy, ruleset, engine: AdmissionEngine, reviews) -> Trial:
-        """The reload gate here: the rule suites and this replica's recent reviews, each generation judging
-        against the published objects as :class:`BuiltAdmissionView` does (no object replay: this process
-        holds no Pods or Instances; the leader's replay covers them)."""
-        snapshot = self.cache.snapshot()
-        return try_generation(serving, ruleset, None, reviews, engine=engine,
-                              review_view=lambda policy: admission_view(
-                                  policy, snapshot, derive_state=False,
-                                  settings_namespace=self.settings_namespace))
-
-    def _leader_verdict(self) -> str | None:
-        """The rules ConfigMap's ``reloadGate.verdictAnnotation`` (``accepted:<fingerprint>`` or
-        ``refused:<fingerprint>``), None when unset or the ConfigMap is absent; raises
-        :class:`~runtime.kube.session.KubeApiError` when it cannot be read (the reload waits)."""
-        namespace, name = self.rules_configmap
-        try:
-            configmap = self.session.call("get",
-                                          self.session.ref("ConfigMap").path(namespace=namespace, name=name))
-        except KubeApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        key = self.policy.derivation.reloadGate.verdictAnnotation
-        return ((configmap.get("metadata") or {}).get("annotations") or {}).get(key)
-
-    def _view_for(self, policy: Policy) -> BuiltAdmissionView:
+    def view_for(self, policy: Policy) -> BuiltAdmissionView:
         """A hot reload's view: built for ``policy`` before it serves (on the reload's thread), then the
         cache's events go to it and the old builder stops."""
         missing = sorted(published_kinds(policy) - {"Setting"} - set(self.cache.caches))

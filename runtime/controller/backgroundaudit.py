@@ -30,7 +30,7 @@ from runtime.kube.session import KubeApiError
 from runtime.model.rulefiles import StateEvent
 from runtime.report.audit import audit
 from runtime.report.results import RESULT_KINDS, Result, reports, summary
-from runtime.rules.reload import Periodic
+from runtime.reload.watcher import Periodic
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "accelpolicy"}
 

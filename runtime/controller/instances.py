@@ -23,7 +23,9 @@ engine action           Action
 ======================  ===================================================================
 ADD_FINALIZER           ``add-finalizer`` Instance (JSON patch; key role ``instanceFinalizer``)
 (plan.status)           ``apply-status`` Instance (status subresource), only when it differs
-SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge patch)
+SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge patch) with the
+                        ``instanceStoppedBy`` annotation (rules/labels.yaml): the controller stopped
+                        it; ``false`` when its pool is back, the annotation removed
 DELETE_POD              ``delete`` Pod (the applier refuses a Pod no Instance controls)
 CREATE_POD              ``create`` Pod (rendered once, never re-diffed; no ``spec.nodeName``)
 CREATE_SERVICE          ``create`` Service (NodePort, docs/concepts/instances.md "The Instance's Pod"; created
@@ -51,6 +53,10 @@ from runtime.engine.instances import (InstanceAction, claim_status, owns_claim, 
                                       render_claim)
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting, name_of
+
+
+#: the ``instanceStoppedBy`` annotation's value on an Instance the controller stopped
+STOPPED_BY_CONTROLLER = "controller"
 
 
 @dataclass
@@ -101,7 +107,8 @@ _INSTANCE_WRITES = {
         Verb.REMOVE_FINALIZER, "Instance", name, ns, body=instance, reason="its Pod is gone"),
     InstanceAction.SET_STOP: lambda name, ns, instance, pod, payload: Action(
         Verb.PATCH, "Instance", name, ns, body={"spec": {"stop": bool(payload)}},
-        reason="drain stop: type gone, being deleted, or its queue HoldAndDrain"),
+        reason="drain stop: type gone, being deleted, or its queue HoldAndDrain" if payload
+        else "its pool is back: the controller stopped it, so it starts again"),
     InstanceAction.DELETE_POD: lambda name, ns, instance, pod, payload: Action(
         Verb.DELETE, "Pod", name, ns, body=pod, reason="stop, delete or rebuild"),
     InstanceAction.CREATE_POD: lambda name, ns, instance, pod, payload: Action(
@@ -146,8 +153,11 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot,
             to_action = _INSTANCE_WRITES.get(verb)
             if to_action is None:
                 raise ValueError(f"unknown Instance action {verb}")
-            (first if verb == InstanceAction.ADD_FINALIZER else rest).append(
-                to_action(name, namespace, instance, pod, payload))
+            action = to_action(name, namespace, instance, pod, payload)
+            if verb == InstanceAction.SET_STOP:   # who stopped it: the controller (never its owner)
+                action.body["metadata"] = {"annotations": {
+                    policy.key("instanceStoppedBy"): STOPPED_BY_CONTROLLER if payload else None}}
+            (first if verb == InstanceAction.ADD_FINALIZER else rest).append(action)
         if decided.status is not None and decided.status != (instance.get("status") or {}):
             first.append(Action(Verb.APPLY_STATUS, "Instance", name, namespace,
                                 body={"apiVersion": instance.get("apiVersion", api_version),

@@ -8,16 +8,8 @@ webhook").
   a burst of events costs one rebuild, and events of other kinds, e.g. Pods, cost nothing). A rebuild
   that fails keeps the last good view in service until an event lets one succeed (docs/availability.md
   "Serving while a watch cache relists").
-* :class:`WebhookRegistrar`: keeps the Mutating/ValidatingWebhookConfigurations of
-  :func:`runtime.engine.admission.registration.webhook_configurations` in the cluster: its own watch
-  of both kinds, server-side apply (field manager ``accelpolicy``) when a configuration is missing
-  or drifted (e.g. someone edits ``caBundle``), deletion of configurations accelpolicy owns that the
-  rules no longer name. A same-named configuration without the ownership labels is left alone and
-  reported. Nothing is deleted when the controller stops: the registrations stay (a restart
-  re-applies them with its CA bundle). With an owner (``--webhook-owner-clusterrole``, the chart's
-  ClusterRole) each configuration carries an ownerReference to it, so the garbage collector deletes
-  them once the owner is gone (``helm uninstall``, with or without hooks), and the registrar, which
-  watches the owner, stops re-applying them from that moment on.
+* :class:`runtime.controller.registrar.WebhookRegistrar` (its own module): the registration, reconciled
+  both ways.
 * :class:`ControllerWebhooks`: the HTTPS server (uvicorn in a thread) next to the reconcile loop,
   ``/readyz`` 503 until every cache listed once and a view was built, 200 from then on (a relisting
   cache serves its last objects), plus the registrar (run by the leader only).
@@ -32,19 +24,13 @@ from pathlib import Path
 from loguru import logger
 
 from runtime.controller.reconciler import Controller
+from runtime.controller.registrar import WebhookRegistrar
 from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_view, view_kinds
-from runtime.engine.admission.registration import (KINDS, ClientConfig, drift, owned_configuration,
-                                                   registration_of, stale_configurations,
-                                                   webhook_configurations)
+from runtime.engine.admission.registration import ClientConfig, registration_of
 from runtime.engine.policy import Policy
-from runtime.kube.applier import Applier
-from runtime.kube.cache import WatchedKind
 from runtime.kube.clustercache import ClusterCache
-from runtime.kube.session import KubeApiError, Session
 from runtime.webhook.app import WebhookState, build_app
 from runtime.webhook.server import ServerThread
-
-OWNER_KIND = "ClusterRole"   # what owns the configurations (--webhook-owner-clusterrole)
 
 
 class LiveAdmissionView:
@@ -117,133 +103,6 @@ def view_failed(view, exc: Exception, kept: bool) -> None:
                        "no view yet", error)
     view.error = error
     view.failures += 1
-
-
-class WebhookRegistrar:
-    """Keeps the webhook configurations rendered for ``client`` current (see the module docstring).
-
-    ``start()`` watches both configuration kinds, applies once and then keeps them in a daemon
-    thread (after every event, and every ``resync_seconds``); ``sync()`` is one pass and returns what
-    it did (``apply <Kind> <name>``, ``delete <Kind> <name>``); ``errors`` collects failures and
-    foreign objects (one line each).
-    """
-
-    def __init__(self, session: Session, policy: Policy, client: ClientConfig, resync_seconds: float = 300.0,
-                 owner: str | None = None):
-        self.policy = policy
-        self.client = client
-        self.owner = owner   # the name of the ClusterRole that owns the configurations, or None
-        self.desired = [] if owner else webhook_configurations(policy, client)
-        self.resync_seconds = resync_seconds
-        self._dirty = threading.Event()
-        watched = [WatchedKind(k) for k in KINDS.values()]
-        if owner:
-            watched.append(WatchedKind(OWNER_KIND, field_selector=f"metadata.name={owner}"))
-        self.cache = ClusterCache(session, watched, on_event=lambda *_: self._dirty.set())
-        self.applier = Applier(session, policy, cache=self.cache)
-        self.errors: list[str] = []
-        self._reported: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, sync_timeout: float = 60.0) -> "WebhookRegistrar":
-        """Sync the watch, apply what is missing or drifted, then keep it in a daemon thread.
-
-        Raises ``TimeoutError`` when the watch does not sync, :class:`KubeApiError` when the first
-        pass cannot write.
-        """
-        self.cache.start()
-        if not self.cache.wait_synced(sync_timeout):
-            raise TimeoutError(f"webhook configuration watch not synced within {sync_timeout}s")
-        for line in self.sync(raise_errors=True):
-            logger.info("webhook registration: {}", line)
-        self._thread = threading.Thread(target=self._run, name="webhook-registrar", daemon=True)
-        self._thread.start()
-        return self
-
-    def retarget(self, client: ClientConfig) -> None:
-        """Register ``client`` from now on (e.g. a rotated CA bundle); the next pass applies it."""
-        self.client = client
-        self.desired = webhook_configurations(self.policy, client) if not self.owner else self.desired
-        self._dirty.set()
-
-    def _render(self) -> bool:
-        """Set :attr:`desired` for this pass; False when the owner is gone (nothing may be applied)."""
-        if not self.owner:
-            self.desired = webhook_configurations(self.policy, self.client)
-            return True
-        owner = self.cache.get(OWNER_KIND, self.owner)
-        if owner is None:
-            self._error(f"{OWNER_KIND} {self.owner}, the configurations' owner, is gone (an uninstall?): "
-                        "nothing is registered while it is missing")
-            return False
-        self.desired = webhook_configurations(self.policy, self.client, owner)
-        return True
-
-    def stop(self) -> None:
-        """Stop keeping the configurations (they stay registered)."""
-        self._stop.set()
-        self._dirty.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        self.cache.stop()
-
-    def sync(self, raise_errors: bool = False) -> list[str]:
-        """One pass: apply each missing or drifted configuration, delete stale ones we own (nothing
-        while the owner is gone)."""
-        done: list[str] = []
-        if not self._render():
-            return done
-        for desired in self.desired:
-            kind, name = desired["kind"], desired["metadata"]["name"]
-            live = self.cache.get(kind, name)
-            if live is not None and not owned_configuration(self.policy, live):
-                self._error(f"{kind} {name} exists without the labels "
-                            f"{self.desired[0]['metadata']['labels']} "
-                            "of rules/admission/registration.yaml: not ours, left alone")
-                continue
-            paths = drift(live, desired)
-            if not paths:
-                continue
-            try:
-                self.applier.apply(desired)
-            except KubeApiError as exc:
-                if raise_errors:
-                    raise
-                self._error(f"apply {kind} {name}: {exc}")
-                self._dirty.set()
-                continue
-            what = "created" if live is None else f"drifted at {', '.join(paths[:3])}"
-            done.append(f"apply {kind} {name} ({what})")
-        live_all = [o for kind in KINDS.values() for o in self.cache[kind].objects()] \
-            if all(k in self.cache.caches for k in KINDS.values()) else []
-        for stale in stale_configurations(self.policy, live_all, self.desired):
-            try:
-                self.applier.delete(stale)
-                done.append(f"delete {stale['kind']} {stale['metadata']['name']}")
-            except KubeApiError as exc:
-                self._error(f"delete {stale['kind']} {stale['metadata']['name']}: {exc}")
-        return done
-
-    def _error(self, line: str) -> None:
-        if line not in self._reported:
-            self._reported.add(line)
-            self.errors.append(line)
-            logger.error("webhook registration: {}", line)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._dirty.wait(self.resync_seconds)
-            if self._stop.is_set():
-                break
-            self._dirty.clear()
-            try:
-                for line in self.sync():  # after the first pass, every write puts something back
-                    logger.warning("webhook registration: {}", line)
-            except Exception as exc:  # noqa: BLE001 - keep the registrar alive; retry after a pause
-                logger.exception("webhook registration failed: {}", exc)
-                self._stop.wait(1.0)
-                self._dirty.set()
 
 
 def view_not_ready_reason(cache: ClusterCache, view: LiveAdmissionView) -> str | None:
@@ -373,9 +232,14 @@ class ControllerWebhooks:
         if warning:
             logger.warning("webhook registration: {}", warning)
         self.registrar = WebhookRegistrar(self.controller.session, self.controller.policy,
-                                          self.client_config(),
-                                          owner=self.owner_clusterrole).start(sync_timeout)
+                                          self.client_config(), owner=self.owner_clusterrole,
+                                          policy_of=lambda: self.controller.policy,
+                                          served=self.served_paths).start(sync_timeout)
         return self.registrar
+
+    def served_paths(self) -> set[str]:
+        """The webhook paths this server serves now (its engine's)."""
+        return {spec.path for spec in self.engine.policies.values()}
 
     def use_ca(self, ca_pem: bytes) -> None:
         """A new CA bundle verifies the serving certificate: register it as ``caBundle`` from now on."""

@@ -146,9 +146,13 @@ def _flavors(policy: Policy, state: DesiredState, snapshot: Snapshot) -> list[Ac
             if stale:
                 out.append(Action(Verb.PATCH, "ResourceFlavor", name,
                                   body={"metadata": {"annotations": stale}}, reason="stale notes"))
+    # a flavor a kept queue still names (its pool emptied while Workloads hold reservations there, or by
+    # a rules generation) stays until the queue lets it go
+    named = {f.get("name") for q in state.cluster_queues
+             for g in (q.get("spec") or {}).get("resourceGroups") or [] for f in g.get("flavors") or []}
     for name in state.flavor_deletes:
         live = snapshot.get("ResourceFlavor", name)
-        if live is not None and not is_deleting(live):
+        if live is not None and not is_deleting(live) and name not in named:
             out.append(Action(Verb.DELETE, "ResourceFlavor", name, body=live, reason="no contributor"))
     return out
 
@@ -183,6 +187,10 @@ def _queue_matches(policy: Policy, want: dict, live: dict) -> tuple[bool, dict]:
     prune: dict = {}
     if stale:
         prune["metadata"] = {"labels": stale}
+    mark = policy.key("queueEmptiedByRules")
+    if mark in annotations_of(live) and mark not in (want["metadata"].get("annotations") or {}):
+        ok = False   # its flavors are back: the rules generation's mark goes
+        prune.setdefault("metadata", {})["annotations"] = {mark: None}
     if "admissionChecksStrategy" in spec:
         ok = ok and _contains(spec["admissionChecksStrategy"], live_spec.get("admissionChecksStrategy") or {})
     elif live_spec.get("admissionChecksStrategy"):

@@ -5,9 +5,9 @@ cannot read) and the controller (``InvalidSetting`` on the settings Secret, docs
 "Settings") both build their Events here and send them with :meth:`runtime.kube.applier.Applier.create`; so do
 the controller's state transitions (:mod:`runtime.controller.transitions`: a node leaving or joining a
 pool, a type draining, a Workload answered Retry), its rules reload
-(:func:`runtime.controller.rulesreload.rules_event`) and its background audit
+(:func:`runtime.reload.report.rules_event`) and its background audit
 (:func:`runtime.controller.backgroundaudit.failed_event`), Normal or Warning as rules/pools/derivation.yaml
-``events`` says.
+``events`` (a reload's: rules/reload.yaml) says.
 """
 from __future__ import annotations
 

@@ -14,12 +14,13 @@ from runtime.model.base import Expr, Strict  # every rule kind's base and the CE
 from runtime.model.manufacturers import (  # noqa: F401 - re-exported
     VIEWS, Manufacturer, ManufacturerMessages, ManufacturerTableSpec, ViewName)
 from runtime.model.regex import Pattern
-from runtime.model.reloadgate import ReloadGateSpec
 from runtime.model.stateevents import (STATE_EVENT_VARIABLES, StateEvent,  # noqa: F401 - re-exported
                                        StateEvents)
 from runtime.model.templates import IncompleteTypeSpec, Templates  # noqa: F401 - Templates re-exported
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"
+#: The reload Events an old PoolDerivation held (now in rules/reload.yaml).
+FORMER_RELOAD_EVENTS = ("rulesReloaded", "rulesRefused", "rulesVerdictsChanged")
 
 
 class Metadata(Strict):
@@ -267,7 +268,21 @@ class PoolDerivationSpec(Strict):
     resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]
     events: StateEvents
     startGuard: StartGuardSpec
-    reloadGate: ReloadGateSpec = Field(default_factory=ReloadGateSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_reload(cls, data):
+        """An old derivation still holding the reload's settings: a clear error naming their new home."""
+        if not isinstance(data, dict):
+            return data
+        moved = [f"{key}" for key in ("reloadGate",) if key in data] + [
+            f"events.{key}" for key in (data.get("events") or {}) if key in FORMER_RELOAD_EVENTS]
+        if moved:
+            raise ValueError(f"{', '.join(moved)}: the reload's settings moved to rules/reload.yaml (kind "
+                             "ReloadGate: its spec and its events reloaded, refused, verdictsChanged; "
+                             "docs/rule-authoring.md \"How a rules change goes live\"): delete "
+                             f"{'them' if len(moved) > 1 else 'it'} here")
+        return data
 
 
 # --- presets -----------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The Events of the controller's state transitions, rules reloads and background audit, as
-rules/pools/derivation.yaml ``spec.events`` declares them (docs/observability.md "Events")."""
+"""The Events of the controller's state transitions and background audit, as rules/pools/derivation.yaml
+``spec.events`` declares them (docs/observability.md "Events"; a rules reload's are in rules/reload.yaml)."""
 from __future__ import annotations
 
 import string
@@ -22,9 +22,6 @@ class StateEvent(Strict):
 STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": {"node", "flavors"},
                          "typeDraining": {"type", "queue"}, "workloadRetry": {"check", "message"},
                          "workloadRetryLoop": {"check", "flavor", "count", "other", "pool", "node"},
-                         "rulesReloaded": {"generation", "root", "seconds"},
-                         "rulesRefused": {"root", "generation", "problems"},
-                         "rulesVerdictsChanged": {"generation", "count", "changes"},
                          "auditFailed": {"policy", "rule", "message"},
                          "flavorSelectsTooFewNodes": {"pool", "flavor", "message"},
                          "flavorSelectsItsNodes": {"pool", "flavor"},
@@ -33,8 +30,8 @@ STATE_EVENT_VARIABLES = {"nodeLeftPool": {"node", "flavors"}, "nodeJoinedPool": 
 
 
 class StateEvents(Strict):
-    """The Events of the controller's state transitions, once per transition, and of its rules reloads
-    and background audit (docs/observability.md)."""
+    """The Events of the controller's state transitions, once per transition, and of its background audit
+    (docs/observability.md)."""
 
     nodeLeftPool: StateEvent = Field(
         description="on the Node; {node}, {flavors}: the ResourceFlavors it left")
@@ -44,15 +41,6 @@ class StateEvents(Strict):
     workloadRetry: StateEvent = Field(description="on the Workload; {check}, {message}: the check's answer")
     workloadRetryLoop: StateEvent = Field(description="on the Workload; {check}, {flavor}, {count}, {other}: "
                                                       "the flavor holding {node} of pool {pool}")
-    rulesReloaded: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace; "
-                                                  "{generation}, {root}: the rules directory, {seconds}: "
-                                                  "load time (a float)")
-    rulesRefused: StateEvent = Field(description="on the rules ConfigMap or the settings Namespace (and the "
-                                                 "log); {root}, {generation}: the one that keeps serving, "
-                                                 "{problems}: one per line")
-    rulesVerdictsChanged: StateEvent = Field(description="on the rules ConfigMap (or the settings "
-                                                         "Namespace): the verdicts a generation tried "
-                                                         "changes; {generation}, {count}, {changes}")
     auditFailed: StateEvent = Field(description="on the object the background audit newly finds failing; "
                                                 "{policy}, {rule} (- when none), {message}")
     flavorSelectsTooFewNodes: StateEvent = Field(description="on the InstanceType, when a flavor of its pool "

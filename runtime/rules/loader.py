@@ -363,4 +363,4 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
 
 
 REQUIRED_KINDS = ("Constants", "ManufacturerTable", "LabelCatalog", "SettingCatalog", "PoolDerivation",
-                  "PresetTable", "FourView", "KueueConfiguration")
+                  "PresetTable", "FourView", "KueueConfiguration", "ReloadGate")

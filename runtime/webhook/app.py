@@ -2,8 +2,11 @@
 
 Endpoints: ``/healthz`` (process alive), ``/readyz`` (200 only once rules are compiled and the
 cluster view is loaded: :meth:`WebhookState.set_ready`; inside the controller, once its watch caches
-synced), ``/metrics`` (Prometheus text), and each
-policy's ``spec.path`` (e.g. ``/mutate-pods``, ``/validate-pods``).
+synced), ``/metrics`` (Prometheus text), ``/generation`` (the rules holder's report: the generation served,
+its paths, its own trial of the latest one; :mod:`runtime.reload.replicas`), and each policy's
+``spec.path`` (e.g. ``/mutate-pods``, ``/validate-pods``) of the generation served now: a reload that adds,
+moves or removes a policy's path serves the new paths from that generation on (no restart); a path no
+generation serves answers 404.
 
 A review is never answered with a crash or a 500: a body over ``max_body_bytes`` (default 3 MiB,
 kube-apiserver's own request limit), non-JSON, a wrong apiVersion/kind, a missing ``request`` or uid,
@@ -138,11 +141,19 @@ class WebhookMetrics:
 @dataclass(frozen=True)
 class Generation:
     """What a review is judged with, swapped as one object: the compiled rules (``engine``) and the
-    cluster view, fixed (``view``, snapshots) or live (``view_source``, the controller's caches)."""
+    cluster view, fixed (``view``, snapshots) or live (``view_source``, the controller's caches);
+    ``routes``: the engine's paths (path -> policy name)."""
 
     engine: Optional[AdmissionEngine] = None
     view: Optional[AdmissionView] = None
     view_source: Optional[Callable[[], AdmissionView]] = None
+    routes: dict = field(default_factory=dict)
+
+
+def routes_of(engine: Optional[AdmissionEngine]) -> dict[str, str]:
+    """HTTPS path -> policy name of every policy ``engine`` serves."""
+    policies = getattr(engine, "policies", None) or {}
+    return {spec.path: name for name, spec in policies.items()}
 
 
 @dataclass
@@ -169,6 +180,8 @@ class WebhookState:
     sample: ReviewSample = field(default_factory=ReviewSample)
     # the instant each review is judged at (PolicyExceptions' expiry): an aware UTC datetime
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    # the rules holder's report (``/generation``), when a holder serves here
+    report: Optional[Callable[[], dict]] = None
     _pool: Optional[ThreadPoolExecutor] = field(default=None, repr=False)
     _pool_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -187,7 +200,11 @@ class WebhookState:
 
     @engine.setter
     def engine(self, engine: AdmissionEngine) -> None:
-        self.served = replace(self.served or Generation(), engine=engine)
+        self.served = replace(self.served or Generation(), engine=engine, routes=routes_of(engine))
+
+    def routes(self) -> dict[str, str]:
+        """Path -> policy name of the generation served now (``{}`` before any)."""
+        return self.served.routes if self.served else {}
 
     @property
     def view(self) -> Optional[AdmissionView]:
@@ -207,7 +224,8 @@ class WebhookState:
         now, asked once per review (the controller's live view,
         :class:`runtime.controller.webhooks.LiveAdmissionView`).
         """
-        self.served = Generation(engine, None, view) if callable(view) else Generation(engine, view, None)
+        self.served = Generation(engine, None, view, routes_of(engine)) if callable(view) \
+            else Generation(engine, view, None, routes_of(engine))
         self.ready = True
 
     def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None) -> tuple[dict, Outcome]:
@@ -299,7 +317,8 @@ async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
 
 
 def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
-    """The ASGI app; ``paths`` maps HTTPS path -> policy name (one webhook per path)."""
+    """The ASGI app. Reviews are routed by the served generation's paths (:meth:`WebhookState.routes`);
+    ``paths`` (HTTPS path -> policy name) answer before any generation is served (with "not ready")."""
 
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok")
@@ -314,9 +333,16 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    async def generation(_: Request) -> Response:
+        if state.report is None:
+            return PlainTextResponse("no rules holder here", status_code=404)
+        return _AsciiJSON(state.report(), status_code=200)
+
     async def review(request: Request) -> Response:
         started = time.perf_counter()
-        name = paths[request.url.path]
+        name = (state.routes() if state.ready else paths).get(request.url.path)
+        if name is None:
+            return PlainTextResponse(f"no webhook is served at {request.url.path}", status_code=404)
         try:
             body = await _read_limited(request, state.max_body_bytes)
         except ClientDisconnect:
@@ -347,8 +373,8 @@ def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:
             state.sample.record(name, data, len(body))
         return _answer(answer)
 
-    routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]
-    routes += [Route(path, review, methods=["POST"]) for path in paths]
+    routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
+              Route("/generation", generation), Route("/{path:path}", review, methods=["POST"])]
     return Starlette(routes=routes)
 
 

@@ -4,8 +4,8 @@ rules generation on (docs/rule-authoring.md "How a rules change goes live").
 :class:`ReviewSample` holds the parsed AdmissionReview bodies (the ones the engine judged; malformed
 bodies are not kept), most recent last, bounded by a count and by the bytes of their request bodies:
 the oldest go first. It is never logged, written or served: :meth:`reviews` hands copies of the
-references to the gate, in process. The bounds are the ``reloadGate`` entries ``sampleReviews`` and
-``sampleBytes`` of rules/pools/derivation.yaml (:meth:`resize` when a generation changes them).
+references to the gate, in process. The bounds are the ``ReloadGate`` entries ``sampleReviews`` and
+``sampleBytes`` of rules/reload.yaml (:meth:`resize` when a generation changes them).
 """
 from __future__ import annotations
 

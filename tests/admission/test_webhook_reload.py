@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from runtime.engine.admission import review_for
+from runtime.reload.watcher import content_hash, generation_id
 from runtime.webhook.app import Generation, WebhookState
 from testing.localcluster.testing import wait_for
 from testing.localcluster.walkthrough import accelpolicy_argv
@@ -79,6 +80,11 @@ class Server:
         text = self.client.get(f"{self.base}/metrics").text
         return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
 
+    def generation(self) -> str:
+        """The generation in force, as ``accelpolicy_rules_generation`` names it (its content hash id)."""
+        text = self.client.get(f"{self.base}/metrics").text
+        return re.search(r'^accelpolicy_rules_generation\{generation="([0-9a-f]{12})"\} 1\.0$', text, re.M).group(1)
+
     def stop(self) -> None:
         self.client.close()
         self.proc.terminate()
@@ -100,14 +106,15 @@ def server(tmp_path):
 
 def test_an_edited_rules_copy_is_served_without_a_restart_and_a_broken_one_is_refused(server):
     assert server.denial() == f'Invalid value: "2": {OLD}'
-    first = server.metric("accelpolicy_rules_generation")
+    first = server.generation()
+    assert first == generation_id(content_hash(server.mount))
 
     _version(server.mount, "2026_12_01_00_01_00.2", _edit(OLD, NEW))       # kubelet's atomic ..data swap
     wait_for(server.denial, lambda m: m == f'Invalid value: "2": {NEW}', what="the edited message served")
-    assert server.metric("accelpolicy_rules_generation") > first
-    swapped = server.line(lambda ln: re.search(r"rules generation \d+ from .* in force", ln), "the swap's log line")
+    served = server.generation()
+    assert served == generation_id(content_hash(server.mount)) != first
+    swapped = server.line(lambda ln: re.search(rf"rules generation {served} from .* in force", ln), "the swap's log line")
     print(swapped)   # the reload time, for the note
-    served = server.metric("accelpolicy_rules_generation")
 
     broken = "expression: \"!(variables.k.sliced in item.keys) || qIsOne(item.keys[variables.k.sliced])\""
     _version(server.mount, "2026_12_01_00_02_00.3",
@@ -118,11 +125,28 @@ def test_an_edited_rules_copy_is_served_without_a_restart_and_a_broken_one_is_re
     line = text[: text.index("qIsUno(")].count("\n") + 1
     column = text.splitlines()[line - 1].index("qIsUno(") + 1
     refusal = server.line(lambda ln: "refused; generation" in ln, "the refusal's log line")
-    assert f"generation {int(served)} keeps serving" in refusal
+    assert f"generation {served} keeps serving" in refusal
     problem = f"rules/admission/pods.yaml:{line}:{column} "
     assert any(ln.startswith(problem) and "unknown function 'qIsUno'" in ln for ln in server.lines), server.lines[-5:]
     assert server.denial() == f'Invalid value: "2": {NEW}'                # the working generation answers
-    assert server.metric("accelpolicy_rules_generation") == served
+    assert server.generation() == served
+
+
+def test_a_new_policy_path_is_served_after_a_reload_and_a_dropped_one_is_not(server):
+    """Paths follow the generation served (no restart): a policy copied under a new path answers there from
+    the reload on; once the copy is removed again, the path answers 404."""
+    review = review_for(_pod(), uid="u")
+    assert server.client.post(f"{server.base}/validate-pods-copy", json=review).status_code == 404
+
+    from tests.controller.test_registration_both_ways import add_copy
+    _version(server.mount, "2026_12_01_00_01_00.2", add_copy)
+    answer = wait_for(lambda: server.client.post(f"{server.base}/validate-pods-copy", json=review),
+                      lambda r: r.status_code == 200, what="the new path served")[1]
+    assert answer.json()["response"]["allowed"] is False
+    _version(server.mount, "2026_12_01_00_02_00.3")                    # the shipped rules again: no copy
+    wait_for(lambda: server.client.post(f"{server.base}/validate-pods-copy", json=review).status_code,
+             lambda code: code == 404, what="the dropped path gone")
+    assert server.denial() == f'Invalid value: "2": {OLD}'
 
 
 def test_a_generation_is_swapped_as_one_object():
@@ -132,7 +156,7 @@ def test_a_generation_is_swapped_as_one_object():
     held = state.served
     state.set_ready("engine-2", "view-2")
     assert (held.engine, held.view) == ("engine-1", "view-1")
-    assert state.served == Generation("engine-2", "view-2", None) and state.current_view() == "view-2"
+    assert state.served == Generation("engine-2", "view-2", None, {}) and state.current_view() == "view-2"
     live = [0]
     state.set_ready("engine-3", lambda: live[0])
     assert (state.engine, state.view, state.current_view()) == ("engine-3", None, 0)

@@ -176,9 +176,9 @@ def test_a_rules_change_serves_once_the_leaders_verdict_on_the_rules_configmap_a
     """A replica started with the rules ConfigMap (``accelpolicy admission --rules-configmap``, as the
     chart runs it) tries a changed set on its recent reviews against the published objects, then waits for
     the verdict the controller's leader records in the ConfigMap's annotation (docs/rule-authoring.md "How
-    replicas agree")."""
+    rules change goes live")."""
     from runtime.rules.loader import DEFAULT_RULES_DIR
-    from runtime.rules.reload import fingerprint
+    from runtime.reload.watcher import content_hash, generation_id
     from tests.controller.test_reload_gate import RULE_1A, _edit
 
     rules = tmp_path / "rules"
@@ -200,8 +200,8 @@ def test_a_rules_change_serves_once_the_leaders_verdict_on_the_rules_configmap_a
         _edit(rules / "admission" / "pods.yaml", RULE_1A, "      expression: size(variables.families) <= 2\n")
         assert server.reload.watcher.poll() is False           # tried here, accepted, waiting for the leader
         assert server.reload.pending.trial.accepted and server.state.engine is before
-        configmap["metadata"]["annotations"]["rules.accelpolicy.dev/verdict"] = f"accepted:{fingerprint(rules)}"
-        server.reload.follow()
+        configmap["metadata"]["annotations"]["rules.accelpolicy.dev/verdict"] = f"accepted:{generation_id(content_hash(rules))}"
+        server.reload.settle()
         assert server.state.engine is not before and server.reload.pending is None
         assert client.post("/validate-pods", json=two).json()["response"]["allowed"] is True
     finally:

@@ -69,7 +69,8 @@ def test_drain_writes_stopping_first_then_stop_then_deletes_the_pod(policy, base
     out = planned(policy, base, instance(), pod(), drop_type=True)
     assert verbs(out.actions) == [("apply-status", "Instance"), ("patch", "Instance"), ("delete", "Pod")]
     assert out.actions[0].body["status"] == {"phase": "Stopping"}
-    assert out.actions[1].body == {"spec": {"stop": True}}
+    assert out.actions[1].body == {"spec": {"stop": True},   # the controller says it stopped it
+                                   "metadata": {"annotations": {"worker.gpustack.ai/stopped-by": "controller"}}}
     assert out.requeue == 2.0
 
 

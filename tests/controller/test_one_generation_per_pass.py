@@ -1,5 +1,5 @@
 """One rules generation per reconcile pass: a reload that lands while a pass runs (one assignment of
-``Controller.policy``, what :class:`runtime.controller.rulesreload.ControllerRulesReload` does) is not
+``Controller.policy``, what :class:`runtime.reload.hosts.ControllerHost` does) is not
 seen by that pass, by none of its steps nor by its applier; the next pass reads the new one whole.
 
 Before, the reload set ``controller.policy`` and ``controller.applier.policy`` one after the other

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.controller.webhooks import WebhookRegistrar
+from runtime.controller.registrar import WebhookRegistrar
 from runtime.engine.admission.registration import ClientConfig
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect

@@ -24,7 +24,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.engine.policy import Policy
-from runtime.rules.loader import load_rules
+from runtime.reload.watcher import content_hash, generation_id
+from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from tests.controlplane.test_controller import A10G_TYPE, COMMON, GENERIC_TYPE, _apply_seed_cluster, _clean
 
 ACCELPOLICY = Path(sys.executable).parent / "accelpolicy"
@@ -118,7 +119,9 @@ def test_step1_views_and_the_controller_counters(running):
     nodes = [d for d in yaml.safe_load_all((COMMON / "nodes.yaml").read_text()) if d and d["kind"] == "Node"]
     assert samples[("accelpolicy_cache_objects", (("kind", "Node"),))] == len(nodes) == 4
     assert samples[("accelpolicy_api_writes_total", (("kind", "InstanceType"), ("verb", "create")))] == 3
-    assert samples[("accelpolicy_rules_generation", ())] >= 1
+    generations = [labels for name, labels in samples if name == "accelpolicy_rules_generation"]
+    assert generations == [(("generation", generation_id(content_hash(DEFAULT_RULES_DIR))),)]   # by content hash
+    assert samples[("accelpolicy_rules_generation", generations[0])] == 1
     assert ("accelpolicy_watch_relists_total", (("kind", "NodeFeature"),)) in samples
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import httpx
 
-from runtime.controller.rulesreload import ControllerRulesReload
+from runtime.cli.controller import rules_holder
 from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
 from runtime.engine.admission import review_for, view_kinds
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
-from runtime.rules.reload import fingerprint
+from runtime.reload.watcher import content_hash, generation_id
 from runtime.webhook.server import self_signed
 from testing.hooks import ObservedController as Controller
 from tests.controller.test_reload_gate import EVAL_ERROR, EVAL_TEXT, RULE_1A, TWO_FAMILIES, _edit
@@ -38,26 +38,30 @@ SYSTEM, CONFIGMAP = "gpustack-system", "accelpolicy-rules"
 
 
 class Reviewer(threading.Thread):
-    """Sends one pods-validation review after another; counts answers and failures (not HTTP 200, not a
-    well-formed AdmissionReview with the uid, or an InternalError/Timeout answer) and the verdicts."""
+    """Sends one pods-validation review after another, of ``pods`` in turn; counts answers and failures (not
+    HTTP 200, not a well-formed AdmissionReview with the uid, or an InternalError/Timeout answer) and the
+    verdicts (``allowed`` in order; ``last``: the latest per Pod name)."""
 
-    def __init__(self, url: str, ca: Path):
+    def __init__(self, url: str, ca: Path, pods: tuple = (TWO_FAMILIES,)):
         super().__init__(daemon=True)
         self.url, self.client = url, httpx.Client(verify=ssl.create_default_context(cafile=str(ca)), timeout=10)
-        self.answered, self.failed, self.allowed = 0, [], []
+        self.pods = pods
+        self.answered, self.failed, self.allowed, self.last = 0, [], [], {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         i = 0
         while not self.stop.is_set():
             i += 1
+            pod = self.pods[i % len(self.pods)]
             try:
-                resp = self.client.post(self.url, json=review_for(TWO_FAMILIES, uid=f"u-{i}"))
+                resp = self.client.post(self.url, json=review_for(pod, uid=f"u-{i}"))
                 answer = resp.json()["response"]
                 if resp.status_code != 200 or answer["uid"] != f"u-{i}" or \
                         (answer.get("status") or {}).get("reason") in ("InternalError", "Timeout"):
                     self.failed.append((resp.status_code, answer.get("status")))
                 self.allowed.append(answer["allowed"])
+                self.last[pod["metadata"]["name"]] = answer["allowed"]
                 self.answered += 1
             except Exception as exc:  # noqa: BLE001 - counted
                 self.failed.append(repr(exc))
@@ -81,16 +85,23 @@ def _events(kubectl, reason: str) -> list[dict]:
     return [e for e in items if e["involvedObject"]["kind"] == "ConfigMap"]
 
 
-def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_goes_live(control_plane, tmp_path):
-    cluster, kubectl = control_plane
+def seed_with_rules_configmap(kubectl, tmp_path: Path) -> Path:
+    """The seed cluster, a new rules ConfigMap (annotations only), and the rules directory: a symlink to a copy
+    of the shipped rules without tests/ (as the chart mounts them), ``tmp_path/v1``; returns the link."""
     rules = tmp_path / "rules"
     shutil.copytree(DEFAULT_RULES_DIR, tmp_path / "v1")
-    shutil.rmtree(tmp_path / "v1" / "tests")          # as the chart mounts it
+    shutil.rmtree(tmp_path / "v1" / "tests")
     rules.symlink_to(tmp_path / "v1")
     _clean(kubectl)
     _apply_seed_cluster(kubectl)
-    kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, "--ignore-not-found")
+    kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, f"{CONFIGMAP}-serving", "--ignore-not-found")
     kubectl("-n", SYSTEM, "create", "configmap", CONFIGMAP, "--from-literal=note=the rules")
+    return rules
+
+
+def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_goes_live(control_plane, tmp_path):
+    cluster, kubectl = control_plane
+    rules = seed_with_rules_configmap(kubectl, tmp_path)
     policy = Policy(load_rules(rules))
     controller = Controller(connect(cluster.kubeconfig), policy, coalesce_seconds=0.1, env={},
                             fit_coalesce_seconds=0, extra_kinds=view_kinds(policy))
@@ -103,19 +114,19 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
     try:
         controller.start()
         webhooks.ready()
-        reload = ControllerRulesReload(controller, rules, webhooks, interval=0.2,
-                                       configmap=(SYSTEM, CONFIGMAP)).start()
+        reload = rules_holder(controller, rules, webhooks, None, 0.2, (SYSTEM, CONFIGMAP)).start()
         reviewer.start()
         _wait(lambda: reviewer.answered >= 20)                         # before
-        first = controller.policy.ruleset.generation
-        metric = lambda name, **labels: reload.registry.get_sample_value(name, labels or None)  # noqa: E731
+        first = reload.id
+        metric = lambda name, **labels: reload.metrics.registry.get_sample_value(name, labels or None)  # noqa: E731
 
         # 1. a YAML error
         _swap(tmp_path, rules, "v2", lambda d: (d / "admission" / "broken.yaml").write_text("kind: [\n"))
         _wait(lambda: metric("accelpolicy_rules_refused_total", reason="lint") == 1.0)
         refused = _wait(lambda: _events(kubectl, "RulesRefused"))
         assert (refused[0]["type"], refused[0]["message"]) == ("Warning", (
-            f"rules in {rules} refused; generation {first} keeps serving:\nrules/admission/broken.yaml:2:1 <document>: "
+            f"rules generation {generation_id(content_hash(rules))} in {rules} refused; generation {first} keeps "
+            "serving:\nrules/admission/broken.yaml:2:1 <document>: "
             "not valid YAML: expected the node content, but found '<stream end>'"))
 
         # 1b. a string + int message and a misspelt params key: both lint findings, in one refusal
@@ -126,13 +137,13 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         _wait(lambda: metric("accelpolicy_rules_refused_total", reason="lint") == 2.0)
         typed = _wait(lambda: [e["message"] for e in _events(kubectl, "RulesRefused") if "mismatch" in e["message"]])
         assert typed[0].splitlines() == [
-            f"rules in {rules} refused; generation {first} keeps serving:",
+            f"rules generation {generation_id(content_hash(rules))} in {rules} refused; generation {first} keeps serving:",
             f"{at(PLUS_OLD)}:31 spec.mutations[0].denials[0].messageExpression: type mismatch: no '+' for "
             "(string, int) in \"'at most ' + params.constants.maxNameLength\"",
             f"{at(KEY_OLD)}:56 spec.mutations[1].denials[0].expression: params.constants has no field or key "
             "'percentPerAccelerato' (known: creditsPerAccelerator, maxNameLength, percentPerAccelerator, "
             "sharesPerAccelerator) in 'params.constants.percentPerAccelerato'"]
-        assert controller.policy.ruleset.generation == first
+        assert reload.id == first
 
         # 2. an evaluation error on the reviews answered recently (no existing Pod meets it)
         def eval_error(d: Path) -> None:
@@ -142,10 +153,10 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         messages = _wait(lambda: [e["message"] for e in _events(kubectl, "RulesRefused")
                                   if "replay-review" in e["message"]])
         assert messages[0].splitlines()[:2] == [
-            f"rules in {rules} refused; generation {first} keeps serving:",
+            f"rules generation {generation_id(content_hash(rules))} in {rules} refused; generation {first} keeps serving:",
             f"replay-review: a review answered recently (CREATE Pod default/two, webhook pods-validation): {EVAL_TEXT}"]
-        assert controller.policy.ruleset.generation == first
-        assert metric("accelpolicy_rules_generation") == first
+        assert reload.id == first
+        assert metric("accelpolicy_rules_generation", generation=first) == 1.0
         seen = reviewer.answered
         _wait(lambda: reviewer.answered >= seen + 20)                  # during: the old rules answer
         assert set(reviewer.allowed) == {False}
@@ -154,9 +165,10 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         def allow_two(d: Path) -> None:
             _edit(d / "admission" / "pods.yaml", EVAL_ERROR, "      expression: size(variables.families) <= 2\n")
         _swap(tmp_path, rules, "v4", allow_two)
-        _wait(lambda: controller.policy.ruleset.generation > first)
-        generation = controller.policy.ruleset.generation
-        assert metric("accelpolicy_rules_generation") == generation
+        _wait(lambda: reload.id != first)
+        generation = reload.id
+        assert generation == generation_id(content_hash(rules))
+        assert metric("accelpolicy_rules_generation", generation=generation) == 1.0
         changed = _wait(lambda: _events(kubectl, "RulesVerdictsChanged"))
         assert changed[0]["message"] == (f"rules generation {generation} changes 1 verdict(s):\n"
                                          "pods-validation/one-accelerator-family CREATE Pod default/two (a recent review): "
@@ -164,7 +176,7 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
         assert _wait(lambda: _events(kubectl, "RulesReloaded"))
         annotations = json.loads(kubectl.stdout("-n", SYSTEM, "get", "configmap", CONFIGMAP, "-o", "json"))[
             "metadata"]["annotations"]
-        assert annotations["rules.accelpolicy.dev/verdict"] == f"accepted:{fingerprint(rules)}"
+        assert annotations["rules.accelpolicy.dev/verdict"] == f"accepted:{generation}"
         _wait(lambda: reviewer.allowed[-1] is True)                    # after: the new rules answer
         seen = reviewer.answered
         _wait(lambda: reviewer.answered >= seen + 20)
@@ -176,5 +188,5 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
             reload.stop()
         webhooks.stop()
         controller.stop()
-        kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, "--ignore-not-found")
+        kubectl("-n", SYSTEM, "delete", "configmap", CONFIGMAP, f"{CONFIGMAP}-serving", "--ignore-not-found")
         _clean(kubectl)

@@ -15,9 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from runtime.cli import main
-from runtime.controller.rulesreload import ControllerRulesReload
+from runtime.cli.controller import rules_holder
 from runtime.engine.policy import Policy
 from runtime.kube.session import connect
+from runtime.reload.watcher import content_hash, generation_id
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from testing.hooks import ObservedController as Controller
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean
@@ -84,7 +85,7 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
     stop = threading.Event()
     loop = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     loop.start()
-    reload = ControllerRulesReload(controller, rules, interval=0.2).start()
+    reload = rules_holder(controller, rules, None, None, 0.2).start()   # no rules ConfigMap: it decides alone
     try:
         def live_entrance():
             it = json.loads(kubectl.stdout("get", "instancetypes", A10G, "-o", "json", "--ignore-not-found") or "{}")
@@ -117,9 +118,9 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         summary = json.loads(kubectl.stdout("get", "instancetypes", A10G, "-o", "json"))["status"]["summary"]
         assert summary["accelerator"] == "1/1 20/20 100/100 0/0"
         assert reload.watcher.reloads == 1
-        generation = controller.policy.ruleset.generation
-        metrics = {m.name: m.samples[0].value for m in reload.registry.collect() if m.samples}
-        assert metrics["accelpolicy_rules_generation"] == generation
+        generation = controller.policy
+        assert reload.metrics.registry.get_sample_value("accelpolicy_rules_generation",
+                                                        {"generation": generation_id(content_hash(rules))}) == 1.0
 
         # a broken copy: refused with file:line:col; the working generation keeps answering
         _edit(rules, "pools/derivation.yaml", "entrance: 'entrancePrefix + fnv64a(name)'",
@@ -129,9 +130,8 @@ def test_an_edited_copy_changes_every_consumer_and_a_broken_copy_is_refused(cont
         assert _wait(lambda: reload.watcher.failures == 1)
         assert [str(p) for p in reload.watcher.last_error.problems] == [linted.stdout.splitlines()[0]]
         assert linted.stdout.splitlines()[0].endswith("spec.entrance: undeclared name 'nam' (names here: entrancePrefix, name)")
-        assert controller.policy.ruleset.generation == generation
-        metrics = {m.name: m.samples[0].value for m in reload.registry.collect() if m.samples}
-        assert metrics["accelpolicy_rules_reload_failures"] == 1.0
+        assert controller.policy is generation
+        assert reload.metrics.registry.get_sample_value("accelpolicy_rules_reload_failures_total") == 1.0
         events = json.loads(kubectl.stdout("get", "events", "-n", "gpustack-system", "-o", "json"))["items"]
         reasons = [e["reason"] for e in events if e["involvedObject"].get("kind") == "Namespace"]
         assert "RulesReloaded" in reasons and "RulesRefused" in reasons

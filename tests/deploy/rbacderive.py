@@ -34,17 +34,21 @@ EXTRA_KINDS = {"Lease": ("coordination.k8s.io/v1", True), "Event": ("v1", True),
                "MutatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False),
                "ValidatingWebhookConfiguration": ("admissionregistration.k8s.io/v1", False),
                "Report": ("openreports.io/v1alpha1", True), "ClusterReport": ("openreports.io/v1alpha1", False),
-               "ClusterRole": ("rbac.authorization.k8s.io/v1", False)}
+               "ClusterRole": ("rbac.authorization.k8s.io/v1", False),
+               "EndpointSlice": ("discovery.k8s.io/v1", True)}
 
 # Call sites whose object comes from a variable: (module, function, applier method, argument) -> kinds.
 OBJECT_KINDS = {
     ("runtime/controller/actions.py", "create_event", "create", "event"): ("Event",),
-    ("runtime/controller/webhooks.py", "sync", "apply", "desired"):
+    ("runtime/controller/registrar.py", "sync", "apply", "desired"):
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
-    ("runtime/controller/webhooks.py", "sync", "delete", "stale"):
+    ("runtime/controller/registrar.py", "sync", "merge_patch", "kind"):
+        ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
+    ("runtime/controller/registrar.py", "sync", "delete", "stale"):
         ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
     ("runtime/controller/backgroundaudit.py", "run_once", "apply", "body"): ("Report", "ClusterReport"),
-    ("runtime/controller/rulesreload.py", "_event", "create", "event"): ("Event",),
+    ("runtime/reload/report.py", "record_event", "create", "body"): ("Event",),
+    ("runtime/reload/board.py", "save_serving", "apply", "body"): ("ConfigMap",),
     ("runtime/controller/backgroundaudit.py", "run_once", "create", "failed_event(template, failing[key], now)"): ("Event",),
     ("runtime/controller/cabundle.py", "publish", "apply", "ca_configmap(self.namespace, self.name, ca_pem)"):
         ("ConfigMap",),
@@ -53,13 +57,18 @@ OBJECT_KINDS = {
 }
 # Modules calling Session.call directly on one kind's objects (their own paths).
 SESSION_MODULES = {"runtime/controller/leader.py": "Lease", "runtime/controller/servingcert.py": "Secret",
-                   "runtime/controller/deviceclasses.py": "DeviceClass"}   # the feature check (docs/concepts/dra.md "The ledger from claims")
+                   "runtime/controller/deviceclasses.py": "DeviceClass",   # the feature check (docs/concepts/dra.md "The ledger from claims")
+                   "runtime/reload/board.py": "ConfigMap",                # the rules ConfigMap: the one verdict
+                   "runtime/reload/replicas.py": "EndpointSlice"}         # where the admission replicas answer
+# Session calls on a collection: their RBAC verb (a GET of a list is ``list``).
+SESSION_VERBS = {"runtime/reload/replicas.py": {"list"}}
 # Functions/modules whose writes go to the system namespace only (settings store, Lease, certificate).
 SYSTEM_SCOPED = {"runtime/controller/leader.py": None, "runtime/controller/servingcert.py": None,
                  "runtime/controller/cabundle.py": None,
                  "runtime/controller/settingsview.py": None,
                  "runtime/controller/reconciler.py": {"seed_settings"},
-                 "runtime/controller/rulesreload.py": {"_event", "_record_verdict"}}
+                 "runtime/reload/board.py": None, "runtime/reload/replicas.py": None,
+                 "runtime/reload/report.py": {"record_event"}}
 # Not RBAC-checked: every authenticated user may create a SelfSubjectReview (system:basic-user).
 NOT_AUTHORIZED_HERE = {"runtime/kube/session.py": "selfsubjectreviews (Session.username)"}
 
@@ -230,7 +239,7 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
     from runtime.cli.common import load_policy
     from runtime.controller.reconciler import WATCHED
     from runtime.engine.admission import view_kinds
-    from runtime.controller.webhooks import OWNER_KIND
+    from runtime.controller.registrar import OWNER_KIND
     from runtime.engine.admission.registration import KINDS
 
     needs: dict[str, dict[tuple[str, str], set[str]]] = {"cluster": defaultdict(set), "system": defaultdict(set)}
@@ -287,11 +296,18 @@ def controller_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
                         for http, sub in applier[func.attr]:
                             need(k, {http}, _system_scoped(rel, fname), sub)
                 elif isinstance(func, ast.Attribute) and func.attr in ("call", "stream") \
-                        and ast.unparse(func.value) == "self.session":
+                        and ast.unparse(func.value) in ("self.session", "session"):
                     if rel not in SESSION_MODULES:
                         raise Underived(f"{rel}:{node.lineno}: session.{func.attr} on an unknown kind")
-                    need(SESSION_MODULES[rel], {HTTP_VERBS[_str(node.args[0], {})]}, _system_scoped(rel, fname))
+                    verbs = SESSION_VERBS.get(rel) or {HTTP_VERBS[_str(node.args[0], {})]}
+                    need(SESSION_MODULES[rel], verbs, _system_scoped(rel, fname))
     return {scope: dict(table) for scope, table in needs.items()}
+
+
+def _builds_board(function: ast.AST) -> bool:
+    """Whether ``function`` builds a :class:`runtime.reload.board.Board` (it then reads the rules ConfigMap)."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Board"
+               for n in ast.walk(function))
 
 
 # -- the agent --------------------------------------------------------------------------------------------
@@ -325,6 +341,9 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
 
     for watched in node_watches(load_policy(None), "node", "system", "system", dra=True):   # the dra backend's too
         need(watched.kind, {"list", "watch"})
+    for fname, function in _functions(_tree("runtime/cli/agent.py")):   # --rules-configmap: the one verdict
+        if _builds_board(function):
+            needs["system"][resource_of(BOARD_READ[0])[:2]].add(BOARD_READ[1])
     applier = applier_calls()
     tree = _tree(AGENT_MODULE)
     for fname, fn in _functions(tree):
@@ -347,7 +366,10 @@ def agent_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
 ADMISSION_MODULES = ("runtime/controller/admission.py", "runtime/cli/admission.py")
 # The admission process's reads through Session.call (module, function) -> the kind it gets, in the
 # system namespace: the only session calls it may make (a get; anything else there is a write).
-ADMISSION_READS = {("runtime/controller/admission.py", "_leader_verdict"): "ConfigMap"}   # the rules ConfigMap
+ADMISSION_READS: dict = {}
+# The reads of the one verdict (runtime/reload/board.py, Board.read: a get of the rules ConfigMap): a component
+# whose module builds a Board reads it.
+BOARD_READ = ("ConfigMap", "get")
 
 
 def admission_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
@@ -373,6 +395,8 @@ def admission_needs() -> dict[str, dict[tuple[str, str], set[str]]]:
         need(watched.kind, {"list", "watch"}, watched.namespace is not None)
     for rel in ADMISSION_MODULES:
         for fname, function in _functions(_tree(rel)):
+            if _builds_board(function):
+                need(BOARD_READ[0], {BOARD_READ[1]}, True)
             for node in ast.walk(function):
                 if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
                         ast.unparse(node.func.value).split(".")[-1] in ("applier", "session")

@@ -197,7 +197,8 @@ def test_agent_daemonset_real_backend_reads_the_kubelet_pod_resources_socket():
                          "--podresources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"]
     env = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
     assert env == {"NODE_NAME": "spec.nodeName", "KUBERNETES_POD_NAMESPACE": "metadata.namespace",
-                   "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+                   "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility",
+                   "ACCELPOLICY_RULES_CONFIGMAP": "accelpolicy-rules"}   # the leader's verdict on a rules change
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
     assert {m["name"]: (m["mountPath"], m.get("readOnly", False)) for m in c["volumeMounts"]} == {
@@ -574,6 +575,7 @@ def test_rbac_pins_the_webhook_configurations_and_the_owner_by_name():
 
 # -- deploy/README.md's RBAC table is the chart's ------------------------------------------------------------
 _SHORT = {"kueue": "kueue.x-k8s.io", "nfd": "nfd.k8s-sigs.io", "openreports.io": "openreports.io",
+          "discovery.k8s.io": "discovery.k8s.io",
           "rbac": "rbac.authorization.k8s.io", "dra": "resource.k8s.io"}
 
 

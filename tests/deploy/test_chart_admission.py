@@ -78,8 +78,9 @@ def test_admission_rbac_grants_exactly_what_the_code_reads():
         assert not set(rule["verbs"]) - {"get", "list", "watch"}, rule   # it writes nothing
     secrets, rules_configmap = objects[("Role", NAME)]["rules"]
     assert secrets["resourceNames"] == ["gpustack-settings", "gpustack-operator-worker-webhook-tls"]
-    assert rules_configmap == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["accelpolicy-rules"],
-                               "verbs": ["get"]}   # the reload gate's verdict, read only
+    assert rules_configmap == {"apiGroups": [""], "resources": ["configmaps"],
+                               "resourceNames": ["accelpolicy-rules", "accelpolicy-rules-serving"],
+                               "verbs": ["get"]}   # the leader's verdict and the generation in force, read only
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         assert objects[(kind, NAME)]["roleRef"]["name"] == NAME
         assert objects[(kind, NAME)]["subjects"] == [{"kind": "ServiceAccount", "name": "gpustack-admission",

@@ -14,7 +14,7 @@ import pytest
 from runtime.engine.policy import Policy
 from runtime.engine.pools import derive
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
-from runtime.rules.reload import RulesWatcher, fingerprint
+from runtime.reload.watcher import RulesWatcher, content_hash
 from runtime.snapshots import load_snapshot
 
 SEED = "tests/fixtures/seed/common"
@@ -81,21 +81,21 @@ def test_a_broken_set_is_refused_and_the_working_generation_stays(mount):
     assert watcher.poll() is None  # the same broken content is not reloaded again
 
 
-def test_the_fingerprint_reads_through_the_symlinks_once(mount):
-    before = fingerprint(mount)
-    assert before == fingerprint(mount)
+def test_the_content_hash_reads_through_the_symlinks_once(mount):
+    before = content_hash(mount)
+    assert before == content_hash(mount)
     # the visible names and the ..<timestamp> copy are one set of files: load_rules sees no duplicates
     assert load_rules(mount).generation > 0
     _version(mount, "2026_12_01_00_03_00.4")  # same content, new version directory
-    assert fingerprint(mount) == before
+    assert content_hash(mount) == before
 
 
 def test_a_swap_while_the_watcher_reads_is_one_reload(mount, monkeypatch):
     """The CI flake of test_rules_as_data (2 reloads for one edit): the swap landed between the
-    watcher's fingerprint and its load, so it loaded the new set under a fingerprint of neither and
+    watcher's content hash and its load, so it loaded the new set under a hash of neither and
     loaded it again on the next check. Now the check that saw the files move loads nothing, and the
     next one loads the new set once."""
-    import runtime.rules.reload as reload_module
+    import runtime.reload.watcher as reload_module
 
     swapped = []
     watcher = RulesWatcher(mount, swapped.append)
@@ -109,7 +109,7 @@ def test_a_swap_while_the_watcher_reads_is_one_reload(mount, monkeypatch):
         return real_load(root)
 
     monkeypatch.setattr(reload_module, "load_rules", load_during_a_second_swap)
-    monkeypatch.setattr(reload_module, "fingerprint", _once_torn(reload_module.fingerprint))
+    monkeypatch.setattr(reload_module, "content_hash", _once_torn(reload_module.content_hash))
     assert watcher.poll() is None           # the files moved while read: nothing swapped in
     assert watcher.poll() is True           # they hold still: loaded once
     assert watcher.poll() is None
@@ -117,13 +117,13 @@ def test_a_swap_while_the_watcher_reads_is_one_reload(mount, monkeypatch):
 
 
 def _once_torn(real):
-    """``fingerprint`` whose first answer is torn (as a read straddling a swap is), then the real one."""
+    """``content_hash`` whose first answer is torn (as a read straddling a swap is), then the real one."""
     calls = []
 
-    def fingerprint_(root):
+    def content_hash_(root):
         calls.append(root)
         return "torn" if len(calls) == 1 else real(root)
-    return fingerprint_
+    return content_hash_
 
 
 def test_a_set_with_a_type_error_is_refused_at_reload(mount):

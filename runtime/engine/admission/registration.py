@@ -7,7 +7,8 @@ namespace selectors, ``spec.failurePolicy``); ``kind: WebhookRegistration``
 (rules/admission/registration.yaml) names the two configurations and gives what every webhook
 shares (sideEffects, admissionReviewVersions, timeoutSeconds, matchPolicy, the ownership labels, the
 matchCondition of policies that skip objects being deleted).
-:func:`drift` compares a live configuration with the rendered one. Pure: no I/O.
+:func:`drift` compares a live configuration with the rendered one, both ways: a webhook the rendered one
+lacks is drift too (a path the replicas no longer serve). Pure: no I/O.
 """
 from __future__ import annotations
 
@@ -90,14 +91,18 @@ def owner_reference(owner: Mapping) -> dict:
             "uid": meta["uid"]}
 
 
-def webhook_configurations(policy: Policy, client: ClientConfig, owner: Mapping | None = None) -> list[dict]:
+def webhook_configurations(policy: Policy, client: ClientConfig, owner: Mapping | None = None,
+                           paths: Iterable[str] | None = None) -> list[dict]:
     """The MutatingWebhookConfiguration and the ValidatingWebhookConfiguration (in that order) for
-    every AdmissionPolicy of ``policy``, webhooks in policy-name order; a configuration no policy
-    uses is left out. Each carries the registration's ``labels`` (accelpolicy owns it) and, with
-    ``owner`` (a live cluster-scoped object, e.g. the chart's ClusterRole), an ownerReference to it:
-    the configurations then go when the owner goes (``helm uninstall``, hooks or not)."""
+    every AdmissionPolicy of ``policy`` (whose path is in ``paths`` when given: the paths the serving
+    replicas serve), webhooks in policy-name order; a configuration no policy uses is left out. Each
+    carries the registration's ``labels`` (accelpolicy owns it) and, with ``owner`` (a live cluster-scoped
+    object, e.g. the chart's ClusterRole), an ownerReference to it: the configurations then go when the
+    owner goes (``helm uninstall``, hooks or not)."""
     reg = registration_of(policy)
-    docs = sorted(policy.ruleset.all("AdmissionPolicy"), key=lambda d: d.name)
+    served = None if paths is None else set(paths)
+    docs = sorted((d for d in policy.ruleset.all("AdmissionPolicy")
+                   if served is None or d.spec.path in served), key=lambda d: d.name)
     out = []
     for kind_type in ("mutating", "validating"):
         hooks = [_webhook(d.spec, reg, client) for d in docs if d.spec.type == kind_type]
@@ -119,8 +124,9 @@ def owned_configuration(policy: Policy, obj: Mapping) -> bool:
 def drift(live: Mapping | None, desired: Mapping) -> list[str]:
     """Paths where ``live`` differs from ``desired`` (``[]`` when every field we set holds).
 
-    Fields the server defaults or other managers add are ignored; webhooks are matched by name, other
-    lists element by element and must have the same length. ``live`` None -> ``["<missing>"]``.
+    Fields the server defaults or other managers add are ignored; webhooks are matched by name (one
+    ``live`` holds that ``desired`` does not is ``webhooks[<name>] (extra)``), other lists element by element
+    and must have the same length. ``live`` None -> ``["<missing>"]``.
     """
     if live is None:
         return ["<missing>"]
@@ -133,6 +139,8 @@ def drift(live: Mapping | None, desired: Mapping) -> list[str]:
     by_name = {w.get("name"): w for w in live.get("webhooks") or []}
     for hook in desired.get("webhooks") or []:
         _diff(by_name.get(hook["name"]), hook, f"webhooks[{hook['name']}]", out)
+    wanted = {hook["name"] for hook in desired.get("webhooks") or []}
+    out += [f"webhooks[{name}] (extra)" for name in sorted(n for n in by_name if n not in wanted)]
     return out
 
 

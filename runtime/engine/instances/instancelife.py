@@ -69,11 +69,20 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
         return plan
     if finalizer not in (instance.get("metadata") or {}).get("finalizers", []):   # 2
         plan.actions.append((ADD_FINALIZER, finalizer))
-    if spec.get("stop"):                                                 # 3
-        return _stop(plan, pod, old_status, rules.requeueSeconds)
     stop_policy = ((queue or {}).get("spec") or {}).get("stopPolicy")
+    drain = instance_type is None or is_deleting(instance_type) or stop_policy == "HoldAndDrain"
+    if spec.get("stop"):                                                 # 3
+        stopped_by = ((instance.get("metadata") or {}).get("annotations") or {}).get(
+            policy.key("instanceStoppedBy"))
+        # the controller stopped it and its pool is back (a queue that holds admits nothing yet)
+        if stopped_by and not drain and stop_policy in (None, "None") and pod is None:
+            plan.actions.append((SET_STOP, False))
+            plan.status = {"phase": "Starting"}
+            plan.requeue = rules.requeueSeconds
+            return plan
+        return _stop(plan, pod, old_status, rules.requeueSeconds)
     # 4, docs/concepts/instances.md "Life cycle"
-    if instance_type is None or is_deleting(instance_type) or stop_policy == "HoldAndDrain":
+    if drain:
         plan.actions.append((SET_STOP, True))
         return _stop(plan, pod, old_status, rules.requeueSeconds)
     if pod is not None and (pod.get("status") or {}).get("phase") == "Failed" and \

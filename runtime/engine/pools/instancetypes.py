@@ -245,6 +245,7 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     status: dict = {}
     missing = missing_fields(policy, spec)
     _, phase = policy.decision_table("instancetype-phase").decide({
+        "flavors": bool(queue_flavors),
         "deleting": is_deleting(it), "stopPolicy": queue_state.get("stopPolicy", "None"),
         "reserved": bool(queue_state.get("reserved")), "queue": queue_state.get("active", "Missing"),
         "queueMessage": queue_state.get("message", ""), "incomplete": bool(missing),
@@ -256,7 +257,7 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
         status["phaseMessage"] = queue_state["phaseMessage"]
     if queue is not None:
         status["entrance"] = entrance(policy, name_of(queue))
-    if acceleratable and not drained:
+    if acceleratable and not drained and queue_flavors:   # no flavor: nothing can be admitted, no capacity
         views = fourview.compute(policy, devices_list, spec.get("acceleratorGroup") or "", closed)
     else:
         views = fourview.zeros()

@@ -54,7 +54,10 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     still hold reservations, the old groups are kept: with ``instance-type-drain-when-no-flavors``
     the queue goes ``HoldAndDrain`` (Kueue evicts, the Instances are stopped), otherwise it waits for
     the reservations to clear; once none remains the groups are emptied (docs/concepts/pools-and-flavors.md
-    "Queues and the entrance").
+    "Queues and the entrance"). A queue a rules generation emptied (``old`` carries the
+    ``queueEmptiedByRules`` annotation, written when that generation went live) is never drained: it
+    keeps its groups under ``Hold`` (nothing new is admitted, nothing running is evicted) until its
+    flavors come back, and keeps the annotation until then.
     """
     spec_it = it.get("spec") or {}
     rules = policy.derivation.clusterQueue
@@ -82,10 +85,10 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     old_spec = (old or {}).get("spec") or {}
     if spec_it.get("inactive"):
         spec["stopPolicy"] = "Hold"
-    if not flavors and old_spec.get("resourceGroups") and holds_reservations(old):
-        spec["resourceGroups"] = old_spec["resourceGroups"]
-        spec["stopPolicy"] = "HoldAndDrain" if settings.flag(policy.setting("drainWhenNoFlavors")) \
-            else old_spec.get("stopPolicy", spec["stopPolicy"])
+    emptied_by = (((old or {}).get("metadata") or {}).get("annotations") or {}).get(
+        policy.key("queueEmptiedByRules"))
+    if not flavors and old_spec.get("resourceGroups") and (holds_reservations(old) or emptied_by):
+        _keep_without_flavors(policy, settings, spec, old_spec, bool(emptied_by))
     if is_deleting(it):
         spec["stopPolicy"] = "HoldAndDrain"
     if acceleratable and settings.flag(policy.setting("derivedFromNode")):
@@ -93,7 +96,23 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
             "admissionChecks": [{"name": policy.derivation.admissionCheck.name}]}
     obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
            "metadata": {"name": name_of(it), "labels": labels}, "spec": spec}
+    if emptied_by and not flavors:
+        obj["metadata"]["annotations"] = {policy.key("queueEmptiedByRules"): emptied_by}
     return obj, message
+
+
+def _keep_without_flavors(policy: Policy, settings: Settings, spec: dict, old_spec: dict,
+                          emptied: bool) -> None:
+    """A pool without flavors whose queue still counts: its old groups are kept, under ``Hold`` when a rules
+    generation ``emptied`` it, else ``HoldAndDrain`` (``instance-type-drain-when-no-flavors``) or its old
+    stop policy (see :func:`cluster_queue`)."""
+    spec["resourceGroups"] = old_spec["resourceGroups"]
+    if emptied:
+        spec["stopPolicy"] = "Hold"
+    elif settings.flag(policy.setting("drainWhenNoFlavors")):
+        spec["stopPolicy"] = "HoldAndDrain"
+    else:
+        spec["stopPolicy"] = old_spec.get("stopPolicy", spec["stopPolicy"])
 
 
 def local_queues(policy: Policy, queue: dict, namespaces: list[str]) -> list[dict]:

@@ -1,5 +1,5 @@
-"""Hot reload of a rules directory (docs/rule-authoring.md "4. Hot reload"): watch, lint and compile, swap
-atomically.
+"""Watching a rules directory (docs/rule-authoring.md "4. Hot reload"): its content hash, and a new set
+loaded when it changes.
 
 :class:`RulesWatcher` polls a rules directory for a change of content: a digest of every rule file's
 path and bytes, read through symlinks, so an edit in place and a mounted ConfigMap's ``..data``
@@ -14,17 +14,16 @@ set with :func:`runtime.rules.loader.load_rules` (the same static checks as ``ac
 - failure: ``on_refused`` gets the :class:`RuleLoadError` (every ``file:line:col`` problem) and the
   working generation keeps serving. The same broken content is not retried until it changes.
 
-The watcher does I/O (file reads) but no network; metrics and Events are the caller's (callbacks).
-Before a caller installs a set that loaded it tries it (the reload gate, :mod:`runtime.gate`;
-docs/rule-authoring.md "How a rules change goes live"): :class:`Trial` is that gate's verdict,
-:class:`VerdictChange` one verdict it saw change.
+The watcher does I/O (file reads) but no network; what a change leads to is the caller's
+(:class:`runtime.reload.holder.RulesHolder`). A generation is named by its content hash
+(:func:`content_hash`, the same in every process that reads the same files; :func:`generation_id` its
+short form in Events, metrics and logs), never by a count kept per process.
 """
 from __future__ import annotations
 
 import hashlib
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -33,9 +32,13 @@ from loguru import logger
 from runtime.rules.loader import RuleLoadError, RuleSet, iter_rule_files, load_rules
 
 
-def fingerprint(root: Path) -> str:
-    """sha256 over (relative path, content) of every rule file under ``root`` (ConfigMap ``..`` entries
-    are read through their symlinks, never listed twice); "" when the directory is missing."""
+#: hex digits of the content hash that name a generation (as a short git or image id does)
+ID_LENGTH = 12
+
+
+def content_hash(root: Path) -> str:
+    """sha256 (hex) over (relative path, content) of every rule file under ``root`` (ConfigMap ``..``
+    entries are read through their symlinks, never listed twice); "" when the directory is missing."""
     if not root.is_dir():
         return ""
     digest = hashlib.sha256()
@@ -48,39 +51,10 @@ def fingerprint(root: Path) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class VerdictChange:
-    """One verdict a new generation changes: ``policy`` and the ``rule`` that decides (the denying rule
-    of the side that denies; ``-`` when none is named), the object (``ref``: ``Kind namespace/name``),
-    ``before`` and ``after`` (``allowed``, ``denied``, ``warned``, ``dryrun-denied``), and ``source``:
-    ``object`` (an existing object, the audit's view) or ``review`` (a review answered recently)."""
-
-    policy: str
-    rule: str
-    ref: str
-    before: str
-    after: str
-    source: str = "object"
-
-    def __str__(self) -> str:
-        where = "" if self.source == "object" else " (a recent review)"
-        return f"{self.policy}/{self.rule or '-'} {self.ref}{where}: {self.before} -> {self.after}"
-
-
-@dataclass
-class Trial:
-    """The reload gate's verdict on one generation: ``reason`` None when it may serve, else the refusal's
-    label (``accelpolicy_rules_refused_total{reason}``: ``lint``, ``compile``, ``suite``, ``replay-object``,
-    ``replay-review``, ``held``, ``paths``, ``leader``) with ``problems`` (one line each); ``changes``: every
-    verdict it changes (reported whether or not it serves)."""
-
-    reason: Optional[str] = None
-    problems: list[str] = field(default_factory=list)
-    changes: list[VerdictChange] = field(default_factory=list)
-
-    @property
-    def accepted(self) -> bool:
-        return self.reason is None
+def generation_id(digest: str) -> str:
+    """The name of the generation with content hash ``digest``: its first :data:`ID_LENGTH` hex digits
+    (``-`` for none)."""
+    return digest[:ID_LENGTH] or "-"
 
 
 class Periodic:
@@ -129,20 +103,23 @@ class Periodic:
 class RulesWatcher(Periodic):
     """Poll ``root`` every ``interval`` seconds; see the module docstring.
 
-    ``current`` is the RuleSet in force (``initial``, or loaded at construction). ``reloads`` and
+    ``current`` is the RuleSet in force (``initial``, or loaded at construction); ``seen``: its content
+    hash when it was loaded from elsewhere (the serving copy): the directory's differing content is then a
+    change at the first poll. ``reloads`` and
     ``failures`` count outcomes; ``last_error`` is the latest refusal (None after a success);
     ``last_seconds`` how long the latest load took.
     """
 
     def __init__(self, root: Path | str, on_swap: Callable[[RuleSet], None],
                  on_refused: Callable[[RuleLoadError], None] | None = None, interval: float = 2.0,
-                 initial: Optional[RuleSet] = None, on_idle: Callable[[], None] | None = None):
+                 initial: Optional[RuleSet] = None, on_idle: Callable[[], None] | None = None,
+                 seen: Optional[str] = None):
         self.root = Path(root)
         self.on_idle = on_idle
         self.on_swap = on_swap
         self.on_refused = on_refused or (lambda exc: None)
         self.interval = interval
-        self._seen = fingerprint(self.root)
+        self._seen = content_hash(self.root) if seen is None else seen   # of ``initial`` (another copy)
         self.current = initial if initial is not None else load_rules(self.root)
         self.reloads = 0
         self.failures = 0
@@ -152,7 +129,7 @@ class RulesWatcher(Periodic):
 
     @property
     def seen(self) -> str:
-        """The fingerprint of the rules last loaded or refused (during ``on_swap``: the set being tried)."""
+        """The content hash of the rules last loaded or refused (during ``on_swap``: the set being tried)."""
         return self._seen
 
     def poll(self) -> Optional[bool]:
@@ -161,16 +138,16 @@ class RulesWatcher(Periodic):
         loader's, or ``on_swap``'s returning False).
 
         A directory swapped while it is read (a ConfigMap update's ``..data`` link, an operator's
-        ``mv``) gives a fingerprint of neither generation; loading only when the fingerprint taken
+        ``mv``) gives a content hash of neither generation; loading only when the content hash taken
         after the load equals the one before keeps one edit one reload."""
-        seen = fingerprint(self.root)
+        seen = content_hash(self.root)
         if seen == self._seen:
             return None
         started = time.perf_counter()
         try:
             ruleset = load_rules(self.root)
         except RuleLoadError as exc:
-            if fingerprint(self.root) != seen:
+            if content_hash(self.root) != seen:
                 return None
             self._seen = seen
             self.last_seconds = time.perf_counter() - started
@@ -178,7 +155,7 @@ class RulesWatcher(Periodic):
             self.last_error = exc
             self.on_refused(exc)
             return False
-        if fingerprint(self.root) != seen:
+        if content_hash(self.root) != seen:
             return None
         self._seen = seen
         self.last_seconds = time.perf_counter() - started
@@ -190,6 +167,6 @@ class RulesWatcher(Periodic):
         return True
 
     def tick(self) -> None:
-        """One poll; when nothing changed, ``on_idle`` (a generation waiting on another replica's verdict)."""
+        """One poll; when nothing changed, ``on_idle`` (a generation waiting for its verdict)."""
         if self.poll() is None and self.on_idle is not None:
             self.on_idle()

@@ -1,9 +1,9 @@
-"""The reload gate: a new rules generation is tried before it replaces the serving one
+"""The reload gate's trial: a new rules generation is tried before it may replace the serving one
 (docs/rule-authoring.md "How a rules change goes live").
 
 :func:`try_generation` takes the serving :class:`~runtime.engine.policy.Policy` and a RuleSet that
 loaded (so it linted clean: :func:`runtime.rules.loader.rule_problems` is the loader's own check) and
-returns a :class:`~runtime.rules.reload.Trial`:
+returns a :class:`Trial`:
 
 1. ``compile``: the AdmissionPolicies build an engine (a dangling ``paramsFrom``, builtin or shape);
 2. ``suite``: every case of the rule suites under ``<rules>/tests`` passes (:mod:`runtime.ruletests`;
@@ -13,17 +13,18 @@ returns a :class:`~runtime.rules.reload.Trial`:
    without a new evaluation error (a :class:`~runtime.rules.cel.CelEvalError` of any kind, a budget stop
    included: the engine's ``rule-error``; one the serving generation makes on the same object too does
    not refuse the edit, or no edit could ever replace rules that fail somewhere);
-4. ``replay-review``: so are the reviews the server answered recently (``reviews``, in memory);
-5. ``held``: it newly denies no more existing objects than ``reloadGate.maxNewDenials`` of the
-   generation tried (none set: no hold).
+4. ``replay-review``: so are the reviews the server answered recently (``reviews``, in memory).
 
 The first step that fails is the refusal's ``reason`` and its lines the ``problems``. Every verdict that
 changes between the two generations (allowed -> denied and back, per policy and rule, on objects and
-on reviews) is in ``changes`` either way. Pure but for reading the suites' files.
+on reviews) is in ``changes`` either way, with how many objects and reviews were judged
+(``objects``, ``reviews``). What the generation would do to the pools and the work running on them is
+:mod:`runtime.reload.consequences`; whether that holds it, :func:`runtime.reload.consequences.hold_reasons`.
+Pure but for reading the suites' files.
 """
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -33,9 +34,60 @@ from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.report.audit import audited_requests, check_results
 from runtime.rules.cel import CelEvalError
-from runtime.rules.loader import RuleSet, rule_problems
-from runtime.rules.reload import Trial, VerdictChange
+from runtime.rules.loader import RuleSet
 from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case, suite_documents
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """One verdict a new generation changes: ``policy`` and the ``rule`` that decides (the denying rule
+    of the side that denies; ``-`` when none is named), the object (``ref``: ``Kind namespace/name``),
+    ``before`` and ``after`` (``allowed``, ``denied``, ``warned``, ``dryrun-denied``), and ``source``:
+    ``object`` (an existing object, the audit's view) or ``review`` (a review answered recently)."""
+
+    policy: str
+    rule: str
+    ref: str
+    before: str
+    after: str
+    source: str = "object"
+
+    def __str__(self) -> str:
+        where = "" if self.source == "object" else " (a recent review)"
+        return f"{self.policy}/{self.rule or '-'} {self.ref}{where}: {self.before} -> {self.after}"
+
+    @property
+    def newly_denied(self) -> bool:
+        return self.before == "allowed" and self.after == "denied"
+
+
+@dataclass
+class Trial:
+    """The reload gate's verdict on one generation: ``reason`` None when it passed, else the refusal's
+    label (``accelpolicy_rules_refused_total{reason}``: ``lint``, ``compile``, ``suite``, ``replay-object``,
+    ``replay-review``, ``replica``, ``leader``) with ``problems`` (one line each); ``changes``: every
+    verdict it changes (reported whether or not it serves); ``objects`` and ``reviews``: how many existing
+    objects and recent reviews both generations judged, ``denied_reviews`` how many of those reviews it
+    newly denies (each counted, where ``changes`` names an object once); ``consequences``: what it does to
+    the pools (:class:`runtime.reload.consequences.Consequences`, where the host computed them)."""
+
+    reason: Optional[str] = None
+    problems: list[str] = field(default_factory=list)
+    changes: list[VerdictChange] = field(default_factory=list)
+    objects: int = 0
+    reviews: int = 0
+    denied_reviews: int = 0
+    consequences: object = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+    def newly_denied(self, source: str) -> int:
+        """How many of ``source`` (``object`` or ``review``) it newly denies (allowed -> denied)."""
+        if source == "review":
+            return self.denied_reviews
+        return sum(1 for c in self.changes if c.source == source and c.newly_denied)
+
 
 EVAL_ERROR = RULE_ERROR   # the engine's rule name for an expression that failed to evaluate
 
@@ -62,27 +114,22 @@ def try_generation(serving: Policy, ruleset: RuleSet, snapshot: Optional[Snapsho
         engine = engine or AdmissionEngine(policy)
     except KeyError as exc:
         return Trial("compile", [str(exc.args[0]) if exc.args else str(exc)])
-    gate = policy.derivation.reloadGate
-    if gate.suites:
+    if serving.ruleset.get("ReloadGate").suites:   # the serving generation's: an edit cannot skip its suites
         failed = suite_problems(policy)
         if failed:
             return Trial("suite", failed)
     old_engine = old_engine or AdmissionEngine(serving)
     changes: list[VerdictChange] = []
+    counted = [0, 0, 0]   # objects, reviews judged by both generations; reviews newly denied
     if snapshot is not None:
-        trial = _replay_objects(serving, policy, old_engine, engine, snapshot, changes)
+        trial = _replay_objects(serving, policy, old_engine, engine, snapshot, changes, counted)
         if trial is not None:
             return trial
     view_of = review_view or (lambda generation: admission_view(generation, snapshot))
-    trial = _replay_reviews(serving, policy, old_engine, engine, view_of, list(reviews), changes)
+    trial = _replay_reviews(serving, policy, old_engine, engine, view_of, list(reviews), changes, counted)
     if trial is not None:
         return trial
-    newly = [c for c in changes if c.source == "object" and c.before == "allowed" and c.after == "denied"]
-    if gate.maxNewDenials is not None and len(newly) > gate.maxNewDenials:
-        return Trial("held",
-                     [f"newly denies {len(newly)} existing object(s), more than reloadGate.maxNewDenials "
-                              f"({gate.maxNewDenials})"] + [str(c) for c in newly], changes)
-    return Trial(None, [], changes)
+    return Trial(None, [], changes, objects=counted[0], reviews=counted[1], denied_reviews=counted[2])
 
 
 def suite_problems(policy: Policy) -> list[str]:
@@ -125,9 +172,10 @@ def _change(name: str, ref: str, before: Outcome, after: Outcome, source: str) -
 
 
 def _replay_objects(serving: Policy, policy: Policy, old_engine: AdmissionEngine, engine: AdmissionEngine,
-                    snapshot: Snapshot, changes: list) -> Optional[Trial]:
-    """Judge every existing object with both generations (appending to ``changes``); a Trial when the
-    new one fails to derive, to evaluate on an object, or to evaluate an audit check."""
+                    snapshot: Snapshot, changes: list, counted: list[int]) -> Optional[Trial]:
+    """Judge every existing object with both generations (appending to ``changes``, counting
+    ``counted[0]``); a Trial when the new one fails to derive, to evaluate on an object, or to evaluate an
+    audit check."""
     try:
         view = admission_view(policy, snapshot)
         check_results(policy.ruleset.get("AuditPolicy"), snapshot, view.settings)
@@ -140,23 +188,37 @@ def _replay_objects(serving: Policy, policy: Policy, old_engine: AdmissionEngine
             continue
         after = engine.run(name, request, view)
         before = old_engine.run(name, request, old_view) if name in old_engine.policies else None
-        if EVAL_ERROR in after.rules:
-            # an error the serving rules have too is not new
-            if before is None or EVAL_ERROR not in before.rules:
-                errors.append(f"{_ref(obj)}: {_error_text(after)}")
-            continue
-        change = _change(name, _ref(obj), before, after, "object") if before is not None else None
-        if change is not None:
-            changes.append(change)
+        if not _compare(name, _ref(obj), before, after, "object", changes, counted):
+            errors.append(f"{_ref(obj)}: {_error_text(after)}")
     return Trial("replay-object", errors, changes) if errors else None
+
+
+def _compare(name: str, ref: str, before: Optional[Outcome], after: Outcome, source: str, changes: list,
+             counted: list[int]) -> bool:
+    """Record one object's (``source`` ``object``) or review's (``review``) two outcomes: False when the
+    new generation failed to evaluate on it and the serving one did not (an error the serving rules make
+    too is not new), else True, its verdict change (if any) in ``changes`` and counted in ``counted``
+    (objects, reviews, reviews newly denied)."""
+    if EVAL_ERROR in after.rules:
+        return before is not None and EVAL_ERROR in before.rules
+    if before is None:
+        return True
+    counted[0 if source == "object" else 1] += 1
+    change = _change(name, ref, before, after, source)
+    if change is not None and source == "review" and change.newly_denied:
+        counted[2] += 1
+    if change is not None and change not in changes:
+        changes.append(change)
+    return True
 
 
 def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine, engine: AdmissionEngine,
                     view_of: Callable[[Policy], AdmissionView], reviews: list[tuple[str, dict]],
-                    changes: list) -> Optional[Trial]:
-    """Judge each recent review with both generations (a policy the new rules lack is skipped: the paths
-    check says so); a Trial naming the review (operation, kind, namespace/name, webhook: never its body)
-    when the new generation fails to evaluate on one."""
+                    changes: list, counted: list[int]) -> Optional[Trial]:
+    """Judge each recent review with both generations (a policy the new rules lack is skipped: its
+    webhook is no longer registered), counting ``counted[1]``; a Trial naming the review (operation, kind,
+    namespace/name, webhook: never its body) when the new generation fails to evaluate on one. Each
+    review's verdict change is one line (two reviews of one object that change alike are one line)."""
     if not reviews:
         return None
     views: dict[str, AdmissionView] = {}
@@ -172,63 +234,6 @@ def _replay_reviews(serving: Policy, policy: Policy, old_engine: AdmissionEngine
                f"{request.get('namespace') + '/' if request.get('namespace') else ''}"
                f"{request.get('name', '')}")
         before = decide(old_engine, review, views["old"], name)[1] if name in old_engine.policies else None
-        if EVAL_ERROR in after.rules:
-            if before is None or EVAL_ERROR not in before.rules:
-                errors.append(f"a review answered recently ({ref}, webhook {name}): {_error_text(after)}")
-            continue
-        change = _change(name, ref, before, after, "review") if before is not None else None
-        if change is not None and change not in changes:
-            changes.append(change)
+        if not _compare(name, ref, before, after, "review", changes, counted):
+            errors.append(f"a review answered recently ({ref}, webhook {name}): {_error_text(after)}")
     return Trial("replay-review", errors, changes) if errors else None
-
-
-# --- `accelpolicy diff`: the same trial, printed -------------------------------------------------------
-def cost_estimates(ruleset: RuleSet) -> Optional[dict[str, int]]:
-    """``{expression location: worst-case cost}`` of every CEL expression of ``ruleset``: the static
-    estimates of ``accelpolicy lint --costs`` (:class:`runtime.rules.checks.ExpressionCost`, in
-    Kubernetes' CEL cost units, rounded up), keyed ``<file below the rules directory> <field.path>`` so
-    the same expression of two copies of the rules (and of an edit that moved its line) meet. None when
-    the rules directory cannot be read again (then ``accelpolicy diff`` says the costs were not compared)."""
-    costs: list = []
-    root = Path(ruleset.root)
-    try:
-        rule_problems(root, cache=None, costs=costs)
-    except OSError:
-        return None
-    out: dict[str, int] = {}
-    for cost in costs:
-        file = Path(cost.file)
-        where = f"{file.relative_to(root.name) if file.parts[:1] == (root.name,) else file} {cost.path}"
-        out[where] = max(out.get(where, 0), math.ceil(cost.cost))
-    return out
-
-
-def cost_growth(serving: RuleSet, ruleset: RuleSet) -> Optional[list[str]]:
-    """``location: old -> new`` for every expression whose cost estimate grew (a new expression counts
-    from 0), in location order; None when no estimate is available."""
-    old, new = cost_estimates(serving), cost_estimates(ruleset)
-    if old is None or new is None:
-        return None
-    return [
-        f"{where}: {old.get(where, 0)} -> {cost}" for where, cost in sorted(new.items())
-        if cost > old.get(where, 0)]
-
-
-def reconciled(policy: Policy, snapshot: Snapshot) -> Snapshot:
-    """``snapshot`` as the controller leaves it under ``policy``: its derived pool objects written over
-    (or beside) the snapshot's own, the flavors it deletes gone (what a live cluster already holds;
-    an offline snapshot of Nodes alone gets its pools)."""
-    from runtime.engine.pools import derive
-
-    state = derive(policy, snapshot)
-    written = {
-        (o["kind"], (o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o
-        for o in state.objects()}
-    gone = {("ResourceFlavor", "", name) for name in state.flavor_deletes}
-    kept = [o for o in snapshot if _key(o) not in written and _key(o) not in gone]
-    return Snapshot.from_objects(kept + list(written.values()), origin="reconciled")
-
-
-def _key(obj: dict) -> tuple[str, str, str]:
-    meta = obj.get("metadata") or {}
-    return str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
