@@ -76,9 +76,10 @@ class WebhookMetrics:
     def __post_init__(self):
         self.reviews = Counter("accelpolicy_admission_reviews", "Admission reviews answered, by verdict: "
                                "allowed, patched, invalid, forbidden, internal, bad-request, warned, "
-                               "dryrun-denied, excepted (allowed by a PolicyException), budget-exceeded (a "
-                               "rule's CEL budget spent), timeout (not judged within the deadline), rule-error "
-                               "(a rule failed to evaluate; under failurePolicy Ignore the review was allowed)",
+                               "dryrun-denied, excepted (allowed by a PolicyException), budget-exceeded "
+                               "(a rule's CEL budget spent), timeout (not judged within the deadline), "
+                               "rule-error (a rule failed to evaluate; under failurePolicy Ignore the review "
+                               "was allowed)",
                                ["webhook", "verdict"], registry=self.registry)
         self.rules = Counter("accelpolicy_admission_rule_hits", "Rules that fired (denials, mutations)",
                              ["webhook", "rule"], registry=self.registry)

@@ -231,7 +231,8 @@ def node_rates(policy: Policy, rates: UsageRates, devices: dict, pods: list[dict
 
 
 def _in_service(accel: Mapping[str, Any]) -> bool:
-    """Usable: healthy and not in maintenance (docs/concepts/out-of-service.md); an unreadable record is not."""
+    """Usable: healthy and not in maintenance (docs/concepts/out-of-service.md); an unreadable record is
+    not."""
     try:
         return in_service(accel)
     except (KeyError, TypeError):
