@@ -43,7 +43,8 @@ TABLES: dict[str, TableContract] = {
         reader="the InstanceType status (controller)",
         facts={"deleting": Fact(bool), "stopPolicy": Fact(str, ("None", "Hold", "HoldAndDrain")),
                "reserved": Fact(bool), "queue": Fact(str, CONDITION + ("Missing",)),
-               "queueMessage": Fact(str), "incomplete": Fact(bool), "incompleteMessage": Fact(str)},
+               "queueMessage": Fact(str), "incomplete": Fact(bool), "incompleteMessage": Fact(str),
+               "flavors": Fact(bool)},
         outputs={"phase": Fact(str, INSTANCE_TYPE_PHASES), "phaseMessage": Fact(str)}),
     # runtime/engine/instances/podstatus.py phase_from_pod
     "instance-phase": TableContract(
