@@ -33,27 +33,27 @@ def _line(file: str, text: str) -> int:
     return source[:source.index(text)].count("\n") + 1
 
 
-FACTS = "deleting, stopPolicy, reserved, queue, queueMessage, incomplete, incompleteMessage"
+FACTS = "deleting, stopPolicy, reserved, queue, queueMessage, incomplete, incompleteMessage, flavors"
 EDITS = {   # what: (old, new, column, the finding after file:line:column)
     "an unquoted True": ('when: {queue: "True"}', "when: {queue: True}", 21,
-                         "spec.rows[5].when.queue: type mismatch: fact 'queue' is a string, true is a bool: quote "
+                         "spec.rows[7].when.queue: type mismatch: fact 'queue' is a string, true is a bool: quote "
                          'it, "True"'),
     "a misspelt output": ("then: {phase: Active}", "then: {phse: Active}", 20,
-                          "spec.rows[5].then.phse: unknown output 'phse' (the InstanceType status (controller) reads "
+                          "spec.rows[7].then.phse: unknown output 'phse' (the InstanceType status (controller) reads "
                           "phase, phaseMessage)"),
     "an unknown fact in a row": ("when: {stopPolicy: Hold}", "when: {stopPolcy: Hold}", 25,
-                                 f"spec.rows[4].when.stopPolcy: unknown fact 'stopPolcy' (facts: {FACTS})"),
+                                 f"spec.rows[5].when.stopPolcy: unknown fact 'stopPolcy' (facts: {FACTS})"),
     "a declared fact the reader does not give": (
         "facts: [deleting, stopPolicy,", "facts: [deleting, stopPolicy, paused,", 33,
         f"spec.facts[2]: unknown fact 'paused': the InstanceType status (controller) gives {FACTS}"),
     "a value its fact never takes": ('when: {queue: "False"}', 'when: {queue: "Flase"}', 21,
-                                     "spec.rows[6].when.queue: fact 'queue' is one of \"True\", \"False\", "
+                                     "spec.rows[8].when.queue: fact 'queue' is one of \"True\", \"False\", "
                                      '"Unknown", "Missing": "Flase" is none of them (this row never matches)'),
     "a phase the CRD refuses": ("then: {phase: Activating}", "then: {phase: Activatin}", 21,
-                                "spec.rows[7].then.phase: output 'phase' is one of \"Active\", \"Inactive\", "
+                                "spec.rows[9].then.phase: output 'phase' is one of \"Active\", \"Inactive\", "
                                 '"Draining", "Activating": "Activatin" is none of them'),
     "a copy of an undeclared fact": ("phaseMessage: $queueMessage", "phaseMessage: $queueMesage", 45,
-                                     "spec.rows[6].then.phaseMessage: unknown fact 'queueMesage' in '$queueMesage' "
+                                     "spec.rows[8].then.phaseMessage: unknown fact 'queueMesage' in '$queueMesage' "
                                      f"(facts: {FACTS})"),
     "a table no component reads": ("  name: instancetype-phase", "  name: instancetype-phases", 9,
                                    "metadata.name: no component reads a DecisionTable named 'instancetype-phases' "
@@ -71,7 +71,8 @@ def test_rows_that_leave_some_facts_unmatched_are_a_finding(edited_rules):
     old = "    - name: activating\n      when: {}\n"
     assert edited_rules(PHASE, old, "    - name: activating\n      when: {queue: Unknown}\n") == [
         f"{PHASE}:{_line(PHASE, '- name: terminating')}:5 spec.rows: no row matches {{deleting: false, stopPolicy: "
-        '"None", reserved: true, queue: "Missing", incomplete: false} (the reader would fail there): add a last row '
+        '"None", reserved: true, queue: "Missing", incomplete: false, flavors: true} (the reader would fail there): '
+        "add a last row "
         "with when: {}"]
 
 

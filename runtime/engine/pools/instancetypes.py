@@ -245,12 +245,12 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     status: dict = {}
     missing = missing_fields(policy, spec)
     _, phase = policy.decision_table("instancetype-phase").decide({
-        "flavors": bool(queue_flavors),
         "deleting": is_deleting(it), "stopPolicy": queue_state.get("stopPolicy", "None"),
         "reserved": bool(queue_state.get("reserved")), "queue": queue_state.get("active", "Missing"),
         "queueMessage": queue_state.get("message", ""), "incomplete": bool(missing),
         "incompleteMessage": policy.derivation.incompleteType.message.format(
             fields=", ".join(f"spec.{f}" for f in missing)) if missing else "",
+        "flavors": bool(queue_flavors),
     })
     status.update({k: v for k, v in phase.items() if v != ""})
     if queue_state.get("phaseMessage") and "phaseMessage" not in status:
