@@ -13,7 +13,10 @@ def test_api_resources_of_our_groups(kubectl):
     out = kubectl.stdout("api-resources", "--api-group=worker.gpustack.ai", "-o", "wide")
     rows = {ln.split()[0]: ln.split() for ln in out.splitlines()[1:]}
     assert set(rows) == {"devices", "instancepersistentvolumes", "instances", "instancetypeflavors", "instancetypes",
-                         "policyexceptions"}
+                         "policyexceptions", "acceleratormaintenances"}
+    assert rows["acceleratormaintenances"][1:5] == ["accmaint", "worker.gpustack.ai/v1", "false",
+                                                    "AcceleratorMaintenance"]
+    assert rows["policyexceptions"][1:5] == ["gpex", "worker.gpustack.ai/v1", "true", "PolicyException"]
     assert rows["instancetypes"][1:5] == ["instype", "worker.gpustack.ai/v1", "false", "InstanceType"]
     assert rows["devices"][1:5] == ["devs", "worker.gpustack.ai/v1", "false", "Devices"]
     assert rows["instances"][1:5] == ["inst", "worker.gpustack.ai/v1", "true", "Instance"]
