@@ -322,6 +322,20 @@ def test_crds_are_templates_from_crds_without_a_copy_kept_on_uninstall():
     assert not [d for d in render("crds.install=false") if d["kind"] == "CustomResourceDefinition"]
 
 
+def test_the_full_removal_selects_every_crd_the_chart_installs_by_its_label():
+    """docs/install.md "Full removal": its one ``kubectl delete crd -l KEY=VALUE`` line selects every CRD the chart
+    renders (each file of crds/, a CRD added later too) by the label the template gives them, and no other."""
+    page = (REPO / "docs" / "install.md").read_text()
+    block = re.search(r"^<!-- e2e: removal -->\n```bash\n(.*?)^```", page, re.M | re.S).group(1)
+    lines = [line for line in block.splitlines() if line.startswith("kubectl delete crd")]
+    assert len(lines) == 1 and (found := re.fullmatch(r"kubectl delete crd -l ([\w./-]+)=([\w.-]+)", lines[0])), lines
+    key, value = found.groups()
+    rendered = render()
+    selected = [d["metadata"]["name"] for d in rendered if (d["metadata"].get("labels") or {}).get(key) == value
+                and d["kind"] == "CustomResourceDefinition"]
+    assert sorted(selected) == sorted(_crds())
+
+
 def _rule_files() -> dict[str, str]:
     root = DEFAULT_RULES_DIR
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.yaml"))
