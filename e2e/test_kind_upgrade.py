@@ -26,7 +26,7 @@ rules edit in force.
 from __future__ import annotations
 
 import json
-import re
+import shutil
 import tarfile
 import threading
 import time
@@ -42,6 +42,8 @@ PERIOD = 0.3   # seconds between reviews
 EDITED = 'privileged mode is not allowed: enable the "instance-privileged-allowed" setting to allow it'
 OLD_CHART = Path(__file__).resolve().parent / "fixtures" / "accelpolicy-0.1.0.tgz"
 OLD_COMMIT = "030db97"   # the commit chart 0.1.0 was packaged from (e2e/fixtures/README.md); its image runs it
+RULES_CONFIGMAP = "accelpolicy-rules"    # the chart's rules ConfigMap, where the leader records each verdict
+AGENT_RULES = "/etc/accelpolicy/rules"   # where the chart mounts it in every Pod (--rules)
 OURS = ("instances.worker.gpustack.ai", "instancetypes.worker.gpustack.ai", "settings.gpustack.ai",
         "devices.worker.gpustack.ai", "instancepersistentvolumes.worker.gpustack.ai")
 
@@ -213,10 +215,32 @@ def test_upgrade_from_chart_0_1_0_carries_the_crds_and_keeps_every_object(kind_s
     cluster.kubectl("delete", "instancetype", "a10g-12c128g", "--wait=true", timeout=180)
 
 
-def _agent_generation(cluster, pod: str) -> int:
-    found = re.findall(r"rules reloaded from \S+: generation (\d+)",
-                       cluster.kubectl.stdout("-n", SYSTEM, "logs", pod, check=False))
-    return int(found[-1]) if found else 0
+def _generation(rules: Path) -> str:
+    """The id of the rules generation under ``rules``: its content hash, as every component names it (the mounted
+    ConfigMap holds the same files: rules/ but tests/, under the same paths)."""
+    from runtime.reload.watcher import content_hash, generation_id
+    return generation_id(content_hash(rules))
+
+
+def _in_force(generation: str) -> str:
+    """What an agent logs once ``generation`` is its own (rules/reload.yaml ``events.reloaded``, read from the
+    chart's mount)."""
+    return f"rules generation {generation} from {AGENT_RULES} in force"
+
+
+def _agents_lacking(cluster, agents, line: str) -> list[str]:
+    """The agent Pods (names) whose log does not hold ``line``."""
+    return [pod for pod in agents if line not in cluster.kubectl.stdout("-n", SYSTEM, "logs", pod, check=False)]
+
+
+def _reload_state(cluster, agents) -> str:
+    """The rules ConfigMap's reload annotations and each agent's last rules lines (a failure's explanation)."""
+    meta = json.loads(cluster.kubectl.stdout("-n", SYSTEM, "get", "configmap", RULES_CONFIGMAP, "-o", "json"))["metadata"]
+    lines = [f"{k}: {v}" for k, v in sorted((meta.get("annotations") or {}).items()) if k.startswith("rules.")]
+    for pod in agents:
+        log = cluster.kubectl.stdout("-n", SYSTEM, "logs", pod, check=False).splitlines()
+        lines += [f"{pod}: {line}" for line in [x for x in log if "rules generation" in x][-3:]]
+    return "\n".join(lines)
 
 
 def test_a_rules_edit_through_values_restarts_no_agent_and_keeps_admission_answering(kind_stack, tmp_path, record_step):
@@ -227,8 +251,13 @@ def test_a_rules_edit_through_values_restarts_no_agent_and_keeps_admission_answe
     assert rule.count(EDITED) == 1
     edited = tmp_path / "instances-validation.yaml"
     edited.write_text(rule.replace(EDITED, EDITED + " (upgraded rules)"))
+    tree = tmp_path / "rules"   # the rules the ConfigMap holds after the upgrade: the shipped ones with the edit
+    shutil.copytree(REPO / "rules", tree, ignore=shutil.ignore_patterns("tests"))
+    (tree / "admission" / "instances-validation.yaml").write_text(edited.read_text())
+    generation = _generation(tree)
+    assert generation != _generation(REPO / "rules")
     agents = _pods(cluster, "agent")
-    generations = {pod: _agent_generation(cluster, pod) for pod in agents}
+    assert _agents_lacking(cluster, agents, _in_force(generation)) == list(agents)   # not in force before
     controllers = set(_pods(cluster, "controller"))
     with ReviewClient(cluster) as client:
         time.sleep(3)
@@ -242,8 +271,11 @@ def test_a_rules_edit_through_values_restarts_no_agent_and_keeps_admission_answe
         assert set(_pods(cluster, "controller")).isdisjoint(controllers)   # both replicas replaced (checksum/rules)
         # the agents: the same Pods, each reloading the mounted ConfigMap once the kubelet has synced it
         t0 = time.monotonic()
-        wait("every agent logging the new rules generation",
-             lambda: all(_agent_generation(cluster, pod) > generations[pod] for pod in agents), timeout=300)
+        try:
+            wait(f"every agent logging {_in_force(generation)!r}",
+                 lambda: not _agents_lacking(cluster, agents, _in_force(generation)), timeout=300)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}:\n{_reload_state(cluster, agents)}") from None
         record_step("rules edit -> every agent on the new generation (same Pods)", time.monotonic() - t0, table=False)
         assert _pods(cluster, "agent") == agents   # no agent Pod restarted: same names and UIDs
         # the leader Pod deleted: another replica takes the Lease

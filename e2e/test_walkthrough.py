@@ -549,11 +549,15 @@ def _oos_t4(walk) -> tuple[str, dict, dict]:
 
 
 def test_kind_a_failed_card_under_a_running_instance_moves_views_and_quota_only(walk):
-    """Through the kind device-plugin stand-in and the chart's agent: an XID 79 on one of the three T4s a running
-    Instance holds on node-t4-b's kind node (its recorded facts in the agent's facts ConfigMap) leaves every
-    ResourceFlavor and Kueue's usage of the 4d flavor as they were, takes the T4 row's EX capacity 5 -> 4 and the
-    4d quota 6400k -> 4800k, is one AllocationConflict; read no more, it comes back after the clean period
-    (20 s: the rules ConfigMap's health.yaml, which the agents reload live)."""
+    """Through the kind device-plugin stand-in and the chart's agent: an XID 79 on the T4 a running Instance holds
+    on node-t4-b's kind node (its recorded facts in the agent's facts ConfigMap) leaves every ResourceFlavor and
+    Kueue's usage of the 4d flavor as they were, takes the T4 row's EX capacity 5 -> 4 and the 4d quota
+    6400k -> 4800k, is one AllocationConflict; read no more, it comes back after the clean period (20 s: the
+    rules ConfigMap's health.yaml, which the agents reload live).
+
+    One accelerator, pinned to node-t4-b (as pinned-demo is): a kind node has this machine's cores, not the
+    seed's, and each T4 of the type asks 800m CPU, so the three of the control-plane test (2400m) fit no kind
+    node of a 2-core machine, and one T4 unpinned may go to node-t4-a's 1d flavor."""
     _kind_only(walk)
     from runtime.engine.policy import Policy
     from runtime.rules.loader import load_rules
@@ -565,12 +569,12 @@ def test_kind_a_failed_card_under_a_running_instance_moves_views_and_quota_only(
     facts = get(walk, "configmap", facts_cm, "-n", SYSTEM)["data"][facts_key]
     try:
         walk.kubectl("apply", "-f", "-", input=json.dumps({
-            "apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "metadata": {"name": "oos-three", "namespace": NS},
-            "spec": {"type": OOS_T4_POOL, "image": "ubuntu:24.04", "command": ["sleep", "86400"],
-                     "resources": {"accelerator": "3"}, "volume": {"ephemeral": {"capacity": "1Gi"}}}}))
-        pod = wait_until(lambda: get(walk, "pod", "oos-three", "-n", NS),
+            "apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "metadata": {"name": "oos-one", "namespace": NS},
+            "spec": {"type": OOS_T4_POOL, "nodeName": node, "image": "ubuntu:24.04", "command": ["sleep", "86400"],
+                     "resources": {"accelerator": "1"}, "volume": {"ephemeral": {"capacity": "1Gi"}}}}))
+        pod = wait_until(lambda: get(walk, "pod", "oos-one", "-n", NS),
                          lambda p: p and key in (p["metadata"].get("annotations") or {})
-                         and p["status"].get("phase") == "Running", "oos-three running with its allocation")
+                         and p["status"].get("phase") == "Running", "oos-one running with its allocation")
         assert pod["spec"]["nodeName"] == node
         held = [a["id"] for g in json.loads(pod["metadata"]["annotations"][key])["main"] for a in g["accelerators"]]
         flavors = sorted(walk.kubectl.stdout("get", "resourceflavors", "-o", "name").split())
@@ -594,6 +598,6 @@ def test_kind_a_failed_card_under_a_running_instance_moves_views_and_quota_only(
         wait_until(lambda: _oos_t4(walk), lambda t: t[0] == "5" and t[1][OOS_T4_4D] == "6400k",
                    "capacity and quota back after the clean period", timeout=TABLE_TIMEOUT * 2)
     finally:
-        walk.kubectl("-n", NS, "delete", "instance", "oos-three", "--ignore-not-found", "--wait=true", check=False)
+        walk.kubectl("-n", NS, "delete", "instance", "oos-one", "--ignore-not-found", "--wait=true", check=False)
         _oos_configmap_key(walk, facts_cm, facts_key, lambda _: facts)
         _oos_configmap_key(walk, "accelpolicy-rules", "health.yaml", lambda _: rules)
