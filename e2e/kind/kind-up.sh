@@ -95,9 +95,26 @@ fi
 bash "$here/dockerd.sh" check >/dev/null || { bash "$here/dockerd.sh" check; exit 1; }
 
 kubectl() { "$kubectl_bin" --kubeconfig "$kubeconfig" "$@"; }
+# Every node's kubelet, containerd and systemd hold inotify instances of this host's user; the kernel's
+# default of 128 runs out with a second cluster or a busy host and a kubelet then never turns healthy
+# (kind's "Pod errors due to too many open files"). Raised, never lowered.
+for limit in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288; do
+  key="${limit%%=*}"; want="${limit#*=}"
+  (( $(sysctl -n "$key") >= want )) || sysctl -q -w "$limit"
+done
 say "creating cluster '$name' (1 control-plane + $workers workers + $dra_workers DRA workers) from $image"
-PATH="$here/shim:$PATH" KIND_EXPERIMENTAL_PROVIDER=docker KIND_EXPERIMENTAL_DOCKER_NETWORK="$network" \
-  "$kind_bin" create cluster --name "$name" --config "$dir/kind-config.yaml" --kubeconfig "$kubeconfig" --wait 0s
+if ! PATH="$here/shim:$PATH" KIND_EXPERIMENTAL_PROVIDER=docker KIND_EXPERIMENTAL_DOCKER_NETWORK="$network" \
+  "$kind_bin" create cluster --name "$name" --config "$dir/kind-config.yaml" --kubeconfig "$kubeconfig" --wait 0s \
+  --retain; then
+  # kept (--retain) long enough to say why: each node's last kubelet lines, then removed
+  for node in $("$kind_bin" get nodes --name "$name" 2>/dev/null); do
+    echo "kind-up.sh: $node: last kubelet log lines:" >&2
+    docker exec "$node" journalctl -u kubelet -n 15 --no-pager >&2 2>&1 || true
+  done
+  "$kind_bin" delete cluster --name "$name" >/dev/null 2>&1 || true
+  echo "kind-up.sh: kind create cluster '$name' failed (see above)" >&2
+  exit 1
+fi
 say "kind create done"
 
 # Cluster DNS answers cluster names only: zones cluster.local and the reverse zones; anything else REFUSED.
