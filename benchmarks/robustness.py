@@ -1,6 +1,6 @@
 """Robustness figures for the webhook server (docs/webhook-hardening.md "Webhook hardening: hostile input, bounded memory, slow paths"): figures, not pass/fail.
 
-The server runs in its own process (``accelpolicy webhook --self-signed`` on 127.0.0.1, the seed
+The server runs in its own process (``accelpolicy webhook --webhook-self-signed`` on 127.0.0.1, the seed
 snapshot); this script is the client. Loopback only; every phase is bounded in time.
 
 1. fuzz: ``--fuzz`` reviews (default 3,000), each a seeded random corruption of a valid Pod or

@@ -371,7 +371,7 @@ def test_the_admission_process_serves_while_the_controller_only_registers(sa_kub
     try:
         with open(logs["admission"], "w") as err:
             procs["admission"] = subprocess.Popen(
-                [str(ACCELPOLICY), "admission", "--kubeconfig", sa_kubeconfig, "--port", str(port), "--self-signed",
+                [str(ACCELPOLICY), "admission", "--kubeconfig", sa_kubeconfig, "--webhook-port", str(port), "--webhook-self-signed",
                  str(tls)], stdout=subprocess.DEVNULL, stderr=err, env=env)
 
         def readyz():
