@@ -20,11 +20,12 @@ unencodable.
 
 Where a review is judged (docs/performance.md "CPU per review outside decide()"): on the event loop when
 its view is at hand (a fixed view, or a live view already built) and it is judged within
-``inline_seconds`` (default 20 ms; a review takes about a millisecond): no hand-off to another thread.
+``inline_seconds`` (default 50 ms; a review takes about a millisecond): no hand-off to another thread.
 A review that needs its view built, or takes longer (stopped at its next budget check, the partial
 evaluation dropped), is judged from the start in a pool of ``workers`` threads (default: the CPU
 count), bounded by what is left of its deadline, so ``/healthz`` and ``/readyz`` answer while a review
-is slow (held back by at most ``inline_seconds`` and one budget check). A review not judged within
+is slow (each review ahead of them on the loop holds them back by at most ``inline_seconds`` and one
+budget check). A review not judged within
 ``deadline_seconds`` (default 8 s, below kube-apiserver's 10 s webhook timeout) is answered with a
 504 ``Timeout`` denial naming the deadline; its evaluation stops at the next rule expression or, inside
 one, at the next budget check (every ``checkEvery`` comprehension iterations, rules/cel.yaml), so the
@@ -65,8 +66,9 @@ from runtime.webhook.sample import ReviewSample
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSeconds default and maximum 30)
-# a review judged on the event loop stops after this long and is judged again, from the start, in the pool
-INLINE_SECONDS = 0.02
+# a review judged on the event loop stops after this long (wall clock: a descheduled process counts too) and
+# is judged again, from the start, in the pool
+INLINE_SECONDS = 0.05
 _LOG = logging.getLogger(__name__)
 # the denial (500 InternalError) of a review that arrives before the rules and view
 NOT_READY = "webhook not ready; retry"
@@ -244,8 +246,8 @@ async def _read_limited(request: Request, limit: int) -> Optional[bytes]:
 async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
     """Judge on the event loop when the view is at hand and the review is judged within
     ``state.inline_seconds``; otherwise (a view to build, a longer review: stopped at its next budget check
-    and judged again from the start) in the worker pool, bounded by what is left of the deadline."""
-    started = time.monotonic()
+    and judged again from the start) in the worker pool, within what is left of its deadline."""
+    deadline = Deadline(state.deadline_seconds, threading.Event())   # from the review's start
     served = state.served
     view = state.view_at_hand(served) if state.inline_seconds > 0 else None
     if view is not None:
@@ -256,19 +258,17 @@ async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
             return _failed(data, name, exc)
         if outcome.halt != HALT_TIMEOUT:
             return answer, outcome
-    return await _pooled(state, data, name, state.deadline_seconds - (time.monotonic() - started))
+    return await _pooled(state, data, name, deadline)
 
 
-async def _pooled(state: WebhookState, data, name: str, seconds: float) -> tuple[dict, Outcome]:
-    """Run the engine in the worker pool, bounded by ``seconds`` (the review's deadline, less the time
-    already spent on it); at the deadline the review is answered with a Timeout denial."""
-    cancel = threading.Event()
-    deadline = Deadline(max(0.0, seconds), cancel)
+async def _pooled(state: WebhookState, data, name: str, deadline: Deadline) -> tuple[dict, Outcome]:
+    """Run the engine in the worker pool until ``deadline`` (the review's); at the deadline the review
+    is answered with a Timeout denial and its evaluation cancelled."""
     future = asyncio.get_running_loop().run_in_executor(state.pool, state.decide, data, name, deadline)
     try:
-        return await asyncio.wait_for(future, max(0.0, seconds))
+        return await asyncio.wait_for(future, max(0.0, deadline.at - time.monotonic()))
     except asyncio.TimeoutError:
-        cancel.set()
+        deadline.cancel.set()
         uid = _uid_of(data)
         outcome = Outcome(policy=name, denial=timeout_denial(name, state.deadline_seconds), halt=HALT_TIMEOUT,
                           halt_rule=deadline.running,   # the rule whose expression runs at the deadline

@@ -168,3 +168,20 @@ def test_a_hot_reload_swaps_the_engine_and_the_live_view_together(webhooks, tmp_
     assert (after["allowed"], after["status"]["details"]["causes"][0]["message"]) == (
         False, "Forbidden: one accelerator family per Pod, please; found [exclusive shared]")
     assert hooks.state.served.view_source is hooks.view and hooks.view.policy is policy
+
+
+def test_the_live_view_is_at_hand_only_while_no_event_made_it_stale(webhooks):
+    """What lets a review be judged on the event loop (runtime/webhook/app.py): ``current()`` gives the built
+    view at once, and None once an event of a kind the view reads arrived (the next call rebuilds it, in the
+    worker pool); an event of a kind it does not read changes nothing."""
+    api, controller, hooks = webhooks
+    _synced_and_ready(controller, hooks)
+    view = hooks.view
+    built = view()
+    assert view.current() is built
+    view.on_event("Pod", "ADDED", {})
+    assert view.current() is built
+    view.on_event("Node", "MODIFIED", {})
+    assert view.current() is None and view.rebuilds == 1
+    rebuilt = view()
+    assert rebuilt is not built and view.current() is rebuilt and view.rebuilds == 2

@@ -37,6 +37,7 @@ from runtime.engine.admission.registration import registration_of
 from runtime.engine.policy import Policy
 from runtime.kube.session import KubeApiError, connect
 from runtime.rules.loader import load_rules
+from runtime.webhook.host import ServingOptions
 from runtime.webhook.server import self_signed
 from testing.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
@@ -113,7 +114,7 @@ def serving(kubeconfig: str, policy: Policy, tmp: Path):
                             env={}, fit_coalesce_seconds=0, extra_kinds=view_kinds(policy))
     paths = self_signed(tmp / "tls")
     webhooks = ControllerWebhooks(controller, WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes()),
-                                  port=0)
+                                  ServingOptions(port=0))
     webhooks.serve()
     try:
         controller.start()
