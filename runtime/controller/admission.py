@@ -258,16 +258,6 @@ class AdmissionServer:
         """The server's state (metrics, the review sample, the rules holder's report)."""
         return self.server.state
 
-    @property
-    def app(self):
-        """The ASGI app served."""
-        return self.server.app
-
-    @property
-    def port(self) -> int:
-        """The port served (the bound one once serving)."""
-        return self.server.port
-
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
         self.view.on_event(kind, event_type, obj)  # the view in service (a reload replaces it)
 

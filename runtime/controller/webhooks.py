@@ -176,16 +176,6 @@ class ControllerWebhooks:
         """The server's state (metrics, the review sample, the rules holder's report)."""
         return self.server.state
 
-    @property
-    def app(self):
-        """The ASGI app served."""
-        return self.server.app
-
-    @property
-    def port(self) -> int:
-        """The port served (the bound one once serving)."""
-        return self.server.port
-
     def serve(self) -> "ControllerWebhooks":
         """Start the HTTPS server thread (reviews answer "not ready; retry" until :meth:`ready`).
         Raises OSError when the port cannot be bound."""
@@ -220,7 +210,7 @@ class ControllerWebhooks:
         if self.service is not None:
             return ClientConfig(ca_pem=self.tls.ca_pem, service=self.service)
         return ClientConfig(ca_pem=self.tls.ca_pem,
-                            url_base=self.url_base or f"https://127.0.0.1:{self.port}")
+                            url_base=self.url_base or f"https://127.0.0.1:{self.server.port}")
 
     def identity_warning(self) -> str | None:
         """A warning when the controller's own user is not among the ``controllerUsers`` the

@@ -40,7 +40,7 @@ def webhooks():
 
 
 def _readyz(hooks) -> tuple[int, str]:
-    answer = TestClient(hooks.app).get("/readyz")
+    answer = TestClient(hooks.server.app).get("/readyz")
     return answer.status_code, answer.text
 
 
@@ -80,7 +80,7 @@ def _stale_seconds(hooks, kind: str) -> float | None:
 def test_ready_and_serving_the_last_objects_while_a_cache_relists(webhooks, relist):
     api, controller, hooks = webhooks
     _synced_and_ready(controller, hooks)
-    client = TestClient(hooks.app)
+    client = TestClient(hooks.server.app)
     before = client.post("/validate-pods", json=_a10g_pod("before")).json()["response"]
     devices = controller.cache["Devices"]
     held = sorted(o["metadata"]["name"] for o in devices.objects())
@@ -116,7 +116,7 @@ def test_not_ready_until_a_view_was_built_then_the_last_good_view_serves(webhook
     assert controller.cache.wait_synced(10)
     hooks.ready()
     assert _readyz(hooks) == (503, reason)
-    client = TestClient(hooks.app)
+    client = TestClient(hooks.server.app)
     failed = client.post("/validate-pods", json=_a10g_pod("none")).json()["response"]
     assert (failed["allowed"], failed["status"]["code"]) == (False, 500)
     controller.cache["Devices"].forget("node-x")
@@ -148,7 +148,7 @@ def test_a_hot_reload_swaps_the_engine_and_the_live_view_together(webhooks, tmp_
     stops listening."""
     api, controller, hooks = webhooks
     _synced_and_ready(controller, hooks)
-    client = TestClient(hooks.app)
+    client = TestClient(hooks.server.app)
     before = client.post("/validate-pods", json=_two_families("gpustack-fnv64-c4680bb149644f1c")).json()["response"]
     assert before["status"]["details"]["causes"][0]["message"] == (
         "Forbidden: a Pod may request only one accelerator family, found [exclusive shared]")

@@ -111,7 +111,7 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
                                   ServingOptions(port=0), register_configurations=False)
     webhooks.serve()
     reload = None
-    reviewer = Reviewer(f"https://127.0.0.1:{webhooks.port}/validate-pods", paths["ca"])
+    reviewer = Reviewer(f"https://127.0.0.1:{webhooks.server.port}/validate-pods", paths["ca"])
     try:
         controller.start()
         webhooks.ready()

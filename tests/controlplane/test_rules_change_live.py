@@ -130,7 +130,7 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
     session = connect(identity)
     controller = Controller(session, policy, coalesce_seconds=0.1, env={}, fit_coalesce_seconds=0,
                             extra_kinds=view_kinds(policy))
-    url = f"https://127.0.0.1:{replica.port}"
+    url = f"https://127.0.0.1:{replica.server.port}"
     registration = Registration(session, WebhookTls(None, None, tls["ca"].read_bytes()), None, url, None)
     stop = threading.Event()
     holder = reviewer = halt = None
@@ -157,7 +157,7 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
         tried = swap(tmp_path, rules, "v2", with_new_path)
         wait_for(lambda: verdict(kubectl), lambda v: v == f"refused:{tried}", timeout=90, what="refused")
         status = annotations(kubectl)["rules.accelpolicy.dev/status"]
-        assert f"replica: 127.0.0.1:{replica.port}: replay-review: a review answered recently" in status
+        assert f"replica: 127.0.0.1:{replica.server.port}: replay-review: a review answered recently" in status
         assert holder.id == first and replica.reload.id == first
         assert hooks(kubectl) == registered
         assert httpx.post(f"{url}/validate-pods-copy", verify=ssl.create_default_context(cafile=str(tls["ca"])),

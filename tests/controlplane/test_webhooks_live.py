@@ -164,7 +164,7 @@ def _denied(proc, stderr: str) -> None:
 
 
 def test_configurations_are_rendered_from_the_rule_files(served, kubectl):
-    port, ca = served.port, base64.b64encode(served.tls.ca_pem).decode()
+    port, ca = served.server.port, base64.b64encode(served.tls.ca_pem).decode()
     mutating = _get(kubectl, "mutatingwebhookconfiguration", "gpustack-worker-mutation", "--show-managed-fields")
     validating = _get(kubectl, "validatingwebhookconfiguration", "gpustack-worker-validation", "--show-managed-fields")
     assert "gpustack-worker-mutation" < "kueue-mutating-webhook-configuration"
