@@ -41,7 +41,7 @@ from testing.webhookload import (WebhookProcess, large_instance_review, review_b
                                  volumes_instance)
 
 QUEUE = {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}
-READ_TIMEOUT = 10.0  # the server's default (--read-timeout)
+READ_TIMEOUT = 10.0  # the server's default (--webhook-read-timeout)
 _ODD = [None, True, 0, -1, 2 ** 63, 1.5, "", "oops", "\ud800", [], ["oops"], {}, {"a": {"b": None}}]
 
 

@@ -31,7 +31,7 @@ def free_port() -> int:
 class WebhookProcess:
     """``accelpolicy webhook`` in a child process with its own self-signed CA under ``directory``.
 
-    ``extra`` are more command-line options (``--read-timeout 2``). Use as a context manager.
+    ``extra`` are more command-line options (``--webhook-read-timeout 2``). Use as a context manager.
     """
 
     def __init__(self, directory: Path, extra: tuple[str, ...] = (), snapshot: Path = SNAPSHOT):
