@@ -3,11 +3,15 @@ and `controller` take the same --webhook-* options under the same names, and eve
 still works for one release, with a warning naming the new one (runtime/cli/common.py ``former_names``)."""
 from __future__ import annotations
 
+import os
+import signal
+
 import click
+import pytest
 from click.testing import CliRunner
 
 from runtime.cli import main
-from runtime.cli.common import FORMER_NAMES_UNTIL, former_names
+from runtime.cli.common import FORMER_NAMES_UNTIL, former_names, stop_on_signals
 from runtime.cli.webhookopts import FORMER
 
 SERVING = ["--webhook-host", "--webhook-port", "--webhook-cert", "--webhook-key", "--webhook-self-signed",
@@ -55,6 +59,20 @@ def test_a_former_name_still_works_with_a_warning_naming_the_new_one():
         "error: --webhook-cert-secret needs --webhook-cert-dir DIR (where its files are written)\n")
 
 
+@pytest.mark.parametrize("args, error", [
+    (["webhook", "--cert", "/nonexistent/tls.crt"], "error: give --webhook-cert and --webhook-key together"),
+    (["controller", "--lease-namespace", "ops", "--webhook-cert-secret", "tls"],
+     "error: --webhook-cert-secret need --webhook-port"),
+])
+def test_each_command_takes_its_own_former_names(args, error):
+    result = CliRunner().invoke(main, args)
+    former, current = args[1], FORMER[args[0]][args[1]]
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"warning: {former} is deprecated, use {current} (the former name is accepted until accelpolicy "
+        f"{FORMER_NAMES_UNTIL})", error]
+
+
 def test_a_former_name_beside_its_new_name_is_refused():
     result = CliRunner().invoke(main, ["admission", "--port", "1", "--webhook-port", "2"])
     assert result.exit_code == 2
@@ -77,3 +95,16 @@ def test_former_names_give_their_value_and_beat_the_environment(monkeypatch):
     assert runner.invoke(command, []).stdout == "namespace=from-env\n"
     assert runner.invoke(command, ["--lease-namespace", "ops"]).stdout == "namespace=ops\n"
     assert "--lease-namespace" not in runner.invoke(command, ["--help"]).output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_set_the_event_a_serving_command_stops_on(sig):
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        stop = stop_on_signals()
+        assert not stop.is_set()
+        os.kill(os.getpid(), sig)
+        assert stop.wait(5)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
