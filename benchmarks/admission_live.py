@@ -75,7 +75,7 @@ class AdmissionProcess(ControllerProcess):
         self.log = open(log, "w")
         self.t0 = time.monotonic()
         argv = [str(Path(sys.executable).parent / "accelpolicy"), "admission", "--kubeconfig", str(kubeconfig),
-                "--port", str(port), "--self-signed", str(tls), *extra_args]
+                "--webhook-port", str(port), "--webhook-self-signed", str(tls), *extra_args]
         self.proc = subprocess.Popen((["taskset", "-c", pin] if pin else []) + argv, stdout=self.log,
                                      stderr=subprocess.STDOUT, cwd=ROOT)
         self.rss_peak = 0

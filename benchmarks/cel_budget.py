@@ -54,8 +54,8 @@ class BudgetServer(Server):
     def __init__(self, tmp: Path, name: str):  # noqa: super().__init__ would start the rules server
         self.dir = tmp / name
         self.port = _free_port()
-        cmd = COMMANDS[name] + ["--self-signed", str(self.dir), "--port", str(self.port), "--snapshot", str(SNAPSHOT),
-                                "--watch-rules-seconds", "0"]
+        cmd = COMMANDS[name] + ["--webhook-self-signed", str(self.dir), "--webhook-port", str(self.port),
+                                "--snapshot", str(SNAPSHOT), "--watch-rules-seconds", "0"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
         self.url = f"https://127.0.0.1:{self.port}"
         self.ca = str(self.dir / "ca.crt")

@@ -3,8 +3,9 @@
 Serves the real webhook app (the rules and the seed snapshot, as `accelpolicy webhook`) with uvicorn
 over HTTPS (the product's configuration: httptools, uvloop) in this process's main thread under
 cProfile, and drives it with benchmarks/loadgen.py in a subprocess (unique Pods, paced, loopback
-only). The engine runs in the app's worker threads: each ``decide()`` call is profiled there by that
-thread's own profiler, and the profiles are merged. Every profiler times with ``time.thread_time``
+only). A review is judged on the event loop when it fits the app's inline slice, else in its worker
+threads: a ``decide()`` call in a worker is profiled there by that thread's own profiler, and the
+profiles are merged. Every profiler times with ``time.thread_time``
 (the thread's CPU): a wait in the event loop costs nothing, whatever loop runs it (uvloop's own
 C code is not visible to cProfile, so its waits could not be told from its work by wall time). The
 profile is split into:
@@ -81,17 +82,20 @@ def split(stats: pstats.Stats, reviews: int) -> dict:
 
 
 class ProfiledState(WebhookState):
-    """A WebhookState whose ``decide()`` runs under its worker thread's own cProfile profiler."""
+    """A WebhookState whose ``decide()`` in a worker thread runs under that thread's own cProfile profiler
+    (a review judged on the event loop is profiled by the main thread's)."""
 
     def __init__(self, **kw):
         super().__init__(**kw)
         self.profilers: dict[int, cProfile.Profile] = {}
 
-    def decide(self, data, name, cancel=None):
+    def decide(self, data, name, cancel=None, served=None, view=None):
+        if threading.current_thread() is threading.main_thread():   # judged on the event loop: profiled there
+            return super().decide(data, name, cancel, served, view)
         profiler = self.profilers.setdefault(threading.get_ident(), cProfile.Profile(time.thread_time))
         profiler.enable()
         try:
-            return super().decide(data, name, cancel=cancel)
+            return super().decide(data, name, cancel, served, view)
         finally:
             profiler.disable()
 

@@ -1,6 +1,6 @@
 """Robustness figures for the webhook server (docs/webhook-hardening.md "Webhook hardening: hostile input, bounded memory, slow paths"): figures, not pass/fail.
 
-The server runs in its own process (``accelpolicy webhook --self-signed`` on 127.0.0.1, the seed
+The server runs in its own process (``accelpolicy webhook --webhook-self-signed`` on 127.0.0.1, the seed
 snapshot); this script is the client. Loopback only; every phase is bounded in time.
 
 1. fuzz: ``--fuzz`` reviews (default 3,000), each a seeded random corruption of a valid Pod or
@@ -41,7 +41,7 @@ from testing.webhookload import (WebhookProcess, large_instance_review, review_b
                                  volumes_instance)
 
 QUEUE = {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}
-READ_TIMEOUT = 10.0  # the server's default (--read-timeout)
+READ_TIMEOUT = 10.0  # the server's default (--webhook-read-timeout)
 _ODD = [None, True, 0, -1, 2 ** 63, 1.5, "", "oops", "\ud800", [], ["oops"], {}, {"a": {"b": None}}]
 
 

@@ -52,18 +52,34 @@ def _walk_commands(command: click.Command, ctx: click.Context):
 
 
 def cli_page() -> str:
-    """The CLI reference: ``--help`` of every command of the ``accelpolicy`` click group, in name order."""
+    """The CLI reference: ``--help`` of every command of the ``accelpolicy`` click group, in name order, then
+    the options still accepted under a former name."""
     from runtime.cli import main
+    from runtime.cli.common import FORMER_NAMES_UNTIL, FormerName
 
     root = _context(main, "accelpolicy", None)
     out = [_header("runtime/cli (click's own help)"), "# CLI reference\n\n",
            "Every command's `--help`, as click prints it. Exit codes shared by every command: 0 success; "
            "1 a policy verdict said no (`admit` denied, a rule test failed), a named object was not found, "
            "or the API server could not be reached; 2 bad input, every problem named on stderr.\n\n"]
+    renamed = []
     for command, ctx in _walk_commands(main, root):
         path = ctx.command_path
         out.append(f"## `{path}`\n\n```text\n{_help_of(command, ctx)}\n```\n\n")
+        renamed += [(path, p.former, p.current) for p in command.params if isinstance(p, FormerName)]
+    out.append(_renamed_section(renamed, FORMER_NAMES_UNTIL))
     return "".join(out).rstrip() + "\n"
+
+
+def _renamed_section(renamed: list[tuple[str, str, str]], until: str) -> str:
+    """The options a command still accepts under a former name (hidden from ``--help``), with the warning
+    that names the new one."""
+    rows = "".join(f"| `{path}` | `{former}` | `{current}` |\n" for path, former, current in sorted(renamed))
+    return ("## Renamed options\n\n"
+            f"A former name still works until accelpolicy {until}, with `warning: OLD is deprecated, "
+            "use NEW` on stderr; giving both names of one option exits 2. The webhook options are one group, "
+            "one name each, in `accelpolicy webhook`, `accelpolicy admission` and `accelpolicy controller`.\n\n"
+            "| command | former name | name now |\n|---|---|---|\n" + rows + "\n")
 
 
 def _help_of(command: click.Command, ctx: click.Context) -> str:

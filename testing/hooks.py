@@ -38,7 +38,7 @@ class ObservedController(Controller):
 class AllowAllState(WebhookState):
     """Every review answered "allowed" (uid echoed) without evaluating rules: the benchmark floor."""
 
-    def decide(self, data: dict, name: str, cancel=None) -> tuple[dict, Outcome]:
+    def decide(self, data: dict, name: str, cancel=None, served=None, view=None) -> tuple[dict, Outcome]:
         request = data.get("request") if isinstance(data, dict) else None
         uid = request.get("uid") if isinstance(request, dict) else None
         outcome = Outcome(policy=name)

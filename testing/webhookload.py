@@ -1,6 +1,6 @@
 """A webhook server in its own process and hostile-client helpers, for tests and benchmarks/robustness.py.
 
-:class:`WebhookProcess` starts ``accelpolicy webhook --self-signed`` on 127.0.0.1 (a free port) and
+:class:`WebhookProcess` starts ``accelpolicy webhook --webhook-self-signed`` on 127.0.0.1 (a free port) and
 reads its resident memory from ``/proc``. The review builders make *unique* objects (every review
 differs, so memos cannot answer from an earlier one). Loopback only; every client is bounded in time.
 """
@@ -31,15 +31,15 @@ def free_port() -> int:
 class WebhookProcess:
     """``accelpolicy webhook`` in a child process with its own self-signed CA under ``directory``.
 
-    ``extra`` are more command-line options (``--read-timeout 2``). Use as a context manager.
+    ``extra`` are more command-line options (``--webhook-read-timeout 2``). Use as a context manager.
     """
 
     def __init__(self, directory: Path, extra: tuple[str, ...] = (), snapshot: Path = SNAPSHOT):
         self.dir = Path(directory)
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
-        cmd = [str(Path(sys.executable).parent / "accelpolicy"), "webhook", "--self-signed", str(self.dir),
-               "--port", str(self.port), "--snapshot", str(snapshot), *extra]
+        cmd = [str(Path(sys.executable).parent / "accelpolicy"), "webhook", "--webhook-self-signed", str(self.dir),
+               "--webhook-port", str(self.port), "--snapshot", str(snapshot), *extra]
         self.stderr = open(self.dir.parent / f"{self.dir.name}.stderr", "w+b") if self.dir.parent.exists() else None
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.stderr or subprocess.DEVNULL, cwd=ROOT)
         self.ctx: Optional[ssl.SSLContext] = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from runtime.cli.common import fail, policy_from
+from runtime.cli.common import connect_or_exit, fail, policy_from
 
 
 @click.command("approve")
@@ -32,14 +32,11 @@ from runtime.cli.common import fail, policy_from
 def command(generation: str, namespace: str, configmap: str, kubeconfig: str | None, context: str | None,
             rules: str | None) -> None:
     """Let the held rules generation GENERATION (its content hash id) serve."""
-    from runtime.kube.session import KubeApiError, KubeConfigError, connect
+    from runtime.kube.session import KubeApiError
     from runtime.reload.board import Board
 
     keys = policy_from(rules).ruleset.get("ReloadGate").annotations
-    try:
-        session = connect(kubeconfig, context)
-    except KubeConfigError as exc:
-        fail(str(exc))
+    session = connect_or_exit(kubeconfig, context, quiet=True)
     board = Board(session, namespace, configmap, keys=lambda: keys)
     try:
         found = board.read()

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NoReturn
 
@@ -65,6 +69,48 @@ def rules_cache_options(func: Callable | None = None, *, log: bool = False) -> C
     return decorate(func) if func is not None else decorate
 
 
+#: the release that stops accepting an option's former name (:func:`former_names`)
+FORMER_NAMES_UNTIL = "0.3.0"
+
+
+class FormerName(click.Option):
+    """A hidden option that is an option's former name (``current``: the name now): given, it prints a
+    deprecation warning and stands for the current option (:func:`former_names`)."""
+
+    def __init__(self, former: str, target: click.Option, current: str):
+        super().__init__([former, f"former_{target.name}"], type=target.type, default=None, hidden=True,
+                         metavar=target.metavar, multiple=target.multiple)
+        self.former, self.current, self.target = former, current, target.name
+
+
+def former_names(renamed: dict[str, str]) -> Callable:
+    """Accept each former option name of ``renamed`` (former -> current, e.g. ``{"--port":
+    "--webhook-port"}``) until :data:`FORMER_NAMES_UNTIL`: the value of a former name is the current
+    option's, with ``warning: --port is deprecated, use --webhook-port (...)`` on stderr; both given on the
+    command line exits 2. Put it above the command's options (it finds the current ones among them)."""
+    def decorate(command: Callable) -> Callable:
+        params = getattr(command, "__click_params__", [])
+        aliases = [FormerName(former, next(p for p in params if current in p.opts), current)
+                   for former, current in renamed.items()]
+
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            ctx = click.get_current_context()
+            for alias in aliases:
+                value = kwargs.pop(alias.name, None)
+                if value is None or value == ():
+                    continue
+                warn_one(f"{alias.former} is deprecated, use {alias.current} (the former name is accepted "
+                         f"until accelpolicy {FORMER_NAMES_UNTIL})")
+                if ctx.get_parameter_source(alias.target) == click.core.ParameterSource.COMMANDLINE:
+                    fail(f"{alias.former} and {alias.current} are one option: give {alias.current} alone")
+                kwargs[alias.target] = ctx.params[alias.target] = value
+            return command(*args, **kwargs)
+        wrapper.__click_params__ = [*params, *aliases]
+        return wrapper
+    return decorate
+
+
 def fail(message: str) -> NoReturn:
     """Print ``error: <message>`` on stderr and exit with code 2 (bad input)."""
     click.echo(f"error: {message}", err=True)
@@ -94,6 +140,64 @@ def bad_input_exits(func: Callable) -> Callable:
         except CelEvalError as exc:
             fail(f"a rule failed to evaluate (fix the rule file it names): {exc}")
     return wrapper
+
+
+SNAPSHOT_INSTEAD = ", or --snapshot PATH to read files instead"   # the read commands' way around a cluster
+
+
+def connect_or_exit(kubeconfig: Path | str | None, context: str | None = None, instead: str = "",
+                    quiet: bool = False):
+    """A Session (:func:`runtime.kube.session.connect`) of ``kubeconfig`` (else ``$KUBECONFIG``,
+    ``~/.kube/config``, the in-cluster ServiceAccount) and ``context``. No usable configuration exits 2
+    in kubectl's words (``instead``: what else the command could be given, e.g. :data:`SNAPSHOT_INSTEAD`);
+    an API server that does not answer exits 1 (:func:`unreachable`). ``quiet`` (one-shot commands)
+    silences urllib3's warning per retried connection: the command prints its one error."""
+    import logging
+
+    from runtime.kube.session import KubeApiError, KubeConfigError, connect
+
+    if quiet:
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    try:
+        return connect(kubeconfig, context)
+    except KubeConfigError as exc:
+        fail(no_kubeconfig_message(kubeconfig, context, exc, instead))
+    except KubeApiError as exc:
+        unreachable(exc)
+
+
+def no_kubeconfig_message(kubeconfig: Path | str | None, context: str | None, exc: Exception,
+                          instead: str = "") -> str:
+    """The error for no usable configuration, as kubectl words it, with what to give instead."""
+    where = str(kubeconfig) if kubeconfig else (os.environ.get("KUBECONFIG") or "~/.kube/config")
+    detail = str(exc).split(": ", 1)[-1]
+    if context and f"Expected object with name {context} " in detail:
+        return f'context "{context}" does not exist in {where}'
+    return (f"no configuration has been provided ({where}{f', context {context}' if context else ''}: "
+            f"{detail}); give --kubeconfig FILE or set KUBECONFIG{instead}")
+
+
+def unreachable(exc) -> NoReturn:
+    """Exit 1: the API server did not answer (its address and the transport's words, as kubectl says it)
+    or answered an error (``exc``: a :class:`runtime.kube.session.KubeApiError`)."""
+    if exc.status == 0:
+        host, _, detail = exc.message.partition(": ") if exc.message.startswith("http") else \
+            ("of the kubeconfig", "", exc.message)
+        cause = re.findall(r"\] ([^\"')]+)", detail) or [detail]
+        click.echo(f"error: the connection to the server {host} was refused - did you specify the right host "
+                   f"or port? ({cause[-1]})", err=True)
+    else:
+        click.echo(f"error: the server answered {exc.status} {exc.reason}: {exc.message}", err=True)
+    sys.exit(1)
+
+
+def stop_on_signals() -> threading.Event:
+    """An Event that SIGINT and SIGTERM set: what a long-running command (controller, admission, webhook)
+    waits on before it stops (draining first: ``--webhook-drain-seconds``)."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 VERBOSE = False   # `accelpolicy -v`: say which rules directory is read

@@ -19,7 +19,6 @@ keeps the serving certificate of ``--webhook-cert-secret`` (the admission replic
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 import threading
@@ -30,7 +29,8 @@ import click
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from runtime.cli.common import bad_input_exits, fail, policy_and_session, rules_option
+from runtime.cli.common import (bad_input_exits, connect_or_exit, fail, policy_and_session, rules_option,
+                                stop_on_signals)
 from runtime.cli.observability import configure_logging, log_options, metrics_bind_option, serve_metrics
 from runtime.controller.leader import LEASE_NAME, LeaderElector
 from runtime.controller.metrics import ControllerMetrics
@@ -44,9 +44,10 @@ from runtime.controller.cabundle import CaPublisher
 from runtime.controller.servingcert import ServingCertificate
 from runtime.controller.webhooks import ControllerWebhooks
 from runtime.engine.admission import view_kinds
-from runtime.kube.session import KubeApiError, KubeConfigError, connect
-from runtime.cli.webhookopts import (Registration, follow_certificate, serve_webhooks, serving_certificate,
-                                     webhook_options, webhook_tls, webhook_values)
+from runtime.kube.session import KubeApiError
+from runtime.cli.registration import (Registration, checked_options, controller_values, follow_certificate,
+                                      registration_options, serve_webhooks, serving_certificate, webhook_tls)
+from runtime.cli.webhookopts import webhook_options
 
 
 @click.command("controller")
@@ -57,74 +58,17 @@ from runtime.cli.webhookopts import (Registration, follow_certificate, serve_web
 @click.option("--once", is_flag=True, help="Reconcile once and exit (no leader election).")
 @click.option("--coalesce-seconds", type=click.FloatRange(min=0), default=0.2, show_default=True,
               help="How long watch events are gathered before a reconcile.")
-@click.option("--lease-namespace", default="gpustack-system", show_default=True,
-              envvar="KUBERNETES_POD_NAMESPACE", help="Namespace of the leader Lease.")
 @click.option("--identity", default=None, help="Leader identity (default: hostname_pid).")
-@click.option("--webhook-port", type=click.IntRange(0, 65535), default=None, metavar="N",
-              help="Serve the admission webhooks over HTTPS on port N (0: any free port) from the watch "
-                   "caches, and register them (leader only). Without it no webhook is served or registered.")
-@click.option("--webhook-host", default="127.0.0.1", show_default=True,
-              help="Address the webhook server binds (0.0.0.0 in a Pod behind a Service).")
-@click.option("--webhook-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="Serving certificate (PEM); with --webhook-key and --webhook-ca.")
-@click.option("--webhook-key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="Private key of --webhook-cert (PEM).")
-@click.option("--webhook-ca", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="CA bundle (PEM) that verifies --webhook-cert; registered as the caBundle.")
-@click.option("--webhook-self-signed", type=click.Path(file_okay=False, path_type=Path), default=None,
-              metavar="DIR", help="Make a CA and a serving certificate (for 127.0.0.1, localhost and the "
-                                  "--webhook-service names) in DIR and register that CA instead.")
-@click.option("--webhook-url-base", default=None, metavar="URL",
-              help="clientConfig.url base the API server calls, each webhook's path appended "
-                   "(default https://127.0.0.1:<port>, for an API server on this machine).")
-@click.option("--webhook-service", default=None, metavar="NS/NAME[:PORT]",
-              help="Register clientConfig.service instead of a URL: the Service in front of the "
-                   "controller (port default 443).")
-@click.option("--no-webhook-registration", "no_registration", is_flag=True,
-              help="Serve the webhooks but leave the webhook configurations to someone else.")
-@click.option("--webhook-registration-only", "registration_only", is_flag=True,
-              help="Serve no webhook here: `accelpolicy admission` replicas behind --webhook-service (or at "
-                   "--webhook-url-base) serve them. The leader registers the webhook configurations for them "
-                   "with the caBundle of --webhook-cert-secret (created and rotated here as "
-                   "--webhook-cert-issuer says) or of --webhook-ca FILE.")
-@click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
-              help="Poll the rules directory this often and swap in a changed set once it lints and "
-                   "compiles (a broken set is refused, the working one keeps serving); 0: never.")
+@webhook_options("controller")
+@registration_options
 @click.option("--rules-configmap", default=None, metavar="NAME", envvar="ACCELPOLICY_RULES_CONFIGMAP",
-              help="The ConfigMap (in --lease-namespace) the rules directory is mounted from: the leader "
+              help="The ConfigMap (in --namespace) the rules directory is mounted from: the leader "
                    "records the reload gate's Events on it and its verdict in its annotation, which "
                    "admission replicas follow (docs/rule-authoring.md).")
 @click.option("--audit-interval", default="1h", show_default=True, metavar="DURATION",
               help="Run the audit (`accelpolicy audit`) on the watch caches this often (e.g. 30m, 1h, 90s) "
                    "and write its openreports.io Report/ClusterReport objects (changed ones only) and an "
                    "AuditFailed Event on each newly failing object; 0 turns it off.")
-@click.option("--webhook-cert-secret", default=None, metavar="NAME",
-              help="Share one serving certificate between replicas through Secret NAME (in "
-                   "--lease-namespace; keys ca.crt, tls.crt, tls.key): created when missing, rotated by the "
-                   "leader, copied by every replica into --webhook-cert-dir and reloaded when it changes; "
-                   "its ca.crt is the caBundle.")
-@click.option("--webhook-cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              metavar="DIR",
-              help="Where --webhook-cert-secret's files are written (a writable emptyDir in a Pod).")
-@click.option("--webhook-cert-issuer", type=click.Choice(["accelpolicy", "external"]), default="accelpolicy",
-              show_default=True,
-              help="Who fills --webhook-cert-secret: accelpolicy (create and rotate it) or "
-                                      "external (e.g. cert-manager; only read).")
-@click.option("--webhook-cert-days", type=click.FloatRange(min=1), default=90.0, show_default=True,
-              help="Validity of a certificate issued for --webhook-cert-secret (the CA: 10 times longer).")
-@click.option("--webhook-cert-renew-days", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="The leader re-issues the certificate this many days before it ends.")
-@click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="How often every replica re-reads --webhook-cert-secret (and the leader rotates it when "
-                   "due).")
-@click.option("--webhook-ca-configmap", default=None, metavar="NAME",
-              help="The leader copies --webhook-cert-secret's ca.crt (the CA certificate only, never a key) "
-                   "into ConfigMap NAME (in --lease-namespace) for clients that verify the server, e.g. a "
-                   "Prometheus scrape.")
-@click.option("--webhook-owner-clusterrole", default=None, metavar="NAME",
-              help="Register the webhook configurations as owned by ClusterRole NAME (an ownerReference): "
-                   "the garbage collector deletes them when it is deleted (the chart's, at `helm "
-                   "uninstall`), and while it is missing nothing is registered.")
 @click.option("--usage-by-node", is_flag=True,
               help="Label the accelerator-seconds counters with the node too (one series per node and view: "
                    "docs/tasks/report-usage.md \"The counters\").")
@@ -132,86 +76,59 @@ from runtime.cli.webhookopts import (Registration, follow_certificate, serve_web
 @log_options
 @bad_input_exits
 def command(kubeconfig: Path | None, rules_dir: Path, once: bool, coalesce_seconds: float,
-            lease_namespace: str, identity: str | None, webhook_port: int | None, webhook_host: str,
-            webhook_cert: Path | None, webhook_key: Path | None, webhook_ca: Path | None,
-            webhook_self_signed: Path | None, webhook_url_base: str | None, webhook_service: str | None,
-            no_registration: bool, webhook_cert_secret: str | None = None,
-            webhook_cert_dir: Path | None = None, webhook_cert_issuer: str = "accelpolicy",
-            webhook_cert_days: float = 90.0, webhook_cert_renew_days: float = 30.0,
-            webhook_cert_check_seconds: float = 60.0, webhook_ca_configmap: str | None = None,
-            webhook_owner_clusterrole: str | None = None, watch_rules_seconds: float = 2.0,
-            audit_interval: str = "1h", log_level: str = "INFO", log_format: str = "text",
-            metrics_bind_address: str = "0", registration_only: bool = False,
-            rules_configmap: str | None = None, usage_by_node: bool = False) -> None:
+            identity: str | None, namespace: str, watch_rules_seconds: float = 2.0,
+            rules_configmap: str | None = None, audit_interval: str = "1h", usage_by_node: bool = False,
+            metrics_bind_address: str = "0", log_level: str = "INFO", log_format: str = "text",
+            **webhook) -> None:
     """Keep the cluster's pools equal to what the rule files derive from its node facts.
 
     With --webhook-port, also serve every admission webhook of rules/admission/ and keep the
     MutatingWebhookConfiguration gpustack-worker-mutation and the ValidatingWebhookConfiguration
     gpustack-worker-validation registered (names in rules/admission/registration.yaml). TLS: either
-    --webhook-cert, --webhook-key and --webhook-ca, or --webhook-self-signed DIR. The API server
-    reaches the server at --webhook-url-base (default https://127.0.0.1:<port>) or through
-    --webhook-service. Registrations stay when the controller stops.
+    --webhook-cert, --webhook-key and --webhook-ca, --webhook-cert-secret NAME with --webhook-cert-dir
+    DIR, or --webhook-self-signed DIR. The API server reaches the server at --webhook-url-base (default
+    https://127.0.0.1:<port>) or through --webhook-service. Registrations stay when the controller stops.
 
     Metrics (docs/reference/metrics.md): /metrics on --metrics-bind-address and, with --webhook-port,
     on the webhook server too."""
     configure_logging(log_level, log_format)
-    webhook_opts = webhook_options(once, webhook_values(click.get_current_context().params))
-    serving = webhook_opts is not None and not registration_only  # webhooks served in this process
-    tls, service = webhook_tls(webhook_opts) if webhook_opts else (None, None)
-    audit_seconds, stop = duration_seconds(audit_interval), _stop_on_signals()
-    policy, session = policy_and_session(rules_dir, lambda: _connect(kubeconfig), lease_namespace,
+    opts = checked_options(once, controller_values(webhook))
+    serving = opts is not None and not opts["registration_only"]  # webhooks served in this process
+    tls, service = webhook_tls(opts) if opts else (None, None)
+    audit_seconds, stop = duration_seconds(audit_interval), stop_on_signals()
+    policy, session = policy_and_session(rules_dir, lambda: connect_or_exit(kubeconfig), namespace,
                                          rules_configmap)
-    serving_cert, tls = (serving_certificate(session, lease_namespace, service, stop, webhook_opts)
-                         if webhook_opts and webhook_cert_secret else (None, tls))
+    serving_cert, tls = (serving_certificate(session, namespace, service, stop, opts)
+                         if opts and opts["cert_secret"] else (None, tls))
     controller = Controller(session, policy, coalesce_seconds=coalesce_seconds,
                             fit_coalesce_seconds=0.0 if once else None,  # --once: fit labels in its pass
                             extra_kinds=view_kinds(policy) if serving else ())
     webhooks, stop_hooks = None, []
-    registration = (Registration(session, tls, service, webhook_url_base, serving_cert,
-                                 webhook_owner_clusterrole) if registration_only else None)
+    registration = (Registration(session, tls, service, opts["url_base"], serving_cert, opts["owner"])
+                    if opts and opts["registration_only"] else None)
     try:
-        webhooks = serve_webhooks(controller, webhook_opts, tls, service) if serving else None
-        follow_certificate(serving_cert, webhooks, stop, CaPublisher(session, policy, lease_namespace,
-                                                                      webhook_ca_configmap))
+        webhooks = serve_webhooks(controller, opts, tls, service) if serving else None
+        follow_certificate(serving_cert, webhooks, stop, CaPublisher(session, policy, namespace,
+                                                                      opts and opts["ca_configmap"]))
         registry, metrics = _controller_metrics(controller, webhooks, usage_by_node)
         if once:
             _reconcile_once(controller)
         _serve_metrics(metrics_bind_address, registry, stop_hooks)
-        elector = LeaderElector(session, LEASE_NAME, lease_namespace,
+        elector = LeaderElector(session, LEASE_NAME, namespace,
                                 identity or f"{socket.gethostname()}_{os.getpid()}")
         workers: dict = {}   # the rules reload and the audit, started again in each term
 
         def start(term_hooks: list, term_stop: threading.Event) -> None:
             _start_leading(controller, webhooks, registry, term_hooks, rules_dir, watch_rules_seconds,
                            audit_seconds, audit_interval, registration, term_stop, workers,
-                           rules_configmap and (lease_namespace, rules_configmap))
+                           rules_configmap and (namespace, rules_configmap))
         _lead_in_terms(elector, stop, controller, start, webhooks, serving_cert, metrics)
     except (KubeApiError, TimeoutError) as exc:
         logger.error("error: {}", exc)
         sys.exit(1)
     finally:
-        _shut_down(stop_hooks, webhooks, controller)
-
-
-def _stop_on_signals() -> threading.Event:
-    """An Event that SIGINT and SIGTERM set."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
-def _connect(kubeconfig: Path | None):
-    """A Session (runtime.kube.session.connect); exits 2 without a configuration, 1 when the API
-    server cannot be reached."""
-    try:
-        return connect(kubeconfig)
-    except KubeConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except KubeApiError as exc:
-        click.echo(f"error: cannot reach the API server: {exc}", err=True)
-        sys.exit(1)
+        drain = opts["drain_seconds"] if serving and stop.is_set() else 0.0   # SIGTERM: drain first
+        _shut_down(stop_hooks, webhooks, controller, drain)
 
 
 def _reconcile_once(controller: Controller) -> None:
@@ -373,12 +290,14 @@ def rules_holder(controller: Controller, rules_dir: Path, webhooks: ControllerWe
     return holder
 
 
-def _shut_down(stop_hooks: list, webhooks: ControllerWebhooks | None, controller: Controller) -> None:
-    """Stop the background work, the webhook server and the controller, in that order."""
+def _shut_down(stop_hooks: list, webhooks: ControllerWebhooks | None, controller: Controller,
+               drain_seconds: float = 0.0) -> None:
+    """Stop the background work, the webhook server (after ``drain_seconds`` of ``Connection: close``
+    answers: --webhook-drain-seconds, on SIGTERM) and the controller, in that order."""
     for hook in stop_hooks:
         hook()
     if webhooks is not None:
-        webhooks.stop()
+        webhooks.stop(drain_seconds)
     controller.stop()
 
 

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from runtime.cli.common import fail, policy_from
+from runtime.cli.common import connect_or_exit, policy_from
 from runtime.engine.devices.devicesobject import is_agent_capacity_key
 
 
@@ -39,13 +39,10 @@ def cleanup_patches(policy, node: dict) -> tuple[dict | None, dict | None]:
               help="rules directory (default: the installed rules/, or env ACCELPOLICY_RULES)")
 def command(kubeconfig: str | None, nodes: tuple[str, ...], rules: str | None) -> None:
     """Remove the agents' annotations and capacity keys from the Nodes (after an uninstall)."""
-    from runtime.kube.session import KubeApiError, KubeConfigError, connect
+    from runtime.kube.session import KubeApiError
 
     policy = policy_from(rules)
-    try:
-        session = connect(kubeconfig)
-    except KubeConfigError as exc:
-        fail(str(exc))
+    session = connect_or_exit(kubeconfig, quiet=True)
     ref = session.ref("Node")
     items = session.call("get", ref.path())["items"]
     failed = 0

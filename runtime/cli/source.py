@@ -22,15 +22,13 @@ through :func:`read_source` too.
 from __future__ import annotations
 
 import os
-import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import click
 
-from runtime.cli.common import fail, warn_one
+from runtime.cli.common import SNAPSHOT_INSTEAD, connect_or_exit, fail, unreachable, warn_one
 
 if TYPE_CHECKING:
     from runtime.engine.policy import Policy
@@ -146,7 +144,7 @@ def _live(policy: "Policy", kinds: tuple[str, ...], kubeconfig: Path | None,
     from runtime.kube.listing import ListForbidden, Needs, list_cluster
     from runtime.kube.session import KubeApiError
 
-    session = connect_or_exit(kubeconfig, context)
+    session = connect_or_exit(kubeconfig, context, SNAPSHOT_INSTEAD, quiet=True)
     needs = Needs(kinds, (secret_namespace(policy.settings, os.environ), policy.settings.secretName))
     try:
         read = list_cluster(session, needs)
@@ -159,46 +157,6 @@ def _live(policy: "Policy", kinds: tuple[str, ...], kubeconfig: Path | None,
     except SnapshotError as exc:
         fail(str(exc))
     return snapshot, read.missing, read.requests
-
-
-def connect_or_exit(kubeconfig: Path | None, context: str | None):
-    """:func:`runtime.kube.session.connect`; no usable kubeconfig exits 2, an unreachable server 1.
-    urllib3's warning per retried connection is silenced: the command prints its one error."""
-    import logging
-
-    from runtime.kube.session import KubeApiError, KubeConfigError, connect
-
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
-
-    try:
-        return connect(kubeconfig, context)
-    except KubeConfigError as exc:
-        fail(no_kubeconfig_message(kubeconfig, context, exc))
-    except KubeApiError as exc:
-        unreachable(exc)
-
-
-def no_kubeconfig_message(kubeconfig: Path | None, context: str | None, exc: Exception) -> str:
-    """The error for no usable configuration, as kubectl words it, with what to give instead."""
-    where = str(kubeconfig) if kubeconfig else (os.environ.get("KUBECONFIG") or "~/.kube/config")
-    detail = str(exc).split(": ", 1)[-1]
-    if context and f"Expected object with name {context} " in detail:
-        return f'context "{context}" does not exist in {where}'
-    return (f"no configuration has been provided ({where}{f', context {context}' if context else ''}: "
-            f"{detail}); give --kubeconfig FILE or set KUBECONFIG, or --snapshot PATH to read files instead")
-
-
-def unreachable(exc) -> None:
-    """Exit 1: the API server did not answer (its address and the transport's words)."""
-    if exc.status == 0:
-        host, _, detail = exc.message.partition(": ") if exc.message.startswith("http") else \
-            ("of the kubeconfig", "", exc.message)
-        cause = re.findall(r"\] ([^\"')]+)", detail) or [detail]
-        click.echo(f"error: the connection to the server {host} was refused - did you specify the right host "
-                   f"or port? ({cause[-1]})", err=True)
-    else:
-        click.echo(f"error: the server answered {exc.status} {exc.reason}: {exc.message}", err=True)
-    sys.exit(1)
 
 
 def forbidden_message(exc) -> str:

@@ -1,309 +1,256 @@
-"""The controller's webhook options (`accelpolicy controller --webhook-*`): their checks, the TLS they
-give, the shared serving certificate, the webhook server in the controller's process, and registration
-alone for the `accelpolicy admission` replicas (--webhook-registration-only; docs/availability.md).
-Bad input exits 2 naming the option (:func:`runtime.cli.common.fail`)."""
+"""The webhook options: one group, one name per option, shared by `accelpolicy webhook`, `accelpolicy
+admission` and `accelpolicy controller` (docs/reference/cli.md), all three serving through the one
+webhook host (:class:`runtime.webhook.host.WebhookServer`).
+
+:func:`webhook_options` adds the group to a command (``webhook``: no cluster; ``admission`` and
+``controller`` also ``--namespace`` and the Secret-held certificate) with the names each command had
+before accepted, with a warning, until :data:`runtime.cli.common.FORMER_NAMES_UNTIL` (:data:`FORMER`).
+:func:`values_of` reads the group's values (short names: ``port``, ``cert_secret``, ...),
+:func:`serving_of` turns them into the server's :class:`~runtime.webhook.host.ServingOptions`,
+:func:`tls_choice` checks that exactly one TLS source is given, and :func:`self_signed_files` and
+:func:`shared_certificate` make or fetch the files. Bad input exits 2 naming the option
+(:func:`runtime.cli.common.fail`), a Secret that cannot be read 1.
+"""
 from __future__ import annotations
 
 import ssl
 import sys
 import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import click
 from loguru import logger
 
-from runtime.cli.common import fail
-from runtime.controller.cabundle import CaPublisher
-from runtime.controller.reconciler import Controller
-from runtime.controller.servingcert import ServingCertificate, reload_server_tls, service_names
-from runtime.controller.registrar import WebhookRegistrar
-from runtime.controller.webhooks import ControllerWebhooks, WebhookTls
-from runtime.engine.admission.registration import ClientConfig
-from runtime.kube.session import KubeApiError
-from runtime.reload.replicas import ReplicaReports, service_endpoints, url_endpoints
-from runtime.webhook.server import check_tls, self_signed
+from runtime.cli.common import fail, former_names
+from runtime.webhook.app import DEFAULT_DEADLINE_SECONDS, DEFAULT_MAX_BODY, INLINE_SECONDS
+from runtime.webhook.host import ServingOptions
+from runtime.webhook.server import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, check_tls, self_signed
+
+COMMANDS = ("webhook", "admission", "controller")
+_WEBHOOK_FORMER = {"--host": "--webhook-host", "--port": "--webhook-port", "--cert": "--webhook-cert",
+                   "--key": "--webhook-key", "--self-signed": "--webhook-self-signed",
+                   "--max-body-bytes": "--webhook-max-body-bytes", "--read-timeout": "--webhook-read-timeout",
+                   "--max-connections": "--webhook-max-connections", "--deadline": "--webhook-deadline",
+                   "--workers": "--webhook-workers"}
+#: per command, each former option name -> its name now (docs/reference/cli.md "Renamed options")
+FORMER: dict[str, dict[str, str]] = {
+    "webhook": _WEBHOOK_FORMER,
+    "admission": {**_WEBHOOK_FORMER, "--cert-secret": "--webhook-cert-secret",
+                  "--cert-dir": "--webhook-cert-dir", "--cert-check-seconds": "--webhook-cert-check-seconds",
+                  "--drain-seconds": "--webhook-drain-seconds"},
+    "controller": {"--lease-namespace": "--namespace"},
+}
+#: the group's parameters (click's names) -> the short names :func:`values_of` gives
+PARAMS = {"webhook_host": "host", "webhook_port": "port", "webhook_cert": "cert", "webhook_key": "key",
+          "webhook_self_signed": "self_signed", "webhook_cert_secret": "cert_secret",
+          "webhook_cert_dir": "cert_dir", "webhook_cert_check_seconds": "cert_check_seconds",
+          "webhook_max_body_bytes": "max_body_bytes", "webhook_read_timeout": "read_timeout",
+          "webhook_max_connections": "max_connections", "webhook_deadline": "deadline",
+          "webhook_workers": "workers", "webhook_drain_seconds": "drain_seconds"}
+_FILE = click.Path(dir_okay=False, path_type=Path)
+_DIR = click.Path(file_okay=False, path_type=Path)
 
 
-#: the webhook options' short names (the keys :func:`webhook_options` reads) -> the command's parameters
-WEBHOOK_PARAMS = {
-    "port": "webhook_port", "host": "webhook_host", "cert": "webhook_cert", "key": "webhook_key",
-    "ca": "webhook_ca", "self_signed": "webhook_self_signed", "url_base": "webhook_url_base",
-    "service": "webhook_service", "cert_secret": "webhook_cert_secret", "cert_dir": "webhook_cert_dir",
-    "cert_issuer": "webhook_cert_issuer", "cert_days": "webhook_cert_days",
-    "cert_renew_days": "webhook_cert_renew_days", "cert_check_seconds": "webhook_cert_check_seconds",
-    "registration_only": "registration_only", "owner": "webhook_owner_clusterrole"}
+def prose(text: str) -> str:
+    """``text`` as one paragraph (its line breaks and indents collapsed): a help text written over lines."""
+    return " ".join(text.split())
 
 
-def webhook_values(params: dict) -> dict:
-    """The webhook options by their short names from the command's parameters (click's ``params``);
-    ``register`` is the opposite of --no-webhook-registration."""
-    return {**{short: params.get(name) for short, name in WEBHOOK_PARAMS.items()},
-            "register": not params.get("no_registration")}
+_HELP = {key: prose(text) for key, text in {
+    "host": "Address the webhook server binds (0.0.0.0 in a Pod behind a Service).",
+    "port": """Port of the HTTPS server (0: any free port): every webhook path, /healthz, /readyz,
+        /metrics, /generation.""",
+    "controller-port": """Serve the admission webhooks over HTTPS on port N (0: any free port) from the
+        watch caches, and register them (leader only). Without it no webhook is served or registered.""",
+    "cert": "Serving certificate (PEM), with --webhook-key{ca}.",
+    "key": "Private key of --webhook-cert (PEM).",
+    "self-signed": """Development: make a CA (DIR/ca.crt, for the registration's caBundle) and a serving
+        certificate for 127.0.0.1, localhost{service} in DIR.""",
+    "cert-secret": """Serve the certificate of Secret NAME in --namespace (keys tls.crt, tls.key, ca.crt),
+        copied into --webhook-cert-dir and reloaded whenever it changes. The controller creates it when
+        missing and its leader rotates it (--webhook-cert-issuer accelpolicy) or only reads it (external,
+        e.g. cert-manager); an admission replica only reads it, waiting for it to appear. Its ca.crt is the
+        registered caBundle.""",
+    "cert-dir": "Where --webhook-cert-secret's files are written (a writable emptyDir in a Pod).",
+    "cert-check-seconds": """How often --webhook-cert-secret is read again (and rotated by the
+        controller's leader when due).""",
+    "namespace": "The namespace accelpolicy runs in: of --webhook-cert-secret and --rules-configmap{more}.",
+    "max-body-bytes": """Largest review body judged; a larger one gets a BadRequest denial (3 MiB:
+        kube-apiserver's own request limit).""",
+    "read-timeout": """Seconds a request may take to arrive whole (headers and body) before the
+        connection is closed.""",
+    "max-connections": "Connections and requests served at once; more are answered 503.",
+    "deadline": """Seconds to judge one review; a miss is answered with a Timeout denial. Default: 2 s
+        under the webhooks' timeoutSeconds of rules/admission/registration.yaml (8 for its 10).""",
+    "workers": f"""Threads judging the reviews that need their cluster view built first or take longer
+        than {INLINE_SECONDS * 1000:g} ms (the others are judged as they arrive, without a hand-off);
+        default: the CPU count.""",
+    "drain-seconds": """On SIGTERM, keep serving this long with `Connection: close` on every answer before
+        the server stops, so kube-apiserver drops its keep-alive connections to this replica between
+        reviews instead of racing a closing one ("failed to call webhook: ... EOF"). Comes after the Pod's
+        preStop sleep; keep both within terminationGracePeriodSeconds.""",
+    "watch-rules-seconds": """Poll the rules directory this often and swap in a changed set once it lints
+        and compiles (a broken set is refused, the working one keeps serving); 0: never.""",
+}.items()}
 
 
-def webhook_options(once: bool, opts: dict) -> dict | None:
-    """The webhook options, or None without --webhook-port (or --webhook-registration-only); a webhook
-    option without either, or either with --once, exits 2."""
-    if opts["registration_only"]:
-        registration_only_options(once, opts)
-        return opts
-    if opts["port"] is None:
-        given = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
-                                        ("--webhook-cert-secret", "cert_secret"),
-                                        ("--webhook-cert-dir", "cert_dir"), ("--webhook-ca", "ca"),
-                                        ("--webhook-self-signed", "self_signed"),
-                                        ("--webhook-url-base", "url_base"), ("--webhook-service", "service"),
-                                        ("--webhook-owner-clusterrole", "owner"))
-                 if opts[key]]
-        if given:
-            fail(f"{', '.join(given)} need --webhook-port")
-        return None
-    if once:
-        fail("--once reconciles and exits: it serves no webhooks (drop --webhook-port)")
-    return opts
+def _port(command: str):
+    if command == "controller":
+        return click.option("--webhook-port", type=click.IntRange(0, 65535), default=None, metavar="N",
+                            help=_HELP["controller-port"])
+    return click.option("--webhook-port", type=click.IntRange(0, 65535), default=9443, show_default=True,
+                        help=_HELP["port"])
 
 
-def registration_only_options(once: bool, opts: dict) -> None:
-    """--webhook-registration-only: exits 2 on an option that serves here or cannot be registered."""
-    if once:
-        fail("--once reconciles and exits: it registers no webhooks (drop --webhook-registration-only)")
-    if opts["port"] is not None:
-        fail("--webhook-registration-only serves no webhook here: drop --webhook-port")
-    if not opts["register"]:
-        fail("--webhook-registration-only and --no-webhook-registration leave nothing to do: give one")
-    if not (opts["service"] or opts["url_base"]):
-        fail("--webhook-registration-only needs --webhook-service NS/NAME[:PORT] or --webhook-url-base URL "
-             "(where the admission replicas answer)")
-    serving = [name for name, key in (("--webhook-cert", "cert"), ("--webhook-key", "key"),
-                                      ("--webhook-self-signed", "self_signed")) if opts[key]]
-    if serving:
-        fail(f"--webhook-registration-only serves no webhook here: drop {', '.join(serving)} (give the CA "
-             f"with "
-             "--webhook-ca FILE or --webhook-cert-secret NAME)")
-    if not (opts["cert_secret"] or opts["ca"]):
-        fail(
-            "--webhook-registration-only needs the CA to register: --webhook-cert-secret NAME or "
-            "--webhook-ca FILE")
+def _tls(command: str) -> list:
+    controller = command == "controller"
+    options = [
+        click.option("--webhook-cert", type=_FILE, default=None, metavar="FILE",
+                     help=_HELP["cert"].format(ca=" and --webhook-ca" if controller else "")),
+        click.option("--webhook-key", type=_FILE, default=None, metavar="FILE", help=_HELP["key"]),
+        click.option("--webhook-self-signed", type=_DIR, default=None, metavar="DIR",
+                     help=_HELP["self-signed"].format(
+                         service=" and the --webhook-service names" if controller else ""))]
+    if command == "webhook":
+        return options
+    return options + [
+        click.option("--webhook-cert-secret", default=None, metavar="NAME", help=_HELP["cert-secret"]),
+        click.option("--webhook-cert-dir", type=_DIR, default=None, metavar="DIR", help=_HELP["cert-dir"]),
+        click.option("--webhook-cert-check-seconds", type=click.FloatRange(min=0.1), default=60.0,
+                     show_default=True, help=_HELP["cert-check-seconds"]),
+        click.option("--namespace", default="gpustack-system", show_default=True,
+                     envvar="KUBERNETES_POD_NAMESPACE", help=_HELP["namespace"].format(
+                         more=", the leader Lease and --webhook-ca-configmap" if controller else ""))]
 
 
-@dataclass
-class Registration:
-    """--webhook-registration-only: where the admission replicas answer and the CA that verifies them
-    (``tls.ca_pem``; with a ``serving_cert``, its ca.crt, followed when it rotates)."""
-
-    session: object
-    tls: WebhookTls
-    service: tuple[str, str, int] | None
-    url_base: str | None
-    serving_cert: ServingCertificate | None
-    owner: str | None = None   # --webhook-owner-clusterrole
-    registrar: WebhookRegistrar | None = None   # this term's, once registering
-
-    def client(self) -> ClientConfig:
-        ca = self.serving_cert.data["ca.crt"] if self.serving_cert is not None else self.tls.ca_pem
-        if self.service is not None:
-            return ClientConfig(ca_pem=ca, service=self.service)
-        return ClientConfig(ca_pem=ca, url_base=self.url_base)
-
-    def reports(self) -> ReplicaReports:
-        """The admission replicas' own reports (``/generation``): at the URL base, or each endpoint of the
-        Service."""
-        if self.service is not None:
-            namespace, name, port = self.service
-            return ReplicaReports(lambda: service_endpoints(self.session, namespace, name, port),
-                                  lambda: self.client().ca_pem)
-        return ReplicaReports(lambda: url_endpoints(self.url_base), lambda: self.client().ca_pem)
-
-    def readyz_url(self) -> str:
-        """Where the admission replicas answer ``/readyz`` (through the Service, or at the URL base)."""
-        if self.service is not None:
-            namespace, name, port = self.service
-            return f"https://{name}.{namespace}.svc:{port}/readyz"
-        return f"{self.url_base.rstrip('/')}/readyz"
-
-    def wait_ready(self, stop: threading.Event, timeout: float = 120.0) -> bool:
-        """Poll :meth:`readyz_url` (verified with the CA) once a second until it answers 200, ``stop`` is
-        set or ``timeout`` seconds passed; True when it answered. A webhook registered before any
-        replica is ready would refuse every review meanwhile (``failurePolicy: Fail``)."""
-        import urllib.request
-
-        deadline, url, last = time.monotonic() + timeout, self.readyz_url(), ""
-        while not stop.is_set():
-            try:
-                context = ssl.create_default_context(cadata=self.client().ca_pem.decode())
-                with urllib.request.urlopen(url, context=context, timeout=5) as answer:
-                    if answer.status == 200:
-                        return True
-            except (OSError, ValueError, ssl.SSLError) as exc:
-                if str(exc) != last:
-                    last = str(exc)
-                    logger.info("waiting for the admission replicas at {} before registering: {}", url, exc)
-            if time.monotonic() > deadline or stop.wait(1.0):
-                return False
-        return False
-
-    def start(self, controller: Controller, stop: threading.Event) -> Callable[[], None]:
-        """In a thread: wait until the admission replicas are ready (at most 120 s; then register anyway,
-        with a warning), register (the leader's job) and keep the configurations, re-registered on a new
-        CA. Returns the function that stops it."""
-        holder: list[WebhookRegistrar] = []
-        listeners: list = []   # this term's, taken off the certificate again by halt()
-
-        def register() -> None:
-            if not self.wait_ready(stop) and not stop.is_set():
-                logger.warning("the admission replicas at {} are not ready: registering the webhooks anyway",
-                               self.readyz_url())
-            if stop.is_set():
-                return
-            registrar = WebhookRegistrar(self.session, controller.policy, self.client(), owner=self.owner,
-                                         policy_of=lambda: controller.policy,
-                                         served=self.reports().served_paths).start()
-            holder.append(registrar)
-            self.registrar = registrar
-            if self.serving_cert is not None:
-                listeners.append(lambda data: registrar.retarget(self.client()))
-                self.serving_cert.listeners.append(listeners[-1])
-            for desired in registrar.desired:
-                logger.info(
-                    f"registered {desired['kind']} {desired['metadata']['name']} for the admission replicas")
-        thread = threading.Thread(target=register, name="webhook-registration", daemon=True)
-        thread.start()
-
-        def halt() -> None:
-            thread.join(10.0)
-            for registrar in holder:
-                registrar.stop()
-            self.registrar = None
-            for listener in listeners:
-                if self.serving_cert is not None and listener in self.serving_cert.listeners:
-                    self.serving_cert.listeners.remove(listener)
-        return halt
+def _bounds(command: str) -> list:
+    drain = 5.0 if command == "admission" else 0.0   # the replicas behind the chart's Service drain
+    return [
+        click.option("--webhook-max-body-bytes", default=DEFAULT_MAX_BODY, show_default=True,
+                     type=click.IntRange(min=1), help=_HELP["max-body-bytes"]),
+        click.option("--webhook-read-timeout", default=DEFAULT_READ_TIMEOUT, show_default=True,
+                     type=click.FloatRange(min=0.1), help=_HELP["read-timeout"]),
+        click.option("--webhook-max-connections", default=DEFAULT_MAX_CONNECTIONS, show_default=True,
+                     type=click.IntRange(min=1), help=_HELP["max-connections"]),
+        click.option("--webhook-deadline", type=click.FloatRange(min=0.1), default=None,
+                     help=_HELP["deadline"]),
+        click.option("--webhook-workers", type=click.IntRange(min=1), default=None, help=_HELP["workers"]),
+        click.option("--webhook-drain-seconds", default=drain, show_default=True,
+                     type=click.FloatRange(min=0), help=_HELP["drain-seconds"]),
+        click.option("--watch-rules-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
+                     help=_HELP["watch-rules-seconds"])]
 
 
-def serving_certificate(session, namespace: str, service: tuple[str, str, int] | None,
-                         stop: threading.Event, opts: dict) -> tuple[ServingCertificate, WebhookTls]:
-    """--webhook-cert-secret: the shared serving certificate (created, or read, in ``namespace``) and
-    the TLS it gives now; exits 1 when it cannot be had."""
-    secret = opts["cert_secret"]
-    serving_cert = ServingCertificate(
-        session, namespace, secret,
-        service_names(service[0], service[1]) if service else ("127.0.0.1", "localhost"), opts["cert_dir"],
-        manage=opts["cert_issuer"] == "accelpolicy", days=opts["cert_days"],
-        renew_days=opts["cert_renew_days"], check_seconds=opts["cert_check_seconds"])
+def webhook_options(command: str) -> Callable:
+    """The group's options for ``command`` (one of :data:`COMMANDS`), in --help order, each former name
+    of :data:`FORMER` accepted with a warning. The command receives them as keyword arguments (their
+    parameters are :data:`PARAMS`' keys, plus ``namespace`` and ``watch_rules_seconds``)."""
+    options = [click.option("--webhook-host", default="127.0.0.1", show_default=True, help=_HELP["host"]),
+               _port(command), *_tls(command), *_bounds(command)]
+
+    def decorate(func: Callable) -> Callable:
+        for option in reversed(options):
+            func = option(func)
+        return former_names(FORMER[command])(func)
+    return decorate
+
+
+def values_of(params: dict) -> dict:
+    """The group's values by short name (:data:`PARAMS`), taken out of ``params`` (click's keyword
+    arguments); the ones a command lacks are None."""
+    return {short: params.pop(name, None) for name, short in PARAMS.items()}
+
+
+def deadline_of(value: float | None, policy) -> float:
+    """--webhook-deadline, or 2 s under the timeoutSeconds of the rules' WebhookRegistration (at least
+    1 s; :data:`runtime.webhook.app.DEFAULT_DEADLINE_SECONDS` without one)."""
+    if value is not None:
+        return value
     try:
-        data = serving_cert.ensure(stop=stop)
+        timeout = policy.ruleset.get("WebhookRegistration").timeoutSeconds
+    except KeyError:
+        return DEFAULT_DEADLINE_SECONDS
+    return max(1.0, timeout - 2.0)
+
+
+def serving_of(values: dict, policy) -> ServingOptions:
+    """The server's options from the group's values (:func:`values_of`); ``policy``: the rules served
+    (the default deadline, :func:`deadline_of`)."""
+    return ServingOptions(host=values["host"], port=values["port"], max_body_bytes=values["max_body_bytes"],
+                          read_timeout=values["read_timeout"], max_connections=values["max_connections"],
+                          deadline_seconds=deadline_of(values["deadline"], policy), workers=values["workers"],
+                          drain_seconds=values["drain_seconds"] or 0.0)
+
+
+def tls_choice(values: dict, command: str) -> None:
+    """Exactly one TLS source among --webhook-cert and --webhook-key, --webhook-cert-secret (with
+    --webhook-cert-dir; not for ``webhook``) and --webhook-self-signed; the files given are a readable,
+    matching PEM pair. Exits 2 naming the options otherwise."""
+    cluster = command != "webhook"
+    if values["cert_secret"] and values["cert_dir"] is None:
+        fail("--webhook-cert-secret needs --webhook-cert-dir DIR (where its files are written)")
+    if values["cert_dir"] is not None and not values["cert_secret"]:
+        fail("--webhook-cert-dir needs --webhook-cert-secret")
+    given = [name for name, value in (("--webhook-cert/--webhook-key", values["cert"] or values["key"]),
+                                      ("--webhook-self-signed", values["self_signed"] is not None),
+                                      ("--webhook-cert-secret", values["cert_secret"])) if value]
+    if len(given) != 1:
+        files = "--webhook-cert and --webhook-key" + (" and --webhook-ca" if command == "controller" else "")
+        secret = "--webhook-cert-secret NAME with --webhook-cert-dir DIR, " if cluster else ""
+        fail(f"give one of {files}, {secret}or --webhook-self-signed DIR"
+             + (f" (got {', '.join(given)})" if given else ""))
+    if values["cert"] or values["key"]:
+        check_files(values["cert"], values["key"])
+
+
+def check_files(cert: Path | None, key: Path | None) -> None:
+    """--webhook-cert and --webhook-key both given, readable and a matching PEM pair; exits 2 naming them
+    otherwise."""
+    if not (cert and key):
+        fail("give --webhook-cert and --webhook-key together")
+    for option, path in (("--webhook-cert", cert), ("--webhook-key", key)):
+        if not Path(path).is_file():
+            fail(f"{option} {path}: No such file")
+    try:
+        check_tls(str(cert), str(key))
+    except ssl.SSLError as exc:
+        fail(f"--webhook-cert {cert} / --webhook-key {key}: not a PEM certificate and matching private key "
+             f"({exc.reason or exc})")
+    except OSError as exc:
+        fail(f"{exc.filename}: {exc.strerror or exc}")
+
+
+def self_signed_files(directory: Path,
+                      names: tuple[str, ...] = ("127.0.0.1", "localhost")) -> dict[str, Path]:
+    """--webhook-self-signed: a new CA and a certificate for ``names`` in ``directory`` (``ca``, ``cert``,
+    ``key`` paths, :func:`runtime.webhook.server.self_signed`), logged; exits 2 when it cannot be written."""
+    try:
+        paths = self_signed(directory, names)
+    except OSError as exc:
+        fail(f"--webhook-self-signed {directory}: {exc.strerror or exc}")
+    logger.info(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}")
+    return paths
+
+
+def shared_certificate(session, namespace: str, values: dict, stop: threading.Event,
+                       names: tuple[str, ...] = (), manage: bool = False, days: float = 90.0,
+                       renew_days: float = 30.0):
+    """--webhook-cert-secret: the :class:`runtime.controller.servingcert.ServingCertificate` of the Secret
+    in ``namespace``, its files written into --webhook-cert-dir (``manage``: created when missing and
+    rotated by the leader, for ``names``, valid ``days`` and renewed ``renew_days`` before the end; else
+    only read, waited for). Exits 1 when it cannot be had."""
+    from runtime.controller.servingcert import ServingCertificate
+    from runtime.kube.session import KubeApiError
+
+    certificate = ServingCertificate(session, namespace, values["cert_secret"], names, values["cert_dir"],
+                                     manage=manage, days=days, renew_days=renew_days,
+                                     check_seconds=values["cert_check_seconds"])
+    try:
+        certificate.ensure(stop=stop)
     except (KubeApiError, TimeoutError) as exc:
         click.echo(f"error: serving certificate: {exc}", err=True)
         sys.exit(1)
-    tls = WebhookTls(serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"], data["ca.crt"])
-    logger.info(
-        f"serving certificate from Secret {namespace}/{secret} ({opts['cert_issuer']}) in {opts['cert_dir']}")
-    return serving_cert, tls
-
-
-def follow_certificate(serving_cert: ServingCertificate | None, webhooks: ControllerWebhooks | None,
-                        stop: threading.Event, ca_publisher: CaPublisher | None = None) -> None:
-    """Reload the server's TLS and the registered caBundle whenever the shared certificate changes
-    (``webhooks``: None when this process serves none, --webhook-registration-only); the leader also
-    publishes its CA certificate (``ca_publisher``, --webhook-ca-configmap; nothing without a ConfigMap
-    name). Nothing to do without a shared certificate (``serving_cert`` None)."""
-    if serving_cert is None:
-        return
-    if ca_publisher is not None and not ca_publisher.name:
-        ca_publisher = None
-    if webhooks is not None:
-        serving_cert.listeners.append(lambda data: (
-            reload_server_tls(webhooks.server, serving_cert.paths["tls.crt"], serving_cert.paths["tls.key"]),
-            webhooks.use_ca(data["ca.crt"])))
-    if ca_publisher is not None:
-        serving_cert.listeners.append(
-            lambda data: ca_publisher.publish(data["ca.crt"]) if serving_cert.leading.is_set() else None)
-        serving_cert.on_leading.append(lambda: ca_publisher.publish(serving_cert.data["ca.crt"]))
-    serving_cert.start(stop)
-
-
-def webhook_tls(opts: dict) -> tuple[WebhookTls, tuple[str, str, int] | None]:
-    """The serving TLS files and CA, and the parsed --webhook-service; bad input exits 2."""
-    service = None
-    if opts["service"]:
-        if opts["url_base"]:
-            fail("give --webhook-url-base or --webhook-service, not both")
-        ref, _, port = opts["service"].partition(":")
-        namespace, _, name = ref.partition("/")
-        if not namespace or not name or (port and not port.isdigit()):
-            fail(f"--webhook-service {opts['service']!r}: expected NAMESPACE/NAME[:PORT]")
-        service = (namespace, name, int(port or 443))
-    if opts["url_base"] and not opts["url_base"].startswith("https://"):
-        fail(f"--webhook-url-base {opts['url_base']!r}: the API server calls webhooks over https://")
-    files = (opts["cert"], opts["key"], opts["ca"])
-    if opts.get("registration_only") and not opts["cert_secret"]:  # the CA alone: nothing served here
-        ca_pem = read_ca(opts["ca"])
-        return WebhookTls(None, None, ca_pem), service
-    if opts["cert_secret"]:
-        if any(files) or opts["self_signed"] is not None:
-            fail("give --webhook-cert-secret or --webhook-cert/--webhook-key/--webhook-ca or "
-                 "--webhook-self-signed, not two of them")
-        if opts["cert_dir"] is None:
-            fail("--webhook-cert-secret needs --webhook-cert-dir DIR (where its files are written)")
-        return None, service  # read from the Secret once connected
-    if opts["cert_dir"] is not None:
-        fail("--webhook-cert-dir needs --webhook-cert-secret")
-    try:
-        if opts["self_signed"] is not None:
-            if any(files):
-                fail("give --webhook-self-signed DIR or --webhook-cert/--webhook-key/--webhook-ca, not both")
-            names = ("127.0.0.1", "localhost")
-            if service:
-                names += (f"{service[1]}.{service[0]}.svc", f"{service[1]}.{service[0]}.svc.cluster.local")
-            paths = self_signed(opts["self_signed"], names)
-            logger.info(f"self-signed: CA {paths['ca']}, certificate {paths['cert']}")
-            tls = WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes())
-        elif not all(files):
-            fail(
-                "--webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, or "
-                "--webhook-self-signed DIR")
-        else:
-            check_tls(str(opts["cert"]), str(opts["key"]))
-            tls = WebhookTls(opts["cert"], opts["key"], read_ca(opts["ca"]))
-    except ssl.SSLError as exc:
-        fail(f"--webhook-cert {opts['cert']} / --webhook-key {opts['key']}: not a PEM certificate and "
-             f"matching private key ({exc.reason or exc})")
-    except OSError as exc:
-        fail(f"{exc.filename or opts['self_signed']}: {exc.strerror or exc}")
-    return tls, service
-
-
-def read_ca(path: Path) -> bytes:
-    """The PEM bundle of --webhook-ca; exits 2 when it holds no certificate or cannot be read."""
-    try:
-        ca_pem = path.read_bytes()
-    except OSError as exc:
-        fail(f"--webhook-ca {path}: {exc.strerror or exc}")
-    if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
-        fail(f"--webhook-ca {path}: no PEM certificate in it")
-    return ca_pem
-
-
-def serve_webhooks(controller: Controller, opts: dict, tls: WebhookTls,
-                    service: tuple[str, str, int] | None) -> ControllerWebhooks:
-    """Start the HTTPS server, sync the caches (every replica), then serve from them."""
-    try:
-        webhooks = ControllerWebhooks(controller, tls, host=opts["host"], port=opts["port"],
-                                      url_base=opts["url_base"], service=service,
-                                      register_configurations=opts["register"],
-                                      owner_clusterrole=opts["owner"])
-    except KeyError as exc:
-        fail(str(exc.args[0]) if exc.args else str(exc))
-    try:
-        webhooks.serve()
-    except OSError as exc:
-        fail(f"cannot listen on {opts['host']}:{opts['port']}: {exc.strerror or exc}")
-    for spec in sorted(webhooks.engine.policies.values(), key=lambda s: s.path):
-        logger.info(f"serving {spec.webhook} at https://{opts['host']}:{webhooks.port}{spec.path}")
-    controller.start_caches(until_pass=False)  # a standby serves from them for as long as it waits
-    webhooks.ready()
-    logger.info("webhooks ready (watch caches synced)")
-    return webhooks
+    logger.info(f"serving certificate from Secret {namespace}/{values['cert_secret']} "
+                f"({'created and rotated here' if manage else 'read'}) in {values['cert_dir']}")
+    return certificate

@@ -42,8 +42,8 @@ from runtime.kube.clustercache import ClusterCache
 from runtime.reload.board import Board
 from runtime.reload.holder import RulesHolder
 from runtime.reload.hosts import AdmissionHost
-from runtime.webhook.app import WebhookState, build_app
-from runtime.webhook.server import ServerThread
+from runtime.webhook.app import WebhookState
+from runtime.webhook.host import ServingOptions, WebhookServer
 
 DEFAULT_REFRESH_SECONDS = 0.0  # rebuild as soon as an event arrives (a rebuild costs the changes)
 
@@ -105,6 +105,10 @@ class BuiltAdmissionView:
     def __call__(self) -> AdmissionView:
         view = self._view
         return view if view is not None else self.build()
+
+    def current(self) -> AdmissionView | None:
+        """The view in service, at once (None before the first was built)."""
+        return self._view
 
     def lag(self) -> float:
         """Seconds since the first cache event the served view does not hold yet (0.0 when current)."""
@@ -217,7 +221,8 @@ class AdmissionServer:
 
     Use: ``serve()`` (reviews answered "not ready; retry" and ``/readyz`` 503 until ready), ``start()``
     (caches listed, first view built, builder and reload running), ``wait(stop)``, ``stop()``.
-    ``cert``/``key``: the serving files (reloaded with :meth:`reload_tls`). A changed rules set that
+    ``cert``/``key``: the serving files (``server``, the webhook host, reloads them: ``server.follow``),
+    ``options`` how it serves (the `--webhook-*` options). A changed rules set that
     loads is tried on the reviews this replica answered recently, judged against the published objects
     (:class:`runtime.reload.hosts.AdmissionHost`; the controller's leader replays the existing objects and
     reads this replica's trial at ``/generation``); with ``rules_configmap`` (``(namespace, name)``,
@@ -231,42 +236,34 @@ class AdmissionServer:
     cert: Path
     key: Path
     settings_namespace: str
-    host: str = "127.0.0.1"
-    port: int = 9443
+    options: ServingOptions = ServingOptions()
     refresh_seconds: float = DEFAULT_REFRESH_SECONDS
-    max_body_bytes: int = 3 * 1024 * 1024
-    deadline_seconds: float = 8.0
-    workers: int | None = None
-    read_timeout: float = 10.0
-    max_connections: int = 512
     watch_rules_seconds: float = 2.0
     rules_configmap: tuple[str, str] | None = None   # (namespace, name): the leader's verdict is followed
     rules_dir: Path | None = None   # the directory watched (default: the policy's; not a serving copy's)
     cache: ClusterCache = field(init=False)
-    server: ServerThread | None = field(init=False, default=None)
+    server: WebhookServer = field(init=False)
 
     def __post_init__(self):
         self.engine = AdmissionEngine(self.policy)
         self.cache = ClusterCache(self.session, admission_watched(self.policy, self.settings_namespace),
                                   on_event=self._on_event)
         self.view = BuiltAdmissionView(self.cache, self.policy, self.settings_namespace, self.refresh_seconds)
-        self.state = WebhookState(max_body_bytes=self.max_body_bytes, deadline_seconds=self.deadline_seconds)
-        if self.workers:
-            self.state.workers = self.workers
-        self.paths = {spec.path: name for name, spec in self.engine.policies.items()}
-        self.app = build_app(self.state, self.paths)
+        self.server = WebhookServer(self.engine, self.options, self.cert, self.key)
         self.view_metrics = AdmissionMetrics(self.state.metrics.registry, self).view
         self.reload: RulesHolder | None = None
+
+    @property
+    def state(self) -> WebhookState:
+        """The server's state (metrics, the review sample, the rules holder's report)."""
+        return self.server.state
 
     def _on_event(self, kind: str, event_type: str, obj: dict) -> None:
         self.view.on_event(kind, event_type, obj)  # the view in service (a reload replaces it)
 
     def serve(self) -> "AdmissionServer":
         """Start the HTTPS server thread. Raises OSError when the port cannot be bound."""
-        self.server = ServerThread(self.app, str(self.cert), str(self.key), self.host, self.port,
-                                   read_timeout=self.read_timeout,
-                                   max_connections=self.max_connections).start()
-        self.port = self.server.port
+        self.server.serve()
         return self
 
     def start(self, sync_timeout: float = 120.0) -> "AdmissionServer":
@@ -282,8 +279,7 @@ class AdmissionServer:
         except Exception:  # noqa: BLE001 - /readyz says why
             pass
         self.view.start()
-        self.state.set_ready(self.engine, self.view)
-        self.state.ready_check = lambda: view_not_ready_reason(self.cache, self.view)
+        self.server.install(self.engine, self.view, lambda: view_not_ready_reason(self.cache, self.view))
         if self.watch_rules_seconds > 0:
             board = Board(self.session, *self.rules_configmap,
                           keys=lambda: self.policy.ruleset.get("ReloadGate").annotations) \
@@ -313,14 +309,19 @@ class AdmissionServer:
         self.view_metrics.retire(old)
         return view
 
+    def swap(self, policy: Policy, engine: AdmissionEngine) -> None:
+        """A hot reload: from the next review on, ``engine`` judges against the view of ``policy``
+        (:meth:`view_for`), installed as one generation; a review in flight finishes on the old pair."""
+        view = self.view_for(policy)
+        self.engine = engine
+        self.server.install(engine, view)
+
     def stop(self, drain_seconds: float = 0.0) -> None:
         """Stop the server (after ``drain_seconds`` of answering with ``Connection: close``, serving as
-        before meanwhile: :meth:`runtime.webhook.server.ServerThread.stop`), the reload, the builder and
+        before meanwhile: :meth:`runtime.webhook.host.WebhookServer.stop`), the reload, the builder and
         the caches."""
-        if self.server is not None:
-            self.server.stop(drain_seconds)
+        self.server.stop(drain_seconds)
         if self.reload is not None:
             self.reload.stop()
         self.view.stop()
-        self.state.close()
         self.cache.stop()

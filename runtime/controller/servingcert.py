@@ -16,7 +16,8 @@ same Secret instead):
 
 Every replica copies the Secret's three keys into ``directory`` (an emptyDir: the root filesystem
 is read-only) and, when they change, calls its listeners: the server reloads its TLS context
-(:func:`reload_server_tls`) and the leader re-registers ``caBundle`` from ``ca.crt``.
+(:meth:`runtime.webhook.host.WebhookServer.follow`) and the leader re-registers ``caBundle`` from
+``ca.crt``.
 
 Validity (``days``, ``renew_days``) are deployment settings given as CLI flags; the CA lives
 ``CA_LIFETIMES`` leaf lifetimes. Keys are EC P-256, as in the rest of the project.
@@ -180,12 +181,6 @@ def write_files(directory: Path, data: dict[str, bytes]) -> dict[str, Path]:
         os.replace(tmp, path)
         paths[key] = path
     return paths
-
-
-def reload_server_tls(server, cert: Path, key: Path) -> None:
-    """Load a new certificate and key into a running uvicorn server's SSL context (``server`` is a
-    :class:`runtime.webhook.server.ServerThread`); connections accepted afterwards present it."""
-    server.server.config.ssl.load_cert_chain(str(cert), str(key))
 
 
 @dataclass

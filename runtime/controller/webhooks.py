@@ -10,9 +10,9 @@ webhook").
   "Serving while a watch cache relists").
 * :class:`runtime.controller.registrar.WebhookRegistrar` (its own module): the registration, reconciled
   both ways.
-* :class:`ControllerWebhooks`: the HTTPS server (uvicorn in a thread) next to the reconcile loop,
-  ``/readyz`` 503 until every cache listed once and a view was built, 200 from then on (a relisting
-  cache serves its last objects), plus the registrar (run by the leader only).
+* :class:`ControllerWebhooks`: the one webhook host (:class:`runtime.webhook.host.WebhookServer`) next to
+  the reconcile loop, ``/readyz`` 503 until every cache listed once and a view was built, 200 from then on
+  (a relisting cache serves its last objects), plus the registrar (run by the leader only).
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from runtime.engine.admission import AdmissionEngine, AdmissionView, admission_v
 from runtime.engine.admission.registration import ClientConfig, registration_of
 from runtime.engine.policy import Policy
 from runtime.kube.clustercache import ClusterCache
-from runtime.webhook.app import WebhookState, build_app
-from runtime.webhook.server import ServerThread
+from runtime.webhook.app import WebhookState
+from runtime.webhook.host import ServingOptions, WebhookServer
 
 
 class LiveAdmissionView:
@@ -64,6 +64,12 @@ class LiveAdmissionView:
         if kind in self.kinds:
             with self._lock:
                 self._generation += 1
+
+    def current(self) -> AdmissionView | None:
+        """The view when no event made it stale since it was built (or last tried), at once; None when
+        calling the object would rebuild it."""
+        with self._lock:
+            return self._view if self._generation == self._built else None
 
     def __call__(self) -> AdmissionView:
         with self._lock:
@@ -133,56 +139,53 @@ class WebhookTls:
 
 @dataclass
 class ControllerWebhooks:
-    """The controller's admission webhooks: server, live view and (for the leader) registration.
+    """The controller's admission webhooks: the webhook server, its live view and (for the leader)
+    registration.
 
-    ``url_base`` or ``service`` say how the API server reaches the server (``url_base`` None and no
-    ``service``: ``https://127.0.0.1:<bound port>``); ``register`` False serves without registering
-    (configurations managed elsewhere); ``owner_clusterrole`` names the ClusterRole that owns the
-    registered configurations (:class:`WebhookRegistrar`). Use: ``serve()`` early (``/readyz`` 503),
-    ``ready()`` once ``controller.start_caches()`` returned, ``register()`` once leading, ``stop()``.
+    ``options``: how the server serves (the `--webhook-*` options). ``url_base`` or ``service`` say how
+    the API server reaches it (``url_base`` None and no ``service``: ``https://127.0.0.1:<bound port>``);
+    ``register_configurations`` False serves without registering (configurations managed elsewhere);
+    ``owner_clusterrole`` names the ClusterRole that owns the registered configurations
+    (:class:`WebhookRegistrar`). Use: ``serve()`` early (``/readyz`` 503), ``ready()`` once
+    ``controller.start_caches()`` returned, ``register()`` once leading, ``stop()``.
     """
 
     controller: Controller
     tls: WebhookTls
-    host: str = "127.0.0.1"
-    port: int = 9443
+    options: ServingOptions = ServingOptions()
     url_base: str | None = None
     service: tuple[str, str, int] | None = None
     register_configurations: bool = True
     owner_clusterrole: str | None = None
-    max_body_bytes: int = 3 * 1024 * 1024
     view: LiveAdmissionView = field(init=False)
-    state: WebhookState = field(init=False)
-    server: ServerThread | None = field(init=False, default=None)
+    server: WebhookServer = field(init=False)
     registrar: WebhookRegistrar | None = field(init=False, default=None)
 
     def __post_init__(self):
         policy = self.controller.policy
         self.engine = AdmissionEngine(policy)
-        timeout = 10  # the API server's default webhook timeoutSeconds
         if self.register_configurations:
-            # KeyError now, naming the kind, rather than once leading
-            timeout = registration_of(policy).timeoutSeconds
+            registration_of(policy)   # KeyError now, naming the kind, rather than once leading
         self.view = LiveAdmissionView(self.controller.cache, policy, self.controller.settings_namespace)
         self.controller.listeners.append(self.view.on_event)
-        # answer a slow review ourselves, 2 s before the API server would give up on it
-        self.state = WebhookState(max_body_bytes=self.max_body_bytes,
-                                  deadline_seconds=max(1.0, timeout - 2.0), clock=self.controller.clock)
-        self.app = build_app(self.state, {spec.path: name for name, spec in self.engine.policies.items()})
+        self.server = WebhookServer(self.engine, self.options, self.tls.cert, self.tls.key,
+                                    clock=self.controller.clock)
+
+    @property
+    def state(self) -> WebhookState:
+        """The server's state (metrics, the review sample, the rules holder's report)."""
+        return self.server.state
 
     def serve(self) -> "ControllerWebhooks":
         """Start the HTTPS server thread (reviews answer "not ready; retry" until :meth:`ready`).
         Raises OSError when the port cannot be bound."""
-        self.server = ServerThread(self.app, str(self.tls.cert), str(self.tls.key), self.host,
-                                   self.port).start()
-        self.port = self.server.port
+        self.server.serve()
         return self
 
     def ready(self) -> None:
         """The caches synced: serve from the live view; ``/readyz`` turns 200 while
         :meth:`not_ready_reason` finds nothing (docs/availability.md "Readiness")."""
-        self.state.set_ready(self.engine, self.view)
-        self.state.ready_check = self.not_ready_reason
+        self.server.install(self.engine, self.view, self.not_ready_reason)
 
     def swap(self, policy: Policy, engine: AdmissionEngine) -> None:
         """A hot reload: from the next review on, ``engine`` judges against a live view of ``policy``
@@ -196,7 +199,7 @@ class ControllerWebhooks:
             f for f in self.controller.listeners if f != old.on_event] + [view.on_event]
         self.engine, self.view = engine, view
         if self.state.ready:
-            self.state.set_ready(engine, view)
+            self.server.install(engine, view)
 
     def not_ready_reason(self) -> str | None:
         """Why ``/readyz`` says 503 now; None when ready. See :func:`view_not_ready_reason`."""
@@ -207,7 +210,7 @@ class ControllerWebhooks:
         if self.service is not None:
             return ClientConfig(ca_pem=self.tls.ca_pem, service=self.service)
         return ClientConfig(ca_pem=self.tls.ca_pem,
-                            url_base=self.url_base or f"https://127.0.0.1:{self.port}")
+                            url_base=self.url_base or f"https://127.0.0.1:{self.server.port}")
 
     def identity_warning(self) -> str | None:
         """A warning when the controller's own user is not among the ``controllerUsers`` the
@@ -247,12 +250,11 @@ class ControllerWebhooks:
         if self.registrar is not None:
             self.registrar.retarget(self.client_config())
 
-    def stop(self) -> None:
-        """Stop the registrar and the server; registrations are left in place."""
+    def stop(self, drain_seconds: float = 0.0) -> None:
+        """Stop the registrar and the server (after ``drain_seconds`` of ``Connection: close`` answers);
+        registrations are left in place."""
         if self.registrar is not None:
             self.registrar.stop()
-        if self.server is not None:
-            self.server.stop()
-        self.state.close()
+        self.server.stop(drain_seconds)
         if self.view.on_event in self.controller.listeners:
             self.controller.listeners.remove(self.view.on_event)

@@ -114,7 +114,7 @@ class ControllerHost:
 
 class AdmissionHost:
     """An ``accelpolicy admission`` replica (``server``: its ``state``, ``cache``, ``settings_namespace``,
-    ``view_for(policy)``)."""
+    ``swap(policy, engine)``)."""
 
     name = "admission"
 
@@ -134,11 +134,7 @@ class AdmissionHost:
                                                                         settings_namespace=namespace))
 
     def install(self, ruleset: RuleSet, trial: Trial, generation: str) -> None:
-        policy = Policy(ruleset)
-        engine = self.engines.of(ruleset)
-        view = self.server.view_for(policy)
-        self.server.engine = engine
-        self.server.state.set_ready(engine, view)
+        self.server.swap(Policy(ruleset), self.engines.of(ruleset))
         _resize(self.server.state, ruleset)
 
     def paths(self) -> list[str]:
@@ -147,25 +143,26 @@ class AdmissionHost:
 
 
 class WebhookHost:
-    """The standalone webhook server: ``state`` (a WebhookState) and ``view_of(policy)`` (the view of its
-    ``--snapshot`` objects, ``cluster``, for a policy)."""
+    """The standalone webhook server: ``server`` (its webhook host: ``state``, ``install(engine, view)``)
+    and ``view_of(policy)`` (the view of its ``--snapshot`` objects, ``cluster``, for a policy)."""
 
     name = "webhook"
 
-    def __init__(self, state, cluster, view_of: Callable[[Policy], AdmissionView]):
-        self.state, self.cluster, self.view_of = state, cluster, view_of
+    def __init__(self, server, cluster, view_of: Callable[[Policy], AdmissionView]):
+        self.server, self.cluster, self.view_of = server, cluster, view_of
         self.engines = _Engines()
 
     def trial(self, serving: Policy, ruleset: RuleSet) -> Trial:
         engine = self.engines.compile(ruleset)
-        return try_generation(serving, ruleset, self.cluster, self.state.sample.reviews(), engine=engine)
+        reviews = self.server.state.sample.reviews()
+        return try_generation(serving, ruleset, self.cluster, reviews, engine=engine)
 
     def install(self, ruleset: RuleSet, trial: Trial, generation: str) -> None:
-        self.state.set_ready(self.engines.of(ruleset), self.view_of(Policy(ruleset)))
-        _resize(self.state, ruleset)
+        self.server.install(self.engines.of(ruleset), self.view_of(Policy(ruleset)))
+        _resize(self.server.state, ruleset)
 
     def paths(self) -> list[str]:
-        return sorted(self.state.routes())
+        return sorted(self.server.state.routes())
 
 
 class AgentHost:

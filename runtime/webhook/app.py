@@ -18,8 +18,14 @@ otherwise). Each is counted in ``accelpolicy_admission_malformed_reviews{webhook
 InternalError *denial*. Answers are JSON with non-ASCII escaped, so no value can make the answer
 unencodable.
 
-The engine runs off the event loop, in a pool of ``workers`` threads (default: the CPU count), so
-``/healthz`` and ``/readyz`` answer while a review is slow. A review not judged within
+Where a review is judged (docs/performance.md "CPU per review outside decide()"): on the event loop when
+its view is at hand (a fixed view, or a live view already built) and it is judged within
+``inline_seconds`` (default 50 ms; a review takes about a millisecond): no hand-off to another thread.
+A review that needs its view built, or takes longer (stopped at its next budget check, the partial
+evaluation dropped), is judged from the start in a pool of ``workers`` threads (default: the CPU
+count), bounded by what is left of its deadline, so ``/healthz`` and ``/readyz`` answer while a review
+is slow (each review ahead of them on the loop holds them back by at most ``inline_seconds`` and one
+budget check). A review not judged within
 ``deadline_seconds`` (default 8 s, below kube-apiserver's 10 s webhook timeout) is answered with a
 504 ``Timeout`` denial naming the deadline; its evaluation stops at the next rule expression or, inside
 one, at the next budget check (every ``checkEvery`` comprehension iterations, rules/cel.yaml), so the
@@ -44,99 +50,28 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Callable, Optional
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from runtime.webhook.sample import ReviewSample
 from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response,
                                       decide, is_text)
-from runtime.engine.admission.verdict import HALT_TIMEOUT, RULE_ERROR, timeout_denial
+from runtime.engine.admission.verdict import HALT_TIMEOUT, timeout_denial
 from runtime.rules.cel import Deadline
+from runtime.webhook.metrics import WebhookMetrics
+from runtime.webhook.sample import ReviewSample
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSeconds default and maximum 30)
+# a review judged on the event loop stops after this long (wall clock: a descheduled process counts too) and
+# is judged again, from the start, in the pool
+INLINE_SECONDS = 0.05
 _LOG = logging.getLogger(__name__)
-MALFORMED_REASONS = ("body-too-large", "not-json", "not-a-review")
-MALFORMED_LOG_SECONDS = 10.0
 # the denial (500 InternalError) of a review that arrives before the rules and view
 NOT_READY = "webhook not ready; retry"
-_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-
-
-@dataclass
-class WebhookMetrics:
-    """Prometheus collectors in their own registry (no process globals)."""
-
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
-    def __post_init__(self):
-        self.reviews = Counter("accelpolicy_admission_reviews", "Admission reviews answered, by verdict: "
-                               "allowed, patched, invalid, forbidden, internal, bad-request, warned, "
-                               "dryrun-denied, excepted (allowed by a PolicyException), budget-exceeded "
-                               "(a rule's CEL budget spent), timeout (not judged within the deadline), "
-                               "rule-error (a rule failed to evaluate; under failurePolicy Ignore the review "
-                               "was allowed)",
-                               ["webhook", "verdict"], registry=self.registry)
-        self.rules = Counter("accelpolicy_admission_rule_hits", "Rules that fired (denials, mutations)",
-                             ["webhook", "rule"], registry=self.registry)
-        self.latency = Histogram("accelpolicy_admission_review_seconds", "Time to answer one review",
-                                 ["webhook"], buckets=_BUCKETS, registry=self.registry)
-        self.excepted = Counter("accelpolicy_admission_excepted_reviews", "Reviews a PolicyException let "
-                                "through, by policy, lifted rule and exception (namespace/name; "
-                                "docs/concepts/exceptions.md)", ["policy", "rule", "exception"],
-                                registry=self.registry)
-        self.malformed = Counter("accelpolicy_admission_malformed_reviews", "Request bodies answered with a "
-                                 "BadRequest denial without being judged, by reason: body-too-large, "
-                                 "not-json, not-a-review (not an AdmissionReview v1 with a usable request)",
-                                 ["webhook", "reason"], registry=self.registry)
-        self._logged: dict[tuple[str, str], tuple[float | None, int]] = {}
-        self._log_lock = threading.Lock()
-
-    def malformed_review(self, webhook: str, reason: str, message: str, client: str) -> None:
-        """Count a review that could not be judged (``reason``: one of :data:`MALFORMED_REASONS`) and log
-        it: a WARNING line per webhook and reason at most every :data:`MALFORMED_LOG_SECONDS`, the
-        next one saying how many were not logged meanwhile (a flood of bad bodies cannot flood the log)."""
-        self.malformed.labels(webhook, reason).inc()
-        self._warn_limited(webhook, reason,
-                           f"webhook {webhook}: malformed review from {client} ({reason}): {message}")
-
-    def _warn_limited(self, webhook: str, reason: str, line: str) -> None:
-        """Log ``line`` at WARNING, at most once per webhook and reason every :data:`MALFORMED_LOG_SECONDS`;
-        the next line says how many were not logged meanwhile."""
-        now = time.monotonic()
-        with self._log_lock:
-            last, skipped = self._logged.get((webhook, reason), (None, 0))
-            if last is not None and now - last < MALFORMED_LOG_SECONDS:
-                self._logged[(webhook, reason)] = (last, skipped + 1)
-                return
-            self._logged[(webhook, reason)] = (now, 0)
-        more = f" ({skipped} more since the last line)" if skipped else ""
-        _LOG.warning("%s%s", line, more)
-
-    def observe(self, webhook: str, outcome: Outcome, seconds: float) -> None:
-        """Count one answered review (verdict, rules that fired, latency); a review stopped before its
-        verdict (budget spent, deadline passed) is logged too (see the module docstring)."""
-        self.reviews.labels(webhook, outcome.verdict()).inc()
-        if outcome.halt:
-            obj = f"{outcome.namespace}/{outcome.name}" if outcome.namespace else outcome.name
-            # a rule error: one line per policy, rule and error class; a budget or deadline: per verdict
-            key = outcome.halt if outcome.halt != RULE_ERROR else \
-                f"{RULE_ERROR} {outcome.policy} {outcome.halt_rule} {outcome.halt_class}"
-            cls = f" {outcome.halt_class}" if outcome.halt == RULE_ERROR else ""
-            self._warn_limited(webhook, key,
-                               f"webhook {webhook}: review stopped ({outcome.halt}{cls}): policy "
-                               f"{outcome.policy}, rule {outcome.halt_rule or '-'}, "
-                               f"{outcome.object_kind or 'object'} {obj or '-'}: {outcome.halt_detail}")
-        for rule in outcome.rules:
-            self.rules.labels(webhook, rule).inc()
-        if outcome.allowed:
-            for rule, grant in dict.fromkeys(outcome.lifted):
-                self.excepted.labels(outcome.policy, rule, grant.ref).inc()
-        self.latency.labels(webhook).observe(seconds)
 
 
 @dataclass(frozen=True)
@@ -176,6 +111,7 @@ class WebhookState:
     ready_check: Optional[Callable[[], Optional[str]]] = None
     deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
     workers: int = field(default_factory=lambda: os.cpu_count() or 2)
+    inline_seconds: float = INLINE_SECONDS   # 0: every review goes to the pool (module docstring)
     view_error: Optional[str] = None  # the last failure to build the cluster view (/readyz 503 while set)
     # recent reviews, for the reload gate (in memory)
     sample: ReviewSample = field(default_factory=ReviewSample)
@@ -229,13 +165,26 @@ class WebhookState:
             else Generation(engine, view, None, routes_of(engine))
         self.ready = True
 
-    def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None) -> tuple[dict, Outcome]:
+    def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None,
+               served: Optional[Generation] = None,
+               view: Optional[AdmissionView] = None) -> tuple[dict, Outcome]:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
-        (:func:`runtime.engine.admission.decide` against the view of the generation served now, at
-        :attr:`clock`'s now); ``cancel`` (an Event or a :class:`runtime.rules.cel.Deadline`) stops it (a
-        ``timeout`` outcome). Raises what the engine raises."""
-        served = self.served
-        return decide(served.engine, data, self._view_of(served), name, cancel=cancel, now=self.clock())
+        (:func:`runtime.engine.admission.decide` with the generation ``served``, default the one served
+        now, against ``view``, default that generation's view, at :attr:`clock`'s now); ``cancel`` (an
+        Event or a :class:`runtime.rules.cel.Deadline`) stops it (a ``timeout`` outcome). Raises what the
+        engine raises."""
+        served = served or self.served
+        view = view if view is not None else self._view_of(served)
+        return decide(served.engine, data, view, name, cancel=cancel, now=self.clock())
+
+    def view_at_hand(self, served: Optional[Generation]) -> Optional[AdmissionView]:
+        """The view ``served`` judges against when it is at hand without waiting: the fixed view, or
+        the current view of a live source that says so (its ``current()``: the controller's and the
+        admission process's); None when it must be built or asked for first (a plain callable)."""
+        if served is None or served.view_source is None:
+            return served.view if served is not None else None
+        current = getattr(served.view_source, "current", None)
+        return current() if current is not None else None
 
     def current_view(self) -> AdmissionView:
         """The view a review judges against (rebuilt by a live source when the cluster changed).
@@ -295,14 +244,31 @@ async def _read_limited(request: Request, limit: int) -> Optional[bytes]:
 
 
 async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
-    """Run the engine in the worker pool, bounded by ``state.deadline_seconds``."""
-    cancel = threading.Event()
-    deadline = Deadline(state.deadline_seconds, cancel)
+    """Judge on the event loop when the view is at hand and the review is judged within
+    ``state.inline_seconds``; otherwise (a view to build, a longer review: stopped at its next budget check
+    and judged again from the start) in the worker pool, within what is left of its deadline."""
+    deadline = Deadline(state.deadline_seconds, threading.Event())   # from the review's start
+    served = state.served
+    view = state.view_at_hand(served) if state.inline_seconds > 0 else None
+    if view is not None:
+        inline = Deadline(min(state.inline_seconds, state.deadline_seconds))
+        try:
+            answer, outcome = state.decide(data, name, inline, served, view)
+        except Exception as exc:  # noqa: BLE001 - the server must answer every review
+            return _failed(data, name, exc)
+        if outcome.halt != HALT_TIMEOUT:
+            return answer, outcome
+    return await _pooled(state, data, name, deadline)
+
+
+async def _pooled(state: WebhookState, data, name: str, deadline: Deadline) -> tuple[dict, Outcome]:
+    """Run the engine in the worker pool until ``deadline`` (the review's); at the deadline the review
+    is answered with a Timeout denial and its evaluation cancelled."""
     future = asyncio.get_running_loop().run_in_executor(state.pool, state.decide, data, name, deadline)
     try:
-        return await asyncio.wait_for(future, state.deadline_seconds)
+        return await asyncio.wait_for(future, max(0.0, deadline.at - time.monotonic()))
     except asyncio.TimeoutError:
-        cancel.set()
+        deadline.cancel.set()
         uid = _uid_of(data)
         outcome = Outcome(policy=name, denial=timeout_denial(name, state.deadline_seconds), halt=HALT_TIMEOUT,
                           halt_rule=deadline.running,   # the rule whose expression runs at the deadline
@@ -311,10 +277,14 @@ async def _judge(state: WebhookState, data, name: str) -> tuple[dict, Outcome]:
                           **_object_of(data))
         return build_response(uid, outcome), outcome
     except Exception as exc:  # noqa: BLE001 - the server must answer every review
-        uid = _uid_of(data)
-        outcome = Outcome(policy=name,
-                          denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))
-        return build_response(uid, outcome), outcome
+        return _failed(data, name, exc)
+
+
+def _failed(data, name: str, exc: Exception) -> tuple[dict, Outcome]:
+    """The 500 InternalError denial of a review whose evaluation failed unexpectedly."""
+    outcome = Outcome(policy=name,
+                      denial=(500, "InternalError", f"webhook {name}: {type(exc).__name__}: {exc}"))
+    return build_response(_uid_of(data), outcome), outcome
 
 
 def build_app(state: WebhookState, paths: dict[str, str]) -> Starlette:

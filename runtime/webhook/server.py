@@ -1,5 +1,5 @@
-"""Running the webhook app over HTTPS (uvicorn on httptools and uvloop), in the foreground or in a
-background thread.
+"""Running the webhook app over HTTPS (uvicorn on httptools and uvloop) in a background thread
+(:class:`ServerThread`; :class:`runtime.webhook.host.WebhookServer` serves with it).
 
 Slow clients: every request must arrive whole (headers and body) within ``read_timeout`` seconds
 (default 10, kube-apiserver's own webhook timeout) of its first byte, or of the connection opening
@@ -11,8 +11,8 @@ idle webhook connection, :data:`DEFAULT_KEEP_ALIVE`). At most ``max_connections`
 
 :func:`self_signed` makes a development CA and a serving certificate for 127.0.0.1/localhost with
 ``trustme`` (built on ``cryptography``) and writes ``ca.crt``, ``tls.crt``, ``tls.key`` into a
-directory. :class:`ServerThread` serves on a socket bound to 127.0.0.1 (port 0 = any free port) and
-is what the controller serves with (and the tests).
+directory. :class:`ServerThread` serves on a socket bound to 127.0.0.1 by default (port 0 = any free
+port).
 
 Shutting down (:meth:`ServerThread.stop` with ``drain_seconds``): kube-apiserver keeps its keep-alive
 connections to a Pod after the Pod left the Service's endpoints (an established connection stays with
@@ -169,14 +169,6 @@ def check_tls(certfile: str, keyfile: str) -> None:
     ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
 
 
-def serve(app, sock, certfile: Optional[str], keyfile: Optional[str], log_level: str = "warning",
-          read_timeout: float = DEFAULT_READ_TIMEOUT, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
-    """Serve ``app`` on the already bound ``sock`` (see :func:`bind`) in the foreground until interrupted.
-    ``read_timeout`` and ``max_connections``: see the module docstring."""
-    server = uvicorn.Server(server_config(app, certfile, keyfile, log_level, read_timeout, max_connections))
-    server.run(sockets=[sock])
-
-
 class Draining:
     """ASGI wrapper of ``app``: once :attr:`draining` is set, every HTTP response gets the header
     ``Connection: close`` (uvicorn then closes the connection after sending it, and the client never
@@ -226,6 +218,11 @@ class ServerThread:
                 raise RuntimeError("webhook server did not start")
             time.sleep(0.01)
         return self
+
+    def reload_tls(self, cert: Path | str, key: Path | str) -> None:
+        """Load a new certificate and key into the running server's SSL context: connections accepted
+        afterwards present it (a rotated serving certificate)."""
+        self.server.config.ssl.load_cert_chain(str(cert), str(key))
 
     def stop(self, drain_seconds: float = 0.0) -> None:
         """Answer with ``Connection: close`` for ``drain_seconds`` (see the module docstring), then ask

@@ -310,8 +310,8 @@ class Walkthrough:
         import urllib.request
 
         tls = self.workdir / "webhook-tls"
-        argv = accelpolicy_argv() + ["admission", "--kubeconfig", str(self.kubeconfig), "--port",
-                                     str(self._webhook_port), "--self-signed", str(tls), *self._rules_args()]
+        argv = accelpolicy_argv() + ["admission", "--kubeconfig", str(self.kubeconfig), "--webhook-port",
+                                     str(self._webhook_port), "--webhook-self-signed", str(tls), *self._rules_args()]
         self._admission = self._spawn("admission", argv)
         deadline = time.monotonic() + timeout
         while True:

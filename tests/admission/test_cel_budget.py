@@ -88,7 +88,7 @@ def _line_of(root: Path, needle: str) -> int:
 def test_a_million_iteration_comprehension_is_answered_500_alone_counted_and_logged(tmp_path, view, caplog):
     root = _rules(tmp_path)
     client, _ = _client(root, view)
-    with caplog.at_level(logging.WARNING, logger="runtime.webhook.app"):
+    with caplog.at_level(logging.WARNING, logger="runtime.webhook.metrics"):
         answer = client.post("/validate-pods", json=review_for(_pod("loop", "loop"), uid="u-1")).json()["response"]
     assert answer == {"uid": "u-1", "allowed": False, "status": {
         "status": "Failure", "reason": "InternalError", "code": 500, "message": BUDGET_MESSAGE}}
@@ -156,7 +156,7 @@ def test_a_review_past_its_deadline_stops_inside_a_comprehension(tmp_path, view)
 
 def test_the_webhook_counts_a_timeout_as_timeout_not_denied(tmp_path, view, caplog):
     client, state = _client(_rules(tmp_path, cost_limit=10 ** 12), view, deadline_seconds=0.5)
-    with caplog.at_level(logging.WARNING, logger="runtime.webhook.app"):
+    with caplog.at_level(logging.WARNING, logger="runtime.webhook.metrics"):
         answer = client.post("/validate-pods", json=review_for(_pod("slow", "loop"), uid="u-6")).json()["response"]
     assert answer["status"] == {"status": "Failure", "reason": "Timeout", "code": 504, "message":
                                 "webhook pods-validation: the review was not judged within its 0.5s deadline; retry"}

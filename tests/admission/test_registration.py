@@ -193,8 +193,8 @@ def test_live_view_rebuilds_only_after_an_event_of_a_kind_it_reads():
 @pytest.mark.parametrize("args, message", [
     (["--webhook-self-signed", "x"], "error: --webhook-self-signed need --webhook-port"),
     (["--once", "--webhook-port", "0"], "error: --once reconciles and exits: it serves no webhooks"),
-    (["--webhook-port", "0"], "error: --webhook-port needs TLS: --webhook-cert, --webhook-key and --webhook-ca, "
-                              "or --webhook-self-signed DIR"),
+    (["--webhook-port", "0"], "error: give one of --webhook-cert and --webhook-key and --webhook-ca, "
+                              "--webhook-cert-secret NAME with --webhook-cert-dir DIR, or --webhook-self-signed DIR"),
     (["--webhook-port", "0", "--webhook-service", "nonamespace"],
      "error: --webhook-service 'nonamespace': expected NAMESPACE/NAME[:PORT]"),
     (["--webhook-port", "0", "--webhook-url-base", "http://x"],

@@ -15,7 +15,7 @@ from runtime.reload.hosts import WebhookHost
 from runtime.reload.watcher import content_hash, generation_id
 from runtime.rules.loader import load_rules
 from runtime.snapshots import load_snapshot
-from runtime.webhook.app import WebhookState
+from runtime.webhook.host import WebhookServer
 from tests.controller.test_reload_gate import CONFIGMAP, EVAL_ERROR, RULE_1A, TWO_FAMILIES, _edit, rules_copy
 from tests.fakeapi import FakeApi
 
@@ -26,12 +26,13 @@ SEED = load_snapshot(["tests/fixtures/seed/common"])
 def replica(tmp_path):
     rules = rules_copy(tmp_path)
     initial = load_rules(rules)
-    state = WebhookState()
-    state.set_ready(AdmissionEngine(Policy(initial)), admission_view(Policy(initial), SEED))
+    server = WebhookServer(AdmissionEngine(Policy(initial)))   # never serves: the tests read its state
+    server.install(server.engine, admission_view(Policy(initial), SEED))
+    state = server.state
     api = FakeApi({"ConfigMap": [{"apiVersion": "v1", "kind": "ConfigMap",
                                   "metadata": {"name": CONFIGMAP[1], "namespace": CONFIGMAP[0], "annotations": {}}}]})
     board = Board(api, *CONFIGMAP, keys=lambda: initial.get("ReloadGate").annotations)
-    holder = RulesHolder(WebhookHost(state, SEED, lambda p: admission_view(p, SEED)), rules, initial, board=board,
+    holder = RulesHolder(WebhookHost(server, SEED, lambda p: admission_view(p, SEED)), rules, initial, board=board,
                          decides=lambda: False, interval=0)
     return holder, state, rules, api
 

@@ -72,7 +72,7 @@ def _where(root: Path) -> str:
 def test_under_ignore_a_rule_error_is_allowed_counted_rule_error_and_logged_once_per_class(tmp_path, view, caplog):
     root = _rules(tmp_path, "Ignore")
     client = _client(root, view)
-    with caplog.at_level(logging.WARNING, logger="runtime.webhook.app"):
+    with caplog.at_level(logging.WARNING, logger="runtime.webhook.metrics"):
         answers = [_post(client, f"p{i}", probe) for i, probe in enumerate(["key", "key", "add", "key", "add"])]
     assert answers == [{"uid": f"u-p{i}", "allowed": True} for i in range(5)]
     metrics = client.get("/metrics").text

@@ -50,8 +50,8 @@ class Server:
     """`accelpolicy webhook` in a subprocess; its stderr lines are collected by a thread."""
 
     def __init__(self, rules: Path, workdir: Path):
-        argv = accelpolicy_argv() + ["webhook", "--rules", str(rules), "--self-signed", str(workdir / "tls"),
-                                     "--port", "0", "--snapshot", SEED, "--watch-rules-seconds", "0.1"]
+        argv = accelpolicy_argv() + ["webhook", "--rules", str(rules), "--webhook-self-signed", str(workdir / "tls"),
+                                     "--webhook-port", "0", "--snapshot", SEED, "--watch-rules-seconds", "0.1"]
         self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)

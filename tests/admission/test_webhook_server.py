@@ -137,7 +137,7 @@ def test_malformed_reviews_are_counted_and_logged(caplog):
     st_.set_ready(AdmissionEngine(policy), admission_view(policy, load_snapshot(["tests/fixtures/seed/common"])))
     c = TestClient(build_app(st_, {"/validate-pods": "pods-validation"}))
     no_request = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode()
-    with caplog.at_level("WARNING", logger="runtime.webhook.app"):
+    with caplog.at_level("WARNING", logger="runtime.webhook.metrics"):
         for body in (b"x" * 2048, b"not json", b"not json", no_request):
             assert c.post("/validate-pods", content=body).json()["response"]["status"]["code"] == 400
         c.post("/validate-pods", json=review_for(_pod({"nvidia.com/gpu": "1"})))  # a review: not counted here
@@ -145,7 +145,7 @@ def test_malformed_reviews_are_counted_and_logged(caplog):
     assert 'accelpolicy_admission_malformed_reviews_total{reason="body-too-large",webhook="pods-validation"} 1.0' in text
     assert 'accelpolicy_admission_malformed_reviews_total{reason="not-json",webhook="pods-validation"} 2.0' in text
     assert 'accelpolicy_admission_malformed_reviews_total{reason="not-a-review",webhook="pods-validation"} 1.0' in text
-    assert [r.getMessage() for r in caplog.records if r.name == "runtime.webhook.app"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "runtime.webhook.metrics"] == [
         "webhook pods-validation: malformed review from testclient (body-too-large): request body exceeds 1024 bytes",
         "webhook pods-validation: malformed review from testclient (not-json): request body is not JSON "
         "(JSONDecodeError: Expecting value: line 1 column 1 (char 0))",

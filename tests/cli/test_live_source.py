@@ -75,7 +75,7 @@ def fake_cluster(monkeypatch):
     for doc in docs:
         by_kind.setdefault(doc["kind"], []).append(doc)
     session = served(by_kind, page=3)
-    monkeypatch.setattr(source, "connect_or_exit", lambda kubeconfig, context: session)
+    monkeypatch.setattr(source, "connect_or_exit", lambda kubeconfig, context, *_, **__: session)
     monkeypatch.setitem(PLURALS, "NodeFeature", ("nfd.k8s-sigs.io/v1alpha1", "nodefeatures", True))
     monkeypatch.setitem(PLURALS, "Devices", ("worker.gpustack.ai/v1", "devices", False))
     return session

@@ -42,7 +42,7 @@ def server():
 
 
 def _readyz(server) -> tuple[int, str]:
-    answer = TestClient(server.app).get("/readyz")
+    answer = TestClient(server.server.app).get("/readyz")
     return answer.status_code, answer.text
 
 
@@ -53,7 +53,7 @@ def test_ready_once_listed_and_a_view_built_then_answering_from_it(server):
     server.start(sync_timeout=10)
     assert _readyz(server) == (200, "ok")
     assert server.view.rebuilds == 1
-    client = TestClient(server.app)
+    client = TestClient(server.server.app)
     answer = client.post("/mutate-pods", json=_a10g_pod("one")).json()["response"]
     assert answer["allowed"] is True and answer["uid"] == "u-one"
     # the fronting InstanceType the controller published answers for the queue: rule 1 of pods.yaml
@@ -81,7 +81,7 @@ def test_a_review_never_waits_for_a_rebuild(server):
     server._on_event("Node", "MODIFIED", node)
     t0 = time.monotonic()
     assert view() is served and time.monotonic() - t0 < 0.1
-    assert TestClient(server.app).post("/mutate-pods", json=_a10g_pod("meanwhile")).json()["response"]["allowed"]
+    assert TestClient(server.server.app).post("/mutate-pods", json=_a10g_pod("meanwhile")).json()["response"]["allowed"]
     assert view.lag() > 0
     wait_for(lambda: view(), lambda v: v is not served, timeout=10, what="the builder's rebuild")
     assert view.lag() == 0.0
@@ -101,7 +101,7 @@ def test_ready_and_answering_while_a_cache_relists(server):
     api.expire.add("Node")
     wait_for(server.cache.unsynced, lambda kinds: "Node" in kinds, timeout=10, what="Node relisting")
     assert _readyz(server) == (200, "ok")
-    assert TestClient(server.app).post("/mutate-pods", json=_a10g_pod("relist")).json()["response"]["allowed"]
+    assert TestClient(server.server.app).post("/mutate-pods", json=_a10g_pod("relist")).json()["response"]["allowed"]
     api.fail_lists.clear()
     wait_for(server.cache.unsynced, lambda kinds: not kinds, timeout=10, what="caches in sync")
 
@@ -193,7 +193,7 @@ def test_a_rules_change_serves_once_the_leaders_verdict_on_the_rules_configmap_a
                              watch_rules_seconds=3600, rules_configmap=("gpustack-system", "accelpolicy-rules"))
     try:
         server.start(sync_timeout=10)
-        client = TestClient(server.app)
+        client = TestClient(server.server.app)
         two = _two_families("gpustack-fnv64-c4680bb149644f1c")
         assert client.post("/validate-pods", json=two).json()["response"]["allowed"] is False
         before = server.state.engine

@@ -25,7 +25,8 @@ def test_unreachable_server_is_one_line_and_exit_1(tmp_path):
     kubeconfig.write_text(DEAD)
     result = CliRunner().invoke(main, ["controller", "--kubeconfig", str(kubeconfig), "--once"])
     assert result.exit_code == 1
-    assert "error: cannot reach the API server: 0 Unreachable: https://127.0.0.1:1" in result.output
+    assert ("error: the connection to the server https://127.0.0.1:1 was refused - did you specify the right host "
+            "or port? (") in result.output
     assert "Traceback" not in result.output
 
 
@@ -68,23 +69,32 @@ def test_registration_only_refuses_what_would_serve_here_or_cannot_be_registered
         assert result.exit_code == 2 and message in result.output, (args, result.output)
 
 
+ONE_OF = ("give one of --webhook-cert and --webhook-key, --webhook-cert-secret NAME with --webhook-cert-dir DIR, "
+          "or --webhook-self-signed DIR")
+
+
 def test_admission_needs_exactly_one_tls_source(tmp_path):
     cases = [
-        ([], "give one of --cert and --key, --cert-secret NAME with --cert-dir DIR, or --self-signed DIR"),
-        (["--self-signed", str(tmp_path), "--cert-secret", "s", "--cert-dir", str(tmp_path)],
-         "(got --self-signed, --cert-secret)"),
-        (["--cert-secret", "s"], "--cert-secret needs --cert-dir DIR (where its files are written)"),
-        (["--cert", str(tmp_path / "c")], "give --cert and --key together"),
-        (["--cert", str(tmp_path / "c"), "--key", str(tmp_path / "k")], f"--cert {tmp_path / 'c'}: No such file"),
+        ([], ONE_OF),
+        (["--webhook-self-signed", str(tmp_path), "--webhook-cert-secret", "s", "--webhook-cert-dir", str(tmp_path)],
+         f"{ONE_OF} (got --webhook-self-signed, --webhook-cert-secret)"),
+        (["--webhook-cert-secret", "s"], "--webhook-cert-secret needs --webhook-cert-dir DIR (where its files are "
+                                         "written)"),
+        (["--webhook-cert-dir", str(tmp_path)], "--webhook-cert-dir needs --webhook-cert-secret"),
+        (["--webhook-cert", str(tmp_path / "c")], "give --webhook-cert and --webhook-key together"),
+        (["--webhook-cert", str(tmp_path / "c"), "--webhook-key", str(tmp_path / "k")],
+         f"--webhook-cert {tmp_path / 'c'}: No such file"),
     ]
     for args, message in cases:
         result = CliRunner().invoke(main, ["admission", *args])
-        assert result.exit_code == 2 and message in result.output, (args, result.output)
+        assert result.exit_code == 2 and f"error: {message}\n" in result.output, (args, result.output)
 
 
 def test_admission_against_an_unreachable_server_is_one_line_and_exit_1(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(DEAD)
-    result = CliRunner().invoke(main, ["admission", "--kubeconfig", str(kubeconfig), "--self-signed", str(tmp_path / "t")])
+    result = CliRunner().invoke(main, ["admission", "--kubeconfig", str(kubeconfig), "--webhook-self-signed",
+                                       str(tmp_path / "t")])
     assert result.exit_code == 1
-    assert "error: cannot reach the API server: 0 Unreachable: https://127.0.0.1:1" in result.output
+    assert ("error: the connection to the server https://127.0.0.1:1 was refused - did you specify the right host "
+            "or port? (") in result.output

@@ -40,7 +40,7 @@ def webhooks():
 
 
 def _readyz(hooks) -> tuple[int, str]:
-    answer = TestClient(hooks.app).get("/readyz")
+    answer = TestClient(hooks.server.app).get("/readyz")
     return answer.status_code, answer.text
 
 
@@ -80,7 +80,7 @@ def _stale_seconds(hooks, kind: str) -> float | None:
 def test_ready_and_serving_the_last_objects_while_a_cache_relists(webhooks, relist):
     api, controller, hooks = webhooks
     _synced_and_ready(controller, hooks)
-    client = TestClient(hooks.app)
+    client = TestClient(hooks.server.app)
     before = client.post("/validate-pods", json=_a10g_pod("before")).json()["response"]
     devices = controller.cache["Devices"]
     held = sorted(o["metadata"]["name"] for o in devices.objects())
@@ -116,7 +116,7 @@ def test_not_ready_until_a_view_was_built_then_the_last_good_view_serves(webhook
     assert controller.cache.wait_synced(10)
     hooks.ready()
     assert _readyz(hooks) == (503, reason)
-    client = TestClient(hooks.app)
+    client = TestClient(hooks.server.app)
     failed = client.post("/validate-pods", json=_a10g_pod("none")).json()["response"]
     assert (failed["allowed"], failed["status"]["code"]) == (False, 500)
     controller.cache["Devices"].forget("node-x")
@@ -148,7 +148,7 @@ def test_a_hot_reload_swaps_the_engine_and_the_live_view_together(webhooks, tmp_
     stops listening."""
     api, controller, hooks = webhooks
     _synced_and_ready(controller, hooks)
-    client = TestClient(hooks.app)
+    client = TestClient(hooks.server.app)
     before = client.post("/validate-pods", json=_two_families("gpustack-fnv64-c4680bb149644f1c")).json()["response"]
     assert before["status"]["details"]["causes"][0]["message"] == (
         "Forbidden: a Pod may request only one accelerator family, found [exclusive shared]")
@@ -168,3 +168,20 @@ def test_a_hot_reload_swaps_the_engine_and_the_live_view_together(webhooks, tmp_
     assert (after["allowed"], after["status"]["details"]["causes"][0]["message"]) == (
         False, "Forbidden: one accelerator family per Pod, please; found [exclusive shared]")
     assert hooks.state.served.view_source is hooks.view and hooks.view.policy is policy
+
+
+def test_the_live_view_is_at_hand_only_while_no_event_made_it_stale(webhooks):
+    """What lets a review be judged on the event loop (runtime/webhook/app.py): ``current()`` gives the built
+    view at once, and None once an event of a kind the view reads arrived (the next call rebuilds it, in the
+    worker pool); an event of a kind it does not read changes nothing."""
+    api, controller, hooks = webhooks
+    _synced_and_ready(controller, hooks)
+    view = hooks.view
+    built = view()
+    assert view.current() is built
+    view.on_event("Pod", "ADDED", {})
+    assert view.current() is built
+    view.on_event("Node", "MODIFIED", {})
+    assert view.current() is None and view.rebuilds == 1
+    rebuilt = view()
+    assert rebuilt is not built and view.current() is rebuilt and view.rebuilds == 2

@@ -9,7 +9,7 @@ import ssl
 import pytest
 from cryptography import x509
 
-from runtime.controller.servingcert import (CA_KEY, CA_PRIVATE_KEY, CERT_KEY, KEY_KEY, issue, reload_server_tls,
+from runtime.controller.servingcert import (CA_KEY, CA_PRIVATE_KEY, CERT_KEY, KEY_KEY, issue,
                                             rotation_reason, service_names, write_files)
 from runtime.webhook.server import ServerThread
 
@@ -111,7 +111,7 @@ def test_a_running_server_presents_the_reloaded_certificate(tmp_path):
         assert _peer_serial(server.port, first[CA_KEY]) == _leaf(first).serial_number
         second = issue(names, days=90)  # a new CA too: the client trusts only the new bundle
         write_files(tmp_path, second)
-        reload_server_tls(server, paths[CERT_KEY], paths[KEY_KEY])
+        server.reload_tls(paths[CERT_KEY], paths[KEY_KEY])
         assert _peer_serial(server.port, second[CA_KEY]) == _leaf(second).serial_number
         with pytest.raises(ssl.SSLCertVerificationError):
             _peer_serial(server.port, first[CA_KEY])
@@ -137,5 +137,6 @@ def test_the_secret_flags_are_checked_before_connecting(tmp_path):
     result = _controller("--webhook-port", "0", "--webhook-cert-secret", "tls", "--webhook-cert-dir", str(tmp_path),
                          "--webhook-self-signed", str(tmp_path / "ss"))
     assert result.exit_code == 2
-    assert ("error: give --webhook-cert-secret or --webhook-cert/--webhook-key/--webhook-ca or "
-            "--webhook-self-signed, not two of them") in result.output
+    assert ("error: give one of --webhook-cert and --webhook-key and --webhook-ca, --webhook-cert-secret NAME "
+            "with --webhook-cert-dir DIR, or --webhook-self-signed DIR (got --webhook-self-signed, "
+            "--webhook-cert-secret)") in result.output

@@ -22,6 +22,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.reload.watcher import content_hash, generation_id
+from runtime.webhook.host import ServingOptions
 from runtime.webhook.server import self_signed
 from testing.hooks import ObservedController as Controller
 from tests.controller.test_reload_gate import EVAL_ERROR, EVAL_TEXT, RULE_1A, TWO_FAMILIES, _edit
@@ -107,10 +108,10 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
                             fit_coalesce_seconds=0, extra_kinds=view_kinds(policy))
     paths = self_signed(tmp_path / "tls")
     webhooks = ControllerWebhooks(controller, WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes()),
-                                  port=0, register_configurations=False)
+                                  ServingOptions(port=0), register_configurations=False)
     webhooks.serve()
     reload = None
-    reviewer = Reviewer(f"https://127.0.0.1:{webhooks.port}/validate-pods", paths["ca"])
+    reviewer = Reviewer(f"https://127.0.0.1:{webhooks.server.port}/validate-pods", paths["ca"])
     try:
         controller.start()
         webhooks.ready()

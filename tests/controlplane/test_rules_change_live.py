@@ -32,7 +32,7 @@ from click.testing import CliRunner
 
 from runtime.cli import main
 from runtime.cli.controller import rules_holder
-from runtime.cli.webhookopts import Registration
+from runtime.cli.registration import Registration
 from runtime.controller.admission import AdmissionServer
 from runtime.controller.webhooks import WebhookTls
 from runtime.engine.admission import review_for, view_kinds
@@ -40,6 +40,7 @@ from runtime.engine.policy import Policy
 from runtime.kube.session import connect
 from runtime.reload.watcher import content_hash, generation_id
 from runtime.rules.loader import load_rules
+from runtime.webhook.host import ServingOptions
 from runtime.webhook.server import self_signed
 from testing.hooks import ObservedController as Controller
 from testing.localcluster.testing import service_account_kubeconfig, wait_for
@@ -123,12 +124,13 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
                                           derivation.controllerServiceAccount, tmp_path / "controller.kubeconfig")
     tls = self_signed(tmp_path / "tls")
     admin = connect(cluster.kubeconfig)
-    replica = AdmissionServer(admin, Policy(load_rules(rules)), tls["cert"], tls["key"], SYSTEM, port=0,
-                              watch_rules_seconds=0.2, rules_configmap=(SYSTEM, CONFIGMAP)).serve()
+    replica = AdmissionServer(admin, Policy(load_rules(rules)), tls["cert"], tls["key"], SYSTEM,
+                              ServingOptions(port=0), watch_rules_seconds=0.2,
+                              rules_configmap=(SYSTEM, CONFIGMAP)).serve()
     session = connect(identity)
     controller = Controller(session, policy, coalesce_seconds=0.1, env={}, fit_coalesce_seconds=0,
                             extra_kinds=view_kinds(policy))
-    url = f"https://127.0.0.1:{replica.port}"
+    url = f"https://127.0.0.1:{replica.server.port}"
     registration = Registration(session, WebhookTls(None, None, tls["ca"].read_bytes()), None, url, None)
     stop = threading.Event()
     holder = reviewer = halt = None
@@ -155,7 +157,7 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
         tried = swap(tmp_path, rules, "v2", with_new_path)
         wait_for(lambda: verdict(kubectl), lambda v: v == f"refused:{tried}", timeout=90, what="refused")
         status = annotations(kubectl)["rules.accelpolicy.dev/status"]
-        assert f"replica: 127.0.0.1:{replica.port}: replay-review: a review answered recently" in status
+        assert f"replica: 127.0.0.1:{replica.server.port}: replay-review: a review answered recently" in status
         assert holder.id == first and replica.reload.id == first
         assert hooks(kubectl) == registered
         assert httpx.post(f"{url}/validate-pods-copy", verify=ssl.create_default_context(cafile=str(tls["ca"])),

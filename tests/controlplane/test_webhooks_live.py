@@ -37,6 +37,7 @@ from runtime.engine.admission.registration import registration_of
 from runtime.engine.policy import Policy
 from runtime.kube.session import KubeApiError, connect
 from runtime.rules.loader import load_rules
+from runtime.webhook.host import ServingOptions
 from runtime.webhook.server import self_signed
 from testing.localcluster.testing import get_json, wait_for
 from tests.controlplane.test_controller import _apply_seed_cluster, _clean, loop_running
@@ -113,7 +114,7 @@ def serving(kubeconfig: str, policy: Policy, tmp: Path):
                             env={}, fit_coalesce_seconds=0, extra_kinds=view_kinds(policy))
     paths = self_signed(tmp / "tls")
     webhooks = ControllerWebhooks(controller, WebhookTls(paths["cert"], paths["key"], paths["ca"].read_bytes()),
-                                  port=0)
+                                  ServingOptions(port=0))
     webhooks.serve()
     try:
         controller.start()
@@ -163,7 +164,7 @@ def _denied(proc, stderr: str) -> None:
 
 
 def test_configurations_are_rendered_from_the_rule_files(served, kubectl):
-    port, ca = served.port, base64.b64encode(served.tls.ca_pem).decode()
+    port, ca = served.server.port, base64.b64encode(served.tls.ca_pem).decode()
     mutating = _get(kubectl, "mutatingwebhookconfiguration", "gpustack-worker-mutation", "--show-managed-fields")
     validating = _get(kubectl, "validatingwebhookconfiguration", "gpustack-worker-validation", "--show-managed-fields")
     assert "gpustack-worker-mutation" < "kueue-mutating-webhook-configuration"
@@ -371,7 +372,7 @@ def test_the_admission_process_serves_while_the_controller_only_registers(sa_kub
     try:
         with open(logs["admission"], "w") as err:
             procs["admission"] = subprocess.Popen(
-                [str(ACCELPOLICY), "admission", "--kubeconfig", sa_kubeconfig, "--port", str(port), "--self-signed",
+                [str(ACCELPOLICY), "admission", "--kubeconfig", sa_kubeconfig, "--webhook-port", str(port), "--webhook-self-signed",
                  str(tls)], stdout=subprocess.DEVNULL, stderr=err, env=env)
 
         def readyz():

@@ -29,10 +29,10 @@ def test_admission_deployment_serves_the_webhooks_from_the_shared_certificate():
         ("topology.kubernetes.io/zone", "ScheduleAnyway", None, ["pod-template-hash"], spec["selector"]["matchLabels"]),
         ("kubernetes.io/hostname", "DoNotSchedule", "Honor", ["pod-template-hash"], spec["selector"]["matchLabels"])]
     c = _container(deploy)
-    assert c["args"] == ["admission", "--rules=/etc/accelpolicy/rules", "--host=0.0.0.0", "--port=9443",
-                         "--cert-secret=gpustack-operator-worker-webhook-tls",
-                         "--cert-dir=/run/accelpolicy/webhook-tls", "--view-refresh-seconds=0",
-                         "--drain-seconds=5"]
+    assert c["args"] == ["admission", "--rules=/etc/accelpolicy/rules", "--webhook-host=0.0.0.0", "--webhook-port=9443",
+                         "--webhook-cert-secret=gpustack-operator-worker-webhook-tls",
+                         "--webhook-cert-dir=/run/accelpolicy/webhook-tls", "--view-refresh-seconds=0",
+                         "--webhook-drain-seconds=5"]
     assert [(e["name"], e.get("value")) for e in c["env"]] == [("KUBERNETES_POD_NAMESPACE", None),
                                                           ("ACCELPOLICY_RULES_CONFIGMAP", "accelpolicy-rules")]
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "webhook", "scheme": "HTTPS"}
