@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runtime.model import regex  # noqa: E402
-from runtime.rules import cel  # noqa: E402
+from runtime.rules.cel import evaluate as cel  # noqa: E402
 
 PATTERN = "^([a-z0-9]+-?)+[a-z0-9]$"
 _CHILD = ("import re, sys, time; t = time.perf_counter(); re.fullmatch(sys.argv[1], sys.argv[2]); "

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, NoReturn
 import click
 
 from runtime.rules import compiledcache
+
 from runtime.rules.loader import DEFAULT_RULES_DIR
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def bad_input_exits(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         from runtime.engine.snapshot import SnapshotError
         from runtime.report.tables import UnknownKindError
-        from runtime.rules.cel import CelEvalError
+        from runtime.rules.cel.evaluate import CelEvalError
         from runtime.rules.loader import RuleLoadError
 
         try:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from runtime.rules import celtyping
-from runtime.rules.celtyping import DYN, T
+from runtime.rules.cel import check as celtyping
+
+from runtime.rules.cel.check import DYN, T
 
 
 # The types of the names ACTIVATIONS binds, where the engine binds one type (runtime/engine/pools): the
@@ -74,12 +75,13 @@ def kind_type(kind: str, bounds: celtyping.Bounds) -> T:
     """The CEL type of an object of ``kind`` (its schema, :mod:`runtime.rules.schemas`), else dyn."""
     from runtime.rules import schemas
 
+
     return schemas.object_type(kind, "object", bounds) or DYN
 
 
 @dataclass(frozen=True)
 class ExpressionCost:
-    """One expression's worst-case cost estimate (:mod:`runtime.rules.celtyping`): where it is and its
+    """One expression's worst-case cost estimate (:mod:`runtime.rules.cel.check`): where it is and its
     text."""
 
     file: str

@@ -1,14 +1,16 @@
-"""Comprehensions and function calls of the CEL type checker (:mod:`runtime.rules.celtyping`): their
-types by the standard functions' and the declared signatures (:data:`runtime.rules.celfunctions.SIGNATURES`),
-their worst-case cost (docs/rule-authoring.md "What lint checks")."""
+"""Comprehensions and function calls of the CEL type checker (:mod:`runtime.rules.cel.check`): their
+types by the standard functions' and the declared signatures
+(:data:`runtime.rules.cel.library.strings.SIGNATURES`), their worst-case cost (docs/rule-authoring.md
+"What lint checks")."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
 from runtime.model import regex
-from runtime.rules import celnames
-from runtime.rules.celbudget import call_cost
-from runtime.rules.celtype import BOOL, DYN, INF, SIZED, T, dyn, parse_type, sized, standard
+from runtime.rules.cel import names as celnames
+
+from runtime.rules.cel.budget import call_cost
+from runtime.rules.cel.types import BOOL, DYN, INF, SIZED, T, dyn, parse_type, sized, standard
 
 
 # function name -> the argument that is a regular expression (0-based, the receiver of a method call
@@ -60,7 +62,7 @@ class Calls:
 
     def custom(self, node, name: str, signature: tuple, args: list[T], cost: float) -> tuple[T, float]:
         """A custom function by its declared ``(arguments, result, result size, cost per element)``; its
-        cost :func:`runtime.rules.celbudget.call_cost` of its arguments' sizes."""
+        cost :func:`runtime.rules.cel.budget.call_cost` of its arguments' sizes."""
         params, result, size_rule, per_element = signature
         bounds = self.scope.bounds
         if len(params) != len(args):

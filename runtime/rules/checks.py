@@ -23,11 +23,14 @@ from runtime.model.admission import SHARED_PARAMS, AdmissionPolicySpec, Validati
 from runtime.model.cellimits import CelLimitsSpec
 from runtime.rules.vocabulary import VOCABULARY_PARAMS
 from runtime.model.rulefiles import Expr
-from runtime.rules import celnames, celtyping, conditioncheck
-from runtime.rules.celfunctions import SIGNATURES
-from runtime.rules.celtyping import DYN, T
-from runtime.rules.checktypes import ACTIVATION_TYPES, EXPECTED_TYPES, ExpressionCost, StaticReport
-from runtime.rules.checktypes import kind_type as _kind_type, shared_values as _shared_values
+from runtime.rules.cel import names as celnames
+
+from runtime.rules.cel import check as celtyping
+from runtime.rules import conditioncheck
+from runtime.rules.cel.library.strings import SIGNATURES
+from runtime.rules.cel.check import DYN, T
+from runtime.rules.activations import ACTIVATION_TYPES, EXPECTED_TYPES, ExpressionCost, StaticReport
+from runtime.rules.activations import kind_type as _kind_type, shared_values as _shared_values
 from runtime.rules.yamlsrc import SourceDocument, dotted
 
 REQUEST_MEMBERS = frozenset({"operation", "namespace", "name", "user", "time"})
@@ -345,10 +348,10 @@ def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = 
                   complete: bool = True) -> StaticReport:
     """Static problems and costs of loaded rule documents (``RuleFile`` objects that carry their ``source``).
 
-    ``parsed`` (CEL source -> parse tree or syntax error, :func:`runtime.rules.celnames.parse`) reuses
+    ``parsed`` (CEL source -> parse tree or syntax error, :func:`runtime.rules.cel.names.parse`) reuses
     the loader's parses. Every Expr field is syntax-checked; listed fields (:data:`ACTIVATIONS`,
     AdmissionPolicy) also have their names checked and, with ``types``, their types and worst-case
-    cost (:mod:`runtime.rules.celtyping`, the limit of the ``CelLimits`` document); setting names in
+    cost (:mod:`runtime.rules.cel.check`, the limit of the ``CelLimits`` document); setting names in
     :data:`SETTING_FIELDS` must be in the SettingCatalog. ``complete`` False: some rule file did not
     load (its own problems say why), so a table a policy borrows may be missing through no fault of
     the policy: nothing is reported against what it borrows.

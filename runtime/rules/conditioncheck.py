@@ -9,9 +9,11 @@ The condition reads one name, ``object``, typed by the schema of the kind it is 
 from __future__ import annotations
 
 from runtime.model.cellimits import CelStaticLimits
-from runtime.rules import celnames, celtyping
-from runtime.rules.celfunctions import SIGNATURES
-from runtime.rules.checktypes import kind_type
+from runtime.rules.cel import names as celnames
+
+from runtime.rules.cel import check as celtyping
+from runtime.rules.cel.library.strings import SIGNATURES
+from runtime.rules.activations import kind_type
 
 CONDITION_ROOTS = frozenset({"object"})
 # the names of runtime.engine.admission.builtins.VARIABLES, for the static checks (the rules layer does not

@@ -27,7 +27,8 @@ from runtime.model import rulefiles
 from runtime.model.cellimits import RuleLoadingLimits
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
-from runtime.rules.cel import CelCompileError, program_from_code, transpile
+
+from runtime.rules.cel.evaluate import CelCompileError, program_from_code, transpile
 from runtime.rules.vocabulary import link
 from runtime.rules.tablechecks import missing_tables, table_problems
 from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems  # noqa: F401 - re-exported
@@ -133,7 +134,7 @@ class _Compiler:
         Raises CelCompileError when the transpiler refuses it."""
         code = self.code.get(source)
         if code is None:
-            from runtime.rules import celnames  # the parser: not imported by a load from the cache
+            from runtime.rules.cel import names as celnames  # the parser: not imported by a cache load
 
             tree = celnames.parse(source, self.parsed)
             if isinstance(tree, celnames.CelSyntaxError):

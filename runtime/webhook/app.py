@@ -55,7 +55,7 @@ from runtime.webhook.sample import ReviewSample
 from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response,
                                       decide, is_text)
 from runtime.engine.admission.verdict import HALT_TIMEOUT, RULE_ERROR, timeout_denial
-from runtime.rules.cel import Deadline
+from runtime.rules.cel.evaluate import Deadline
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSeconds default and maximum 30)
@@ -232,8 +232,8 @@ class WebhookState:
     def decide(self, data: dict, name: str, cancel: Optional[threading.Event] = None) -> tuple[dict, Outcome]:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
         (:func:`runtime.engine.admission.decide` against the view of the generation served now, at
-        :attr:`clock`'s now); ``cancel`` (an Event or a :class:`runtime.rules.cel.Deadline`) stops it (a
-        ``timeout`` outcome). Raises what the engine raises."""
+        :attr:`clock`'s now); ``cancel`` (an Event or a :class:`runtime.rules.cel.budget.Deadline`) stops it
+        (a ``timeout`` outcome). Raises what the engine raises."""
         served = self.served
         return decide(served.engine, data, self._view_of(served), name, cancel=cancel, now=self.clock())
 

@@ -12,8 +12,9 @@ from runtime.engine.admission.patch import REMOVE, apply_writes, diff_writes, es
 from runtime.engine.admission.verdict import FieldError, aggregate, render_value
 from runtime.engine.policy import Policy
 from runtime.model.resourcefamily import resource_family
-from runtime.rules import celadmission
-from runtime.rules.cel import compile_expression
+from runtime.rules.cel.library import objects as celadmission
+
+from runtime.rules.cel.evaluate import compile_expression
 from runtime.rules.loader import load_rules
 
 

@@ -32,6 +32,7 @@ from runtime.report.explain import explain_admission
 from runtime.report.html import render_page
 from runtime.report.results import reports
 from runtime.rules import conditioncheck
+
 from runtime.rules.loader import load_rules
 from runtime.ruletests import Case, Runner
 from runtime.snapshots import read_objects
@@ -414,8 +415,10 @@ def test_the_builtin_variables_the_static_checks_know_are_the_engines():
 
 def test_the_type_checker_knows_cels_timestamp_and_duration_arithmetic():
     """rules/admission/exceptions.yaml compares timestamp(expiresAt) with timestamp(request.time) + duration(max)."""
-    from runtime.rules import celnames, celtyping
-    from runtime.rules.celfunctions import SIGNATURES
+    from runtime.rules.cel import names as celnames
+
+    from runtime.rules.cel import check as celtyping
+    from runtime.rules.cel.library.strings import SIGNATURES
 
     def problems(source: str) -> list[str]:
         scope = celtyping.Scope(roots={"a": celtyping.sized("string", 64)}, functions=SIGNATURES)

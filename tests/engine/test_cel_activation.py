@@ -1,4 +1,4 @@
-"""runtime.rules.cel evaluates with its own Activation (docs/performance.md "A pass proportional to what changed"): the same values and the same
+"""runtime.rules.cel.evaluate evaluates with its own Activation (docs/performance.md "A pass proportional to what changed"): the same values and the same
 errors as cel-python's own transpiling runner, for variables, nested fields, macros, custom
 functions and unbound names."""
 from __future__ import annotations
@@ -8,8 +8,10 @@ import celpy.evaluation as celeval
 import pytest
 
 import runtime
-from runtime.rules import cel, celfunctions
-from runtime.rules.celvalues import from_cel, to_cel
+from runtime.rules.cel import evaluate as cel
+
+from runtime.rules.cel.library import strings as celfunctions
+from runtime.rules.cel.values import from_cel, to_cel
 
 ACTIVATION = {"a": 1, "b": {"c": 2, "items": [1, 2, 3], "labels": {"app": "x"}}, "s": "text"}
 EXPRESSIONS = [

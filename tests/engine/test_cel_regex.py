@@ -11,8 +11,9 @@ import pytest
 
 from runtime.model import regex
 from runtime.model.cellimits import CelRuntimeLimits
-from runtime.rules import cel
-from runtime.rules.celbudget import call_cost
+from runtime.rules.cel import evaluate as cel
+
+from runtime.rules.cel.budget import call_cost
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCELPOLICY = [sys.executable, "-c", "from runtime.cli import main; main(prog_name='accelpolicy')"]

@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from runtime.model.cellimits import CelLimitsSpec, CelRuntimeLimits
-from runtime.rules import cel
+from runtime.rules.cel import evaluate as cel
+
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 
 TEN = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"

@@ -6,8 +6,11 @@ import functools
 
 import pytest
 
-from runtime.rules import celnames, celtyping, schemas
-from runtime.rules.celfunctions import FUNCTIONS, SIGNATURES
+from runtime.rules.cel import names as celnames
+
+from runtime.rules.cel import check as celtyping
+from runtime.rules import schemas
+from runtime.rules.cel.library.strings import FUNCTIONS, SIGNATURES
 from runtime.rules.schemas import regenerate
 
 

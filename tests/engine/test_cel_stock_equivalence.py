@@ -1,8 +1,8 @@
-"""runtime.rules.cel evaluates the shipped rules exactly as stock cel-python does (docs/performance.md "Fast to start, light to hold").
+"""runtime.rules.cel.evaluate evaluates the shipped rules exactly as stock cel-python does (docs/performance.md "Fast to start, light to hold").
 
 Every CEL evaluation the rule suites make (admission policies, and the derivation their views run) is
-made twice: by :class:`runtime.rules.cel._Program` (its own activation: a container chained to the
-base, direct name lookup; the globals of :mod:`runtime.rules.celfast`) and by cel-python's
+made twice: by :class:`runtime.rules.cel.evaluate._Program` (its own activation: a container chained to the
+base, direct name lookup; the globals of :mod:`runtime.rules.cel.fast`) and by cel-python's
 ``Transpiler.evaluate`` over cel-python's own ``Activation`` (clone of the base, ``load_values``,
 ``resolve_name``, cel-python's ``nested_activation``) in cel-python's own module globals, on the same
 code object and the same CEL values. Values must be equal with the
@@ -18,7 +18,9 @@ import celpy.evaluation as celeval
 import runtime
 from runtime.engine.policy import Policy
 from runtime.ruletests import Runner, load_cases
-from runtime.rules import cel, celfunctions
+from runtime.rules.cel import evaluate as cel
+
+from runtime.rules.cel.library import strings as celfunctions
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 
 

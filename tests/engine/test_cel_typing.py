@@ -104,7 +104,8 @@ def test_a_broken_generation_is_never_loaded(edited_rules, tmp_path):
 
 def test_a_fault_of_the_checker_is_a_finding_not_a_traceback(monkeypatch):
     """Lint, load and reload never raise out of the type checker: a fault refuses the set, in words."""
-    from runtime.rules import celtyping
+    from runtime.rules.cel import check as celtyping
+
 
     def fault(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
@@ -122,7 +123,7 @@ def test_a_string_literal_is_read_as_cel_reads_it(literal, text):
     """Keys and string sizes come from CEL's own decoder (celpy's ``celstr``), the text the rule evaluates."""
     import lark
 
-    from runtime.rules.celnames import string_value
+    from runtime.rules.cel.names import string_value
 
     assert string_value(lark.Token("STRING_LIT", literal)) == text
 

@@ -1,4 +1,4 @@
-"""runtime.rules.celfast: each fast helper answers as the cel-python helper it stands for, on the
+"""runtime.rules.cel.fast: each fast helper answers as the cel-python helper it stands for, on the
 values where they could differ (int64 bounds, bools, floats, strings, errors, mixed types), and
 cel-python itself is left unchanged. The shipped rules as a whole: test_cel_stock_equivalence.py."""
 from __future__ import annotations
@@ -7,7 +7,9 @@ import celpy.celtypes as ct
 import celpy.evaluation as ce
 import pytest
 
-from runtime.rules import cel, celfast
+from runtime.rules.cel import evaluate as cel
+
+from runtime.rules.cel import fast as celfast
 
 ERROR = ce.CELEvalError("boom", ValueError, ("x",))
 

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 from runtime.model.rulefiles import Expr
-from runtime.rules import cel, compiledcache, loader
+from runtime.rules.cel import evaluate as cel
+
+from runtime.rules import compiledcache
+from runtime.rules import loader
 from runtime.rules.checks import _leaves
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules, rule_problems
 
@@ -57,7 +60,7 @@ def _no_parsing(monkeypatch):
         raise AssertionError("a load from the cache parsed or transpiled")
 
     monkeypatch.setattr(loader, "transpile", refuse)
-    monkeypatch.setattr("runtime.rules.celnames.parse", refuse)
+    monkeypatch.setattr("runtime.rules.cel.names.parse", refuse)
     monkeypatch.setattr("runtime.rules.yamlsrc.load_documents", refuse)
     monkeypatch.setattr(loader, "load_documents", refuse)
 

@@ -29,8 +29,8 @@ from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.rfc3339 import format_time
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
-from runtime.rules.cel import CelBudgetExceeded, CelEvalError
-from runtime.rules.celvalues import cel_map, to_cel
+from runtime.rules.cel.evaluate import CelBudgetExceeded, CelEvalError
+from runtime.rules.cel.values import cel_map, to_cel
 from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES, BoundedMemo
 from runtime.rules.vocabulary import admission_params
 
@@ -201,7 +201,7 @@ class AdmissionEngine:
         PolicyExceptions in force then lift their rules' errors, and CEL reads it as ``request.time``;
         None: no exception applies, ``request.time`` is "").
 
-        ``cancel`` (a :class:`threading.Event` or a :class:`~runtime.rules.celbudget.Deadline`,
+        ``cancel`` (a :class:`threading.Event` or a :class:`~runtime.rules.cel.budget.Deadline`,
         optional) stops the evaluation once set or past (the webhook's per-review deadline): the
         outcome is the 504 Timeout, verdict ``timeout``.
 

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from runtime.model.rulefiles import Expr
-from runtime.rules.celvalues import cel_map, to_cel
+from runtime.rules.cel.values import cel_map, to_cel
 from runtime.rules.memo import fingerprint
 
 _TOP = ("object", "oldObject", "request", "params", "settings", "lookups", "item")
@@ -103,7 +103,7 @@ class _Input:
         self.value, self.key, self.cel, self.parts = value, key, cel, parts
 
     def cel_value(self) -> Any:
-        """The value as a CEL value (:func:`runtime.rules.celvalues.to_cel`), converted once."""
+        """The value as a CEL value (:func:`runtime.rules.cel.values.to_cel`), converted once."""
         cel = self.cel
         if cel is _LAZY:
             parts = self.parts

@@ -3,7 +3,7 @@
 cel-python's activation resolves every name the program reads through ``typing.cast(Union[...], ...)``,
 whose ``Union`` subscription costs ~14 us a call (about 15 % of a slice Pod review):
 :class:`_Activation` is the same resolution without it; :class:`_Runner` is cel-python's
-``CompiledRunner`` evaluating with it. Used by :mod:`runtime.rules.cel`.
+``CompiledRunner`` evaluating with it. Used by :mod:`runtime.rules.cel.evaluate`.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every evaluation of a rule expression carries a :class:`Budget`: the limits of its rules generation
 (``runtime`` of the ``CelLimits`` document, rules/cel.yaml; Kubernetes' defaults when the file is
 absent) and, during an admission review, the review's deadline and cancel event. The program
-globals (:func:`runtime.rules.celfast.program_globals`) count what the program spends:
+globals (:func:`runtime.rules.cel.fast.program_globals`) count what the program spends:
 
 - a comprehension (``map``, ``filter``, ``all``, ``exists``, ``exists_one``) costs, per iteration,
   1 plus the calls its body makes directly (each operator, function or macro the body's transpiled
@@ -40,8 +40,9 @@ def _ceil(value: float) -> float:
 
 def call_cost(per_element, sizes: Sequence[float]) -> float:
     """The price of one call of a custom function, the same at lint (``sizes``: its arguments' worst-case
-    sizes, :mod:`runtime.rules.celcalls`) and at run time (their lengths, :mod:`runtime.rules.celpricing`):
-    1, plus ``per_element`` (a signature's cost per element: a number) times the sum of ``sizes``; for
+    sizes, :mod:`runtime.rules.celcalls`) and at run time (their lengths,
+    :mod:`runtime.rules.cel.library.pricing`): 1, plus ``per_element`` (a signature's cost per element: a
+    number) times the sum of ``sizes``; for
     ``"regex"`` (CEL ``matches(text, pattern)``) Kubernetes' price of a regex match, a tenth of the text's
     length times a quarter of the pattern's, each rounded up; for ``"sort"`` n times log2 n of the first
     argument's n elements (docs/rule-authoring.md "Run-time budget")."""
@@ -64,7 +65,7 @@ class CelBudgetExceeded(CelEvalError):
     limit that was reached (cost units, characters, elements, seconds or frames); ``setting``: the
     ``runtime`` key of rules/cel.yaml that sets it (empty for the deadline and the nesting limit);
     ``iterations`` and ``cost``: what the evaluation had spent when it stopped; ``where``: the
-    expression's origin (set by :meth:`runtime.rules.cel.CelExpression.evaluate_cel`).
+    expression's origin (set by :meth:`runtime.rules.cel.evaluate.CelExpression.evaluate_cel`).
     ``str()`` is a sentence without Python internals, fit for an AdmissionReview answer.
     """
 
@@ -171,6 +172,6 @@ class Budget:
 
 class BudgetSlot(threading.local):
     """The budget of the evaluation running on this thread (None: none running): what the counting
-    helpers of :mod:`runtime.rules.celfast` charge. One evaluation runs at a time per thread."""
+    helpers of :mod:`runtime.rules.cel.fast` charge. One evaluation runs at a time per thread."""
 
     budget: Optional[Budget] = None

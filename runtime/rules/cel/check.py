@@ -1,4 +1,4 @@
-"""Static types and worst-case cost of CEL expressions, over the parse tree of :mod:`runtime.rules.celnames`.
+"""Static types and worst-case cost of CEL expressions, over the parse tree of :mod:`runtime.rules.cel.names`.
 
 Nothing is evaluated. Each node of an expression's tree gets a :class:`T` (its CEL type, and the most
 elements or characters it can hold) and a cost; a finding (:class:`TypeProblem`) is recorded where an
@@ -8,7 +8,7 @@ validation's ``expression`` a bool, a ``messageExpression`` a string). What a na
 from the caller (:mod:`runtime.rules.checks`): ``object`` from the schema of the matched kind
 (:mod:`runtime.rules.schemas`), ``params`` and the label tables from the rule files' values, ``variables``
 from their own expressions, custom functions from their declared signatures
-(:data:`runtime.rules.celfunctions.SIGNATURES`).
+(:data:`runtime.rules.cel.library.strings.SIGNATURES`).
 
 Where a type is not known (``dyn``: a ``dig`` result, a map's value of no declared type, a JSON number)
 the checker is permissive: anything may be done with it and nothing is reported.
@@ -28,9 +28,10 @@ from typing import Any, Callable, Mapping, Optional
 
 import lark
 
-from runtime.rules import celnames
+from runtime.rules.cel import names as celnames
+
 from runtime.rules.celcalls import PATTERNS, Calls
-from runtime.rules.celtype import (BOOL, DOUBLE, DYN, INF, INT, NULL, NUMERIC, SIZED, SYMBOLS, Bounds, T,
+from runtime.rules.cel.types import (BOOL, DOUBLE, DYN, INF, INT, NULL, NUMERIC, SIZED, SYMBOLS, Bounds, T,
                                    TypeProblem, dyn, join, of_value, parse_type, sized, standard, tenth)
 
 __all__ = ["BOOL", "DYN", "INF", "INT", "Bounds", "Result", "Scope", "T", "TypeProblem", "check", "dyn",
@@ -39,7 +40,7 @@ __all__ = ["BOOL", "DYN", "INF", "INT", "Bounds", "Result", "Scope", "T", "TypeP
 @dataclass
 class Scope:
     """What one expression reads: ``roots`` name -> type (``object``, ``params``, ``variables``...),
-    ``functions`` name -> signature (see :data:`runtime.rules.celfunctions.SIGNATURES`), ``bounds``."""
+    ``functions`` name -> signature (see :data:`runtime.rules.cel.library.strings.SIGNATURES`), ``bounds``."""
 
     roots: dict[str, T]
     functions: Mapping[str, tuple] = field(default_factory=dict)

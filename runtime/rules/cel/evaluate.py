@@ -7,15 +7,15 @@ Programs use cel-python's ``CompiledRunner`` (the expression is transpiled to Py
 than the interpreter). The state this needs lives in one :class:`CelRuntime`, created explicitly on
 first use (:func:`cel_runtime`), never written into cel-python's modules: the globals programs run in
 (a copy of ``celpy.evaluation``'s with the custom-function table reachable by its dotted path and
-cel-python 0.5.0's hot helpers in faster, counting form, :mod:`runtime.rules.celfast`), one copy per
+cel-python 0.5.0's hot helpers in faster, counting form, :mod:`runtime.rules.cel.fast`), one copy per
 thread, so evaluations on different threads share nothing they write and run without a lock; the
 one base activation; the lazily built Environment (and its lock); the process's memo; the recursion
-limit; and the budget slot: each evaluation runs with a :class:`~runtime.rules.celbudget.Budget`
+limit; and the budget slot: each evaluation runs with a :class:`~runtime.rules.cel.budget.Budget`
 (its generation's limits from rules/cel.yaml, the review's deadline) and stops with
 :class:`CelBudgetExceeded` when it is spent (docs/rule-authoring.md "Run-time budget").
 Its activation resolves every name the program reads through ``typing.cast(Union[...], ...)``, whose
 ``Union`` subscription costs ~14 us a call (about 15 % of a slice Pod review): programs here run
-with :class:`~runtime.rules.celactivation._Activation`, the same resolution without it.
+with :class:`~runtime.rules.cel.activation._Activation`, the same resolution without it.
 
 An expression is compiled in two steps: its lark tree is transpiled to a Python code object
 (:func:`transpile`), and :func:`program_from_code` binds that code object to a fresh activation. The
@@ -40,11 +40,14 @@ import celpy.evaluation as _celeval
 
 import runtime as _runtime_pkg
 from runtime.model.cellimits import CelRuntimeLimits
-from runtime.rules import celfast, celfunctions, celpricing
-from runtime.rules.celactivation import _Activation, _container, _Runner  # noqa: F401  (tests read them here)
-from runtime.rules.celbudget import DEFAULT_LIMITS, Budget, BudgetSlot, CelBudgetExceeded, CelEvalError, \
+from runtime.rules.cel import fast as celfast
+
+from runtime.rules.cel.library import strings as celfunctions
+from runtime.rules.cel.library import pricing as celpricing
+from runtime.rules.cel.activation import _Activation, _container, _Runner  # noqa: F401  (tests read them here)
+from runtime.rules.cel.budget import DEFAULT_LIMITS, Budget, BudgetSlot, CelBudgetExceeded, CelEvalError, \
     Deadline
-from runtime.rules.celvalues import from_cel, to_cel
+from runtime.rules.cel.values import from_cel, to_cel
 from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES, BoundedMemo, fingerprint
 
 __all__ = ["CelBudgetExceeded", "CelCompileError", "CelEvalError", "CelExpression", "CelRuntime", "Deadline",
@@ -82,7 +85,7 @@ class _Program:
         matching path regexes per name. A context that names something the base holds (``google``)
         goes through cel-python's own clone, where such a name is a container and a value at once.
         The code runs in this thread's copy of the runtime's globals
-        (:func:`runtime.rules.celfast.program_globals`), never in cel-python's module, so no lock."""
+        (:func:`runtime.rules.cel.fast.program_globals`), never in cel-python's module, so no lock."""
         base = self.tp.base_activation
         if not context:
             activation = base
@@ -247,10 +250,10 @@ class CelExpression:
 
     def evaluate_cel(self, cel_activation: Mapping[str, Any], deadline: Optional[Deadline] = None) -> Any:
         """Evaluate against variables already converted to CEL values
-        (:func:`runtime.rules.celvalues.to_cel`), so a caller converts what does not change (params, a
+        (:func:`runtime.rules.cel.values.to_cel`), so a caller converts what does not change (params, a
         review's object) once, not per evaluation.
 
-        Runs with a fresh :class:`~runtime.rules.celbudget.Budget` of ``limits`` and ``deadline``.
+        Runs with a fresh :class:`~runtime.rules.cel.budget.Budget` of ``limits`` and ``deadline``.
         Returns a JSON-shaped result; no memo. Raises :class:`CelEvalError` naming ``where``, and
         :class:`CelBudgetExceeded` (its ``where`` set) when the budget is spent.
         """
@@ -292,7 +295,7 @@ def _describe(exc: BaseException) -> str:
 
 def transpile(tree: Any) -> Any:
     """The Python code object cel-python's transpiler makes of the parse tree ``tree`` (from
-    :func:`runtime.rules.celnames.parse`); :func:`program_from_code` makes it a program.
+    :func:`runtime.rules.cel.names.parse`); :func:`program_from_code` makes it a program.
 
     Raises :class:`CelCompileError` when the transpiler rejects a construct.
     """

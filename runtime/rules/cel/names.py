@@ -10,7 +10,7 @@ so a name in a branch no test takes is found too. What an expression may name is
 - ``params``: the policy's params values, so ``settings[params.settingX]`` is resolved and the
   setting name it holds checked against ``settings``;
 - functions: cel-python's standard functions and macros plus the custom table
-  (:data:`runtime.rules.celfunctions.FUNCTIONS`), as calls or as receiver-style methods.
+  (:data:`runtime.rules.cel.library.strings.FUNCTIONS`), as calls or as receiver-style methods.
 
 Comprehension variables (``x`` in ``items.map(x, ...)``) are bound inside their macro only.
 Source of the rule: docs/rule-authoring.md "What lint checks" (``accelpolicy lint``); the loader runs the same
@@ -26,7 +26,7 @@ import celpy
 import lark
 from celpy.evaluation import celstr
 
-from runtime.rules.celfunctions import FUNCTIONS
+from runtime.rules.cel.library.strings import FUNCTIONS
 
 MACROS = frozenset({"map", "filter", "all", "exists", "exists_one"})
 STANDARD_FUNCTIONS = frozenset({
@@ -46,7 +46,7 @@ _PARSER: Optional[celpy.Environment] = None
 
 
 def _parser() -> celpy.Environment:
-    """cel-python's parser (shared class-wide, the tree class of runtime.rules.cel's transpiler)."""
+    """cel-python's parser (shared class-wide, the tree class of runtime.rules.cel.evaluate's transpiler)."""
     global _PARSER
     if _PARSER is None:
         _PARSER = celpy.Environment(runner_class=celpy.CompiledRunner)

@@ -1,4 +1,4 @@
-"""The CEL type model of the static checks (:mod:`runtime.rules.celtyping`): :class:`T`, the sizes that
+"""The CEL type model of the static checks (:mod:`runtime.rules.cel.check`): :class:`T`, the sizes that
 bound values (:class:`Bounds`), the types of rule-file values and of declared signatures, and the
 standard functions' types and costs (docs/rule-authoring.md "What lint checks")."""
 from __future__ import annotations

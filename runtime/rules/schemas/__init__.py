@@ -1,9 +1,9 @@
-"""The OpenAPI schemas of the kinds the rules read, as CEL types (:mod:`runtime.rules.celtyping`).
+"""The OpenAPI schemas of the kinds the rules read, as CEL types (:mod:`runtime.rules.cel.check`).
 
 ``objects.json`` is generated (``python -m runtime.rules.schemas.regenerate``: Kubernetes' core kinds
 from ``k8s.io/kubernetes``'s ``api/openapi-spec`` at the version the control plane build pins, Kueue's
 from its CRDs at the version ``e2e/crdsources`` pins, ours from ``crds/``). :func:`object_type` turns a
-kind's schema into a :class:`runtime.rules.celtyping.T`: an object with properties is an object whose
+kind's schema into a :class:`runtime.rules.cel.check.T`: an object with properties is an object whose
 other fields are findings, ``additionalProperties`` a map, an array a list; ``maxItems``,
 ``maxLength`` and ``maxProperties`` bound its size, the request body cap (:class:`Bounds`) what they
 leave unbounded. A quantity, an int-or-string, a ``number`` (a JSON number may read as int or double)
@@ -16,7 +16,7 @@ import importlib.resources
 import json
 from typing import Optional
 
-from runtime.rules.celtyping import BOOL, DYN, INF, INT, T, Bounds, sized
+from runtime.rules.cel.check import BOOL, DYN, INF, INT, T, Bounds, sized
 
 _DYN_REFS = frozenset({"io.k8s.apimachinery.pkg.api.resource.Quantity",
                        "io.k8s.apimachinery.pkg.util.intstr.IntOrString",

@@ -1,7 +1,7 @@
 """Custom CEL functions used by the admission rules (rules/admission/*.yaml), declared as data.
 
 Pure functions on CEL values: the tables they need (resource-key patterns, manufacturers) are
-passed in by the rule file, never read here. Merged into :data:`runtime.rules.celfunctions.FUNCTIONS`.
+passed in by the rule file, never read here. Merged into :data:`runtime.rules.cel.library.strings.FUNCTIONS`.
 Spec: docs/reference/controller.md "Pod accelerator requests" (family classifier),
 docs/reference/controller.md "Pod accelerator requests" (containers and values), docs/reference/controller.md
 "Pod admission" (affinity placement), docs/reference/controller.md "Pod admission" (quantities);
@@ -21,11 +21,11 @@ from runtime.model import normalize, regex
 from runtime.model.nodepin import pin_requirements, queue_flavors, with_node_requirements
 from runtime.model.poddemand import pod_containers, pod_demand
 from runtime.model.resourcefamily import resource_family
-from runtime.rules.celvalues import json_of, to_cel
+from runtime.rules.cel.values import json_of, to_cel
 
 
 def _py(value: Any) -> Any:
-    """``value`` as JSON for reading (:func:`runtime.rules.celvalues.json_of`): never mutate it."""
+    """``value`` as JSON for reading (:func:`runtime.rules.cel.values.json_of`): never mutate it."""
     return json_of(value)
 
 
@@ -276,7 +276,7 @@ FUNCTIONS = {
     "nodePin": nodePin,
 }
 
-# Declared signatures (the CEL type checker and cost estimate, runtime.rules.celtyping): name ->
+# Declared signatures (the CEL type checker and cost estimate, runtime.rules.cel.check): name ->
 # (argument types, result type, result size, cost per element of the arguments). A type is ``dyn``,
 # ``bool``, ``int``, ``double``, ``string``, ``list``, ``map`` or ``list<T>``; the result size is
 # ``argN`` (at most argument N's size), a number, or None (sized by the request body cap). The cost per

@@ -1,14 +1,14 @@
 """Custom functions priced at run time (docs/rule-authoring.md "Run-time budget").
 
 The static checks price a call of a custom function by its declared signature
-(:data:`runtime.rules.celfunctions.SIGNATURES`, :func:`runtime.rules.celbudget.call_cost` of its
+(:data:`runtime.rules.cel.library.strings.SIGNATURES`, :func:`runtime.rules.cel.budget.call_cost` of its
 arguments' worst-case sizes). Here every call made by a program is charged the same price of its
 arguments' actual lengths to the budget of the evaluation running on the thread, before it runs, so a
 call the budget cannot pay for (a regex over a long text, a sort of a long list) never starts; what it
 returns (a string or list) is charged and checked as ``+`` is, and the two functions whose result can
 be far longer than their arguments (``flatten``, ``join``) have its length checked before they build it.
 
-Transpiled programs call a custom function by its dotted path (``runtime.rules.celadmission.matches``),
+Transpiled programs call a custom function by its dotted path (``runtime.rules.cel.library.objects.matches``),
 looked up in the globals they run in: :func:`priced_runtime` is the ``runtime`` those globals hold, a
 namespace mirroring the package in which every function of the table is its priced wrapper. Nothing
 in the modules themselves changes; without a budget on the thread a wrapper calls the function as is.
@@ -19,8 +19,8 @@ import types
 from typing import Any, Callable, Optional
 
 import runtime as _runtime_pkg
-from runtime.rules.celbudget import BudgetSlot, call_cost
-from runtime.rules.celfunctions import FUNCTIONS, SIGNATURES
+from runtime.rules.cel.budget import BudgetSlot, call_cost
+from runtime.rules.cel.library.strings import FUNCTIONS, SIGNATURES
 
 _SIZED = (str, bytes, list, dict)
 
@@ -46,7 +46,7 @@ AHEAD: dict[str, Callable[..., tuple[bool, int]]] = {"flatten": _flatten_size, "
 
 def priced(function: Callable, per_element: Any, slot: BudgetSlot,
            ahead: Optional[Callable[..., tuple[bool, int]]] = None) -> Callable:
-    """``function`` charging :func:`~runtime.rules.celbudget.call_cost` of its arguments (``per_element``:
+    """``function`` charging :func:`~runtime.rules.cel.budget.call_cost` of its arguments (``per_element``:
     its signature's cost per element) to ``slot``'s budget before it runs, checking the length of what it
     will build with ``ahead`` (when given) and charging what it built."""
     def call(*args: Any) -> Any:
@@ -68,7 +68,7 @@ def priced(function: Callable, per_element: Any, slot: BudgetSlot,
 
 def priced_runtime(slot: BudgetSlot) -> types.SimpleNamespace:
     """The ``runtime`` of the program globals: the package's attributes, and down the dotted path of
-    each function of :data:`~runtime.rules.celfunctions.FUNCTIONS` a namespace of its module's
+    each function of :data:`~runtime.rules.cel.library.strings.FUNCTIONS` a namespace of its module's
     attributes with the function priced (see the module docstring)."""
     root = types.SimpleNamespace(**vars(_runtime_pkg))
     for name, function in FUNCTIONS.items():

@@ -10,8 +10,8 @@ import string
 from celpy import celtypes
 
 from runtime.model import normalize
-from runtime.rules.celadmission import FUNCTIONS as ADMISSION_FUNCTIONS
-from runtime.rules.celadmission import SIGNATURES as ADMISSION_SIGNATURES
+from runtime.rules.cel.library.objects import FUNCTIONS as ADMISSION_FUNCTIONS
+from runtime.rules.cel.library.objects import SIGNATURES as ADMISSION_SIGNATURES
 
 
 def fnv64a(text: celtypes.StringType) -> celtypes.StringType:
@@ -45,8 +45,8 @@ def lowerAscii(text: celtypes.StringType) -> celtypes.StringType:  # noqa: N802 
 
 
 # The one table every expression sees: these plus the admission helpers (rules/admission/*.yaml,
-# :mod:`runtime.rules.celadmission`). The evaluator (:mod:`runtime.rules.cel`) imports this table;
-# nothing here imports the evaluator.
+# :mod:`runtime.rules.cel.library.objects`). The evaluator (:mod:`runtime.rules.cel.evaluate`) imports this
+# table; nothing here imports the evaluator.
 FUNCTIONS = {
     "lowerAscii": lowerAscii,
     "fnv64a": fnv64a,
@@ -56,8 +56,9 @@ FUNCTIONS = {
     **ADMISSION_FUNCTIONS,
 }
 
-# The declared signatures of :data:`FUNCTIONS` (the form of :data:`runtime.rules.celadmission.SIGNATURES`):
-# what the CEL type checker and cost estimate (runtime.rules.celtyping) know of each function.
+# The declared signatures of :data:`FUNCTIONS` (the form of
+# :data:`runtime.rules.cel.library.objects.SIGNATURES`): what the CEL type checker and cost estimate
+# (runtime.rules.cel.check) know of each function.
 SIGNATURES = {
     "lowerAscii": (("string",), "string", "arg0", 0.1),
     "fnv64a": (("string",), "string", 16, 0.1),
