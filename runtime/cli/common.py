@@ -83,7 +83,7 @@ def bad_input_exits(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         from runtime.engine.snapshot import SnapshotError
         from runtime.report.tables import UnknownKindError
-        from runtime.rules.cel.evaluate import CelEvalError
+        from runtime.rules.cel.errors import CelEvalError
         from runtime.rules.loader import RuleLoadError
 
         try:

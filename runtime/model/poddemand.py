@@ -3,7 +3,7 @@ reader.
 
 :func:`pod_containers` walks a Pod ``spec``'s containers (init, then app) and classifies their
 accelerator keys; :func:`pod_demand` folds the walk into the Pod's demand per family and base. Served
-by the admission CEL functions ``podContainers`` / ``podDemand`` (runtime/rules/celadmission.py: the
+by the admission CEL functions ``podContainers`` / ``podDemand`` (runtime/rules/cel/library/objects.py: the
 Pod webhooks and the Workload fit pin of rules/admission/*.yaml) and by the admission check
 (runtime/engine/admissioncheck/demand.py ``pod_demand``).
 

@@ -2,7 +2,7 @@
 requests"): pure, below the rules.
 
 One implementation shared by the admission CEL functions ``resourceFamily`` / ``podContainers``
-(runtime/rules/celadmission.py), the admission check and the node agent's PodResources mapping
+(runtime/rules/cel/library/objects.py), the admission check and the node agent's PodResources mapping
 (through :mod:`runtime.engine.resourcekeys`, which reads the table and the manufacturers from a Policy).
 The table is data: the ``resourceKeys`` value of the ``AdmissionParams`` named by rules/agent.yaml
 ``podResources.resourceKeysParams`` (``resource-keys`` in rules/admission/pods.yaml); bases and partition

@@ -1,15 +1,41 @@
-"""What the static type checks of :mod:`runtime.rules.checks` read besides the expressions: the values of
-the shared params every AdmissionPolicy gets, and the object types of the kinds a policy matches or
-looks up (docs/rule-authoring.md "What lint checks")."""
+"""What the static checks (:mod:`runtime.rules.checks`) know of each rule field besides its expression:
+the names the engine binds when it evaluates the field (its activation) and their types, the type the
+field's result must have, the values of the shared params every AdmissionPolicy gets, and the object
+types of the kinds a policy matches or looks up (docs/rule-authoring.md "What lint checks").
+
+The names are mechanism: the engine binds them, each field of each kind in one way, so they are
+declared here once, per kind and field (``*`` stands for one key or index). An AdmissionPolicy's names
+come from the policy itself (:mod:`runtime.rules.checks`).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
 from typing import Any, Optional
 
-from runtime.rules.cel import check as celtyping
+from runtime.rules import schemas
+from runtime.rules.cel.types import DYN, Bounds, CelType
+from runtime.rules.vocabulary import admission_params
 
-from runtime.rules.cel.check import DYN, T
-
+# (kind, dotted spec path pattern) -> the names bound when the engine evaluates that field.
+ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
+    ("PoolDerivation", "managed", frozenset({"labels", "managedKey"})),
+    ("PoolDerivation", "startGuard.expectFacts",
+     frozenset({"labels", "annotations", "keys", "devices", "role"})),
+    ("PoolDerivation", "flavors.*.*",
+     frozenset({"gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
+    ("PoolDerivation", "pools.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
+    ("PoolDerivation", "catalog.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
+    ("PoolDerivation", "generalGroup", frozenset({"gKey", "aware"})),
+    ("PoolDerivation", "entrance", frozenset({"name", "entrancePrefix"})),
+    ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", frozenset({"count", "max"})),
+    ("PoolDerivation", "admissionCheck.readyMessage", frozenset({"node", "nodes", "podSet"})),
+    ("PoolDerivation", "admissionCheck.retryMessage", frozenset({"flavor", "podSet", "closed"})),
+    ("InstancePod", "portName", frozenset({"port", "protocol"})),
+    ("KueueConfiguration", "transformations[*].credits", frozenset({"constants"})),
+    ("AuditPolicy", "checks[*].*", frozenset({"object", "settings"})),
+    ("ManufacturerTable", "manufacturers[*].views.*", frozenset({"accelerator"})),
+    ("DraDriver", "kind.expression", frozenset({"attributes", "device"})),
+]
 
 # The types of the names ACTIVATIONS binds, where the engine binds one type (runtime/engine/pools): the
 # others are dyn. ``constants`` is typed from rules/constants.yaml.
@@ -25,6 +51,25 @@ EXPECTED_TYPES: list[tuple[str, str, str]] = [
     ("PoolDerivation", "admissionCheck.readyMessage", "string"),
     ("PoolDerivation", "admissionCheck.retryMessage", "string"),
 ]
+
+
+def matches(path: str, pattern: str) -> bool:
+    """``pattern`` with ``*`` standing for one key or index (``checks[*].*`` matches ``checks[0].when``)."""
+    regex = re.escape(pattern).replace(r"\*", r"[^.\[\]]+")
+    return re.fullmatch(regex, path) is not None
+
+
+def activation_of(kind: str, path: str) -> Optional[frozenset[str]]:
+    """The names bound for field ``path`` of a ``kind`` document; None when the field is not listed."""
+    for k, pattern, names in ACTIVATIONS:
+        if k == kind and matches(path, pattern):
+            return names
+    return None
+
+
+def expected_type(kind: str, path: str) -> Optional[str]:
+    """The type the expression of field ``path`` of a ``kind`` document must have; None: any."""
+    return next((t for k, pattern, t in EXPECTED_TYPES if k == kind and matches(path, pattern)), None)
 
 
 class _Documents:
@@ -47,8 +92,6 @@ def shared_values(documents: list) -> dict:
     """The values of the shared params every AdmissionPolicy reads (those of
     :class:`runtime.engine.admission.engine.AdmissionEngine`), from the documents that validated; a
     table whose document is missing or broken is left out (its type is then dyn)."""
-    from runtime.rules.vocabulary import admission_params
-
     rules = _Documents(documents)
     shared: dict = {}
     try:
@@ -71,31 +114,6 @@ def shared_values(documents: list) -> dict:
     return shared
 
 
-def kind_type(kind: str, bounds: celtyping.Bounds) -> T:
+def kind_type(kind: str, bounds: Bounds) -> CelType:
     """The CEL type of an object of ``kind`` (its schema, :mod:`runtime.rules.schemas`), else dyn."""
-    from runtime.rules import schemas
-
-
     return schemas.object_type(kind, "object", bounds) or DYN
-
-
-@dataclass(frozen=True)
-class ExpressionCost:
-    """One expression's worst-case cost estimate (:mod:`runtime.rules.cel.check`): where it is and its
-    text."""
-
-    file: str
-    line: int
-    column: int
-    path: str
-    cost: float
-    source: str
-
-
-@dataclass
-class StaticReport:
-    """What the static checks found: ``problems`` (:class:`runtime.rules.checks.StaticProblem`, in the
-    order found) and the worst-case ``costs`` of every expression that was typed."""
-
-    problems: list
-    costs: list[ExpressionCost]

@@ -55,7 +55,7 @@ from runtime.webhook.sample import ReviewSample
 from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response,
                                       decide, is_text)
 from runtime.engine.admission.verdict import HALT_TIMEOUT, RULE_ERROR, timeout_denial
-from runtime.rules.cel.evaluate import Deadline
+from runtime.rules.cel.budget import Deadline
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_DEADLINE_SECONDS = 8.0  # kube-apiserver gives a webhook 10 s (timeoutSeconds default and maximum 30)

@@ -415,14 +415,15 @@ def test_the_builtin_variables_the_static_checks_know_are_the_engines():
 
 def test_the_type_checker_knows_cels_timestamp_and_duration_arithmetic():
     """rules/admission/exceptions.yaml compares timestamp(expiresAt) with timestamp(request.time) + duration(max)."""
-    from runtime.rules.cel import names as celnames
-
-    from runtime.rules.cel import check as celtyping
-    from runtime.rules.cel.library.strings import SIGNATURES
+    from runtime.rules.cel.check import check
+    from runtime.rules.cel.library.table import LIBRARY
+    from runtime.rules.cel.names import Names
+    from runtime.rules.cel.parse import parse
+    from runtime.rules.cel.types import Scope, sized
 
     def problems(source: str) -> list[str]:
-        scope = celtyping.Scope(roots={"a": celtyping.sized("string", 64)}, functions=SIGNATURES)
-        return [p.message for p in celtyping.check(source, celnames.parse(source), scope, "bool").problems]
+        scope = Scope(roots={"a": sized("string", 64)}, functions=LIBRARY)
+        return [p.message for p in check(source, parse(source), Names(roots=frozenset({"a"})), scope, "bool").types]
 
     assert problems("timestamp(a) <= timestamp(a) + duration('720h')") == []
     assert problems("timestamp(a) - timestamp(a) < duration('1h') + duration('1m')") == []

@@ -70,8 +70,6 @@ MODULE_EXCEPTIONS = {
                                   "two runners, admission and DRA, which share it"),
     "runtime/webhook/app.py": (410, "the review route, its bounds and answers, and the metrics they count, one "
                                     "contract (docs/webhook-hardening.md)"),
-    "runtime/rules/checks.py": (410, "the static checks' one walk over a policy's lookups, variables, "
-                                     "validations and mutations"),
 }
 
 

@@ -29,7 +29,7 @@ from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.rfc3339 import format_time
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
-from runtime.rules.cel.evaluate import CelBudgetExceeded, CelEvalError
+from runtime.rules.cel.errors import CelBudgetExceeded, CelEvalError
 from runtime.rules.cel.values import cel_map, to_cel
 from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES, BoundedMemo
 from runtime.rules.vocabulary import admission_params

@@ -1,5 +1,5 @@
 """Reviews stopped before their verdict (docs/rule-authoring.md "Run-time budget"): a spent CEL
-budget (:class:`runtime.rules.cel.evaluate.CelBudgetExceeded`) or a passed deadline, and the outcome each
+budget (:class:`runtime.rules.cel.errors.CelBudgetExceeded`) or a passed deadline, and the outcome each
 gets."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Optional
 
 from runtime.engine.admission.verdict import HALT_BUDGET, HALT_TIMEOUT, RULE_ERROR, Outcome, timeout_denial
 from runtime.model.admission import AdmissionPolicySpec
-from runtime.rules.cel.evaluate import CelEvalError, Deadline
+from runtime.rules.cel.budget import Deadline
+from runtime.rules.cel.errors import CelEvalError
 
 
 class DeadlineExceeded(Exception):
@@ -51,7 +52,7 @@ def halted(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, out
 
 def error_class(exc: BaseException) -> str:
     """The class of a rule's run-time error, for its log line and the rate limit of those lines: the Python
-    exception cel-python reports inside a :class:`~runtime.rules.cel.evaluate.CelEvalError` (``KeyError``: a
+    exception cel-python reports inside a :class:`~runtime.rules.cel.errors.CelEvalError` (``KeyError``: a
     key or member missing, ``TypeError``: no overload for these types, ``ValueError``, ``ZeroDivisionError``),
     else the exception's own class."""
     args = getattr(exc.__cause__, "args", ()) if isinstance(exc, CelEvalError) else ()

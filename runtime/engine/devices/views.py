@@ -16,7 +16,7 @@ from typing import Any
 from runtime.engine.policy import Policy
 from runtime.model.facts import AcceleratorFacts
 from runtime.model.manufacturers import VIEWS
-from runtime.rules.cel.evaluate import CelEvalError
+from runtime.rules.cel.errors import CelEvalError
 
 SOURCE_DRA = "dra"
 SOURCE_PLUGIN = "devicePlugin"

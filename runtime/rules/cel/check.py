@@ -1,112 +1,103 @@
-"""Static types and worst-case cost of CEL expressions, over the parse tree of :mod:`runtime.rules.cel.names`.
+"""The check stage: one walk over a parsed expression finds its undeclared names, its type mismatches
+and its worst-case cost (docs/rule-authoring.md "What lint checks").
 
-Nothing is evaluated. Each node of an expression's tree gets a :class:`T` (its CEL type, and the most
-elements or characters it can hold) and a cost; a finding (:class:`TypeProblem`) is recorded where an
-operator or function is applied to types it has no overload for, where a field or key is read that the
-value's type does not have, and where the expression's result is not the type its field needs (a
-validation's ``expression`` a bool, a ``messageExpression`` a string). What a name's type is comes
-from the caller (:mod:`runtime.rules.checks`): ``object`` from the schema of the matched kind
-(:mod:`runtime.rules.schemas`), ``params`` and the label tables from the rule files' values, ``variables``
-from their own expressions, custom functions from their declared signatures
-(:data:`runtime.rules.cel.library.strings.SIGNATURES`).
+Nothing is evaluated. The :class:`Checker` visits each node of the tree once: it asks
+:class:`~runtime.rules.cel.names.Names` whether what the node names is declared, and gives the node a
+:class:`~runtime.rules.cel.types.CelType` and a cost by the rules of :mod:`runtime.rules.cel.types`.
+A type finding is recorded where an operator or function is applied to types it has no overload for,
+where a field or key is read that the value's type does not have, where a regular expression known
+before any review is one RE2 refuses (docs/rule-authoring.md "Regular expressions"), and where the
+expression's result is not the type its field needs (a validation's ``expression`` a bool).
 
-Where a type is not known (``dyn``: a ``dig`` result, a map's value of no declared type, a JSON number)
-the checker is permissive: anything may be done with it and nothing is reported.
+What a name's type is comes from the caller (a :class:`~runtime.rules.cel.types.Scope`,
+:mod:`runtime.rules.checks`): ``object`` from the schema of the matched kind, ``params`` from the rule
+files' values, ``variables`` from their own expressions, custom functions from their declarations.
 
-Cost, in the units of Kubernetes' CEL cost model (docs/rule-authoring.md "What lint checks"): reading a
-name, a field or an index, an operator and a call cost 1; a literal 0; a string or list built by ``+``
-costs a tenth of its size more; a comprehension (``map``, ``filter``, ``all``, ``exists``, ``exists_one``)
-costs its range plus, for each element the range can hold, one more than its body; a custom function one
-plus what its signature declares per element of its arguments. Sizes come from literals, the rule files'
-values, the schema bounds (``maxItems``, ``maxLength``, ``maxProperties``) and, where nothing bounds a
-value read from the request, from the webhook's request body cap (:class:`Bounds`).
+Cost, in the units of Kubernetes' CEL cost model: reading a name, a field or an index, an operator and a
+call cost 1; a literal 0; a string or list built by ``+`` costs a tenth of its size more; a comprehension
+(``map``, ``filter``, ``all``, ``exists``, ``exists_one``) costs its range plus, for each element the
+range can hold, one more than its body; a custom function its declared price of its arguments'
+worst-case sizes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 import lark
 
-from runtime.rules.cel import names as celnames
-
-from runtime.rules.celcalls import PATTERNS, Calls
-from runtime.rules.cel.types import (BOOL, DOUBLE, DYN, INF, INT, NULL, NUMERIC, SIZED, SYMBOLS, Bounds, T,
-                                   TypeProblem, dyn, join, of_value, parse_type, sized, standard, tenth)
-
-__all__ = ["BOOL", "DYN", "INF", "INT", "Bounds", "Result", "Scope", "T", "TypeProblem", "check", "dyn",
-           "of_value", "sized"]
-
-@dataclass
-class Scope:
-    """What one expression reads: ``roots`` name -> type (``object``, ``params``, ``variables``...),
-    ``functions`` name -> signature (see :data:`runtime.rules.cel.library.strings.SIGNATURES`), ``bounds``."""
-
-    roots: dict[str, T]
-    functions: Mapping[str, tuple] = field(default_factory=dict)
-    bounds: Bounds = field(default_factory=Bounds)
+from runtime.model import regex
+from runtime.rules.cel.errors import Finding
+from runtime.rules.cel.names import MACROS, Names
+from runtime.rules.cel.parse import bare, child_trees, first_token, ident_name, position, string_literal, \
+    string_value, text
+from runtime.rules.cel.types import BOOL, DOUBLE, DYN, INT, NULL, NUMERIC, SYMBOLS, CelType, Scope, \
+    comprehension, custom, dig_type, dyn, element_of, join, operator, sized, standard
 
 
 @dataclass
 class Result:
-    """The checker's answer for one expression: its type, its worst-case cost and its findings."""
+    """The checker's answer for one expression: its type, its worst-case cost, its name findings and
+    its type findings (none at the place of a name finding), each in source order."""
 
-    type: T
+    type: CelType
     cost: float
-    problems: list[TypeProblem]
+    names: list[Finding]
+    types: list[Finding]
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The name findings, then the type findings."""
+        return self.names + self.types
 
 
-def _tokens(node: Any):
-    if isinstance(node, lark.Token):
-        yield node
-    elif isinstance(node, lark.Tree):
-        for child in node.children:
-            yield from _tokens(child)
+class Checker:
+    """The walk of one expression: :meth:`visit` returns ``(type, cost)`` of a node and records its
+    findings in :attr:`named` (names) and :attr:`typed` (types)."""
 
-
-class _Checker(Calls):
-    """The walk (one per expression): :meth:`visit` returns ``(type, cost)`` of a node."""
-
-    def __init__(self, source: str, scope: Scope):
-        self.source, self.scope = source, scope
-        self.problems: list[TypeProblem] = []
+    def __init__(self, source: str, names: Names, scope: Scope):
+        self.source, self.names, self.scope, self.bounds = source, names, scope, scope.bounds
+        self.named: list[Finding] = []
+        self.typed: list[Finding] = []
         self.in_has = 0
 
     # --- findings ---------------------------------------------------------------------------------
-    def text(self, node: Any) -> str:
-        """The source text of ``node``."""
-        meta = getattr(node, "meta", None)
-        if meta is not None and not getattr(meta, "empty", True):
-            return self.source[meta.start_pos:meta.end_pos]
-        tokens = list(_tokens(node))
-        return self.source[tokens[0].start_pos:tokens[-1].end_pos] if tokens else ""
+    def name_problem(self, node: Any, message: Optional[str]) -> None:
+        """A name finding at ``node`` when ``message`` (a :class:`Names` answer) is not None."""
+        if message is not None:
+            self.named.append(Finding(*position(node), message))
 
     def problem(self, node: Any, message: str) -> None:
-        """A finding at ``node``'s first character."""
-        token = next(_tokens(node), None) if not isinstance(node, lark.Token) else node
-        line = getattr(token, "line", 1) or 1
-        column = getattr(token, "column", 1) or 1
-        self.problems.append(TypeProblem(line, column, message))
+        """A type finding at ``node``'s first character."""
+        self.typed.append(Finding(*position(node), message))
 
-    def mismatch(self, node: Any, op: str, types: list[T]) -> T:
+    def text(self, node: Any) -> str:
+        """The source text of ``node``."""
+        return text(self.source, node)
+
+    def mismatch(self, node: Any, op: str, types: list[CelType]) -> CelType:
         """Record "no operator for these types" at ``node``; the result is dyn."""
         spelled = ", ".join(t.describe() for t in types)
         self.problem(node, f"type mismatch: no {op!r} for ({spelled}) in {self.text(node)!r}")
         return DYN
 
+    def expect_bool(self, node: Any, got: CelType, what: str) -> None:
+        """Record a finding when ``got`` is known and not bool."""
+        if got.kind not in ("bool", "dyn"):
+            self.problem(node, f"type mismatch: {what} must be bool, {self.text(node)!r} is {got.describe()}")
+
     # --- the walk ---------------------------------------------------------------------------------
-    def visit(self, node: Any, bound: Mapping[str, T]) -> tuple[T, float]:
-        """``(type, cost)`` of ``node`` with comprehension variables ``bound``."""
+    def visit(self, node: Any, bound: Mapping[str, CelType]) -> tuple[CelType, float]:
+        """``(type, cost)`` of ``node`` with the comprehension variables ``bound`` (name -> type)."""
         if not isinstance(node, lark.Tree):
             return DYN, 0
         handler: Optional[Callable] = _HANDLERS.get(node.data)
-        trees = [c for c in node.children if isinstance(c, lark.Tree)]
-        if handler is None:
-            if len(trees) == 1 and len(node.children) == 1:
-                return self.visit(trees[0], bound)
-            costs = [self.visit(child, bound)[1] for child in trees]
-            return DYN, sum(costs)
-        return handler(self, node, bound)
+        if handler is not None:
+            return handler(self, node, bound)
+        trees = child_trees(node)
+        if len(trees) == 1 and len(node.children) == 1:
+            return self.visit(trees[0], bound)
+        return DYN, sum(self.visit(child, bound)[1] for child in trees)
 
     def expr(self, node, bound):
         """``a ? b : c``: a bool condition, the join of the branches, the dearer branch."""
@@ -118,11 +109,6 @@ class _Checker(Calls):
         (ttype, tcost), (otype, ocost) = self.visit(then, bound), self.visit(other, bound)
         return join([ttype, otype]), ccost + max(tcost, ocost)
 
-    def expect_bool(self, node: Any, got: T, what: str) -> None:
-        """Record a finding when ``got`` is known and not bool."""
-        if got.kind not in ("bool", "dyn"):
-            self.problem(node, f"type mismatch: {what} must be bool, {self.text(node)!r} is {got.describe()}")
-
     def logic(self, node, bound):
         """``a || b``, ``a && b``: bool operands."""
         if len(node.children) == 1:
@@ -130,8 +116,8 @@ class _Checker(Calls):
         cost = 1.0
         for operand in node.children:
             otype, ocost = self.visit(operand, bound)
-            self.expect_bool(operand, otype,
-                             "an operand of " + ("||" if node.data == "conditionalor" else "&&"))
+            symbol = "||" if node.data == "conditionalor" else "&&"
+            self.expect_bool(operand, otype, f"an operand of {symbol}")
             cost += ocost
         return BOOL, cost
 
@@ -140,49 +126,12 @@ class _Checker(Calls):
         if len(node.children) == 1:
             return self.visit(node.children[0], bound)
         op_node, right = node.children
-        left = op_node.children[0]
-        (ltype, lcost), (rtype, rcost) = self.visit(left, bound), self.visit(right, bound)
+        (ltype, lcost), (rtype, rcost) = self.visit(op_node.children[0], bound), self.visit(right, bound)
         op = op_node.data.split("_", 1)[1]
-        result, extra = self.operator(node, op, ltype, rtype)
-        return result, lcost + rcost + extra
-
-    def operator(self, node, op: str, a: T, b: T) -> tuple[T, float]:
-        """The type and own cost of ``a op b``."""
-        if op == "in":
-            if b.kind not in ("list", "map", "object", "dyn"):
-                return self.mismatch(node, "in", [a, b]), 1
-            return BOOL, 1 + (self.scope.bounds.of(b) if b.kind == "list" else 1)
-        if op in ("eq", "ne"):
-            if a.kind != b.kind and "dyn" not in (a.kind, b.kind) and "null" not in (a.kind, b.kind) \
-                    and not (a.kind in NUMERIC and b.kind in NUMERIC) \
-                    and not {a.kind, b.kind} <= {"map", "object"}:
-                self.mismatch(node, "==" if op == "eq" else "!=", [a, b])
-            return BOOL, 1 + tenth(
-                min(self.scope.bounds.of(a), self.scope.bounds.of(b)) if a.kind == "string" else 0)
-        if op in ("lt", "le", "gt", "ge"):
-            ok = "dyn" in (a.kind, b.kind) or (a.kind in NUMERIC and b.kind in NUMERIC) or \
-                (a.kind == b.kind and a.kind in ("string", "bytes", "bool", "timestamp", "duration"))
-            return (BOOL if ok else self.mismatch(node, SYMBOLS[op], [a, b])), 1
-        return self.arithmetic(node, op, a, b)
-
-    def arithmetic(self, node, op: str, a: T, b: T) -> tuple[T, float]:
-        """``+ - * / %`` of two numbers of one kind, ``+`` of two strings or two lists."""
-        bounds = self.scope.bounds
-        if "dyn" in (a.kind, b.kind):
-            other = b if a.kind == "dyn" else a
-            if op == "add" and other.kind in ("string", "list"):
-                size = bounds.of(a) + bounds.of(b)
-                return T(other.kind, elem=other.elem, size=size), 1 + tenth(size)
-            return (dyn(bounds.of(a) + bounds.of(b)) if op == "add" else DYN), 1
-        if a.kind == b.kind and a.kind in NUMERIC:
-            return T(a.kind, size=1), 1
-        if (a.kind, b.kind, op) in _TIME_ARITHMETIC:
-            return T(_TIME_ARITHMETIC[(a.kind, b.kind, op)], size=1), 1
-        if op == "add" and a.kind == b.kind and a.kind in ("string", "bytes", "list"):
-            size = bounds.of(a) + bounds.of(b)
-            elem = join([a.elem or DYN, b.elem or DYN]) if a.kind == "list" else None
-            return T(a.kind, elem=elem, size=size), 1 + tenth(size)
-        return self.mismatch(node, SYMBOLS[op], [a, b]), 1
+        result, own, ok = operator(op, ltype, rtype, self.bounds)
+        if not ok:
+            self.mismatch(node, SYMBOLS[op], [ltype, rtype])
+        return result, lcost + rcost + own
 
     def unary(self, node, bound):
         """``!x`` (bool) and ``-x`` (a number)."""
@@ -202,20 +151,19 @@ class _Checker(Calls):
         token = node.children[0]
         kind = token.type
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
-            text = celnames.string_value(token)
-            return T("string", size=len(text if text is not None else str(token)), value=text), 0
-        return {"INT_LIT": INT, "UINT_LIT": T("uint", size=1), "FLOAT_LIT": DOUBLE, "BOOL_LIT": BOOL,
+            value = string_value(token)
+            return CelType("string", size=len(value if value is not None else str(token)), value=value), 0
+        return {"INT_LIT": INT, "UINT_LIT": CelType("uint", size=1), "FLOAT_LIT": DOUBLE, "BOOL_LIT": BOOL,
                 "NULL_LIT": NULL, "BYTES_LIT": sized("bytes", len(str(token)))}.get(kind, DYN), 0
 
     def ident(self, node, bound):
-        """A name: a comprehension variable, else a root of the scope (unknown names: celnames' finding)."""
-        name = str(node.children[0])
+        """A name: a comprehension variable, else a root of the scope (undeclared: a name finding)."""
+        token = node.children[0]
+        name = str(token)
         if name in bound:
             return bound[name], 1
+        self.name_problem(token, self.names.undeclared(name, bound))
         return self.scope.roots.get(name, DYN), 1
-
-    def paren(self, node, bound):
-        return self.visit(node.children[0], bound)
 
     def list_lit(self, node, bound):
         """``[a, b]``: a list of the join of its elements."""
@@ -231,44 +179,56 @@ class _Checker(Calls):
         for key, value in zip(inits[0::2], inits[1::2]):
             (_, kcost), (vtype, vcost) = self.visit(key, bound), self.visit(value, bound)
             cost += kcost + vcost
-            text = celnames._string_literal(key)
-            literal = literal and text is not None
-            if text is not None:
-                fields[text] = vtype
+            name = string_literal(key)
+            literal = literal and name is not None
+            if name is not None:
+                fields[name] = vtype
             values.append(vtype)
         if literal and fields:
-            return T("object", fields=fields, size=len(fields)), cost
+            return CelType("object", fields=fields, size=len(fields)), cost
         return sized("map", len(values), join(values) if values else DYN), cost
+
+    def member(self, receiver: Any, at: Any, member: str, bound: Mapping[str, CelType]) -> None:
+        """The name finding of ``root.member`` / ``root['member']`` at ``at`` (a root not bound)."""
+        root = ident_name(receiver)
+        if root is not None and str(root) not in bound:
+            self.name_problem(at, self.names.undeclared_member(str(root), member))
+
+    def field(self, node, rtype: CelType, key: str, at: Any) -> CelType:
+        """The type of field ``key`` of the object ``rtype`` (a finding at ``at`` when it has none,
+        but inside ``has()``)."""
+        fields = rtype.fields or {}
+        if key in fields:
+            return fields[key]
+        if not self.in_has:
+            self.problem(at, f"{self.text(node.children[0])} has no field or key {key!r} (known: "
+                             f"{', '.join(sorted(fields)) or 'none'}) in {self.text(node)!r}")
+        return DYN
 
     def member_dot(self, node, bound):
         """``x.f``: the field of an object, the value of a map."""
         receiver, token = node.children[0], node.children[1]
+        self.member(receiver, token, str(token), bound)
         rtype, rcost = self.visit(receiver, bound)
-        return self.select(node, rtype, str(token)), rcost + 1
-
-    def select(self, node, rtype: T, key: str) -> T:
-        """The type of field or key ``key`` of ``rtype`` (a finding when an object has no such field)."""
         if rtype.kind == "object":
-            fields = rtype.fields or {}
-            if key in fields:
-                return fields[key]
-            if not self.in_has:
-                what = self.text(node.children[0])
-                self.problem(node.children[1] if isinstance(node.children[1], lark.Token) else node,
-                             f"{what} has no field or key {key!r} (known: "
-                             f"{', '.join(sorted(fields)) or 'none'}) in {self.text(node)!r}")
-            return DYN
+            at = token if isinstance(token, lark.Token) else node
+            return self.field(node, rtype, str(token), at), rcost + 1
         if rtype.kind == "map":
-            return rtype.elem or DYN
+            return rtype.elem or DYN, rcost + 1
         if rtype.kind in ("dyn", "null"):
-            return dyn(rtype.size)
-        self.problem(node, f"type mismatch: {self.text(node.children[0])!r} is {rtype.describe()}, "
-                           f"which has no field {key!r}")
-        return DYN
+            return dyn(rtype.size), rcost + 1
+        self.problem(node, f"type mismatch: {self.text(receiver)!r} is {rtype.describe()}, "
+                           f"which has no field {str(token)!r}")
+        return DYN, rcost + 1
 
     def member_index(self, node, bound):
         """``x[i]``: a list's element, a map's value, an object's field when ``i`` is a literal."""
         receiver, index = node.children[0], node.children[1]
+        literal, root = string_literal(index), ident_name(receiver)
+        if literal is not None:
+            self.member(receiver, first_token(index), literal, bound)
+        elif root is not None and str(root) == "settings" and "settings" not in bound:
+            self.setting_param(index, bound)
         (rtype, rcost), (itype, icost) = self.visit(receiver, bound), self.visit(index, bound)
         cost = rcost + icost + 1
         if rtype.kind == "list":
@@ -276,9 +236,8 @@ class _Checker(Calls):
                 return self.mismatch(node, "[]", [rtype, itype]), cost
             return rtype.elem or DYN, cost
         if rtype.kind == "object":
-            literal = celnames._string_literal(index)
             if literal is not None:
-                return self.select_index(node, rtype, literal), cost
+                return self.field(node, rtype, literal, index), cost
             return join(list((rtype.fields or {}).values())) if rtype.fields else DYN, cost
         if rtype.kind == "map":
             return rtype.elem or DYN, cost
@@ -286,20 +245,17 @@ class _Checker(Calls):
             return dyn(rtype.size), cost
         return self.mismatch(node, "[]", [rtype, itype]), cost
 
-    def select_index(self, node, rtype: T, key: str) -> T:
-        """``x['key']`` on an object: as ``x.key``."""
-        fields = rtype.fields or {}
-        if key in fields:
-            return fields[key]
-        if not self.in_has:
-            what = self.text(node.children[0])
-            self.problem(node.children[1], f"{what} has no field or key {key!r} (known: "
-                                           f"{', '.join(sorted(fields)) or 'none'}) in {self.text(node)!r}")
-        return DYN
+    def setting_param(self, index: Any, bound: Mapping[str, CelType]) -> None:
+        """``settings[params.X]``: the setting named by params value X must be declared."""
+        dot = bare(index, "member_dot")
+        if dot is None:
+            return
+        root = ident_name(dot.children[0])
+        if root is not None and str(root) == "params" and "params" not in bound:
+            self.name_problem(dot.children[1], self.names.unknown_setting(str(dot.children[1])))
 
     def member_object(self, node, bound):
-        costs = [self.visit(c, bound)[1] for c in node.children if isinstance(c, lark.Tree)]
-        return DYN, 1 + sum(costs)
+        return DYN, 1 + sum(self.visit(c, bound)[1] for c in child_trees(node))
 
     def ident_arg(self, node, bound):
         """``f(a, b)``: a standard or custom function by its signature."""
@@ -307,6 +263,7 @@ class _Checker(Calls):
         args = node.children[1].children if len(node.children) > 1 and isinstance(
             node.children[1], lark.Tree) else []
         name = str(token)
+        self.name_problem(token, self.names.unknown_function(name))
         if name == "has":
             self.in_has += 1
             try:
@@ -315,32 +272,15 @@ class _Checker(Calls):
                 self.in_has -= 1
             return BOOL, 1 + sum(c for _, c in found)
         found = [self.visit(a, bound) for a in args]
-        if name in PATTERNS and len(args) > PATTERNS[name]:
-            self.pattern(args[PATTERNS[name]], found[PATTERNS[name]][0])
+        self.pattern(name, args, [t for t, _ in found], 0)
         result = self.call(node, name, None, [t for t, _ in found], sum(c for _, c in found))
-        if name == "dig" and len(args) == 3 and found[0][0].kind == "object":
-            return self.dig(args[1], found[0][0], found[2][0]) or result[0], result[1]
+        if name == "dig" and len(args) == 3 and found[0][0].kind == "object":   # a literal path: its type
+            path = bare(args[1], "list_lit")
+            keys = path.children[0].children if path is not None and path.children and isinstance(
+                path.children[0], lark.Tree) else []
+            typed = dig_type(found[0][0], [string_literal(k) for k in keys], found[2][0])
+            return typed or result[0], result[1]
         return result
-
-    def dig(self, path: Any, value: T, default: T) -> Optional[T]:
-        """``dig(x, ['a', 'b'], d)`` with a literal path: the type at that path of ``x`` joined with
-        ``d``'s (a key the schema does not have is left to the default: no finding)."""
-        items = celnames._bare(path, "list_lit")
-        keys = items.children[0].children if items is not None and items.children and \
-            isinstance(items.children[0], lark.Tree) else []
-        current = value
-        for key in keys:
-            literal = celnames._string_literal(key)
-            if current.kind == "object" and literal in (current.fields or {}):
-                current = (current.fields or {})[literal]
-            elif current.kind in ("map", "list"):
-                current = current.elem or DYN
-            else:
-                return None
-        if default.kind in (current.kind, "null", "dyn") or {current.kind, default.kind} <= {
-                "list", "map", "object"}:
-            return current
-        return dyn(current.size)
 
     def member_dot_arg(self, node, bound):
         """``x.f(a)``: a macro (``map``, ``filter``, ``all``, ``exists``, ``exists_one``) or a method."""
@@ -349,49 +289,110 @@ class _Checker(Calls):
             node.children[2], lark.Tree) else []
         rtype, rcost = self.visit(receiver, bound)
         method = str(token)
-        variable = celnames._ident_name(args[0]) if args else None
-        if method in celnames.MACROS and variable is not None and len(args) in (2, 3):
-            return self.comprehension(node, method, rtype, rcost, str(variable), args[1:], bound)
+        variable = ident_name(args[0]) if args else None
+        if method in MACROS and variable is not None:
+            if len(args) in (2, 3):
+                return self.comprehension(node, method, rtype, rcost, str(variable), args[1:], bound)
+            inner = {**bound, str(variable): DYN}   # a macro of another arity: cel-python refuses it
+            return DYN, rcost + 1 + sum(self.visit(a, inner)[1] for a in args[1:])
+        self.name_problem(token, self.names.unknown_function(method))
         found = [self.visit(a, bound) for a in args]
-        if method in PATTERNS and len(args) >= PATTERNS[method]:
-            self.pattern(args[PATTERNS[method] - 1], found[PATTERNS[method] - 1][0])
+        self.pattern(method, args, [t for t, _ in found], 1)
         return self.call(node, method, rtype, [t for t, _ in found], rcost + sum(c for _, c in found))
 
+    def comprehension(self, node, macro: str, rtype: CelType, rcost: float, variable: str, body: list,
+                      bound: Mapping[str, CelType]) -> tuple[CelType, float]:
+        """A macro over a list (its elements) or a map (its keys): range cost + n * (1 + body)."""
+        elem = element_of(rtype)
+        if elem is None:
+            self.problem(node, f"type mismatch: {macro}() needs a list or a map, "
+                               f"{self.text(node.children[0])!r} is {rtype.describe()}")
+            elem = DYN
+        inner = {**bound, variable: elem}
+        found = [self.visit(part, inner) for part in body]
+        if macro != "map" or len(body) == 2:
+            self.expect_bool(body[0], found[0][0], f"the predicate of {macro}()")
+        result, iterations = comprehension(macro, rtype, elem, found[-1][0], self.bounds)
+        return result, rcost + iterations * (1 + sum(c for _, c in found))
 
+    def call(self, node, name: str, receiver: Optional[CelType], args: list[CelType],
+             cost: float) -> tuple[CelType, float]:
+        """A function call's type and cost (``cost``: its arguments'): the standard functions, then the
+        custom ones of :attr:`Scope.functions` by their declarations."""
+        everything = ([receiver] if receiver is not None else []) + args
+        known = standard(name, everything, self.bounds)
+        if known is not None:
+            result, own, wrong = known
+            for arg in wrong:
+                self.problem(node, f"type mismatch: {name}() of {arg.describe()} in {self.text(node)!r}")
+            return result, cost + own
+        function = self.scope.functions.get(name)
+        if function is None:
+            return DYN, cost + 1
+        typed = custom(function, everything, self.bounds)
+        if typed is None:
+            self.problem(node, f"{name}() takes {len(function.params)} argument(s), {self.text(node)!r} "
+                               f"passes {len(everything)}")
+            return DYN, cost + 1
+        result, own, mistyped = typed
+        for i, want, got in mistyped:
+            self.problem(node, f"type mismatch: argument {i + 1} of {name}() must be {want}, "
+                               f"got {got.describe()} in {self.text(node)!r}")
+        return result, cost + own
 
-_TIME_ARITHMETIC = {  # CEL's overloads of + and - on timestamps and durations: (left, right, op) -> result
-    ("timestamp", "duration", "add"): "timestamp", ("duration", "timestamp", "add"): "timestamp",
-    ("timestamp", "duration", "sub"): "timestamp", ("timestamp", "timestamp", "sub"): "duration",
-    ("duration", "duration", "add"): "duration", ("duration", "duration", "sub"): "duration"}
+    def pattern(self, name: str, args: list, types: list[CelType], receivers: int) -> None:
+        """The regular expression argument of a call of ``name`` (its declaration's ``pattern``; the
+        call has ``receivers`` arguments before ``args``), when its text is known before any review (a
+        literal, a params value): compiled by RE2 here, a finding when RE2 refuses it; a pattern built
+        at run time is compiled when the review runs."""
+        function = self.scope.functions.get(name)
+        where = None if function is None or function.pattern is None else function.pattern - receivers
+        if where is None or not 0 <= where < len(args):
+            return
+        found = types[where]
+        if found.kind != "string" or found.value is None:
+            return
+        why = regex.problem(found.value)
+        if why:
+            node = args[where]
+            self.problem(node, why if string_literal(node) is not None else f"{self.text(node)}: {why}")
+
 
 _HANDLERS: dict[str, Callable] = {
-    "expr": _Checker.expr,
-    "conditionalor": _Checker.logic,
-    "conditionaland": _Checker.logic,
-    "relation": _Checker.binary,
-    "addition": _Checker.binary,
-    "multiplication": _Checker.binary,
-    "unary": _Checker.unary,
-    "literal": _Checker.literal,
-    "ident": _Checker.ident,
-    "paren_expr": _Checker.paren,
-    "list_lit": _Checker.list_lit,
-    "map_lit": _Checker.map_lit,
-    "member_dot": _Checker.member_dot,
-    "member_index": _Checker.member_index,
-    "member_object": _Checker.member_object,
-    "ident_arg": _Checker.ident_arg,
-    "member_dot_arg": _Checker.member_dot_arg,
+    "expr": Checker.expr,
+    "conditionalor": Checker.logic,
+    "conditionaland": Checker.logic,
+    "relation": Checker.binary,
+    "addition": Checker.binary,
+    "multiplication": Checker.binary,
+    "unary": Checker.unary,
+    "literal": Checker.literal,
+    "ident": Checker.ident,
+    "list_lit": Checker.list_lit,
+    "map_lit": Checker.map_lit,
+    "member_dot": Checker.member_dot,
+    "member_index": Checker.member_index,
+    "member_object": Checker.member_object,
+    "ident_arg": Checker.ident_arg,
+    "member_dot_arg": Checker.member_dot_arg,
 }
 
 
-def check(source: str, tree: lark.Tree, scope: Scope, expect: Optional[str] = None) -> Result:
-    """Type and cost of the parsed expression ``tree`` (of ``source``) in ``scope``; ``expect``
-    (``bool``, ``string``, ``list``), when given, is the type the field needs."""
-    checker = _Checker(source, scope)
+def check(source: str, tree: lark.Tree, names: Names, scope: Optional[Scope] = None,
+          expect: Optional[str] = None) -> Result:
+    """Names, types and worst-case cost of the parsed expression ``tree`` (of ``source``), in one walk:
+    what it may name is ``names``, the types of what it reads ``scope`` (None: names only, no type
+    finding; the type and cost then mean nothing); ``expect`` (``bool``, ``string``, ``list``), when
+    given, is the type the field needs."""
+    checker = Checker(source, names, scope if scope is not None else Scope(roots={}))
     found, cost = checker.visit(tree, {})
+    named = sorted(checker.named, key=lambda f: (f.line, f.column))
+    if scope is None:
+        return Result(found, cost, named, [])
     if expect is not None and found.kind not in (expect, "dyn") \
             and not (expect == "list" and found.kind == "list"):
         checker.problem(tree, f"type mismatch: this field needs a {expect}, {source.strip()!r} is "
                               f"{found.describe()}")
-    return Result(found, cost, sorted(checker.problems, key=lambda p: (p.line, p.column)))
+    seen = {(f.line, f.column) for f in named}
+    typed = [f for f in checker.typed if (f.line, f.column) not in seen]
+    return Result(found, cost, named, sorted(typed, key=lambda f: (f.line, f.column)))
