@@ -6,7 +6,7 @@ import gc
 import pytest
 
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
-from runtime.engine.admission.engine import _key_of
+from runtime.engine.admission.memokeys import _key_of
 from runtime.engine.policy import Policy
 from runtime.rules.cel.compile import compile_expression
 from runtime.rules.cel.runtime import cel_runtime

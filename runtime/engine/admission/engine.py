@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
-from runtime.engine.admission.memokeys import _digest, _refs, read_inputs  # noqa: F401  (_refs: explain)
-from runtime.engine.admission.memokeys import _key_of  # noqa: F401  (imported from here by tests)
+from runtime.engine.admission.memokeys import _digest, read_inputs
 from runtime.engine.admission.builtins import BUILTINS, VARIABLES
 from runtime.engine.admission.exceptions import conditions_of, exception_spec, lift
 from runtime.engine.admission.patch import apply_writes, diff_writes
