@@ -187,7 +187,8 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
     contributes"); with a memo, reused while the nodes and ``mixed`` are the same and the Devices ``spec`` of
     each flavor's first contributor (its notes read it) equal."""
     def compute():
-        plans = plan_flavors(policy, snapshot, nodes, mixed, memo)
+        reused = (memo.contributions, memo.notes) if memo is not None else (None, None)
+        plans = plan_flavors(policy, snapshot, nodes, mixed, *reused)
         node_flavors: dict[str, list[str]] = {}
         for name, flavor in plans.items():  # name order, so each node's list is too
             for node_name in flavor.contributors:

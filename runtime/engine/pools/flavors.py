@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Callable, Optional
 
 from runtime.engine.pools.accelerators import walk_devices
 from runtime.engine.pools.nodes import NodeView
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from runtime.engine.pools.incremental import DeriveMemo
 
 
 @dataclass
@@ -48,24 +45,24 @@ class FlavorPlan:
 
 
 def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixed: bool,
-                 memo: "DeriveMemo | None" = None) -> dict[str, FlavorPlan]:
-    """Flavor name -> plan, from the managed nodes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what
-    each node contributes").
+                 contributions: Optional[Callable[[Policy, NodeView, bool], list]] = None,
+                 notes: Optional[Callable[[Policy, Snapshot, "FlavorPlan", NodeView], dict]] = None,
+                 ) -> dict[str, FlavorPlan]:
+    """Flavor name -> plan, from the managed nodes.
 
-    ``memo``: a :class:`runtime.engine.pools.incremental.DeriveMemo` reusing each node's
-    contributions and each flavor's notes while their inputs are the same objects (None: compute all).
+    ``contributions`` and ``notes`` stand for :func:`node_contributions` and :func:`flavor_notes` (same
+    arguments, same answers): a :class:`runtime.engine.pools.incremental.DeriveMemo`'s, which reuse each
+    node's contributions and each flavor's notes while their inputs are the same objects.
     """
+    contributions = contributions or node_contributions
+    notes = notes or flavor_notes
     plans: dict[str, FlavorPlan] = {}
     for node in nodes:  # name order
-        contributions = memo.contributions(policy, node, mixed) if memo else node_contributions(
-            policy, node, mixed)
-        for name, kind, akey, count, labels in contributions:
+        for name, kind, akey, count, labels in contributions(policy, node, mixed):
             _contribute(plans, name, kind, node, node.gkey, akey, count, labels)
     by_name = {n.name: n for n in nodes}
     for plan in plans.values():
-        first = by_name[plan.contributors[0]]
-        plan.notes = memo.notes(policy, snapshot, plan, first) if memo else flavor_notes(
-            policy, snapshot, plan, first)
+        plan.notes = notes(policy, snapshot, plan, by_name[plan.contributors[0]])
     return dict(sorted(plans.items()))
 
 

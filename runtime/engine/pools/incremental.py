@@ -2,26 +2,25 @@
 
 A :class:`DeriveMemo` passed to ``derive(policy, snapshot, memo=memo)`` keeps, between calls, the
 parts of a derivation that depend on one node or one pool only, each under a key made of the facts
-that fed it:
+that fed it (the flavors and their notes: docs/concepts/pools-and-flavors.md "ResourceFlavors: what
+each node contributes"; the status: docs/concepts/pools-and-flavors.md "InstanceType status"):
 
-========== ======================================== ==================================================
+========== ======================================== =============================================
 store      one entry per                            key (the facts it was computed from)
-========== ======================================== ==================================================
-node       Node: effective labels, NodeView          the Node's ``metadata``, its trusted NodeFeatures'
-                                                    ``spec`` (decision 20)
-flavors    Node: its flavor contributions (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
-contributes")     the node's NodeView, the ``mixedOnNode`` setting notes      ResourceFlavor: its notes
-(docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes")          the flavor, its
-first contributor's NodeView and
-                                                    Devices ``spec``
-ledger     Devices: its refused numbers (decision 19) the Devices' name, ``spec`` and ``status``
-status     InstanceType: its status (docs/concepts/pools-and-flavors.md "InstanceType status")            its
-spec and deletion, queue name, flavors'
-                                                    counts, queue facts, settings, the pool's Devices
-                                                    ``spec``/``status``
+========== ======================================== =============================================
+node       Node: effective labels, NodeView          the Node's ``metadata``, its trusted
+                                                    NodeFeatures' ``spec`` (decision 20)
+flavors    Node: its flavor contributions            the node's NodeView, the ``mixedOnNode``
+                                                    setting
+notes      ResourceFlavor: its notes                 the flavor, its first contributor's NodeView
+                                                    and Devices ``spec``
+ledger     Devices: refused numbers (decision 19)    the Devices' name, ``spec`` and ``status``
+status     InstanceType: its status                  its spec and deletion, queue name, flavors'
+                                                    counts, queue facts, settings, the pool's
+                                                    Devices ``spec``/``status``
 select     InstanceType: its pool's Devices          its Devices selector, the sound Devices list
 usable     Devices: healthy accelerators per aKey    its ``spec`` (the quota counts them)
-========== ======================================== ==================================================
+========== ======================================== =============================================
 
 Whole-kind results (:meth:`DeriveMemo.whole`) are kept while the snapshot's maps of the kinds they
 read are the same objects (the controller's snapshots keep a kind's map while none of its objects
