@@ -23,7 +23,7 @@ from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
 from runtime.agent.cluster import NodeCluster
-from runtime.agent.events import COMPONENT, EventRecorder
+from runtime.agent.events import EventRecorder
 from runtime.agent.outofservice import OutOfService, start_events, stop_events
 from runtime.agent.dra import BACKEND as DRA_BACKEND
 from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_feature_name, plan_node

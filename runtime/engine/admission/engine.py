@@ -22,7 +22,7 @@ from runtime.engine.admission.exceptions import conditions_of, exception_spec, l
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
 from runtime.engine.admission.halt import DeadlineExceeded, deadline_of, failed, halted
-from runtime.engine.admission.verdict import MISSING, RULE_ERROR, SHAPE, FieldError, Outcome, enforce
+from runtime.engine.admission.verdict import MISSING, SHAPE, FieldError, Outcome, enforce
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.rfc3339 import format_time

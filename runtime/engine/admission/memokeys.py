@@ -1,9 +1,8 @@
-"""Memo keys of the admission engine: type-tagged key parts, identity caches, expression references.
+"""Memo keys of the admission engine: type-tagged key parts, expression references, the inputs read.
 
 :func:`_key_of` turns an activation value into a small hashable key part (short atoms tagged with
 their type, containers and long strings by :func:`runtime.rules.memo.fingerprint`; :func:`key_part`
-the same without its per-review digest table);
-:func:`_by_identity` caches a conversion by object identity; :func:`_refs` lists the names an
+the same without its per-review digest table); :func:`_refs` lists the names an
 expression reads; :func:`new_input` and :func:`held_input` give each value an expression reads its
 key part and CEL value once per review or once per view (:class:`_Input`); :func:`read_inputs`
 gathers an expression's inputs and memo key. Used by :mod:`runtime.engine.admission.engine` (``_eval``).
@@ -60,22 +59,6 @@ def _digest(value: Any) -> bytes:
 
 class _Unkeyable(Exception):
     """A value with no fingerprint: evaluate without the memo."""
-
-
-def _by_identity(value: Any, static: dict, cache: dict, convert, limit: int | None = None) -> Any:
-    """``convert(value)`` cached by identity: ``static`` (id -> converted, for values that live as
-    long as the engine) first, then ``cache`` (id -> (value, converted): the value is pinned so its
-    id cannot be reused while the entry lives; cleared when it reaches ``limit``)."""
-    ident = id(value)
-    hit = static.get(ident)
-    if hit is not None:
-        return hit
-    entry = cache.get(ident)
-    if entry is None:
-        if limit is not None and len(cache) >= limit:
-            cache.clear()
-        entry = cache[ident] = (value, convert(value))
-    return entry[1]
 
 
 def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -239,7 +239,6 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     ("True"/"False"/"Unknown"/"Missing"), "message"}.
     """
     spec = it.get("spec") or {}
-    name = name_of(it)
     acceleratable = bool(spec.get("acceleratable"))
     drained = queue_state.get("stopPolicy") == "HoldAndDrain"
     status: dict = {}
