@@ -1,6 +1,6 @@
 """CPU probe: the raw facts of docs/agent.md "Probe facts" from ``/proc/cpuinfo``.
 
-Returns the ``cpu`` mapping of the recorded-facts document (docs/agent.md "Probe facts"); normalization to the
+Returns the ``cpu`` mapping of the recorded-facts document; normalization to the
 gKey and the CPU detail is the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import
 the engine (import-linter contract).
 """

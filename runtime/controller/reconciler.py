@@ -206,7 +206,7 @@ class Controller:
             gcpolicy.settle()
 
     def seed_settings(self) -> list[str]:
-        """Create the settings Secret or add its missing keys (docs/concepts/settings.md "Settings"); returns
+        """Create the settings Secret or add its missing keys; returns
         the keys written. A missing namespace is logged, not raised (the next start tries again)."""
         catalog = self.policy.settings
         secret = self.applier.get("Secret", catalog.secretName, self.settings_namespace)

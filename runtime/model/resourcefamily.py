@@ -15,8 +15,7 @@ from typing import Any, Mapping, Sequence
 
 def resource_family(name: str, table: Mapping[str, Any],
                     manufacturers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Classify one resource key: ``{family, base, profile}`` (docs/reference/controller.md "Pod accelerator
-    requests").
+    """Classify one resource key: ``{family, base, profile}``.
 
     ``family`` is ``none``, ``exclusive``, ``shared``, ``sliced``, ``partitioned`` or ``visibility``;
     ``base`` the manufacturer's ``<base>`` (``""`` for ``none``/``visibility``); ``profile`` the

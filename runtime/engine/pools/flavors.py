@@ -67,10 +67,9 @@ def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixe
 
 
 def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tuple[str, str, str, int, dict]]:
-    """What one node contributes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
-    contributes"): ``(flavor name, kind, aKey, per-node count, spec.nodeLabels)`` for its CPU flavor and each
-    accelerator flavor, per the CEL of rules/pools/derivation.yaml ``spec.flavors``; [] for a node unmanaged
-    or without gKey/os/arch."""
+    """What one node contributes: ``(flavor name, kind, aKey, per-node count, spec.nodeLabels)`` for its
+    CPU flavor and each accelerator flavor, per the CEL of rules/pools/derivation.yaml ``spec.flavors``;
+    [] for a node unmanaged or without gKey/os/arch."""
     if not node.managed or not node.gkey or not node.os or not node.arch:
         return []
     rules = policy.derivation.flavors
@@ -109,8 +108,7 @@ def _contribute(plans, name, kind, node, gkey, akey, count, labels) -> None:
 
 
 def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
-    """The ``note.gpustack.ai/*`` annotations of docs/concepts/pools-and-flavors.md "ResourceFlavors: what
-    each node contributes", from the first contributor."""
+    """The ``note.gpustack.ai/*`` annotations, from the first contributor."""
     if plan.kind == "cpu":
         notes = {"acceleratable": "false", "generalGroup": plan.gkey,
                  "manufacturer": plan.gkey.split("-", 1)[0],
@@ -137,7 +135,7 @@ def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: No
 
 
 def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tuple[int, int]:
-    """(L, P) of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" from the
+    """(L, P) from the
     first contributor's Devices object."""
     slices = manufacturer.logicalSlices if manufacturer else 0
     devices = snapshot.get("Devices", node_name)
@@ -157,8 +155,7 @@ def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tupl
 
 
 def render_flavor(policy: Policy, plan: FlavorPlan) -> dict:
-    """The ResourceFlavor object of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
-    contributes" (labels, notes, ``spec.nodeLabels`` only)."""
+    """The ResourceFlavor object (labels, notes, ``spec.nodeLabels`` only)."""
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
     own_prefix = acc if plan.kind == "device" else general

@@ -202,7 +202,7 @@ class DeriveMemo:
     # -- pools -------------------------------------------------------------------------------------
     def status(self, it: dict, queue: dict | None, flavors: list, pool_devices: list[dict], queue_state: dict,
                settings_values, compute: Callable[[], dict], closed: dict[str, str] | None = None) -> dict:
-        """``compute()`` (one InstanceType's status, docs/concepts/pools-and-flavors.md "InstanceType status")
+        """``compute()`` (one InstanceType's status)
         unless every fact it reads is the same as when it was last computed: the type's name, deletion and
         spec, its queue's name, its flavors' counts and capacities, ``queue_state``, the settings, its
         Devices' ``spec`` and ``status`` (by identity) and its closed nodes. A deep copy."""

@@ -73,7 +73,7 @@ def _credits_per_row(policy: Policy, rules: KueueConfigurationSpec) -> dict[int,
 
 
 def kueue_configuration(policy: Policy) -> dict:
-    """The Kueue Configuration fragment of docs/concepts/pools-and-flavors.md "Kueue's resource charging".
+    """The Kueue Configuration fragment.
 
     Returns ``{"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "resources":
     {"excludeResourcePrefixes": [...], "transformations": [...]}}``. Order is deterministic: the
@@ -120,7 +120,6 @@ def kueue_configuration(policy: Policy) -> dict:
 
 
 def cpu_excluded(policy: Policy) -> bool:
-    """True when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's
-    resource charging" fallback): CPU-only Instance Pods carry their pool's flavor affinity and the CPU view
-    counts Instance Pods."""
+    """True when the Kueue configuration excludes ``cpu`` (the charging's fallback): CPU-only Instance
+    Pods carry their pool's flavor affinity and the CPU view counts Instance Pods."""
     return _rules(policy).cpu_excluded
