@@ -1,8 +1,8 @@
 """CPU probe: the raw facts of docs/agent.md "Probe facts" from ``/proc/cpuinfo``.
 
-Returns the ``cpu`` mapping of the recorded-facts document; normalization to the
-gKey and the CPU detail is the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import
-the engine (import-linter contract).
+Returns the ``cpu`` mapping of the recorded-facts document; normalization to the gKey and the CPU detail is
+the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import the engine (import-linter
+contract).
 """
 from __future__ import annotations
 

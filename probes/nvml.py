@@ -152,9 +152,9 @@ class NvmlBackend:
 
     @staticmethod
     def _health(nv: Any, handle: Any) -> dict[str, Any]:
-        """The health counters this device supports: volatile
-        uncorrectable ECC errors, pending retired pages, pending and failed row remaps. One that does not read
-        (not supported, or failing) is left out: the rules then have no fact of it."""
+        """The health counters this device supports: volatile uncorrectable ECC errors, pending retired pages,
+        pending and failed row remaps. One that does not read (not supported, or failing) is left out: the
+        rules then have no fact of it."""
         out: dict[str, Any] = {}
         reads = (("eccUncorrectableVolatile", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
                      handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))),
@@ -203,11 +203,10 @@ class NvmlBackend:
 
     @staticmethod
     def _mig_devices(nv: Any, handle: Any, parent: str, names: dict[int, str]) -> list[dict[str, Any]]:
-        """The existing MIG devices of a MIG-enabled device (the fact ``migDevices``): per
-        MIG device its UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor
-        spelling) and placement. Empty slots are skipped;
-        a device that cannot be read is logged and left out (the agent then falls back to the Pod's profile
-        request)."""
+        """The existing MIG devices of a MIG-enabled device (the fact ``migDevices``): per MIG device its
+        UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor spelling) and
+        placement. Empty slots are skipped; a device that cannot be read is logged and left out (the agent
+        then falls back to the Pod's profile request)."""
         try:
             slots = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
         except Exception as exc:

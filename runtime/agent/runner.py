@@ -254,9 +254,8 @@ class NodeAgent:
         return done
 
     def _apply_node_features(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The worker and device-manager NodeFeatures;
-        the device-manager one is deleted (when the node owns it) once the probe knows there is no
-        accelerator."""
+        """The worker and device-manager NodeFeatures; the device-manager one is deleted (when the
+        node owns it) once the probe knows there is no accelerator."""
         c, done = self.cluster, []
         if plan.worker is not None:
             # written against the version the plan read: an administrator's managed flip that lands in
@@ -283,9 +282,8 @@ class NodeAgent:
         return done
 
     def _apply_node(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Node's CPU annotations and
-        extended-resource capacity (docs/agent.md "Capacity and fit labels"), each patched only when a key
-        differs."""
+        """The Node's CPU annotations and extended-resource capacity (docs/agent.md "Capacity and fit
+        labels"), each patched only when a key differs."""
         done = []
         annotations = plan.node_patch["metadata"].get("annotations") or {}
         current = (node.get("metadata") or {}).get("annotations") or {}
@@ -303,8 +301,8 @@ class NodeAgent:
         return done
 
     def _apply_devices(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Devices object and its ledger status;
-        deleted (when the node owns it) once the probe knows there is no accelerator."""
+        """The Devices object and its ledger status; deleted (when the node owns it) once the probe
+        knows there is no accelerator."""
         c, done = self.cluster, []
         if plan.devices is not None:
             action = c.upsert(plan.devices, c.devices())

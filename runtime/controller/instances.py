@@ -80,8 +80,7 @@ def _created(obj: dict | None) -> datetime | None:
 
 
 def pod_age_seconds(instance: dict, pod: dict | None) -> float:
-    """Pod creation minus Instance creation in seconds; 0 when
-    either is unknown."""
+    """Pod creation minus Instance creation in seconds; 0 when either is unknown."""
     pod_at, instance_at = _created(pod), _created(instance)
     if pod_at is None or instance_at is None:
         return 0.0

@@ -95,9 +95,9 @@ class Requeue:
 
 
 class FitLabelWindow:
-    """The coalescing window: the pass that first plans a fit
-    label patch (an Action on a Node) defers it; the first pass at least ``seconds`` later runs the
-    patches it plans. ``seconds`` 0 or less: no window."""
+    """The coalescing window: the pass that first plans a fit label patch (an Action on a Node)
+    defers it; the first pass at least ``seconds`` later runs the patches it plans. ``seconds`` 0 or
+    less: no window."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds

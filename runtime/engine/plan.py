@@ -357,9 +357,9 @@ class FitLabelPatches:
 
 
 def fit_label_patch(policy: Policy, node: dict, devices: dict | None, managed: bool) -> dict | None:
-    """The labels of one Node's fit label merge patch: the wanted
-    values that are missing or differ, ``None`` for those no longer wanted; None when they all match.
-    ``devices``: the node's Devices object (None: it wants none)."""
+    """The labels of one Node's fit label merge patch: the wanted values that are missing or differ,
+    ``None`` for those no longer wanted; None when they all match. ``devices``: the node's Devices
+    object (None: it wants none)."""
     prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
     have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
     want = fit_labels(policy, devices, managed) if devices is not None else {}

@@ -78,8 +78,8 @@ def decode_secret_data(secret: Mapping | None) -> dict[str, str]:
 
 def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
     """Settings resolved from the snapshot's settings Secret named in rules/settings.yaml (defaults when
-    it is absent). ``namespace``: where the Secret lives when not the
-    catalog's (env ``KUBERNETES_POD_NAMESPACE`` of the controller)."""
+    it is absent). ``namespace``: where the Secret lives when not the catalog's (env
+    ``KUBERNETES_POD_NAMESPACE`` of the controller)."""
     catalog = policy.settings
     secret = snapshot.get("Secret", catalog.secretName, namespace or catalog.namespace)
     return resolve(catalog, decode_secret_data(secret))

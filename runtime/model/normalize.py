@@ -135,8 +135,7 @@ _DEC_SUFFIX = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
 
 
 def format_decimal_quantity(value: int) -> str:
-    """Canonical decimal-SI quantity: 1600000 -> `1600k`,
-    8000000 -> `8M`."""
+    """Canonical decimal-SI quantity: 1600000 -> `1600k`, 8000000 -> `8M`."""
     if value == 0:
         return "0"
     for exp, suffix in _DEC_SUFFIX:

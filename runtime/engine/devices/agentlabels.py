@@ -20,8 +20,7 @@ from runtime.model.facts import CpuFacts
 
 def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
                   node_labels: Mapping[str, str] | None, settings: Settings) -> str | None:
-    """The worker NodeFeature's managed-key value, or
-    None when the key is absent.
+    """The worker NodeFeature's managed-key value, or None when the key is absent.
 
     1. the worker NodeFeature's own non-empty value; 2. the Node's non-empty label; 3. ``"true"``
     when ``node-management-manual`` is false; 4. absent.
@@ -38,9 +37,9 @@ def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
 
 def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None,
                   has_accelerator: bool, settings: Settings) -> dict[str, str]:
-    """Worker keys: managed, ``general.*/<cpuManu>``,
-    ``<gKey>``, ``<gKey>.count`` (cores > 0), and the cpu-only key when ``instance-type-mixed-on-node`` is
-    false and the node has no accelerator. ``cores`` is the Node's rounded-up ``status.capacity.cpu``.
+    """Worker keys: managed, ``general.*/<cpuManu>``, ``<gKey>``, ``<gKey>.count`` (cores > 0), and the
+    cpu-only key when ``instance-type-mixed-on-node`` is false and the node has no accelerator. ``cores``
+    is the Node's rounded-up ``status.capacity.cpu``.
     """
     rules = agent_rules(policy)
     general = policy.prefix("general")
@@ -96,8 +95,7 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
 
 
 def cpu_annotations(policy: Policy, cpu: CpuFacts) -> dict[str, str]:
-    """The CPU name (raw model name) and CPU family
-    annotations; empty values skipped."""
+    """The CPU name (raw model name) and CPU family annotations; empty values skipped."""
     out = {policy.key("cpuNameAnnotation"): cpu.modelName, policy.key("cpuFamilyAnnotation"): cpu.family}
     return {k: v for k, v in out.items() if v}
 

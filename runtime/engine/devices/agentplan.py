@@ -84,10 +84,9 @@ def _ledger(policy: Policy, facts: NodeFactsDoc, name: str, spec: dict[str, Any]
             pods: list[Mapping[str, Any]],
             pod_resources: list[Mapping[str, Any]] | None) -> tuple[dict[str, Any], list[LedgerEvent],
                                                                     list[dict[str, Any]]]:
-    """The Devices ``status`` of node ``name``, its
-    Events, and the Pod annotation patches: with ``pod_resources`` the Pods' allocations are computed from it
-    first, only the Pods whose annotation differs are
-    patched, and the ledger is rebuilt from the Pods as they will be."""
+    """The Devices ``status`` of node ``name``, its Events, and the Pod annotation patches: with
+    ``pod_resources`` the Pods' allocations are computed from it first, only the Pods whose annotation
+    differs are patched, and the ledger is rebuilt from the Pods as they will be."""
     events: list[LedgerEvent] = []
     pod_patches: list[dict[str, Any]] = []
     if pod_resources is not None:
@@ -113,13 +112,13 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     """Compute the node's desired objects (see module docstring).
 
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
-    ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
-    ``List`` as dicts) given: the Pods' allocation
-    annotations are computed from it (runtime/engine/devices/podresources.py), the differing ones land in
-    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. ``maintenance``,
-    ``health``: UUID -> the maintenance entry in force / health record the caller resolved at its time
-    (docs/concepts/out-of-service.md; :func:`devices_spec`). Raises ValueError
-    for an unknown accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
+    ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources ``List``
+    as dicts) given: the Pods' allocation annotations are computed from it
+    (runtime/engine/devices/podresources.py), the differing ones land in ``pod_patches``, and the ledger is
+    rebuilt from the Pods as they will be once annotated. ``maintenance``, ``health``: UUID -> the
+    maintenance entry in force / health record the caller resolved at its time
+    (docs/concepts/out-of-service.md; :func:`devices_spec`). Raises ValueError for an unknown accelerator
+    manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """
     rules = agent_rules(policy)
     ns = namespace or rules.namespace

@@ -82,8 +82,7 @@ class DraReading:
 
 
 def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: set[str]) -> list[str]:
-    """A note for each slice of a configured driver naming a node not in ``nodes``
-    (ignored)."""
+    """A note for each slice of a configured driver naming a node not in ``nodes`` (ignored)."""
     drivers = dra_drivers(policy)
     return [dra_policy(policy).messages.unknownNode.format(slice=_name(s),
                                                            node=(s.get("spec") or {})["nodeName"])

@@ -1,10 +1,10 @@
 """The Devices ledger: allocation-annotation parsing and the rebuild rule (docs/agent.md "The Devices object
 and its ledger").
 
-:func:`rebuild_ledger` takes the Devices ``spec`` and the
-node's Pods (JSON dicts) and returns the ``status`` plus the Warning Events to record: ``InvalidAllocation``
-on a Pod whose annotation is ignored, ``AllocationConflict`` on the Devices object for a skipped charge.
-Credits: D from rules/constants.yaml; modes, phases, event reasons and messages from rules/agent.yaml.
+:func:`rebuild_ledger` takes the Devices ``spec`` and the node's Pods (JSON dicts) and returns the
+``status`` plus the Warning Events to record: ``InvalidAllocation`` on a Pod whose annotation is ignored,
+``AllocationConflict`` on the Devices object for a skipped charge. Credits: D from rules/constants.yaml;
+modes, phases, event reasons and messages from rules/agent.yaml.
 """
 from __future__ import annotations
 
@@ -45,8 +45,7 @@ class Charge:
 
 
 class AllocationError(ValueError):
-    """An allocation annotation that must be ignored; the
-    message is the Event message."""
+    """An allocation annotation that must be ignored; the message is the Event message."""
 
 
 @dataclass
@@ -159,8 +158,8 @@ def _free_placement(slot: _Slot, profile: str) -> tuple[int, int] | None:
 
 
 def remaining_profiles(profiles: Mapping[str, Mapping[str, Any]], used: set[int]) -> list[dict[str, Any]]:
-    """Per profile, the most pairwise non-overlapping legal
-    placements in free slices (greedy by ascending start), sorted by name, zero counts included."""
+    """Per profile, the most pairwise non-overlapping legal placements in free slices (greedy by
+    ascending start), sorted by name, zero counts included."""
     out = []
     for name in sorted(profiles):
         taken = set(used)
@@ -229,13 +228,12 @@ class LedgerReplay:
 
 def replay_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
                   pods: list[Mapping[str, Any]]) -> LedgerReplay:
-    """Charge the Pods on ``node`` onto the accelerators
-    of ``spec``, oldest Pod first (creationTimestamp, then namespace/name), containers by name, so a
-    conflict always skips the later charge (:func:`_charge_pod`). Finished Pods
-    (``Succeeded``/``Failed``) hold nothing. A charge on an unhealthy accelerator is a conflict, one on an
-    accelerator in maintenance is not (the Pod was there first and is never evicted by us) and is left out
-    with it. What :func:`rebuild_ledger` writes and what the controller's usage counters charge to each Pod
-    (docs/tasks/report-usage.md "What is charged")."""
+    """Charge the Pods on ``node`` onto the accelerators of ``spec``, oldest Pod first (creationTimestamp,
+    then namespace/name), containers by name, so a conflict always skips the later charge
+    (:func:`_charge_pod`). Finished Pods (``Succeeded``/``Failed``) hold nothing. A charge on an unhealthy
+    accelerator is a conflict, one on an accelerator in maintenance is not (the Pod was there first and is
+    never evicted by us) and is left out with it. What :func:`rebuild_ledger` writes and what the
+    controller's usage counters charge to each Pod (docs/tasks/report-usage.md "What is charged")."""
     led = agent_rules(policy).ledger
     replay = LedgerReplay(slots={(g["manufacturer"], g["id"], a["id"]): _Slot(spec=a)
                                  for g in spec.get("groups", []) for a in g["accelerators"]})
@@ -252,9 +250,9 @@ def replay_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
 
 def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
                    pods: list[Mapping[str, Any]]) -> tuple[dict[str, Any], list[LedgerEvent]]:
-    """Rebuild ``status`` from the Pods on ``node``
-    (:func:`replay_ledger`); returns ``(status, events)``. Accelerators out of service (unhealthy, in
-    maintenance) are left out of ``status`` (:func:`_status_entry`).
+    """Rebuild ``status`` from the Pods on ``node`` (:func:`replay_ledger`); returns ``(status,
+    events)``. Accelerators out of service (unhealthy, in maintenance) are left out of ``status``
+    (:func:`_status_entry`).
     """
     replay = replay_ledger(policy, node, spec, pods)
     status_groups = []

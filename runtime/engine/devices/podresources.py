@@ -26,10 +26,9 @@ and reported as a Warning ``InvalidAllocation`` Event on the Pod (messages in ru
 ``podResources.messages``).
 
 Output per Pod: ``{container: [{id, manufacturer, accelerators: [{id, index, mode, allocated,
-[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}``,
-groups in Devices-spec order, accelerators by index (then placement start), one entry per (container,
-accelerator) except one per partition instance. Pods without mapped devices, and PodResources entries naming a
-Pod the API does not list on the node, get nothing.
+[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}``, groups in Devices-spec order, accelerators by
+index (then placement start), one entry per (container, accelerator) except one per partition instance. Pods
+without mapped devices, and PodResources entries naming a Pod the API does not list on the node, get nothing.
 """
 from __future__ import annotations
 

@@ -48,8 +48,8 @@ def _min_quantity(limit: str, candidate_bytes: int) -> str:
 
 
 def container_resources(policy: Policy, settings: Settings, instance: dict, instance_type: dict) -> dict:
-    """``resources`` of the workload container: limits,
-    requests (scaled down with overcommit), accelerator keys (requests = limits)."""
+    """``resources`` of the workload container: limits, requests (scaled down with overcommit),
+    accelerator keys (requests = limits)."""
     rules = _rules(policy)
     res = (instance.get("spec") or {}).get("resources") or {}
     it_spec = instance_type.get("spec") or {}
@@ -110,8 +110,7 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
     """One node-selector term per flavor, each requiring every ``spec.nodeLabels`` entry of that
     flavor (``{key, operator: In, values: [value]}`` in the flavor's label order): the placement Kueue
     would give a CPU-only Pod by merging its assigned flavor's nodeLabels, while Kueue does not charge
-    ``cpu`` (operator from
-    rules/instances/pod.yaml ``poolAffinity``)."""
+    ``cpu`` (operator from rules/instances/pod.yaml ``poolAffinity``)."""
     operator = _rules(policy).poolAffinity.operator
     terms = []
     for flavor in flavors:
@@ -124,8 +123,7 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
 
 def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, instance_type: dict,
                flavors: list[dict] | None = None) -> PodPlan:
-    """The Pod of ``instance``, or why it cannot be created
-    yet.
+    """The Pod of ``instance``, or why it cannot be created yet.
 
     ``snapshot`` supplies the pinned Node (its hostname label), RuntimeClasses and the claims'
     PVCs, PVs and StorageClasses. ``instance_type`` must carry ``status.entrance``.

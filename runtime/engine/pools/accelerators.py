@@ -6,8 +6,8 @@ capability in ``spec.groups[].accelerators[]`` and its ledger row in ``status.gr
 accelerators; an accelerator with no ledger row yet reads as free (docs/concepts/four-views.md "The four
 views": mode 0, ``remaining`` D, ``remainingProfiles`` = its capability counts).
 
-The predicates below are the single statement of the per-accelerator rules that three readers
-share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`), the fit labels
+The predicates below are the single statement of the per-accelerator rules that three readers share: the
+four-view arithmetic (:mod:`runtime.engine.pools.fourview`), the fit labels
 (:mod:`runtime.engine.pools.fit`, docs/agent.md "Capacity and fit labels") and the
 ``gpustack-node-devices`` admission check (:mod:`runtime.engine.admissioncheck`,
 docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). Constants (D, the share)
@@ -75,9 +75,8 @@ class Accelerator:
     @property
     def shareable(self) -> bool:
         """Whole-capable and served by the sharing device plugin: not a DRA-published accelerator,
-        which offers the exclusive view only, nor one whose
-        capability's ``views`` leave the shared view out (its manufacturer's row,
-        rules/manufacturers.yaml)."""
+        which offers the exclusive view only, nor one whose capability's ``views`` leave the shared
+        view out (its manufacturer's row, rules/manufacturers.yaml)."""
         return self.whole_capable and not self.dra and (self.views is None or "shared" in self.views)
 
 

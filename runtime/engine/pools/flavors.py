@@ -135,8 +135,7 @@ def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: No
 
 
 def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tuple[int, int]:
-    """(L, P) from the
-    first contributor's Devices object."""
+    """(L, P) from the first contributor's Devices object."""
     slices = manufacturer.logicalSlices if manufacturer else 0
     devices = snapshot.get("Devices", node_name)
     if devices is None:

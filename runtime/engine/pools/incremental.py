@@ -202,10 +202,10 @@ class DeriveMemo:
     # -- pools -------------------------------------------------------------------------------------
     def status(self, it: dict, queue: dict | None, flavors: list, pool_devices: list[dict], queue_state: dict,
                settings_values, compute: Callable[[], dict], closed: dict[str, str] | None = None) -> dict:
-        """``compute()`` (one InstanceType's status)
-        unless every fact it reads is the same as when it was last computed: the type's name, deletion and
-        spec, its queue's name, its flavors' counts and capacities, ``queue_state``, the settings, its
-        Devices' ``spec`` and ``status`` (by identity) and its closed nodes. A deep copy."""
+        """``compute()`` (one InstanceType's status) unless every fact it reads is the same as when it was
+        last computed: the type's name, deletion and spec, its queue's name, its flavors' counts and
+        capacities, ``queue_state``, the settings, its Devices' ``spec`` and ``status`` (by identity) and
+        its closed nodes. A deep copy."""
         key = (is_deleting(it), _frozen(it.get("spec")), name_of(queue) if queue is not None else None,
                tuple((p.name, p.count, p.capacity) for p in flavors), _frozen(queue_state),
                _frozen(dict(settings_values)),

@@ -93,8 +93,7 @@ def matches(selector: dict[str, str] | None, labels: dict[str, str]) -> bool:
 
 
 def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Iterable[dict]) -> dict:
-    """The InstanceType defaulting (a new dict;
-    ``obj`` is not changed).
+    """The InstanceType defaulting (a new dict; ``obj`` is not changed).
 
     ``flavors``: the ResourceFlavor objects the cluster holds (name order is applied here).
     """
@@ -227,10 +226,9 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
     ``queue``: its desired ClusterQueue (None when the type is being deleted and the queue is gone);
     ``queue_flavors``: FlavorPlans in the queue; ``devices_list``: the pool's Devices (node order);
     ``closed``: node name -> why it takes no new Pod (docs/concepts/out-of-service.md "Cordoned and
-    tainted nodes"): its accelerators count as capacity only;
-    ``queue_state``: {"stopPolicy", "reserved" (bool), "reservedCpuMillis" (int),
-    "instancePodCpuMillis" (list of int, see :func:`running_instance_pod_cpu`), "active"
-    ("True"/"False"/"Unknown"/"Missing"), "message"}.
+    tainted nodes"): its accelerators count as capacity only; ``queue_state``: {"stopPolicy",
+    "reserved" (bool), "reservedCpuMillis" (int), "instancePodCpuMillis" (list of int, see
+    :func:`running_instance_pod_cpu`), "active" ("True"/"False"/"Unknown"/"Missing"), "message"}.
     """
     spec = it.get("spec") or {}
     acceleratable = bool(spec.get("acceleratable"))
