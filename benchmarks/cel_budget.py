@@ -2,7 +2,7 @@
 
 Two servers as subprocesses on 127.0.0.1, same rules, same snapshot, same TLS: ``accelpolicy webhook``
 (every evaluation counted against its budget) and ``python -m testing.hooks webhook-uncounted`` (the
-same server with :class:`runtime.rules.cel.CelRuntime` ``counting=False``: cel-python's helpers, no
+same server with :class:`runtime.rules.cel.runtime.CelRuntime` ``counting=False``: cel-python's helpers, no
 budget). The load is benchmarks/loadgen.py in its own processes, every request a new Pod name, uid
 and varied object (so the memo sees real traffic), for the two reviews of benchmarks/webhook.py (a
 20 % slice through /mutate-pods, a rule-1 denial through /validate-pods), paced (100 req/s, one
@@ -87,7 +87,7 @@ def engine_child(counting: bool, n: int) -> dict:
     ``{case: CPU ms per review}`` (a warm-up of 50 reviews first)."""
     import time
 
-    from runtime.rules.cel import CelRuntime, install_runtime
+    from runtime.rules.cel.runtime import CelRuntime, install_runtime
 
     install_runtime(CelRuntime(counting=counting))
     from runtime.engine.admission import decide
@@ -103,8 +103,8 @@ def engine_child(counting: bool, n: int) -> dict:
         for body in bodies[50:]:  # a fresh parse per review, as the server does
             decide(engine, json.loads(body), view, name)
         out[label] = (time.process_time() - cpu0) / n * 1000
-    from runtime.rules.cel import compile_expression
-    from runtime.rules.celvalues import to_cel
+    from runtime.rules.cel.compile import compile_expression
+    from runtime.rules.cel.values import to_cel
 
     loop = compile_expression("xs.map(x, x * 2).size() == size(xs)", "bench")
     xs = {"xs": to_cel(list(range(1000)))}
@@ -120,15 +120,15 @@ def paired(n: int, block: int = 20) -> dict:
     import time
 
     from runtime.engine.admission import decide
-    from runtime.rules import cel
+    from runtime.rules.cel import runtime as celruntime
 
     counted = engine_and_view()   # bound to the process's (counting) runtime
-    process_runtime = cel.cel_runtime()
-    cel._RUNTIME = cel.CelRuntime(counting=False)   # a program keeps the runtime it was built with
+    process_runtime = celruntime.cel_runtime()
+    celruntime._RUNTIME = celruntime.CelRuntime(counting=False)   # a program keeps the runtime it was built with
     try:
         uncounted = engine_and_view()
     finally:
-        cel._RUNTIME = process_runtime
+        celruntime._RUNTIME = process_runtime
     out = {}
     for label, (path, kind) in CASES.items():
         bodies = [loadgen.review(kind, i, "paired")[0] for i in range(n)]

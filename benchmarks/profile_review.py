@@ -69,9 +69,9 @@ def split(stats: pstats.Stats, reviews: int) -> dict:
     total = sum(v[2] for v in stats.stats.values()) - idle
     decode = _cum(stats, lambda f, n: n == "loads" and f.endswith("json/__init__.py"))
     decide = _cum(stats, lambda f, n: n == "decide" and f.endswith("engine/admission/__init__.py"))
-    cel_all = _cum(stats, lambda f, n: n in ("evaluate", "evaluate_cel") and f.endswith("rules/cel.py"))
+    cel_all = _cum(stats, lambda f, n: n in ("evaluate", "evaluate_cel") and f.endswith("rules/cel/evaluate.py"))
     convert = _cum(stats, lambda f, n: n in ("to_cel", "from_cel", "json_to_cel") and
-                   (f.endswith("rules/celvalues.py") or f.endswith("celpy/adapter.py")))
+                   (f.endswith("rules/cel/values.py") or f.endswith("celpy/adapter.py")))
     encode = _cum(stats, lambda f, n: n == "render" and (f.endswith("starlette/responses.py")
                                                          or f.endswith("webhook/app.py")))
     parts = {"http": total - decode - decide - encode, "decode": decode, "engine": decide - cel_all,

@@ -36,7 +36,6 @@ Needs the control-plane binaries (``make controlplane``). Loopback only; bounded
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import re

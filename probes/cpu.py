@@ -1,14 +1,12 @@
 """CPU probe: the raw facts of docs/agent.md "Probe facts" from ``/proc/cpuinfo``.
 
-Returns the ``cpu`` mapping of the recorded-facts document (docs/agent.md "Probe facts"); normalization to the
-gKey and the CPU detail is the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import
-the engine (import-linter contract).
+Returns the ``cpu`` mapping of the recorded-facts document; normalization to the gKey and the CPU detail is
+the engine's (runtime.engine.devices.nodefacts.gkey), because probes never import the engine (import-linter
+contract).
 """
 from __future__ import annotations
 
-import math
 import os
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 CPUINFO = "/proc/cpuinfo"
@@ -50,16 +48,3 @@ def read_cpu(path: str | os.PathLike = CPUINFO) -> dict[str, str]:
     except OSError as exc:
         raise OSError(f"cannot read CPU facts from {path}: {exc.strerror or exc}") from exc
     return parse_cpuinfo(text)
-
-
-def core_count(capacity_cpu: str | int | None = None) -> int:
-    """docs/agent.md "Probe facts" cores: the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4)
-    when given, else ``os.cpu_count()`` (outside a cluster). Raises ValueError for an unreadable value."""
-    if capacity_cpu in (None, ""):
-        return os.cpu_count() or 0
-    text = str(capacity_cpu).strip()
-    try:
-        value = Decimal(text[:-1]) / 1000 if text.endswith("m") else Decimal(text)
-    except InvalidOperation:
-        raise ValueError(f"Node status.capacity.cpu is not a CPU quantity: {capacity_cpu!r}") from None
-    return int(math.ceil(value))

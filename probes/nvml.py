@@ -1,8 +1,8 @@
 """NVIDIA probe through NVML (pynvml): per-device facts of docs/agent.md "Probe facts".
 
-``NvmlBackend().accelerators()`` returns the ``accelerators`` list of the recorded-facts document
-(docs/agent.md "Probe facts"); grouping per (name, memory MiB) is the engine's. pynvml is imported lazily, so
-this module imports on machines without the NVIDIA library; a missing library raises
+``NvmlBackend().accelerators()`` returns the ``accelerators`` list of the recorded-facts document;
+grouping per (name, memory MiB) is the engine's. pynvml is imported lazily, so this module imports on
+machines without the NVIDIA library; a missing library raises
 :class:`probes.errors.ProbeError` ``kind="library"``, a failing driver ``kind="driver"``. A device
 that fails after enumeration (e.g. ``NVML_ERROR_GPU_IS_LOST``) is reported with ``healthy: false``.
 A MIG-enabled device also reports its existing MIG devices (``migDevices``: UUID, profile, placement),
@@ -152,9 +152,9 @@ class NvmlBackend:
 
     @staticmethod
     def _health(nv: Any, handle: Any) -> dict[str, Any]:
-        """The health counters this device supports (docs/concepts/out-of-service.md "Health"): volatile
-        uncorrectable ECC errors, pending retired pages, pending and failed row remaps. One that does not read
-        (not supported, or failing) is left out: the rules then have no fact of it."""
+        """The health counters this device supports: volatile uncorrectable ECC errors, pending retired pages,
+        pending and failed row remaps. One that does not read (not supported, or failing) is left out: the
+        rules then have no fact of it."""
         out: dict[str, Any] = {}
         reads = (("eccUncorrectableVolatile", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
                      handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))),
@@ -191,8 +191,7 @@ class NvmlBackend:
         return out
 
     def _profiles(self, nv: Any, handle: Any, infos: list[Any]) -> list[dict[str, Any]]:
-        """GPU-instance profiles with their possible placements (docs/agent.md "Probe facts"
-        ``migProfiles``)."""
+        """GPU-instance profiles with their possible placements (the fact ``migProfiles``)."""
         out = []
         for info in infos:
             placements = self._placements(nv, handle, int(info.id), int(info.instanceCount))
@@ -204,11 +203,10 @@ class NvmlBackend:
 
     @staticmethod
     def _mig_devices(nv: Any, handle: Any, parent: str, names: dict[int, str]) -> list[dict[str, Any]]:
-        """The existing MIG devices of a MIG-enabled device (docs/agent.md "Probe facts" ``migDevices``): per
-        MIG device its UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor
-        spelling) and placement (docs/agent.md "The Devices object and its ledger"). Empty slots are skipped;
-        a device that cannot be read is logged and left out (the agent then falls back to the Pod's profile
-        request)."""
+        """The existing MIG devices of a MIG-enabled device (the fact ``migDevices``): per MIG device its
+        UUID (what kubelet's PodResources reports), its GPU instance's profile name (vendor spelling) and
+        placement. Empty slots are skipped; a device that cannot be read is logged and left out (the agent
+        then falls back to the Pod's profile request)."""
         try:
             slots = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
         except Exception as exc:

@@ -12,7 +12,6 @@ it could block forever. A path named directly is read whatever it is
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -177,7 +176,3 @@ def _quantity_problem(obj: dict) -> str | None:
         except QuantityError as exc:
             return f"{path}: {exc}"
     return None
-
-
-def dump_json(obj) -> str:
-    return json.dumps(obj, indent=2, sort_keys=False)

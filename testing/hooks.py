@@ -6,7 +6,7 @@
   "allowed" without evaluating rules: the benchmark floor (same server, TLS and parsing).
   ``python -m testing.hooks webhook-floor <accelpolicy webhook options>`` serves it.
 * ``python -m testing.hooks webhook-uncounted <accelpolicy webhook options>``: ``accelpolicy webhook``
-  with the CEL run-time budget off (:class:`runtime.rules.cel.CelRuntime` ``counting=False``), the
+  with the CEL run-time budget off (:class:`runtime.rules.cel.runtime.CelRuntime` ``counting=False``), the
   baseline benchmarks/cel_budget.py measures the budget's cost against.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ webhook_floor = webhook_command(AllowAllState)
 if __name__ == "__main__":
     if sys.argv[1:2] == ["webhook-uncounted"]:
         from runtime.cli.webhook import webhook_command as _plain
-        from runtime.rules.cel import CelRuntime, install_runtime
+        from runtime.rules.cel.runtime import CelRuntime, install_runtime
 
         install_runtime(CelRuntime(counting=False))
         _plain(WebhookState)(sys.argv[2:], prog_name="testing.hooks webhook-uncounted")

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from functools import partial
+from typing import Iterable, Mapping
 
 import yaml
 
 from runtime.controller.usage import FAMILIES, UsageMeter
 from runtime.engine.pools.derive import derive
-from runtime.engine.pools.usage import usage_rates
+from runtime.engine.pools.usage import Placements, RateTotals, UsageRates, local_queues, node_part, workload_part
 from runtime.report.usage import build_report
 from runtime.report.usagesource import SnapshotSource, Window
-from runtime.engine.snapshot import Snapshot
+from runtime.engine.policy import Policy
+from runtime.engine.snapshot import Snapshot, name_of
 from testing.caches import caches_of
 from tests.builders import pod
 from tests.seedfiles import FIXTURES
@@ -154,3 +157,31 @@ def seed_hour(policy) -> str:
     observe(meter, policy, pods)
     scraped.run(meter, clock, 3600, every=60)
     return scraped.openmetrics()
+
+
+def usage_rates(policy: Policy, snapshot: Snapshot, node_flavors: Mapping[str, list[str]],
+                resource_flavors: Iterable[dict], cluster_queues: Iterable[dict],
+                by_node: bool = False) -> UsageRates:
+    """The rates of :mod:`runtime.engine.pools.usage`, every object read afresh, from ``snapshot``
+    (Devices, Pods, Nodes, LocalQueues, Workloads) and the derived ``node_flavors``, ``resource_flavors`` and ``cluster_queues`` (a
+    :class:`runtime.engine.pools.derive.DesiredState`'s). ``by_node``: the node name ends the label
+    values of charged, idle and capacity. What the controller's tracker, which keeps the same totals up
+    to date from the changes alone (:mod:`runtime.controller.usagetracker`), must equal."""
+    placements = Placements(policy, partial(snapshot.get, "Node"), node_flavors, resource_flavors,
+                            cluster_queues)
+    queues = local_queues(snapshot.list("LocalQueue"))
+    key = policy.key("allocation")
+    pods: dict[str, list[dict]] = {}
+    for pod in snapshot.list("Pod"):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and key in ((pod.get("metadata") or {}).get("annotations") or {}):
+            pods.setdefault(node, []).append(pod)
+    totals = RateTotals()
+    for devices in snapshot.list("Devices"):
+        node = name_of(devices)
+        totals.replace(("Devices", node), node_part(policy, devices, pods.get(node, []), placements.of(node),
+                                                    queues, (node,) if by_node else ()))
+    for wl in snapshot.list("Workload"):
+        totals.replace(("Workload", wl["metadata"].get("namespace", ""), name_of(wl)),
+                       workload_part(policy, wl))
+    return totals.rates

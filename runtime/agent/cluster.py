@@ -49,8 +49,7 @@ class MaintenanceUnreadable(RuntimeError):
 
 def node_watches(policy: Policy, node: str, namespace: str, settings_namespace: str,
                  dra: bool = False) -> list[WatchedKind]:
-    """What the agent reacts to (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices object
-    and its ledger"): its Node and Devices (by name), the Pods bound to it (``spec.nodeName``), its
+    """What the agent reacts to: its Node and Devices (by name), the Pods bound to it (``spec.nodeName``), its
     NodeFeatures in ``namespace`` (label ``nodeFeatureNode``), the AcceleratorMaintenance objects naming it
     (their selectable ``nodeField``, read only: docs/concepts/out-of-service.md "Maintenance") and the
     settings Secret in ``settings_namespace``; with ``dra`` (the ``dra`` backend, docs/concepts/dra.md
@@ -102,7 +101,7 @@ class NodeCluster:
         not listed after ``sync_timeout`` seconds, and why (the last error, e.g. a 403). The settings
         Secret is optional: on the first start it is waited for at most ``settings_wait`` seconds, and
         while it cannot be listed :meth:`settings_secret` says why (the agent plans with the default
-        settings and a warning, docs/agent.md "Labels, annotations and NodeFeatures")."""
+        settings and a warning)."""
         first = not self.cache.started
         self.cache.start()
         deadline = time.monotonic() + sync_timeout

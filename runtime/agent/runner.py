@@ -7,6 +7,9 @@ and its recovery once. A missing NVIDIA library on a node that never showed an a
 "no accelerators" (a CPU node); any other accelerator probe failure leaves the device-manager
 NodeFeature and the Devices object as they are until the probe works again. A failing reconcile (API
 errors) is logged and retried on the next tick; the process never exits because of it.
+
+Sources: docs/agent.md "The Devices object and its ledger", docs/agent.md "Labels, annotations and
+NodeFeatures".
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from probes.backend import AcceleratorBackend, cpu_facts
 from probes.cpu import CPUINFO
 from probes.errors import ProbeError
 from runtime.agent.cluster import NodeCluster
-from runtime.agent.events import COMPONENT, EventRecorder
+from runtime.agent.events import EventRecorder
 from runtime.agent.outofservice import OutOfService, start_events, stop_events
 from runtime.agent.dra import BACKEND as DRA_BACKEND
 from runtime.engine.devices import AgentPlan, LedgerEvent, agent_rules, node_feature_name, plan_node
@@ -41,8 +44,7 @@ ALLOCATION_SOURCES = ("auto", "podresources", "annotation")
 
 
 def resolve_allocation_source(choice: str, socket: str) -> str:
-    """``auto`` -> ``podresources`` when the kubelet socket exists, else ``annotation`` (docs/agent.md "The
-    Devices object and its ledger")."""
+    """``auto`` -> ``podresources`` when the kubelet socket exists, else ``annotation``."""
     if choice not in ALLOCATION_SOURCES:
         raise ValueError(f"unknown allocation source {choice!r} (known: {', '.join(ALLOCATION_SOURCES)})")
     if choice == "auto":
@@ -104,7 +106,7 @@ class NodeAgent:
         """The source this pass uses: ``auto`` is resolved against the socket on every pass."""
         return resolve_allocation_source(self.allocation_choice, self.podresources_socket)
 
-    # -- allocations (docs/agent.md "The Devices object and its ledger") ---------------------------
+    # -- allocations -------------------------------------------------------------------------------
     def claim_allocations(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A DRA node's allocations from the ResourceClaims of its devices (docs/concepts/dra.md "The ledger
         from claims"), in the PodResources shape
@@ -216,8 +218,7 @@ class NodeAgent:
             settings = self._settings()
             node = self.cluster.node()
             worker_now = self.cluster.node_feature(node_feature_name(self.policy, self.node_name, "worker"))
-            # the version the plan's managed value came from (docs/agent.md "Labels, annotations and
-            # NodeFeatures")
+            # the version the plan's managed value came from
             self._worker_read = worker_now
             pods = self.cluster.pods()
             pod_resources = self.claim_allocations(pods) if self.dra else self.pod_resources()
@@ -253,9 +254,8 @@ class NodeAgent:
         return done
 
     def _apply_node_features(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The worker and device-manager NodeFeatures (docs/agent.md "Labels, annotations and NodeFeatures");
-        the device-manager one is deleted (when the node owns it) once the probe knows there is no
-        accelerator."""
+        """The worker and device-manager NodeFeatures; the device-manager one is deleted (when the
+        node owns it) once the probe knows there is no accelerator."""
         c, done = self.cluster, []
         if plan.worker is not None:
             # written against the version the plan read: an administrator's managed flip that lands in
@@ -282,9 +282,8 @@ class NodeAgent:
         return done
 
     def _apply_node(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Node's CPU annotations (docs/agent.md "Labels, annotations and NodeFeatures") and
-        extended-resource capacity (docs/agent.md "Capacity and fit labels"), each patched only when a key
-        differs."""
+        """The Node's CPU annotations and extended-resource capacity (docs/agent.md "Capacity and fit
+        labels"), each patched only when a key differs."""
         done = []
         annotations = plan.node_patch["metadata"].get("annotations") or {}
         current = (node.get("metadata") or {}).get("annotations") or {}
@@ -302,8 +301,8 @@ class NodeAgent:
         return done
 
     def _apply_devices(self, plan: AgentPlan, node: Mapping[str, Any]) -> list[str]:
-        """The Devices object and its ledger status (docs/agent.md "The Devices object and its ledger");
-        deleted (when the node owns it) once the probe knows there is no accelerator."""
+        """The Devices object and its ledger status; deleted (when the node owns it) once the probe
+        knows there is no accelerator."""
         c, done = self.cluster, []
         if plan.devices is not None:
             action = c.upsert(plan.devices, c.devices())

@@ -1,5 +1,4 @@
-"""`accelpolicy agent`: the per-node agent (docs/agent.md "The node agent (`accelpolicy agent`)",
-docs/agent.md "The node agent (`accelpolicy agent`)").
+"""`accelpolicy agent`: the per-node agent (docs/agent.md "The node agent (`accelpolicy agent`)").
 
 Runs forever (every ``--interval`` seconds) unless ``--once``. ``--dry-run -o yaml`` prints what it
 would write (NodeFeatures, the Node annotation/capacity patch, Devices) and writes nothing; with

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, NoReturn
 import click
 
 from runtime.rules import compiledcache
+
 from runtime.rules.loader import DEFAULT_RULES_DIR
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def bad_input_exits(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         from runtime.engine.snapshot import SnapshotError
         from runtime.report.tables import UnknownKindError
-        from runtime.rules.cel import CelEvalError
+        from runtime.rules.cel.errors import CelEvalError
         from runtime.rules.loader import RuleLoadError
 
         try:

@@ -82,7 +82,7 @@ def command(rules_dir: Path, current_dir: Path, snapshots: tuple[str, ...], clus
     output), 2 an error (as `kubectl diff`).
     """
     from runtime.engine.snapshot import SnapshotError
-    from runtime.rules.cel import CelEvalError
+    from runtime.rules.cel.errors import CelEvalError
     from runtime.rules.loader import RuleLoadError
 
     try:

@@ -111,8 +111,7 @@ class ActionWriter:
     }
 
     def _with_owner(self, lq: dict) -> dict:
-        """A LocalQueue with the controller owner reference to its ClusterQueue
-        (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+        """A LocalQueue with the controller owner reference to its ClusterQueue."""
         queue_name = lq["spec"]["clusterQueue"]
         queue = self.cache.get("ClusterQueue", queue_name)
         uid = (queue or {}).get("metadata", {}).get("uid")

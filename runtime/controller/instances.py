@@ -10,17 +10,17 @@ For every cached Instance, :func:`plan_instances` calls the engine's
   ``InstanceActions.foreign`` (a deleted Instance still loses its finalizer, leaving that Pod be);
 * its InstanceType as the engine derived it (``DesiredState.instance_types``: computed ``status``
   with ``entrance`` and ``detail``) with the live object's ``metadata`` (so a deletion timestamp
-  counts, docs/concepts/instances.md "Life cycle"), or None when neither exists;
+  counts), or None when neither exists;
 * the live ClusterQueue of that type (same name), whose ``spec.stopPolicy`` drives the drain stop;
-  * (through the snapshot) the Service of the same name (docs/concepts/instances.md "The Instance's Pod",
-  ``status.ports``) and the Pod's Node (``status.hostIPs``).
+* (through the snapshot) the Service of the same name (``status.ports``) and the Pod's Node
+  (``status.hostIPs``);
 
 and turns the :class:`~runtime.engine.instances.instancelife.InstancePlan` into :class:`Action` s for
 :meth:`runtime.controller.actions.ActionWriter.execute`:
 
-======================  ===================================================================
+======================  ==============================================================================
 engine action           Action
-======================  ===================================================================
+======================  ==============================================================================
 ADD_FINALIZER           ``add-finalizer`` Instance (JSON patch; key role ``instanceFinalizer``)
 (plan.status)           ``apply-status`` Instance (status subresource), only when it differs
 SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge patch) with the
@@ -28,17 +28,19 @@ SET_STOP                ``patch`` Instance ``{"spec": {"stop": true}}`` (merge p
                         it; ``false`` when its pool is back, the annotation removed
 DELETE_POD              ``delete`` Pod (the applier refuses a Pod no Instance controls)
 CREATE_POD              ``create`` Pod (rendered once, never re-diffed; no ``spec.nodeName``)
-CREATE_SERVICE          ``create`` Service (NodePort, docs/concepts/instances.md "The Instance's Pod"; created
-when missing, never updated) REMOVE_FINALIZER        ``remove-finalizer`` Instance
-======================  ===================================================================
+CREATE_SERVICE          ``create`` Service (NodePort; created when missing, never updated)
+REMOVE_FINALIZER        ``remove-finalizer`` Instance
+======================  ==============================================================================
 
-The status goes first, so a drain writes phase ``Stopping`` before ``spec.stop`` and the Pod delete
-(docs/concepts/instances.md "Life cycle"). ``InstanceActions.requeue`` is the smallest ``plan.requeue`` > 0
-(seconds), after which the controller reconciles again without an event.
+The status goes first, so a drain writes phase ``Stopping`` before ``spec.stop`` and the Pod delete.
+``InstanceActions.requeue`` is the smallest ``plan.requeue`` > 0 (seconds), after which the controller
+reconciles again without an event.
 
-Re-enqueueing (docs/concepts/instances.md "Life cycle"): the controller reconciles every Instance on every
-pass, and any event (an InstanceType's deletion timestamp, a ClusterQueue's ``stopPolicy``, a Pod, a PVC, the
-settings Secret) starts a pass, so every Instance of a type is looked at again when its type or queue changes.
+Re-enqueueing: the controller reconciles every Instance on every pass, and any event (an InstanceType's
+deletion timestamp, a ClusterQueue's ``stopPolicy``, a Pod, a PVC, the settings Secret) starts a pass,
+so every Instance of a type is looked at again when its type or queue changes.
+
+Sources: docs/concepts/out-of-service.md "Cordoned and tainted nodes".
 """
 from __future__ import annotations
 
@@ -78,8 +80,7 @@ def _created(obj: dict | None) -> datetime | None:
 
 
 def pod_age_seconds(instance: dict, pod: dict | None) -> float:
-    """Pod creation minus Instance creation in seconds (docs/concepts/instances.md "Life cycle"); 0 when
-    either is unknown."""
+    """Pod creation minus Instance creation in seconds; 0 when either is unknown."""
     pod_at, instance_at = _created(pod), _created(instance)
     if pod_at is None or instance_at is None:
         return 0.0
@@ -173,8 +174,7 @@ def plan_instances(policy: Policy, state: DesiredState, snapshot: Snapshot,
 
 def check_retries(policy: Policy, snapshot: Snapshot) -> dict[tuple[str, str], str]:
     """(namespace, Pod name) -> the node-devices check's message, for each Workload of a Pod (Kueue's Pod
-    integration: its owner) whose check entry is ``Retry`` (docs/concepts/out-of-service.md "Cordoned and
-    tainted nodes": a Pending Instance says why)."""
+    integration: its owner) whose check entry is ``Retry`` (a Pending Instance says why)."""
     out: dict[tuple[str, str], str] = {}
     for workload in snapshot.list("Workload"):
         entry = check_entry(policy, workload)
@@ -196,8 +196,7 @@ def _owner_pods(workload: dict) -> list[tuple[str, str]]:
 class RetryMessages:
     """The node-devices check's last Retry message per Pod (its Workload's owner), kept until the check
     answers Ready or the Workload is gone: Kueue resets a Retry to Pending at once when it evicts, so the
-    snapshot alone would lose it by the next pass (docs/concepts/out-of-service.md "Cordoned and tainted
-    nodes": a waiting Instance says why)."""
+    snapshot alone would lose it by the next pass (a waiting Instance says why)."""
 
     def __init__(self) -> None:
         self.by_pod: dict[tuple[str, str], str] = {}

@@ -95,9 +95,9 @@ class Requeue:
 
 
 class FitLabelWindow:
-    """The coalescing window of docs/agent.md "Capacity and fit labels": the pass that first plans a fit
-    label patch (an Action on a Node) defers it; the first pass at least ``seconds`` later runs the
-    patches it plans. ``seconds`` 0 or less: no window."""
+    """The coalescing window: the pass that first plans a fit label patch (an Action on a Node)
+    defers it; the first pass at least ``seconds`` later runs the patches it plans. ``seconds`` 0 or
+    less: no window."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -135,8 +135,8 @@ class WarningsOnce:
 
 
 class InvalidSettingReports:
-    """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does not parse
-    (docs/concepts/settings.md "Settings"), once per setting and value in this process."""
+    """A Warning Event ``InvalidSetting`` on the settings Secret for each stored value that does not
+    parse, once per setting and value in this process."""
 
     def __init__(self) -> None:
         self._reported: set[tuple[str, str]] = set()

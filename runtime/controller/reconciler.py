@@ -206,8 +206,8 @@ class Controller:
             gcpolicy.settle()
 
     def seed_settings(self) -> list[str]:
-        """Create the settings Secret or add its missing keys (docs/concepts/settings.md "Settings"); returns
-        the keys written. A missing namespace is logged, not raised (the next start tries again)."""
+        """Create the settings Secret or add its missing keys; returns the keys written. A missing
+        namespace is logged, not raised (the next start tries again)."""
         catalog = self.policy.settings
         secret = self.applier.get("Secret", catalog.secretName, self.settings_namespace)
         data = settings_seed.missing_data(catalog, (secret or {}).get("data") if secret else None, self.env)

@@ -47,8 +47,7 @@ def secret_namespace(catalog: SettingCatalogSpec, env: Mapping[str, str]) -> str
 def invalid_setting_event(catalog: SettingCatalogSpec, secret: Mapping, setting: str, value: str,
                           now: datetime) -> dict:
     """The Warning Event (core/v1; reason and message: ``invalidEvent`` of rules/settings.yaml) on
-    ``secret`` for a stored value of ``setting`` that does not parse (docs/concepts/settings.md "Settings");
-    the default is used meanwhile."""
+    ``secret`` for a stored value of ``setting`` that does not parse; the default is used meanwhile."""
     meta = secret["metadata"]
     involved = {"apiVersion": "v1", "kind": "Secret", "name": meta["name"],
                 "namespace": meta.get("namespace"), "uid": meta.get("uid")}

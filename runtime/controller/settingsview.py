@@ -31,7 +31,7 @@ KIND = "Setting"
 
 
 def setting_status(catalog: SettingCatalogSpec, name: str, value: str, observed_generation: int) -> dict:
-    """The ``status`` of the Setting ``name`` showing ``value`` (docs/concepts/settings.md "Settings")."""
+    """The ``status`` of the Setting ``name`` showing ``value``."""
     setting = next(s for s in catalog.settings if s.name == name)
     return {"description": setting.description, "editable": True, "sensitive": False, "value": value,
             "observedGeneration": observed_generation}

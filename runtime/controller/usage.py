@@ -1,8 +1,8 @@
 """The accelerator-seconds counters of showback (docs/tasks/report-usage.md "The counters").
 
 After every reconcile pass the controller (the leader; it sees every Devices object and every Pod) reads
-what each accelerator is charged for now (:func:`runtime.engine.pools.usage.usage_rates`, kept up to
-date from the changes by :class:`runtime.controller.usagetracker.UsageTracker`). A
+what each accelerator is charged for now (:mod:`runtime.engine.pools.usage`, kept up to date from the
+changes by :class:`runtime.controller.usagetracker.UsageTracker`). A
 :class:`UsageMeter` holds those rates and adds ``rate × seconds`` to each counter at every pass and at
 every scrape, so a counter stands for the accelerators held since the process began to count:
 

@@ -1,16 +1,16 @@
 """The usage rates of the whole cluster, kept up to date from what changed (docs/tasks/report-usage.md
 "Cost and cardinality").
 
-:func:`runtime.engine.pools.usage.usage_rates` reads every node; at 10,000 nodes that is most of a
-second, too much for every reconcile pass (an idle pass costs milliseconds:
-docs/performance.md "A pass proportional to what changed"). A :class:`UsageTracker` keeps each node's
+Reading every node afresh takes, at 10,000 nodes, most of a second, too much for every reconcile pass
+(an idle pass costs milliseconds: docs/performance.md "A pass proportional to what changed"). A
+:class:`UsageTracker` keeps each node's
 part (:func:`runtime.engine.pools.usage.node_part`) and each Workload's in a
 :class:`runtime.engine.pools.usage.RateTotals` and, after each pass, computes again only the nodes
 whose Devices, Node or allocation-holding Pods changed in the watch caches since its last look
 (``KindCache.changes``), or whose flavors or pools the pass derived differently, and the Workloads
 that changed. A new rules generation, a LocalQueue change, a cache that forgot what changed, or a
-change of the flavor-to-pool map reads everything again. The totals equal ``usage_rates`` of the same
-objects (``tests/controller/test_usage_tracker.py``). The pass thread's.
+change of the flavor-to-pool map reads everything again. The totals equal those of every object read
+afresh (``tests/controller/test_usage_tracker.py``). The pass thread's.
 """
 from __future__ import annotations
 

@@ -84,8 +84,8 @@ def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime,
 
 def _promised_nodes(policy: Policy, snapshot: Snapshot, now: datetime, namespace: str | None):
     """The managed nodes less what the check promised and is not started yet: each promised Workload
-    placed again, oldest answer first, and what it places charged (docs/concepts/out-of-service.md
-    "Promises"). A promise that no longer fits (its node filled meanwhile) holds nothing."""
+    placed again, oldest answer first, and what it places charged. A promise that no longer fits (its
+    node filled meanwhile) holds nothing."""
     nodes = ac.managed_nodes(policy, snapshot, namespace)
     for workload in ac.promised(policy, snapshot, now):
         try:

@@ -4,6 +4,8 @@ docs/concepts/instances.md "The Instance's Pod").
 Pure, in the engine (no I/O): the planner (:mod:`runtime.engine.plan`) and the writers
 (:mod:`runtime.kube.applier`, :mod:`runtime.agent.cluster`) use the same rules; the one ownership
 helper of the agent (:func:`owned_by`) and the controller (:func:`owned`, :func:`owned_by_instance`).
+
+Sources: docs/concepts/dra.md "The ledger from claims".
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def owned_by(obj: dict, owner_uid: str, owner_name: str) -> bool:
 
 def owned_by_instance(obj: dict, instance_uid: str | None = None) -> bool:
     """Whether ``obj``'s controller ownerReference is an Instance (``worker.gpustack.ai``), and, when
-    ``instance_uid`` is given, that Instance (docs/concepts/instances.md "The Instance's Pod")."""
+    ``instance_uid`` is given, that Instance."""
     ref = controller_owner(obj)
     if ref is None or ref.get("kind") != "Instance" or ref.get("apiVersion") != KNOWN_KINDS["Instance"][0]:
         return False
@@ -44,9 +46,8 @@ def owned(policy: Policy, obj: dict) -> bool:
     ClusterQueues labelled ``resource.gpustack.ai/type: instancetypes``, LocalQueues annotated
     ``schedule.gpustack.ai/queue``, every InstanceTypeFlavor, Pods whose controller ownerReference is
     an Instance, webhook configurations carrying the labels of rules/admission/registration.yaml,
-    DeviceClasses labelled ``resource.gpustack.ai/type: deviceclasses`` (docs/concepts/dra.md "The ledger from
-    claims"). Never an InstanceType (create-only, docs/concepts/dra.md "The ledger from claims") nor any other
-    kind. Keys and values come from the policy."""
+    DeviceClasses labelled ``resource.gpustack.ai/type: deviceclasses``. Never an InstanceType
+    (create-only) nor any other kind. Keys and values come from the policy."""
     kind = obj.get("kind")
     resource_type = labels_of(obj).get(policy.key("resourceType"))
     types = policy.derivation.resourceTypes

@@ -17,10 +17,10 @@ Rules (docs/concepts/pools-and-flavors.md "Pools and flavors"):
   "InstanceType status"): derived types created (create-only; an existing type's spec and labels are never
   written); ``status`` written for every type when it differs; a deleting type's finalizer is removed once its
   ClusterQueue is gone (docs/concepts/pools-and-flavors.md "Queues and the entrance").
-  * ClusterQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): labels, ``resourceGroups``,
+  * ClusterQueue: labels, ``resourceGroups``,
   ``admissionChecksStrategy``, ``stopPolicy`` kept equal (stale ``general.``/``acceleratable.`` labels
   pruned); our queues without an InstanceType deleted, a queue being deleted set to ``HoldAndDrain``.
-  * LocalQueue (docs/concepts/pools-and-flavors.md "Queues and the entrance"): created when missing (owner
+  * LocalQueue: created when missing (owner
   reference filled at execution), never updated; ours without a desired counterpart deleted.
   * InstanceTypeFlavor (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor"): created,
   rewritten when the spec differs, stale ones deleted.
@@ -280,7 +280,7 @@ def _catalog(state: DesiredState, snapshot: Snapshot) -> list[Action]:
 
 def _fit_labels(policy: Policy, state: DesiredState, snapshot: Snapshot,
                 memo: DeriveMemo | None = None) -> list[Action]:
-    """Per-node fit label patches (docs/agent.md "Capacity and fit labels"), in Node name order.
+    """Per-node fit label patches, in Node name order.
 
     The wanted labels are :func:`runtime.engine.pools.fit.fit_labels` of the node's Devices object (the
     state's, named after the Node) for the nodes in ``state.managed_nodes``; a Node without Devices
@@ -357,9 +357,9 @@ class FitLabelPatches:
 
 
 def fit_label_patch(policy: Policy, node: dict, devices: dict | None, managed: bool) -> dict | None:
-    """The labels of one Node's fit label merge patch (docs/agent.md "Capacity and fit labels"): the wanted
-    values that are missing or differ, ``None`` for those no longer wanted; None when they all match.
-    ``devices``: the node's Devices object (None: it wants none)."""
+    """The labels of one Node's fit label merge patch: the wanted values that are missing or differ,
+    ``None`` for those no longer wanted; None when they all match. ``devices``: the node's Devices
+    object (None: it wants none)."""
     prefixes = (policy.prefix("fitSliced"), policy.prefix("fitShared"))
     have = {k: v for k, v in labels_of(node).items() if k.startswith(prefixes)}
     want = fit_labels(policy, devices, managed) if devices is not None else {}

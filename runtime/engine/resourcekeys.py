@@ -30,9 +30,3 @@ def classifier_table(policy: Policy, params_name: str) -> dict[str, Any]:
     if "resourceKeys" not in values:
         raise KeyError(f"AdmissionParams {params_name!r} has no values.resourceKeys")
     return dict(values["resourceKeys"])
-
-
-def view_refusals(policy: Policy, manufacturer_id: str) -> dict[str, str]:
-    """View -> the denial message (rules/manufacturers.yaml ``messages.viewNotOffered``) for each view
-    ``manufacturer_id``'s devices never offer; empty when it offers all four."""
-    return policy.manufacturer_table.refusals(policy.manufacturers[manufacturer_id])

@@ -35,7 +35,7 @@ class Settings:
 
 
 def parse_bool(catalog: SettingCatalogSpec, raw: str) -> bool | None:
-    """The boolean spellings of docs/concepts/settings.md "Settings"; None when ``raw`` is none of them."""
+    """The boolean spellings; None when ``raw`` is none of them."""
     if raw in catalog.booleanTrue:
         return True
     if raw in catalog.booleanFalse:
@@ -78,8 +78,8 @@ def decode_secret_data(secret: Mapping | None) -> dict[str, str]:
 
 def settings_of(policy: Policy, snapshot: Snapshot, namespace: str | None = None) -> Settings:
     """Settings resolved from the snapshot's settings Secret named in rules/settings.yaml (defaults when
-    it is absent; docs/concepts/settings.md "Settings"). ``namespace``: where the Secret lives when not the
-    catalog's (env ``KUBERNETES_POD_NAMESPACE`` of the controller)."""
+    it is absent). ``namespace``: where the Secret lives when not the catalog's (env
+    ``KUBERNETES_POD_NAMESPACE`` of the controller)."""
     catalog = policy.settings
     secret = snapshot.get("Secret", catalog.secretName, namespace or catalog.namespace)
     return resolve(catalog, decode_secret_data(secret))

@@ -63,15 +63,6 @@ class ClusterCache:
         every cache listed once (the webhooks' ``/readyz``: a relisting cache serves its last objects)."""
         return [kind for kind, cache in self.caches.items() if not cache.synced.is_set()]
 
-    def ages(self) -> dict[str, float]:
-        """Kind -> :meth:`KindCache.age` (seconds the served objects may lag), for the kinds listed once."""
-        out = {}
-        for kind, cache in self.caches.items():
-            age = cache.age()
-            if age is not None:
-                out[kind] = age
-        return out
-
     def stop(self) -> None:
         """Stop every kind's thread (each joined up to 2 s)."""
         for cache in self.caches.values():

@@ -27,5 +27,5 @@ class Expr(str):
         return core_schema.no_info_after_validator_function(cls, core_schema.str_schema(min_length=1))
 
     def evaluate(self, activation: dict, memo: bool = True) -> Any:
-        """Evaluate the compiled program (see runtime.rules.cel.CelExpression.evaluate)."""
+        """Evaluate the compiled program (see runtime.rules.cel.evaluate.CelExpression.evaluate)."""
         return self.program.evaluate(activation, memo=memo)

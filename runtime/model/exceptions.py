@@ -118,11 +118,6 @@ class ExceptionPolicySpec(Strict):
         return self
 
     @property
-    def max_seconds(self) -> int:
-        """``maxDuration`` in seconds."""
-        return duration_seconds(self.maxDuration)
-
-    @property
     def recent_seconds(self) -> int:
         """``recentlyExpired`` in seconds."""
         return duration_seconds(self.recentlyExpired)

@@ -17,7 +17,7 @@ _SEPARATORS = "-_."
 
 
 def strip_cruft(name: str, cruft: "CruftRules") -> str:
-    """Apply the stripCruft steps of NormalizeName (docs/agent.md "Normalization")."""
+    """Apply the stripCruft steps of NormalizeName."""
     text = name
     if cruft.cut_at and cruft.cut_at in text:
         text = text.split(cruft.cut_at, 1)[0]
@@ -50,7 +50,7 @@ class CruftRules:
 
 
 def normalize_name(name: str, prefix: str, max_length: int, cruft: CruftRules | None = None) -> str:
-    """NormalizeName(name, prefix, maxLength, stripCruft) of docs/agent.md "Normalization".
+    """NormalizeName(name, prefix, maxLength, stripCruft).
 
     ``cruft`` None means stripCruft=false. ``max_length <= 0`` means the name's length. Returns a
     lower-case slug without a trailing separator, or "" when nothing survives.
@@ -87,7 +87,7 @@ def normalize_name(name: str, prefix: str, max_length: int, cruft: CruftRules | 
 
 
 def sanitize_label_value(value: str, limit: int = 63) -> str:
-    """SanitizeLabelValue of docs/agent.md "Normalization": `NVIDIA A10G` -> `NVIDIA-A10G`."""
+    """SanitizeLabelValue: `NVIDIA A10G` -> `NVIDIA-A10G`."""
     buf: list[str] = []
     for ch in value:
         if len(buf) >= limit:
@@ -106,8 +106,7 @@ def sanitize_label_value(value: str, limit: int = 63) -> str:
 
 
 def fnv64a_hex(text: str) -> str:
-    """FNV-1a 64-bit of the UTF-8 bytes, 16 lowercase hex digits (docs/concepts/pools-and-flavors.md "Queues
-    and the entrance")."""
+    """FNV-1a 64-bit of the UTF-8 bytes, 16 lowercase hex digits."""
     h = 0xCBF29CE484222325
     for byte in text.encode("utf-8"):
         h ^= byte
@@ -116,8 +115,7 @@ def fnv64a_hex(text: str) -> str:
 
 
 def object_name_safe(key: str) -> str:
-    """docs/agent.md "Normalization" (our choice): `_` becomes `-` when a key is used inside an object
-    name."""
+    """Our choice: `_` becomes `-` when a key is used inside an object name."""
     return key.replace("_", "-")
 
 
@@ -125,7 +123,7 @@ _BINARY_UNITS = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("M
 
 
 def format_memory_mib(mib: int) -> str:
-    """docs/agent.md "Normalization": MiB -> the largest binary unit whose scale <= value, rounded half up."""
+    """MiB -> the largest binary unit whose scale <= value, rounded half up."""
     value = mib * 2**20
     for unit, scale in _BINARY_UNITS:
         if scale <= value:
@@ -137,8 +135,7 @@ _DEC_SUFFIX = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
 
 
 def format_decimal_quantity(value: int) -> str:
-    """Canonical decimal-SI quantity (docs/reference/controller.md "Pod admission"): 1600000 -> `1600k`,
-    8000000 -> `8M`."""
+    """Canonical decimal-SI quantity: 1600000 -> `1600k`, 8000000 -> `8M`."""
     if value == 0:
         return "0"
     for exp, suffix in _DEC_SUFFIX:

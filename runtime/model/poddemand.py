@@ -3,11 +3,11 @@ reader.
 
 :func:`pod_containers` walks a Pod ``spec``'s containers (init, then app) and classifies their
 accelerator keys; :func:`pod_demand` folds the walk into the Pod's demand per family and base. Served
-by the admission CEL functions ``podContainers`` / ``podDemand`` (runtime/rules/celadmission.py: the
+by the admission CEL functions ``podContainers`` / ``podDemand`` (runtime/rules/cel/library/objects.py: the
 Pod webhooks and the Workload fit pin of rules/admission/*.yaml) and by the admission check
 (runtime/engine/admissioncheck/demand.py ``pod_demand``).
 
-Rules (docs/reference/controller.md "Pod accelerator requests"):
+Rules:
 
 - a key's value is its ``requests`` entry, else its ``limits`` entry;
 - init containers with ``restartPolicy: Always`` are native sidecars: they never claim (rule 7
@@ -26,8 +26,7 @@ from typing import Any, Callable, Mapping
 from runtime.model.resourcefamily import resource_family
 
 Value = Callable[[Any, Mapping, str], int]
-"""(quantity, container, key) -> the integer value (docs/reference/controller.md "Pod accelerator requests"
-``Value()``, rounded up)."""
+"""(quantity, container, key) -> the integer value (its ``Value()``, rounded up)."""
 
 
 def _group(list_name: str, container: Mapping) -> str:

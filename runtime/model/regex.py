@@ -10,7 +10,6 @@ refused with :class:`PatternError` in words.
 Compiled patterns are cached (:data:`CACHE_ENTRIES` of them, failures too, cleared when full), each
 compiled under RE2's memory bound :data:`MAX_MEMORY` (its program and its DFA cache; a pattern whose
 program alone is larger is refused, a DFA that fills its share falls back to RE2's NFA, still linear).
-Sources: docs/rule-authoring.md "Regular expressions".
 """
 from __future__ import annotations
 

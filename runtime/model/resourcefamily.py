@@ -2,7 +2,7 @@
 requests"): pure, below the rules.
 
 One implementation shared by the admission CEL functions ``resourceFamily`` / ``podContainers``
-(runtime/rules/celadmission.py), the admission check and the node agent's PodResources mapping
+(runtime/rules/cel/library/objects.py), the admission check and the node agent's PodResources mapping
 (through :mod:`runtime.engine.resourcekeys`, which reads the table and the manufacturers from a Policy).
 The table is data: the ``resourceKeys`` value of the ``AdmissionParams`` named by rules/agent.yaml
 ``podResources.resourceKeysParams`` (``resource-keys`` in rules/admission/pods.yaml); bases and partition
@@ -15,8 +15,7 @@ from typing import Any, Mapping, Sequence
 
 def resource_family(name: str, table: Mapping[str, Any],
                     manufacturers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Classify one resource key: ``{family, base, profile}`` (docs/reference/controller.md "Pod accelerator
-    requests").
+    """Classify one resource key: ``{family, base, profile}``.
 
     ``family`` is ``none``, ``exclusive``, ``shared``, ``sliced``, ``partitioned`` or ``visibility``;
     ``base`` the manufacturer's ``<base>`` (``""`` for ``none``/``visibility``); ``profile`` the

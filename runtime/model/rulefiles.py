@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from runtime.model.base import Expr, Strict  # every rule kind's base and the CEL text type (re-exported)
 from runtime.model.manufacturers import (  # noqa: F401 - re-exported

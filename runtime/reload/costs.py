@@ -46,7 +46,7 @@ def _document_at(ruleset: RuleSet, file: str, line: int):
 
 def cost_estimates(ruleset: RuleSet) -> Optional[dict[str, int]]:
     """``{key: worst-case cost}`` of every CEL expression of ``ruleset`` (module docstring): the static
-    estimates of ``accelpolicy lint --costs`` (:class:`runtime.rules.checktypes.ExpressionCost`, in
+    estimates of ``accelpolicy lint --costs`` (:class:`runtime.rules.activations.ExpressionCost`, in
     Kubernetes' CEL cost units, rounded up). None when the rules directory cannot be read again (then
     ``accelpolicy diff`` says the costs were not compared)."""
     costs: list = []

@@ -10,8 +10,8 @@ returns a :class:`Trial`:
    a directory without ``tests/``, as the chart mounts it, has none to run);
 3. ``replay-object``: the cluster's existing objects (the audit's view,
    :func:`runtime.report.audit.audited_requests`, its derivation and its CEL checks) are judged
-   without a new evaluation error (a :class:`~runtime.rules.cel.CelEvalError` of any kind, a budget stop
-   included: the engine's ``rule-error``; one the serving generation makes on the same object too does
+   without a new evaluation error (a :class:`~runtime.rules.cel.errors.CelEvalError` of any kind, a budget
+   stop included: the engine's ``rule-error``; one the serving generation makes on the same object too does
    not refuse the edit, or no edit could ever replace rules that fail somewhere);
 4. ``replay-review``: so are the reviews the server answered recently (``reviews``, in memory).
 
@@ -33,7 +33,7 @@ from runtime.engine.admission.verdict import RULE_ERROR
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.report.audit import audited_requests, check_results
-from runtime.rules.cel import CelEvalError
+from runtime.rules.cel.errors import CelEvalError
 from runtime.rules.loader import RuleSet
 from runtime.ruletests import Runner, load_cases, load_dra_cases, run_dra_case, suite_documents
 

@@ -43,7 +43,7 @@ from runtime.report.outofservice import out_of_service_results
 from runtime.report.reach import pool_findings
 from runtime.report.results import ObjectRef, Result, ordered
 from runtime.report.unitpreset import fallback_units
-from runtime.rules.cel import CelEvalError
+from runtime.rules.cel.errors import CelEvalError
 
 _DESIRED = {"ResourceFlavor": "resource_flavors", "ClusterQueue": "cluster_queues",
             "LocalQueue": "local_queues", "InstanceTypeFlavor": "instance_type_flavors",

@@ -18,7 +18,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime.engine.admission import AdmissionEngine, AdmissionView
-from runtime.engine.admission.engine import AdmissionRequest, _refs
+from runtime.engine.admission.engine import AdmissionRequest
+from runtime.engine.admission.memokeys import _refs
 from runtime.engine.admission.verdict import status_of
 from runtime.engine.policy import Policy
 from runtime.engine.pools import accelerators, derive, flavor_selector, matches, node_views

@@ -73,8 +73,8 @@ def default_directories() -> list[Path]:
 @functools.lru_cache(maxsize=1)
 def code_identity() -> bytes:
     """The digest of everything besides the rule files that shapes an entry: the versions of
-    accelpolicy, cel-python and lark, Python's, and the source of runtime/rules, runtime/model and
-    cel-python (computed once a process; a few milliseconds)."""
+    accelpolicy, cel-python and lark, Python's, and the source of runtime/rules (its packages too),
+    runtime/model and cel-python (computed once a process; a few milliseconds)."""
     import importlib.metadata
 
     import celpy
@@ -92,12 +92,13 @@ def code_identity() -> bytes:
                  version("cel-python"), getattr(lark, "__version__", version("lark"))):
         digest.update(part.encode() + b"\0")
     runtime_root = Path(__file__).resolve().parents[1]
-    folders = [(runtime_root / "rules", "*.py"), (runtime_root / "rules" / "schemas", "*.json"),
+    folders = [(runtime_root / "rules", "**/*.py"), (runtime_root / "rules" / "schemas", "*.json"),
                (runtime_root / "model", "*.py"), (Path(celpy.__file__).parent, "*.py"),
                (Path(celpy.__file__).parent, "*.lark")]
     for folder, pattern in folders:
         for path in sorted(folder.glob(pattern)):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+            name = path.relative_to(folder).as_posix()
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.digest()
 
 

@@ -27,11 +27,12 @@ from runtime.model import rulefiles
 from runtime.model.cellimits import RuleLoadingLimits
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
-from runtime.rules.cel import CelCompileError, program_from_code, transpile
-from runtime.rules.vocabulary import link
-from runtime.rules.tablechecks import missing_tables, table_problems
-from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems  # noqa: F401 - re-exported
+from runtime.rules.cel.compile import program_from_code, transpile
+from runtime.rules.cel.errors import CelCompileError, Finding
 from runtime.rules.loadlimits import byte_problems, length_problems, loading_limits, read_bounded, yaml_limits
+from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems
+from runtime.rules.tablechecks import missing_tables, table_problems
+from runtime.rules.vocabulary import link
 from runtime.rules.yamlsrc import SourceDocument, YamlLimits, YamlSourceError, dotted, load_documents
 
 
@@ -120,7 +121,7 @@ class _Compiler:
         (rules/cel.yaml ``runtime``; Kubernetes' defaults without one); a second one is a problem."""
         found = ruleset.all("CelLimits")
         if len(found) > 1:
-            return [RuleProblem(doc.file, doc.line, "kind", f"only one CelLimits document may exist (also "
+            return [RuleProblem(doc.file, doc.line, 0, "kind", f"only one CelLimits document may exist (also "
                                 f"{found[0].file}:{found[0].line})") for doc in found[1:]]
         if found:
             for program in self.programs:
@@ -133,10 +134,10 @@ class _Compiler:
         Raises CelCompileError when the transpiler refuses it."""
         code = self.code.get(source)
         if code is None:
-            from runtime.rules import celnames  # the parser: not imported by a load from the cache
+            from runtime.rules.cel.parse import parse  # parses: never called by a load from the cache
 
-            tree = celnames.parse(source, self.parsed)
-            if isinstance(tree, celnames.CelSyntaxError):
+            tree = parse(source, self.parsed)
+            if isinstance(tree, Finding):
                 return None
             code = self.code[source] = transpile(tree)
         program = program_from_code(source, where, code)
@@ -148,8 +149,8 @@ def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, prob
                    compiler: _Compiler) -> None:
     """Compile every Expr inside a validated model, recording problems with their lines.
 
-    An expression that does not parse is left uncompiled here: :func:`check_documents` reports it
-    with its exact line and column (and ``problems`` still refuses the file through that report).
+    An expression that does not parse is left uncompiled here: :func:`runtime.rules.checks.static_checks`
+    reports it with its exact line and column (and ``problems`` still refuses the file through that report).
     """
     if isinstance(value, Expr):
         full = ("spec",) + path
@@ -157,7 +158,7 @@ def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, prob
         try:
             compiled = compiler.compile(str(value), where)
         except CelCompileError as exc:
-            problems.append(RuleProblem(file, doc.line_of(full), dotted(full), str(exc), doc.column_of(full)))
+            problems.append(RuleProblem(file, doc.line_of(full), doc.column_of(full), dotted(full), str(exc)))
             return
         if compiled is None:
             problems.append(None)  # counted, reported by the static checks
@@ -173,15 +174,6 @@ def _compile_exprs(value: Any, path: tuple, doc: SourceDocument, file: str, prob
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _compile_exprs(item, path + (i,), doc, file, problems, compiler)
-
-
-def load_file(path: Path, display: str | None = None) -> tuple[list[RuleFile], list[RuleProblem]]:
-    """Load one rule file; returns its documents and its problems (documents empty if any problem).
-
-    The cross-document checks (:mod:`runtime.rules.checks`) are not run here: see :func:`load_rules`.
-    """
-    docs, problems, _ = _load_file(path, display, _Compiler())
-    return docs, problems
 
 
 def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optional[bytes] = None,
@@ -201,7 +193,7 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
     try:  # as Path.read_text: UTF-8, universal newlines
         text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as exc:
-        return [], [RuleProblem(file, 0, "<file>", f"cannot read: {exc}")], []
+        return [], [RuleProblem(file, 0, 0, "<file>", f"cannot read: {exc}")], []
     if cached is not None:
         docs = [SourceDocument(value=value, line=line, lines=lines, spans=spans, text=text)
                 for value, line, lines, spans in cached]
@@ -209,14 +201,14 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
         try:
             docs = load_documents(text, *bounds)
         except YamlSourceError as exc:
-            return [], [RuleProblem(file, exc.line, "<document>", str(exc), exc.column)], []
+            return [], [RuleProblem(file, exc.line, exc.column, "<document>", str(exc))], []
         if packed is not None:
             packed[file] = compiledcache.pack_documents(docs)
     out: list[RuleFile] = []
     validated: list[RuleFile] = []
     for doc in docs:
         if not isinstance(doc.value, dict):
-            problems.append(RuleProblem(file, doc.line, "<document>", "a rule document must be a mapping", 1))
+            problems.append(RuleProblem(file, doc.line, 1, "<document>", "a rule document must be a mapping"))
             continue
         try:
             envelope = RuleDocument.model_validate(doc.value)
@@ -226,9 +218,8 @@ def _load_file(path: Path, display: str | None, compiler: _Compiler, data: Optio
         model = rulefiles.SPEC_MODELS.get(envelope.kind)
         if model is None:
             known = ", ".join(sorted(rulefiles.SPEC_MODELS))
-            problems.append(RuleProblem(file, doc.line_of(("kind",)), "kind",
-                                        f"unknown rule kind {envelope.kind!r} (known: {known})",
-                                        doc.column_of(("kind",))))
+            problems.append(RuleProblem(file, doc.line_of(("kind",)), doc.column_of(("kind",)), "kind",
+                                        f"unknown rule kind {envelope.kind!r} (known: {known})"))
             continue
         try:
             spec = model.model_validate(envelope.spec)
@@ -255,7 +246,8 @@ def load_rules(root: Path | str | None = None) -> RuleSet:
     global _GENERATION
     root_path = Path(root) if root is not None else DEFAULT_RULES_DIR
     if not root_path.is_dir():
-        raise RuleLoadError([RuleProblem(str(root_path), 0, "<directory>", "rules directory does not exist")])
+        raise RuleLoadError([RuleProblem(str(root_path), 0, 0, "<directory>",
+                                         "rules directory does not exist")])
     problems, ruleset = rule_problems(root_path)
     if problems:
         raise RuleLoadError(problems)
@@ -296,7 +288,7 @@ def rule_problems(root_path: Path, cache: "compiledcache.RulesCache | None | boo
             problems, ruleset = _assemble(root_path, files, _Compiler(entry.code), entry, None, types, costs)
         except Exception as exc:  # noqa: BLE001
             # an entry whose checksum held but whose content does not rebuild
-            problems, ruleset = [RuleProblem(str(root_path), 0, "<cache>", repr(exc))], None
+            problems, ruleset = [RuleProblem(str(root_path), 0, 0, "<cache>", repr(exc))], None
         if not problems:
             return problems, ruleset
         store.damaged(entry.path or store.path(key), "does not rebuild these rules")
@@ -334,10 +326,10 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
             key = (doc.kind, doc.name)
             if key in ruleset.documents:
                 other = ruleset.documents[key]
-                problems.append(RuleProblem(doc.file, doc.line, "metadata.name",
+                column = doc.source.column_of(("metadata", "name")) if doc.source else 0
+                problems.append(RuleProblem(doc.file, doc.line, column, "metadata.name",
                                             f"{doc.kind} {doc.name!r} is already defined at "
-                                            f"{other.file}:{other.line}",
-                                            doc.source.column_of(("metadata", "name")) if doc.source else 0))
+                                            f"{other.file}:{other.line}"))
                 continue
             ruleset.documents[key] = doc
     if entry is None:
@@ -346,7 +338,7 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
         report = static_checks(validated, compiler.parsed, types, complete=not problems)
         problems.extend(length_problems(validated, limits))
         problems.extend(table_problems(validated))
-        problems.extend(RuleProblem(p.file, p.line, p.path, p.message, p.column) for p in report.problems)
+        problems.extend(report.problems)
         if costs is not None:
             costs.extend(report.costs)
     problems.extend(compiler.limit(ruleset))
@@ -354,7 +346,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
     if not problems:  # a broken file may be the one holding a required kind: report that first
         for kind in REQUIRED_KINDS:
             if not any(k == kind for k, _ in ruleset.documents):
-                problems.append(RuleProblem(str(root_path), 0, "<directory>", f"no rule file of kind {kind}"))
+                problems.append(RuleProblem(str(root_path), 0, 0, "<directory>",
+                                            f"no rule file of kind {kind}"))
         tables = {name for kind, name in ruleset.documents if kind == "DecisionTable"}
         problems.extend(missing_tables(str(root_path), tables))
     if not problems:  # fields left to their vocabulary home (runtime/rules/vocabulary.py)

@@ -35,12 +35,12 @@ def read_bounded(path: Path, file: str) -> tuple[Optional[bytes], list[RuleProbl
     try:
         size = path.stat().st_size
         if size > CEILING.maxFileBytes:
-            return None, [RuleProblem(file, 1, "<file>", f"the file holds {size} bytes, more than any "
+            return None, [RuleProblem(file, 1, 1, "<file>", f"the file holds {size} bytes, more than any "
                                       f"rules file may ({SETTING}.maxFileBytes is at most "
-                                      f"{CEILING.maxFileBytes})", 1)]
+                                      f"{CEILING.maxFileBytes})")]
         return path.read_bytes(), []
     except OSError as exc:
-        return None, [RuleProblem(file, 0, "<file>", f"cannot read: {exc.strerror or exc}")]
+        return None, [RuleProblem(file, 0, 0, "<file>", f"cannot read: {exc.strerror or exc}")]
 
 
 def loading_limits(files: list[tuple[Path, str, Optional[bytes]]]) -> RuleLoadingLimits:
@@ -71,13 +71,13 @@ def byte_problems(root: Path, files: list[tuple[Path, str, Optional[bytes]]],
     problems, refused = [], set()
     for _, display, data in files:
         if data is not None and len(data) > limits.maxFileBytes:
-            problems.append(RuleProblem(display, 1, "<file>", f"the file holds {len(data)} bytes, more than "
-                                        f"{SETTING}.maxFileBytes ({limits.maxFileBytes})", 1))
+            problems.append(RuleProblem(display, 1, 1, "<file>", f"the file holds {len(data)} bytes, more "
+                                        f"than {SETTING}.maxFileBytes ({limits.maxFileBytes})"))
             refused.add(display)
     total = sum(len(data) for _, _, data in files if data is not None)
     if total > limits.maxTotalBytes:
-        problems.append(RuleProblem(str(root), 0, "<directory>", f"the rule files hold {total} bytes in all, "
-                                    f"more than {SETTING}.maxTotalBytes ({limits.maxTotalBytes})"))
+        problems.append(RuleProblem(str(root), 0, 0, "<directory>", f"the rule files hold {total} bytes in "
+                                    f"all, more than {SETTING}.maxTotalBytes ({limits.maxTotalBytes})"))
     return problems, refused
 
 
@@ -109,6 +109,6 @@ def length_problems(documents: list, limits: RuleLoadingLimits) -> list[RuleProb
                 limit, setting = _limit_of(path, limits)
                 if limit and len(value) > limit:
                     message = f"{len(value)} characters, more than {SETTING}.{setting} ({limit})"
-                    problems.append(RuleProblem(doc.file, source.line_of(path), dotted(path), message,
-                                                source.column_of(path)))
+                    problems.append(RuleProblem(doc.file, source.line_of(path), source.column_of(path),
+                                                dotted(path), message))
     return problems

@@ -20,7 +20,7 @@ from typing import Any, Hashable, Optional
 _ATOM_TYPES = (str, int, float, bool, type(None))
 
 # The bounds of each memo of rule evaluation: the admission engine's (one per rules generation) and the
-# process's CEL memo (one for every expression). docs/webhook-hardening.md "Bounded memory".
+# process's CEL memo (one for every expression).
 MEMO_ENTRIES = 65536
 MEMO_BYTES = 32 * 1024 * 1024
 

@@ -15,13 +15,16 @@ from runtime.rules.yamlsrc import SourceDocument, dotted
 
 @dataclass(frozen=True)
 class RuleProblem:
-    """One problem in one rule file."""
+    """One problem in one rule file: the file, 1-based ``line`` and ``column`` (0 where the problem has
+    none: a file it could not read, the directory), the field path and the message. The finding of
+    every stage, at a rule file's place (an expression's own are
+    :class:`runtime.rules.cel.errors.Finding` records, placed here by :mod:`runtime.rules.checks`)."""
 
     file: str
     line: int
+    column: int
     path: str
     message: str
-    column: int = 0
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column} {self.path}: {self.message}"
@@ -46,7 +49,7 @@ def pydantic_problems(exc: ValidationError, prefix: tuple, doc: SourceDocument,
         inner, rest = _named_field(doc.value, loc, message)
         if inner:
             loc, message = loc + inner, rest
-        problems.append(RuleProblem(file, doc.line_of(loc), dotted(loc), message, doc.column_of(loc)))
+        problems.append(RuleProblem(file, doc.line_of(loc), doc.column_of(loc), dotted(loc), message))
     return problems
 
 

@@ -67,8 +67,8 @@ class _Table:
 
     def add(self, path: tuple, message: str) -> None:
         source = self.doc.source
-        self.problems.append(RuleProblem(self.doc.file, source.line_of(path), dotted(path), message,
-                                         source.column_of(path)))
+        self.problems.append(RuleProblem(self.doc.file, source.line_of(path), source.column_of(path),
+                                         dotted(path), message))
 
     def check(self) -> None:
         contract = TABLES.get(self.doc.name)
@@ -144,5 +144,5 @@ def table_problems(documents: list) -> list[RuleProblem]:
 def missing_tables(root: str, names: set[str]) -> list[RuleProblem]:
     """A finding for each table a component reads that the rules (``names``: their DecisionTable names)
     lack."""
-    return [RuleProblem(root, 0, "<directory>", f"no DecisionTable named {name!r}: {contract.reader} reads "
-                        "it") for name, contract in sorted(TABLES.items()) if name not in names]
+    return [RuleProblem(root, 0, 0, "<directory>", f"no DecisionTable named {name!r}: {contract.reader} "
+                        "reads it") for name, contract in sorted(TABLES.items()) if name not in names]

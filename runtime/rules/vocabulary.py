@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from runtime.model.agent import LabelSuffixes
 
 Problem = tuple
-"""(file, line, field path, message[, column]): the loader turns it into a RuleProblem."""
+"""(file, line, column, field path, message): the loader turns it into a RuleProblem."""
 
 
 class RuleSetLike(Protocol):
@@ -47,9 +47,9 @@ def _problem(doc, path: str, message: str) -> Problem:
     """The problem at ``path`` (dotted, ``[i]`` indexes) of ``doc``: the field's own line and column
     when the document's source is known, else the document's line."""
     if doc.source is None:
-        return (doc.file, doc.line, path, message)
+        return (doc.file, doc.line, 0, path, message)
     parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]", path) if p)
-    return (doc.file, doc.source.line_of(parts), path, message, doc.source.column_of(parts))
+    return (doc.file, doc.source.line_of(parts), doc.source.column_of(parts), path, message)
 
 
 def link(ruleset: RuleSetLike) -> list[Problem]:

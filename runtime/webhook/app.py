@@ -60,7 +60,7 @@ from starlette.routing import Route
 from runtime.engine.admission import (AdmissionEngine, AdmissionView, Outcome, bad_request, build_response,
                                       decide, is_text)
 from runtime.engine.admission.verdict import HALT_TIMEOUT, timeout_denial
-from runtime.rules.cel import Deadline
+from runtime.rules.cel.budget import Deadline
 from runtime.webhook.metrics import WebhookMetrics
 from runtime.webhook.sample import ReviewSample
 
@@ -171,7 +171,7 @@ class WebhookState:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
         (:func:`runtime.engine.admission.decide` with the generation ``served``, default the one served
         now, against ``view``, default that generation's view, at :attr:`clock`'s now); ``cancel`` (an
-        Event or a :class:`runtime.rules.cel.Deadline`) stops it (a ``timeout`` outcome). Raises what the
+        Event or a :class:`runtime.rules.cel.budget.Deadline`) stops it (a ``timeout`` outcome). Raises what the
         engine raises."""
         served = served or self.served
         view = view if view is not None else self._view_of(served)

@@ -355,9 +355,6 @@ class Walkthrough:
         self.stop_controller()
         self.start_controller()
 
-    def controller_log(self) -> str:
-        return _tail(self._controller.log, 6000) if self._controller else "(controller not running)"
-
     def check_processes(self) -> None:
         """Raise :class:`LocalClusterError` naming the first of our processes that exited."""
         for proc in [p for p in (self._controller, self._admission) if p] + self._agents:

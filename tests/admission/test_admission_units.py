@@ -12,8 +12,8 @@ from runtime.engine.admission.patch import REMOVE, apply_writes, diff_writes, es
 from runtime.engine.admission.verdict import FieldError, aggregate, render_value
 from runtime.engine.policy import Policy
 from runtime.model.resourcefamily import resource_family
-from runtime.rules import celadmission
-from runtime.rules.cel import compile_expression
+from runtime.rules.cel.compile import compile_expression
+from runtime.rules.cel.library.objects import podContainers
 from runtime.rules.loader import load_rules
 
 
@@ -161,5 +161,5 @@ def test_review_for_builds_a_request():
 
 
 def test_cel_values_cross_the_edge_as_json():
-    got = celadmission.podContainers(celtypes.MapType(), {"families": []}, [])
+    got = podContainers(celtypes.MapType(), {"families": []}, [])
     assert list(got) == []

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
 from runtime.engine.policy import Policy
-from runtime.rules.cel import Deadline
+from runtime.rules.cel.budget import Deadline
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
 from runtime.webhook.app import WebhookState, build_app

@@ -32,6 +32,7 @@ from runtime.report.explain import explain_admission
 from runtime.report.html import render_page
 from runtime.report.results import reports
 from runtime.rules import conditioncheck
+
 from runtime.rules.loader import load_rules
 from runtime.ruletests import Case, Runner
 from runtime.snapshots import read_objects
@@ -414,12 +415,15 @@ def test_the_builtin_variables_the_static_checks_know_are_the_engines():
 
 def test_the_type_checker_knows_cels_timestamp_and_duration_arithmetic():
     """rules/admission/exceptions.yaml compares timestamp(expiresAt) with timestamp(request.time) + duration(max)."""
-    from runtime.rules import celnames, celtyping
-    from runtime.rules.celfunctions import SIGNATURES
+    from runtime.rules.cel.check import check
+    from runtime.rules.cel.library.table import LIBRARY
+    from runtime.rules.cel.names import Names
+    from runtime.rules.cel.parse import parse
+    from runtime.rules.cel.types import Scope, sized
 
     def problems(source: str) -> list[str]:
-        scope = celtyping.Scope(roots={"a": celtyping.sized("string", 64)}, functions=SIGNATURES)
-        return [p.message for p in celtyping.check(source, celnames.parse(source), scope, "bool").problems]
+        scope = Scope(roots={"a": sized("string", 64)}, functions=LIBRARY)
+        return [p.message for p in check(source, parse(source), Names(roots=frozenset({"a"})), scope, "bool").types]
 
     assert problems("timestamp(a) <= timestamp(a) + duration('720h')") == []
     assert problems("timestamp(a) - timestamp(a) < duration('1h') + duration('1m')") == []

@@ -6,9 +6,10 @@ import gc
 import pytest
 
 from runtime.engine.admission import AdmissionEngine, admission_view, decide, review_for
-from runtime.engine.admission.engine import _key_of
+from runtime.engine.admission.memokeys import _key_of
 from runtime.engine.policy import Policy
-from runtime.rules.cel import compile_expression
+from runtime.rules.cel.compile import compile_expression
+from runtime.rules.cel.runtime import cel_runtime
 from runtime.rules.loader import load_rules
 from runtime.rules.memo import BoundedMemo, fingerprint
 
@@ -81,10 +82,8 @@ def test_a_review_object_is_not_kept_after_its_review():
 def test_every_cel_expression_shares_one_memo_bounded_for_the_process(monkeypatch):
     """Each expression had its own 32 MiB memo: ~500 expressions of a rules generation could hold
     ~16 GiB. Now one table bounds them all (here shrunk to 100 kB to see it)."""
-    from runtime.rules import cel
-
     shared = BoundedMemo(max_entries=1000, max_bytes=100_000)
-    monkeypatch.setattr(cel.cel_runtime(), "memo", shared)
+    monkeypatch.setattr(cel_runtime(), "memo", shared)
     exprs = [compile_expression(f"x + '{i}'", "test") for i in range(40)]
     for i, expr in enumerate(exprs):
         assert expr.evaluate({"x": "y" * 10_000}) == "y" * 10_000 + str(i)
@@ -95,7 +94,7 @@ def test_every_cel_expression_shares_one_memo_bounded_for_the_process(monkeypatc
 
 def test_the_engine_memo_and_the_cel_memo_have_the_one_bound():
     """runtime.rules.memo's MEMO_ENTRIES / MEMO_BYTES bound both memos (docs/webhook-hardening.md)."""
-    from runtime.rules.cel import CelRuntime
+    from runtime.rules.cel.runtime import CelRuntime
     from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES
 
     assert (MEMO_ENTRIES, MEMO_BYTES) == (65536, 32 * 1024 * 1024)

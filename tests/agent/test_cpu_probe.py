@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.cpu import core_count, parse_cpuinfo, read_cpu
+from probes.cpu import parse_cpuinfo, read_cpu
 from runtime.engine.devices.nodefacts import cores_from_capacity, cpu_vendor, gkey
 from runtime.model.facts import CpuFacts
 
@@ -51,18 +51,7 @@ def test_unreadable_cpuinfo_names_the_path(tmp_path):
 
 @pytest.mark.parametrize("capacity, cores", [("4", 4), ("48", 48), ("3500m", 4), ("16", 16), (2, 2)])
 def test_cores_round_up(capacity, cores):
-    assert core_count(capacity) == cores
     assert cores_from_capacity(capacity) == cores
-
-
-def test_cores_without_cluster_are_the_host_count():
-    import os
-    assert core_count(None) == os.cpu_count()
-
-
-def test_bad_capacity_is_a_clear_error():
-    with pytest.raises(ValueError, match="status.capacity.cpu"):
-        core_count("four")
 
 
 @pytest.mark.parametrize("vendor_id, implementer, vendor", [

@@ -123,6 +123,7 @@ def test_the_seed_table_from_the_cache(tmp_path):
 def test_no_rules_cache_wins_and_the_choice_ends_with_the_command(tmp_path, monkeypatch):
     from runtime.rules import compiledcache
 
+
     cache = tmp_path / "cache"
     _run("lint", "rules", "--rules-cache", str(cache), "--no-rules-cache")
     assert not cache.exists()

@@ -97,7 +97,7 @@ def test_ready_and_serving_the_last_objects_while_a_cache_relists(webhooks, reli
     assert sorted(o["metadata"]["name"] for o in devices.objects()) == held
     during = client.post("/validate-pods", json=_a10g_pod("during")).json()["response"]
     assert during == {**before, "uid": "u-during"}
-    assert devices.age() > 0.3 and controller.cache.ages()["Node"] == 0.0
+    assert devices.age() > 0.3 and controller.cache.caches["Node"].age() == 0.0
     api.fail_lists.clear()
     api.slow_lists.clear()
     api.stop.set()  # a slow list returns now

@@ -1,5 +1,5 @@
 """The controller's usage rates kept from what changed (runtime/controller/usagetracker.py) equal the rates of
-every object read afresh (runtime/engine/pools/usage.py ``usage_rates``), over random edits of the watch
+every object read afresh (tests/usagecluster.py ``usage_rates``), over random edits of the watch
 caches, and a pass computes again only the nodes that changed."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from runtime.controller.usagetracker import UsageTracker
 from runtime.engine.pools.derive import derive
-from runtime.engine.pools.usage import usage_rates
 from runtime.engine.snapshot import Snapshot
-from tests.usagecluster import A10G, A10G_FLAVOR, A10G_POOL, accelerator_ids, base_objects, caches_of, holder
+from tests.usagecluster import A10G, A10G_FLAVOR, A10G_POOL, accelerator_ids, base_objects, caches_of, holder, \
+    usage_rates
 
 NODES = ("node-a10g", "node-t4-a", "node-t4-b")
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from runtime.rules import compiledcache
+
 from runtime.rules.loader import DEFAULT_RULES_DIR, iter_rule_files
 from tests.deploy.test_chart import REPO, by_kind, render
 

@@ -1,4 +1,4 @@
-"""runtime.rules.cel evaluates with its own Activation (docs/performance.md "A pass proportional to what changed"): the same values and the same
+"""runtime.rules.cel.evaluate evaluates with its own Activation (docs/performance.md "A pass proportional to what changed"): the same values and the same
 errors as cel-python's own transpiling runner, for variables, nested fields, macros, custom
 functions and unbound names."""
 from __future__ import annotations
@@ -8,8 +8,12 @@ import celpy.evaluation as celeval
 import pytest
 
 import runtime
-from runtime.rules import cel, celfunctions
-from runtime.rules.celvalues import from_cel, to_cel
+from runtime.rules.cel.activation import Activation
+from runtime.rules.cel.compile import compile_expression
+from runtime.rules.cel.errors import CelEvalError
+from runtime.rules.cel.evaluate import describe
+from runtime.rules.cel.library.table import FUNCTIONS
+from runtime.rules.cel.values import from_cel, to_cel
 
 ACTIVATION = {"a": 1, "b": {"c": 2, "items": [1, 2, 3], "labels": {"app": "x"}}, "s": "text"}
 EXPRESSIONS = [
@@ -29,20 +33,20 @@ EXPRESSIONS = [
 
 def _stock(source: str):
     env = celpy.Environment(runner_class=celpy.CompiledRunner)
-    program = env.program(env.compile(source), functions=celfunctions.FUNCTIONS)
+    program = env.program(env.compile(source), functions=FUNCTIONS)
     try:
         result = program.evaluate({k: to_cel(v) for k, v in ACTIVATION.items()})
     except celpy.CELEvalError as exc:
-        return ("error", cel._describe(exc))
+        return ("error", describe(exc))
     if isinstance(result, celpy.CELEvalError):
-        return ("error", cel._describe(result))
+        return ("error", describe(result))
     return ("value", from_cel(result))
 
 
 def _ours(source: str):
     try:
-        return ("value", cel.compile_expression(source, "test").evaluate(ACTIVATION, memo=False))
-    except cel.CelEvalError as exc:
+        return ("value", compile_expression(source, "test").evaluate(ACTIVATION, memo=False))
+    except CelEvalError as exc:
         return ("error", str(exc).split(": ", 2)[2])
 
 
@@ -53,16 +57,16 @@ def test_same_answer_as_cel_python_runner(source, monkeypatch):
 
 
 def test_program_activation_is_ours_and_clones_keep_it():
-    program = cel.compile_expression("a", "test")._program
-    assert type(program.tp.base_activation) is cel._Activation
-    assert type(program.tp.base_activation.clone()) is cel._Activation
+    program = compile_expression("a", "test").program
+    assert type(program.tp.base_activation) is Activation
+    assert type(program.tp.base_activation.clone()) is Activation
     assert _ours("a + b.c") == ("value", 3)
     assert _ours("missing + 1")[0] == "error"
 
 
 def test_macro_bodies_evaluate_with_our_activation_too():
-    program = cel.compile_expression("b.items.map(x, x * a)", "test")._program
+    program = compile_expression("b.items.map(x, x * a)", "test").program
     nested = program.tp.base_activation.nested_activation(vars={"x": 1})
-    assert type(nested) is cel._Activation
+    assert type(nested) is Activation
     assert nested.identifiers.parent is program.tp.base_activation.identifiers
     assert _ours("b.items.filter(x, x > a).map(y, y + a)") == _stock("b.items.filter(x, x > a).map(y, y + a)")

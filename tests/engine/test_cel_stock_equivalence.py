@@ -1,8 +1,8 @@
-"""runtime.rules.cel evaluates the shipped rules exactly as stock cel-python does (docs/performance.md "Fast to start, light to hold").
+"""runtime.rules.cel.evaluate evaluates the shipped rules exactly as stock cel-python does (docs/performance.md "Fast to start, light to hold").
 
 Every CEL evaluation the rule suites make (admission policies, and the derivation their views run) is
-made twice: by :class:`runtime.rules.cel._Program` (its own activation: a container chained to the
-base, direct name lookup; the globals of :mod:`runtime.rules.celfast`) and by cel-python's
+made twice: by :class:`runtime.rules.cel.evaluate.Program` (its own activation: a container chained to the
+base, direct name lookup; the globals of :mod:`runtime.rules.cel.fast`) and by cel-python's
 ``Transpiler.evaluate`` over cel-python's own ``Activation`` (clone of the base, ``load_values``,
 ``resolve_name``, cel-python's ``nested_activation``) in cel-python's own module globals, on the same
 code object and the same CEL values. Values must be equal with the
@@ -17,9 +17,13 @@ import celpy.evaluation as celeval
 
 import runtime
 from runtime.engine.policy import Policy
-from runtime.ruletests import Runner, load_cases
-from runtime.rules import cel, celfunctions
+from runtime.rules.cel.compile import transpile
+from runtime.rules.cel.evaluate import Program, describe
+from runtime.rules.cel.library.table import FUNCTIONS
+from runtime.rules.cel.runtime import cel_runtime
+from runtime.rules.cel.values import to_cel
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from runtime.ruletests import Runner, load_cases
 
 
 def _typed(value):
@@ -36,9 +40,9 @@ def _outcome(run):
     try:
         value = run()
     except celeval.CELEvalError as exc:
-        return ("error", cel._describe(exc))
+        return ("error", describe(exc))
     if isinstance(value, celeval.CELEvalError):
-        return ("error", cel._describe(value))
+        return ("error", describe(value))
     return ("value", _typed(value))
 
 
@@ -46,13 +50,13 @@ def _stock_program(code):
     tp = celeval.Transpiler.__new__(celeval.Transpiler)
     tp.ast = None
     tp.base_activation = tp.activation = celpy.Activation(annotations=dict(celpy.googleapis),
-                                                          functions=celfunctions.FUNCTIONS)
+                                                          functions=FUNCTIONS)
     tp.executable_code = code
     return tp
 
 
 def test_rule_suites_evaluate_as_stock_cel_python(monkeypatch):
-    ours = cel._Program.evaluate
+    ours = Program.evaluate
     compared: list[int] = [0]
     mismatches: list[tuple] = []
 
@@ -64,13 +68,13 @@ def test_rule_suites_evaluate_as_stock_cel_python(monkeypatch):
             mismatches.append((got, want))
         return ours(self, context)
 
-    monkeypatch.setattr(cel._Program, "evaluate", both)
+    monkeypatch.setattr(Program, "evaluate", both)
     monkeypatch.setitem(celeval.__dict__, "runtime", runtime)  # stock cel-python finds custom functions there
-    cel.cel_runtime().memo.clear()
+    cel_runtime().memo.clear()
     policy = Policy(load_rules(DEFAULT_RULES_DIR))
     runner = Runner(policy, DEFAULT_RULES_DIR.parent)
     results = list(runner.run_all(load_cases(DEFAULT_RULES_DIR)))
-    cel.cel_runtime().memo.clear()
+    cel_runtime().memo.clear()
     assert [r.case.id for r in results if not r.passed] == []
     assert mismatches == []
     assert compared[0] > 3000  # every case evaluated, not only a few
@@ -87,10 +91,9 @@ def test_names_resolve_as_stock_cel_python():
         ("missing", {"a": 1}),
         ("size(a)", {}),
     ]
-    env = cel.environment()
     for source, values in cases:
-        code = cel.transpile(env.compile(source))
-        context = {k: cel.to_cel(v) for k, v in values.items()}
-        got = _outcome(lambda: cel._Program(code).evaluate(context))
+        code = transpile(cel_runtime().parse(source))
+        context = {k: to_cel(v) for k, v in values.items()}
+        got = _outcome(lambda: Program(code).evaluate(context))
         want = _outcome(lambda: _stock_program(code).evaluate(context))
         assert got == want, source

@@ -104,12 +104,12 @@ def test_a_broken_generation_is_never_loaded(edited_rules, tmp_path):
 
 def test_a_fault_of_the_checker_is_a_finding_not_a_traceback(monkeypatch):
     """Lint, load and reload never raise out of the type checker: a fault refuses the set, in words."""
-    from runtime.rules import celtyping
+    from runtime.rules.cel.check import Checker
 
     def fault(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(celtyping, "check", fault)
+    monkeypatch.setattr(Checker, "visit", fault)
     problems = [str(p) for p in rule_problems(RULES, cache=None)[0]]
     assert problems and all("the type checker could not read this expression (RecursionError(" in p for p in problems)
 
@@ -122,7 +122,7 @@ def test_a_string_literal_is_read_as_cel_reads_it(literal, text):
     """Keys and string sizes come from CEL's own decoder (celpy's ``celstr``), the text the rule evaluates."""
     import lark
 
-    from runtime.rules.celnames import string_value
+    from runtime.rules.cel.parse import string_value
 
     assert string_value(lark.Token("STRING_LIT", literal)) == text
 

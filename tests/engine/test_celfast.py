@@ -1,4 +1,4 @@
-"""runtime.rules.celfast: each fast helper answers as the cel-python helper it stands for, on the
+"""runtime.rules.cel.fast: each fast helper answers as the cel-python helper it stands for, on the
 values where they could differ (int64 bounds, bools, floats, strings, errors, mixed types), and
 cel-python itself is left unchanged. The shipped rules as a whole: test_cel_stock_equivalence.py."""
 from __future__ import annotations
@@ -7,7 +7,12 @@ import celpy.celtypes as ct
 import celpy.evaluation as ce
 import pytest
 
-from runtime.rules import cel, celfast
+from runtime.rules.cel import fast as celfast
+from runtime.rules.cel.compile import compile_expression, transpile
+from runtime.rules.cel.evaluate import Program
+from runtime.rules.cel.parse import parse
+from runtime.rules.cel.runtime import CelRuntime, cel_runtime
+from runtime.rules.cel.values import to_cel
 
 ERROR = ce.CELEvalError("boom", ValueError, ("x",))
 
@@ -60,7 +65,7 @@ def test_operator_in_and_size_are_cel_pythons():
 def test_cel_python_itself_is_unchanged():
     assert ct.IntType.__new__.__module__ == "celpy.celtypes"
     assert ce.bool_eq.__module__ == ce.operator_in.__module__ == "celpy.evaluation"
-    program_globals = cel.cel_runtime().globals()
+    program_globals = cel_runtime().globals()
     assert program_globals is not ce.__dict__ and ce.__dict__["celpy"].evaluation is ce
     assert "runtime" not in ce.__dict__  # the function table is reached from our globals, not cel-python's
 
@@ -71,12 +76,12 @@ def test_another_cel_python_version_runs_stock(monkeypatch):
 
 
 def test_programs_use_the_fast_helpers_and_answer_the_same():
-    code = cel.transpile(cel.environment().compile("size(xs) == 2 && 'a' in xs && 1 < 2"))
-    context = {"xs": cel.to_cel(["a", "b"])}
-    assert cel._Program(code).evaluate(context) is not None
-    fast = cel.cel_runtime().globals()["celpy"]
+    code = transpile(parse("size(xs) == 2 && 'a' in xs && 1 < 2"))
+    context = {"xs": to_cel(["a", "b"])}
+    assert Program(code).evaluate(context) is not None
+    fast = cel_runtime().globals()["celpy"]
     assert fast.celtypes.IntType is celfast.cel_int
     assert fast.evaluation.operator_in.__code__ is celfast._counted_in(None).__code__   # charges, then looks
-    uncounted = cel.CelRuntime(counting=False).globals()["celpy"]
+    uncounted = CelRuntime(counting=False).globals()["celpy"]
     assert uncounted.evaluation.operator_in is celfast.operator_in
-    assert cel.compile_expression("size(xs) == 2 && 'a' in xs", "t").evaluate({"xs": ["a", "b"]}) is True
+    assert compile_expression("size(xs) == 2 && 'a' in xs", "t").evaluate({"xs": ["a", "b"]}) is True

@@ -1,4 +1,4 @@
-"""runtime.rules.celvalues: the fast JSON -> CEL conversion gives exactly cel-python's values."""
+"""runtime.rules.cel.values: the fast JSON -> CEL conversion gives exactly cel-python's values."""
 from __future__ import annotations
 
 import datetime
@@ -9,7 +9,7 @@ from celpy.adapter import json_to_cel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.rules.celvalues import beyond_int64, from_cel, json_of, to_cel
+from runtime.rules.cel.values import beyond_int64, from_cel, json_of, to_cel
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2 ** 64), max_value=2 ** 64)

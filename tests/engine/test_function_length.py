@@ -68,8 +68,6 @@ MODULE_LIMIT = 400
 MODULE_EXCEPTIONS = {
     "runtime/ruletests.py": (430, "the one reader of the suite format (keys, instants, templates) and its "
                                   "two runners, admission and DRA, which share it"),
-    "runtime/rules/checks.py": (410, "the static checks' one walk over a policy's lookups, variables, "
-                                     "validations and mutations"),
 }
 
 

@@ -12,13 +12,13 @@ import pytest
 from runtime.engine.admission import AdmissionEngine, admission_view, parse_review, review_for
 from runtime.engine.pools.derive import derive
 from runtime.engine.instances.instancepods import pool_flavors, render_pod
-from runtime.engine.pools.kueueconfig import (KueueConfigurationError, kueue_configuration, pod_requests,
-                                        workload_requests)
+from runtime.engine.pools.kueueconfig import KueueConfigurationError, kueue_configuration
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from runtime.snapshots import load_snapshot
 from tests.builders import container, pod
+from tests.kueuecharging import pod_requests, workload_requests
 from tests.seedfiles import FIXTURES
 
 T4 = "gpustack--nvidia-tesla-t4-linux-amd64"

@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from runtime.model.rulefiles import Expr
-from runtime.rules import cel, compiledcache, loader
+from runtime.rules import compiledcache, loader
+from runtime.rules.cel.compile import compile_expression
 from runtime.rules.checks import _leaves
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules, rule_problems
 
@@ -40,7 +42,7 @@ def _fingerprint(ruleset) -> list:
     every expression's text, origin and code."""
     out = []
     for (kind, name), doc in ruleset.documents.items():
-        exprs = [(path, str(e), e.program.where, e.program._program.tp.executable_code) for path, e in _exprs(doc.spec)]
+        exprs = [(path, str(e), e.program.where, e.program.program.tp.executable_code) for path, e in _exprs(doc.spec)]
         out.append((kind, name, doc.file, doc.line, doc.spec.model_dump(), doc.source.value, doc.source.lines,
                     doc.source.spans, doc.source.text, exprs))
     return out
@@ -57,7 +59,7 @@ def _no_parsing(monkeypatch):
         raise AssertionError("a load from the cache parsed or transpiled")
 
     monkeypatch.setattr(loader, "transpile", refuse)
-    monkeypatch.setattr("runtime.rules.celnames.parse", refuse)
+    monkeypatch.setattr("runtime.rules.cel.parse.parse", refuse)
     monkeypatch.setattr("runtime.rules.yamlsrc.load_documents", refuse)
     monkeypatch.setattr(loader, "load_documents", refuse)
 
@@ -226,12 +228,12 @@ def test_a_broken_set_still_refuses_with_a_warm_cache(rules, store, monkeypatch)
 
 
 def test_cel_programs_share_one_read_only_base_activation():
-    first = cel.compile_expression("a + 1", "test")
-    second = cel.compile_expression("b", "test")
-    assert first._program.tp.base_activation is second._program.tp.base_activation
-    before = dict(first._program.tp.base_activation.identifiers)
+    first = compile_expression("a + 1", "test")
+    second = compile_expression("b", "test")
+    assert first.program.tp.base_activation is second.program.tp.base_activation
+    before = dict(first.program.tp.base_activation.identifiers)
     assert first.evaluate({"a": 2}, memo=False) == 3
-    assert dict(first._program.tp.base_activation.identifiers) == before
+    assert dict(first.program.tp.base_activation.identifiers) == before
 
 
 def test_a_read_only_seed_directory_serves_and_the_first_directory_takes_new_entries(rules, tmp_path, monkeypatch):

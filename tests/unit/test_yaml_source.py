@@ -9,6 +9,7 @@ import yaml
 
 from runtime.rules import yamlsrc
 
+
 REPO = Path(__file__).resolve().parents[2]
 FILES = sorted(p for folder in ("rules", "tests/fixtures", "demo", "deploy", "crds") for p in (REPO / folder).rglob("*.yaml")
                if "templates" not in p.parts)

@@ -16,21 +16,20 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runtime.engine.admission.context import AdmissionView
-from runtime.engine.admission.memokeys import _digest, _refs, read_inputs  # noqa: F401  (_refs: explain)
-from runtime.engine.admission.memokeys import _key_of  # noqa: F401  (imported from here by tests)
+from runtime.engine.admission.memokeys import _digest, read_inputs
 from runtime.engine.admission.builtins import BUILTINS, VARIABLES
 from runtime.engine.admission.exceptions import conditions_of, exception_spec, lift
 from runtime.engine.admission.patch import apply_writes, diff_writes
 from runtime.engine.admission.shapes import shape_errors
 from runtime.engine.admission.halt import DeadlineExceeded, deadline_of, failed, halted
-from runtime.engine.admission.verdict import MISSING, RULE_ERROR, SHAPE, FieldError, Outcome, enforce
+from runtime.engine.admission.verdict import MISSING, SHAPE, FieldError, Outcome, enforce
 from runtime.engine.policy import Policy
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.model.rfc3339 import format_time
 from runtime.model.admission import AdmissionPolicySpec, Mutation, Validation, Variable
 from runtime.model.rulefiles import Expr
-from runtime.rules.cel import CelBudgetExceeded, CelEvalError
-from runtime.rules.celvalues import cel_map, to_cel
+from runtime.rules.cel.errors import CelBudgetExceeded, CelEvalError
+from runtime.rules.cel.values import cel_map, to_cel
 from runtime.rules.memo import MEMO_BYTES, MEMO_ENTRIES, BoundedMemo
 from runtime.rules.vocabulary import admission_params
 
@@ -201,7 +200,7 @@ class AdmissionEngine:
         PolicyExceptions in force then lift their rules' errors, and CEL reads it as ``request.time``;
         None: no exception applies, ``request.time`` is "").
 
-        ``cancel`` (a :class:`threading.Event` or a :class:`~runtime.rules.celbudget.Deadline`,
+        ``cancel`` (a :class:`threading.Event` or a :class:`~runtime.rules.cel.budget.Deadline`,
         optional) stops the evaluation once set or past (the webhook's per-review deadline): the
         outcome is the 504 Timeout, verdict ``timeout``.
 

@@ -30,7 +30,9 @@ from typing import Any, Optional
 from runtime.engine.snapshot import Snapshot, labels_of
 from runtime.model.exceptions import ExceptionPolicySpec
 from runtime.model.rfc3339 import format_time, parse_time
-from runtime.rules.cel import CelCompileError, CelEvalError, CelExpression, compile_expression
+from runtime.rules.cel.compile import compile_expression
+from runtime.rules.cel.errors import CelCompileError, CelEvalError
+from runtime.rules.cel.evaluate import CelExpression
 
 EXCEPTION_KIND = "PolicyException"
 _CONDITIONS = 1024   # compiled conditions kept per engine (distinct condition texts)

@@ -1,22 +1,24 @@
 """Reviews stopped before their verdict (docs/rule-authoring.md "Run-time budget"): a spent CEL
-budget (:class:`runtime.rules.cel.CelBudgetExceeded`) or a passed deadline, and the outcome each gets."""
+budget (:class:`runtime.rules.cel.errors.CelBudgetExceeded`) or a passed deadline, and the outcome each
+gets."""
 from __future__ import annotations
 
 from typing import Optional
 
 from runtime.engine.admission.verdict import HALT_BUDGET, HALT_TIMEOUT, RULE_ERROR, Outcome, timeout_denial
 from runtime.model.admission import AdmissionPolicySpec
-from runtime.rules.cel import CelEvalError, Deadline
+from runtime.rules.cel.budget import Deadline
+from runtime.rules.cel.errors import CelEvalError
 
 
 class DeadlineExceeded(Exception):
     """The caller cancelled the review (its ``cancel`` event was set) or its deadline passed: the
     webhook's per-review deadline; the worker thread stops at the next expression, or inside one at
-    the next budget check (:mod:`runtime.rules.celbudget`)."""
+    the next budget check (:mod:`runtime.rules.cel.budget`)."""
 
 
 def deadline_of(cancel) -> Optional[Deadline]:
-    """A review's :class:`~runtime.rules.celbudget.Deadline` from what the caller gave: a Deadline,
+    """A review's :class:`~runtime.rules.cel.budget.Deadline` from what the caller gave: a Deadline,
     a cancel event (no time of its own), or None."""
     if cancel is None or isinstance(cancel, Deadline):
         return cancel
@@ -28,7 +30,7 @@ def halted(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, out
     spent CEL budget (``budget-exceeded``: 500 InternalError alone naming the policy, rule and budget,
     or allowed under ``failurePolicy: Ignore``) or its deadline (``timeout``: the webhook's 504
     Timeout). ``base``: the review's top scope (``_rule``: the rule being judged, ``_cancel``: its
-    :class:`~runtime.rules.celbudget.Deadline`)."""
+    :class:`~runtime.rules.cel.budget.Deadline`)."""
     outcome.errors, outcome.patch, outcome.mutated = [], [], None
     outcome.halt_rule = rule = base.get("_rule", "")
     deadline = base.get("_cancel")
@@ -50,8 +52,8 @@ def halted(name: str, spec: AdmissionPolicySpec, base: dict, exc: Exception, out
 
 def error_class(exc: BaseException) -> str:
     """The class of a rule's run-time error, for its log line and the rate limit of those lines: the Python
-    exception cel-python reports inside a :class:`~runtime.rules.cel.CelEvalError` (``KeyError``: a key
-    or member missing, ``TypeError``: no overload for these types, ``ValueError``, ``ZeroDivisionError``),
+    exception cel-python reports inside a :class:`~runtime.rules.cel.errors.CelEvalError` (``KeyError``: a
+    key or member missing, ``TypeError``: no overload for these types, ``ValueError``, ``ZeroDivisionError``),
     else the exception's own class."""
     args = getattr(exc.__cause__, "args", ()) if isinstance(exc, CelEvalError) else ()
     for _ in range(8):   # cel-python nests (message, class, args) in its error values

@@ -1,9 +1,8 @@
-"""Memo keys of the admission engine: type-tagged key parts, identity caches, expression references.
+"""Memo keys of the admission engine: type-tagged key parts, expression references, the inputs read.
 
 :func:`_key_of` turns an activation value into a small hashable key part (short atoms tagged with
 their type, containers and long strings by :func:`runtime.rules.memo.fingerprint`; :func:`key_part`
-the same without its per-review digest table);
-:func:`_by_identity` caches a conversion by object identity; :func:`_refs` lists the names an
+the same without its per-review digest table); :func:`_refs` lists the names an
 expression reads; :func:`new_input` and :func:`held_input` give each value an expression reads its
 key part and CEL value once per review or once per view (:class:`_Input`); :func:`read_inputs`
 gathers an expression's inputs and memo key. Used by :mod:`runtime.engine.admission.engine` (``_eval``).
@@ -14,7 +13,7 @@ import re
 from typing import Any
 
 from runtime.model.rulefiles import Expr
-from runtime.rules.celvalues import cel_map, to_cel
+from runtime.rules.cel.values import cel_map, to_cel
 from runtime.rules.memo import fingerprint
 
 _TOP = ("object", "oldObject", "request", "params", "settings", "lookups", "item")
@@ -62,22 +61,6 @@ class _Unkeyable(Exception):
     """A value with no fingerprint: evaluate without the memo."""
 
 
-def _by_identity(value: Any, static: dict, cache: dict, convert, limit: int | None = None) -> Any:
-    """``convert(value)`` cached by identity: ``static`` (id -> converted, for values that live as
-    long as the engine) first, then ``cache`` (id -> (value, converted): the value is pinned so its
-    id cannot be reused while the entry lives; cleared when it reaches ``limit``)."""
-    ident = id(value)
-    hit = static.get(ident)
-    if hit is not None:
-        return hit
-    entry = cache.get(ident)
-    if entry is None:
-        if limit is not None and len(cache) >= limit:
-            cache.clear()
-        entry = cache[ident] = (value, convert(value))
-    return entry[1]
-
-
 def _refs(expr: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
     cached = getattr(expr, "_refs", None)
     if cached is None:
@@ -103,7 +86,7 @@ class _Input:
         self.value, self.key, self.cel, self.parts = value, key, cel, parts
 
     def cel_value(self) -> Any:
-        """The value as a CEL value (:func:`runtime.rules.celvalues.to_cel`), converted once."""
+        """The value as a CEL value (:func:`runtime.rules.cel.values.to_cel`), converted once."""
         cel = self.cel
         if cel is _LAZY:
             parts = self.parts

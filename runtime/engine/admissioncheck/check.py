@@ -23,7 +23,7 @@ hold the request now, from their Devices ledgers (docs/agent.md "The Devices obj
 * **Accelerators** considered: the healthy ones of the demanded base's manufacturer, restricted to
   the groups (aKeys) the assigned flavors name in ``acceleratable.feature.gpustack.ai/<aKey>: "true"``
   node labels when they name any.
-  * **Feasible** (the docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" table,
+  * **Feasible** (the section's table,
   predicates of :mod:`runtime.engine.pools.accelerators`): exclusive — N accelerators with ``remaining ≥
   1,600,000``; shared — N distinct whole-capable accelerators in mode 0/2 with ``remaining ≥ 160,000``; sliced
   — one logically sliceable accelerator in mode 0/3 with ``remaining ≥ U`` and a free slice, the fullest such
@@ -154,7 +154,7 @@ def _managed_nodes(policy: Policy, snapshot: Snapshot, namespace: str | None = N
 
 def charge(policy: Policy, snapshot: Snapshot, nodes: _Nodes, workload: Mapping, verdict: Verdict) -> None:
     """Take what a Ready ``verdict`` for ``workload`` placed off ``nodes``' free accelerators: each
-    PodSet's demand on the accelerators its placement names (docs/concepts/out-of-service.md "Promises")."""
+    PodSet's demand on the accelerators its placement names."""
     pod_sets = {(p.get("name") or "main"): p for p in (workload.get("spec") or {}).get("podSets") or []}
     for placement in verdict.placements:
         pod_spec = ((pod_sets.get(placement.pod_set) or {}).get("template") or {}).get("spec") or {}
@@ -233,9 +233,8 @@ def _place(policy: Policy, nodes: _Nodes, node_labels: dict, akeys: set, pod_spe
 
 def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping,
                    nodes: _Nodes | None = None) -> Verdict:
-    """The docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" verdict for
-    ``workload`` (a ``kueue.x-k8s.io/v1beta2`` Workload with its quota reserved) against ``snapshot`` (Nodes,
-    NodeFeatures, Devices, ResourceFlavors).
+    """The verdict of the ``gpustack-node-devices`` check for ``workload`` (a ``kueue.x-k8s.io/v1beta2``
+    Workload with its quota reserved) against ``snapshot`` (Nodes, NodeFeatures, Devices, ResourceFlavors).
 
     ``nodes``: :func:`managed_nodes` of the snapshot, when several Workloads are judged against one
     snapshot (less what :func:`charge` took). Returns a :class:`Verdict` (``Ready`` or ``Retry``; a Retry

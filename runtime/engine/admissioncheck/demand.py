@@ -36,8 +36,7 @@ class Demand:
 
 # --- demand -------------------------------------------------------------------------------------------
 def _value(raw: Any) -> int:
-    """``Value()`` of a quantity: rounded up to an integer (docs/reference/controller.md "Pod accelerator
-    requests")."""
+    """``Value()`` of a quantity: rounded up to an integer."""
     return int(math.ceil(parse_quantity(raw)))
 
 

@@ -1,7 +1,6 @@
 """The agent's label sets and Node annotations (docs/agent.md "Labels, annotations and NodeFeatures").
 
-  * :func:`managed_value` - decision 14 / docs/agent.md "Labels, annotations and NodeFeatures", first match
-  wins.
+* :func:`managed_value` - decision 14, first match wins.
 * :func:`worker_labels` - ``spec.labels`` of ``<node>-gpustack-worker``.
 * :func:`device_manager_labels` - ``spec.labels`` of ``<node>-gpustack-device-manager``.
 * :func:`cpu_annotations` - the two CPU annotations the agent patches on its Node.
@@ -21,8 +20,7 @@ from runtime.model.facts import CpuFacts
 
 def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
                   node_labels: Mapping[str, str] | None, settings: Settings) -> str | None:
-    """docs/agent.md "Labels, annotations and NodeFeatures": the worker NodeFeature's managed-key value, or
-    None when the key is absent.
+    """The worker NodeFeature's managed-key value, or None when the key is absent.
 
     1. the worker NodeFeature's own non-empty value; 2. the Node's non-empty label; 3. ``"true"``
     when ``node-management-manual`` is false; 4. absent.
@@ -39,9 +37,9 @@ def managed_value(policy: Policy, worker_labels_now: Mapping[str, str] | None,
 
 def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None,
                   has_accelerator: bool, settings: Settings) -> dict[str, str]:
-    """docs/agent.md "Labels, annotations and NodeFeatures" worker keys: managed, ``general.*/<cpuManu>``,
-    ``<gKey>``, ``<gKey>.count`` (cores > 0), and the cpu-only key when ``instance-type-mixed-on-node`` is
-    false and the node has no accelerator. ``cores`` is the Node's rounded-up ``status.capacity.cpu``.
+    """Worker keys: managed, ``general.*/<cpuManu>``, ``<gKey>``, ``<gKey>.count`` (cores > 0), and the
+    cpu-only key when ``instance-type-mixed-on-node`` is false and the node has no accelerator. ``cores``
+    is the Node's rounded-up ``status.capacity.cpu``.
     """
     rules = agent_rules(policy)
     general = policy.prefix("general")
@@ -59,7 +57,7 @@ def worker_labels(policy: Policy, cpu: CpuFacts, cores: int, managed: str | None
 
 
 def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """docs/agent.md "Labels, annotations and NodeFeatures" device-manager keys for every group.
+    """Device-manager keys for every group.
 
     ``.count`` counts the accelerators installed in the group, healthy or not, in maintenance or not
     (decision 26): the flavor a node contributes is named by it, and a failed or withdrawn accelerator moves
@@ -97,8 +95,7 @@ def device_manager_labels(policy: Policy, groups: list[AcceleratorGroup]) -> dic
 
 
 def cpu_annotations(policy: Policy, cpu: CpuFacts) -> dict[str, str]:
-    """docs/agent.md "Labels, annotations and NodeFeatures": the CPU name (raw model name) and CPU family
-    annotations; empty values skipped."""
+    """The CPU name (raw model name) and CPU family annotations; empty values skipped."""
     out = {policy.key("cpuNameAnnotation"): cpu.modelName, policy.key("cpuFamilyAnnotation"): cpu.family}
     return {k: v for k, v in out.items() if v}
 

@@ -1,12 +1,12 @@
 """What the agent wants its node's objects to be: one pure function, :func:`plan_node`.
 
 Inputs: the probe facts (docs/agent.md "Probe facts"), the agent's Node object, the resolved settings,
-the current worker NodeFeature (for the managed rule of docs/agent.md "Labels, annotations and NodeFeatures")
-and the node's Pods (for the ledger). Output: an :class:`AgentPlan` with the two NodeFeatures (docs/agent.md
-"Labels, annotations and NodeFeatures"), the Node patch (docs/agent.md "Labels, annotations and NodeFeatures"
-annotations, docs/agent.md "Capacity and fit labels" capacity), the Devices object (docs/agent.md "The Devices
-object and its ledger") and the ledger Events. ``accelerators_known=False`` (the NVML probe failed) yields a
-plan that leaves the device-manager NodeFeature and the Devices untouched.
+the current worker NodeFeature (for the managed rule of docs/agent.md "Labels, annotations and
+NodeFeatures") and the node's Pods (for the ledger). Output: an :class:`AgentPlan` with the two
+NodeFeatures, the Node patch (annotations, and the capacity of docs/agent.md "Capacity and fit labels"),
+the Devices object (docs/agent.md "The Devices object and its ledger") and the ledger Events.
+``accelerators_known=False`` (the NVML probe failed) yields a plan that leaves the device-manager
+NodeFeature and the Devices untouched.
 """
 from __future__ import annotations
 
@@ -54,8 +54,7 @@ class AgentPlan:
 
 
 def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
-    """Controller reference to the Node (docs/agent.md "Labels, annotations and NodeFeatures" and "The Devices
-    object and its ledger"); no blockOwnerDeletion."""
+    """Controller reference to the Node; no blockOwnerDeletion."""
     meta = node.get("metadata") or {}
     return {"apiVersion": node.get("apiVersion", "v1"), "kind": node.get("kind", "Node"),
             "name": meta.get("name", ""), "uid": meta.get("uid", ""), "controller": True}
@@ -85,10 +84,9 @@ def _ledger(policy: Policy, facts: NodeFactsDoc, name: str, spec: dict[str, Any]
             pods: list[Mapping[str, Any]],
             pod_resources: list[Mapping[str, Any]] | None) -> tuple[dict[str, Any], list[LedgerEvent],
                                                                     list[dict[str, Any]]]:
-    """The Devices ``status`` of node ``name`` (docs/agent.md "The Devices object and its ledger"), its
-    Events, and the Pod annotation patches: with ``pod_resources`` the Pods' allocations are computed from it
-    first (docs/agent.md "The Devices object and its ledger"), only the Pods whose annotation differs are
-    patched, and the ledger is rebuilt from the Pods as they will be."""
+    """The Devices ``status`` of node ``name``, its Events, and the Pod annotation patches: with
+    ``pod_resources`` the Pods' allocations are computed from it first, only the Pods whose annotation
+    differs are patched, and the ledger is rebuilt from the Pods as they will be."""
     events: list[LedgerEvent] = []
     pod_patches: list[dict[str, Any]] = []
     if pod_resources is not None:
@@ -114,13 +112,13 @@ def plan_node(policy: Policy, facts: NodeFactsDoc, node: Mapping[str, Any], sett
     """Compute the node's desired objects (see module docstring).
 
     ``node`` is the Node as the API returns it (``metadata.name``, labels, uid, ``status.capacity``).
-    ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources
-    ``List`` as dicts, docs/agent.md "The Devices object and its ledger") given: the Pods' allocation
-    annotations are computed from it (runtime/engine/devices/podresources.py), the differing ones land in
-    ``pod_patches``, and the ledger is rebuilt from the Pods as they will be once annotated. ``maintenance``,
-    ``health``: UUID -> the maintenance entry in force / health record the caller resolved at its time
-    (docs/concepts/out-of-service.md; :func:`devices_spec`). Raises ValueError
-    for an unknown accelerator manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
+    ``namespace`` defaults to the rules' system namespace. ``pod_resources`` (kubelet PodResources ``List``
+    as dicts) given: the Pods' allocation annotations are computed from it
+    (runtime/engine/devices/podresources.py), the differing ones land in ``pod_patches``, and the ledger is
+    rebuilt from the Pods as they will be once annotated. ``maintenance``, ``health``: UUID -> the
+    maintenance entry in force / health record the caller resolved at its time
+    (docs/concepts/out-of-service.md; :func:`devices_spec`). Raises ValueError for an unknown accelerator
+    manufacturer or a Node ``status.capacity.cpu`` that is not a quantity.
     """
     rules = agent_rules(policy)
     ns = namespace or rules.namespace

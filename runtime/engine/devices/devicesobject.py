@@ -1,9 +1,11 @@
-"""The Devices object's labels and ``spec`` (capability), and the Node capacity keys
-(docs/agent.md "The Devices object and its ledger" and "Capacity and fit labels").
+"""The Devices object's labels and ``spec`` (capability), and the Node capacity keys (docs/agent.md
+"The Devices object and its ledger" and "Capacity and fit labels").
 
 Shapes are the JSON the API server stores: ``spec.groups[]`` with ``accelerators[]`` whose
 ``status`` holds ``unhealthy``, ``logicalSliced`` and ``physicalSliced``. Capacity values are
 canonical quantity strings (``1600k``, ``12800``).
+
+Sources: docs/concepts/dra.md "Views per manufacturer", docs/agent.md "Capacity and fit labels".
 """
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from runtime.model import regex
 from runtime.model.facts import AcceleratorFacts, PartitionProfile
 
 
-# --- profiles (docs/agent.md "The Devices object and its ledger") ------------------------------------
+# --- profiles ----------------------------------------------------------------------------------------
 def profile_spelling(policy: Policy, manufacturer: str, vendor_name: str) -> str | None:
-    """docs/agent.md "The Devices object and its ledger": ``MIG 1g.10gb`` -> ``1g.10gb``; thead ``4g48gb`` ->
-    ``4g.48gb``; None when the name cannot form a resource-name segment (``1g.10gb+me``)."""
+    """``MIG 1g.10gb`` -> ``1g.10gb``; thead ``4g48gb`` -> ``4g.48gb``; None when the name cannot
+    form a resource-name segment (``1g.10gb+me``)."""
     fields = vendor_name.strip().lower().split()
     if not fields:
         return None
@@ -55,17 +57,17 @@ def _profile_entry(name: str, prof: PartitionProfile) -> dict[str, Any]:
             "placements": [{"start": p.start, "length": p.length} for p in prof.placements]}
 
 
-# --- spec (docs/agent.md "The Devices object and its ledger") ----------------------------------------
+# --- spec --------------------------------------------------------------------------------------------
 def accelerator_spec(policy: Policy, acc: AcceleratorFacts, maintenance: Mapping[str, Any] | None = None,
                      health: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One ``spec.groups[].accelerators[]`` entry. An accelerator a DRA driver published offers the
-    exclusive view only (docs/concepts/dra.md "Views per manufacturer"): no logical slices, no partitions, and
-    its ``dra`` reference (driver, pool, device) tells the readers so (no shares either). A view its
-    manufacturer's row does not offer (:func:`runtime.engine.devices.views.offered_views`) has no entry
-    either: no logical slices, no partitions, and for the shared view (which has no entry of its own)
-    ``views``, the views offered, is written. ``maintenance``: the AcceleratorMaintenance entry in force on
-    it; ``health``: its health record, whose ``unhealthy`` (judged by rules/health.yaml) takes it out as a
-    lost device does (docs/concepts/out-of-service.md)."""
+    exclusive view only: no logical slices, no partitions, and its ``dra`` reference (driver, pool, device)
+    tells the readers so (no shares either). A view its manufacturer's row does not offer
+    (:func:`runtime.engine.devices.views.offered_views`) has no entry either: no logical slices, no
+    partitions, and for the shared view (which has no entry of its own) ``views``, the views offered, is
+    written. ``maintenance``: the AcceleratorMaintenance entry in force on it; ``health``: its health
+    record, whose ``unhealthy`` (judged by rules/health.yaml) takes it out as a lost device does
+    (docs/concepts/out-of-service.md)."""
     manu = policy.manufacturers[acc.manufacturer]
     views = offered_views(policy, acc)
     profiles = [] if acc.dra or "partitioned" not in views else published_profiles(policy, acc)
@@ -75,7 +77,7 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts, maintenance: Mapping
     entry: dict[str, Any] = {"id": acc.uuid, "index": acc.index}
     if acc.minor is not None:
         entry["physicalIndexes"] = [acc.minor]
-    # offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"); the claims name this
+    # offers the exclusive view only; the claims name this
     # device
     if acc.dra is not None:
         entry["dra"] = acc.dra.model_dump()
@@ -100,9 +102,9 @@ def accelerator_spec(policy: Policy, acc: AcceleratorFacts, maintenance: Mapping
 
 def devices_spec(policy: Policy, groups: list[AcceleratorGroup], maintenance: Mapping[str, Any] | None = None,
                  health: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """docs/agent.md "The Devices object and its ledger" ``spec``: ``{"groups": [...]}`` in canonical order;
-    empty strings and 0 cores omitted. ``maintenance`` / ``health``: accelerator UUID -> its maintenance
-    entry / health record (:func:`accelerator_spec`)."""
+    """``spec``: ``{"groups": [...]}`` in canonical order; empty strings and 0 cores omitted.
+    ``maintenance`` / ``health``: accelerator UUID -> its maintenance entry / health record
+    (:func:`accelerator_spec`)."""
     out = []
     for g in groups:
         entry: dict[str, Any] = {"id": g.id, "manufacturer": g.manufacturer, "name": g.name,
@@ -121,9 +123,8 @@ def devices_spec(policy: Policy, groups: list[AcceleratorGroup], maintenance: Ma
 
 def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: str,
                    groups: list[AcceleratorGroup]) -> dict[str, str]:
-    """docs/agent.md "The Devices object and its ledger": os and arch and the managed key copied from the Node
-    (each only when present), ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group, healthy or
-    not (decision 26)."""
+    """The os and arch and the managed key copied from the Node (each only when present),
+    ``general.*/<gKey>``, and ``acceleratable.*/<aKey>`` per group, healthy or not (decision 26)."""
     true = agent_rules(policy).trueValue
     labels: dict[str, str] = {}
     for role in ("os", "arch", "managed"):
@@ -136,7 +137,7 @@ def devices_labels(policy: Policy, node_labels: Mapping[str, str], gkey_value: s
     return labels
 
 
-# --- capability predicates on spec entries (docs/agent.md "The Devices object and its ledger") ---------
+# --- capability predicates on spec entries -------------------------------------------------------------
 def is_partitioned(acc_spec: Mapping[str, Any]) -> bool:
     """Partitioned iff ``physicalSliced.count > 0``."""
     return acc_spec["status"]["physicalSliced"]["count"] > 0
@@ -167,14 +168,12 @@ def in_service(acc_spec: Mapping[str, Any]) -> bool:
     return out_of_service(acc_spec) is None
 
 
-# --- node capacity (docs/agent.md "Capacity and fit labels") -------------------------------------------
+# --- node capacity -------------------------------------------------------------------------------------
 def node_capacity(policy: Policy, spec: Mapping[str, Any], ledger_status: Mapping[str, Any] | None,
                   existing: Mapping[str, str] | None = None) -> dict[str, str]:
-    """docs/agent.md "Capacity and fit labels": the extended-resource keys the agent publishes on its Node
-    (capacity = allocatable).
+    """The extended-resource keys the agent publishes on its Node (capacity = allocatable).
 
-    ``spec`` is the Devices spec (docs/agent.md "The Devices object and its ledger"); ``ledger_status`` the
-    rebuilt ledger (docs/agent.md "The Devices object and its ledger"), whose allocated + remaining profile
+    ``spec`` is the Devices spec; ``ledger_status`` the rebuilt ledger, whose allocated + remaining profile
     instances give the per-profile keys (capability counts when None). ``existing`` is the Node's current
     ``status.capacity``: keys of ours found there and not computed now are kept at ``0`` (a published key is
     never removed).
@@ -231,8 +230,8 @@ def _held_profiles(ledger_status: Mapping[str, Any] | None) -> dict[tuple[str, s
 
 
 def is_agent_capacity_key(policy: Policy, key: str) -> bool:
-    """Whether ``key`` is one of the docs/agent.md "Capacity and fit labels" keys for some known manufacturer
-    (never device-plugin keys)."""
+    """Whether ``key`` is one of the agent's capacity keys for some known manufacturer (never
+    device-plugin keys)."""
     cap = agent_rules(policy).capacity
     for manu in policy.manufacturers.values():
         fixed = {t.format(base=manu.base) for t in (cap.slicedUnits, cap.slicedCoresPercentage,

@@ -28,7 +28,7 @@ from runtime.engine.devices.nodefacts import agent_rules, gkey
 from runtime.engine.policy import Policy
 from runtime.engine.settings import settings_of
 from runtime.engine.snapshot import Snapshot, annotations_of, labels_of, name_of
-from runtime.model.facts import CpuFacts, NodeFactsDoc, parse_facts
+from runtime.model.facts import CpuFacts, parse_facts
 
 
 @dataclass

@@ -44,8 +44,7 @@ def dra_policy(policy: Policy) -> DraPolicySpec | None:
 
 @dataclass
 class PartitionedGpu:
-    """A GPU some partition devices name as their parent: MIG on, nothing offered (docs/concepts/dra.md "Views
-    per manufacturer")."""
+    """A GPU some partition devices name as their parent: MIG on, nothing offered."""
 
     uuid: str
     driver: str
@@ -58,12 +57,11 @@ class PartitionedGpu:
 class DraReading:
     """What one node's ResourceSlices say (see the module docstring).
 
-    ``accelerators``: facts dicts (docs/agent.md "Probe facts" shape) of the whole accelerators that
+    ``accelerators``: facts dicts (the probe facts' shape) of the whole accelerators that
     count; ``partitioned``: the MIG-on GPUs (offering nothing) by uuid; ``devices``: (driver, pool,
     device name) -> the accelerator uuid it is or belongs to (the ledger maps claim results with it);
-    ``warnings``: unreadable devices (docs/node-facts-robustness.md "A malformed fact costs only its node
-    (decision 19)"); ``notes``: stale slices ignored; ``slices``: the names of the slices read; ``drivers``:
-    the drivers that published something.
+    ``warnings``: unreadable devices; ``notes``: stale slices ignored; ``slices``: the names of the
+    slices read; ``drivers``: the drivers that published something.
     """
 
     node: str
@@ -84,8 +82,7 @@ class DraReading:
 
 
 def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: set[str]) -> list[str]:
-    """A note for each slice of a configured driver naming a node not in ``nodes``
-    (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)": ignored)."""
+    """A note for each slice of a configured driver naming a node not in ``nodes`` (ignored)."""
     drivers = dra_drivers(policy)
     return [dra_policy(policy).messages.unknownNode.format(slice=_name(s),
                                                            node=(s.get("spec") or {})["nodeName"])
@@ -96,7 +93,7 @@ def orphan_slices(policy: Policy, slices: Iterable[Mapping[str, Any]], nodes: se
 def node_slices(policy: Policy, slices: Iterable[Mapping[str, Any]],
                 node: str) -> tuple[list[Mapping[str, Any]], list[str]]:
     """The slices of ``node`` whose driver has a row, newest pool generation only; plus notes for the
-    stale ones (docs/node-facts-robustness.md "A malformed fact costs only its node (decision 19)")."""
+    stale ones."""
     drivers = dra_drivers(policy)
     messages = dra_policy(policy).messages if drivers else None
     mine, notes = [], []

@@ -1,10 +1,10 @@
 """The Devices ledger: allocation-annotation parsing and the rebuild rule (docs/agent.md "The Devices object
 and its ledger").
 
-:func:`rebuild_ledger` takes the Devices ``spec`` (docs/agent.md "The Devices object and its ledger") and the
-node's Pods (JSON dicts) and returns the ``status`` plus the Warning Events to record: ``InvalidAllocation``
-on a Pod whose annotation is ignored, ``AllocationConflict`` on the Devices object for a skipped charge.
-Credits: D from rules/constants.yaml; modes, phases, event reasons and messages from rules/agent.yaml.
+:func:`rebuild_ledger` takes the Devices ``spec`` and the node's Pods (JSON dicts) and returns the
+``status`` plus the Warning Events to record: ``InvalidAllocation`` on a Pod whose annotation is ignored,
+``AllocationConflict`` on the Devices object for a skipped charge. Credits: D from rules/constants.yaml;
+modes, phases, event reasons and messages from rules/agent.yaml.
 """
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ class LedgerEvent:
 
 @dataclass
 class Charge:
-    """One validated accelerator entry of an allocation annotation (docs/agent.md "The Devices object and its
-    ledger")."""
+    """One validated accelerator entry of an allocation annotation."""
 
     container: str
     group: str
@@ -46,8 +45,7 @@ class Charge:
 
 
 class AllocationError(ValueError):
-    """An allocation annotation that must be ignored (docs/agent.md "The Devices object and its ledger"); the
-    message is the Event message."""
+    """An allocation annotation that must be ignored; the message is the Event message."""
 
 
 @dataclass
@@ -77,7 +75,7 @@ def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: s
     Containers are read in name order, each group checked against the spec (:func:`_index_spec`),
     each accelerator entry validated by :func:`_parse_entry`. Raises :class:`AllocationError`
     (message from rules/agent.yaml) when the annotation does not parse, names an unknown group or
-    accelerator, or breaks the charge table of docs/agent.md "The Devices object and its ledger".
+    accelerator, or breaks the charge table.
     """
     msg = agent_rules(policy).ledger.messages
     key = policy.key("allocation")
@@ -112,10 +110,10 @@ def parse_allocation(policy: Policy, text: str, spec: Mapping[str, Any], node: s
 
 def _parse_entry(policy: Policy, a: Mapping[str, Any], container: str, gid: str, manu: str,
                  accs: Mapping[str, Any], bad) -> Charge:
-    """One accelerator entry of group ``gid`` (docs/agent.md "The Devices object and its ledger" charge
-    table): a known accelerator, a mode the table knows, the implied charge of exclusive and shared, a charge
-    in 1..D for sliced and partitioned, and a partition's profile and placements. Raises
-    :class:`AllocationError`; ``bad(error)`` builds the generic ``badEntry`` one."""
+    """One accelerator entry of group ``gid`` (the charge table): a known accelerator, a mode the table
+    knows, the implied charge of exclusive and shared, a charge in 1..D for sliced and partitioned, and a
+    partition's profile and placements. Raises :class:`AllocationError`; ``bad(error)`` builds the
+    generic ``badEntry`` one."""
     rules = agent_rules(policy)
     msg, modes = rules.ledger.messages, rules.ledger.modes
     credits = policy.constants.creditsPerAccelerator
@@ -160,8 +158,8 @@ def _free_placement(slot: _Slot, profile: str) -> tuple[int, int] | None:
 
 
 def remaining_profiles(profiles: Mapping[str, Mapping[str, Any]], used: set[int]) -> list[dict[str, Any]]:
-    """docs/agent.md "The Devices object and its ledger": per profile, the most pairwise non-overlapping legal
-    placements in free slices (greedy by ascending start), sorted by name, zero counts included."""
+    """Per profile, the most pairwise non-overlapping legal placements in free slices (greedy by
+    ascending start), sorted by name, zero counts included."""
     out = []
     for name in sorted(profiles):
         taken = set(used)
@@ -230,13 +228,12 @@ class LedgerReplay:
 
 def replay_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
                   pods: list[Mapping[str, Any]]) -> LedgerReplay:
-    """docs/agent.md "The Devices object and its ledger": charge the Pods on ``node`` onto the accelerators
-    of ``spec``, oldest Pod first (creationTimestamp, then namespace/name), containers by name, so a
-    conflict always skips the later charge (:func:`_charge_pod`). Finished Pods
-    (``Succeeded``/``Failed``) hold nothing. A charge on an unhealthy accelerator is a conflict, one on an
-    accelerator in maintenance is not (the Pod was there first and is never evicted by us) and is left out
-    with it. What :func:`rebuild_ledger` writes and what the controller's usage counters charge to each Pod
-    (docs/tasks/report-usage.md "What is charged")."""
+    """Charge the Pods on ``node`` onto the accelerators of ``spec``, oldest Pod first (creationTimestamp,
+    then namespace/name), containers by name, so a conflict always skips the later charge
+    (:func:`_charge_pod`). Finished Pods (``Succeeded``/``Failed``) hold nothing. A charge on an unhealthy
+    accelerator is a conflict, one on an accelerator in maintenance is not (the Pod was there first and is
+    never evicted by us) and is left out with it. What :func:`rebuild_ledger` writes and what the
+    controller's usage counters charge to each Pod (docs/tasks/report-usage.md "What is charged")."""
     led = agent_rules(policy).ledger
     replay = LedgerReplay(slots={(g["manufacturer"], g["id"], a["id"]): _Slot(spec=a)
                                  for g in spec.get("groups", []) for a in g["accelerators"]})
@@ -253,9 +250,9 @@ def replay_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
 
 def rebuild_ledger(policy: Policy, node: str, spec: Mapping[str, Any],
                    pods: list[Mapping[str, Any]]) -> tuple[dict[str, Any], list[LedgerEvent]]:
-    """docs/agent.md "The Devices object and its ledger": rebuild ``status`` from the Pods on ``node``
-    (:func:`replay_ledger`); returns ``(status, events)``. Accelerators out of service (unhealthy, in
-    maintenance) are left out of ``status`` (:func:`_status_entry`).
+    """Rebuild ``status`` from the Pods on ``node`` (:func:`replay_ledger`); returns ``(status,
+    events)``. Accelerators out of service (unhealthy, in maintenance) are left out of ``status``
+    (:func:`_status_entry`).
     """
     replay = replay_ledger(policy, node, spec, pods)
     status_groups = []
@@ -297,8 +294,7 @@ def _charge_pod(policy: Policy, node: str, spec: Mapping[str, Any], replay: Ledg
 
 def _status_entry(policy: Policy, slot: _Slot, a: Mapping[str, Any]) -> dict[str, Any]:
     """The ``status`` entry of one healthy accelerator: mode, allocated and remaining credits (zero
-    ones left out), slices, and a partitioned one's held and remaining profiles (docs/agent.md "The Devices
-    object and its ledger")."""
+    ones left out), slices, and a partitioned one's held and remaining profiles."""
     credits = policy.constants.creditsPerAccelerator
     entry: dict[str, Any] = {"id": a["id"], "index": a["index"], "mode": slot.mode}
     remaining = max(credits - slot.allocated, 0)

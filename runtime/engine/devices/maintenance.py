@@ -10,7 +10,6 @@ and the ledger); the controller writes :func:`maintenance_status` on each object
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable, Mapping

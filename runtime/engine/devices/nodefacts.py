@@ -2,8 +2,9 @@
 
 Pure: every table comes from rules (``NodeFacts`` in rules/node-facts.yaml, ``NodeAgent`` in
 rules/agent.yaml, ``ManufacturerTable``). The only environment input, the group-ID memory switch
-(``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY``, docs/agent.md "Normalization"), is passed in by the caller as a
-bool.
+(``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY``), is passed in by the caller as a bool.
+
+Sources: docs/agent.md "Probe facts".
 """
 from __future__ import annotations
 
@@ -25,10 +26,9 @@ def agent_rules(policy: Policy) -> NodeAgentSpec:
     return found
 
 
-# --- CPU (docs/agent.md "Probe facts" and "Normalization") -----------------------------------------
+# --- CPU -------------------------------------------------------------------------------------------
 def cpu_vendor(policy: Policy, cpu: CpuFacts) -> str:
-    """docs/agent.md "Probe facts": vendor name from ``vendor_id`` (x86) or ``CPU implementer`` (arm64); ""
-    when unknown."""
+    """Vendor name from ``vendor_id`` (x86) or ``CPU implementer`` (arm64); "" when unknown."""
     nf = policy.node_facts
     if cpu.vendorId:
         return nf.cpuVendors.get(cpu.vendorId, "")
@@ -36,16 +36,14 @@ def cpu_vendor(policy: Policy, cpu: CpuFacts) -> str:
 
 
 def cpu_manufacturer(policy: Policy, cpu: CpuFacts) -> str:
-    """docs/agent.md "Normalization" ``manu``: the vendor lower-cased; the generic sentinel when empty or
-    unknown."""
+    """``manu``: the vendor lower-cased; the generic sentinel when empty or unknown."""
     manu = cpu_vendor(policy, cpu).lower()
     unknown = {v.lower() for v in policy.node_facts.unknownVendors}
     return policy.manufacturer_table.genericSentinel if manu in unknown else manu
 
 
 def gkey(policy: Policy, cpu: CpuFacts) -> str:
-    """docs/agent.md "Normalization": the general (CPU) key, e.g. ``intel-xeon-platinum-8259cl``,
-    ``amd-25-1``, ``generic``.
+    """The general (CPU) key, e.g. ``intel-xeon-platinum-8259cl``, ``amd-25-1``, ``generic``.
 
     Never empty. The slug budget is ``keyBudget - len(manu)`` (decision 13).
     """
@@ -62,8 +60,7 @@ def gkey(policy: Policy, cpu: CpuFacts) -> str:
 
 
 def cores_from_capacity(capacity_cpu: str | int | None) -> int:
-    """docs/agent.md "Probe facts": the Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4); 0 when
-    absent.
+    """The Node's ``status.capacity.cpu`` rounded up (``"3500m"`` -> 4); 0 when absent.
 
     Raises :class:`runtime.model.normalize.QuantityError` for a value that is not a quantity.
     """
@@ -72,10 +69,10 @@ def cores_from_capacity(capacity_cpu: str | int | None) -> int:
     return int(math.ceil(parse_quantity(capacity_cpu)))
 
 
-# --- accelerators (docs/agent.md "Normalization") --------------------------------------------------
+# --- accelerators ----------------------------------------------------------------------------------
 def adjusted_memory_mib(policy: Policy, acc: AcceleratorFacts) -> int:
-    """docs/agent.md "Normalization": NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on; a
-    DRA-published accelerator says so itself (``eccReserved``: its driver row's GDDR products,
+    """NVML total MiB, times 16 // 15 for GDDR (bus < 1024 bits) with ECC on; a DRA-published
+    accelerator says so itself (``eccReserved``: its driver row's GDDR products,
     docs/concepts/dra.md "The same GPUs give the same labels")."""
     nf = policy.node_facts
     if acc.manufacturer not in agent_rules(policy).eccRuleManufacturers:
@@ -89,8 +86,7 @@ def adjusted_memory_mib(policy: Policy, acc: AcceleratorFacts) -> int:
 
 
 def family(policy: Policy, manufacturer: str, major: int, minor: int) -> str:
-    """docs/agent.md "Normalization": product family from compute capability (``8.6`` -> ``Ampere``); "" when
-    unknown."""
+    """Product family from compute capability (``8.6`` -> ``Ampere``); "" when unknown."""
     if manufacturer not in agent_rules(policy).familyTableManufacturers:
         return ""
     for row in policy.node_facts.nvidiaFamilies:
@@ -102,12 +98,12 @@ def family(policy: Policy, manufacturer: str, major: int, minor: int) -> str:
 
 
 def compute_capability(major: int, minor: int) -> str:
-    """docs/agent.md "Normalization": ``<major>.<minor>``; "" when major is 0."""
+    """``<major>.<minor>``; "" when major is 0."""
     return f"{major}.{minor}" if major > 0 else ""
 
 
 def runtime_version(policy: Policy, cuda_driver_version: int) -> str:
-    """docs/agent.md "Normalization": ``13000`` -> ``13.0``, ``12040`` -> ``12.4``; "" when <= 0."""
+    """``13000`` -> ``13.0``, ``12040`` -> ``12.4``; "" when <= 0."""
     if cuda_driver_version <= 0:
         return ""
     major_div, minor_div = agent_rules(policy).runtimeVersionDivisors
@@ -115,8 +111,7 @@ def runtime_version(policy: Policy, cuda_driver_version: int) -> str:
 
 
 def memory_suffix(policy: Policy, mib: int) -> str:
-    """docs/agent.md "Normalization": group memory as a short suffix (``16384`` -> ``16g``; < 1024 -> ``1g``;
-    0 -> ``0g``)."""
+    """Group memory as a short suffix (``16384`` -> ``16g``; < 1024 -> ``1g``; 0 -> ``0g``)."""
     rule = agent_rules(policy).memorySuffix
     if mib <= 0:
         return rule.zero
@@ -129,8 +124,7 @@ def memory_suffix(policy: Policy, mib: int) -> str:
 
 
 def group_id(policy: Policy, manufacturer: str, name: str, mib: int, with_memory: bool) -> str:
-    """docs/agent.md "Normalization": ``NVIDIA A10G`` -> ``a10g``; with the memory switch ``Tesla T4`` ->
-    ``tesla-t4-16g``."""
+    """``NVIDIA A10G`` -> ``a10g``; with the memory switch ``Tesla T4`` -> ``tesla-t4-16g``."""
     budget = policy.node_facts.keyBudget - len(manufacturer)
     if with_memory:
         budget -= policy.node_facts.groupIdMemorySuffixBudget
@@ -147,9 +141,9 @@ def _repeated(ids: dict[tuple[str, str, int], str]) -> set[tuple[str, str]]:
 
 
 def disambiguated_group_id(policy: Policy, manufacturer: str, name: str, mib: int) -> str:
-    """The group ID with memory (docs/agent.md "Normalization"), cut to leave room for ``-<h>``, where ``h``
-    is the first ``groupIdHashDigits`` hex digits of FNV-1a 64 over ``<name>/<mib>``: stable for the
-    same product and memory on every node, within the key budget of decision 13."""
+    """The group ID with memory, cut to leave room for ``-<h>``, where ``h`` is the first
+    ``groupIdHashDigits`` hex digits of FNV-1a 64 over ``<name>/<mib>``: stable for the same product
+    and memory on every node, within the key budget of decision 13."""
     digits = policy.node_facts.groupIdHashDigits
     budget = policy.node_facts.keyBudget - len(manufacturer)
     base = group_id(policy, manufacturer, name, mib, True)[: budget - 1 - digits].rstrip("-")
@@ -158,11 +152,10 @@ def disambiguated_group_id(policy: Policy, manufacturer: str, name: str, mib: in
 
 @dataclass
 class AcceleratorGroup:
-    """Accelerators of one node with equal (manufacturer, name, adjusted memory MiB) (docs/agent.md "Probe
-    facts").
+    """Accelerators of one node with equal (manufacturer, name, adjusted memory MiB).
 
-    ``memory`` is MiB after docs/agent.md "Normalization"; ``accelerators`` are sorted by index and include
-    unhealthy ones.
+    ``memory`` is MiB after normalization; ``accelerators`` are sorted by index and include unhealthy
+    ones.
     """
 
     id: str
@@ -178,7 +171,7 @@ class AcceleratorGroup:
 
     @property
     def akey(self) -> str:
-        """docs/agent.md "Normalization": ``<manufacturer>-<groupID>``."""
+        """``<manufacturer>-<groupID>``."""
         return f"{self.manufacturer}-{self.id}"
 
     @property
@@ -188,12 +181,12 @@ class AcceleratorGroup:
 
 def accelerator_groups(policy: Policy, accelerators: list[AcceleratorFacts],
                        with_memory: bool = False) -> list[AcceleratorGroup]:
-    """Group the node's accelerators (docs/agent.md "Probe facts") in canonical order (docs/agent.md "The
-    Devices object and its ledger": manufacturer, lowest index, id).
+    """Group the node's accelerators in canonical order (docs/agent.md "The Devices object and its
+    ledger": manufacturer, lowest index, id).
 
     Group IDs are unique per node (docs/node-facts-robustness.md "Device group IDs are unique per node"):
-    two groups that would share an ID both get the memory suffix (our choice for docs/agent.md
-    "Normalization"'s open point); groups still sharing one (memory that rounds to the same GiB, or long names
+    two groups that would share an ID both get the memory suffix (our choice for the normalization's
+    open point); groups still sharing one (memory that rounds to the same GiB, or long names
     whose slugs are cut to the same characters) get :func:`disambiguated_group_id`. Raises ValueError naming
     the manufacturer when it is not in the manufacturer table, and the groups when even that leaves two IDs
     equal (rules/node-facts.yaml ``factChecks.messages.groupIdCollision``).

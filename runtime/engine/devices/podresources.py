@@ -7,7 +7,7 @@ Input ``pod_resources`` is the PodResources v1 ``List`` answer as JSON-shaped di
       "containers": [{"name": "main",
                       "devices": [{"resourceName": "<domain>/<base>.sliced", "deviceIds": ["<id>::3"]}]}]}]
 
-For every container's devices (docs/agent.md "The Devices object and its ledger"):
+For every container's devices:
 
 * resource name -> family and ``<base>`` through :func:`runtime.model.resourcefamily.resource_family`
   (docs/reference/controller.md "Pod accelerator requests"), ``<base>`` -> manufacturer
@@ -26,10 +26,9 @@ and reported as a Warning ``InvalidAllocation`` Event on the Pod (messages in ru
 ``podResources.messages``).
 
 Output per Pod: ``{container: [{id, manufacturer, accelerators: [{id, index, mode, allocated,
-[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}`` (docs/reference/controller.md "Pod admission"),
-groups in Devices-spec order, accelerators by index (then placement start), one entry per (container,
-accelerator) except one per partition instance. Pods without mapped devices, and PodResources entries naming a
-Pod the API does not list on the node, get nothing.
+[allocatedPhysicalProfile, allocatedPhysicalPlacements]}]}]}``, groups in Devices-spec order, accelerators by
+index (then placement start), one entry per (container, accelerator) except one per partition instance. Pods
+without mapped devices, and PodResources entries naming a Pod the API does not list on the node, get nothing.
 """
 from __future__ import annotations
 
@@ -58,8 +57,7 @@ def pod_key(pod: Mapping[str, Any]) -> PodKey:
 def mig_device_index(policy: Policy, accelerators: Sequence[AcceleratorFacts]) -> dict[
         str, tuple[str, str, tuple[int, int] | None]]:
     """``{MIG device uuid: (parent accelerator uuid, published profile name, (start, length) or None)}``
-    from the probe facts; devices whose profile has no publishable spelling (docs/agent.md "The Devices object
-    and its ledger") are left out."""
+    from the probe facts; devices whose profile has no publishable spelling are left out."""
     out: dict[str, tuple[str, str, tuple[int, int] | None]] = {}
     for acc in accelerators:
         for dev in acc.migDevices:
@@ -101,8 +99,7 @@ _Hit = tuple[int, Mapping[str, Any], Mapping[str, Any]]   # (group order, group 
 def _resolve(device: str, manufacturer: str, by_id: Mapping[tuple[str, str], _Hit],
              mig_devices: Mapping[str, tuple[str, str, tuple[int, int] | None]],
              separator: str) -> tuple[_Hit | None, str, tuple[int, int] | None]:
-    """Device ID -> (accelerator hit or None, MIG profile or "", MIG placement or None) (docs/agent.md "The
-    Devices object and its ledger")."""
+    """Device ID -> (accelerator hit or None, MIG profile or "", MIG placement or None)."""
     if device in mig_devices:
         parent, profile, placement = mig_devices[device]
         return by_id.get((manufacturer, parent)), profile, placement
@@ -112,8 +109,7 @@ def _resolve(device: str, manufacturer: str, by_id: Mapping[tuple[str, str], _Hi
 
 
 def _groups(found: Mapping[tuple, tuple[Mapping[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Accelerator entries (keyed so that sorting gives spec order) -> docs/agent.md "The Devices object and
-    its ledger" allocation groups."""
+    """Accelerator entries (keyed so that sorting gives spec order) -> allocation groups."""
     groups: list[dict[str, Any]] = []
     for sort_key in sorted(found):
         group, item = found[sort_key]
@@ -130,7 +126,7 @@ def pod_allocations(policy: Policy, node: str, spec: Mapping[str, Any],
                     | None = None) -> tuple[dict[PodKey, dict[str, list[dict[str, Any]]]], list[LedgerEvent]]:
     """Map PodResources onto allocation annotations (see module docstring).
 
-    ``spec`` is the node's Devices ``spec`` (docs/agent.md "The Devices object and its ledger"); ``pods`` the
+    ``spec`` is the node's Devices ``spec``; ``pods`` the
     Pods the API lists on the node (their spec supplies the units requests); ``mig_devices`` from
     :func:`mig_device_index`. Returns ``({(namespace, name): annotation document}, InvalidAllocation
     events)``. Never raises for bad input data; every device that cannot be mapped yields one event
@@ -177,8 +173,7 @@ class _DeviceMapper:
 
     def container_groups(self, key: PodKey, pod: Mapping[str, Any],
                          ctr: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The docs/agent.md "The Devices object and its ledger" allocation groups of one PodResources
-        container (spec order)."""
+        """The allocation groups of one PodResources container (spec order)."""
         cname = str(ctr.get("name", ""))
         requests = _container_requests(pod, cname)
         # (group order, accelerator index, placement start, accelerator id, instance) -> (group, entry)
@@ -247,8 +242,7 @@ class _DeviceMapper:
 
 
 def annotation_text(doc: Mapping[str, Any]) -> str:
-    """The annotation value for ``doc``: compact JSON, keys in docs/agent.md "The Devices object and its
-    ledger" order."""
+    """The annotation value for ``doc``: compact JSON, keys in the documented order."""
     return json.dumps(doc, separators=(",", ":"))
 
 

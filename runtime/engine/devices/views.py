@@ -7,7 +7,8 @@ accelerator a DRA driver published (``driver`` its name) and ``devicePlugin`` ot
 is never offered; a row without ``views`` offers every view (as the device itself allows: slices when
 the manufacturer slices, partitions with MIG on). What a view not offered means downstream (0 in every
 pool, no capacity key, no capability entry, a denied request) is the callers' (devicesobject,
-accelerators, the admission params: :func:`runtime.engine.resourcekeys.view_refusals`).
+accelerators, the admission params: :func:`runtime.engine.resourcekeys.classifier_manufacturers`'
+``refusals``).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 from runtime.engine.policy import Policy
 from runtime.model.facts import AcceleratorFacts
 from runtime.model.manufacturers import VIEWS
-from runtime.rules.cel import CelEvalError
+from runtime.rules.cel.errors import CelEvalError
 
 SOURCE_DRA = "dra"
 SOURCE_PLUGIN = "devicePlugin"

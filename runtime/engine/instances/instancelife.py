@@ -47,12 +47,11 @@ class InstancePlan:
 def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, pod: dict | None,
                   instance_type: dict | None, queue: dict | None, pod_age_seconds: float = 0.0,
                   flavors: list[dict] | None = None, check_message: str = "") -> InstancePlan:
-    """Decide the next step for one Instance (docs/concepts/instances.md "Life cycle"). ``pod_age_seconds``:
-    Pod creation minus Instance creation, for the kubelet-refusal rebuild window (step 5). ``flavors``: the
-    pool's ResourceFlavors in queue order for a CPU-only Pod's flavor affinity (see :func:`render_pod`; None
-    reads them from ``snapshot``). ``check_message``: the node-devices check's Retry message on the Pod's
-    Workload (""): the phaseMessage of a Pod not yet scheduled (docs/concepts/out-of-service.md "Cordoned and
-    tainted nodes")."""
+    """Decide the next step for one Instance. ``pod_age_seconds``: Pod creation minus Instance creation, for
+    the kubelet-refusal rebuild window (step 5). ``flavors``: the pool's ResourceFlavors in queue order for a
+    CPU-only Pod's flavor affinity (see :func:`render_pod`; None reads them from ``snapshot``).
+    ``check_message``: the node-devices check's Retry message on the Pod's Workload (""): the phaseMessage of
+    a Pod not yet scheduled (docs/concepts/out-of-service.md "Cordoned and tainted nodes")."""
     rules = policy.ruleset.get("InstancePod").lifecycle
     finalizer = policy.key("instanceFinalizer")
     spec = instance.get("spec") or {}
@@ -81,7 +80,7 @@ def plan_instance(policy: Policy, settings: Settings, snapshot: Snapshot, instan
             plan.requeue = rules.requeueSeconds
             return plan
         return _stop(plan, pod, old_status, rules.requeueSeconds)
-    # 4, docs/concepts/instances.md "Life cycle"
+    # 4
     if drain:
         plan.actions.append((SET_STOP, True))
         return _stop(plan, pod, old_status, rules.requeueSeconds)

@@ -4,6 +4,9 @@
 ``render_pod`` builds the Pod an Instance runs as, or says why none can be created yet (a claim that
 nothing binds); :mod:`.podstatus` reads the Instance status back from the Pod. Names, sizes, keys and
 messages come from rules/instances/pod.yaml.
+
+Sources: docs/concepts/instances.md "The Instance's Pod", docs/concepts/instances.md "Persistent volumes",
+docs/concepts/instances.md "Pinned to a node", docs/concepts/pools-and-flavors.md "Kueue's resource charging".
 """
 from __future__ import annotations
 
@@ -45,8 +48,8 @@ def _min_quantity(limit: str, candidate_bytes: int) -> str:
 
 
 def container_resources(policy: Policy, settings: Settings, instance: dict, instance_type: dict) -> dict:
-    """``resources`` of the workload container (docs/concepts/instances.md "The Instance's Pod"): limits,
-    requests (scaled down with overcommit), accelerator keys (requests = limits)."""
+    """``resources`` of the workload container: limits, requests (scaled down with overcommit),
+    accelerator keys (requests = limits)."""
     rules = _rules(policy)
     res = (instance.get("spec") or {}).get("resources") or {}
     it_spec = instance_type.get("spec") or {}
@@ -107,8 +110,7 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
     """One node-selector term per flavor, each requiring every ``spec.nodeLabels`` entry of that
     flavor (``{key, operator: In, values: [value]}`` in the flavor's label order): the placement Kueue
     would give a CPU-only Pod by merging its assigned flavor's nodeLabels, while Kueue does not charge
-    ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's resource charging"; operator from
-    rules/instances/pod.yaml ``poolAffinity``)."""
+    ``cpu`` (operator from rules/instances/pod.yaml ``poolAffinity``)."""
     operator = _rules(policy).poolAffinity.operator
     terms = []
     for flavor in flavors:
@@ -121,22 +123,21 @@ def pool_affinity_terms(policy: Policy, flavors: list[dict]) -> list[dict]:
 
 def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance: dict, instance_type: dict,
                flavors: list[dict] | None = None) -> PodPlan:
-    """The Pod of ``instance`` (docs/concepts/instances.md "The Instance's Pod"), or why it cannot be created
-    yet (docs/concepts/instances.md "Persistent volumes").
+    """The Pod of ``instance``, or why it cannot be created yet.
 
     ``snapshot`` supplies the pinned Node (its hostname label), RuntimeClasses and the claims'
     PVCs, PVs and StorageClasses. ``instance_type`` must carry ``status.entrance``.
 
-    CPU-only types while the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md "Kueue's
-    resource charging", rules/pools/kueue.yaml): the Pod gets a required node affinity with one term per
-    flavor of the pool (:func:`pool_affinity_terms`), crossed with any claim placement terms. ``flavors``: the
-    pool's ResourceFlavors in queue order (the controller passes the derived ones); None reads the
-    type's ClusterQueue and its flavors from ``snapshot``. No flavor -> no Pod, ``blocked`` = rules/
-    instances/pod.yaml ``poolAffinity.noFlavorsMessage``.
+    CPU-only types while the Kueue configuration excludes ``cpu`` (rules/pools/kueue.yaml): the Pod gets
+    a required node affinity with one term per flavor of the pool (:func:`pool_affinity_terms`), crossed
+    with any claim placement terms. ``flavors``: the pool's ResourceFlavors in queue order (the
+    controller passes the derived ones); None reads the type's ClusterQueue and its flavors from
+    ``snapshot``. No flavor -> no Pod, ``blocked`` = rules/instances/pod.yaml
+    ``poolAffinity.noFlavorsMessage``.
 
     A pin (``spec.nodeName``) of a Node in the snapshot appends its requirements (over the pool's flavors,
     :func:`runtime.model.nodepin.pin_requirements`) to every required node-affinity term: Kueue assigns
-    the flavor holding that Node, or none (docs/concepts/instances.md "Pinned to a node").
+    the flavor holding that Node, or none.
     """
     rules = _rules(policy)
     meta = instance["metadata"]
@@ -183,9 +184,8 @@ def render_pod(policy: Policy, settings: Settings, snapshot: Snapshot, instance:
 
 def _place(policy: Policy, snapshot: Snapshot, pod_spec: dict, spec: dict, instance_type: dict,
            affinity_terms: list[dict], flavors: list[dict] | None) -> None:
-    """``pod_spec``'s ``nodeSelector`` (the pin's one hostname entry, docs/concepts/instances.md "Pinned to a
-    node") and ``affinity``: the claim and pool terms, each with the pin's requirements appended (decision
-    24)."""
+    """``pod_spec``'s ``nodeSelector`` (the pin's one hostname entry) and ``affinity``: the claim and
+    pool terms, each with the pin's requirements appended (decision 24)."""
     pin: list[dict] = []
     if spec.get("nodeName"):
         node = snapshot.get("Node", spec["nodeName"])
@@ -209,8 +209,7 @@ def container_ports(pod: dict) -> list[dict]:
 
 
 def render_service(policy: Policy, instance: dict, pod: dict) -> dict | None:
-    """The Service of an Instance whose Pod has container ports (docs/concepts/instances.md "The Instance's
-    Pod"), or None.
+    """The Service of an Instance whose Pod has container ports, or None.
 
     Same name and namespace as the Pod, type from rules/instances/pod.yaml ``service.type`` (``NodePort``),
     selector = the Pod's labels, one port per container port (its name, protocol, ``port`` = ``targetPort`` =
@@ -329,8 +328,7 @@ def _claim_names(spec: dict) -> list[str]:
 
 
 def _claim_placement(policy, settings, snapshot, namespace, spec) -> tuple[list[dict], str]:
-    """Node-affinity terms from bound claims' PVs, or the block message (docs/concepts/instances.md
-    "Persistent volumes")."""
+    """Node-affinity terms from bound claims' PVs, or the block message."""
     placement = _rules(policy).placement
     if not settings.flag(placement.setting):
         return [], ""

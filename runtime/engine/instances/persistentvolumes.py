@@ -7,7 +7,7 @@ and controlled by the controller: ``storageClassName: <spec.type>``, ``accessMod
 rules/instances/pod.yaml ``placement.defaultCapacity``, 20Gi). Its ``status`` mirrors the claim:
 ``phase`` (the PVC's phase) and ``volume`` (the bound PersistentVolume's name). The claim is what
 Instances mount (``volume.persistent`` / ``additionalVolumes[].persistent``) and what the claim
-placement of docs/concepts/instances.md "Persistent volumes" reads.
+placement reads.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from runtime.engine.snapshot import KNOWN_KINDS
 
 
 def render_claim(policy: Policy, ipv: dict) -> dict:
-    """The PersistentVolumeClaim of ``ipv`` (docs/concepts/instances.md "Persistent volumes"), with a
-    controller ownerReference to it (so it goes with the InstancePersistentVolume). ``spec.type`` absent gives
-    no ``storageClassName`` (the cluster's default class), ``spec.accessMode`` absent no ``accessModes`` (the
-    API server then refuses the claim, and the error names the field)."""
+    """The PersistentVolumeClaim of ``ipv``, with a controller ownerReference to it (so it goes with the
+    InstancePersistentVolume). ``spec.type`` absent gives no ``storageClassName`` (the cluster's default
+    class), ``spec.accessMode`` absent no ``accessModes`` (the API server then refuses the claim, and the
+    error names the field)."""
     meta = ipv["metadata"]
     spec = ipv.get("spec") or {}
     claim: dict = {"resources": {"requests": {"storage": str(

@@ -13,8 +13,8 @@ from runtime.engine.policy import Policy
 
 
 def service_ports(service: dict | None) -> list[dict]:
-    """``Instance.status.ports`` (docs/concepts/instances.md "Instances"): ``[{port, protocol, name,
-    nodePort}]`` of the Service, or ``[]`` until every port has its ``nodePort``."""
+    """``Instance.status.ports``: ``[{port, protocol, name, nodePort}]`` of the Service, or ``[]``
+    until every port has its ``nodePort``."""
     ports = ((service or {}).get("spec") or {}).get("ports") or []
     if not ports or any(not p.get("nodePort") for p in ports):
         return []
@@ -23,8 +23,8 @@ def service_ports(service: dict | None) -> list[dict]:
 
 
 def host_ips(policy: Policy, node: dict | None) -> list[dict]:
-    """``Instance.status.hostIPs`` (docs/concepts/instances.md "Instances"): the Node's addresses of the types
-    in ``service.hostAddressTypes`` (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
+    """``Instance.status.hostIPs``: the Node's addresses of the types in ``service.hostAddressTypes``
+    (ExternalIP first, then InternalIP), ``[{ip}]``, each IP once."""
     addresses = ((node or {}).get("status") or {}).get("addresses") or []
     out: list[dict] = []
     for kind in policy.ruleset.get("InstancePod").service.hostAddressTypes:
@@ -55,11 +55,11 @@ def phase_from_pod(policy: Policy, pod: dict) -> dict:
 
 
 def allocations_from_pod(policy: Policy, pod: dict) -> list[dict]:
-    """``Instance.status.allocations`` (docs/concepts/instances.md "Instances"): the Pod's allocation
-    annotation (docs/agent.md "The Devices object and its ledger", key role ``allocation``), a JSON object
-    container -> [group], with every container's groups merged: one entry per (group ``id``, ``manufacturer``)
-    in first-seen order, accelerators concatenated in container order. An absent or unparsable annotation
-    gives ``[]`` (the agent reports a bad one as ``InvalidAllocation``; the Instance just shows none)."""
+    """``Instance.status.allocations``: the Pod's allocation annotation (docs/agent.md "The Devices object and
+    its ledger", key role ``allocation``), a JSON object container -> [group], with every container's groups
+    merged: one entry per (group ``id``, ``manufacturer``) in first-seen order, accelerators concatenated in
+    container order. An absent or unparsable annotation gives ``[]`` (the agent reports a bad one as
+    ``InvalidAllocation``; the Instance just shows none)."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(policy.key("allocation"))
     if not text:
         return []

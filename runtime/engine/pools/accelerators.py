@@ -6,12 +6,14 @@ capability in ``spec.groups[].accelerators[]`` and its ledger row in ``status.gr
 accelerators; an accelerator with no ledger row yet reads as free (docs/concepts/four-views.md "The four
 views": mode 0, ``remaining`` D, ``remainingProfiles`` = its capability counts).
 
-The predicates below are the single statement of the per-accelerator rules that three readers
-share: the four-view arithmetic (:mod:`runtime.engine.pools.fourview`, docs/concepts/four-views.md "The four
-views"), the fit labels (:mod:`runtime.engine.pools.fit`, docs/agent.md "Capacity and fit labels") and the
+The predicates below are the single statement of the per-accelerator rules that three readers share: the
+four-view arithmetic (:mod:`runtime.engine.pools.fourview`), the fit labels
+(:mod:`runtime.engine.pools.fit`, docs/agent.md "Capacity and fit labels") and the
 ``gpustack-node-devices`` admission check (:mod:`runtime.engine.admissioncheck`,
 docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`"). Constants (D, the share)
 come from rules/constants.yaml; the mode numbers from rules/agent.yaml ``ledger.modes``.
+
+Sources: docs/concepts/dra.md "Views per manufacturer".
 """
 from __future__ import annotations
 
@@ -46,8 +48,7 @@ class Accelerator:
     offered_profiles: tuple[str, ...] = ()
     remaining_profiles: dict[str, int] = field(default_factory=dict)
     allocated_profiles: dict[str, int] = field(default_factory=dict)
-    # published by a DRA driver (its capability's ``dra`` reference, docs/concepts/dra.md "Views per
-    # manufacturer")
+    # published by a DRA driver (its capability's ``dra`` reference)
     dra: bool = False
     views: tuple[str, ...] | None = None   # the capability's ``views``: the views offered, when not all
 
@@ -58,26 +59,24 @@ class Accelerator:
 
     @property
     def partitioned(self) -> bool:
-        """``physicalSliced.count > 0`` (docs/agent.md "The Devices object and its ledger")."""
+        """``physicalSliced.count > 0``."""
         return self.physical_count > 0
 
     @property
     def logically_sliceable(self) -> bool:
-        """``logicalSliced.count > 0`` and not partitioned (docs/agent.md "The Devices object and its
-        ledger")."""
+        """``logicalSliced.count > 0`` and not partitioned."""
         return self.logical_count > 0 and not self.partitioned
 
     @property
     def whole_capable(self) -> bool:
-        """Not partitioned (docs/agent.md "The Devices object and its ledger")."""
+        """Not partitioned."""
         return not self.partitioned
 
     @property
     def shareable(self) -> bool:
         """Whole-capable and served by the sharing device plugin: not a DRA-published accelerator,
-        which offers the exclusive view only (docs/concepts/dra.md "Views per manufacturer"), nor one whose
-        capability's ``views`` leave the shared view out (its manufacturer's row,
-        rules/manufacturers.yaml)."""
+        which offers the exclusive view only, nor one whose capability's ``views`` leave the shared
+        view out (its manufacturer's row, rules/manufacturers.yaml)."""
         return self.whole_capable and not self.dra and (self.views is None or "shared" in self.views)
 
 
@@ -152,52 +151,45 @@ def accelerators(policy: Policy, devices: dict) -> Iterator[Accelerator]:
 
 # --- predicates ---------------------------------------------------------------------------------------
 def exclusive_free(policy: Policy, a: Accelerator) -> bool:
-    """A whole-capable accelerator with ``remaining ≥ D`` (docs/concepts/four-views.md "The four views"
-    ``free``; docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" exclusive
-    row)."""
+    """A whole-capable accelerator with ``remaining ≥ D``: ``free`` in the four views, the admission
+    check's exclusive row."""
     return a.whole_capable and a.remaining >= policy.constants.creditsPerAccelerator
 
 
 def takes_shares(policy: Policy, a: Accelerator) -> bool:
     """Shareable (whole-capable, not DRA-published) and free or held in Shared mode: its remaining
-    credits count as free shares (docs/concepts/four-views.md "The four views", docs/concepts/dra.md "Views
-    per manufacturer")."""
+    credits count as free shares."""
     return a.shareable and (exclusive_free(policy, a) or a.mode == _modes(policy).shared)
 
 
 def has_free_share(policy: Policy, a: Accelerator) -> bool:
     """Shareable, mode None or Shared, ``remaining ≥`` one share (160,000): it can take one more
-    shared holder (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" shared row;
-    docs/agent.md "Capacity and fit labels" ``shared-free-cards``; docs/concepts/dra.md "Views per
-    manufacturer")."""
+    shared holder (the admission check's shared row; the fit label ``shared-free-cards``)."""
     modes = _modes(policy)
     return a.shareable and a.mode in (modes.none, modes.shared) and a.remaining >= policy.constants.share
 
 
 def takes_slices(policy: Policy, a: Accelerator) -> bool:
-    """Logically sliceable and free or held in Sliced mode: its remaining credits count for the SL view
-    (docs/concepts/four-views.md "The four views")."""
+    """Logically sliceable and free or held in Sliced mode: its remaining credits count for the SL view."""
     return a.logically_sliceable and (exclusive_free(policy, a) or a.mode == _modes(policy).sliced)
 
 
 def has_free_slice(policy: Policy, a: Accelerator) -> bool:
-    """Logically sliceable, mode None or Sliced, and ``allocatedSlices < logicalSliced.count``
-    (docs/agent.md "Capacity and fit labels" ``sliced-max-free-units``; docs/concepts/pools-and-flavors.md
-    "The AdmissionCheck `gpustack-node-devices`" sliced row without the units test)."""
+    """Logically sliceable, mode None or Sliced, and ``allocatedSlices < logicalSliced.count`` (the fit
+    label ``sliced-max-free-units``; the admission check's sliced row without the units test)."""
     modes = _modes(policy)
     return a.logically_sliceable and a.mode in (modes.none, modes.sliced) \
         and a.allocated_slices < a.logical_count
 
 
 def holds_slice(policy: Policy, a: Accelerator, units: int) -> bool:
-    """:func:`has_free_slice` and ``remaining ≥ units`` (docs/concepts/pools-and-flavors.md "The
-    AdmissionCheck `gpustack-node-devices`" sliced row)."""
+    """:func:`has_free_slice` and ``remaining ≥ units`` (the admission check's sliced row)."""
     return has_free_slice(policy, a) and a.remaining >= units
 
 
 def holds_partition(policy: Policy, a: Accelerator, profile: str) -> bool:
-    """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0``
-    (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`" partition row)."""
+    """Partitioned, mode None or Partitioned, ``remainingProfiles[profile] > 0`` (the admission check's
+    partition row)."""
     modes = _modes(policy)
     return a.partitioned and a.mode in (modes.none, modes.partitioned) \
         and a.remaining_profiles.get(profile, 0) > 0

@@ -5,8 +5,7 @@ Spec: docs/concepts/pools-and-flavors.md "Pools and flavors" (whole file), docs/
 four views", docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset". Order of work:
 
 1. settings from the ``gpustack-settings`` Secret (rules/settings.yaml);
-   2. Nodes with NodeFeature labels propagated; managed nodes contribute ResourceFlavors
-   (docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or preset");
+   2. Nodes with NodeFeature labels propagated; managed nodes contribute ResourceFlavors;
    3. derived InstanceTypes for pools that have none (create-only, docs/tasks/add-manufacturer-or-preset.md
    "Change a preset (and see the effect in a minute)"), defaulted as the webhook would;
    4. one ClusterQueue per InstanceType not being deleted, its LocalQueues, the AdmissionCheck
@@ -14,6 +13,8 @@ four views", docs/tasks/add-manufacturer-or-preset.md "Add a manufacturer or pre
    `gpustack-node-devices`");
    5. InstanceType status for every type (docs/concepts/pools-and-flavors.md "InstanceType status"), the
    InstanceTypeFlavor catalog (docs/concepts/pools-and-flavors.md "The catalog: InstanceTypeFlavor").
+
+Sources: docs/concepts/pools-and-flavors.md "InstanceType admission".
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class DesiredState:
     instance_types: list[dict] = field(default_factory=list)
     created_instance_types: list[str] = field(default_factory=list)  # derived ones authored now (create-only)
     # existing ones whose empty descriptors the defaulting fills now that a flavor matches: the only spec
-    # update the controller makes (docs/concepts/pools-and-flavors.md "InstanceType admission")
+    # update the controller makes
     enriched_instance_types: list[str] = field(default_factory=list)
     instance_type_flavors: list[dict] = field(default_factory=list)
     devices: list[dict] = field(default_factory=list)  # the snapshot's Devices, managed label from their Node
@@ -129,7 +130,7 @@ def derive(policy: Policy, snapshot: Snapshot, *, live: bool = False,
     ``live=False`` (snapshot mode, the CLI and the seed replays): a queue without a Kueue status
     reads as Kueue would soon report it, ``Active``. ``live=True`` (the controller): the phase shows
     what Kueue reports now, so a queue without an ``Active`` condition, or one this reconcile
-    creates, reads ``Activating`` (docs/concepts/pools-and-flavors.md "InstanceType status").
+    creates, reads ``Activating``.
     ``settings_namespace``: see :func:`runtime.engine.settings.settings_of`. ``memo``: a
     :class:`runtime.engine.pools.incremental.DeriveMemo` kept between calls (the controller's): the
     parts that depend on one node or one pool are reused while the objects they were computed from
@@ -187,7 +188,8 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
     contributes"); with a memo, reused while the nodes and ``mixed`` are the same and the Devices ``spec`` of
     each flavor's first contributor (its notes read it) equal."""
     def compute():
-        plans = plan_flavors(policy, snapshot, nodes, mixed, memo)
+        reused = (memo.contributions, memo.notes) if memo is not None else (None, None)
+        plans = plan_flavors(policy, snapshot, nodes, mixed, *reused)
         node_flavors: dict[str, list[str]] = {}
         for name, flavor in plans.items():  # name order, so each node's list is too
             for node_name in flavor.contributors:
@@ -214,9 +216,8 @@ def _flavors(policy: Policy, snapshot: Snapshot, nodes: list, mixed: bool,
 def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, plans: dict[str, FlavorPlan],
                     aware: bool) -> dict[str, dict]:
     """Every InstanceType by name: the snapshot's, the derived ones this pass creates (create-only,
-    docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name") and the enriched ones
-    (docs/concepts/pools-and-flavors.md "InstanceType admission"); records the created and enriched names in
-    ``state``."""
+    docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name") and the enriched
+    ones; records the created and enriched names in ``state``."""
     existing = {name_of(it): it for it in snapshot.list("InstanceType")}
     types = dict(existing)
     if state.settings.flag(policy.setting("derivedFromNode")):
@@ -236,7 +237,6 @@ def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, pla
             state.created_instance_types.append(pool)
 
     # Types whose descriptors are still empty get the defaulting again once a flavor matches
-    # (docs/concepts/pools-and-flavors.md "InstanceType admission")
     for name, it in existing.items():
         if its.needs_enrichment(it):
             defaulted = its.default_instance_type(policy, it, aware, state.resource_flavors)
@@ -250,7 +250,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
                        plans: dict[str, FlavorPlan], rendered: dict[str, dict], effective, aware: bool,
                        live: bool, memo: DeriveMemo | None = None) -> None:
     """Per InstanceType in name order: its ClusterQueue and LocalQueues (unless it is being deleted)
-    and its status (docs/concepts/pools-and-flavors.md "Pools and flavors"); fills ``state``."""
+    and its status; fills ``state``."""
     settings = state.settings
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
                   if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces

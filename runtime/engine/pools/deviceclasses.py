@@ -48,8 +48,7 @@ def device_classes(policy: Policy) -> list[dict[str, Any]]:
 
 
 def owned_device_class(policy: Policy, obj: dict) -> bool:
-    """Whether ``obj`` is a DeviceClass accelpolicy derived (its ownership label, docs/concepts/dra.md "The
-    ledger from claims")."""
+    """Whether ``obj`` is a DeviceClass accelpolicy derived (its ownership label)."""
     rules = dra_policy(policy)
     if rules is None:
         return False

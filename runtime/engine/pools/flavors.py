@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Callable, Optional
 
 from runtime.engine.pools.accelerators import walk_devices
 from runtime.engine.pools.nodes import NodeView
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from runtime.engine.pools.incremental import DeriveMemo
 
 
 @dataclass
@@ -48,32 +45,31 @@ class FlavorPlan:
 
 
 def plan_flavors(policy: Policy, snapshot: Snapshot, nodes: list[NodeView], mixed: bool,
-                 memo: "DeriveMemo | None" = None) -> dict[str, FlavorPlan]:
-    """Flavor name -> plan, from the managed nodes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what
-    each node contributes").
+                 contributions: Optional[Callable[[Policy, NodeView, bool], list]] = None,
+                 notes: Optional[Callable[[Policy, Snapshot, "FlavorPlan", NodeView], dict]] = None,
+                 ) -> dict[str, FlavorPlan]:
+    """Flavor name -> plan, from the managed nodes.
 
-    ``memo``: a :class:`runtime.engine.pools.incremental.DeriveMemo` reusing each node's
-    contributions and each flavor's notes while their inputs are the same objects (None: compute all).
+    ``contributions`` and ``notes`` stand for :func:`node_contributions` and :func:`flavor_notes` (same
+    arguments, same answers): a :class:`runtime.engine.pools.incremental.DeriveMemo`'s, which reuse each
+    node's contributions and each flavor's notes while their inputs are the same objects.
     """
+    contributions = contributions or node_contributions
+    notes = notes or flavor_notes
     plans: dict[str, FlavorPlan] = {}
     for node in nodes:  # name order
-        contributions = memo.contributions(policy, node, mixed) if memo else node_contributions(
-            policy, node, mixed)
-        for name, kind, akey, count, labels in contributions:
+        for name, kind, akey, count, labels in contributions(policy, node, mixed):
             _contribute(plans, name, kind, node, node.gkey, akey, count, labels)
     by_name = {n.name: n for n in nodes}
     for plan in plans.values():
-        first = by_name[plan.contributors[0]]
-        plan.notes = memo.notes(policy, snapshot, plan, first) if memo else flavor_notes(
-            policy, snapshot, plan, first)
+        plan.notes = notes(policy, snapshot, plan, by_name[plan.contributors[0]])
     return dict(sorted(plans.items()))
 
 
 def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tuple[str, str, str, int, dict]]:
-    """What one node contributes (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
-    contributes"): ``(flavor name, kind, aKey, per-node count, spec.nodeLabels)`` for its CPU flavor and each
-    accelerator flavor, per the CEL of rules/pools/derivation.yaml ``spec.flavors``; [] for a node unmanaged
-    or without gKey/os/arch."""
+    """What one node contributes: ``(flavor name, kind, aKey, per-node count, spec.nodeLabels)`` for its
+    CPU flavor and each accelerator flavor, per the CEL of rules/pools/derivation.yaml ``spec.flavors``;
+    [] for a node unmanaged or without gKey/os/arch."""
     if not node.managed or not node.gkey or not node.os or not node.arch:
         return []
     rules = policy.derivation.flavors
@@ -112,8 +108,7 @@ def _contribute(plans, name, kind, node, gkey, akey, count, labels) -> None:
 
 
 def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: NodeView) -> dict[str, str]:
-    """The ``note.gpustack.ai/*`` annotations of docs/concepts/pools-and-flavors.md "ResourceFlavors: what
-    each node contributes", from the first contributor."""
+    """The ``note.gpustack.ai/*`` annotations, from the first contributor."""
     if plan.kind == "cpu":
         notes = {"acceleratable": "false", "generalGroup": plan.gkey,
                  "manufacturer": plan.gkey.split("-", 1)[0],
@@ -140,8 +135,7 @@ def flavor_notes(policy: Policy, snapshot: Snapshot, plan: FlavorPlan, first: No
 
 
 def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tuple[int, int]:
-    """(L, P) of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes" from the
-    first contributor's Devices object."""
+    """(L, P) from the first contributor's Devices object."""
     slices = manufacturer.logicalSlices if manufacturer else 0
     devices = snapshot.get("Devices", node_name)
     if devices is None:
@@ -160,8 +154,7 @@ def _slicing_capability(policy, snapshot, node_name, akey, manufacturer) -> tupl
 
 
 def render_flavor(policy: Policy, plan: FlavorPlan) -> dict:
-    """The ResourceFlavor object of docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
-    contributes" (labels, notes, ``spec.nodeLabels`` only)."""
+    """The ResourceFlavor object (labels, notes, ``spec.nodeLabels`` only)."""
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
     own_prefix = acc if plan.kind == "device" else general

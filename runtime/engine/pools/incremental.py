@@ -2,26 +2,25 @@
 
 A :class:`DeriveMemo` passed to ``derive(policy, snapshot, memo=memo)`` keeps, between calls, the
 parts of a derivation that depend on one node or one pool only, each under a key made of the facts
-that fed it:
+that fed it (the flavors and their notes: docs/concepts/pools-and-flavors.md "ResourceFlavors: what
+each node contributes"; the status: docs/concepts/pools-and-flavors.md "InstanceType status"):
 
-========== ======================================== ==================================================
+========== ======================================== =============================================
 store      one entry per                            key (the facts it was computed from)
-========== ======================================== ==================================================
-node       Node: effective labels, NodeView          the Node's ``metadata``, its trusted NodeFeatures'
-                                                    ``spec`` (decision 20)
-flavors    Node: its flavor contributions (docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
-contributes")     the node's NodeView, the ``mixedOnNode`` setting notes      ResourceFlavor: its notes
-(docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node contributes")          the flavor, its
-first contributor's NodeView and
-                                                    Devices ``spec``
-ledger     Devices: its refused numbers (decision 19) the Devices' name, ``spec`` and ``status``
-status     InstanceType: its status (docs/concepts/pools-and-flavors.md "InstanceType status")            its
-spec and deletion, queue name, flavors'
-                                                    counts, queue facts, settings, the pool's Devices
-                                                    ``spec``/``status``
+========== ======================================== =============================================
+node       Node: effective labels, NodeView          the Node's ``metadata``, its trusted
+                                                    NodeFeatures' ``spec`` (decision 20)
+flavors    Node: its flavor contributions            the node's NodeView, the ``mixedOnNode``
+                                                    setting
+notes      ResourceFlavor: its notes                 the flavor, its first contributor's NodeView
+                                                    and Devices ``spec``
+ledger     Devices: refused numbers (decision 19)    the Devices' name, ``spec`` and ``status``
+status     InstanceType: its status                  its spec and deletion, queue name, flavors'
+                                                    counts, queue facts, settings, the pool's
+                                                    Devices ``spec``/``status``
 select     InstanceType: its pool's Devices          its Devices selector, the sound Devices list
 usable     Devices: healthy accelerators per aKey    its ``spec`` (the quota counts them)
-========== ======================================== ==================================================
+========== ======================================== =============================================
 
 Whole-kind results (:meth:`DeriveMemo.whole`) are kept while the snapshot's maps of the kinds they
 read are the same objects (the controller's snapshots keep a kind's map while none of its objects
@@ -203,10 +202,10 @@ class DeriveMemo:
     # -- pools -------------------------------------------------------------------------------------
     def status(self, it: dict, queue: dict | None, flavors: list, pool_devices: list[dict], queue_state: dict,
                settings_values, compute: Callable[[], dict], closed: dict[str, str] | None = None) -> dict:
-        """``compute()`` (one InstanceType's status, docs/concepts/pools-and-flavors.md "InstanceType status")
-        unless every fact it reads is the same as when it was last computed: the type's name, deletion and
-        spec, its queue's name, its flavors' counts and capacities, ``queue_state``, the settings, its
-        Devices' ``spec`` and ``status`` (by identity) and its closed nodes. A deep copy."""
+        """``compute()`` (one InstanceType's status) unless every fact it reads is the same as when it was
+        last computed: the type's name, deletion and spec, its queue's name, its flavors' counts and
+        capacities, ``queue_state``, the settings, its Devices' ``spec`` and ``status`` (by identity) and
+        its closed nodes. A deep copy."""
         key = (is_deleting(it), _frozen(it.get("spec")), name_of(queue) if queue is not None else None,
                tuple((p.name, p.count, p.capacity) for p in flavors), _frozen(queue_state),
                _frozen(dict(settings_values)),

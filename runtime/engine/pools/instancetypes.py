@@ -1,10 +1,10 @@
 """InstanceTypes: schedule labels, pool selectors, defaulting, derived types, status.
 
-Sources: docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (labels and
-selectors), docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (derived
-types), docs/concepts/pools-and-flavors.md "InstanceType admission" (defaulting),
+Sources: docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one name" (labels,
+selectors and derived types), docs/concepts/pools-and-flavors.md "InstanceType admission" (defaulting),
 docs/concepts/pools-and-flavors.md "InstanceType status" (status), docs/concepts/pools-and-flavors.md "Queues
-and the entrance" (entrance). Name patterns and presets come from rules/pools/*.yaml.
+and the entrance" (entrance), docs/concepts/pools-and-flavors.md "Kueue's resource charging" (the CPU view's
+reserved cores). Name patterns and presets come from rules/pools/*.yaml.
 """
 from __future__ import annotations
 
@@ -24,15 +24,13 @@ from runtime.engine.snapshot import is_deleting, labels_of, name_of
 
 
 def entrance(policy: Policy, name: str) -> str:
-    """The LocalQueue name fronting pool ``name`` (docs/concepts/pools-and-flavors.md "Queues and the
-    entrance"; CEL ``spec.entrance``)."""
+    """The LocalQueue name fronting pool ``name`` (CEL ``spec.entrance``)."""
     return policy.derivation.entrance.evaluate({"name": name,
                                                 "entrancePrefix": policy.derivation.entrancePrefix})
 
 
 def schedule_labels(policy: Policy, spec: dict, aware: bool) -> dict[str, str]:
-    """PoolScheduleLabels of docs/concepts/pools-and-flavors.md "Pools: InstanceType + ClusterQueue of one
-    name", from an InstanceType spec and the awareness setting."""
+    """PoolScheduleLabels, from an InstanceType spec and the awareness setting."""
     acceleratable = bool(spec.get("acceleratable"))
     labels = {policy.key("acceleratable"): "true" if acceleratable else "false"}
     if spec.get("os"):
@@ -54,8 +52,8 @@ def _feature_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str,
 
 def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
     """Labels of a type whose spec lacks what names its pool (``os``, ``arch``; ``acceleratorGroup``
-    when acceleratable; validation requires them, docs/concepts/pools-and-flavors.md "InstanceType
-    admission"): it selects nothing (read as they are, a type without spec would name the CPU pool)."""
+    when acceleratable; validation requires them): it selects nothing (read as they are, a type without
+    spec would name the CPU pool)."""
     if policy.key("os") not in queue_labels or policy.key("arch") not in queue_labels:
         return True
     return queue_labels.get(policy.key("acceleratable")) == "true" and \
@@ -63,9 +61,8 @@ def _incomplete(policy: Policy, queue_labels: dict[str, str]) -> bool:
 
 
 def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's flavors (docs/concepts/pools-and-flavors.md "Pools: InstanceType +
-    ClusterQueue of one name"); None selects nothing (also for the labels of a type whose spec lacks os, arch,
-    or the acceleratorGroup of an acceleratable type)."""
+    """Label selector of the pool's flavors; None selects nothing (also for the labels of a type whose
+    spec lacks os, arch, or the acceleratorGroup of an acceleratable type)."""
     if _incomplete(policy, queue_labels):
         return None
     selector = _feature_selector(policy, queue_labels)
@@ -79,8 +76,7 @@ def flavor_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, s
 
 
 def devices_selector(policy: Policy, queue_labels: dict[str, str]) -> dict[str, str] | None:
-    """Label selector of the pool's Devices (docs/concepts/pools-and-flavors.md "Pools: InstanceType +
-    ClusterQueue of one name"); None when no feature key or the type's spec is incomplete (see
+    """Label selector of the pool's Devices; None when no feature key or the type's spec is incomplete (see
     :func:`flavor_selector`)."""
     selector = _feature_selector(policy, queue_labels)
     if not selector or _incomplete(policy, queue_labels):
@@ -97,8 +93,7 @@ def matches(selector: dict[str, str] | None, labels: dict[str, str]) -> bool:
 
 
 def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Iterable[dict]) -> dict:
-    """The InstanceType defaulting of docs/concepts/pools-and-flavors.md "InstanceType admission" (a new dict;
-    ``obj`` is not changed).
+    """The InstanceType defaulting (a new dict; ``obj`` is not changed).
 
     ``flavors``: the ResourceFlavor objects the cluster holds (name order is applied here).
     """
@@ -124,8 +119,7 @@ def default_instance_type(policy: Policy, obj: dict, aware: bool, flavors: Itera
 
 
 def needs_enrichment(it: dict) -> bool:
-    """Whether an InstanceType's descriptors are still empty (docs/concepts/pools-and-flavors.md "InstanceType
-    admission")."""
+    """Whether an InstanceType's descriptors are still empty."""
     spec = it.get("spec") or {}
     if is_deleting(it) or (spec.get("acceleratable") and not spec.get("acceleratorGroup")):
         return False
@@ -161,8 +155,7 @@ def _enrich(policy: Policy, spec: dict, labels: dict, aware: bool, flavors: Iter
 
 
 def derived_type(policy: Policy, name: str, plan, aware: bool) -> dict:
-    """The InstanceType the controller authors for a pool (docs/concepts/pools-and-flavors.md "Pools:
-    InstanceType + ClusterQueue of one name"), before defaulting.
+    """The InstanceType the controller authors for a pool, before defaulting.
 
     ``plan``: the FlavorPlan of the pool's first flavor in name order (its notes give the preset
     inputs).
@@ -228,18 +221,16 @@ def missing_fields(policy: Policy, spec: dict) -> list[str]:
 def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: dict | None,
                          queue_flavors: list, devices_list: list[dict], queue_state: dict,
                          closed: dict[str, str] | None = None) -> dict:
-    """``status`` of one InstanceType (docs/concepts/pools-and-flavors.md "InstanceType status").
+    """``status`` of one InstanceType.
 
     ``queue``: its desired ClusterQueue (None when the type is being deleted and the queue is gone);
     ``queue_flavors``: FlavorPlans in the queue; ``devices_list``: the pool's Devices (node order);
     ``closed``: node name -> why it takes no new Pod (docs/concepts/out-of-service.md "Cordoned and
-    tainted nodes"): its accelerators count as capacity only;
-    ``queue_state``: {"stopPolicy", "reserved" (bool), "reservedCpuMillis" (int),
-    "instancePodCpuMillis" (list of int, see :func:`running_instance_pod_cpu`), "active"
-    ("True"/"False"/"Unknown"/"Missing"), "message"}.
+    tainted nodes"): its accelerators count as capacity only; ``queue_state``: {"stopPolicy",
+    "reserved" (bool), "reservedCpuMillis" (int), "instancePodCpuMillis" (list of int, see
+    :func:`running_instance_pod_cpu`), "active" ("True"/"False"/"Unknown"/"Missing"), "message"}.
     """
     spec = it.get("spec") or {}
-    name = name_of(it)
     acceleratable = bool(spec.get("acceleratable"))
     drained = queue_state.get("stopPolicy") == "HoldAndDrain"
     status: dict = {}
@@ -286,16 +277,14 @@ def instance_type_status(policy: Policy, settings: Settings, it: dict, queue: di
 
 def _cpu_view(policy: Policy, settings: Settings, queue_flavors: list, queue_state: dict,
               drained: bool) -> dict:
-    """docs/concepts/pools-and-flavors.md "InstanceType status": capacity, remaining and onceMaxRequest in
-    cores.
+    """Capacity, remaining and onceMaxRequest in cores.
 
     Reserved cores come from the ClusterQueue's ``flavorsReservation`` (``reservedCpuMillis``) while
-    Kueue charges ``cpu``; when the Kueue configuration excludes ``cpu`` (docs/concepts/pools-and-flavors.md
-    "Kueue's resource charging", rules/pools/kueue.yaml) Kueue reserves nothing, and they come from the pool's
-    running Instance Pods instead (``instancePodCpuMillis``: one CPU limit in millicores per Pod), with
-    docs/concepts/pools-and-flavors.md "InstanceType status"'s overcommit reading: with overcommit on, a Pod
-    of ``c`` cores requested ``800m × ceil(c)`` (capped at its limit) and docs/concepts/pools-and-flavors.md
-    "InstanceType status" reads that back as ``ceil(c)`` cores, so each Pod counts ``ceil(limit)``; with it
+    Kueue charges ``cpu``; when the Kueue configuration excludes ``cpu`` (rules/pools/kueue.yaml) Kueue
+    reserves nothing, and they come from the pool's running Instance Pods instead
+    (``instancePodCpuMillis``: one CPU limit in millicores per Pod), with the status's overcommit
+    reading: with overcommit on, a Pod of ``c`` cores requested ``800m × ceil(c)`` (capped at its limit)
+    and the status reads that back as ``ceil(c)`` cores, so each Pod counts ``ceil(limit)``; with it
     off, requests equal limits and reserved = ceil(Σ limits). Per-core millis and the setting come from
     rules/instances/pod.yaml ``overcommit``.
     """
@@ -332,8 +321,7 @@ def reserved_cpu_millis(queue: dict | None) -> int:
 
 def running_instance_pod_cpu(policy: Policy, pods: Iterable[dict]) -> dict[str, list[int]]:
     """Queue entrance -> the CPU limits (millicores, one per Pod) of the running Instance Pods that
-    queue through it (docs/concepts/pools-and-flavors.md "Kueue's resource charging" fallback for the CPU view
-    of docs/concepts/pools-and-flavors.md "InstanceType status").
+    queue through it (the "Kueue's resource charging" fallback for the CPU view).
 
     A Pod counts when it carries the queue label (rules/labels.yaml role ``queueName``), has an
     Instance as its controller owner, is bound (``spec.nodeName``) and not terminated (phase not

@@ -119,8 +119,7 @@ def node_effective_labels(policy: Policy, node: dict, features) -> dict[str, str
 
 
 def read_node(policy: Policy, name: str, labels: dict[str, str], annotations: dict[str, str]) -> NodeView:
-    """Parse one node's labels into a :class:`NodeView` (docs/concepts/pools-and-flavors.md "Pools and
-    flavors")."""
+    """Parse one node's labels into a :class:`NodeView`."""
     general = policy.prefix("general")
     acc = policy.prefix("acceleratable")
     gkey = None

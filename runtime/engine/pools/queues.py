@@ -27,8 +27,7 @@ def queue_labels(policy: Policy, it: dict, aware: bool) -> dict[str, str]:
 
 def queue_flavors(policy: Policy, labels: dict[str, str], plans: dict[str, FlavorPlan],
                   rendered: dict[str, dict]) -> list[FlavorPlan]:
-    """The pool's flavors: selector match, capacity > 0, by per-node count then name
-    (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+    """The pool's flavors: selector match, capacity > 0, by per-node count then name."""
     selector = flavor_selector(policy, labels)
     chosen = [plans[name] for name, flavor in rendered.items()
               if plans[name].capacity > 0 and matches(selector, flavor["metadata"]["labels"])]
@@ -44,8 +43,7 @@ def holds_reservations(queue: dict | None) -> bool:
 def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str, str],
                   flavors: list[FlavorPlan], old: dict | None = None,
                   usable: dict[str, int] | None = None) -> tuple[dict, str]:
-    """(ClusterQueue object, phaseMessage) for one InstanceType (docs/concepts/pools-and-flavors.md "Queues
-    and the entrance").
+    """(ClusterQueue object, phaseMessage) for one InstanceType.
 
     ``usable``: device flavor name -> the accelerators its quota counts
     (:func:`runtime.engine.pools.reach.usable_quota`); a flavor not in it counts its capacity.
@@ -53,11 +51,10 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     ``old`` is the queue as the cluster holds it. When the pool lost every flavor while Workloads
     still hold reservations, the old groups are kept: with ``instance-type-drain-when-no-flavors``
     the queue goes ``HoldAndDrain`` (Kueue evicts, the Instances are stopped), otherwise it waits for
-    the reservations to clear; once none remains the groups are emptied (docs/concepts/pools-and-flavors.md
-    "Queues and the entrance"). A queue a rules generation emptied (``old`` carries the
-    ``queueEmptiedByRules`` annotation, written when that generation went live) is never drained: it
-    keeps its groups under ``Hold`` (nothing new is admitted, nothing running is evicted) until its
-    flavors come back, and keeps the annotation until then.
+    the reservations to clear; once none remains the groups are emptied. A queue a rules generation
+    emptied (``old`` carries the ``queueEmptiedByRules`` annotation, written when that generation went
+    live) is never drained: it keeps its groups under ``Hold`` (nothing new is admitted, nothing running
+    is evicted) until its flavors come back, and keeps the annotation until then.
     """
     spec_it = it.get("spec") or {}
     rules = policy.derivation.clusterQueue
@@ -116,8 +113,7 @@ def _keep_without_flavors(policy: Policy, settings: Settings, spec: dict, old_sp
 
 
 def local_queues(policy: Policy, queue: dict, namespaces: list[str]) -> list[dict]:
-    """One LocalQueue per namespace, named by the entrance, owned by the ClusterQueue
-    (docs/concepts/pools-and-flavors.md "Queues and the entrance")."""
+    """One LocalQueue per namespace, named by the entrance, owned by the ClusterQueue."""
     name = name_of(queue)
     lq_name = entrance(policy, name)
     return [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",

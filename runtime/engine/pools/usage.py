@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Iterable, Mapping
 
 from runtime.engine.devices.devicesobject import in_service, is_partitioned
@@ -35,7 +34,7 @@ from runtime.engine.devices.ledger import Charge, LedgerReplay, replay_ledger
 from runtime.engine.devices.nodefacts import agent_rules
 from runtime.engine.pools.accelerators import walk_devices
 from runtime.engine.policy import Policy
-from runtime.engine.snapshot import Snapshot, labels_of, name_of
+from runtime.engine.snapshot import labels_of, name_of
 from runtime.model.normalize import QuantityError, parse_quantity
 
 # Label names of each rate (and of the counters built from them), in order; ``node`` is appended
@@ -118,34 +117,6 @@ class RateTotals:
                 self.owners[which].pop(labels, None)
                 table.pop(labels, None)
         return touched
-
-
-def usage_rates(policy: Policy, snapshot: Snapshot, node_flavors: Mapping[str, list[str]],
-                resource_flavors: Iterable[dict], cluster_queues: Iterable[dict],
-                by_node: bool = False) -> UsageRates:
-    """The rates of module docstring, from ``snapshot`` (Devices, Pods, Nodes, LocalQueues, Workloads)
-    and the derived ``node_flavors``, ``resource_flavors`` and ``cluster_queues`` (a
-    :class:`runtime.engine.pools.derive.DesiredState`'s). ``by_node``: the node name ends the label
-    values of charged, idle and capacity. The controller keeps the same totals up to date from the
-    changes alone (:mod:`runtime.controller.usagetracker`)."""
-    placements = Placements(policy, partial(snapshot.get, "Node"), node_flavors, resource_flavors,
-                            cluster_queues)
-    queues = local_queues(snapshot.list("LocalQueue"))
-    key = policy.key("allocation")
-    pods: dict[str, list[dict]] = {}
-    for pod in snapshot.list("Pod"):
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and key in ((pod.get("metadata") or {}).get("annotations") or {}):
-            pods.setdefault(node, []).append(pod)
-    totals = RateTotals()
-    for devices in snapshot.list("Devices"):
-        node = name_of(devices)
-        totals.replace(("Devices", node), node_part(policy, devices, pods.get(node, []), placements.of(node),
-                                                    queues, (node,) if by_node else ()))
-    for wl in snapshot.list("Workload"):
-        totals.replace(("Workload", wl["metadata"].get("namespace", ""), name_of(wl)),
-                       workload_part(policy, wl))
-    return totals.rates
 
 
 def local_queues(objects: Iterable[dict]) -> dict[tuple[str, str], str]:

@@ -1,9 +1,9 @@
-"""The OpenAPI schemas of the kinds the rules read, as CEL types (:mod:`runtime.rules.celtyping`).
+"""The OpenAPI schemas of the kinds the rules read, as CEL types (:mod:`runtime.rules.cel.types`).
 
 ``objects.json`` is generated (``python -m runtime.rules.schemas.regenerate``: Kubernetes' core kinds
 from ``k8s.io/kubernetes``'s ``api/openapi-spec`` at the version the control plane build pins, Kueue's
 from its CRDs at the version ``e2e/crdsources`` pins, ours from ``crds/``). :func:`object_type` turns a
-kind's schema into a :class:`runtime.rules.celtyping.T`: an object with properties is an object whose
+kind's schema into a :class:`runtime.rules.cel.types.CelType`: an object with properties is an object whose
 other fields are findings, ``additionalProperties`` a map, an array a list; ``maxItems``,
 ``maxLength`` and ``maxProperties`` bound its size, the request body cap (:class:`Bounds`) what they
 leave unbounded. A quantity, an int-or-string, a ``number`` (a JSON number may read as int or double)
@@ -16,7 +16,7 @@ import importlib.resources
 import json
 from typing import Optional
 
-from runtime.rules.celtyping import BOOL, DYN, INF, INT, T, Bounds, sized
+from runtime.rules.cel.types import BOOL, DYN, INF, INT, Bounds, CelType, sized
 
 _DYN_REFS = frozenset({"io.k8s.apimachinery.pkg.api.resource.Quantity",
                        "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
@@ -47,9 +47,9 @@ class _Converter:
     def __init__(self, bounds: Bounds):
         self.bounds = bounds
         self.definitions = content()["definitions"]
-        self.memo: dict[str, T] = {}
+        self.memo: dict[str, CelType] = {}
 
-    def ref(self, name: str, label: str) -> T:
+    def ref(self, name: str, label: str) -> CelType:
         if name in _DYN_REFS:
             return DYN
         if name not in self.memo:
@@ -57,7 +57,7 @@ class _Converter:
             self.memo[name] = self.schema(self.definitions.get(name, {}), label)
         return self.memo[name]
 
-    def schema(self, schema: dict, label: str, top: bool = False) -> T:
+    def schema(self, schema: dict, label: str, top: bool = False) -> CelType:
         if "$ref" in schema:
             return self.ref(schema["$ref"], label)
         if schema.get("x-kubernetes-int-or-string") or schema.get("x-kubernetes-preserve-unknown-fields"):
@@ -72,7 +72,7 @@ class _Converter:
             return sized("string", schema.get("maxLength", INF))
         return {"integer": INT, "boolean": BOOL}.get(kind, DYN)
 
-    def object(self, schema: dict, label: str, top: bool) -> T:
+    def object(self, schema: dict, label: str, top: bool) -> CelType:
         size = schema.get("maxProperties", INF)
         if "properties" in schema:
             fields = {k: self.schema(v, f"{label}.{k}") for k, v in schema["properties"].items()}
@@ -81,13 +81,13 @@ class _Converter:
                 fields.setdefault("kind", sized("string", INF))
                 if "properties" not in (schema["properties"].get("metadata") or {}):
                     fields["metadata"] = self.ref(_OBJECT_META, f"{label}.metadata")
-            return T("object", fields=fields, size=size, name=label)
+            return CelType("object", fields=fields, size=size, name=label)
         extra = schema.get("additionalProperties")
         return sized("map", size, self.schema(extra, label) if isinstance(extra, dict) else DYN)
 
 
 @functools.lru_cache(maxsize=64)
-def object_type(kind: str, label: str, bounds: Bounds = Bounds()) -> Optional[T]:
+def object_type(kind: str, label: str, bounds: Bounds = Bounds()) -> Optional[CelType]:
     """The CEL type of an object of ``kind`` (as :func:`kind_names` spells it), its findings naming it
     ``label`` (``object``); None when ``objects.json`` has no such kind."""
     name = kind_names().get(kind)

@@ -1,7 +1,7 @@
 """JSON <-> CEL value conversion at the edge of rule evaluation (cel-python's ``celtypes``).
 
-Used by the evaluator (:mod:`runtime.rules.cel`) and by the custom functions
-(:mod:`runtime.rules.celadmission`) that take and return JSON-shaped values; it imports neither.
+Used by the evaluator (:mod:`runtime.rules.cel.evaluate`) and by the custom functions
+(:mod:`runtime.rules.cel.library.objects`) that take and return JSON-shaped values; it imports neither.
 """
 from __future__ import annotations
 

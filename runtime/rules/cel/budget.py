@@ -3,7 +3,7 @@
 Every evaluation of a rule expression carries a :class:`Budget`: the limits of its rules generation
 (``runtime`` of the ``CelLimits`` document, rules/cel.yaml; Kubernetes' defaults when the file is
 absent) and, during an admission review, the review's deadline and cancel event. The program
-globals (:func:`runtime.rules.celfast.program_globals`) count what the program spends:
+globals (:func:`runtime.rules.cel.fast.program_globals`) count what the program spends:
 
 - a comprehension (``map``, ``filter``, ``all``, ``exists``, ``exists_one``) costs, per iteration,
   1 plus the calls its body makes directly (each operator, function or macro the body's transpiled
@@ -15,77 +15,23 @@ globals (:func:`runtime.rules.celfast.program_globals`) count what the program s
 - a string, bytes or list built by ``+`` costs one unit per 10 characters or elements (Kubernetes'
   0.1 per character) and may not be longer than ``maxStringSize`` / ``maxListSize``.
 
-A spent budget raises :class:`CelBudgetExceeded` (a :class:`CelEvalError`) with its ``reason``:
+A spent budget raises :class:`~runtime.rules.cel.errors.CelBudgetExceeded` with its ``reason``:
 ``cost``, ``string-size``, ``list-size``, ``deadline`` or ``nesting`` (an expression nested deeper
 than the evaluator's recursion limit). It is an exception cel-python's error values do not absorb
 (``true || <error>`` is true; a spent budget is never true), so it ends the evaluation at once.
 """
 from __future__ import annotations
 
-import math
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Optional
+
+from runtime.model.cellimits import CelRuntimeLimits
+from runtime.rules.cel.errors import CelBudgetExceeded
 
 _yield = time.sleep  # time.sleep(0) releases the interpreter lock: a thread waiting for it runs
 
-from runtime.model.cellimits import CelRuntimeLimits
-
 DEFAULT_LIMITS = CelRuntimeLimits()   # Kubernetes' defaults (rules/cel.yaml may set others)
-
-
-def _ceil(value: float) -> float:
-    return value if math.isinf(value) else math.ceil(value)
-
-
-def call_cost(per_element, sizes: Sequence[float]) -> float:
-    """The price of one call of a custom function, the same at lint (``sizes``: its arguments' worst-case
-    sizes, :mod:`runtime.rules.celcalls`) and at run time (their lengths, :mod:`runtime.rules.celpricing`):
-    1, plus ``per_element`` (a signature's cost per element: a number) times the sum of ``sizes``; for
-    ``"regex"`` (CEL ``matches(text, pattern)``) Kubernetes' price of a regex match, a tenth of the text's
-    length times a quarter of the pattern's, each rounded up; for ``"sort"`` n times log2 n of the first
-    argument's n elements (docs/rule-authoring.md "Run-time budget")."""
-    if per_element == "regex":
-        return 1 + _ceil(sizes[0] / 10) * _ceil(sizes[1] / 4)
-    if per_element == "sort":
-        n = sizes[0]
-        return 1 + (n if math.isinf(n) else n * math.ceil(math.log2(n + 1)))
-    return 1 + (per_element * sum(sizes) if per_element else 0)
-
-
-class CelEvalError(RuntimeError):
-    """A CEL expression failed at evaluation time (missing key, type mismatch, division by zero)."""
-
-
-class CelBudgetExceeded(CelEvalError):
-    """An evaluation stopped because its budget was spent (see the module docstring).
-
-    ``reason``: ``cost``, ``string-size``, ``list-size``, ``deadline`` or ``nesting``; ``limit``: the
-    limit that was reached (cost units, characters, elements, seconds or frames); ``setting``: the
-    ``runtime`` key of rules/cel.yaml that sets it (empty for the deadline and the nesting limit);
-    ``iterations`` and ``cost``: what the evaluation had spent when it stopped; ``where``: the
-    expression's origin (set by :meth:`runtime.rules.cel.CelExpression.evaluate_cel`).
-    ``str()`` is a sentence without Python internals, fit for an AdmissionReview answer.
-    """
-
-    def __init__(self, reason: str, limit: float, setting: str = "", budget: Optional["Budget"] = None):
-        self.reason, self.limit, self.setting, self.where = reason, limit, setting, ""
-        self.iterations = budget.iterations if budget is not None else 0
-        self.cost = budget.cost if budget is not None else 0.0
-        super().__init__(self.describe())
-
-    def describe(self) -> str:
-        """``CEL evaluation stopped: <what was spent>`` naming the rules/cel.yaml setting."""
-        limit = f"{self.limit:g}" if isinstance(self.limit, float) else str(self.limit)
-        what = {
-            "cost": f"its cost limit of {limit} units was spent",
-            "string-size": f"it built a string longer than {limit} characters",
-            "list-size": f"it built a list longer than {limit} elements",
-            "deadline": f"the review's deadline of {limit}s passed",
-            "nesting": f"the expression nests deeper than the evaluator's limit of {limit} frames",
-        }[self.reason]
-        where = f" (rules/cel.yaml runtime.{self.setting})" if self.setting else ""
-        return f"CEL evaluation stopped: {what}{where}"
 
 
 class Deadline:
@@ -134,8 +80,9 @@ class Budget:
 
     def charge(self, cost: float) -> None:
         """Charge one call of a custom function or one ``in`` costing ``cost`` units (its price,
-        :func:`call_cost`) before it runs; check the cost limit and the deadline; every ``checkEvery``
-        calls let other threads run. Raises :class:`CelBudgetExceeded`."""
+        :meth:`~runtime.rules.cel.library.declare.Function.price`) before it runs; check the cost limit
+        and the deadline; every ``checkEvery`` calls let other threads run. Raises
+        :class:`CelBudgetExceeded`."""
         self._spend(1, cost)
 
     def _spend(self, steps: int, cost: float) -> None:
@@ -171,6 +118,6 @@ class Budget:
 
 class BudgetSlot(threading.local):
     """The budget of the evaluation running on this thread (None: none running): what the counting
-    helpers of :mod:`runtime.rules.celfast` charge. One evaluation runs at a time per thread."""
+    helpers of :mod:`runtime.rules.cel.fast` charge. One evaluation runs at a time per thread."""
 
     budget: Optional[Budget] = None

@@ -2,8 +2,9 @@
 
 cel-python's activation resolves every name the program reads through ``typing.cast(Union[...], ...)``,
 whose ``Union`` subscription costs ~14 us a call (about 15 % of a slice Pod review):
-:class:`_Activation` is the same resolution without it; :class:`_Runner` is cel-python's
-``CompiledRunner`` evaluating with it. Used by :mod:`runtime.rules.cel`.
+:class:`Activation` is the same resolution without it; :class:`Runner` is cel-python's
+``CompiledRunner`` evaluating with it. Used by :mod:`runtime.rules.cel.runtime` and
+:mod:`runtime.rules.cel.evaluate`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import celpy
 import celpy.evaluation as _celeval
 
 
-class _Activation(_celeval.Activation):
+class Activation(_celeval.Activation):
     """cel-python's Activation with the name resolution of its ``__getattr__`` (value, else container,
     else annotation; a name not found is a function) minus its per-call ``typing.cast(Union[...])``
     and debug logging; ``clone()`` (one per evaluation) and ``nested_activation()`` (one per macro
@@ -25,25 +26,25 @@ class _Activation(_celeval.Activation):
     finds with package ``None``; it is looked up directly, without building the lists of candidate
     paths and keys (and the debug line formatting them) that ``resolve_name`` makes on every call."""
 
-    def clone(self) -> "_Activation":
+    def clone(self) -> "Activation":
         """A copy with its own identifiers (cel-python's ``Activation.clone``)."""
-        clone = _Activation.__new__(_Activation)
+        clone = Activation.__new__(Activation)
         clone.identifiers = self.identifiers.clone()
         clone.functions = self.functions.copy()
         clone.package = self.package
         return clone
 
-    def nested_activation(self, annotations: Any = None, vars: Any = None) -> "_Activation":  # noqa: A002
+    def nested_activation(self, annotations: Any = None, vars: Any = None) -> "Activation":  # noqa: A002
         """cel-python's ``nested_activation`` (a macro's bound variable over this activation), keeping
         the class: without it, every name a ``map``/``filter``/``all``/``exists`` body reads went
         through cel-python's own ``__getattr__`` again. Built directly: a container chained to this
         activation's, holding the bound variable, and this activation's functions (cel-python wraps
         them in one more ``ChainMap`` over the same built-ins, which finds the same functions)."""
         if annotations is not None:
-            return _Activation(annotations=annotations, vars=vars, functions=self.functions,
+            return Activation(annotations=annotations, vars=vars, functions=self.functions,
                                package=self.package, based_on=self)
-        nested = _Activation.__new__(_Activation)
-        nested.identifiers = _container(self.identifiers, vars) if vars else _celeval.NameContainer(
+        nested = Activation.__new__(Activation)
+        nested.identifiers = name_container(self.identifiers, vars) if vars else _celeval.NameContainer(
             parent=self.identifiers)
         nested.functions = self.functions
         nested.package = self.package
@@ -79,7 +80,7 @@ _dict_get = dict.get
 _IDENT = re.compile(_celeval.IDENT + r"\Z")
 
 
-def _container(parent: Any, values: Mapping[str, Any]) -> Any:
+def name_container(parent: Any, values: Mapping[str, Any]) -> Any:
     """A ``NameContainer`` chained to ``parent`` holding ``values`` (plain identifiers), each as a
     ``Referent`` with its value set: what ``NameContainer.load_values`` makes of them, without its
     per-name path regexes."""
@@ -95,10 +96,10 @@ def _container(parent: Any, values: Mapping[str, Any]) -> Any:
     return container
 
 
-class _Runner(celpy.CompiledRunner):
-    """cel-python's transpiling runner, evaluating with :class:`_Activation`."""
+class Runner(celpy.CompiledRunner):
+    """cel-python's transpiling runner, evaluating with :class:`Activation`."""
 
-    def new_activation(self) -> _Activation:
+    def new_activation(self) -> Activation:
         """The runner's base activation (the environment's package and annotations, its functions)."""
-        return _Activation(package=self.environment.package, annotations=self.environment.annotations,
+        return Activation(package=self.environment.package, annotations=self.environment.annotations,
                            functions=self.functions)

@@ -19,16 +19,16 @@ and ``celtypes`` namespaces holding every attribute of the real modules except t
 - ``celtypes.DurationType``: ``duration()`` with a string matched by RE2 first (:func:`duration`):
   cel-python's own pattern backtracks on a string that is no duration.
 
-The same namespaces carry the run-time budget (:mod:`runtime.rules.celbudget`): the comprehension
+The same namespaces carry the run-time budget (:mod:`runtime.rules.cel.budget`): the comprehension
 macros (``evaluation.macro_map``, ``macro_filter``, ``macro_all``, ``macro_exists``,
 ``macro_exists_one``) read their source in steps of ``checkEvery`` iterations and charge each step to
-the budget of the evaluation running on the thread (:class:`~runtime.rules.celbudget.BudgetSlot`),
+the budget of the evaluation running on the thread (:class:`~runtime.rules.cel.budget.BudgetSlot`),
 the globals' ``operator`` is a namespace whose ``add`` charges and checks the strings and lists it
 builds, and ``evaluation.operator_in`` (CEL ``in``) charges a list's length before it looks. Without a
 budget in the slot they are cel-python's own.
 
 Nothing in cel-python is changed: its modules, classes and functions are the ones it ships, for
-every other caller and thread. Only code executed with these globals (:mod:`runtime.rules.cel`'s
+every other caller and thread. Only code executed with these globals (:mod:`runtime.rules.cel.evaluate`'s
 programs, under its lock) reads the namespaces. Values are cel-python's own types, so a result
 cannot tell which path made it; tests/engine/test_cel_stock_equivalence.py evaluates every
 expression of the rule suites both ways and compares typed values and errors. For another
@@ -207,7 +207,7 @@ def program_globals(evaluation_globals: dict, slot: Optional[Any] = None) -> dic
     ``celpy.evaluation`` globals, with whatever the caller added to them) whose ``celpy`` is the
     namespace described in the module docstring when cel-python is :data:`PINNED`; else
     ``evaluation_globals`` itself (stock behaviour, no budget). ``slot``: the
-    :class:`~runtime.rules.celbudget.BudgetSlot` the counting helpers charge (None: no counting)."""
+    :class:`~runtime.rules.cel.budget.BudgetSlot` the counting helpers charge (None: no counting)."""
     if _installed_version() != PINNED:
         return evaluation_globals
     evaluation = types.SimpleNamespace(**vars(_celeval))

@@ -1,0 +1,1 @@
+"""CEL: parse, check, compile and evaluate the expressions of rules/ (the stages: docs/architecture.md)."""

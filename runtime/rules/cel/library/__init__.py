@@ -1,0 +1,1 @@
+"""The custom CEL functions the rules call."""
