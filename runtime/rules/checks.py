@@ -36,17 +36,17 @@ ADMISSION_ROOTS = frozenset({"object", "oldObject", "request", "params", "settin
 # (kind, dotted spec path pattern) -> the names bound when the engine evaluates that field.
 ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
     ("PoolDerivation", "managed", frozenset({"labels", "managedKey"})),
-    ("PoolDerivation", "startGuard.expectFacts",
-     frozenset({"labels", "annotations", "keys", "devices", "role"})),
     ("PoolDerivation", "flavors.*.*",
-     frozenset({"gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
-    ("PoolDerivation", "pools.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
-    ("PoolDerivation", "catalog.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
+     frozenset({"namePrefix", "gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
+    ("PoolDerivation", "pools.*", frozenset({"namePrefix", "gKey", "aKey", "os", "arch", "aware"})),
+    ("PoolDerivation", "catalog.*", frozenset({"namePrefix", "gKey", "aKey", "os", "arch", "aware"})),
     ("PoolDerivation", "generalGroup", frozenset({"gKey", "aware"})),
     ("PoolDerivation", "entrance", frozenset({"name", "entrancePrefix"})),
-    ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", frozenset({"count", "max"})),
-    ("PoolDerivation", "admissionCheck.readyMessage", frozenset({"node", "nodes", "podSet"})),
-    ("PoolDerivation", "admissionCheck.retryMessage", frozenset({"flavor", "podSet", "closed"})),
+    ("PoolQueues", "clusterQueue.tooManyFlavorsMessage", frozenset({"count", "max"})),
+    ("PoolQueues", "admissionCheck.readyMessage", frozenset({"node", "nodes", "podSet"})),
+    ("PoolQueues", "admissionCheck.retryMessage", frozenset({"flavor", "podSet", "closed"})),
+    ("ControllerPolicy", "startGuard.expectFacts",
+     frozenset({"labels", "annotations", "keys", "devices", "role"})),
     ("InstancePod", "portName", frozenset({"port", "protocol"})),
     ("KueueConfiguration", "transformations[*].credits", frozenset({"constants"})),
     ("AuditPolicy", "checks[*].*", frozenset({"object", "settings"})),
@@ -384,7 +384,8 @@ def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = 
 
 def _other(checker: _Checker, doc: Any, settings: Optional[frozenset[str]]) -> None:
     """The expressions of a document of another kind than AdmissionPolicy: the names of
-    :data:`ACTIVATIONS` (dyn, but ``constants``), the types of :data:`EXPECTED_TYPES`."""
+    :data:`ACTIVATIONS` (dyn, but ``constants`` and a string field of the document, e.g. ``namePrefix``,
+    typed by their values), the types of :data:`EXPECTED_TYPES`."""
     checker.sized = True
     constants = celtyping.of_value(checker.shared.get("constants"), "constants") \
         if "constants" in checker.shared else DYN
@@ -395,7 +396,8 @@ def _other(checker: _Checker, doc: Any, settings: Optional[frozenset[str]]) -> N
         names = celnames.Names(roots=bound, members=members) if bound is not None else None
         scope = None
         if bound is not None:
-            scope = checker.scope({name: constants if name == "constants" else
+            scope = checker.scope({name: constants if name == "constants" else celtyping.of_value(own)
+                                   if type(own := getattr(doc.spec, name, None)) is str else
                                    celtyping.parse_type(ACTIVATION_TYPES[name], checker.bounds)
                                    if name in ACTIVATION_TYPES else DYN for name in bound})
         expect = next((t for k, pattern, t in EXPECTED_TYPES if k == doc.kind and _matches(where, pattern)),

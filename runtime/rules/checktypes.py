@@ -14,15 +14,15 @@ from runtime.rules.celtyping import DYN, T
 # others are dyn. ``constants`` is typed from rules/constants.yaml.
 ACTIVATION_TYPES = {
     "gKey": "string", "aKey": "string", "os": "string", "arch": "string", "name": "string",
-    "entrancePrefix": "string", "managedKey": "string", "closed": "string",
+    "entrancePrefix": "string", "namePrefix": "string", "managedKey": "string", "closed": "string",
     "count": "int", "max": "int", "mixed": "bool", "hasAccelerators": "bool", "aware": "bool",
 }
 
 # (kind, dotted spec path pattern) of non-admission fields and the type their expression must have.
 EXPECTED_TYPES: list[tuple[str, str, str]] = [
-    ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", "string"),
-    ("PoolDerivation", "admissionCheck.readyMessage", "string"),
-    ("PoolDerivation", "admissionCheck.retryMessage", "string"),
+    ("PoolQueues", "clusterQueue.tooManyFlavorsMessage", "string"),
+    ("PoolQueues", "admissionCheck.readyMessage", "string"),
+    ("PoolQueues", "admissionCheck.retryMessage", "string"),
 ]
 
 

@@ -363,4 +363,5 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
 
 
 REQUIRED_KINDS = ("Constants", "ManufacturerTable", "LabelCatalog", "SettingCatalog", "PoolDerivation",
-                  "PresetTable", "FourView", "KueueConfiguration", "ReloadGate")
+                  "PoolQueues", "ControllerPolicy", "PresetTable", "FourView", "KueueConfiguration",
+                  "ReloadGate")

@@ -41,9 +41,8 @@ def test_editing_a_preset_changes_the_derived_unit(rules_copy):
 
 
 def test_editing_a_name_pattern_renames_pools_and_entrances(rules_copy):
-    edit(rules_copy / "pools" / "derivation.yaml",
-         ': "gpustack--" + objectName(aKey) + "-" + os + "-" + arch\'',
-         ': "accel--" + objectName(aKey) + "-" + os + "-" + arch\'')
+    edit(rules_copy / "pools" / "derivation.yaml",   # the device pools' names (not the CPU pools')
+         """device: 'namePrefix + (aware ?""", """device: '"accel--" + (aware ?""")
     edit(rules_copy / "pools" / "derivation.yaml", "entrancePrefix: gpustack-fnv64-", "entrancePrefix: lq-")
     state = derive(Policy(load_rules(rules_copy)), load_snapshot([FIXTURES / "seed" / "step1"]))
     names = [it["metadata"]["name"] for it in state.instance_types]
