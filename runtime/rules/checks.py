@@ -28,6 +28,7 @@ from runtime.rules.celfunctions import SIGNATURES
 from runtime.rules.celtyping import DYN, T
 from runtime.rules.checktypes import ACTIVATION_TYPES, EXPECTED_TYPES, ExpressionCost, StaticReport
 from runtime.rules.checktypes import kind_type as _kind_type, shared_values as _shared_values
+from runtime.rules.includes import included_fragments, placed_in
 from runtime.rules.yamlsrc import SourceDocument, dotted
 
 REQUEST_MEMBERS = frozenset({"operation", "namespace", "name", "user", "time"})
@@ -118,6 +119,7 @@ class _Checker:
         self.shared: dict = {}
         self.complete = True
         self.sized = True   # False while params a policy borrows are missing: its sizes are guesses
+        self.fragments: dict = {}   # name -> (file, source) of the AdmissionValidations policies name
 
     def expression(self, file: str, doc: SourceDocument, path: tuple, expr: Expr,
                    names: Optional[celnames.Names], scope: Optional[celtyping.Scope] = None,
@@ -305,8 +307,10 @@ class _PolicyScope:
     def validation(self, path: tuple, v: Validation, visible: dict[str, T], item: Optional[T]) -> None:
         """One validation and, depth first, its nested validations."""
         local, inner = self.rule(path, v, visible, item, _VALIDATION_TYPES)
+        scope, inner_path = (placed_in(self, self.checker.fragments[v.validationsFrom]), ()) \
+            if v.validationsFrom in self.checker.fragments else (self, path)   # runtime/rules/includes.py
         for k, sub in enumerate(v.validations):
-            self.validation(path + ("validations", k), sub, local, inner)
+            scope.validation(inner_path + ("validations", k), sub, local, inner)
 
     def mutation(self, i: int, m, declared: dict[str, T]) -> None:
         """Mutation ``i``: its own parts, then its denials and writes in the mutation's scope."""
@@ -366,8 +370,9 @@ def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = 
     checker = _Checker(settings, tables, parsed, limits, types)
     checker.complete = complete
     checker.shared = _shared_values(documents) if types else {}
+    checker.fragments = included_fragments(documents)   # checked inside the policies naming them
     for doc in documents:
-        if doc.source is None:
+        if doc.source is None or (doc.kind == "AdmissionValidations" and doc.name in checker.fragments):
             continue
         if doc.kind == "AdmissionPolicy":
             _admission(checker, doc.file, doc.source, doc.spec)

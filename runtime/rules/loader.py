@@ -28,6 +28,7 @@ from runtime.model.cellimits import RuleLoadingLimits
 from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
 from runtime.rules.cel import CelCompileError, program_from_code, transpile
+from runtime.rules.includes import include_validations
 from runtime.rules.vocabulary import link
 from runtime.rules.tablechecks import missing_tables, table_problems
 from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems  # noqa: F401 - re-exported
@@ -340,6 +341,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
                                             doc.source.column_of(("metadata", "name")) if doc.source else 0))
                 continue
             ruleset.documents[key] = doc
+    # one policy in several files (validationsFrom): filled before the checks and the engine read it
+    problems.extend(RuleProblem(*problem) for problem in include_validations(validated))
     if entry is None:
         from runtime.rules.checks import static_checks  # not imported by a load from the cache
 

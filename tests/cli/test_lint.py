@@ -71,7 +71,7 @@ def test_every_problem_of_every_file_at_once(rules_copy):
     fold = [m.name for m in load_rules().get("AdmissionPolicy", "pods-mutation").mutations].index("slice-fold")
     assert lines[:2] == [
         f"rules/admission/pods.yaml:{l2}:{c2} spec.variables[0].expression: params.labelz is not declared "
-        "here (declared: bytesPerMib, constants, controllerUsers, derivation, exceptions, labels, manufacturers, nodePin, "
+        "here (declared: bytesPerMib, constants, controller, controllerUsers, derivation, exceptions, labels, manufacturers, nodePin, "
         "resourceKeys, "
         "settingCatalog)",
         f"rules/admission/pods.yaml:{l1}:{c1} spec.mutations[{fold}].variables[3].expression: variables.pctt is not "
