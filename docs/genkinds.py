@@ -121,8 +121,9 @@ def rule_kinds_page() -> str:
     out = [_header("runtime/model/*.py (pydantic models of SPEC_MODELS)"), "# Rule kinds\n\n",
            f"Every rule file is `{{apiVersion: {API_VERSION}, kind, metadata: {{name}}, spec}}`; the "
            "loader validates `spec` against the model of its kind (unknown fields are refused, errors name "
-           "the file, line and field). `CEL` fields hold CEL source compiled once at load. The format and "
-           "the choices behind it: [rules/README.md](../concepts/rules-as-data.md).\n\n"]
+           "the file, line and field). `CEL` fields hold CEL source compiled once at load. What each rule "
+           "file is for: `rules/README.md`; how to write and change rules: "
+           "[Rule authoring](../rule-authoring.md).\n\n"]
     out.append("Contents: the kinds below, then [CEL names](#cel-names), [CEL functions](#cel-functions) and "
                "[Rule tests](#rule-tests).\n\n")
     seen: set = set()
