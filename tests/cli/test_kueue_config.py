@@ -5,6 +5,7 @@ import json
 
 import yaml
 
+from runtime.rules.loader import DEFAULT_RULES_DIR
 from tests.cli.test_get_derive import edited_rules, run
 from tests.engine.test_kueue_charging import EXPECTED
 
@@ -43,12 +44,15 @@ def test_a_broken_rule_file_exits_2_naming_file_and_field(tmp_path):
                             "strategy: Swap, credits: constants.creditsPerAccelerator}")
     result = run("kueue-config", "--rules", str(rules))
     assert result.exit_code == 2
-    assert "rules/pools/kueue.yaml:36:54 spec.transformations[0].strategy: Input should be 'Replace' or 'Retain'" in result.output
+    text = (DEFAULT_RULES_DIR / "pools" / "kueue.yaml").read_text()
+    line = text[:text.index("strategy: Replace, credits: constants.creditsPerAccelerator}")].count("\n") + 1
+    assert (f"rules/pools/kueue.yaml:{line}:54 spec.transformations[0].strategy: Input should be 'Replace' or "
+            "'Retain'") in result.output
 
 
 def test_a_row_that_no_longer_fits_the_key_classifier_exits_2(tmp_path):
-    rules, _ = edited_rules(tmp_path, "pools/kueue.yaml", 'input: "{base}.sliced.units", family: sliced',
-                            'input: "{base}.sliced.units", family: shared')
+    rules, _ = edited_rules(tmp_path, "pools/kueue.yaml", 'input: "{base}.sliced.units"\n      family: sliced',
+                            'input: "{base}.sliced.units"\n      family: shared')
     result = run("kueue-config", "--rules", str(rules))
     assert result.exit_code == 2
     assert result.output == ("error: KueueConfiguration: transformations[2].input '{base}.sliced.units' gives "

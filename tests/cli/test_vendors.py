@@ -154,13 +154,16 @@ def test_lint_checks_product_tables(tmp_path):
 
 
 def test_lint_checks_views(tmp_path):
-    assert _lint(_rules(tmp_path / "a", "manufacturers.yaml", 'views: {exclusive: "true"}}\n    # Intel data',
-                        'views: {shared: "true"}}\n    # Intel data')) == (
-        1, "rules/manufacturers.yaml:36:15 spec.manufacturers[8].views: every manufacturer's devices "
+    old = 'views: {exclusive: "true"}}\n    # Intel data'
+    text = (DEFAULT_RULES_DIR / "manufacturers.yaml").read_text()
+    line = text[:text.index(old)].count("\n") + 1
+    assert _lint(_rules(tmp_path / "a", "manufacturers.yaml", old, 'views: {shared: "true"}}\n    # Intel data')) == (
+        1, f"rules/manufacturers.yaml:{line}:15 spec.manufacturers[8].views: every manufacturer's devices "
            "offer the exclusive view (a whole device): give exclusive: 'true'")
     assert _lint(_rules(tmp_path / "b", "manufacturers.yaml", "sliced: \"accelerator.source == 'devicePlugin'\"",
                         "sliced: \"acelerator.source == 'devicePlugin'\"")) == (
-        1, "rules/manufacturers.yaml:33:25 spec.manufacturers[7].views.sliced: undeclared name 'acelerator' "
+        1, f"rules/manufacturers.yaml:{text[:text.index('sliced: ' + chr(34) + 'accelerator.source')].count(chr(10)) + 1}:25 "
+           "spec.manufacturers[7].views.sliced: undeclared name 'acelerator' "
            "(names here: accelerator)")
 
 
