@@ -157,17 +157,17 @@ class DerivedTypeSpec(Strict):
     localStorage: str
 
 
-#: Fields an older rules/pools/derivation.yaml held, and their home now (a clear error, never ignored).
+_QUEUES, _CONTROLLER = "moved to rules/pools/queues.yaml (kind PoolQueues)", \
+    "moved to rules/controller.yaml (kind ControllerPolicy)"
+#: Fields an older rules/pools/derivation.yaml held, and where they went (a clear error, never ignored).
 MOVED_FROM_DERIVATION = {
-    "reloadGate": "rules/reload.yaml (kind ReloadGate)",
-    "clusterQueue": "rules/pools/queues.yaml (kind PoolQueues)",
-    "admissionCheck": "rules/pools/queues.yaml (kind PoolQueues)",
-    "closedNodes": "rules/pools/queues.yaml (kind PoolQueues)",
-    "systemNamespace": "rules/controller.yaml (kind ControllerPolicy)",
-    "reservedNamespaces": "rules/controller.yaml (kind ControllerPolicy)",
-    "controllerServiceAccount": "rules/controller.yaml (kind ControllerPolicy)",
-    "startGuard": "rules/controller.yaml (kind ControllerPolicy)",
-    "events": "rules/controller.yaml (kind ControllerPolicy; the reload's events: rules/reload.yaml)",
+    "reloadGate": "the reload's settings moved to rules/reload.yaml (kind ReloadGate: its spec and its "
+                  "events reloaded, refused, verdictsChanged; docs/rule-authoring.md "
+                  "\"How a rules change goes live\")",
+    "clusterQueue": _QUEUES, "admissionCheck": _QUEUES, "closedNodes": _QUEUES,
+    "systemNamespace": _CONTROLLER, "reservedNamespaces": _CONTROLLER,
+    "controllerServiceAccount": _CONTROLLER, "startGuard": _CONTROLLER,
+    "events": _CONTROLLER + " (a rules reload's Events: rules/reload.yaml)",
 }
 
 
@@ -203,7 +203,7 @@ class PoolDerivationSpec(Strict):
             return data
         moved = [key for key in MOVED_FROM_DERIVATION if key in data]
         if moved:
-            raise ValueError("; ".join(f"{key}: moved to {MOVED_FROM_DERIVATION[key]}" for key in moved)
+            raise ValueError("; ".join(f"{key}: {MOVED_FROM_DERIVATION[key]}" for key in moved)
                              + f": delete {'them' if len(moved) > 1 else 'it'} here")
         return data
 

@@ -12,7 +12,7 @@ import pytest
 
 from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
-from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES
 
@@ -77,3 +77,20 @@ def test_the_sh_once_max_reading_is_a_rule_option(rules_copy):
 
 def test_the_default_rules_are_the_seeds(policy):
     assert summaries(DEFAULT_RULES_DIR)["gpustack--nvidia-tesla-t4-linux-amd64"]["accelerator"] == "4/5 40/50 100/500 0/0"
+
+
+@pytest.mark.parametrize("field, home", [
+    ("admissionCheck", "admissionCheck: moved to rules/pools/queues.yaml (kind PoolQueues): delete it here"),
+    ("startGuard", "startGuard: moved to rules/controller.yaml (kind ControllerPolicy): delete it here"),
+    ("systemNamespace", "systemNamespace: moved to rules/controller.yaml (kind ControllerPolicy): delete it here"),
+])
+def test_a_derivation_still_holding_a_moved_field_is_refused_naming_its_home(rules_copy, field, home):
+    """PoolDerivation was split by concern (docs/changelog.md): an older derivation is never half-read."""
+    path = rules_copy / "pools" / "derivation.yaml"
+    text = path.read_text()
+    path.write_text(text + f"  {field}: {{}}\n")
+    with pytest.raises(RuleLoadError) as refused:
+        load_rules(rules_copy)
+    line, column = text.count("\n") + 1, len(f"  {field}: ") + 1
+    assert [str(p) for p in refused.value.problems] == [
+        f"rules/pools/derivation.yaml:{line}:{column} spec.{field}: {home.split(': ', 1)[1]}"]
