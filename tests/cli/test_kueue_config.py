@@ -5,9 +5,9 @@ import json
 
 import yaml
 
-from runtime.rules.loader import DEFAULT_RULES_DIR
 from tests.cli.test_get_derive import edited_rules, run
 from tests.engine.test_kueue_charging import EXPECTED
+from tests.rulelines import shipped_line
 
 
 # docs/concepts/dra.md "The ledger from claims": the DeviceClasses accelpolicy derives for the shipped DRA drivers (NVIDIA's, AMD's,
@@ -44,8 +44,7 @@ def test_a_broken_rule_file_exits_2_naming_file_and_field(tmp_path):
                             "strategy: Swap, credits: constants.creditsPerAccelerator}")
     result = run("kueue-config", "--rules", str(rules))
     assert result.exit_code == 2
-    text = (DEFAULT_RULES_DIR / "pools" / "kueue.yaml").read_text()
-    line = text[:text.index("strategy: Replace, credits: constants.creditsPerAccelerator}")].count("\n") + 1
+    line = shipped_line("rules/pools/kueue.yaml", "strategy: Replace, credits: constants.creditsPerAccelerator}")
     assert (f"rules/pools/kueue.yaml:{line}:54 spec.transformations[0].strategy: Input should be 'Replace' or "
             "'Retain'") in result.output
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runtime.rules.loader import RuleLoadError, load_rules, rule_problems
+from tests.rulelines import shipped_line
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 PODS = "rules/admission/pods-mutation.yaml"
@@ -18,8 +19,7 @@ PODS = "rules/admission/pods-mutation.yaml"
 
 def at(old: str) -> str:
     """``rules/admission/pods-mutation.yaml:<line>``: the line of the shipped file where ``old`` first starts."""
-    text = (RULES / "admission" / "pods-mutation.yaml").read_text()
-    return f"{PODS}:{text[:text.index(old)].count(chr(10)) + 1}"
+    return f"{PODS}:{shipped_line(PODS, old)}"
 
 
 def test_shipped_rules_are_clean_with_types_and_costs():

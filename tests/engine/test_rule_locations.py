@@ -1,20 +1,12 @@
 """Findings name the file that is wrong and point at the offending item (docs/rule-authoring.md)."""
 from __future__ import annotations
 
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _line(file: str, text: str) -> int:
-    """The 1-based line of the shipped ``file`` (``rules/...``) where ``text`` first starts."""
-    content = (ROOT / file).read_text()
-    return content[:content.index(text)].count("\n") + 1
+from tests.rulelines import shipped_line
 
 
 def test_a_yaml_error_is_reported_only_in_its_own_file(edited_rules):
     """instances-validation.yaml borrows instance-common from instances.yaml: it gets no invented error."""
-    line = _line("rules/admission/instances.yaml", "  name: instances-mutation\n") + 1
+    line = shipped_line("rules/admission/instances.yaml", "  name: instances-mutation\n") + 1
     found = edited_rules("rules/admission/instances.yaml", "  name: instances-mutation\n",
                          "  name: instances-mutation\n  bad: [unclosed\n")
     assert found == [f"rules/admission/instances.yaml:{line + 1}:5 <document>: not valid YAML: expected ',' or "
@@ -22,7 +14,7 @@ def test_a_yaml_error_is_reported_only_in_its_own_file(edited_rules):
 
 
 def test_a_misspelt_params_table_is_one_finding_at_params_from(edited_rules):
-    line = _line("rules/admission/instances-validation.yaml", "paramsFrom: [instance-common]")
+    line = shipped_line("rules/admission/instances-validation.yaml", "paramsFrom: [instance-common]")
     found = edited_rules("rules/admission/instances-validation.yaml", "paramsFrom: [instance-common]",
                          "paramsFrom: [instance-commons]")
     assert found == [f"rules/admission/instances-validation.yaml:{line}:15 spec.paramsFrom: no AdmissionParams "
@@ -30,7 +22,7 @@ def test_a_misspelt_params_table_is_one_finding_at_params_from(edited_rules):
 
 
 def test_a_preset_tier_error_points_at_the_tier(edited_rules):
-    line = _line("rules/pools/presets.yaml", "fallbackTier: fallback")
+    line = shipped_line("rules/pools/presets.yaml", "fallbackTier: fallback")
     found = edited_rules("rules/pools/presets.yaml", "fallbackTier: fallback", "fallbackTier: huge")
     assert found == [f"rules/pools/presets.yaml:{line}:17 spec.fallbackTier: unknown tier 'huge' "
                      "(tiers: fallback, large, medium, small, xlarge)"]
@@ -38,7 +30,7 @@ def test_a_preset_tier_error_points_at_the_tier(edited_rules):
 
 def test_a_validations_from_name_no_document_has_is_a_finding_at_it(edited_rules):
     """One policy in several files (runtime/rules/includes.py): a misspelt name is found where it is written."""
-    line = _line("rules/admission/instances-validation.yaml", "validationsFrom: instance-volumes")
+    line = shipped_line("rules/admission/instances-validation.yaml", "validationsFrom: instance-volumes")
     found = edited_rules("rules/admission/instances-validation.yaml", "validationsFrom: instance-volumes",
                          "validationsFrom: instance-volume")
     assert found == [
@@ -52,7 +44,7 @@ def test_a_finding_in_an_included_file_is_placed_in_that_file(edited_rules):
     """The static checks read an AdmissionValidations document in the policy that names it, with that policy's
     variables, and place a finding at its own file, line and column."""
     old = "expression: variables.mountPath != ''"
-    line = _line("rules/admission/instances-volumes.yaml", old)
+    line = shipped_line("rules/admission/instances-volumes.yaml", old)
     found = edited_rules("rules/admission/instances-volumes.yaml", old, "expression: variables.mountPth != ''")
     assert len(found) == 1
     assert found[0].startswith(f"rules/admission/instances-volumes.yaml:{line}:33 spec.validations[2].validations[0]"
