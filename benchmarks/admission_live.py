@@ -168,9 +168,9 @@ def run(nodes: int, layouts: list[str], rate: float, churn_rate: float, review_r
         _, kubectl = with_crds(cluster)
         session = connect(cluster.kubeconfig)
         out["write_objects_s"] = round(write_objects(session, objects), 2)
-        derivation = policy.derivation
-        config = service_account_kubeconfig(kubectl, cluster.kubeconfig, derivation.systemNamespace,
-                                            derivation.controllerServiceAccount, tmp / "controller.kubeconfig")
+        controller = policy.controller
+        config = service_account_kubeconfig(kubectl, cluster.kubeconfig, controller.systemNamespace,
+                                            controller.controllerServiceAccount, tmp / "controller.kubeconfig")
         for i, layout in enumerate(layouts):
             if i:
                 _clean_load(session)

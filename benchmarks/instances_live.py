@@ -188,9 +188,9 @@ def run(nodes: int, rate: float, seconds: float, samples: int) -> dict:
         _, kubectl = with_crds(cluster)
         session = connect(cluster.kubeconfig)
         out["write_objects_s"] = round(write_objects(session, objects), 2)
-        derivation = policy.derivation
-        config = service_account_kubeconfig(kubectl, cluster.kubeconfig, derivation.systemNamespace,
-                                            derivation.controllerServiceAccount, tmp / "controller.kubeconfig")
+        controller = policy.controller
+        config = service_account_kubeconfig(kubectl, cluster.kubeconfig, controller.systemNamespace,
+                                            controller.controllerServiceAccount, tmp / "controller.kubeconfig")
         port = free_port()
         ctl = ControllerProcess(config, tmp / "controller.log",
                                 ("--webhook-port", str(port), "--webhook-self-signed", str(tmp / "tls")))

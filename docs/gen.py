@@ -103,7 +103,7 @@ def settings_page() -> str:
     """The settings reference from ``rules/settings.yaml`` (kind SettingCatalog)."""
     doc = yaml.safe_load((ROOT / "rules" / "settings.yaml").read_text())
     spec = doc["spec"]
-    namespace = yaml.safe_load((ROOT / "rules" / "pools" / "derivation.yaml").read_text())["spec"]["systemNamespace"]
+    namespace = yaml.safe_load((ROOT / "rules" / "controller.yaml").read_text())["spec"]["systemNamespace"]
     out = [_header("rules/settings.yaml"), "# Settings\n\n",
            f"The settings live as raw strings in the Secret `{namespace}/{spec['secretName']}` "
            f"(namespace from env `{spec['namespaceEnv']}` when set); the controller adds every missing "

@@ -11,7 +11,7 @@ A suite::
       derive: true                             # admission sees the snapshot after derivation
       objectTemplate: {...}                    # deep-merged under each case's object (lists replace)
       cases:
-        - name: rule 1a
+        - name: "one-accelerator-family: exclusive and sliced"
           operation: CREATE                    # default CREATE
           useTemplate: false                   # optional: the object as written
           object: {...}
@@ -28,9 +28,7 @@ A suite::
                                                # `rule` label of the rule-hit metric); [] asserts none
             warnings: [...]                    # optional: the review's warnings; [] asserts none
 
-A name in ``expect.rules`` that is a validation's former name (``formerNames`` in the rule files)
-is read as that validation's current name, with a deprecation warning on the case's result; a name
-no rule has fails the case.
+A name in ``expect.rules`` that no rule has fails the case.
 
 Run by ``accelpolicy test rules/`` and by tests/admission/test_rule_suites.py.
 """
@@ -81,13 +79,11 @@ class Case:
 
 @dataclass
 class CaseResult:
-    """Outcome of one case: ``problems`` empty when it passed; ``response`` the review's answer;
-    ``warnings`` what passes but should change (a former rule name in ``expect.rules``)."""
+    """Outcome of one case: ``problems`` empty when it passed; ``response`` the review's answer."""
 
     case: Case
     problems: list[str] = field(default_factory=list)
     response: dict = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -200,7 +196,7 @@ class Runner:
         self.engine = AdmissionEngine(policy)
         self.base_dir = Path(base_dir)
         self._views: dict = {}
-        self.rule_names, self.former_names = rule_names(policy)
+        self.rule_names = rule_names(policy)
 
     def _resolve(self, path: str) -> Path:
         """A suite's snapshot path: relative to the rules directory's parent, or — for an edited
@@ -243,32 +239,22 @@ class Runner:
                 result.problems.append(f"patch:\n  want {json.dumps(exp['patch'])}\n"
                                        f"  got  {json.dumps(patch)}")
         if "rules" in exp:
-            self._check_rules(case, exp["rules"], outcome.rules, result)
+            self._check_rules(exp["rules"], outcome.rules, result)
         if "warnings" in exp and got.get("warnings", []) != exp["warnings"]:
             result.problems.append(f"warnings:\n  want {exp['warnings']!r}\n  got  {got.get('warnings')!r}")
         return result
 
-    def _check_rules(self, case: Case, want: Any, got: list[str], result: CaseResult) -> None:
-        """``expect.rules``: the rule names the review hit, in order; a former name (``formerNames``)
-        stands for its validation's current name, with a warning; a name no rule has is a problem."""
+    def _check_rules(self, want: Any, got: list[str], result: CaseResult) -> None:
+        """``expect.rules``: the rule names the review hit, in order; a name no rule has is a problem."""
         if not isinstance(want, list) or not all(isinstance(n, str) for n in want):
             result.problems.append(f"rules: want a list of rule names, got {want!r}")
             return
-        resolved = []
-        for name in want:
-            if name in self.rule_names:
-                resolved.append(name)
-            elif name in self.former_names:
-                current = self.former_names[name]
-                result.warnings.append(f"rule test {case.file}: validation name {name!r} is deprecated, "
-                                       f"use {current!r}")
-                resolved.append(current)
-            else:
-                result.problems.append(f"rules: no rule is named {name!r} (a validation, mutation or "
-                                       "mutation/denial of the rules, or shape, rule-error, budget-exceeded)")
-                return
-        if resolved != got:
-            result.problems.append(f"rules:\n  want {json.dumps(resolved)}\n  got  {json.dumps(got)}")
+        unknown = next((name for name in want if name not in self.rule_names), None)
+        if unknown is not None:
+            result.problems.append(f"rules: no rule is named {unknown!r} (a validation, mutation or "
+                                   "mutation/denial of the rules, or shape, rule-error, budget-exceeded)")
+        elif want != got:
+            result.problems.append(f"rules:\n  want {json.dumps(want)}\n  got  {json.dumps(got)}")
 
     def run_all(self, cases: list[Case]) -> Iterator[CaseResult]:
         """:meth:`run` for each case, in order."""

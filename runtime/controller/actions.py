@@ -62,7 +62,7 @@ class ActionWriter:
         """Server-side apply of one Workload's check entry on its ``status`` subresource, field manager
         = the check's ``controllerName`` (as Kueue's admission-check controllers write)."""
         self.applier.apply_status(action.body,
-                                  field_manager=self.policy.derivation.admissionCheck.controllerName,
+                                  field_manager=self.policy.queues.admissionCheck.controllerName,
                                   keep_uid=True)
 
     def _do_apply(self, action: Action) -> None:

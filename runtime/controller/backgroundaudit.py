@@ -5,7 +5,7 @@ audit of :mod:`runtime.report.audit` on the controller's watch caches, written a
 Only reports whose content changed since the last write are applied (server-side apply, field manager
 ``accelpolicy``); a namespace whose findings are gone gets an empty report rather than a stale one.
 ``accelpolicy_audit_results{result}`` counts the latest run per result kind; an object that newly
-fails (``fail`` or ``error``) gets the ``auditFailed`` Event of rules/pools/derivation.yaml ``events``
+fails (``fail`` or ``error``) gets the ``auditFailed`` Event of rules/controller.yaml ``events``
 (Warning ``AuditFailed``) with the message. The audit runs on
 the rules in force (a hot reload applies from the next run).
 
@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from runtime.kube.events import CONTROLLER_COMPONENT, event
 from runtime.kube.session import KubeApiError
-from runtime.model.rulefiles import StateEvent
+from runtime.model.stateevents import StateEvent
 from runtime.report.audit import audit
 from runtime.report.results import RESULT_KINDS, Result, reports, summary
 from runtime.reload.watcher import Periodic
@@ -36,7 +36,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "accelpolicy"}
 
 
 def failed_event(template: StateEvent, result: Result, now: datetime) -> dict:
-    """The Event of ``template`` (the ``auditFailed`` entry of ``events`` in rules/pools/derivation.yaml:
+    """The Event of ``template`` (the ``auditFailed`` entry of ``events`` in rules/controller.yaml:
     type, reason, message with ``{policy}``, ``{rule}``, ``{message}``) on the object of ``result``,
     at ``now`` (aware datetime); the message cut at 1,024 characters."""
     ref = result.resource
@@ -121,7 +121,7 @@ class BackgroundAudit(Periodic):
         failing = {
             (r.resource, r.policy, r.rule, r.field): r for r in results if r.result in ("fail", "error")}
         now = self.controller.clock()
-        template = self.controller.policy.derivation.events.auditFailed
+        template = self.controller.policy.controller.events.auditFailed
         for key in sorted(set(failing) - self._failing, key=str):
             try:
                 self.controller.applier.create(failed_event(template, failing[key], now))

@@ -170,7 +170,7 @@ def workload_check_step(policy: Policy, snapshot: Snapshot, now: datetime, names
     if retries is not None:
         retries.update(snapshot, checks.verdicts)
     for error in checks.errors:
-        logger.warning("admission check {}: {}", policy.derivation.admissionCheck.name, error)
+        logger.warning("admission check {}: {}", policy.queues.admissionCheck.name, error)
     if checks.requeue is not None:
         requeue.ask(monotonic() + checks.requeue)
     return checks.actions, checks.verdicts

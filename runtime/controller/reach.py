@@ -5,7 +5,7 @@ After every derive the controller asks :class:`ReachWatch` for the pool findings
 ``spec.nodeLabels`` select fewer of its contributing Nodes than contribute; a node whose labels count
 more accelerators than its Devices can use). A finding that appears or whose message changes is a
 Warning Event on the pool's InstanceType (``flavorSelectsTooFewNodes`` / ``acceleratorsUnusable`` of
-rules/pools/derivation.yaml ``events``); one that goes away, a Normal Event (``flavorSelectsItsNodes`` /
+rules/controller.yaml ``events``); one that goes away, a Normal Event (``flavorSelectsItsNodes`` /
 ``acceleratorsUsable``). Findings that hold when the process starts are reported by its first pass.
 
 :class:`ReachCollector` publishes the last pass's figures at scrape time (labels are ResourceFlavor,
@@ -62,7 +62,7 @@ class ReachWatch:
         self.accelerators = dict(state.flavor_accelerators)
         if before == findings:  # the common pass
             return []
-        templates, spec = policy.derivation.events, reach_spec(policy)
+        templates, spec = policy.controller.events, reach_spec(policy)
         if spec is None:  # rules without an AuditPolicy (a reload dropped it): nothing to word
             return []
         raised = {spec.unselected.rule: templates.flavorSelectsTooFewNodes,

@@ -7,7 +7,7 @@ Pure helpers; the controller performs the one write they call for:
 * it exists -> add only the missing keys; a stored value is never overwritten (env values are
   first-deploy seeds only); keys that are not settings are left untouched.
 
-The namespace is the catalog's (the system namespace of rules/pools/derivation.yaml) unless env
+The namespace is the catalog's (the system namespace of rules/controller.yaml) unless env
 ``KUBERNETES_POD_NAMESPACE`` names another (the catalog's ``namespaceEnv``).
 """
 from __future__ import annotations

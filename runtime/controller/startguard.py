@@ -4,7 +4,7 @@ A controller that starts, restarts or takes over the lead may find the cluster's
 an uninstall and a namespace delete the agents' NodeFeatures are gone until the agents re-create them,
 and a pass run before then derives every node unmanaged, deletes the flavors, stops the accelerator
 queues (Kueue evicts what runs there) and stops the Instances for good. The guard holds those steps
-until the view is **whole**, as ``startGuard`` of rules/pools/derivation.yaml defines it:
+until the view is **whole**, as ``startGuard`` of rules/controller.yaml defines it:
 
 * every watch cache listed once, and
 * every Node (not being deleted) has the trusted NodeFeature (decision 20: in the system namespace,
@@ -111,7 +111,7 @@ class StartGuard:
 
     @property
     def grace_seconds(self) -> float:
-        return self.policy.derivation.startGuard.graceSeconds
+        return self.policy.controller.startGuard.graceSeconds
 
     def begin(self) -> None:
         """The controller began leading: the grace period runs from now (once; later calls do nothing)."""
@@ -128,7 +128,7 @@ class StartGuard:
         """The Nodes (not being deleted) lacking a trusted NodeFeature of a role in ``nodeFeatures`` for
         which ``expectFacts`` holds (variables: the Node's ``labels``, ``annotations``, its Devices'
         ``devices`` spec, the ``role``, ``keys``), in name order."""
-        rules = self.policy.derivation.startGuard
+        rules = self.policy.controller.startGuard
         nf_rules = agent_rules(self.policy).nodeFeature
         devices_kind = agent_rules(self.policy).devices.kind
         suffixes = {role: getattr(nf_rules, role).nameSuffix for role in rules.nodeFeatures}

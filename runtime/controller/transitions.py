@@ -1,8 +1,8 @@
 """Events on the objects whose state the controller changed, once per transition (docs/observability.md
 "Events").
 
-Reasons, types and message templates are ``events`` of rules/pools/derivation.yaml
-(:class:`runtime.model.rulefiles.StateEvents`); this module only decides when and on what:
+Reasons, types and message templates are ``events`` of rules/controller.yaml
+(:class:`runtime.model.stateevents.StateEvents`); this module only decides when and on what:
 
 * ``nodeLeftPool`` / ``nodeJoinedPool`` on the Node: the ResourceFlavors a node contributes to
   (``DesiredState.node_flavors``, docs/concepts/pools-and-flavors.md "ResourceFlavors: what each node
@@ -35,7 +35,7 @@ from runtime.engine.plan import Action, Verb
 from runtime.engine.policy import Policy
 from runtime.engine.snapshot import KNOWN_KINDS, Snapshot, is_deleting
 from runtime.kube.events import CONTROLLER_COMPONENT, event
-from runtime.model.rulefiles import StateEvent
+from runtime.model.stateevents import StateEvent
 
 
 
@@ -87,7 +87,7 @@ class TransitionEvents:
         before, self.node_flavors = self.node_flavors, dict(node_flavors)  # each pass derives new lists
         if before is None or before == node_flavors:  # the common pass: one dict comparison
             return []
-        templates = policy.derivation.events
+        templates = policy.controller.events
         out = []
         for name, left, joined in pool_changes(before, node_flavors):
             node = snapshot.get("Node", name)
@@ -105,7 +105,7 @@ class TransitionEvents:
         a deleting InstanceType (same name; the queue drains, ``HoldAndDrain`` while Kueue holds it), on
         the type; a Workload's ``Retry`` answer (``verdicts``: (namespace, name) ->
         :class:`runtime.engine.admissioncheck.Verdict`), on the Workload. ``snapshot``: the pass's."""
-        templates = policy.derivation.events
+        templates = policy.controller.events
         if action.kind == "ClusterQueue" and action.verb == Verb.DELETE:
             typ = snapshot.get("InstanceType", action.name)
             if typ is None or not is_deleting(typ):
@@ -118,7 +118,7 @@ class TransitionEvents:
             if verdict is None or workload is None or verdict.state != ac.RETRY:
                 return None
             return state_event(templates.workloadRetry, workload, "Workload", now,
-                               check=policy.derivation.admissionCheck.name, message=verdict.message)
+                               check=policy.queues.admissionCheck.name, message=verdict.message)
         return None
 
     def loop_event(self, policy: Policy, action: Action, snapshot: Snapshot, verdicts: Mapping,
@@ -142,7 +142,7 @@ class TransitionEvents:
         flavor, count = self.retries.get(uid, ("", 0))
         count = count + 1 if flavor == verdict.flavor else 1
         self.retries[uid] = (verdict.flavor, count)
-        check = policy.derivation.admissionCheck
+        check = policy.queues.admissionCheck
         if count != check.retryLoopAfter:
             return None
         held = ac.flavor_that_holds(policy, snapshot, workload, verdict)
@@ -150,6 +150,6 @@ class TransitionEvents:
             return None
         pool = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
         self.retry_loops[key] = pool
-        return state_event(policy.derivation.events.workloadRetryLoop, workload, "Workload", now,
+        return state_event(policy.controller.events.workloadRetryLoop, workload, "Workload", now,
                            check=check.name, flavor=verdict.flavor, count=str(count), other=held[0],
                            pool=pool, node=held[1])

@@ -214,7 +214,7 @@ class ControllerWebhooks:
 
     def identity_warning(self) -> str | None:
         """A warning when the controller's own user is not among the ``controllerUsers`` the
-        policies' params name (rules/pools/derivation.yaml ``controllerServiceAccount``): its own webhooks
+        policies' params name (rules/controller.yaml ``controllerServiceAccount``): its own webhooks
         would then refuse its InstanceTypeFlavor writes and Setting deletes. None when it is, or when
         unknown."""
         allowed = sorted({user for params in self.engine.params.values()
@@ -223,7 +223,7 @@ class ControllerWebhooks:
         if user is None or user in allowed:
             return None
         return (f"the controller runs as {user!r}, not as one of the controllerUsers {allowed} of "
-                "rules/pools/derivation.yaml: once registered, its own webhooks refuse its "
+                "rules/controller.yaml: once registered, its own webhooks refuse its "
                 "InstanceTypeFlavor writes and Setting deletes")
 
     def register(self, sync_timeout: float = 60.0) -> WebhookRegistrar | None:

@@ -53,7 +53,7 @@ def plan_workload_checks(policy: Policy, snapshot: Snapshot, now: datetime,
     """The check answers to write for ``snapshot``'s Workloads at time ``now`` (aware datetime).
     ``namespace``: the system namespace whose NodeFeatures count (decision 20; None: the rules')."""
     out = WorkloadCheckPlan()
-    retry = policy.derivation.admissionCheck.retryAfterSeconds
+    retry = policy.queues.admissionCheck.retryAfterSeconds
     nodes = None
     for workload in snapshot.list("Workload"):
         due = ac.seconds_until_due(policy, workload, now)

@@ -165,7 +165,7 @@ def _admission_checks(policy: Policy, state: DesiredState, snapshot: Snapshot, n
             out.append(Action(Verb.APPLY, "AdmissionCheck", name, body=check, reason="missing or differs"))
         conditions = ((live or {}).get("status") or {}).get("conditions") or []
         if not any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions):
-            active = policy.derivation.admissionCheck.active
+            active = policy.queues.admissionCheck.active
             status = {"conditions": [{"type": "Active", "status": "True", "reason": active.reason,
                                       "message": active.message,
                                       "lastTransitionTime": now or "1970-01-01T00:00:00Z"}]}

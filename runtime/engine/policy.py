@@ -10,6 +10,8 @@ from functools import cached_property
 from runtime.engine.decisions import DecisionTable
 from runtime.model.normalize import CruftRules
 from runtime.model import rulefiles as rf
+from runtime.model.controllerpolicy import ControllerPolicySpec
+from runtime.model.poolqueues import PoolQueuesSpec
 from runtime.model.kueue import KueueConfigurationSpec
 from runtime.rules.loader import RuleSet
 
@@ -24,6 +26,8 @@ class Policy:
         self.labels: rf.LabelCatalogSpec = ruleset.get("LabelCatalog")
         self.settings: rf.SettingCatalogSpec = ruleset.get("SettingCatalog")
         self.derivation: rf.PoolDerivationSpec = ruleset.get("PoolDerivation")
+        self.queues: PoolQueuesSpec = ruleset.get("PoolQueues")
+        self.controller: ControllerPolicySpec = ruleset.get("ControllerPolicy")
         self.presets: rf.PresetTableSpec = ruleset.get("PresetTable")
         self.fourview: rf.FourViewSpec = ruleset.get("FourView")
         self.manufacturers: dict[str, rf.Manufacturer] = self.manufacturer_table.by_id()

@@ -6,7 +6,7 @@ cannot read) and the controller (``InvalidSetting`` on the settings Secret, docs
 the controller's state transitions (:mod:`runtime.controller.transitions`: a node leaving or joining a
 pool, a type draining, a Workload answered Retry), its rules reload
 (:func:`runtime.reload.report.rules_event`) and its background audit
-(:func:`runtime.controller.backgroundaudit.failed_event`), Normal or Warning as rules/pools/derivation.yaml
+(:func:`runtime.controller.backgroundaudit.failed_event`), Normal or Warning as rules/controller.yaml
 ``events`` (a reload's: rules/reload.yaml) says.
 """
 from __future__ import annotations

@@ -25,6 +25,10 @@ from runtime.model.rulefiles import Expr, Strict
 SHARED_PARAMS = ("manufacturers", "constants", "settingCatalog")
 """The tables the admission engine adds to every policy's ``params`` (runtime.engine.admission)."""
 
+#: Validation fields removed in chart 0.3.0 (deprecated since the Pod validations were renamed): refused by
+#: name. A rule test naming a former validation name fails like any unknown name.
+REMOVED_VALIDATION_FIELDS = ("specRule", "formerNames")
+
 Reason = Literal["Forbidden", "Required", "Invalid", "NotFound", "Unsupported", "TooMany", "TooLong",
                  "InternalError"]
 
@@ -46,7 +50,7 @@ class Match(Strict):
     excludeNamespaces: list[str] = Field([], description="namespaceSelector: requests in these namespaces "
                                                           "are not sent (and not judged offline)")
     excludeReservedNamespaces: bool = Field(False,
-                                            description="add rules/pools/derivation.yaml reservedNamespaces "
+                                            description="add rules/controller.yaml reservedNamespaces "
                                                                "to excludeNamespaces (at load)")
     skipDeleting: bool = Field(
         False, description="UPDATE of an object with a deletionTimestamp is allowed untouched")
@@ -107,32 +111,46 @@ class Validation(Strict):
 
     name: str = Field("", description="the rule's id: the `rule` of audit results, PolicyReports and the "
                                        "rule-hit metric; descriptive kebab-case (what it checks)")
-    specRule: str = Field("", pattern=r"^([0-9]+[a-z]*'?)?$",
-                          description="the row of the specification's rule table this validation implements "
-                                      "(e.g. 1a, 2'); documentation only, never shown in verdicts")
-    formerNames: list[str] = Field([], description="names this validation had before a rename: a rule test "
-                                                    "(`expect.rules`) naming one still passes, with a "
-                                                    "warning naming the current name, for one release")
-    forEach: Optional[Expr] = None
-    variables: list[Variable] = []
-    when: Optional[Expr] = None
-    expression: Optional[Expr] = None
+    forEach: Optional[Expr] = Field(None, description="a list: the rule (or group) runs once per element, "
+                                                      "bound as `item`")
+    variables: list[Variable] = Field([], description="local variables (per item), merged into `variables`")
+    when: Optional[Expr] = Field(None, description="false skips the rule or group")
+    expression: Optional[Expr] = Field(None, description="true means valid")
     reason: Optional[Reason] = None
-    field: str = ""
-    fieldExpression: Optional[Expr] = None
-    message: str = ""
-    messageExpression: Optional[Expr] = None
-    value: Optional[Expr] = None
-    alone: bool = False
+    field: str = Field("", description="the field path of the error, e.g. spec.initContainers")
+    fieldExpression: Optional[Expr] = Field(None, description="the field path, computed")
+    message: str = Field("", description="the detail text (NotFound may have none)")
+    messageExpression: Optional[Expr] = Field(None, description="the detail text, computed")
+    value: Optional[Expr] = Field(None, description="the offending value after `Invalid value:` (strings "
+                                                    "quoted, numbers bare)")
+    alone: bool = Field(False, description="a failure answers alone and stops (docs/concepts/instances.md "
+                                           "\"Validation\")")
     exceptable: bool = Field(True, description="false: no PolicyException may lift this validation (or the "
                                                "rules inside it): a host-access or privileged gate, a trust "
                                                "boundary (docs/concepts/exceptions.md "
                                                "\"What may be excepted\")")
     validations: list["Validation"] = []
+    validationsFrom: str = Field("", description="a group whose validations are those of the "
+                                                 "AdmissionValidations document of this name (another file: "
+                                                 "a policy split by concern); they see this group's "
+                                                 "variables and item")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_fields(cls, data):
+        """``specRule`` and ``formerNames`` (deprecated since the Pod validations were renamed after chart
+        0.2.0) are removed: a clear error naming them, never a silent ignore."""
+        if isinstance(data, dict) and (removed := [k for k in REMOVED_VALIDATION_FIELDS if k in data]):
+            raise ValueError(f"{', '.join(removed)}: removed (a validation is known by its name alone; "
+                             "docs/rule-authoring.md \"Naming a rule\"): delete "
+                             f"{'them' if len(removed) > 1 else 'it'}")
+        return data
 
     @model_validator(mode="after")
     def _shape(self) -> "Validation":
-        if self.validations:
+        if self.validationsFrom and self.validations:
+            raise ValueError("a validation group gives validations or validationsFrom, not both")
+        if self.validations or self.validationsFrom:
             if self.expression is not None:
                 raise ValueError("a validation group has no expression of its own")
             return self
@@ -147,7 +165,7 @@ class Denial(Strict):
     """A mutating-webhook refusal: ``expression`` true denies with ``reason`` (403 Forbidden or 500)."""
 
     name: str = ""
-    expression: Expr
+    expression: Expr = Field(description="true denies")
     message: str = ""
     messageExpression: Optional[Expr] = None
     reason: Literal["Forbidden", "InternalError"] = "Forbidden"
@@ -157,8 +175,8 @@ class Write(Strict):
     """Set ``value`` at each path of ``paths`` (a CEL list of paths; a path is a list of keys/indexes)."""
 
     when: Optional[Expr] = None
-    paths: Expr
-    value: Expr
+    paths: Expr = Field(description="a list of paths, each a list of keys and indexes")
+    value: Expr = Field(description="the value written at each path")
 
 
 class Mutation(Strict):
@@ -168,8 +186,9 @@ class Mutation(Strict):
     forEach: Optional[Expr] = None
     variables: list[Variable] = []
     when: Optional[Expr] = None
-    denials: list[Denial] = []
-    writes: list[Write] = []
+    denials: list[Denial] = Field([], description="in order: the first whose expression is true answers")
+    writes: list[Write] = Field([], description="applied to a copy of the object; the JSONPatch is the "
+                                                "difference at the written places")
     builtin: Optional[str] = Field(
         None, description="a named built-in mutation (runtime.engine.admission.builtins)")
 
@@ -218,6 +237,15 @@ class AdmissionParamsSpec(Strict):
     values: dict[str, Any]
 
 
+class AdmissionValidationsSpec(Strict):
+    """``kind: AdmissionValidations``: validations of one AdmissionPolicy kept in a file of their own, so a
+    policy reads by concern. A group of the policy names the document in ``validationsFrom``; its
+    validations run there, in order, with the group's variables and ``item``, exactly as if written in
+    place (one webhook, one answer). A document no policy names is a load problem."""
+
+    validations: list[Validation] = Field(min_length=1)
+
+
 class AdmissionPolicySpec(Strict):
     """``kind: AdmissionPolicy``: one webhook (mutating when it has ``mutations``).
 
@@ -227,10 +255,10 @@ class AdmissionPolicySpec(Strict):
     numerically).
     """
 
-    webhook: str = Field(min_length=1)
-    path: str = Field(pattern=r"^/[A-Za-z0-9/_.-]+$")
+    webhook: str = Field(min_length=1, description="the registered webhook name")
+    path: str = Field(pattern=r"^/[A-Za-z0-9/_.-]+$", description="the HTTPS path the webhook serves")
     type: Literal["validating", "mutating"]
-    objectKind: str = Field(min_length=1)
+    objectKind: str = Field(min_length=1, description="the kind in the answer: `Pod \"x\" is invalid: ...`")
     match: Match
     failurePolicy: Literal["Fail", "Ignore"] = "Fail"
     enforcement: Literal["deny", "warn", "dryrun"] = Field(
@@ -243,13 +271,13 @@ class AdmissionPolicySpec(Strict):
                           "object), an UPDATE onto itself (rules about transitions), or not at all; unset: "
                           "CREATE when the policy matches CREATE, else UPDATE")
     paramsFrom: list[str] = Field([], description="AdmissionParams documents merged into params, in order")
-    params: dict[str, Any] = {}
+    params: dict[str, Any] = Field({}, description="this policy's own data (messages, thresholds, patterns)")
     shape: str = Field("", description="the ObjectShape checked before the rules ('' = none)")
-    lookups: list[Lookup] = []
-    variables: list[Variable] = []
-    validations: list[Validation] = []
-    mutations: list[Mutation] = []
-    patchOrder: dict[str, int] = {}
+    lookups: list[Lookup] = Field([], description="cluster objects read, in order, as `lookups.<name>`")
+    variables: list[Variable] = Field([], description="computed once per review, in order")
+    validations: list[Validation] = Field([], description="a validating policy's rules, in order")
+    mutations: list[Mutation] = Field([], description="a mutating policy's steps, in order")
+    patchOrder: dict[str, int] = Field({}, description="path segment -> rank in the JSONPatch's order")
 
     @property
     def audit_operation(self) -> str:
@@ -262,27 +290,6 @@ class AdmissionPolicySpec(Strict):
             raise ValueError("a validating policy has no mutations")
         if self.type == "mutating" and self.validations:
             raise ValueError("a mutating policy has no validations (use denials)")
-        return self
-
-    @model_validator(mode="after")
-    def _one_rule_per_id(self) -> "AdmissionPolicySpec":
-        """A ``specRule`` or a former name points at one validation of the policy, and a former name is
-        no current one (a rule test naming it must resolve to exactly one rule)."""
-        names = {v.name for v in all_validations(self.validations) if v.name}
-        seen_spec: set[str] = set()
-        seen_former: set[str] = set()
-        for v in all_validations(self.validations):
-            if v.specRule:
-                if v.specRule in seen_spec:
-                    raise ValueError(f"specRule {v.specRule!r} is on two validations")
-                seen_spec.add(v.specRule)
-            for former in v.formerNames:
-                if former in names:
-                    raise ValueError(
-                        f"validation {v.name!r}: former name {former!r} is a current validation name")
-                if former in seen_former:
-                    raise ValueError(f"former name {former!r} is on two validations")
-                seen_former.add(former)
         return self
 
 
@@ -339,4 +346,5 @@ class WebhookRegistrationSpec(Strict):
 rulefiles.SPEC_MODELS["AdmissionPolicy"] = AdmissionPolicySpec
 rulefiles.SPEC_MODELS["WebhookRegistration"] = WebhookRegistrationSpec
 rulefiles.SPEC_MODELS["AdmissionParams"] = AdmissionParamsSpec
+rulefiles.SPEC_MODELS["AdmissionValidations"] = AdmissionValidationsSpec
 rulefiles.SPEC_MODELS["ObjectShape"] = ObjectShapeSpec

@@ -161,7 +161,7 @@ class MaintenanceSpec(ObjectKindSpec):
 class NodeAgentSpec(Strict):
     """spec of rules/agent.yaml; field meanings are commented there."""
 
-    namespace: str = Field("", description="omitted: the systemNamespace of rules/pools/derivation.yaml")
+    namespace: str = Field("", description="omitted: the systemNamespace of rules/controller.yaml")
     namespaceEnv: str
     nodeFeature: NodeFeatureSpec
     devices: ObjectKindSpec

@@ -14,13 +14,9 @@ from runtime.model.base import Expr, Strict  # every rule kind's base and the CE
 from runtime.model.manufacturers import (  # noqa: F401 - re-exported
     VIEWS, Manufacturer, ManufacturerMessages, ManufacturerTableSpec, ViewName)
 from runtime.model.regex import Pattern
-from runtime.model.stateevents import (STATE_EVENT_VARIABLES, StateEvent,  # noqa: F401 - re-exported
-                                       StateEvents)
 from runtime.model.templates import IncompleteTypeSpec, Templates  # noqa: F401 - Templates re-exported
 
 API_VERSION = "rules.accelpolicy.dev/v1alpha1"
-#: The reload Events an old PoolDerivation held (now in rules/reload.yaml).
-FORMER_RELOAD_EVENTS = ("rulesReloaded", "rulesRefused", "rulesVerdictsChanged")
 
 
 class Metadata(Strict):
@@ -134,7 +130,7 @@ class InvalidSettingEvent(Strict):
 
 
 class SettingCatalogSpec(Strict):
-    namespace: str = Field("", description="omitted: the systemNamespace of rules/pools/derivation.yaml "
+    namespace: str = Field("", description="omitted: the systemNamespace of rules/controller.yaml "
                                            "(filled at load, runtime/rules/vocabulary.py)")
     namespaceEnv: str = "KUBERNETES_POD_NAMESPACE"
     secretName: str
@@ -145,7 +141,7 @@ class SettingCatalogSpec(Strict):
     settings: list[SettingDef]
 
 
-# --- pool derivation -------------------------------------------------------------------------------
+# --- pool derivation: naming and flavors ---------------------------------------------------------
 class FlavorRule(Strict):
     when: Expr
     name: Expr
@@ -161,127 +157,54 @@ class DerivedTypeSpec(Strict):
     localStorage: str
 
 
-class ActiveCondition(Strict):
-    """The ``Active`` condition the controller keeps ``True`` on its AdmissionCheck
-    (docs/concepts/pools-and-flavors.md "The AdmissionCheck `gpustack-node-devices`")."""
-
-    reason: str
-    message: str
-
-
-class AdmissionCheckSpec(Strict):
-    """The ``gpustack-node-devices`` AdmissionCheck and its answers (docs/concepts/pools-and-flavors.md "The
-    AdmissionCheck `gpustack-node-devices`")."""
-
-    name: str
-    controllerName: str
-    labels: dict[str, str] = {}
-    active: ActiveCondition
-    readyMessage: Expr
-    retryMessage: Expr
-    retryAfterSeconds: int = Field(gt=0)
-    retryLoopAfter: int = Field(3, gt=1,
-                                description="Retry answers on one flavor in a row after which a loop "
-                                                       "is reported (events.workloadRetryLoop)")
-    promiseSeconds: int = Field(300, gt=0,
-                                description="how long a Workload answered Ready whose Pod has not started "
-                                            "is subtracted from its node's free accelerators (docs/concepts/"
-                                            "out-of-service.md \"Promises\")")
-
-
-class ClosedNodeMessages(Strict):
-    """How a closed node's reason reads (``explain``, ``audit``, the check's Retry): str.format."""
-
-    cordoned: str = Field(min_length=1, description="spec.unschedulable; {node}")
-    tainted: str = Field(min_length=1, description="an untolerated taint; {node}, {key}, {value}, {effect}")
-
-
-class ClosedNodesSpec(Strict):
-    """Which Nodes take no new Pod of a pool (docs/concepts/out-of-service.md "Cordoned and tainted
-    nodes"): they keep their flavors, capacity and quota, offer nothing as remaining or once-max in any
-    view, and the node-devices check places nothing on them."""
-
-    unschedulable: bool = Field(True, description="a Node with spec.unschedulable (kubectl cordon) is closed")
-    unschedulableTaint: str = Field("node.kubernetes.io/unschedulable",
-                                    description="the taint a cordon adds; a Pod tolerating it "
-                                                "(NoSchedule) is not kept off a cordoned Node")
-    taintEffects: list[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
-        ["NoSchedule", "NoExecute"], description="a taint with one of these effects that is not tolerated "
-                                                 "closes the Node")
-    tolerations: list[dict[str, Any]] = Field(
-        [], description="tolerations (the Pod API's shape) every Instance Pod is taken to have: a taint they "
-                        "tolerate closes no Node for the views; the check adds each Workload's own")
-    messages: ClosedNodeMessages
-
-
-class ClusterQueueSpec(Strict):
-    template: dict[str, Any]
-    maxFlavors: int = Field(gt=0)
-    tooManyFlavorsMessage: Expr
-
-
-class StartGuardSpec(Strict):
-    """When a starting, restarted or newly leading controller's view is whole
-    (docs/availability.md "The start guard"): every watch cache listed once and every Node has each
-    NodeFeature of the ``nodeFeatures`` roles for which ``expectFacts`` holds, or ``graceSeconds`` after it
-    began leading. Until then its destructive steps are held."""
-
-    graceSeconds: float = Field(ge=0,
-                                description="the longest a destructive step is held after the controller "
-                                                  "began leading (seconds; 0: no guard)")
-    nodeFeatures: list[Literal["worker", "deviceManager"]] = Field(
-        min_length=1, description="the NodeFeature roles of rules/agent.yaml nodeFeature every expected Node "
-                                  "must have (the agent's; trusted as decision 20 says)")
-    expectFacts: Expr = Field(description="CEL over a Node's own ``labels`` and ``annotations``, ``devices`` "
-                                          "(the spec of its Devices object; {} when none) and ``role`` (the "
-                                          "NodeFeature role asked about; ``keys``: the keys of "
-                                          "rules/labels.yaml by role): true when the guard waits for that "
-                                          "NodeFeature of the Node (false: a Node no agent runs on, a role "
-                                          "the Node has no facts for)")
+_QUEUES, _CONTROLLER = "moved to rules/pools/queues.yaml (kind PoolQueues)", \
+    "moved to rules/controller.yaml (kind ControllerPolicy)"
+#: Fields an older rules/pools/derivation.yaml held, and where they went (a clear error, never ignored).
+MOVED_FROM_DERIVATION = {
+    "reloadGate": "the reload's settings moved to rules/reload.yaml (kind ReloadGate: its spec and its "
+                  "events reloaded, refused, verdictsChanged; docs/rule-authoring.md "
+                  "\"How a rules change goes live\")",
+    "clusterQueue": _QUEUES, "admissionCheck": _QUEUES, "closedNodes": _QUEUES,
+    "systemNamespace": _CONTROLLER, "reservedNamespaces": _CONTROLLER,
+    "controllerServiceAccount": _CONTROLLER, "startGuard": _CONTROLLER,
+    "events": _CONTROLLER + " (a rules reload's Events: rules/reload.yaml)",
+}
 
 
 class PoolDerivationSpec(Strict):
-    systemNamespace: str
-    reservedNamespaces: list[str] = Field(
-        description="no LocalQueues, no Instances, no Pod webhook (decision 17)")
-    controllerServiceAccount: str = Field(min_length=1,
-                                          description="the controller's ServiceAccount in the system "
-                                                                     "namespace: the only user that may "
-                                                                     "delete Settings and write "
-                                                                     "InstanceTypeFlavors")
+    """Pool derivation, naming and flavors (docs/concepts/pools-and-flavors.md "Pools and flavors"): which
+    Nodes count, their flavors, the names of flavors, pools and catalog entries, the entrance and the
+    defaults of a derived InstanceType. The queues and the AdmissionCheck are ``PoolQueues``
+    (rules/pools/queues.yaml), the controller's namespaces, start guard and Events ``ControllerPolicy``
+    (rules/controller.yaml)."""
+
     settings: dict[str, str] = Field(
         description="role -> setting name (rules/settings.yaml) the derivation reads")
-    entrancePrefix: str = Field(min_length=1,
-                                description="every entrance starts with it (CEL variable of entrance; "
-                                                          "the Workload webhook's match condition)")
-    managed: Expr
+    managed: Expr = Field(description="CEL over ``labels`` and ``managedKey``: true when the Node counts")
+    namePrefix: str = Field(min_length=1, description="every flavor, pool and catalog name starts with "
+                                                      "it (CEL variable of flavors, pools, catalog)")
     flavors: dict[Literal["cpu", "device"], FlavorRule]
     pools: PoolNames
     catalog: PoolNames
     generalGroup: Expr
+    entrancePrefix: str = Field(min_length=1,
+                                description="every entrance starts with it (CEL variable of entrance; "
+                                            "the Workload webhook's match condition)")
     entrance: Expr
+    resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]
     derivedType: DerivedTypeSpec
     incompleteType: IncompleteTypeSpec
-    clusterQueue: ClusterQueueSpec
-    admissionCheck: AdmissionCheckSpec
-    closedNodes: ClosedNodesSpec
-    resourceTypes: dict[Literal["flavor", "queue", "deviceClass"], str]
-    events: StateEvents
-    startGuard: StartGuardSpec
 
     @model_validator(mode="before")
     @classmethod
-    def _moved_to_reload(cls, data):
-        """An old derivation still holding the reload's settings: a clear error naming their new home."""
+    def _moved_elsewhere(cls, data):
+        """An older derivation still holding what moved to another rule file: an error naming its home."""
         if not isinstance(data, dict):
             return data
-        moved = [f"{key}" for key in ("reloadGate",) if key in data] + [
-            f"events.{key}" for key in (data.get("events") or {}) if key in FORMER_RELOAD_EVENTS]
+        moved = [key for key in MOVED_FROM_DERIVATION if key in data]
         if moved:
-            raise ValueError(f"{', '.join(moved)}: the reload's settings moved to rules/reload.yaml (kind "
-                             "ReloadGate: its spec and its events reloaded, refused, verdictsChanged; "
-                             "docs/rule-authoring.md \"How a rules change goes live\"): delete "
-                             f"{'them' if len(moved) > 1 else 'it'} here")
+            raise ValueError("; ".join(f"{key}: {MOVED_FROM_DERIVATION[key]}" for key in moved)
+                             + f": delete {'them' if len(moved) > 1 else 'it'} here")
         return data
 
 

@@ -1,4 +1,4 @@
-"""The Events of the controller's state transitions and background audit, as rules/pools/derivation.yaml
+"""The Events of the controller's state transitions and background audit, as rules/controller.yaml
 ``spec.events`` declares them (docs/observability.md "Events"; a rules reload's are in rules/reload.yaml)."""
 from __future__ import annotations
 

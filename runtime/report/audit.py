@@ -273,7 +273,7 @@ def reach_results(policy: Policy, snapshot: Snapshot, desired: DesiredState,
 def retry_loop_results(policy: Policy, snapshot: Snapshot, spec: AuditPolicySpec) -> list[Result]:
     """Workloads whose check entry is ``Retry`` while another flavor of their pool holds a node that can
     take them (:func:`runtime.engine.admissioncheck.flavor_that_holds`): rules/audit.yaml ``retryLoop``."""
-    check = policy.derivation.admissionCheck.name
+    check = policy.queues.admissionCheck.name
     out: list[Result] = []
     nodes = None
     for workload in snapshot.list("Workload"):

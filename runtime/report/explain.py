@@ -191,7 +191,7 @@ def pool_workloads(policy: Policy, snapshot: Snapshot, name: str) -> list[dict]:
     condition of a pending Workload (e.g. ``Pending``: "couldn't assign flavors ..."), else from
     ``Admitted``. ``check``: the state and message of the check of rules/pools/derivation.yaml
     ``admissionCheck.name`` in ``status.admissionChecks`` (None when Kueue has not asked it yet)."""
-    check_name = policy.derivation.admissionCheck.name
+    check_name = policy.queues.admissionCheck.name
     queues = {(meta.get("namespace") or "", meta.get("name")): (lq.get("spec") or {}).get("clusterQueue")
               for lq in snapshot.list("LocalQueue") for meta in [lq.get("metadata") or {}]}
     out = []

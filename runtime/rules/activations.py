@@ -19,17 +19,17 @@ from runtime.rules.vocabulary import admission_params
 # (kind, dotted spec path pattern) -> the names bound when the engine evaluates that field.
 ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
     ("PoolDerivation", "managed", frozenset({"labels", "managedKey"})),
-    ("PoolDerivation", "startGuard.expectFacts",
-     frozenset({"labels", "annotations", "keys", "devices", "role"})),
     ("PoolDerivation", "flavors.*.*",
-     frozenset({"gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
-    ("PoolDerivation", "pools.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
-    ("PoolDerivation", "catalog.*", frozenset({"gKey", "aKey", "os", "arch", "aware"})),
+     frozenset({"namePrefix", "gKey", "aKey", "os", "arch", "count", "mixed", "hasAccelerators"})),
+    ("PoolDerivation", "pools.*", frozenset({"namePrefix", "gKey", "aKey", "os", "arch", "aware"})),
+    ("PoolDerivation", "catalog.*", frozenset({"namePrefix", "gKey", "aKey", "os", "arch", "aware"})),
     ("PoolDerivation", "generalGroup", frozenset({"gKey", "aware"})),
     ("PoolDerivation", "entrance", frozenset({"name", "entrancePrefix"})),
-    ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", frozenset({"count", "max"})),
-    ("PoolDerivation", "admissionCheck.readyMessage", frozenset({"node", "nodes", "podSet"})),
-    ("PoolDerivation", "admissionCheck.retryMessage", frozenset({"flavor", "podSet", "closed"})),
+    ("PoolQueues", "clusterQueue.tooManyFlavorsMessage", frozenset({"count", "max"})),
+    ("PoolQueues", "admissionCheck.readyMessage", frozenset({"node", "nodes", "podSet"})),
+    ("PoolQueues", "admissionCheck.retryMessage", frozenset({"flavor", "podSet", "closed"})),
+    ("ControllerPolicy", "startGuard.expectFacts",
+     frozenset({"labels", "annotations", "keys", "devices", "role"})),
     ("InstancePod", "portName", frozenset({"port", "protocol"})),
     ("KueueConfiguration", "transformations[*].credits", frozenset({"constants"})),
     ("AuditPolicy", "checks[*].*", frozenset({"object", "settings"})),
@@ -41,15 +41,15 @@ ACTIVATIONS: list[tuple[str, str, frozenset[str]]] = [
 # others are dyn. ``constants`` is typed from rules/constants.yaml.
 ACTIVATION_TYPES = {
     "gKey": "string", "aKey": "string", "os": "string", "arch": "string", "name": "string",
-    "entrancePrefix": "string", "managedKey": "string", "closed": "string",
+    "entrancePrefix": "string", "namePrefix": "string", "managedKey": "string", "closed": "string",
     "count": "int", "max": "int", "mixed": "bool", "hasAccelerators": "bool", "aware": "bool",
 }
 
 # (kind, dotted spec path pattern) of non-admission fields and the type their expression must have.
 EXPECTED_TYPES: list[tuple[str, str, str]] = [
-    ("PoolDerivation", "clusterQueue.tooManyFlavorsMessage", "string"),
-    ("PoolDerivation", "admissionCheck.readyMessage", "string"),
-    ("PoolDerivation", "admissionCheck.retryMessage", "string"),
+    ("PoolQueues", "clusterQueue.tooManyFlavorsMessage", "string"),
+    ("PoolQueues", "admissionCheck.readyMessage", "string"),
+    ("PoolQueues", "admissionCheck.retryMessage", "string"),
 ]
 
 

@@ -31,6 +31,7 @@ from runtime.rules.cel.library.table import LIBRARY
 from runtime.rules.cel.names import Names
 from runtime.rules.cel.parse import parse
 from runtime.rules.cel.types import DYN, INF, Bounds, CelType, Scope, of_value, parse_type, sized
+from runtime.rules.includes import included_fragments, placed_in
 from runtime.rules.problems import RuleProblem
 from runtime.rules.vocabulary import VOCABULARY_PARAMS
 from runtime.rules.yamlsrc import SourceDocument, dotted
@@ -101,6 +102,7 @@ class _StaticChecks:
         self.shared: dict = {}
         self.complete = True
         self.sized = True   # False while params a policy borrows are missing: its sizes are guesses
+        self.fragments: dict = {}   # name -> (file, source) of the AdmissionValidations policies name
 
     def expression(self, file: str, doc: SourceDocument, path: tuple, expr: Expr, names: Optional[Names],
                    scope: Optional[Scope] = None, expect: Optional[str] = None) -> CelType:
@@ -291,8 +293,10 @@ class _PolicyScope:
                    item: Optional[CelType]) -> None:
         """One validation and, depth first, its nested validations."""
         local, inner = self.rule(path, v, visible, item, _VALIDATION_TYPES)
+        scope, inner_path = (placed_in(self, self.checker.fragments[v.validationsFrom]), ()) \
+            if v.validationsFrom in self.checker.fragments else (self, path)   # runtime/rules/includes.py
         for k, sub in enumerate(v.validations):
-            self.validation(path + ("validations", k), sub, local, inner)
+            scope.validation(inner_path + ("validations", k), sub, local, inner)
 
     def mutation(self, i: int, m, declared: dict[str, CelType]) -> None:
         """Mutation ``i``: its own parts, then its denials and writes in the mutation's scope."""
@@ -347,8 +351,9 @@ def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = 
     checker = _StaticChecks(settings, tables, parsed, limits, types)
     checker.complete = complete
     checker.shared = shared_values(documents) if types else {}
+    checker.fragments = included_fragments(documents)   # checked inside the policies naming them
     for doc in documents:
-        if doc.source is None:
+        if doc.source is None or (doc.kind == "AdmissionValidations" and doc.name in checker.fragments):
             continue
         if doc.kind == "AdmissionPolicy":
             _admission(checker, doc.file, doc.source, doc.spec)
@@ -365,8 +370,9 @@ def static_checks(documents: list, parsed: Optional[dict] = None, types: bool = 
 
 def _other(checker: _StaticChecks, doc: Any, settings: Optional[frozenset[str]]) -> None:
     """The expressions of a document of another kind than AdmissionPolicy: the names of
-    :data:`runtime.rules.activations.ACTIVATIONS` (typed by ``ACTIVATION_TYPES``, ``constants`` by its
-    values, else dyn), the result types of ``EXPECTED_TYPES``."""
+    :data:`runtime.rules.activations.ACTIVATIONS` (typed by ``ACTIVATION_TYPES``, ``constants`` and a
+    string field of the document, e.g. ``namePrefix``, by their values, else dyn), the result types of
+    ``EXPECTED_TYPES``."""
     checker.sized = True
     constants = of_value(checker.shared.get("constants"), "constants") \
         if "constants" in checker.shared else DYN
@@ -377,7 +383,8 @@ def _other(checker: _StaticChecks, doc: Any, settings: Optional[frozenset[str]])
         names = Names(roots=bound, members=members) if bound is not None else None
         scope = None
         if bound is not None:
-            scope = checker.scope({name: constants if name == "constants" else
+            scope = checker.scope({name: constants if name == "constants" else of_value(own)
+                                   if type(own := getattr(doc.spec, name, None)) is str else
                                    parse_type(ACTIVATION_TYPES[name], checker.bounds)
                                    if name in ACTIVATION_TYPES else DYN for name in bound})
         checker.expression(doc.file, doc.source, path, expr, names, scope, expected_type(doc.kind, where))

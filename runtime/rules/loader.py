@@ -29,6 +29,7 @@ from runtime.model.rulefiles import Expr, RuleDocument
 from runtime.rules import compiledcache
 from runtime.rules.cel.compile import program_from_code, transpile
 from runtime.rules.cel.errors import CelCompileError, Finding
+from runtime.rules.includes import include_validations
 from runtime.rules.loadlimits import byte_problems, length_problems, loading_limits, read_bounded, yaml_limits
 from runtime.rules.problems import RuleLoadError, RuleProblem, pydantic_problems
 from runtime.rules.tablechecks import missing_tables, table_problems
@@ -332,6 +333,8 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
                                             f"{other.file}:{other.line}"))
                 continue
             ruleset.documents[key] = doc
+    # one policy in several files (validationsFrom): filled before the checks and the engine read it
+    problems.extend(RuleProblem(*problem) for problem in include_validations(validated))
     if entry is None:
         from runtime.rules.checks import static_checks  # not imported by a load from the cache
 
@@ -356,4 +359,5 @@ def _assemble(root_path: Path, files: list[tuple[Path, str, Optional[bytes]]], c
 
 
 REQUIRED_KINDS = ("Constants", "ManufacturerTable", "LabelCatalog", "SettingCatalog", "PoolDerivation",
-                  "PresetTable", "FourView", "KueueConfiguration", "ReloadGate")
+                  "PoolQueues", "ControllerPolicy", "PresetTable", "FourView", "KueueConfiguration",
+                  "ReloadGate")

@@ -3,8 +3,9 @@
 Homes (docs/architecture.md "Where to add"):
 
 - label, annotation and finalizer keys, key prefixes and key suffixes: rules/labels.yaml;
-- the system namespace, the reserved namespaces (decision 17), the controller's ServiceAccount, the
-  entrance prefix, the resource types and the setting names the derivation reads:
+- the system namespace, the reserved namespaces (decision 17) and the controller's ServiceAccount:
+  rules/controller.yaml;
+- the entrance prefix, the resource types and the setting names the derivation reads:
   rules/pools/derivation.yaml;
 - numbers shared by several rules (credits, shares and percent per accelerator, the longest object
   name): rules/constants.yaml.
@@ -20,7 +21,8 @@ Two mechanisms read the homes, both here:
   rules/constants.yaml, into ``maxLength``). An unknown role or constant is a load problem naming file
   and field.
 - :func:`admission_params` is the shared ``params`` every AdmissionPolicy sees: ``labels`` (keys,
-  prefixes, suffixes), ``derivation`` (names) and ``controllerUsers``; the engine adds ``constants``.
+  prefixes, suffixes), ``derivation`` and ``controller`` (names) and ``controllerUsers``; the engine adds
+  ``constants``.
 
 tests/engine/test_one_home.py fails when a key, a name pattern or a constant is spelled twice.
 """
@@ -59,10 +61,11 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
     """
     labels = ruleset.get("LabelCatalog")
     derivation = ruleset.get("PoolDerivation")
+    controller = ruleset.get("ControllerPolicy")
     constants = ruleset.get("Constants")
     problems = []
     settings = ruleset.get("SettingCatalog")
-    settings.namespace = settings.namespace or derivation.systemNamespace
+    settings.namespace = settings.namespace or controller.systemNamespace
     known_settings = {s.name for s in settings.settings}
     for doc in ruleset.all("PoolDerivation"):
         for role, name in derivation.settings.items():
@@ -71,7 +74,7 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
                                          f"no setting {name!r} in rules/settings.yaml"))
     for doc in ruleset.all("NodeAgent"):
         agent = doc.spec
-        agent.namespace = agent.namespace or derivation.systemNamespace
+        agent.namespace = agent.namespace or controller.systemNamespace
         if not agent.capacity.percentPerSlice:
             agent.capacity.percentPerSlice = constants.percentPerAccelerator
         if agent.suffixes is None:
@@ -91,7 +94,7 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
             elif labels.keys[role] not in match.labelsExist:
                 match.labelsExist.append(labels.keys[role])
         if match.excludeReservedNamespaces:
-            match.excludeNamespaces.extend(ns for ns in derivation.reservedNamespaces
+            match.excludeNamespaces.extend(ns for ns in controller.reservedNamespaces
                                            if ns not in match.excludeNamespaces)
         for i, lookup in enumerate(doc.spec.lookups):
             if lookup.labelRole:
@@ -159,12 +162,12 @@ def _link_schema(doc, schema, path: str, constants) -> list[Problem]:
 
 def controller_users(ruleset: RuleSetLike) -> list[str]:
     """The Kubernetes user names of the controller: its ServiceAccount in the system namespace."""
-    derivation = ruleset.get("PoolDerivation")
-    return [f"system:serviceaccount:{derivation.systemNamespace}:{derivation.controllerServiceAccount}"]
+    controller = ruleset.get("ControllerPolicy")
+    return [f"system:serviceaccount:{controller.systemNamespace}:{controller.controllerServiceAccount}"]
 
 
 # the keys admission_params gives every policy
-VOCABULARY_PARAMS = ("labels", "derivation", "controllerUsers", "exceptions")
+VOCABULARY_PARAMS = ("labels", "derivation", "controller", "controllerUsers", "exceptions")
 
 
 def _leaves(validations, lifted: bool) -> list[tuple[str, bool]]:
@@ -200,21 +203,25 @@ def admission_params(ruleset: RuleSetLike) -> dict:
     """The shared params of every AdmissionPolicy that come from the vocabulary homes.
 
     ``labels``: ``keys``, ``prefixes``, ``suffixes`` of rules/labels.yaml (role -> string);
-    ``derivation``: ``systemNamespace``, ``reservedNamespaces``, ``entrancePrefix``,
-    ``resourceTypes`` and ``settings`` (role -> setting name) of rules/pools/derivation.yaml;
+    ``derivation``: ``entrancePrefix``, ``resourceTypes`` and ``settings`` (role -> setting name) of
+    rules/pools/derivation.yaml; ``controller``: ``systemNamespace`` and ``reservedNamespaces`` of
+    rules/controller.yaml;
     ``controllerUsers``: :func:`controller_users`; ``exceptions``: :func:`exception_params`.
     """
     labels = ruleset.get("LabelCatalog")
     derivation = ruleset.get("PoolDerivation")
+    controller = ruleset.get("ControllerPolicy")
     return {
         "labels": {"keys": dict(labels.keys), "prefixes": dict(labels.prefixes),
                    "suffixes": dict(labels.suffixes)},
         "derivation": {
-            "systemNamespace": derivation.systemNamespace,
-            "reservedNamespaces": list(derivation.reservedNamespaces),
             "entrancePrefix": derivation.entrancePrefix,
             "resourceTypes": dict(derivation.resourceTypes),
             "settings": dict(derivation.settings),
+        },
+        "controller": {
+            "systemNamespace": controller.systemNamespace,
+            "reservedNamespaces": list(controller.reservedNamespaces),
         },
         "controllerUsers": controller_users(ruleset),
         "exceptions": exception_params(ruleset),

@@ -221,7 +221,7 @@ def service_account_kubeconfig(kubectl: Kubectl, admin_kubeconfig: Path, namespa
     ``<name>-walkthrough``) and write a kubeconfig of a TokenRequest token of it (valid ``duration``)
     to ``path`` (mode 0600), the cluster entry copied from ``admin_kubeconfig``; returns ``path``.
     How the walkthrough and the benchmarks run the controller as the identity its own webhooks let
-    through (``controllerServiceAccount`` of rules/pools/derivation.yaml)."""
+    through (``controllerServiceAccount`` of rules/controller.yaml)."""
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -17,7 +17,7 @@ cluster had (shared/seed/README.md):
    admission`` (its own watch caches, a self-signed CA, a fixed loopback port; started first and kept
    through controller restarts, as the chart's admission Deployment is through a rollout of the
    controller's), and the controller as a subprocess (``accelpolicy controller``) running as the
-   ServiceAccount the rules name as the controller (derivation.yaml ``controllerServiceAccount``, bound to
+   ServiceAccount the rules name as the controller (controller.yaml ``controllerServiceAccount``, bound to
    cluster-admin) with ``--webhook-registration-only``: its leader registers the webhooks for the
    admission process; it seeds the settings Secret with its defaults, derives the pools and reconciles
    Instances;
@@ -289,10 +289,10 @@ class Walkthrough:
 
     def controller_identity(self) -> tuple[str, str]:
         """``(namespace, name)`` of the controller's ServiceAccount: ``systemNamespace`` and
-        ``controllerServiceAccount`` of rules/pools/derivation.yaml, the identity whose own writes its
+        ``controllerServiceAccount`` of rules/controller.yaml, the identity whose own writes its
         webhooks let through (the policies' ``controllerUsers``)."""
-        derivation = self.policy.derivation
-        return derivation.systemNamespace, derivation.controllerServiceAccount
+        controller = self.policy.controller
+        return controller.systemNamespace, controller.controllerServiceAccount
 
     def _controller_kubeconfig(self) -> Path:
         """A kubeconfig for the controller's ServiceAccount (bound to cluster-admin, a TokenRequest

@@ -162,18 +162,20 @@ def test_admit_exits_2_when_a_rule_fails_to_evaluate(tmp_path):
     policy's failure-mode answer (500 for failurePolicy Fail), and the exit is 2, not 1 (denied)."""
     rules = tmp_path / "rules"
     shutil.copytree(ROOT / "rules", rules, ignore=shutil.ignore_patterns("tests"))
-    pods = rules / "admission" / "pods.yaml"
+    pods = rules / "admission" / "pods-mutation.yaml"
     text = pods.read_text()
-    old = "expression: variables.lq == ''"
+    old = "expression: variables.queueName == ''"
     assert old in text
-    pods.write_text(text.replace(old, "expression: variables.lq == '' || 1 / (size(variables.lq) - size(variables.lq)) > 0", 1))
+    pods.write_text(text.replace(old, "expression: variables.queueName == '' "
+                                      "|| 1 / (size(variables.queueName) - size(variables.queueName)) > 0", 1))
     pod = tmp_path / "pod.yaml"
     pod.write_text(POD)
     result = CliRunner().invoke(main, ["admit", "-f", str(pod), "--rules", str(rules), "--snapshot", SNAPSHOT, "-o", "text"])
     assert result.exit_code == 2, result.output
     assert "verdict:  denied (500 InternalError)" in result.output
     assert result.stderr.startswith("error: policy pods-mutation: a rule failed to evaluate: Internal error occurred: "
-                                    f"policy pods-mutation: rules/admission/pods.yaml:{text[:text.index(old)].count(chr(10)) + 1} ")
+                                    "policy pods-mutation: rules/admission/pods-mutation.yaml:"
+                                    f"{text[:text.index(old)].count(chr(10)) + 1} ")
 
 
 NAMES_SUITE = """\
@@ -211,22 +213,22 @@ def test_a_rule_test_naming_the_current_rule_passes_without_a_warning(tmp_path):
     assert "warning" not in result.stderr
 
 
-def test_a_rule_test_naming_a_former_rule_name_passes_with_a_deprecation_warning(tmp_path):
-    """rules/admission/pods.yaml keeps the numbered names as formerNames for one release."""
+def test_a_rule_test_naming_a_removed_former_name_fails_like_any_unknown_name(tmp_path):
+    """The numbered names (rule-1a, ...) and formerNames are gone (docs/rule-authoring.md "Naming a rule")."""
     rules, suite = _names_suite(tmp_path, "rule-1a")
     result = CliRunner().invoke(main, ["test", str(rules)])
-    assert result.exit_code == 0, result.output
-    assert result.stdout == "1 passed, 0 failed, 1 cases\n"
-    assert (f"warning: rule test {suite}: validation name 'rule-1a' is deprecated, use 'one-accelerator-family'\n"
-            in result.stderr)
+    assert result.exit_code == 1
+    assert result.stdout == (
+        f"FAIL names::two families ({suite})\n"
+        "  rules: no rule is named 'rule-1a' (a validation, mutation or mutation/denial of the rules, "
+        "or shape, rule-error, budget-exceeded)\n"
+        "0 passed, 1 failed, 1 cases\n")
     [case] = load_cases(rules)
-    outcome = Runner(Policy(load_rules(rules)), ROOT).run(case)
-    assert outcome.passed and outcome.warnings == [
-        f"rule test {suite}: validation name 'rule-1a' is deprecated, use 'one-accelerator-family'"]
+    assert not Runner(Policy(load_rules(rules)), ROOT).run(case).passed
 
 
-def test_a_former_name_still_has_to_be_the_rule_that_failed(tmp_path):
-    rules, _ = _names_suite(tmp_path, "rule-1b")   # one-container-group's former name: not what fails here
+def test_a_rule_test_naming_another_rule_fails_with_both_lists(tmp_path):
+    rules, _ = _names_suite(tmp_path, "one-container-group")   # not what fails here
     result = CliRunner().invoke(main, ["test", str(rules)])
     assert result.exit_code == 1
     assert result.stdout.splitlines()[1:4] == [

@@ -55,7 +55,7 @@ def test_pod_mutating_webhook_in_full():
         "admissionReviewVersions": ["v1"], "timeoutSeconds": 10,
         "objectSelector": {"matchExpressions": [{"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}]},
         "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                                    # decision 17: the reserved namespaces of rules/pools/derivation.yaml
+                                                    # decision 17: the reserved namespaces of rules/controller.yaml
                                                     "values": ["gpustack-system", "kube-system", "kube-public",
                                                                "kube-node-lease"]}]},
         "reinvocationPolicy": "Never"}

@@ -38,11 +38,13 @@ def _pod() -> dict:
 
 
 def _edit(old: str, new: str):
+    """Replace the text ``old`` of admission/pods.yaml, however its lines are folded there, with ``new``."""
     def edit(target: Path) -> None:
         path = target / "admission" / "pods.yaml"
         text = path.read_text()
-        assert text.count(old) == 1, old
-        path.write_text(text.replace(old, new))
+        spelled = re.compile(r"\s+".join(map(re.escape, old.split())))
+        assert len(spelled.findall(text)) == 1, old
+        path.write_text(spelled.sub(lambda _: new, text))
     return edit
 
 
@@ -116,7 +118,7 @@ def test_an_edited_rules_copy_is_served_without_a_restart_and_a_broken_one_is_re
     swapped = server.line(lambda ln: re.search(rf"rules generation {served} from .* in force", ln), "the swap's log line")
     print(swapped)   # the reload time, for the note
 
-    broken = "expression: \"!(variables.k.sliced in item.keys) || qIsOne(item.keys[variables.k.sliced])\""
+    broken = "expression: \"!(variables.key.sliced in item.keys) || qIsOne(item.keys[variables.key.sliced])\""
     _version(server.mount, "2026_12_01_00_02_00.3",
              _edit(broken, broken.replace("qIsOne(", "qIsUno(")))
     wait_for(lambda: server.metric("accelpolicy_rules_reload_failures_total"), lambda n: n == 1.0,

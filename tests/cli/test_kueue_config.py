@@ -7,6 +7,7 @@ import yaml
 
 from tests.cli.test_get_derive import edited_rules, run
 from tests.engine.test_kueue_charging import EXPECTED
+from tests.rulelines import shipped_line
 
 
 # docs/concepts/dra.md "The ledger from claims": the DeviceClasses accelpolicy derives for the shipped DRA drivers (NVIDIA's, AMD's,
@@ -43,12 +44,14 @@ def test_a_broken_rule_file_exits_2_naming_file_and_field(tmp_path):
                             "strategy: Swap, credits: constants.creditsPerAccelerator}")
     result = run("kueue-config", "--rules", str(rules))
     assert result.exit_code == 2
-    assert "rules/pools/kueue.yaml:36:54 spec.transformations[0].strategy: Input should be 'Replace' or 'Retain'" in result.output
+    line = shipped_line("rules/pools/kueue.yaml", "strategy: Replace, credits: constants.creditsPerAccelerator}")
+    assert (f"rules/pools/kueue.yaml:{line}:54 spec.transformations[0].strategy: Input should be 'Replace' or "
+            "'Retain'") in result.output
 
 
 def test_a_row_that_no_longer_fits_the_key_classifier_exits_2(tmp_path):
-    rules, _ = edited_rules(tmp_path, "pools/kueue.yaml", 'input: "{base}.sliced.units", family: sliced',
-                            'input: "{base}.sliced.units", family: shared')
+    rules, _ = edited_rules(tmp_path, "pools/kueue.yaml", 'input: "{base}.sliced.units"\n      family: sliced',
+                            'input: "{base}.sliced.units"\n      family: shared')
     result = run("kueue-config", "--rules", str(rules))
     assert result.exit_code == 2
     assert result.output == ("error: KueueConfiguration: transformations[2].input '{base}.sliced.units' gives "

@@ -41,10 +41,10 @@ def test_the_shipped_rules_are_clean():
 
 
 def test_every_problem_of_every_file_at_once(rules_copy):
-    pods = rules_copy / "admission" / "pods.yaml"
+    pods = rules_copy / "admission" / "pods-mutation.yaml"
     # an undeclared variable in the untaken branch of a conditional (only the else side is ever false)
-    l1, c1 = _edit(pods, "variables.pct > 0 ? variables.pct * (params.constants",
-                   "variables.pct > 0 ? variables.pctt * (params.constants", "pctt")
+    l1, c1 = _edit(pods, "              ? variables.memoryPercent\n",
+                   "              ? variables.memoryPercentt\n", "memoryPercentt")
     l2, c2 = _edit(pods, "expression: \"dig(object, ['metadata', 'labels', params.labels.keys.queueName], '')\"",
                    "expression: \"dig(object, ['metadata', 'labels', params.labelz.keys.queueName], '')\"", "labelz")
     derivation = rules_copy / "pools" / "derivation.yaml"
@@ -70,13 +70,13 @@ def test_every_problem_of_every_file_at_once(rules_copy):
     lines = result.stdout.splitlines()
     fold = [m.name for m in load_rules().get("AdmissionPolicy", "pods-mutation").mutations].index("slice-fold")
     assert lines[:2] == [
-        f"rules/admission/pods.yaml:{l2}:{c2} spec.variables[0].expression: params.labelz is not declared "
-        "here (declared: bytesPerMib, constants, controllerUsers, derivation, exceptions, labels, manufacturers, nodePin, "
-        "resourceKeys, "
-        "settingCatalog)",
-        f"rules/admission/pods.yaml:{l1}:{c1} spec.mutations[{fold}].variables[3].expression: variables.pctt is not "
-        "declared here (declared: affinity, ctrs, demand, it, itName, k, lookupError, lq, memory, mib, pct, pin, sharedN, "
-        "vramError, vramMib)",
+        f"rules/admission/pods-mutation.yaml:{l2}:{c2} spec.variables[0].expression: params.labelz is not "
+        "declared here (declared: bytesPerMib, constants, controller, controllerUsers, derivation, exceptions, "
+        "labels, manufacturers, nodePin, resourceKeys, settingCatalog)",
+        f"rules/admission/pods-mutation.yaml:{l1}:{c1} spec.mutations[{fold}].variables[3].expression: "
+        "variables.memoryPercentt is not declared here (declared: affinity, containers, demand, instanceType, "
+        "instanceTypeName, key, lookupError, memory, memoryError, memoryMib, memoryMibAsked, memoryPercent, "
+        "percentRange, pin, queueName, sharedCount, vramError, vramErrors, vramMib)",
     ]
     assert lines[2] == (f"rules/admission/workloads.yaml:{l8}:{c8} spec.variables[1].expression: params.setting "
                         f"names setting 'no-such-setting', which is not in the setting catalog (settings: {settings})")
@@ -99,14 +99,15 @@ def test_every_problem_of_every_file_at_once(rules_copy):
 
 def test_names_are_scoped_item_outside_foreach_and_comprehension_variables(rules_copy):
     """``item`` outside a forEach, and a macro's variable used outside its macro, are undeclared."""
-    pods = rules_copy / "admission" / "pods.yaml"
+    pods = rules_copy / "admission" / "pods-mutation.yaml"
     line, col = _edit(pods, "      expression: \"size(lookups.fronting) == 1 ? lookups.fronting[0] : {}\"",
                       "      expression: \"size(lookups.fronting) == 1 ? lookups.fronting.map(f, f)[0] : f\"",
                       ": f\"")
     problems = [str(p) for p in _problems(rules_copy)]
     assert len(problems) == 1
-    index = [v.name for v in load_rules().get("AdmissionPolicy", "pods-mutation").variables].index("it")
-    assert problems[0].startswith(f"rules/admission/pods.yaml:{line}:{col + 2} spec.variables[{index}].expression: "
+    index = [v.name for v in load_rules().get("AdmissionPolicy", "pods-mutation").variables].index("instanceType")
+    assert problems[0].startswith(f"rules/admission/pods-mutation.yaml:{line}:{col + 2} "
+                                  f"spec.variables[{index}].expression: "
                                   "undeclared name 'f' (names here: lookups, object, oldObject, params, request, "
                                   "settings, variables)")
 

@@ -16,6 +16,7 @@ from runtime.engine.pools.deviceclasses import device_classes
 from runtime.engine.resourcekeys import classifier_manufacturers
 from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
 from tests.builders import pod
+from tests.rulelines import shipped_line
 from tests.seedfiles import FIXTURES, parse_table
 
 GAUDI = FIXTURES / "dra" / "gaudi"                               # node-gaudi and gaudi.intel.com's slice
@@ -154,14 +155,14 @@ def test_lint_checks_product_tables(tmp_path):
 
 
 def test_lint_checks_views(tmp_path):
-    assert _lint(_rules(tmp_path / "a", "manufacturers.yaml", 'views: {exclusive: "true"}}\n    # Intel data',
-                        'views: {shared: "true"}}\n    # Intel data')) == (
-        1, "rules/manufacturers.yaml:36:15 spec.manufacturers[8].views: every manufacturer's devices "
-           "offer the exclusive view (a whole device): give exclusive: 'true'")
-    assert _lint(_rules(tmp_path / "b", "manufacturers.yaml", "sliced: \"accelerator.source == 'devicePlugin'\"",
-                        "sliced: \"acelerator.source == 'devicePlugin'\"")) == (
-        1, "rules/manufacturers.yaml:33:25 spec.manufacturers[7].views.sliced: undeclared name 'acelerator' "
-           "(names here: accelerator)")
+    old = 'views: {exclusive: "true"}}\n    # Intel data'
+    assert _lint(_rules(tmp_path / "a", "manufacturers.yaml", old, 'views: {shared: "true"}}\n    # Intel data')) == (
+        1, f"rules/manufacturers.yaml:{shipped_line('rules/manufacturers.yaml', old)}:15 spec.manufacturers[8].views: every "
+           "manufacturer's devices offer the exclusive view (a whole device): give exclusive: 'true'")
+    old = "sliced: \"accelerator.source == 'devicePlugin'\""
+    assert _lint(_rules(tmp_path / "b", "manufacturers.yaml", old, old.replace("accelerator.", "acelerator."))) == (
+        1, f"rules/manufacturers.yaml:{shipped_line('rules/manufacturers.yaml', old)}:25 spec.manufacturers[7].views.sliced: "
+           "undeclared name 'acelerator' (names here: accelerator)")
 
 
 def test_a_kind_expression_tells_whole_devices_from_others(tmp_path):

@@ -68,7 +68,7 @@ def test_a_ready_answer_of_an_earlier_pass_holds_until_its_pod_starts(policy):
 
 
 def test_a_promise_is_bounded_in_time(policy):
-    bound = policy.derivation.admissionCheck.promiseSeconds
+    bound = policy.queues.admissionCheck.promiseSeconds
     young = _answered("young", NOW - timedelta(seconds=bound - 1))
     old = _answered("old", NOW - timedelta(seconds=bound))
     assert _states(_plan(policy, [young, _pinned("next")])) == {"next": ("Retry", RETRY)}

@@ -1,4 +1,4 @@
-"""The reload and background-audit Events are rule data (rules/reload.yaml and rules/pools/derivation.yaml
+"""The reload and background-audit Events are rule data (rules/reload.yaml and rules/controller.yaml
 ``events``): reason, type and message change with an edit of a rules copy, no Python edit. A reload's Events
 name the generation by its content hash, in their text and in their name."""
 from __future__ import annotations
@@ -29,13 +29,13 @@ def test_reload_messages_of_the_shipped_rules():
 
 
 def test_edited_event_templates_change_the_events(rules_copy):
-    derivation = rules_copy / "pools" / "derivation.yaml"
-    edit(rules_copy / "reload.yaml", "reason: RulesRefused, message: \"rules generation {generation} in {root} refused;",
-         "reason: RulesRejected, message: \"rules generation {generation} in {root} rejected;")
-    edit(derivation, "{type: Warning, reason: AuditFailed, message: \"{policy}/{rule}: {message}\"}",
+    controller = rules_copy / "controller.yaml"
+    edit(rules_copy / "reload.yaml", "reason: RulesRefused\n      message: \"rules generation {generation} in {root} refused;",
+         "reason: RulesRejected\n      message: \"rules generation {generation} in {root} rejected;")
+    edit(controller, "{type: Warning, reason: AuditFailed, message: \"{policy}/{rule}: {message}\"}",
           "{type: Normal, reason: PolicyAuditFailed, message: \"audit {policy} rule {rule}: {message}\"}")
     ruleset = load_rules(rules_copy)
-    events = ruleset.get("PoolDerivation").events
+    events = ruleset.get("ControllerPolicy").events
     reload_events = ruleset.get("ReloadGate").events
     assert (reload_events.refused.reason, events.auditFailed.reason) == ("RulesRejected", "PolicyAuditFailed")
     assert reload_message(ruleset, "refused", root="/r", generation="b", serving="a", problems=["p"]) == (
@@ -89,7 +89,7 @@ def test_a_rules_reload_event_body():
 
 
 def test_an_audit_event_body():
-    template = load_rules(DEFAULT_RULES_DIR).get("PoolDerivation").events.auditFailed
+    template = load_rules(DEFAULT_RULES_DIR).get("ControllerPolicy").events.auditFailed
     result = Result("pods-validation", "", "fail", ObjectRef("Pod", "two-families", "default", "v1", "u-1"),
                     "spec: Forbidden: one accelerator family per Pod")
     assert failed_event(template, result, LATER) == {

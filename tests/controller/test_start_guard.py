@@ -1,6 +1,6 @@
 """The start guard (runtime/controller/startguard.py): a controller that starts on a
 view without its facts takes no destructive step until they arrive (or the grace period of
-rules/pools/derivation.yaml ``startGuard`` ends). Against the scripted API: the seed cluster reconciled
+rules/controller.yaml ``startGuard`` ends). Against the scripted API: the seed cluster reconciled
 by one controller, then a second one started after an "uninstall" (every NodeFeature gone, NFD's labels
 stripped from the Nodes), whose facts come back after its first pass."""
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_a_start_without_facts_holds_every_destructive_step_until_they_arrive(re
         assert not [a for a in blind.planned if destructive(a, controller.last_pass.snapshot)]
         assert [w for w in api.writes[writes:] if w[0] == "delete"] == []
         assert controller.guard.missing == ["node-a10g", "node-cpu", "node-t4-a", "node-t4-b"]
-        assert controller.guard.due() == 1000.0 + POLICY.derivation.startGuard.graceSeconds
+        assert controller.guard.due() == 1000.0 + POLICY.controller.startGuard.graceSeconds
         assert _state(api) == before
         for nf in features:    # the agents re-create their NodeFeatures
             api.objects.setdefault("NodeFeature", []).append(nf)
@@ -144,7 +144,7 @@ def test_the_grace_period_ends_the_hold(reconciled):
     controller = _restarted(api, clock)
     try:
         assert controller.reconcile().deferred
-        clock.now += POLICY.derivation.startGuard.graceSeconds
+        clock.now += POLICY.controller.startGuard.graceSeconds
         late = controller.reconcile()
         assert controller.guard.opened == ("grace period of 120s over (Nodes still without their facts: node-a10g, "
                                            "node-cpu, node-t4-a, node-t4-b)")
@@ -166,8 +166,8 @@ def test_a_start_with_every_fact_present_holds_nothing(reconciled):
 
 def test_the_guard_is_policy_data(rules_copy):
     """graceSeconds, the NodeFeature roles and which Nodes are expected come from the rules."""
-    edit(rules_copy / "pools" / "derivation.yaml", "    graceSeconds: 120\n", "    graceSeconds: 30\n")
-    edit(rules_copy / "pools" / "derivation.yaml", """    expectFacts: >-
+    edit(rules_copy / "controller.yaml", "    graceSeconds: 120\n", "    graceSeconds: 30\n")
+    edit(rules_copy / "controller.yaml", """    expectFacts: >-
       keys.cpuNameAnnotation in annotations &&
       (role == "worker" || ("groups" in devices && size(devices.groups) > 0))""",
          "    expectFacts: '!(\"node-role.kubernetes.io/control-plane\" in labels)'")

@@ -151,7 +151,7 @@ def test_two_whole_on_the_a10g_flavor_retry(live, kubectl):
     assert _answer_fields(wl)["fieldsV1"] == {"f:status": {"f:admissionChecks": {f'k:{{"name":"{CHECK}"}}': {
         ".": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:name": {}, "f:requeueAfterSeconds": {},
         "f:state": {}}}}}
-    # the Retry answer is also an Event on the Workload (rules/pools/derivation.yaml events.workloadRetry)
+    # the Retry answer is also an Event on the Workload (rules/controller.yaml events.workloadRetry)
     assert _wait_for_events(kubectl, wl["metadata"]["uid"], "AdmissionCheckRetry") == [(
         "Normal", "AdmissionCheckRetry", f"admission check {CHECK} answered Retry: no node of flavor {FLAVOR} "
         "can hold the request now", "accelpolicy")]
@@ -176,10 +176,10 @@ def test_retry_is_judged_again_after_the_retry_delay(control_plane, live, kubect
     from runtime.rules.loader import DEFAULT_RULES_DIR
     root = tmp_path / "rules"
     shutil.copytree(DEFAULT_RULES_DIR, root)
-    path = root / "pools" / "derivation.yaml"
+    path = root / "pools" / "queues.yaml"
     path.write_text(path.read_text().replace("retryAfterSeconds: 30", "retryAfterSeconds: 3"))
     policy = Policy(load_rules(root))
-    assert policy.derivation.admissionCheck.retryAfterSeconds == 3
+    assert policy.queues.admissionCheck.retryAfterSeconds == 3
     cluster, _ = control_plane
     controller = Controller(connect(cluster.kubeconfig), policy, coalesce_seconds=0.1, env={}, fit_coalesce_seconds=0)
     controller.start()

@@ -306,7 +306,7 @@ def test_unmanage_and_readmit_with_the_running_loop(running, kubectl):
     a10g = next(r for r in got if r["NAME"] == A10G_TYPE)
     assert a10g["ACCELERATOR(EX/SH/SL/PT)"] == "0/0 0/0 0/0 0/0"
     assert next(r for r in got if r["NAME"] == GENERIC_TYPE)["CPU"] == "48/68"
-    # one Event on the Node for the transition (rules/pools/derivation.yaml events.nodeLeftPool)
+    # one Event on the Node for the transition (rules/controller.yaml events.nodeLeftPool)
     assert _wait_for_events(kubectl, node_uid, "NodeLeftPool", count=left + 1) == [(
         "Normal", "NodeLeftPool", f"node node-a10g left the pool: no longer contributes to ResourceFlavors "
         f"{A10G_FLAVOR}, {A10G_CPU_FLAVOR}", "accelpolicy")] * (left + 1)

@@ -33,7 +33,7 @@ from tests.engine.test_cel_typing import at
 # the two edits the rules-safety docs open with (docs/rule-authoring.md "What lint checks")
 PLUS_OLD = """messageExpression: "'pod has no \\"' + params.labels.keys.queueName + '\\" label'\""""
 PLUS_NEW = """messageExpression: "'at most ' + params.constants.maxNameLength\""""
-KEY_OLD = "expression: variables.pct > params.constants.percentPerAccelerator"
+KEY_OLD = "expression: variables.memoryPercent > params.constants.percentPerAccelerator"
 
 SYSTEM, CONFIGMAP = "gpustack-system", "accelpolicy-rules"
 
@@ -132,8 +132,8 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
 
         # 1b. a string + int message and a misspelt params key: both lint findings, in one refusal
         def type_errors(d: Path) -> None:
-            _edit(d / "admission" / "pods.yaml", PLUS_OLD, PLUS_NEW)
-            _edit(d / "admission" / "pods.yaml", KEY_OLD, KEY_OLD[:-1])
+            _edit(d / "admission" / "pods-mutation.yaml", PLUS_OLD, PLUS_NEW)
+            _edit(d / "admission" / "pods-mutation.yaml", KEY_OLD, KEY_OLD[:-1])
         _swap(tmp_path, rules, "v2b", type_errors, base=tmp_path / "v1")
         _wait(lambda: metric("accelpolicy_rules_refused_total", reason="lint") == 2.0)
         typed = _wait(lambda: [e["message"] for e in _events(kubectl, "RulesRefused") if "mismatch" in e["message"]])
@@ -141,7 +141,7 @@ def test_broken_edits_are_refused_while_reviews_are_answered_and_a_correct_one_g
             f"rules generation {generation_id(content_hash(rules))} in {rules} refused; generation {first} keeps serving:",
             f"{at(PLUS_OLD)}:31 spec.mutations[0].denials[0].messageExpression: type mismatch: no '+' for "
             "(string, int) in \"'at most ' + params.constants.maxNameLength\"",
-            f"{at(KEY_OLD)}:56 spec.mutations[1].denials[0].expression: params.constants has no field or key "
+            f"{at(KEY_OLD)}:66 spec.mutations[1].denials[0].expression: params.constants has no field or key "
             "'percentPerAccelerato' (known: creditsPerAccelerator, maxNameLength, percentPerAccelerator, "
             "sharesPerAccelerator) in 'params.constants.percentPerAccelerato'"]
         assert reload.id == first

@@ -119,9 +119,9 @@ def test_rule_edits_are_refused_or_held_everywhere_and_an_approved_one_destroys_
     cluster, kubectl = control_plane
     rules = seed_with_rules_configmap(kubectl, tmp_path)
     policy = Policy(load_rules(rules))
-    derivation = policy.derivation
-    identity = service_account_kubeconfig(kubectl, cluster.kubeconfig, derivation.systemNamespace,
-                                          derivation.controllerServiceAccount, tmp_path / "controller.kubeconfig")
+    controller = policy.controller
+    identity = service_account_kubeconfig(kubectl, cluster.kubeconfig, controller.systemNamespace,
+                                          controller.controllerServiceAccount, tmp_path / "controller.kubeconfig")
     tls = self_signed(tmp_path / "tls")
     admin = connect(cluster.kubeconfig)
     replica = AdmissionServer(admin, Policy(load_rules(rules)), tls["cert"], tls["key"], SYSTEM,

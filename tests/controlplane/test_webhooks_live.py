@@ -1,7 +1,7 @@
 """The controller serves the admission webhooks from its watch caches and registers them (docs/development/testing.md "Test layers"): real ``kubectl`` calls through kube-apiserver get our verdicts and patches.
 
 The controller runs in this process as the ServiceAccount ``gpustack-system/gpustack-controller``
-(a token from the TokenRequest API, bound to cluster-admin): the identity rules/pools/derivation.yaml
+(a token from the TokenRequest API, bound to cluster-admin): the identity rules/controller.yaml
 names as the one allowed to write InstanceTypeFlavors and delete Settings, so its own writes pass
 its own webhooks. The server listens on a free loopback port with a self-signed CA; the
 configurations point at ``https://127.0.0.1:<port><path>``.
@@ -417,9 +417,9 @@ def test_the_admission_process_serves_while_the_controller_only_registers(sa_kub
 
 
 def test_identity_warning_names_a_controller_user_the_rules_do_not_allow(served, control_plane):
-    assert served.identity_warning() is None   # the ServiceAccount of rules/pools/derivation.yaml
+    assert served.identity_warning() is None   # the ServiceAccount of rules/controller.yaml
     admin = ControllerWebhooks(Controller(connect(control_plane[0].kubeconfig), POLICY, env={}), served.tls)
     assert admin.identity_warning() == (
         "the controller runs as 'accelpolicy-admin', not as one of the controllerUsers "
-        "['system:serviceaccount:gpustack-system:gpustack-controller'] of rules/pools/derivation.yaml: once "
+        "['system:serviceaccount:gpustack-system:gpustack-controller'] of rules/controller.yaml: once "
         "registered, its own webhooks refuse its InstanceTypeFlavor writes and Setting deletes")

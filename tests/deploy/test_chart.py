@@ -184,7 +184,7 @@ def test_availability_values_a_single_replica_has_no_pdb_and_spread_and_priority
 
 
 def test_the_controller_service_account_is_the_one_the_admission_rules_trust():
-    users = controller_users(load_rules(DEFAULT_RULES_DIR))   # rules/pools/derivation.yaml controllerServiceAccount
+    users = controller_users(load_rules(DEFAULT_RULES_DIR))   # rules/controller.yaml controllerServiceAccount
     assert f"system:serviceaccount:{NS}:gpustack-controller" in users
 
 
@@ -456,7 +456,7 @@ def test_another_namespace_than_the_rules_system_namespace_is_refused():
     result = template(namespace="accel", check=False)
     assert result.returncode != 0
     assert ('namespace "accel": accelpolicy installs into the rules\' system namespace "gpustack-system" only '
-            "(rules/pools/derivation.yaml systemNamespace: the admission rules trust "
+            "(rules/controller.yaml systemNamespace: the admission rules trust "
             "system:serviceaccount:gpustack-system:gpustack-controller, and nfd-master accepts NodeFeatures from "
             "there); use -n gpustack-system") in result.stderr
 
@@ -563,7 +563,7 @@ def test_the_controller_policy_names_its_webhook_configurations_and_the_instance
     assert json.loads(variables["instanceApiVersion"]) == "worker.gpustack.ai/v1"
     assert json.loads(variables["podSpec"]) == rules.documents[("InstancePod", "instance-pod")].spec.podSpec
     assert json.loads(variables["reservedNamespaces"]) == \
-        rules.documents[("PoolDerivation", "pools")].spec.reservedNamespaces
+        rules.documents[("ControllerPolicy", "controller")].spec.reservedNamespaces
     assert vap["spec"]["matchConditions"][0]["expression"] == \
         'request.userInfo.username == "system:serviceaccount:gpustack-system:gpustack-controller"'
 

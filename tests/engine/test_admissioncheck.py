@@ -4,7 +4,7 @@ Snapshots: the seed cluster (tests/fixtures/seed/step1: node-a10g one free A10G,
 node-t4-b four T4s) and the MIG node (tests/fixtures/mig, docs/concepts/four-views.md "The partitioned side"), plus the ResourceFlavors the
 controller derives from them (Kueue's assigned flavors exist in a real cluster). Ledgers are edited
 per test where a case needs a held accelerator. Messages are the rule file's
-(rules/pools/derivation.yaml ``admissionCheck``), written out here in full.
+(rules/pools/queues.yaml ``admissionCheck``), written out here in full.
 """
 from __future__ import annotations
 
@@ -323,7 +323,7 @@ def test_messages_are_policy(policy, tmp_path):
     from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
     root = tmp_path / "rules"
     shutil.copytree(DEFAULT_RULES_DIR, root)
-    path = root / "pools" / "derivation.yaml"
+    path = root / "pools" / "queues.yaml"
     text = path.read_text()
     text = text.replace("""readyMessage: '"node " + node + " can hold the request"'""", """readyMessage: '"fits on " + node'""")
     text = text.replace("retryAfterSeconds: 30", "retryAfterSeconds: 45")

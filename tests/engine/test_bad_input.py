@@ -310,8 +310,8 @@ def test_rule_file_duplicate_document(rules_copy):
 def test_every_problem_of_every_file_is_listed(rules_copy):
     bad_yaml = _replace(rules_copy / "settings.yaml", "  secretName: gpustack-settings\n",
                         "  secretName: gpustack-settings: oops\n")
-    unknown = _replace(rules_copy / "constants.yaml", "  percentPerAccelerator: 100 ",
-                       "  percentPerAccelerator: 100\n  bogus: 1 ")
+    unknown = _replace(rules_copy / "constants.yaml", "  percentPerAccelerator: 100\n",
+                       "  percentPerAccelerator: 100\n  bogus: 1\n")
     cel_line = _replace(rules_copy / "pools" / "derivation.yaml", "  generalGroup: 'aware ? gKey : \"generic\"'",
                         "  generalGroup: 'aware ? gKey :'")
     cel_line2 = _replace(rules_copy / "pools" / "derivation.yaml", "  managed: 'managedKey in labels && labels[managedKey] == \"true\"'",
@@ -393,9 +393,9 @@ def test_shape_caps_are_linked_from_the_constants(rules_copy):
 def test_rule_file_event_message_with_an_unknown_variable(rules_copy):
     """A transition Event's message names a variable its entry does not have: refused at load, not
     at the transition (runtime/model/rulefiles.py STATE_EVENT_VARIABLES)."""
-    _replace(rules_copy / "pools" / "derivation.yaml", "left the pool: no longer", "left pool {pool}: no longer")
+    _replace(rules_copy / "controller.yaml", "left the pool: no longer", "left pool {pool}: no longer")
     (problem,) = _problems(rules_copy)
-    assert problem.startswith("rules/pools/derivation.yaml:")
+    assert problem.startswith("rules/controller.yaml:")
     assert problem.endswith("spec.events.nodeLeftPool.message: unknown variable(s) ['pool']; "
                             "allowed: ['flavors', 'node']")
 

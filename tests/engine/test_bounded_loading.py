@@ -87,11 +87,11 @@ def test_the_alias_bomb_in_the_shipped_rules_refuses_the_generation(copy):
 
 
 def test_a_file_over_the_byte_limit_is_a_finding_at_line_1(copy):
-    _set(copy, "maxFileBytes", 25_000)
+    _set(copy, "maxFileBytes", 13_100)   # the largest rule file, and only it, is over
     assert _found(copy) == [
-        "rules/admission/instances-validation.yaml:1:1 <file>: the file holds "
-        f"{len((copy / 'admission/instances-validation.yaml').read_bytes())} bytes, more than rules/cel.yaml "
-        "loading.maxFileBytes (25000)"]
+        "rules/admission/pods-mutation.yaml:1:1 <file>: the file holds "
+        f"{len((copy / 'admission/pods-mutation.yaml').read_bytes())} bytes, more than rules/cel.yaml "
+        "loading.maxFileBytes (13100)"]
 
 
 def test_a_file_over_the_ceiling_is_never_read(copy):

@@ -14,6 +14,7 @@ from runtime.model.cellimits import CelRuntimeLimits
 from runtime.rules.cel.compile import compile_expression
 from runtime.rules.cel.errors import CelBudgetExceeded, CelEvalError
 from runtime.rules.cel.library.table import LIBRARY
+from tests.rulelines import shipped_line
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCELPOLICY = [sys.executable, "-c", "from runtime.cli import main; main(prog_name='accelpolicy')"]
@@ -98,7 +99,7 @@ def test_the_backtracking_regex_runs_in_linear_time_in_process():
 def test_a_literal_pattern_re2_refuses_is_a_lint_finding(edited_rules, edit, column, message):
     old = "matches(string(variables.value), params.imageReference)"
     found = edited_rules("rules/admission/settings.yaml", old, f"matches(string(variables.value), {edit})")
-    line = _line("admission/settings.yaml", old)
+    line = shipped_line("rules/admission/settings.yaml", old)
     assert found == [f"rules/admission/settings.yaml:{line}:{column} spec.validations[4].expression: {message}"]
 
 
@@ -106,8 +107,8 @@ def test_a_params_pattern_re2_refuses_is_a_lint_finding(edited_rules):
     old = "    positiveGi: '^[1-9][0-9]*Gi$'"
     found = edited_rules("rules/admission/instancetypes.yaml", old, "    positiveGi: '^([1-9][0-9]*Gi$'")
     wrong = "params.positiveGi: invalid RE2 regular expression '^([1-9][0-9]*Gi$': missing ): ^([1-9][0-9]*Gi$"
-    ram = _line("admission/instancetypes.yaml", "['unitResources', 'ram'], '')), params.positiveGi)")
-    storage = _line("admission/instancetypes.yaml", "['localStorage'], '')), params.positiveGi)")
+    ram = shipped_line("rules/admission/instancetypes.yaml", "['unitResources', 'ram'], '')), params.positiveGi)")
+    storage = shipped_line("rules/admission/instancetypes.yaml", "['localStorage'], '')), params.positiveGi)")
     assert found == [   # at each use: the column of params.positiveGi in the expression
         f"rules/admission/instancetypes.yaml:{ram}:91 spec.validations[0].validations[6].expression: {wrong}",
         f"rules/admission/instancetypes.yaml:{storage}:83 spec.validations[0].validations[7].expression: {wrong}"]
@@ -116,15 +117,10 @@ def test_a_params_pattern_re2_refuses_is_a_lint_finding(edited_rules):
 def test_a_rewrite_pattern_re2_refuses_is_a_lint_finding_at_its_field(edited_rules):
     old = "pattern: '^([0-9]+)g([0-9]+)gb$'"
     found = edited_rules("rules/agent.yaml", old, "pattern: '^([0-9]+)g(?=[0-9]+)gb$'")
-    line = _line("agent.yaml", old)
+    line = shipped_line("rules/agent.yaml", old)
     assert found == [f"rules/agent.yaml:{line}:38 spec.profileRewrites[0].pattern: invalid RE2 "
                      "regular expression '^([0-9]+)g(?=[0-9]+)gb$': invalid perl operator: (?= "
                      "(RE2 has no look-around)"]
-
-
-def _line(file: str, text: str) -> int:
-    source = (ROOT / "rules" / file).read_text()
-    return source[:source.index(text)].count("\n") + 1
 
 
 def test_the_regex_is_priced_as_kubernetes_prices_it():

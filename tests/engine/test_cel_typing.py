@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from runtime.rules.loader import RuleLoadError, load_rules, rule_problems
+from tests.rulelines import shipped_line
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
-PODS = "rules/admission/pods.yaml"
+PODS = "rules/admission/pods-mutation.yaml"
 
 
 def at(old: str) -> str:
-    """``rules/admission/pods.yaml:<line>``: the line of the shipped file where ``old`` first starts."""
-    text = (RULES / "admission" / "pods.yaml").read_text()
-    return f"{PODS}:{text[:text.index(old)].count(chr(10)) + 1}"
+    """``rules/admission/pods-mutation.yaml:<line>``: the line of the shipped file where ``old`` first starts."""
+    return f"{PODS}:{shipped_line(PODS, old)}"
 
 
 def test_shipped_rules_are_clean_with_types_and_costs():
@@ -34,9 +34,9 @@ def test_string_plus_int_message(edited_rules):
 
 
 def test_misspelt_params_key(edited_rules):
-    old = "expression: variables.pct > params.constants.percentPerAccelerator"
+    old = "expression: variables.memoryPercent > params.constants.percentPerAccelerator"
     assert edited_rules(PODS, old, old[:-1]) == [
-        f"{at(old)}:56 spec.mutations[1].denials[0].expression: params.constants has no field "
+        f"{at(old)}:66 spec.mutations[1].denials[0].expression: params.constants has no field "
         "or key 'percentPerAccelerato' (known: creditsPerAccelerator, maxNameLength, percentPerAccelerator, "
         "sharesPerAccelerator) in 'params.constants.percentPerAccelerato'"]
 
@@ -51,17 +51,17 @@ def test_misspelt_label_table_key(edited_rules):
 
 
 def test_bool_string_mismatch(edited_rules):
-    old = "expression: variables.lq == ''"
+    old = "expression: variables.queueName == ''"
     assert edited_rules(PODS, old, old + " && 'yes'") == [
-        f"{at(old)}:45 spec.mutations[0].denials[0].expression: type mismatch: an operand of && "
+        f"{at(old)}:52 spec.mutations[0].denials[0].expression: type mismatch: an operand of && "
         "must be bool, \"'yes'\" is string"]
 
 
 def test_non_bool_validation_and_non_string_message(edited_rules):
-    old = "expression: variables.lq == ''"
-    assert edited_rules(PODS, old, "expression: size(variables.lq)") == [
+    old = "expression: variables.queueName == ''"
+    assert edited_rules(PODS, old, "expression: size(variables.queueName)") == [
         f"{at(old)}:23 spec.mutations[0].denials[0].expression: type mismatch: this field needs "
-        "a bool, 'size(variables.lq)' is int"]
+        "a bool, 'size(variables.queueName)' is int"]
 
 
 HUNDRED = "[" + ", ".join(str(i) for i in range(100)) + "]"
@@ -77,10 +77,10 @@ def test_a_million_iteration_comprehension_is_refused_by_its_cost(edited_rules):
 
 
 def test_a_string_doubled_past_the_limit_is_refused_by_its_cost(edited_rules):
-    old = "  variables:\n    - name: lq\n"
+    old = "  variables:\n    - name: queueName\n"
     doubled = "  variables:\n    - {name: s0, expression: params.labels.keys.queueName}\n" + "".join(
         f"    - {{name: s{i}, expression: variables.s{i - 1} + variables.s{i - 1}}}\n" for i in range(1, 27))
-    found = edited_rules(PODS, old, doubled + "    - name: lq\n")
+    found = edited_rules(PODS, old, doubled + "    - name: queueName\n")
     assert [f.split(" (CelLimits)")[0] for f in found] == [
         f"{PODS}:{int(at(old).rsplit(':', 1)[1]) + 1 + i}:31 spec.variables[{i}].expression: worst-case cost estimate "
         f"{cost} is over maxExpressionCost 10000000"   # the 20-character label key doubled 22 times and more
@@ -88,15 +88,15 @@ def test_a_string_doubled_past_the_limit_is_refused_by_its_cost(edited_rules):
 
 
 def test_three_hundred_nested_ternaries_are_a_finding_not_a_recursion_error(edited_rules):
-    old = "expression: variables.lq == ''"
-    nested = "(variables.lq == '' ? " * 300 + "true" + " : false)" * 300
+    old = "expression: variables.queueName == ''"
+    nested = "(variables.queueName == '' ? " * 300 + "true" + " : false)" * 300
     found = edited_rules(PODS, old, f'expression: "{nested}"')
     assert found == [f"{at(old)}:24 spec.mutations[0].denials[0].expression: expression nests "
                      "deeper than 32 levels (parentheses, ternaries, arguments): split it into variables"]
 
 
 def test_a_broken_generation_is_never_loaded(edited_rules, tmp_path):
-    edited_rules(PODS, "expression: variables.lq == ''", "expression: variables.lq == '' && 'yes'")
+    edited_rules(PODS, "expression: variables.queueName == ''", "expression: variables.queueName == '' && 'yes'")
     with pytest.raises(RuleLoadError) as refused:
         load_rules(tmp_path / "rules")
     assert "an operand of && must be bool" in str(refused.value)
@@ -132,7 +132,7 @@ def test_rules_checked_in_several_threads_at_once_give_each_the_same_findings(ed
     the controller's reload): each thread's findings are its own and complete, never a checker fault."""
     from concurrent.futures import ThreadPoolExecutor
 
-    old = "expression: variables.lq == ''"
+    old = "expression: variables.queueName == ''"
     broken = edited_rules(PODS, old, old + " && 'yes'")
     roots = [RULES, tmp_path / "rules"] * 4
     with ThreadPoolExecutor(4) as pool:

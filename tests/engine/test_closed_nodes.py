@@ -1,7 +1,7 @@
 """Cordoned and tainted nodes (docs/concepts/out-of-service.md "Cordoned and tainted nodes"), offline on the
 seed cluster (tests/fixtures/seed/step1): a closed node keeps its flavor, capacity and quota, offers nothing
 as remaining or once-max in any view, and the node-devices check answers Retry naming it; uncordoned, the
-seed rows come back. Which taints count is rules/pools/derivation.yaml ``closedNodes``.
+seed rows come back. Which taints count is rules/pools/queues.yaml ``closedNodes``.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_which_taints_close_a_node_is_rules_data(policy, effect, closed):
 def test_a_taint_the_rules_tolerate_closes_nothing(policy):
     from runtime.rules.loader import load_rules
     tolerant = Policy(load_rules())
-    tolerant.derivation.closedNodes.tolerations.append({"key": "maintenance.example.com/drain", "operator": "Exists"})
+    tolerant.queues.closedNodes.tolerations.append({"key": "maintenance.example.com/drain", "operator": "Exists"})
     status, _ = _t4(tolerant, _edited(_taint("NoSchedule")))
     assert status["summary"]["accelerator"] == "4/5 40/50 100/500 0/0"
 

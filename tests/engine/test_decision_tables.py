@@ -22,14 +22,10 @@ from runtime.engine.pools.derive import derive
 from runtime.model.decisiontables import INSTANCE_TYPE_PHASES, TABLES
 from runtime.rules.loader import load_rules, rule_problems
 from runtime.snapshots import load_snapshot
+from tests.rulelines import shipped_line
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASE = "rules/pools/phase.yaml"
-
-
-def _line(file: str, text: str) -> int:
-    source = (ROOT / file).read_text()
-    return source[:source.index(text)].count("\n") + 1
 
 
 FACTS = "deleting, stopPolicy, reserved, queue, queueMessage, incomplete, incompleteMessage, flavors"
@@ -63,13 +59,13 @@ EDITS = {   # what: (old, new, column, the finding after file:line:column)
 @pytest.mark.parametrize("what", list(EDITS))
 def test_a_broken_cell_is_one_finding_at_its_file_line_column(edited_rules, what):
     old, new, column, finding = EDITS[what]
-    assert edited_rules(PHASE, old, new) == [f"{PHASE}:{_line(PHASE, old.strip())}:{column} {finding}"]
+    assert edited_rules(PHASE, old, new) == [f"{PHASE}:{shipped_line(PHASE, old.strip())}:{column} {finding}"]
 
 
 def test_rows_that_leave_some_facts_unmatched_are_a_finding(edited_rules):
     old = "    - name: activating\n      when: {}\n"
     assert edited_rules(PHASE, old, "    - name: activating\n      when: {queue: Unknown}\n") == [
-        f"{PHASE}:{_line(PHASE, '- name: terminating')}:5 spec.rows: no row matches {{deleting: false, stopPolicy: "
+        f"{PHASE}:{shipped_line(PHASE, '- name: terminating')}:5 spec.rows: no row matches {{deleting: false, stopPolicy: "
         '"None", reserved: true, queue: "Missing", incomplete: false, flavors: true} (the reader would fail there): '
         "add a last row "
         "with when: {}"]
@@ -131,7 +127,7 @@ def test_every_command_answers_a_bad_table_with_its_finding(tmp_path, command):
     output = result.output + (result.stderr if result.stderr_bytes else "")
     assert "Traceback" not in output and not isinstance(result.exception, (KeyError, AttributeError, TypeError))
     assert result.exit_code in (1, 2), output
-    assert f"pools/phase.yaml:{_line(PHASE, BAD_TABLE[0])}:46 spec.rows[2].when.held: unknown fact 'held'" \
+    assert f"pools/phase.yaml:{shipped_line(PHASE, BAD_TABLE[0])}:46 spec.rows[2].when.held: unknown fact 'held'" \
         in output, output
 
 

@@ -1,7 +1,8 @@
 """One home per vocabulary (docs/architecture.md "Where to add"): a label key, a name pattern or a constant is spelled once in rules/.
 
-The homes are rules/labels.yaml (keys, prefixes, suffixes), rules/pools/derivation.yaml (namespaces,
-the controller's ServiceAccount, the entrance prefix) and rules/constants.yaml; every other rule reads
+The homes are rules/labels.yaml (keys, prefixes, suffixes), rules/controller.yaml (namespaces,
+the controller's ServiceAccount), rules/pools/derivation.yaml (the name and entrance prefixes) and
+rules/constants.yaml; every other rule reads
 them (runtime/rules/vocabulary.py). :func:`restatements` lists each word found in more than one rule
 document; spelled twice, renaming it in one place would silently break the other (the Workload fit pin
 once matched on its own copy of the entrance prefix).
@@ -72,7 +73,7 @@ def restatements(root: Path) -> list[str]:
                 if WHOLE_NAME_PREFIX.fullmatch(value):
                     where[value].add(name)
     out = [f"{token!r} in {', '.join(sorted(names))}" for token, names in sorted(where.items()) if len(names) > 1]
-    names = sorted({str(v) for path, v in homes.get("pools/derivation.yaml", [])
+    names = sorted({str(v) for path, v in homes.get("controller.yaml", [])
                     if path.split(".")[1] in ("systemNamespace", "reservedNamespaces", "controllerServiceAccount")})
     for word in names:
         pattern = re.compile(r"(?<![-a-z0-9])" + re.escape(word) + r"(?![-a-z0-9])")
@@ -101,9 +102,10 @@ def test_a_restated_key_name_or_constant_is_found(tmp_path):
     (tmp_path / "constants.yaml").write_text(
         "metadata: {name: constants}\nspec: {percentPerAccelerator: 100, maxNameLength: 253}\n")
     (tmp_path / "pools").mkdir()
-    (tmp_path / "pools" / "derivation.yaml").write_text(
-        "metadata: {name: pools}\nspec: {systemNamespace: gpustack-system, reservedNamespaces: [kube-system],\n"
-        "  controllerServiceAccount: gpustack-controller, entrancePrefix: gpustack-fnv64-}\n")
+    (tmp_path / "pools" / "derivation.yaml").write_text("metadata: {name: pools}\nspec: {entrancePrefix: gpustack-fnv64-}\n")
+    (tmp_path / "controller.yaml").write_text(
+        "metadata: {name: controller}\nspec: {systemNamespace: gpustack-system, reservedNamespaces: [kube-system],\n"
+        "  controllerServiceAccount: gpustack-controller}\n")
     (tmp_path / "labels.yaml").write_text("metadata: {name: labels}\nspec: {keys: {queueName: kueue.x-k8s.io/queue-name}}\n")
     (tmp_path / "copy.yaml").write_text(
         "metadata: {name: copy}\n"
@@ -118,7 +120,7 @@ def test_a_restated_key_name_or_constant_is_found(tmp_path):
     assert restatements(tmp_path) == [
         "'gpustack-fnv64-' in copy.yaml:copy, pools/derivation.yaml:pools",
         "'kueue.x-k8s.io/queue-name' in copy.yaml:copy, labels.yaml:labels",
-        "name 'kube-system' in copy.yaml:copy, pools/derivation.yaml:pools",
+        "name 'kube-system' in controller.yaml:controller, copy.yaml:copy",
         "constant 100 restated at copy.yaml:copy spec.message",
         "constant 253 restated at copy.yaml:copy spec.expression",
         "constant 253 restated at shape.yaml:shape spec.openAPIV3Schema.properties.name.maxLength",

@@ -12,7 +12,7 @@ import pytest
 
 from runtime.engine.pools.derive import derive
 from runtime.engine.policy import Policy
-from runtime.rules.loader import DEFAULT_RULES_DIR, load_rules
+from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
 from runtime.snapshots import load_snapshot
 from tests.seedfiles import FIXTURES
 
@@ -41,9 +41,8 @@ def test_editing_a_preset_changes_the_derived_unit(rules_copy):
 
 
 def test_editing_a_name_pattern_renames_pools_and_entrances(rules_copy):
-    edit(rules_copy / "pools" / "derivation.yaml",
-         ': "gpustack--" + objectName(aKey) + "-" + os + "-" + arch\'',
-         ': "accel--" + objectName(aKey) + "-" + os + "-" + arch\'')
+    edit(rules_copy / "pools" / "derivation.yaml",   # the device pools' names (not the CPU pools')
+         """device: 'namePrefix + (aware ?""", """device: '"accel--" + (aware ?""")
     edit(rules_copy / "pools" / "derivation.yaml", "entrancePrefix: gpustack-fnv64-", "entrancePrefix: lq-")
     state = derive(Policy(load_rules(rules_copy)), load_snapshot([FIXTURES / "seed" / "step1"]))
     names = [it["metadata"]["name"] for it in state.instance_types]
@@ -78,3 +77,20 @@ def test_the_sh_once_max_reading_is_a_rule_option(rules_copy):
 
 def test_the_default_rules_are_the_seeds(policy):
     assert summaries(DEFAULT_RULES_DIR)["gpustack--nvidia-tesla-t4-linux-amd64"]["accelerator"] == "4/5 40/50 100/500 0/0"
+
+
+@pytest.mark.parametrize("field, home", [
+    ("admissionCheck", "admissionCheck: moved to rules/pools/queues.yaml (kind PoolQueues): delete it here"),
+    ("startGuard", "startGuard: moved to rules/controller.yaml (kind ControllerPolicy): delete it here"),
+    ("systemNamespace", "systemNamespace: moved to rules/controller.yaml (kind ControllerPolicy): delete it here"),
+])
+def test_a_derivation_still_holding_a_moved_field_is_refused_naming_its_home(rules_copy, field, home):
+    """PoolDerivation was split by concern (docs/changelog.md): an older derivation is never half-read."""
+    path = rules_copy / "pools" / "derivation.yaml"
+    text = path.read_text()
+    path.write_text(text + f"  {field}: {{}}\n")
+    with pytest.raises(RuleLoadError) as refused:
+        load_rules(rules_copy)
+    line, column = text.count("\n") + 1, len(f"  {field}: ") + 1
+    assert [str(p) for p in refused.value.problems] == [
+        f"rules/pools/derivation.yaml:{line}:{column} spec.{field}: {home.split(': ', 1)[1]}"]

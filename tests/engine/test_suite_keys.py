@@ -12,6 +12,9 @@ from runtime import ruletests
 from runtime.cli import main
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
+SUITE = RULES / "tests" / "admission" / "pods.yaml"
+#: the line of the first case's expect (the key misspelt below)
+LINE = SUITE.read_text().split("expect: {allowed: true, patch: []}")[0].count("\n") + 1
 
 
 @pytest.fixture()
@@ -27,7 +30,7 @@ def misspelt(tmp_path) -> Path:
 def test_a_misspelt_expect_key_is_refused_with_its_line(misspelt):
     with pytest.raises(ValueError) as refused:
         ruletests.load_cases(misspelt)
-    assert str(refused.value) == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
+    assert str(refused.value) == (f"{misspelt}/tests/admission/pods.yaml:{LINE}:38: cases[0].expect.pacth: unknown key "
                                   "(known: allowed, code, message, patch, reason, rules, warnings)")
 
 
@@ -35,7 +38,7 @@ def test_lint_reads_the_suites_and_names_the_directory(misspelt):
     result = CliRunner().invoke(main, ["lint", str(misspelt)])
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == f"reading rules from {misspelt}"
-    assert result.stdout == (f"{misspelt}/tests/admission/pods.yaml:18:38: cases[0].expect.pacth: unknown key "
+    assert result.stdout == (f"{misspelt}/tests/admission/pods.yaml:{LINE}:38: cases[0].expect.pacth: unknown key "
                              "(known: allowed, code, message, patch, reason, rules, warnings)\n")
 
 

@@ -1,7 +1,8 @@
-"""A validation's ids: a descriptive ``name``, the spec row in ``specRule``, old names in ``formerNames``.
+"""A validation is known by its ``name`` alone: a descriptive kebab-case phrase of what it checks.
 
-The Pod validations were once named by spec row (``rule-1a``); each now says what it checks and keeps
-the row and the old name as data, so a rule test naming the old name can be mapped (runtime/ruletests.py).
+The Pod validations were once named by spec row (``rule-1a``), then carried the row (``specRule``) and
+the old name (``formerNames``) for one release; both fields are removed (docs/rule-authoring.md "Naming a
+rule"), and a rule file that still has one is refused naming it.
 """
 from __future__ import annotations
 
@@ -25,46 +26,20 @@ def _pods_validation() -> dict:
 
 def test_every_pod_validation_is_named_by_what_it_checks():
     spec = AdmissionPolicySpec.model_validate(_pods_validation())
-    rules = list(all_validations(spec.validations))
-    assert all(KEBAB.match(v.name) and not re.match(r"^rule-[0-9]", v.name) for v in rules), [v.name for v in rules]
-    numbered = {v.specRule: (v.name, v.formerNames) for v in rules if v.specRule}
-    assert numbered["1a"] == ("one-accelerator-family", ["rule-1a"])
-    assert numbered["7"] == ("sidecar-requests-no-accelerator", ["rule-7"])
-    assert numbered["2'"] == ("sliced-key-required", ["rule-2-required"])
-    assert len(numbered) == 17
+    names = [v.name for v in all_validations(spec.validations)]
+    assert all(KEBAB.match(n) and not re.match(r"^rule-[0-9]", n) for n in names), names
+    assert names[:3] == ["sidecar-requests-no-accelerator", "one-accelerator-family", "view-offered"]
+    assert len(names) == len(set(names)) == 21
 
 
-def _first_rules(spec: dict) -> tuple[dict, dict]:
-    return spec["validations"][0], spec["validations"][1]
-
-
-def _spec_row_twice(first: dict, second: dict) -> None:
-    second["specRule"] = first["specRule"]
-
-
-def _former_name_is_current(first: dict, second: dict) -> None:
-    first["formerNames"] = [second["name"]]
-
-
-def _former_name_twice(first: dict, second: dict) -> None:
-    second["formerNames"] = first["formerNames"]
-
-
-@pytest.mark.parametrize("edit, refusal", [
-    (_spec_row_twice, "specRule '7' is on two validations"),
-    (_former_name_is_current, "former name 'one-accelerator-family' is a current validation name"),
-    (_former_name_twice, "former name 'rule-7' is on two validations"),
+@pytest.mark.parametrize("fields, refusal", [
+    ({"specRule": "1a"}, "specRule: removed"),
+    ({"formerNames": ["rule-1a"]}, "formerNames: removed"),
+    ({"specRule": "1a", "formerNames": ["rule-1a"]}, "specRule, formerNames: removed"),
 ])
-def test_a_clashing_id_is_refused(edit, refusal):
-    """A spec row on two validations, a former name that is a current name, a former name used twice."""
+def test_a_removed_id_field_is_refused_by_name(fields, refusal):
     spec = copy.deepcopy(_pods_validation())
-    edit(*_first_rules(spec))
-    with pytest.raises(ValidationError, match=refusal):
+    spec["validations"][1].update(fields)
+    with pytest.raises(ValidationError, match=refusal) as refused:
         AdmissionPolicySpec.model_validate(spec)
-
-
-def test_a_spec_row_is_a_number_and_letters():
-    spec = copy.deepcopy(_pods_validation())
-    spec["validations"][0]["specRule"] = "rule 7"
-    with pytest.raises(ValidationError, match="specRule"):
-        AdmissionPolicySpec.model_validate(spec)
+    assert "docs/rule-authoring.md \"Naming a rule\"" in str(refused.value)

@@ -80,7 +80,7 @@ gpustack-settings
 {{- end -}}
 
 {{/* One rule document of the mounted rules (accelpolicy.ruleFiles), parsed: (dict "root" . "file"
-     "pools/derivation.yaml" "kind" "PoolDerivation"); fails naming the file when it has no such document. */}}
+     "controller.yaml" "kind" "ControllerPolicy"); fails naming the file when it has no such document. */}}
 {{- define "accelpolicy.ruleDoc" -}}
 {{- $files := include "accelpolicy.ruleFiles" .root | fromYaml }}
 {{- $found := dict }}
@@ -95,7 +95,7 @@ gpustack-settings
 {{/* The names and keys the admission policies and checks of this chart need, read from the rule files
      (each vocabulary has one home: rules/); a YAML map. */}}
 {{- define "accelpolicy.vocabulary" -}}
-{{- $derivation := (include "accelpolicy.ruleDoc" (dict "root" . "file" "pools/derivation.yaml" "kind" "PoolDerivation") | fromYaml).spec }}
+{{- $controller := (include "accelpolicy.ruleDoc" (dict "root" . "file" "controller.yaml" "kind" "ControllerPolicy") | fromYaml).spec }}
 {{- $agent := (include "accelpolicy.ruleDoc" (dict "root" . "file" "agent.yaml" "kind" "NodeAgent") | fromYaml).spec }}
 {{- $labels := (include "accelpolicy.ruleDoc" (dict "root" . "file" "labels.yaml" "kind" "LabelCatalog") | fromYaml).spec }}
 {{- $registration := (include "accelpolicy.ruleDoc" (dict "root" . "file" "admission/registration.yaml" "kind" "WebhookRegistration") | fromYaml).spec }}
@@ -112,8 +112,8 @@ gpustack-settings
 {{- $capacity = append $capacity (printf "^%s$" $re) }}
 {{- end }}
 {{- end }}
-systemNamespace: {{ $derivation.systemNamespace | quote }}
-reservedNamespaces: {{ $derivation.reservedNamespaces | toJson }}
+systemNamespace: {{ $controller.systemNamespace | quote }}
+reservedNamespaces: {{ $controller.reservedNamespaces | toJson }}
 nodeFeatureGroup: {{ regexReplaceAll "/[^/]*$" $agent.nodeFeature.apiVersion "" | quote }}
 nodeFeaturePlural: {{ $agent.nodeFeature.plural | quote }}
 nodeFeatureVersion: {{ regexReplaceAll "^.*/" $agent.nodeFeature.apiVersion "" | quote }}
@@ -136,7 +136,7 @@ webhookConfigurations: {{ list $registration.configurations.mutating $registrati
 {{- define "accelpolicy.validate" -}}
 {{- $v := include "accelpolicy.vocabulary" . | fromYaml }}
 {{- if ne .Release.Namespace $v.systemNamespace }}
-{{- fail (printf "namespace %q: accelpolicy installs into the rules' system namespace %q only (rules/pools/derivation.yaml systemNamespace: the admission rules trust system:serviceaccount:%s:%s, and nfd-master accepts NodeFeatures from there); use -n %s" .Release.Namespace $v.systemNamespace $v.systemNamespace .Values.controller.serviceAccountName $v.systemNamespace) }}
+{{- fail (printf "namespace %q: accelpolicy installs into the rules' system namespace %q only (rules/controller.yaml systemNamespace: the admission rules trust system:serviceaccount:%s:%s, and nfd-master accepts NodeFeatures from there); use -n %s" .Release.Namespace $v.systemNamespace $v.systemNamespace .Values.controller.serviceAccountName $v.systemNamespace) }}
 {{- end }}
 {{- /* lookup answers only against a cluster (install/upgrade), never in `helm template` */}}
 {{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}

@@ -207,19 +207,15 @@ def bad_request(uid: str, message: str) -> dict:
     return build_response(uid, Outcome(policy="", denial=(400, "BadRequest", message)))
 
 
-def rule_names(policy: Policy) -> tuple[frozenset[str], dict[str, str]]:
-    """The names an admission outcome's ``rules`` may hold under ``policy`` (every validation, group
+def rule_names(policy: Policy) -> frozenset[str]:
+    """The names an admission outcome's ``rules`` may hold under ``policy``: every validation, group
     included; every mutation and ``mutation/denial``; the engine's ``shape``, ``rule-error`` and
-    ``budget-exceeded``), and each validation's former names mapped to its current name
-    (``formerNames`` in the rule files)."""
+    ``budget-exceeded``."""
     names = {SHAPE, RULE_ERROR, HALT_BUDGET}
-    former: dict[str, str] = {}
     for doc in policy.ruleset.all("AdmissionPolicy"):
-        for v in all_validations(doc.spec.validations):
-            names.add(v.name)
-            former.update({old: v.name for old in v.formerNames})
+        names.update(v.name for v in all_validations(doc.spec.validations))
         for m in doc.spec.mutations:
             names.add(m.name)
             names.update(f"{m.name}/{d.name}" for d in m.denials)
     names.discard("")
-    return frozenset(names), former
+    return frozenset(names)

@@ -11,7 +11,7 @@ hold the request now, from their Devices ledgers (docs/agent.md "The Devices obj
   labels after NodeFeature propagation) whose labels match every assigned flavor's
   ``spec.nodeLabels`` (Kueue injects all of them into the Pod's node selector) and the PodSet
   template's own ``nodeSelector`` and required node affinity, less the closed ones: cordoned, or tainted
-  with an effect of rules/pools/derivation.yaml ``closedNodes`` that the template does not tolerate
+  with an effect of rules/pools/queues.yaml ``closedNodes`` that the template does not tolerate
   (:mod:`runtime.engine.pools.closednodes`; a Retry then names them).
 * **Demand** of one Pod of the PodSet (``count`` is not multiplied: an Instance is one Pod), from its
   non-sidecar containers' requests (else limits; docs/reference/controller.md "Pod accelerator requests"), by
@@ -34,7 +34,7 @@ hold the request now, from their Devices ledgers (docs/agent.md "The Devices obj
   otherwise the first feasible candidate in name order.
 
 The verdict is ``Ready`` when every PodSet has a node, else ``Retry`` (never ``Rejected``: capacity
-may free up); messages and the retry delay are rules/pools/derivation.yaml ``admissionCheck``
+may free up); messages and the retry delay are rules/pools/queues.yaml ``admissionCheck``
 (``readyMessage``, ``retryMessage``, ``retryAfterSeconds``). What a Ready answer places is charged to the
 nodes (:func:`charge`) so that the next answers, in the same pass or while its Pod has not started, see it
 taken (docs/concepts/out-of-service.md "Promises"). :func:`check_state_apply` turns a verdict
@@ -241,7 +241,7 @@ def check_workload(policy: Policy, snapshot: Snapshot, workload: Mapping,
     names the PodSet's closed candidate nodes). Raises :class:`AdmissionCheckError` for a request quantity
     that does not parse.
     """
-    rules = policy.derivation.admissionCheck
+    rules = policy.queues.admissionCheck
     if nodes is None:
         nodes = _managed_nodes(policy, snapshot)
     assigned = _pod_set_flavors(workload)

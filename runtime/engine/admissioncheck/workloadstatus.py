@@ -48,7 +48,7 @@ def _condition_true(workload: Mapping, kind: str) -> bool:
 
 def check_entry(policy: Policy, workload: Mapping) -> dict | None:
     """The Workload's ``status.admissionChecks`` entry of this check (rules ``admissionCheck.name``)."""
-    name = policy.derivation.admissionCheck.name
+    name = policy.queues.admissionCheck.name
     for entry in (workload.get("status") or {}).get("admissionChecks") or []:
         if entry.get("name") == name:
             return entry
@@ -87,7 +87,7 @@ def seconds_until_due(policy: Policy, workload: Mapping, now: datetime) -> float
         since = parse_time(entry.get("lastTransitionTime"))
         if since is None:
             return 0.0
-        left = since.timestamp() + policy.derivation.admissionCheck.retryAfterSeconds - now.timestamp()
+        left = since.timestamp() + policy.queues.admissionCheck.retryAfterSeconds - now.timestamp()
         return max(left, 0.0)
     return None
 
@@ -117,7 +117,7 @@ def promised(policy: Policy, snapshot, now: datetime) -> list[Mapping]:
     "Promises"), oldest answer first: entry ``Ready``, Kueue still holds their quota (not evicted, not
     finished), answered less than ``promiseSeconds`` before ``now``, and their Pod neither started nor gone
     (a Workload no Pod owns counts until that bound)."""
-    bound = policy.derivation.admissionCheck.promiseSeconds
+    bound = policy.queues.admissionCheck.promiseSeconds
     out = []
     for workload in snapshot.list("Workload"):
         entry = check_entry(policy, workload)
@@ -150,7 +150,7 @@ def check_state_apply(policy: Policy, workload: Mapping, verdict: Verdict, now: 
     write should the Workload have been replaced meanwhile.
     """
     entry = check_entry(policy, workload) or {}
-    rules = policy.derivation.admissionCheck
+    rules = policy.queues.admissionCheck
     changed_state = entry.get("state") != verdict.state
     if not changed_state and entry.get("message") == verdict.message:
         return None  # requeueAfterSeconds is not compared: Kueue carries it over when it resets a check

@@ -16,7 +16,8 @@ def catalog(policy: Policy, plans: dict[str, FlavorPlan], aware: bool) -> list[d
     generic = policy.manufacturer_table.genericSentinel
     for name in sorted(plans):
         plan = plans[name]
-        variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch, "aware": aware}
+        variables = {"namePrefix": policy.derivation.namePrefix, "gKey": plan.gkey, "aKey": plan.akey,
+                     "os": plan.os, "arch": plan.arch, "aware": aware}
         notes = plan.notes
         if plan.kind == "cpu":
             cat_name = policy.derivation.catalog.cpu.evaluate(variables)

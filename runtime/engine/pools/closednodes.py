@@ -4,7 +4,7 @@ tainted nodes").
 A Node is closed when it is cordoned (``spec.unschedulable``, unless the Pod tolerates the cordon's taint,
 as kube-scheduler's NodeUnschedulable plugin reads it) or carries a taint with one of the rules' effects
 that the Pod's tolerations do not tolerate (kube-scheduler's TaintToleration rule). Which effects count,
-the tolerations every Instance Pod is taken to have and the words are rules/pools/derivation.yaml
+the tolerations every Instance Pod is taken to have and the words are rules/pools/queues.yaml
 ``closedNodes``. A closed node keeps its flavors, capacity and quota; the four views offer nothing of it as
 remaining or once-max, and the node-devices check places nothing on it. Pure.
 """
@@ -35,7 +35,7 @@ def tolerates(toleration: Mapping, taint: Mapping) -> bool:
 def closed_reason(policy: Policy, node: Mapping, tolerations: Iterable[Mapping] = ()) -> str | None:
     """Why ``node`` takes no new Pod with ``tolerations`` (besides the rules' own), in the words of
     ``closedNodes.messages``; None when it is open."""
-    rules = policy.derivation.closedNodes
+    rules = policy.queues.closedNodes
     spec = node.get("spec") or {}
     tolerations = [*rules.tolerations, *tolerations]
     name = name_of(node)

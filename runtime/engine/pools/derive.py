@@ -223,8 +223,8 @@ def _instance_types(policy: Policy, snapshot: Snapshot, state: DesiredState, pla
     if state.settings.flag(policy.setting("derivedFromNode")):
         first_plan: dict[str, FlavorPlan] = {}
         for name, plan in plans.items():  # name order: the first flavor of a pool gives its preset
-            variables = {"gKey": plan.gkey, "aKey": plan.akey, "os": plan.os, "arch": plan.arch,
-                         "aware": aware}
+            variables = {"namePrefix": policy.derivation.namePrefix, "gKey": plan.gkey, "aKey": plan.akey,
+                         "os": plan.os, "arch": plan.arch, "aware": aware}
             pool = (
                 policy.derivation.pools.device if plan.kind == "device"
                 else policy.derivation.pools.cpu).evaluate(variables)
@@ -253,7 +253,7 @@ def _queues_and_status(policy: Policy, snapshot: Snapshot, state: DesiredState, 
     and its status; fills ``state``."""
     settings = state.settings
     namespaces = [name_of(ns) for ns in snapshot.list("Namespace")
-                  if not is_deleting(ns) and name_of(ns) not in policy.derivation.reservedNamespaces
+                  if not is_deleting(ns) and name_of(ns) not in policy.controller.reservedNamespaces
                   and (ns.get("status") or {}).get("phase") != "Terminating"]
     every, refused, devices, by_label = read_devices(policy, snapshot, effective, state.fact_problems, memo)
     state.devices = list(every)

@@ -79,8 +79,9 @@ def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tupl
     has_acc = any(count > 0 for count in node.akeys.values())
     base_labels = {policy.key("os"): node.os, policy.key("arch"): node.arch, policy.key("managed"): "true",
                    f"{general}{node.gkey}": "true"}
-    cpu_vars = {"gKey": node.gkey, "aKey": "", "os": node.os, "arch": node.arch, "count": node.cores,
-                "mixed": mixed, "hasAccelerators": has_acc}
+    prefix = policy.derivation.namePrefix
+    cpu_vars = {"namePrefix": prefix, "gKey": node.gkey, "aKey": "", "os": node.os, "arch": node.arch,
+                "count": node.cores, "mixed": mixed, "hasAccelerators": has_acc}
     if rules["cpu"].when.evaluate(cpu_vars):
         labels = dict(base_labels)
         labels[f"{general}{node.gkey}{policy.suffix('count')}"] = str(node.cores)
@@ -88,8 +89,8 @@ def node_contributions(policy: Policy, node: NodeView, mixed: bool) -> list[tupl
             labels[policy.key("cpuOnly")] = "true"
         out.append((rules["cpu"].name.evaluate(cpu_vars), "cpu", "", node.cores, labels))
     for akey, count in node.akeys.items():
-        dev_vars = {"gKey": node.gkey, "aKey": akey, "os": node.os, "arch": node.arch, "count": count,
-                    "mixed": mixed, "hasAccelerators": has_acc}
+        dev_vars = {"namePrefix": prefix, "gKey": node.gkey, "aKey": akey, "os": node.os, "arch": node.arch,
+                    "count": count, "mixed": mixed, "hasAccelerators": has_acc}
         if not rules["device"].when.evaluate(dev_vars):
             continue
         labels = dict(base_labels)

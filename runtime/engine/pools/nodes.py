@@ -39,7 +39,7 @@ def trusted_node_features(policy: Policy, snapshot: Snapshot,
                           namespace: str | None = None) -> tuple[dict[str, list[dict]], list[str]]:
     """Decision 20: (node name -> the NodeFeatures that feed its keys, warnings for those ignored).
 
-    Only NodeFeatures in the system namespace (``namespace``, else rules/pools/derivation.yaml
+    Only NodeFeatures in the system namespace (``namespace``, else rules/controller.yaml
     ``systemNamespace``) named ``<node><suffix>`` for the NodeFeature suffixes of rules/agent.yaml
     (``nodeFeature.worker``/``deviceManager``) count. Another NodeFeature naming the node is ignored,
     with a warning when it carries a key under the propagated prefixes (rules/labels.yaml); one
@@ -63,7 +63,7 @@ def node_feature_judge(policy: Policy, namespace: str | None = None):
     names none or is being deleted), whether it feeds that node's keys, the warning when it is ignored."""
     node_key = policy.key("nodeFeatureNode")
     prefixes = tuple(policy.labels.propagatedPrefixes)
-    system = namespace or policy.derivation.systemNamespace
+    system = namespace or policy.controller.systemNamespace
     nf_rules = agent_rules(policy).nodeFeature
     suffixes = (nf_rules.worker.nameSuffix, nf_rules.deviceManager.nameSuffix)
     messages = policy.node_facts.factChecks.messages

@@ -57,7 +57,7 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
     is evicted) until its flavors come back, and keeps the annotation until then.
     """
     spec_it = it.get("spec") or {}
-    rules = policy.derivation.clusterQueue
+    rules = policy.queues.clusterQueue
     spec = copy.deepcopy(rules.template)
     message = ""
     if len(flavors) > rules.maxFlavors:
@@ -90,7 +90,7 @@ def cluster_queue(policy: Policy, settings: Settings, it: dict, labels: dict[str
         spec["stopPolicy"] = "HoldAndDrain"
     if acceleratable and settings.flag(policy.setting("derivedFromNode")):
         spec["admissionChecksStrategy"] = {
-            "admissionChecks": [{"name": policy.derivation.admissionCheck.name}]}
+            "admissionChecks": [{"name": policy.queues.admissionCheck.name}]}
     obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
            "metadata": {"name": name_of(it), "labels": labels}, "spec": spec}
     if emptied_by and not flavors:
@@ -125,7 +125,7 @@ def local_queues(policy: Policy, queue: dict, namespaces: list[str]) -> list[dic
 def admission_check(policy: Policy) -> dict:
     """The ``gpustack-node-devices`` AdmissionCheck (docs/concepts/pools-and-flavors.md "The AdmissionCheck
     `gpustack-node-devices`")."""
-    ac = policy.derivation.admissionCheck
+    ac = policy.queues.admissionCheck
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
             "metadata": {"name": ac.name, "labels": dict(ac.labels)},
             "spec": {"controllerName": ac.controllerName}}

@@ -1,0 +1,85 @@
+"""One AdmissionPolicy in several files: a validation group's ``validationsFrom`` names an
+``AdmissionValidations`` document whose validations the group runs (docs/rule-authoring.md "One policy,
+several files").
+
+:func:`include_validations` runs once per load, before the static checks, on every document whose schema
+held: each group with ``validationsFrom`` gets the named document's validations (the same objects: their
+expressions were compiled with their own file and lines), so the engine, the audit, the exceptions and
+the checks see one policy. A name no document has, a document no policy names, and a document that
+includes itself (through others) are load problems naming the file and field.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from runtime.model.admission import Validation, all_validations
+from runtime.rules.yamlsrc import dotted
+
+Problem = tuple
+"""(file, line, column, field path, message): the loader turns it into a RuleProblem."""
+
+KIND = "AdmissionValidations"
+
+
+def _at(doc: Any, path: tuple, message: str) -> Problem:
+    """The problem at ``path`` of ``doc``, at the field's own line and column when its source is known."""
+    if doc.source is None:
+        return (doc.file, doc.line, 0, dotted(path), message)
+    return (doc.file, doc.source.line_of(path), doc.source.column_of(path), dotted(path), message)
+
+
+def include_validations(documents: list) -> list[Problem]:
+    """Fill every ``validationsFrom`` group of ``documents`` (loaded ``RuleFile`` objects) in place; the
+    problems found (none when every name resolves, every AdmissionValidations document is used and no
+    inclusion loops)."""
+    fragments = {doc.name: doc for doc in documents if doc.kind == KIND}
+    used: set[str] = set()
+    problems: list[Problem] = []
+
+    def resolve(doc: Any, validations: list[Validation], path: tuple, chain: tuple[str, ...]) -> None:
+        for i, v in enumerate(validations):
+            at = path + (i,)
+            if v.validationsFrom:
+                name = v.validationsFrom
+                fragment = fragments.get(name)
+                if fragment is None:
+                    known = ", ".join(sorted(fragments)) or "none"
+                    problems.append(_at(doc, ("spec",) + at + ("validationsFrom",),
+                                        f"no {KIND} named {name!r} ({KIND}: {known})"))
+                    continue
+                if name in chain:
+                    problems.append(_at(doc, ("spec",) + at + ("validationsFrom",),
+                                        f"{KIND} {name!r} includes itself: {' -> '.join(chain + (name,))}"))
+                    continue
+                used.add(name)
+                resolve(fragment, fragment.spec.validations, ("validations",), chain + (name,))
+                v.validations = fragment.spec.validations
+            else:
+                resolve(doc, v.validations, at + ("validations",), chain)
+
+    for doc in documents:
+        if doc.kind == "AdmissionPolicy":
+            resolve(doc, doc.spec.validations, ("validations",), ())
+    for name, doc in fragments.items():
+        if name not in used:
+            problems.append(_at(doc, ("metadata", "name"), f"{KIND} {name!r} is named by no AdmissionPolicy "
+                                f"(validationsFrom): its validations never run"))
+    return problems
+
+
+def included_fragments(documents: list) -> dict:
+    """``name -> (file, source)`` of the AdmissionValidations documents (with their source) that a policy
+    of ``documents`` names: the static checks check them inside that policy, with its variables."""
+    named = {v.validationsFrom for doc in documents if doc.kind == "AdmissionPolicy"
+             for v in all_validations(doc.spec.validations) if v.validationsFrom}
+    return {doc.name: (doc.file, doc.source) for doc in documents
+            if doc.kind == KIND and doc.name in named and doc.source is not None}
+
+
+def placed_in(scope: Any, where: tuple) -> Any:
+    """A copy of a static-check scope (runtime.rules.checks) whose findings are placed in ``where``, the
+    ``(file, source)`` of an included AdmissionValidations document (:func:`included_fragments`)."""
+    moved = copy.copy(scope)
+    moved.file, moved.doc = where
+    return moved
