@@ -171,8 +171,8 @@ class WebhookState:
         """The AdmissionReview answer of policy ``name`` to the parsed review ``data``, and its outcome
         (:func:`runtime.engine.admission.decide` with the generation ``served``, default the one served
         now, against ``view``, default that generation's view, at :attr:`clock`'s now); ``cancel`` (an
-        Event or a :class:`runtime.rules.cel.budget.Deadline`) stops it (a ``timeout`` outcome). Raises what the
-        engine raises."""
+        Event or a :class:`runtime.rules.cel.budget.Deadline`) stops it (a ``timeout`` outcome). Raises
+        what the engine raises."""
         served = served or self.served
         view = view if view is not None else self._view_of(served)
         return decide(served.engine, data, view, name, cancel=cancel, now=self.clock())
