@@ -60,7 +60,7 @@ def _pod(name: str) -> dict:
 
 def test_a_backtracking_label_is_refused_live_and_the_rest_keeps_answering(served, kubectl):
     webhooks, ca = served
-    url = f"https://127.0.0.1:{webhooks.port}"
+    url = f"https://127.0.0.1:{webhooks.server.port}"
     prober = Prober(url, str(ca))
     before = loadgen.run(url, str(ca), "/mutate-pods", "slice", "closed", 4, clients=2)
     load: dict = {}
