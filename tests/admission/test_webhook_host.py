@@ -41,7 +41,7 @@ def generation():
 
 @pytest.fixture
 def serve(tmp_path, generation):
-    servers = []
+    servers, clients = [], []
 
     def start(view=None, inline_seconds=None) -> tuple[WebhookServer, httpx.Client]:
         tls = self_signed(tmp_path / f"tls{len(servers)}")
@@ -51,10 +51,13 @@ def serve(tmp_path, generation):
             server.state.inline_seconds = inline_seconds
         server.install(engine, view or fixed)
         servers.append(server.serve())
-        return server, httpx.Client(base_url=f"https://127.0.0.1:{server.port}", timeout=20,
-                                     verify=ssl.create_default_context(cafile=str(tls["ca"])))
+        clients.append(httpx.Client(base_url=f"https://127.0.0.1:{server.port}", timeout=20,
+                                    verify=ssl.create_default_context(cafile=str(tls["ca"]))))
+        return server, clients[-1]
 
     yield start
+    for client in clients:   # a kept-alive connection would hold the server's graceful stop to its timeout
+        client.close()
     for server in servers:
         server.stop()
     gc.unfreeze()   # the installs froze this test process's heap
