@@ -9,7 +9,6 @@ come from the policy itself (:mod:`runtime.rules.checks`).
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from runtime.rules import schemas
@@ -53,10 +52,24 @@ EXPECTED_TYPES: list[tuple[str, str, str]] = [
 ]
 
 
+def _steps(path: str) -> list[str]:
+    """The steps of a dotted field path: ``checks[0].when`` -> ``['checks', '[0]', 'when']``."""
+    return path.replace("[", ".[").split(".")
+
+
+def _step_matches(step: str, wanted: str) -> bool:
+    if wanted == "*":
+        return bool(step) and "[" not in step and "]" not in step
+    if wanted == "[*]":
+        return len(step) > 2 and step[0] == "[" and step[-1] == "]" and "[" not in step[1:-1]
+    return step == wanted
+
+
 def matches(path: str, pattern: str) -> bool:
-    """``pattern`` with ``*`` standing for one key or index (``checks[*].*`` matches ``checks[0].when``)."""
-    regex = re.escape(pattern).replace(r"\*", r"[^.\[\]]+")
-    return re.fullmatch(regex, path) is not None
+    """``pattern`` with ``*`` standing for one key or index (``checks[*].*`` matches ``checks[0].when``),
+    compared step by step: no regular expression, so nothing to backtrack."""
+    steps, wanted = _steps(path), _steps(pattern)
+    return len(steps) == len(wanted) and all(_step_matches(s, w) for s, w in zip(steps, wanted))
 
 
 def activation_of(kind: str, path: str) -> Optional[frozenset[str]]:
