@@ -114,6 +114,8 @@ def wait_until(fetch, predicate, what: str, timeout: float = TABLE_TIMEOUT):
         if predicate(value):
             return value
         time.sleep(0.25)
+    if isinstance(value, dict) and "status" in value:   # an object's status first: it says why, and 3000 characters end
+        value = {"status": value["status"], **value}
     raise AssertionError(f"{what} not reached in {timeout:.0f}s; last: {json.dumps(value)[:3000]}")
 
 
@@ -524,8 +526,6 @@ def test_steady_state_after_the_walkthrough(walk, record_step):
 
 
 # -- after the walkthrough, kind only: one accelerator fails under a running Instance (docs/concepts/out-of-service.md)
-OOS_T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
-OOS_T4_4D = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-4d"
 OOS_CLEAN_SECONDS = 20
 
 
@@ -540,8 +540,8 @@ def _oos_configmap_key(walk, name: str, key: str, edit) -> str:
 
 def _oos_t4(walk) -> tuple[str, dict, dict]:
     """(the T4 row's EX capacity, the T4 ClusterQueue's quota per flavor, Kueue's usage per flavor)."""
-    it = get(walk, "instancetype", OOS_T4_POOL).get("status") or {}
-    queue = get(walk, "clusterqueue", OOS_T4_POOL)
+    it = get(walk, "instancetype", T4_POOL).get("status") or {}
+    queue = get(walk, "clusterqueue", T4_POOL)
     quota = {f["name"]: f["resources"][0]["nominalQuota"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]}
     usage = {f["name"]: r["total"] for f in (queue.get("status") or {}).get("flavorsUsage") or []
              for r in f.get("resources") or [] if r["name"].startswith("credits.")}
@@ -549,44 +549,39 @@ def _oos_t4(walk) -> tuple[str, dict, dict]:
 
 
 def test_kind_a_failed_card_under_a_running_instance_moves_views_and_quota_only(walk):
-    """Through the kind device-plugin stand-in and the chart's agent: an XID 79 on the T4 a running Instance holds
-    on node-t4-b's kind node (its recorded facts in the agent's facts ConfigMap) leaves every ResourceFlavor and
-    Kueue's usage of the 4d flavor as they were, takes the T4 row's EX capacity 5 -> 4 and the 4d quota
-    6400k -> 4800k, is one AllocationConflict; read no more, it comes back after the clean period (20 s: the
-    rules ConfigMap's health.yaml, which the agents reload live).
+    """Through the kind device-plugin stand-in and the chart's agent: an XID 79 on the T4 that the walkthrough's
+    running pinned-demo holds on node-t4-b's kind node (its recorded facts in the agent's facts ConfigMap) leaves
+    every ResourceFlavor, Kueue's usage of the 4d flavor and pinned-demo's Pod as they were, takes the T4 row's EX
+    capacity 5 -> 4 and the 4d quota 6400k -> 4800k, is one AllocationConflict; read no more, it comes back after
+    the clean period (20 s: the rules ConfigMap's health.yaml, which the agents reload live).
 
-    One accelerator, pinned to node-t4-b (as pinned-demo is): a kind node has this machine's cores, not the
-    seed's, and each T4 of the type asks 800m CPU, so the three of the control-plane test (2400m) fit no kind
-    node of a 2-core machine, and one T4 unpinned may go to node-t4-a's 1d flavor."""
+    pinned-demo is the running Instance: a kind node has this machine's cores, not the seed's, and a second T4
+    Instance (800m CPU) fits node-t4-b's kind node on a 2-core machine only when no other Pod landed there."""
     _kind_only(walk)
     from runtime.engine.policy import Policy
     from runtime.rules.loader import load_rules
     key = Policy(load_rules()).key("allocation")
     node = walk.node("node-t4-b")
-    rules = _oos_configmap_key(walk, "accelpolicy-rules", "health.yaml",
-                               lambda t: t.replace("cleanSeconds: 600", f"cleanSeconds: {OOS_CLEAN_SECONDS}"))
+    pod = wait_until(lambda: get(walk, "pod", "pinned-demo", "-n", NS),
+                     lambda p: p and key in (p["metadata"].get("annotations") or {})
+                     and p["status"].get("phase") == "Running", "pinned-demo running with its allocation")
+    assert pod["spec"]["nodeName"] == node
+    held = [a["id"] for g in json.loads(pod["metadata"]["annotations"][key])["main"] for a in g["accelerators"]]
     facts_cm, facts_key = "gpustack-operator-device-manager-facts", f"{node}.yaml"
     facts = get(walk, "configmap", facts_cm, "-n", SYSTEM)["data"][facts_key]
+    rules = _oos_configmap_key(walk, "accelpolicy-rules", "health.yaml",
+                               lambda t: t.replace("cleanSeconds: 600", f"cleanSeconds: {OOS_CLEAN_SECONDS}"))
     try:
-        walk.kubectl("apply", "-f", "-", input=json.dumps({
-            "apiVersion": "worker.gpustack.ai/v1", "kind": "Instance", "metadata": {"name": "oos-one", "namespace": NS},
-            "spec": {"type": OOS_T4_POOL, "nodeName": node, "image": "ubuntu:24.04", "command": ["sleep", "86400"],
-                     "resources": {"accelerator": "1"}, "volume": {"ephemeral": {"capacity": "1Gi"}}}}))
-        pod = wait_until(lambda: get(walk, "pod", "oos-one", "-n", NS),
-                         lambda p: p and key in (p["metadata"].get("annotations") or {})
-                         and p["status"].get("phase") == "Running", "oos-one running with its allocation")
-        assert pod["spec"]["nodeName"] == node
-        held = [a["id"] for g in json.loads(pod["metadata"]["annotations"][key])["main"] for a in g["accelerators"]]
         flavors = sorted(walk.kubectl.stdout("get", "resourceflavors", "-o", "name").split())
-        before = wait_until(lambda: _oos_t4(walk), lambda t: t[2].get(OOS_T4_4D) not in (None, "0"), "Kueue's usage")
-        assert before[0] == "5" and before[1][OOS_T4_4D] == "6400k"
+        before = wait_until(lambda: _oos_t4(walk), lambda t: t[2].get(T4_4D) not in (None, "0"), "Kueue's usage")
+        assert before[0] == "5" and before[1][T4_4D] == "6400k"
 
         def with_xid(text: str) -> str:
             doc = yaml.safe_load(text)
             next(a for a in doc["accelerators"] if a["uuid"] == held[0])["health"] = {"xids": [79]}
             return yaml.safe_dump(doc, sort_keys=False)
         _oos_configmap_key(walk, facts_cm, facts_key, with_xid)
-        after = wait_until(lambda: _oos_t4(walk), lambda t: t[0] == "4" and t[1][OOS_T4_4D] == "4800k",
+        after = wait_until(lambda: _oos_t4(walk), lambda t: t[0] == "4" and t[1][T4_4D] == "4800k",
                            "EX capacity 4 and quota 4800k", timeout=TABLE_TIMEOUT * 2)
         assert after[2] == before[2]                                         # Kueue's usage of 4d unchanged
         assert sorted(walk.kubectl.stdout("get", "resourceflavors", "-o", "name").split()) == flavors
@@ -595,9 +590,10 @@ def test_kind_a_failed_card_under_a_running_instance_moves_views_and_quota_only(
         mine = [e for e in conflicts if held[0] in e["message"]]
         assert len(mine) == 1 and mine[0].get("count", 1) == 1, mine
         _oos_configmap_key(walk, facts_cm, facts_key, lambda _: facts)      # the XID is read no more
-        wait_until(lambda: _oos_t4(walk), lambda t: t[0] == "5" and t[1][OOS_T4_4D] == "6400k",
+        wait_until(lambda: _oos_t4(walk), lambda t: t[0] == "5" and t[1][T4_4D] == "6400k",
                    "capacity and quota back after the clean period", timeout=TABLE_TIMEOUT * 2)
+        same = get(walk, "pod", "pinned-demo", "-n", NS)                   # the Instance runs on, not replaced
+        assert (same["metadata"]["uid"], same["status"]["phase"]) == (pod["metadata"]["uid"], "Running")
     finally:
-        walk.kubectl("-n", NS, "delete", "instance", "oos-one", "--ignore-not-found", "--wait=true", check=False)
         _oos_configmap_key(walk, facts_cm, facts_key, lambda _: facts)
         _oos_configmap_key(walk, "accelpolicy-rules", "health.yaml", lambda _: rules)
