@@ -75,7 +75,7 @@ class _Collections:
 
 def main() -> None:
     args = _args()
-    sys.path[:0] = [str(args.tree.resolve()), str(ROOT)]   # the served code first; loadgen from here
+    sys.path[:0] = [str(args.tree.resolve()), str(ROOT)]   # the served tree first: its runtime and its benchmarks/
     import benchmarks.loadgen as loadgen
     from benchmarks.webhook import engine_and_view, engine_only
     from runtime.webhook.app import WebhookState, build_app

@@ -223,9 +223,12 @@ def _generation(rules: Path) -> str:
 
 
 def _in_force(generation: str) -> str:
-    """What an agent logs once ``generation`` is its own (rules/reload.yaml ``events.reloaded``, read from the
-    chart's mount)."""
-    return f"rules generation {generation} from {AGENT_RULES} in force"
+    """What an agent logs once ``generation`` is its own, read from the chart's mount: the shipped
+    rules/reload.yaml ``events.reloaded`` message up to its load time, which differs per agent."""
+    from runtime.reload.report import reload_message
+    from runtime.rules.loader import load_rules
+    logged = reload_message(load_rules(), "reloaded", generation=generation, root=AGENT_RULES, seconds=0.0)
+    return logged[:logged.index(" (loaded in ")]
 
 
 def _agents_lacking(cluster, agents, line: str) -> list[str]:
@@ -257,7 +260,8 @@ def test_a_rules_edit_through_values_restarts_no_agent_and_keeps_admission_answe
     generation = _generation(tree)
     assert generation != _generation(REPO / "rules")
     agents = _pods(cluster, "agent")
-    assert _agents_lacking(cluster, agents, _in_force(generation)) == list(agents)   # not in force before
+    in_force = _in_force(generation)
+    assert _agents_lacking(cluster, agents, in_force) == list(agents)   # not in force before
     controllers = set(_pods(cluster, "controller"))
     with ReviewClient(cluster) as client:
         time.sleep(3)
@@ -272,8 +276,7 @@ def test_a_rules_edit_through_values_restarts_no_agent_and_keeps_admission_answe
         # the agents: the same Pods, each reloading the mounted ConfigMap once the kubelet has synced it
         t0 = time.monotonic()
         try:
-            wait(f"every agent logging {_in_force(generation)!r}",
-                 lambda: not _agents_lacking(cluster, agents, _in_force(generation)), timeout=300)
+            wait(f"every agent logging {in_force!r}", lambda: not _agents_lacking(cluster, agents, in_force), timeout=300)
         except AssertionError as exc:
             raise AssertionError(f"{exc}:\n{_reload_state(cluster, agents)}") from None
         record_step("rules edit -> every agent on the new generation (same Pods)", time.monotonic() - t0, table=False)

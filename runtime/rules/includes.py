@@ -14,19 +14,10 @@ import copy
 from typing import Any
 
 from runtime.model.admission import Validation, all_validations
+from runtime.rules.vocabulary import Problem, problem_at
 from runtime.rules.yamlsrc import dotted
 
-Problem = tuple
-"""(file, line, column, field path, message): the loader turns it into a RuleProblem."""
-
 KIND = "AdmissionValidations"
-
-
-def _at(doc: Any, path: tuple, message: str) -> Problem:
-    """The problem at ``path`` of ``doc``, at the field's own line and column when its source is known."""
-    if doc.source is None:
-        return (doc.file, doc.line, 0, dotted(path), message)
-    return (doc.file, doc.source.line_of(path), doc.source.column_of(path), dotted(path), message)
 
 
 def include_validations(documents: list) -> list[Problem]:
@@ -41,8 +32,8 @@ def include_validations(documents: list) -> list[Problem]:
             _resolve(doc, doc.spec.validations, ("validations",), (), fragments, used, problems)
     for name, doc in fragments.items():
         if name not in used:
-            problems.append(_at(doc, ("metadata", "name"), f"{KIND} {name!r} is named by no AdmissionPolicy "
-                                f"(validationsFrom): its validations never run"))
+            problems.append(problem_at(doc, "metadata.name", f"{KIND} {name!r} is named by no "
+                                       "AdmissionPolicy (validationsFrom): its validations never run"))
     return problems
 
 
@@ -57,15 +48,14 @@ def _resolve(doc: Any, validations: list[Validation], path: tuple, chain: tuple[
         if not v.validationsFrom:
             _resolve(doc, v.validations, at + ("validations",), chain, fragments, used, problems)
             continue
-        name = v.validationsFrom
+        name, field = v.validationsFrom, dotted(("spec",) + at + ("validationsFrom",))
         fragment = fragments.get(name)
         if fragment is None:
             known = ", ".join(sorted(fragments)) or "none"
-            problems.append(_at(doc, ("spec",) + at + ("validationsFrom",),
-                                f"no {KIND} named {name!r} ({KIND}: {known})"))
+            problems.append(problem_at(doc, field, f"no {KIND} named {name!r} ({KIND}: {known})"))
         elif name in chain:
-            problems.append(_at(doc, ("spec",) + at + ("validationsFrom",),
-                                f"{KIND} {name!r} includes itself: {' -> '.join(chain + (name,))}"))
+            problems.append(problem_at(doc, field, f"{KIND} {name!r} includes itself: "
+                                       f"{' -> '.join(chain + (name,))}"))
         else:
             used.add(name)
             _resolve(fragment, fragment.spec.validations, ("validations",), chain + (name,), fragments, used,

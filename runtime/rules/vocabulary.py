@@ -45,7 +45,7 @@ class RuleSetLike(Protocol):
     def all(self, kind: str) -> list: ...
 
 
-def _problem(doc, path: str, message: str) -> Problem:
+def problem_at(doc, path: str, message: str) -> Problem:
     """The problem at ``path`` (dotted, ``[i]`` indexes) of ``doc``: the field's own line and column
     when the document's source is known, else the document's line."""
     if doc.source is None:
@@ -70,8 +70,8 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
     for doc in ruleset.all("PoolDerivation"):
         for role, name in derivation.settings.items():
             if name not in known_settings:
-                problems.append(_problem(doc, f"spec.settings.{role}",
-                                         f"no setting {name!r} in rules/settings.yaml"))
+                problems.append(problem_at(doc, f"spec.settings.{role}",
+                                           f"no setting {name!r} in rules/settings.yaml"))
     for doc in ruleset.all("NodeAgent"):
         agent = doc.spec
         agent.namespace = agent.namespace or controller.systemNamespace
@@ -81,16 +81,16 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
             wanted = {name: labels.suffixes.get(name) for name in LabelSuffixes.model_fields}
             missing = sorted(name for name, value in wanted.items() if value is None)
             if missing:
-                problems.append(_problem(doc, "spec.suffixes", "rules/labels.yaml suffixes lacks "
-                                         + ", ".join(missing)))
+                problems.append(problem_at(doc, "spec.suffixes", "rules/labels.yaml suffixes lacks "
+                                           + ", ".join(missing)))
                 continue
             agent.suffixes = LabelSuffixes(**wanted)
     for doc in ruleset.all("AdmissionPolicy"):
         match = doc.spec.match
         for role in match.labelRolesExist:
             if role not in labels.keys:
-                problems.append(_problem(doc, "spec.match.labelRolesExist", f"no label key role {role!r} in "
-                                         "rules/labels.yaml keys"))
+                problems.append(problem_at(doc, "spec.match.labelRolesExist",
+                                           f"no label key role {role!r} in rules/labels.yaml keys"))
             elif labels.keys[role] not in match.labelsExist:
                 match.labelsExist.append(labels.keys[role])
         if match.excludeReservedNamespaces:
@@ -99,8 +99,8 @@ def link(ruleset: RuleSetLike) -> list[Problem]:
         for i, lookup in enumerate(doc.spec.lookups):
             if lookup.labelRole:
                 if lookup.labelRole not in labels.keys:
-                    problems.append(_problem(doc, f"spec.lookups[{i}].labelRole", f"no label key role "
-                                             f"{lookup.labelRole!r} in rules/labels.yaml keys"))
+                    problems.append(problem_at(doc, f"spec.lookups[{i}].labelRole", f"no label key role "
+                                               f"{lookup.labelRole!r} in rules/labels.yaml keys"))
                 else:
                     lookup.labelKey = labels.keys[lookup.labelRole]
     for doc in ruleset.all("ObjectShape"):
@@ -121,21 +121,22 @@ def _link_dra(ruleset: RuleSetLike, derivation) -> list[Problem]:
     for doc in drivers:
         spec = doc.spec
         if spec.manufacturer not in manufacturers:
-            problems.append(_problem(doc, "spec.manufacturer", f"no manufacturer {spec.manufacturer!r} in "
-                                     f"rules/manufacturers.yaml (known: {', '.join(sorted(manufacturers))})"))
+            known = ", ".join(sorted(manufacturers))
+            problems.append(problem_at(doc, "spec.manufacturer", f"no manufacturer {spec.manufacturer!r} in "
+                                       f"rules/manufacturers.yaml (known: {known})"))
         if spec.driver in seen:
-            problems.append(_problem(doc, "spec.driver",
-                                     f"driver {spec.driver!r} already has a DraDriver row "
-                                     f"({seen[spec.driver].file}:{seen[spec.driver].line})"))
+            problems.append(problem_at(doc, "spec.driver",
+                                       f"driver {spec.driver!r} already has a DraDriver row "
+                                       f"({seen[spec.driver].file}:{seen[spec.driver].line})"))
         seen.setdefault(spec.driver, doc)
     if drivers and len(policies) != 1:
-        problems.append(_problem(drivers[0], "kind", f"DraDriver rows need exactly one DraPolicy document, "
-                                 f"found {len(policies)}"))
+        problems.append(problem_at(drivers[0], "kind", f"DraDriver rows need exactly one DraPolicy document, "
+                                   f"found {len(policies)}"))
     for doc in policies:
         role = doc.spec.deviceClass.resourceType
         if role not in derivation.resourceTypes:
-            problems.append(_problem(doc, "spec.deviceClass.resourceType", f"no resource type {role!r} in "
-                                     "rules/pools/derivation.yaml resourceTypes"))
+            problems.append(problem_at(doc, "spec.deviceClass.resourceType", f"no resource type {role!r} in "
+                                       "rules/pools/derivation.yaml resourceTypes"))
     return problems
 
 
@@ -148,8 +149,8 @@ def _link_schema(doc, schema, path: str, constants) -> list[Problem]:
             if schema.maxLengthFrom in type(constants).model_fields \
             else None
         if type(value) is not int:
-            problems.append(_problem(doc, f"{path}.maxLengthFrom", f"no number {schema.maxLengthFrom!r} in "
-                                     "rules/constants.yaml"))
+            problems.append(problem_at(doc, f"{path}.maxLengthFrom", f"no number {schema.maxLengthFrom!r} in "
+                                       "rules/constants.yaml"))
         else:
             schema.maxLength = value
     for key, sub in schema.properties.items():

@@ -13,6 +13,7 @@ from runtime.cli import main
 from runtime.engine.policy import Policy
 from runtime.rules.loader import DEFAULT_RULES_DIR, RuleLoadError, load_rules
 from runtime.ruletests import Case, Runner, load_cases
+from tests.rulelines import shipped_line
 
 ROOT = Path(DEFAULT_RULES_DIR).parent
 SEED = ROOT.parent / "shared" / "seed" / "objects"  # shared/ sits beside the clone (worktree and CI)
@@ -175,7 +176,7 @@ def test_admit_exits_2_when_a_rule_fails_to_evaluate(tmp_path):
     assert "verdict:  denied (500 InternalError)" in result.output
     assert result.stderr.startswith("error: policy pods-mutation: a rule failed to evaluate: Internal error occurred: "
                                     "policy pods-mutation: rules/admission/pods-mutation.yaml:"
-                                    f"{text[:text.index(old)].count(chr(10)) + 1} ")
+                                    f"{shipped_line('rules/admission/pods-mutation.yaml', old)} ")
 
 
 NAMES_SUITE = """\

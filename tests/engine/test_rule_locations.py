@@ -6,10 +6,11 @@ from tests.rulelines import shipped_line
 
 def test_a_yaml_error_is_reported_only_in_its_own_file(edited_rules):
     """instances-validation.yaml borrows instance-common from instances.yaml: it gets no invented error."""
-    line = shipped_line("rules/admission/instances.yaml", "  name: instances-mutation\n") + 1
+    # `bad:` goes on the line after the name, and YAML reports the unclosed flow on the line after that
+    line = shipped_line("rules/admission/instances.yaml", "  name: instances-mutation\n") + 2
     found = edited_rules("rules/admission/instances.yaml", "  name: instances-mutation\n",
                          "  name: instances-mutation\n  bad: [unclosed\n")
-    assert found == [f"rules/admission/instances.yaml:{line + 1}:5 <document>: not valid YAML: expected ',' or "
+    assert found == [f"rules/admission/instances.yaml:{line}:5 <document>: not valid YAML: expected ',' or "
                      "']', but got ':'"]
 
 
@@ -31,13 +32,14 @@ def test_a_preset_tier_error_points_at_the_tier(edited_rules):
 def test_a_validations_from_name_no_document_has_is_a_finding_at_it(edited_rules):
     """One policy in several files (runtime/rules/includes.py): a misspelt name is found where it is written."""
     line = shipped_line("rules/admission/instances-validation.yaml", "validationsFrom: instance-volumes")
+    named = shipped_line("rules/admission/instances-volumes.yaml", "  name: instance-volumes\n")
     found = edited_rules("rules/admission/instances-validation.yaml", "validationsFrom: instance-volumes",
                          "validationsFrom: instance-volume")
     assert found == [
         f"rules/admission/instances-validation.yaml:{line}:24 spec.validations[11].validationsFrom: no "
         "AdmissionValidations named 'instance-volume' (AdmissionValidations: instance-resources, instance-volumes)",
-        "rules/admission/instances-volumes.yaml:8:9 metadata.name: AdmissionValidations 'instance-volumes' is named "
-        "by no AdmissionPolicy (validationsFrom): its validations never run"]
+        f"rules/admission/instances-volumes.yaml:{named}:9 metadata.name: AdmissionValidations 'instance-volumes' "
+        "is named by no AdmissionPolicy (validationsFrom): its validations never run"]
 
 
 def test_a_finding_in_an_included_file_is_placed_in_that_file(edited_rules):

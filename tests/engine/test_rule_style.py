@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 from lark import Tree
-from pydantic import BaseModel
 
 from runtime.model.base import Expr
 from runtime.rules.cel.parse import parse   # the project's one CEL parser
+from runtime.rules.checks import _leaves     # the static checks' own walk of a validated spec
 from runtime.rules.loader import load_rules
+from runtime.rules.yamlsrc import dotted
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"
@@ -26,21 +27,6 @@ def ternary_depth(tree) -> int:
         return 0
     below = max((ternary_depth(child) for child in tree.children), default=0)
     return below + (1 if tree.data == "expr" and len(tree.children) == 3 else 0)
-
-
-def _expressions(value, path: str):
-    """(dotted path, CEL source) of every Expr inside a validated rule model."""
-    if isinstance(value, Expr):
-        yield path, str(value)
-    elif isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            yield from _expressions(getattr(value, name), f"{path}.{name}")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _expressions(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _expressions(item, f"{path}[{i}]")
 
 
 @pytest.mark.parametrize("source, depth", [
@@ -57,10 +43,10 @@ def test_ternary_depth_counts_conditionals_inside_conditionals(source, depth):
 
 def test_no_cel_conditional_is_nested_deeper_than_two():
     ruleset = load_rules(RULES)
-    deep = [f"{doc.file} {doc.kind}/{doc.name} spec{path}: depth {depth}"
+    deep = [f"{doc.file} {doc.kind}/{doc.name} {dotted(('spec',) + path)}: depth {depth}"
             for doc in ruleset.documents.values()
-            for path, source in _expressions(doc.spec, "")
-            if (depth := ternary_depth(parse(source))) > MAX_TERNARY_DEPTH]
+            for path, value in _leaves(doc.spec, ()) if isinstance(value, Expr)
+            if (depth := ternary_depth(parse(str(value)))) > MAX_TERNARY_DEPTH]
     assert deep == [], "name the sub-results (CEL variables) instead:\n" + "\n".join(deep)
 
 

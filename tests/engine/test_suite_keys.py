@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from runtime import ruletests
 from runtime.cli import main
+from tests.rulelines import shipped_line
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
-SUITE = RULES / "tests" / "admission" / "pods.yaml"
 #: the line of the first case's expect (the key misspelt below)
-LINE = SUITE.read_text().split("expect: {allowed: true, patch: []}")[0].count("\n") + 1
+LINE = shipped_line("rules/tests/admission/pods.yaml", "expect: {allowed: true, patch: []}")
 
 
 @pytest.fixture()
