@@ -80,7 +80,7 @@ def controller_values(params: dict) -> dict:
     """The controller's webhook values by short name: the webhook options (:func:`runtime.cli.webhookopts.
     values_of`) and its own (:data:`PARAMS`; ``register``: not --no-webhook-registration), taken out of
     ``params`` (click's keyword arguments)."""
-    return {**values_of(params), **{short: params.pop(name, None) for name, short in PARAMS.items()},
+    return {**values_of(params), **values_of(params, PARAMS),
             "register": not params.pop("no_registration", False)}
 
 

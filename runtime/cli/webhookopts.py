@@ -27,7 +27,6 @@ from runtime.webhook.app import DEFAULT_DEADLINE_SECONDS, DEFAULT_MAX_BODY, INLI
 from runtime.webhook.host import ServingOptions
 from runtime.webhook.server import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, check_tls, self_signed
 
-COMMANDS = ("webhook", "admission", "controller")
 _WEBHOOK_FORMER = {"--host": "--webhook-host", "--port": "--webhook-port", "--cert": "--webhook-cert",
                    "--key": "--webhook-key", "--self-signed": "--webhook-self-signed",
                    "--max-body-bytes": "--webhook-max-body-bytes", "--read-timeout": "--webhook-read-timeout",
@@ -143,9 +142,9 @@ def _bounds(command: str) -> list:
 
 
 def webhook_options(command: str) -> Callable:
-    """The group's options for ``command`` (one of :data:`COMMANDS`), in --help order, each former name
-    of :data:`FORMER` accepted with a warning. The command receives them as keyword arguments (their
-    parameters are :data:`PARAMS`' keys, plus ``namespace`` and ``watch_rules_seconds``)."""
+    """The group's options for ``command`` (``webhook``, ``admission`` or ``controller``), in --help order,
+    each former name of :data:`FORMER` accepted with a warning. The command receives them as keyword
+    arguments (their parameters are :data:`PARAMS`' keys, plus ``namespace`` and ``watch_rules_seconds``)."""
     options = [click.option("--webhook-host", default="127.0.0.1", show_default=True, help=_HELP["host"]),
                _port(command), *_tls(command), *_bounds(command)]
 
@@ -156,10 +155,11 @@ def webhook_options(command: str) -> Callable:
     return decorate
 
 
-def values_of(params: dict) -> dict:
-    """The group's values by short name (:data:`PARAMS`), taken out of ``params`` (click's keyword
-    arguments); the ones a command lacks are None."""
-    return {short: params.pop(name, None) for name, short in PARAMS.items()}
+def values_of(params: dict, names: dict[str, str] = PARAMS) -> dict:
+    """The values of ``names`` (click's parameter names -> short names; the group's :data:`PARAMS` unless
+    given) by short name, taken out of ``params`` (click's keyword arguments); the ones a command lacks are
+    None."""
+    return {short: params.pop(name, None) for name, short in names.items()}
 
 
 def deadline_of(value: float | None, policy) -> float:
@@ -167,8 +167,9 @@ def deadline_of(value: float | None, policy) -> float:
     1 s; :data:`runtime.webhook.app.DEFAULT_DEADLINE_SECONDS` without one)."""
     if value is not None:
         return value
+    from runtime.engine.admission.registration import registration_of
     try:
-        timeout = policy.ruleset.get("WebhookRegistration").timeoutSeconds
+        timeout = registration_of(policy).timeoutSeconds
     except KeyError:
         return DEFAULT_DEADLINE_SECONDS
     return max(1.0, timeout - 2.0)
