@@ -7,7 +7,7 @@ one ``apply-check-state`` :class:`Action` per Workload whose entry must change:
 
 * a Workload is judged when Kueue holds its quota (``QuotaReserved`` True, ``status.admission`` set,
   not ``Evicted``/``Finished``) and its entry for the check is ``Pending`` — or ``Retry`` for at least
-  ``retryAfterSeconds`` (rules/pools/derivation.yaml, 30 s) while the quota is still held (a real
+  ``retryAfterSeconds`` (rules/pools/queues.yaml) while the quota is still held (a real
   Kueue evicts a Retry at once and resets the check to ``Pending``; without it the controller looks
   again itself);
 * the verdict is :func:`runtime.engine.admissioncheck.check_workload`'s, against the nodes less what

@@ -17,7 +17,7 @@ from runtime.rules.loader import RuleSet
 
 
 class Policy:
-    """Rule data for the engine. Attributes mirror the rule kinds (see rules/README.md)."""
+    """Rule data for the engine. Attributes mirror the rule kinds (docs/reference/rule-kinds.md)."""
 
     def __init__(self, ruleset: RuleSet):
         self.ruleset = ruleset

@@ -1,4 +1,4 @@
-"""Rule kind ``AdmissionPolicy``: one admission webhook written as data (format: rules/README.md).
+"""Rule kind ``AdmissionPolicy``: one webhook as data (docs/reference/rule-kinds.md "`AdmissionPolicy`").
 
 A policy says what it matches (``match``: the request's kind, operations, required labels), which
 cluster objects it reads (``lookups``), named CEL ``variables`` computed once per review, and then

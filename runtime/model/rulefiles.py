@@ -1,4 +1,4 @@
-"""Pydantic models of the rule-file kinds under ``rules/`` (format: rules/README.md).
+"""Pydantic models of the rule-file kinds under ``rules/`` (format: docs/reference/rule-kinds.md).
 
 Every rule file is a Kubernetes-shaped document ``{apiVersion, kind, metadata: {name}, spec}`` with
 ``apiVersion: rules.accelpolicy.dev/v1alpha1``. Fields typed :class:`Expr` hold CEL source; the loader

@@ -189,7 +189,7 @@ def pool_workloads(policy: Policy, snapshot: Snapshot, name: str) -> list[dict]:
     a Workload is the pool's when its quota is reserved in the ClusterQueue, or it waits in a
     LocalQueue of that ClusterQueue. ``reason``/``message``: Kueue's, from the ``QuotaReserved``
     condition of a pending Workload (e.g. ``Pending``: "couldn't assign flavors ..."), else from
-    ``Admitted``. ``check``: the state and message of the check of rules/pools/derivation.yaml
+    ``Admitted``. ``check``: the state and message of the check of rules/pools/queues.yaml
     ``admissionCheck.name`` in ``status.admissionChecks`` (None when Kueue has not asked it yet)."""
     check_name = policy.queues.admissionCheck.name
     queues = {(meta.get("namespace") or "", meta.get("name")): (lq.get("spec") or {}).get("clusterQueue")

@@ -392,7 +392,7 @@ def test_shape_caps_are_linked_from_the_constants(rules_copy):
 
 def test_rule_file_event_message_with_an_unknown_variable(rules_copy):
     """A transition Event's message names a variable its entry does not have: refused at load, not
-    at the transition (runtime/model/rulefiles.py STATE_EVENT_VARIABLES)."""
+    at the transition (runtime/model/stateevents.py STATE_EVENT_VARIABLES)."""
     _replace(rules_copy / "controller.yaml", "left the pool: no longer", "left pool {pool}: no longer")
     (problem,) = _problems(rules_copy)
     assert problem.startswith("rules/controller.yaml:")

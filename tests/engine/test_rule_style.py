@@ -1,4 +1,4 @@
-"""The rule files read in one sitting (rules/README.md "Reading and editing a rule file"): every rule file and
+"""The rule files read in one sitting (rules/README.md "Rule files"): every rule file and
 rule test within the repository's yamllint configuration (.yamllint: 110 columns), and no CEL conditional
 nested more than two deep, so a message or a value is built from named sub-results (CEL variables) rather
 than a chain of ternaries. `make lint` runs this file."""
