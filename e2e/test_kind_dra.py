@@ -48,14 +48,36 @@ EX = "ACCELERATOR(EX/SH/SL/PT)"
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
-def wait_until(what: str, fetch, timeout: float = TIMEOUT, interval: float = 0.5):
+def wait_until(what: str, fetch, timeout: float = TIMEOUT, interval: float = 0.5, fail=None):
+    """``fetch()``'s first true value within ``timeout`` seconds; else AssertionError naming ``what`` with
+    the last value, or ``fail(last)`` (the evidence that says why) when given."""
     t0, value = time.monotonic(), None
     while time.monotonic() - t0 < timeout:
         value = fetch()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"{what} not reached in {timeout:.0f}s; last: {json.dumps(value, default=str)[:3000]}")
+    last = fail(value) if fail else json.dumps(value, default=str)[:3000]
+    raise AssertionError(f"{what} not reached in {timeout:.0f}s; last: {last}")
+
+
+def ours(labels: dict) -> dict:
+    """The accelerator and CPU labels the agent publishes through its NodeFeature, without the per-node
+    counts (``.cores``, ``.count``)."""
+    return {k: v for k, v in labels.items() if k.startswith(("acceleratable.", "general."))
+            and not k.endswith((".cores", ".count"))}
+
+
+def nfd_evidence(dra) -> str:
+    """Why a Node lacks its NodeFeature's labels: the node's NodeFeatures (their labels), its nfd
+    annotations and nfd-master's last log lines."""
+    features = dra.get("nodefeatures.nfd.k8s-sigs.io", "-A", "-l", f"nfd.node.kubernetes.io/node-name={dra.node}")
+    node = dra.get("node", dra.node).get("metadata") or {}
+    log = dra.kubectl("-n", "node-feature-discovery", "logs", "deploy/node-feature-discovery-master", "--tail=40", check=False)
+    named = [(f["metadata"]["name"], sorted(f["spec"].get("labels") or {})) for f in features.get("items", [])]
+    return (f"NodeFeatures: {named}"
+            f"\nnfd annotations: { {k: v for k, v in (node.get('annotations') or {}).items() if 'nfd' in k} }"
+            f"\nnfd-master log:\n{log.stdout[-3000:]}{log.stderr[-500:]}")
 
 
 def rows(table: str) -> list[dict[str, str]]:
@@ -119,7 +141,7 @@ class DraRun:
 
 
 @pytest.fixture(scope="module")
-def dra(request):
+def dra(request, record_step):
     if request.config.getoption("--cluster") != "kind":   # before the session cluster is asked for
         pytest.skip("kind backend only: a DRA driver on a real kubelet (--cluster=kind)")
     cluster = request.getfixturevalue("cluster")
@@ -134,9 +156,8 @@ def dra(request):
     leave_node(run.kube, run.node)
     # the run's table in the session's summary (e2e/conftest.py), passed or not: written from a fixture's
     # teardown, a line of the terminal reporter would be captured and shown only on a failure
-    record = request.getfixturevalue("record_step")
     for step, expected, seen in run.steps:
-        record(f"dra: {step} | expected {expected} | seen {seen}", 0.0, table=False)
+        record_step(f"dra: {step} | expected {expected} | seen {seen}", 0.0, table=False)
 
 
 # -- 0: the cluster as the walkthrough left it; the gates ---------------------------------------------------
@@ -229,13 +250,18 @@ def test_dra_node_joins_the_a10g_pool(dra):
             assert status[view] == before[view], (name, view, status[view], before[view])
     [group] = dra.get("devices", dra.node)["status"]["groups"]
     assert group["id"] == "a10g" and [a["id"] for a in group["accelerators"]] == [DRA_UUID]
-    labels = dra.get("node", dra.node)["metadata"]["labels"]
-    seed = dra.get("node", dra.cluster.stack.kind_node["node-a10g"])["metadata"]["labels"]
-    ours = lambda ls: {k: v for k, v in ls.items() if k.startswith(("acceleratable.", "general."))   # noqa: E731
-                       and not k.endswith((".cores", ".count"))}
-    assert ours(labels) == ours(seed)          # same GPU and CPU labels as node-a10g, .cores aside (docs/concepts/dra.md "Views per manufacturer")
+    # same GPU and CPU labels as node-a10g, .cores aside (docs/concepts/dra.md "Views per manufacturer"). The
+    # agent writes them into its NodeFeature; nfd-master copies them onto the Node on its own time (its
+    # node-update queue, retried with backoff), so the pool rows above may come first: wait for the Node
+    t1 = time.monotonic()
+    seed = ours(dra.get("node", dra.cluster.stack.kind_node["node-a10g"])["metadata"]["labels"])
+    labels = wait_until(f"Node {dra.node} labelled by nfd-master as node-a10g", lambda: (
+        (ls := dra.get("node", dra.node)["metadata"]["labels"]) and ours(ls) == seed and ls), fail=lambda _: (
+        f"Node labels (ours): {ours(dra.get('node', dra.node)['metadata']['labels'])}\nnode-a10g's: {seed}\n"
+        + nfd_evidence(dra)))
     assert f"acceleratable.feature.gpustack.ai/{A10G_GROUP}.cores" not in labels
-    dra.step("labels", "node-a10g's accelerator and CPU labels, no .cores", "equal")
+    dra.step("labels", "node-a10g's accelerator and CPU labels, no .cores",
+             f"equal {time.monotonic() - t1:.0f}s after the pool's checks")
 
 
 # -- 2: DeviceClasses and explain -----------------------------------------------------------------------------
