@@ -68,15 +68,23 @@ def ours(labels: dict) -> dict:
             and not k.endswith((".cores", ".count"))}
 
 
+def node_meta(dra, node: str) -> dict:
+    """Node ``node``'s metadata, {} while it cannot be read."""
+    return dra.get("node", node).get("metadata") or {}
+
+
 def nfd_evidence(dra) -> str:
     """Why a Node lacks its NodeFeature's labels: the node's NodeFeatures (their labels), its nfd
     annotations and nfd-master's last log lines."""
-    features = dra.get("nodefeatures.nfd.k8s-sigs.io", "-A", "-l", f"nfd.node.kubernetes.io/node-name={dra.node}")
-    node = dra.get("node", dra.node).get("metadata") or {}
-    log = dra.kubectl("-n", "node-feature-discovery", "logs", "deploy/node-feature-discovery-master", "--tail=40", check=False)
+    from runtime.engine.policy import Policy
+    from runtime.rules.loader import load_rules
+    from testing.localcluster.components import NFD_NAMESPACE
+    node_key = Policy(load_rules()).key("nodeFeatureNode")   # rules/labels.yaml
+    features = dra.get("nodefeatures.nfd.k8s-sigs.io", "-A", "-l", f"{node_key}={dra.node}")
+    annotations = node_meta(dra, dra.node).get("annotations") or {}
+    log = dra.kubectl("-n", NFD_NAMESPACE, "logs", "deploy/node-feature-discovery-master", "--tail=40", check=False)
     named = [(f["metadata"]["name"], sorted(f["spec"].get("labels") or {})) for f in features.get("items", [])]
-    return (f"NodeFeatures: {named}"
-            f"\nnfd annotations: { {k: v for k, v in (node.get('annotations') or {}).items() if 'nfd' in k} }"
+    return (f"NodeFeatures: {named}\nnfd annotations: { {k: v for k, v in annotations.items() if 'nfd' in k} }"
             f"\nnfd-master log:\n{log.stdout[-3000:]}{log.stderr[-500:]}")
 
 
@@ -254,10 +262,13 @@ def test_dra_node_joins_the_a10g_pool(dra):
     # agent writes them into its NodeFeature; nfd-master copies them onto the Node on its own time (its
     # node-update queue, retried with backoff), so the pool rows above may come first: wait for the Node
     t1 = time.monotonic()
-    seed = ours(dra.get("node", dra.cluster.stack.kind_node["node-a10g"])["metadata"]["labels"])
-    labels = wait_until(f"Node {dra.node} labelled by nfd-master as node-a10g", lambda: (
-        (ls := dra.get("node", dra.node)["metadata"]["labels"]) and ours(ls) == seed and ls), fail=lambda _: (
-        f"Node labels (ours): {ours(dra.get('node', dra.node)['metadata']['labels'])}\nnode-a10g's: {seed}\n"
+    seed = ours(node_meta(dra, dra.cluster.stack.kind_node["node-a10g"])["labels"])
+
+    def labelled() -> dict | None:
+        labels = node_meta(dra, dra.node).get("labels") or {}
+        return labels if ours(labels) == seed else None
+    labels = wait_until(f"Node {dra.node} labelled by nfd-master as node-a10g", labelled, fail=lambda _: (
+        f"Node labels (ours): {ours(node_meta(dra, dra.node).get('labels') or {})}\nnode-a10g's: {seed}\n"
         + nfd_evidence(dra)))
     assert f"acceleratable.feature.gpustack.ai/{A10G_GROUP}.cores" not in labels
     dra.step("labels", "node-a10g's accelerator and CPU labels, no .cores",
